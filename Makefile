@@ -1,0 +1,33 @@
+# The two entry points:
+#   make run   - set up, build, and run dspark's main job on the bundled default model
+#   make test  - set up, build, and run the CPU test suite (plus the sanitizer build of it)
+# Pass arguments to `make run` with ARGS="...", e.g. make run ARGS="--device cuda".
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+.PHONY: run test setup build asan-test
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	@bash scripts/run_default.sh $(BUILD)/bin/dspark $(ARGS)
+
+test: build
+	ctest --test-dir $(BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 900
+	$(MAKE) --no-print-directory asan-test
+
+# The unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only).
+asan-test: setup
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSPARK_SANITIZE=ON \
+	  -DDSPARK_CUDA=OFF -DDSPARK_BUILD_BENCH=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target dspark_unit_tests dspark
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 1800

@@ -1,0 +1,38 @@
+# Decides DSPARK_WITH_CUDA and provides dspark_configure_cuda_target().
+include(CheckLanguage)
+set(DSPARK_WITH_CUDA OFF)
+if(NOT DSPARK_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(DSPARK_WITH_CUDA ON)
+  elseif(DSPARK_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "DSPARK_CUDA=ON but no CUDA compiler was found")
+  endif()
+endif()
+
+if(DSPARK_WITH_CUDA)
+  # Hopper machine code (wgmma needs sm_90a) plus PTX that other GPUs JIT-compile at load.
+  set(CMAKE_CUDA_ARCHITECTURES OFF)
+  set(DSPARK_CUDA_GENCODE
+      "-gencode=arch=compute_90a,code=sm_90a" "-gencode=arch=compute_80,code=compute_80"
+      CACHE STRING "nvcc -gencode flags")
+  enable_language(CUDA)
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  find_package(CUDAToolkit REQUIRED)
+endif()
+
+function(dspark_configure_cuda_target target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:${DSPARK_CUDA_GENCODE} --expt-relaxed-constexpr
+      -Xcompiler=-fPIC -lineinfo>)
+  if(DSPARK_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)
+  endif()
+  set_target_properties(${target} PROPERTIES CUDA_SEPARABLE_COMPILATION OFF
+                                             CUDA_RESOLVE_DEVICE_SYMBOLS ON)
+  target_link_libraries(${target} PUBLIC CUDA::cudart CUDA::cublasLt CUDA::cublas)
+endfunction()

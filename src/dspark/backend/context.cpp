@@ -1,0 +1,57 @@
+#include "dspark/backend/context.h"
+
+#include <cstring>
+
+#include "dspark/backend/cuda/blas.h"
+#include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/thread_pool.h"
+
+namespace dspark {
+
+Context::Context(Device device) : device_(device), pool_(&ThreadPool::global()) {
+  if (device.is_cuda()) {
+    cuda::require_device(device.index);
+    cuda::set_device(device.index);
+    stream_ = std::make_unique<cuda::Stream>(device.index);
+    blas_ = std::make_unique<cuda::BlasLt>(*stream_);
+  }
+}
+
+Context::~Context() = default;
+
+ThreadPool& Context::pool() const { return *pool_; }
+
+cuda::Stream& Context::stream() const {
+  DSPARK_CHECK(stream_ != nullptr, "Context on {} has no CUDA stream", device_.name());
+  return *stream_;
+}
+
+void* Context::cuda_stream() const { return stream_ ? stream_->handle() : nullptr; }
+
+cuda::BlasLt& Context::blas() const {
+  DSPARK_CHECK(blas_ != nullptr, "Context on {} has no cuBLASLt handle", device_.name());
+  return *blas_;
+}
+
+void Context::synchronize() const {
+  if (stream_) stream_->synchronize();
+}
+
+void* Context::scratch(size_t bytes) {
+  if (scratch_.bytes() < bytes) {
+    synchronize();  // the old scratch may still be in use by enqueued work
+    scratch_ = Buffer(device_, bytes + bytes / 2);
+  }
+  return scratch_.data();
+}
+
+void Context::copy_async(void* dst, const void* src, size_t bytes) const {
+  if (bytes == 0) return;
+  if (stream_) {
+    stream_->memcpy_async(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
+}
+
+}  // namespace dspark

@@ -1,0 +1,48 @@
+// Context: where an op runs. On the CPU it carries the thread pool; on CUDA it owns the stream the
+// ops enqueue on, the cuBLASLt handle and a grow-only scratch buffer. Ops take `Context&` first.
+// A Context is used by one thread at a time.
+#pragma once
+
+#include <memory>
+
+#include "dspark/core/buffer.h"
+#include "dspark/core/device.h"
+
+namespace dspark {
+
+class ThreadPool;
+namespace cuda {
+class Stream;
+class BlasLt;
+}  // namespace cuda
+
+class Context {
+ public:
+  // Throws unsupported ("built without CUDA" / "no CUDA device") when `device` cannot be used.
+  explicit Context(Device device);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Device device() const { return device_; }
+  bool is_cuda() const { return device_.is_cuda(); }
+  ThreadPool& pool() const;
+  cuda::Stream& stream() const;  // CUDA only
+  void* cuda_stream() const;     // cudaStream_t, or null on the CPU
+  cuda::BlasLt& blas() const;    // CUDA only
+  // Waits for all work enqueued on this context.
+  void synchronize() const;
+  // Device memory of at least `bytes`, valid until the next scratch() call; grows, never shrinks.
+  void* scratch(size_t bytes);
+  // Asynchronous copy on this context's stream (plain memcpy on the CPU).
+  void copy_async(void* dst, const void* src, size_t bytes) const;
+
+ private:
+  Device device_;
+  ThreadPool* pool_ = nullptr;
+  std::unique_ptr<cuda::Stream> stream_;
+  std::unique_ptr<cuda::BlasLt> blas_;
+  Buffer scratch_;
+};
+
+}  // namespace dspark

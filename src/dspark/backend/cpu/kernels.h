@@ -1,0 +1,47 @@
+// CPU kernel entry points, one per op (implemented in backend/cpu/kernels/<op>.cpp). The ops layer
+// (ops/*.cpp) validates shapes, dtypes and devices first; these assume valid arguments and take
+// exactly the op's arguments (see ops/<op>.h for the documented shapes).
+#pragma once
+
+#include <span>
+
+#include "dspark/backend/context.h"
+#include "dspark/core/tensor.h"
+#include "dspark/ops/activation.h"
+#include "dspark/ops/attention.h"
+#include "dspark/ops/embedding.h"
+#include "dspark/ops/matmul.h"
+#include "dspark/ops/norm.h"
+#include "dspark/ops/rope.h"
+#include "dspark/ops/sampling.h"
+#include "dspark/ops/softmax.h"
+
+namespace dspark::cpu {
+
+void gather_rows(Context& ctx, const Tensor& table, const Tensor& ids, const Tensor& out);
+void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
+              const RmsNormParams& params);
+void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
+                  const Tensor& out, const RmsNormParams& params);
+void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
+void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
+void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
+void convert(Context& ctx, const Tensor& src, const Tensor& out);
+void rope(Context& ctx, const Tensor& x, const Tensor& positions, const Tensor& inv_freq,
+          float attention_scaling);
+void softmax(Context& ctx, const Tensor& x, const Tensor& out);
+void log_softmax(Context& ctx, const Tensor& x, const Tensor& out);
+void argmax(Context& ctx, const Tensor& x, const Tensor& out);
+void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
+                    const Tensor& probs);
+void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
+            std::span<const uint64_t> seeds, std::span<const uint64_t> counters,
+            const Tensor& tokens);
+void sample_from_probs(Context& ctx, const Tensor& probs, const Tensor& uniforms,
+                       const Tensor& tokens);
+void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots,
+              const Tensor& k_pages, const Tensor& v_pages);
+void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
+                     const Tensor& q_pos, const AttentionParams& params, const Tensor& out);
+
+}  // namespace dspark::cpu

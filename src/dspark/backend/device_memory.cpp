@@ -1,0 +1,53 @@
+// Defines the core memory seam (core/device_memory.h) for the CPU and delegates CUDA to the CUDA
+// runtime (a stub that reports "built without CUDA" in a build without it).
+#include "dspark/core/device_memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/error.h"
+
+namespace dspark {
+
+namespace {
+constexpr size_t kHostAlignment = 64;
+}
+
+void* device_allocate(Device device, size_t bytes) {
+  if (device.is_cpu()) {
+    const size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+    void* p = std::aligned_alloc(kHostAlignment, rounded);
+    DSPARK_CHECK_KIND(out_of_memory, p != nullptr, "host allocation of {} bytes failed", bytes);
+    return p;
+  }
+  cuda::set_device(device.index);
+  return cuda::malloc_device(bytes);
+}
+
+void device_free(Device device, void* ptr) noexcept {
+  if (device.is_cpu()) {
+    std::free(ptr);
+  } else {
+    cuda::free_device(ptr);
+  }
+}
+
+void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  cuda::memcpy_sync(dst, src, bytes);
+}
+
+void device_memset(void* dst, Device device, int value, size_t bytes) {
+  if (device.is_cpu()) {
+    std::memset(dst, value, bytes);
+  } else {
+    cuda::memset_sync(dst, value, bytes);
+  }
+}
+
+}  // namespace dspark

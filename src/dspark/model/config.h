@@ -1,0 +1,59 @@
+// The model hyper-parameters dspark needs, parsed from a Hugging Face config.json (and, later,
+// GGUF metadata), plus generation_config.json.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "dspark/core/dtype.h"
+#include "dspark/ops/rope.h"
+
+namespace dspark {
+
+struct ModelConfig {
+  std::string architecture;  // the first of `architectures`, e.g. "Qwen3ForCausalLM"
+  std::string model_type;    // "llama", "qwen2", "qwen3", "mistral"
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // `head_dim` when given, else hidden_size / num_heads
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  double partial_rotary_factor = 1.0;
+  RopeScaling rope_scaling;
+  int max_position_embeddings = 4096;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (Qwen2: always true)
+  bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (Qwen3)
+  // Sliding-window attention: window per layer (0 = full attention). Mistral: every layer when
+  // `sliding_window` is set; Qwen2: layers >= max_window_layers when use_sliding_window;
+  // `layer_types` ("sliding_attention" / "full_attention") wins when present.
+  std::vector<int> layer_window;
+  DType torch_dtype = DType::bf16;
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+  int pad_token_id = -1;
+};
+
+// Parses config.json. Throws ErrorKind::io / unsupported naming the missing or bad key.
+ModelConfig parse_model_config(const nlohmann::json& json);
+ModelConfig load_model_config(const std::filesystem::path& model_dir);
+
+struct GenerationDefaults {
+  std::vector<int> eos_token_ids;  // merged with the model config's
+  float temperature = -1.0f;       // -1 = unset
+  float top_p = -1.0f;
+  int top_k = -1;
+  float min_p = -1.0f;
+  bool do_sample = false;
+};
+// generation_config.json when present, else defaults (never throws for a missing file).
+GenerationDefaults load_generation_defaults(const std::filesystem::path& model_dir);
+
+}  // namespace dspark

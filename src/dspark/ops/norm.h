@@ -1,0 +1,25 @@
+// RMSNorm, plain and (1 + w) ("unit offset", Gemma) variants, and the fused residual-add form.
+#pragma once
+
+#include "dspark/backend/context.h"
+#include "dspark/core/tensor.h"
+
+namespace dspark {
+
+struct RmsNormParams {
+  float eps = 1e-6f;
+  bool unit_offset = false;  // scale by (1 + w) instead of w
+};
+
+// out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w    (computed in f32)
+//   x: [n, D] any float dtype, rows contiguous (row stride may exceed D); w: [D] any float dtype;
+//   out: [n, D] any float dtype, may alias x. For per-head norms pass x viewed as [n*heads, D].
+void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
+              const RmsNormParams& params);
+
+// residual[r, :] += x[r, :]; out[r, :] = rms_norm(residual[r, :])   (one pass)
+//   residual: [n, D] (f32 or the activation dtype, updated in place); x: [n, D]; out: [n, D].
+void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
+                  const Tensor& out, const RmsNormParams& params);
+
+}  // namespace dspark

@@ -1,0 +1,67 @@
+#include "test_util.h"
+
+#include <cmath>
+
+#include "dspark/backend/cuda/runtime.h"
+
+namespace dspark::test {
+
+std::filesystem::path data_dir() { return DSPARK_TEST_DATA_DIR; }
+std::filesystem::path source_dir() { return DSPARK_SOURCE_DIR; }
+
+std::filesystem::path shared_assets_dir() {
+  if (const char* env = std::getenv("DSPARK_SHARED_ASSETS")) return env;
+  const auto p = source_dir().parent_path() / "shared" / "assets";
+  return std::filesystem::exists(p) ? p : std::filesystem::path{};
+}
+
+double relative_rms_error(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  if (std::isnan(num)) return INFINITY;
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+double max_abs_error(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (std::isnan(d)) return INFINITY;
+    m = std::max(m, d);
+  }
+  return m;
+}
+
+std::vector<float> random_normal(size_t n, uint32_t seed, float stddev) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+OwnedTensor make_tensor(const std::vector<float>& values, DType dtype, Shape shape,
+                        Device device) {
+  OwnedTensor host(dtype, shape, Device::cpu());
+  dispatch_float(dtype, [&]<typename T>(TypeTag<T>) {
+    T* p = static_cast<T*>(host.view().data());
+    for (size_t i = 0; i < values.size(); ++i) p[i] = from_f32<T>(values[i]);
+  });
+  if (device.is_cpu()) return host;
+  return OwnedTensor::copy_of(host.view(), device);
+}
+
+OwnedTensor random_tensor(DType dtype, Shape shape, uint32_t seed, float stddev, Device device) {
+  return make_tensor(random_normal(static_cast<size_t>(shape.numel()), seed, stddev), dtype, shape,
+                     device);
+}
+
+bool cuda_available() { return cuda::built_with_cuda() && cuda::device_count() > 0; }
+
+}  // namespace dspark::test

@@ -1,0 +1,35 @@
+// Helpers shared by the test suites.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dspark/core/buffer.h"
+#include "dspark/core/tensor.h"
+
+namespace dspark::test {
+
+std::filesystem::path data_dir();    // tests/data
+std::filesystem::path source_dir();  // the repository root
+// ../shared/assets next to the checkout, or "" when absent (tests that need it skip).
+std::filesystem::path shared_assets_dir();
+
+// Relative RMS error ||a - b|| / ||b||  (b is the reference).
+double relative_rms_error(const std::vector<float>& a, const std::vector<float>& b);
+double max_abs_error(const std::vector<float>& a, const std::vector<float>& b);
+
+// N(0, stddev) values from a fixed-seed generator.
+std::vector<float> random_normal(size_t n, uint32_t seed, float stddev = 1.0f);
+// A host tensor of `dtype` filled with N(0, stddev).
+OwnedTensor random_tensor(DType dtype, Shape shape, uint32_t seed, float stddev = 1.0f,
+                          Device device = Device::cpu());
+// Host f32 values -> an OwnedTensor of `dtype` on `device`.
+OwnedTensor make_tensor(const std::vector<float>& values, DType dtype, Shape shape, Device device);
+
+// True when a CUDA device is usable (cuda tests GTEST_SKIP otherwise).
+bool cuda_available();
+
+}  // namespace dspark::test
