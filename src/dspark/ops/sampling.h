@@ -21,17 +21,24 @@ struct SamplingParams {
 // Throws invalid_input naming the field when a value is out of range.
 void validate(const SamplingParams& params, int64_t vocab_size);
 
-// The processing, in this order (HF's order for top-k / top-p / min-p): z = logits / T;
-// keep the top_k largest (ties at the k-th value are all kept); p = softmax(z); remove the tail
-// whose cumulative mass (tokens sorted by descending p) exceeds top_p, always keeping the most
-// probable token; remove p < min_p * max(p); renormalise. Greedy rows (T = 0) give one-hot(argmax).
+// The processing, in Hugging Face's order (temperature, top-k, top-p, min-p), defined by
+// thresholds so that ties are kept together and CPU and CUDA agree exactly on the kept set:
+//   z = logits / T;
+//   top-k: keep x iff #{y : z(y) > z(x)} < k;
+//   p = softmax(z over the kept tokens);
+//   top-p: keep x iff sum{p(y) : p(y) > p(x)} < top_p   (the most probable token always stays);
+//   min-p: keep x iff p(x) >= min_p * max(p);
+//   renormalise over the kept tokens (removed tokens get exactly 0).
+// Greedy rows (T = 0) give one-hot(argmax). Sums accumulate in double on both backends and
+// exponentials use precise expf (not fast intrinsics), so CPU and CUDA agree to ~1 ulp.
 //   logits: [n, V] any float dtype; params: one per row (or one for all rows); probs: f32 [n, V].
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);
 
 // Per row r: tokens[r] = the first index whose cumulative probability exceeds
 // u = philox_uniform(seeds[r], counters[r], 0) * total, scanning indices in order 0..V-1
-// (inverse CDF over the processed distribution). Greedy rows take the argmax of the logits.
+// (inverse CDF over the processed distribution, cumulative sums in double; when rounding leaves
+// u beyond the last cumulative value the last kept token is chosen). Greedy rows take the argmax.
 //   logits: [n, V]; params/seeds/counters: one per row (params may hold one for all rows);
 //   tokens: i32 [n] on the context's device.
 void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
