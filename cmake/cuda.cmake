@@ -27,7 +27,8 @@ endif()
 
 function(dspark_configure_cuda_target target)
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:${DSPARK_CUDA_GENCODE} --expt-relaxed-constexpr
+    # fmt 9 (Debian) only compiles under nvcc in C++20 with its constexpr support forced on.
+    $<$<COMPILE_LANGUAGE:CUDA>:${DSPARK_CUDA_GENCODE} --expt-relaxed-constexpr -DFMT_USE_CONSTEXPR=1
       -Xcompiler=-fPIC -lineinfo>)
   if(DSPARK_WERROR)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>)

@@ -15,6 +15,7 @@
 #include "dspark/ops/rope.h"
 #include "dspark/ops/sampling.h"
 #include "dspark/ops/softmax.h"
+#include "dspark/ops/speculative.h"
 
 namespace dspark::cpu {
 
@@ -43,5 +44,8 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
               const Tensor& k_pages, const Tensor& v_pages);
 void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
                      const Tensor& q_pos, const AttentionParams& params, const Tensor& out);
+void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Tensor& draft_tokens,
+                        const Tensor& draft_indptr, const Tensor& seeds, const Tensor& positions,
+                        const Tensor& n_accepted, const Tensor& next_token);
 
 }  // namespace dspark::cpu
