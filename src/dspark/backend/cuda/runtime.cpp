@@ -78,7 +78,9 @@ void device_synchronize() { DSPARK_CUDA_CHECK(cudaDeviceSynchronize()); }
 Stream::Stream(int device) : device_(device) {
   DSPARK_CUDA_CHECK(cudaSetDevice(device));
   cudaStream_t s = nullptr;
-  DSPARK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // A blocking stream: synchronous copies (cudaMemcpy on the legacy default stream, used by
+  // OwnedTensor::copy_of / to_vector) wait for the work enqueued here, so reading results is safe.
+  DSPARK_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamDefault));
   handle_ = s;
 }
 Stream::~Stream() {

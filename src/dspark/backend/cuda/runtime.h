@@ -33,6 +33,8 @@ void memcpy_sync(void* dst, const void* src, size_t bytes);  // any direction (u
 void memset_sync(void* dst, int value, size_t bytes);
 void device_synchronize();
 
+// A blocking stream (it synchronises with the legacy default stream): the synchronous helpers of
+// core/buffer.h (copy_of, to_vector, copy_tensor) therefore see all work enqueued before them.
 class Stream {
  public:
   explicit Stream(int device = 0);
