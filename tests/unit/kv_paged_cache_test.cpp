@@ -1,0 +1,157 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "dspark/kv/paged_kv_cache.h"
+
+namespace dspark {
+namespace {
+
+KvCacheShape small_shape(int num_pages, int page_size = 4) {
+  KvCacheShape s;
+  s.num_layers = 2;
+  s.num_kv_heads = 2;
+  s.head_dim = 8;
+  s.dtype = DType::f32;
+  s.page_size = page_size;
+  s.num_pages = num_pages;
+  return s;
+}
+
+// The pages of row r in a plan, decoded back to (page, offset) for token t: an independent
+// recomputation of the slot arithmetic the kernels rely on.
+int32_t slot_of(const KvBatchPlan& plan, int row, int token, int page_size) {
+  const int32_t page =
+      plan.page_indices[static_cast<size_t>(plan.page_indptr[row] + token / page_size)];
+  return page * page_size + token % page_size;
+}
+
+TEST(PagedKvCache, ReserveRollbackReleaseReturnPages) {
+  PagedKvCache kv(small_shape(8), Device::cpu());
+  EXPECT_EQ(kv.free_pages(), 8);
+  const SeqId a = kv.create_sequence();
+  const SeqId b = kv.create_sequence();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(kv.length(a), 0);
+
+  EXPECT_TRUE(kv.reserve(a, 9));  // 3 pages
+  EXPECT_EQ(kv.used_pages(), 3);
+  EXPECT_EQ(kv.length(a), 0);     // reserving does not change the length
+  EXPECT_TRUE(kv.reserve(a, 5));  // already enough
+  EXPECT_EQ(kv.used_pages(), 3);
+  EXPECT_TRUE(kv.reserve(b, 20));  // 5 pages: exactly the rest
+  EXPECT_EQ(kv.free_pages(), 0);
+  EXPECT_FALSE(kv.reserve(b, 21));  // would need a 6th page
+  EXPECT_EQ(kv.free_pages(), 0);
+
+  // Give a a length through plan, then roll back.
+  kv.release(b);
+  EXPECT_EQ(kv.free_pages(), 5);
+  auto plan = kv.plan({a}, {9});
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(kv.length(a), 9);
+  EXPECT_EQ(kv.used_pages(), 3);
+  kv.rollback_to(a, 8);  // 8 tokens fit in 2 pages
+  EXPECT_EQ(kv.length(a), 8);
+  EXPECT_EQ(kv.used_pages(), 2);
+  kv.rollback_to(a, 5);
+  EXPECT_EQ(kv.used_pages(), 2);
+  kv.rollback_to(a, 4);
+  EXPECT_EQ(kv.used_pages(), 1);
+  kv.rollback_to(a, 0);
+  EXPECT_EQ(kv.used_pages(), 0);
+  EXPECT_THROW(kv.rollback_to(a, 1), Error);  // beyond the length
+  kv.release(a);
+  EXPECT_EQ(kv.free_pages(), 8);
+  EXPECT_THROW(kv.length(a), Error);  // released ids are invalid
+  EXPECT_THROW(kv.release(a), Error);
+  EXPECT_THROW(kv.length(123), Error);
+
+  // Ids are reused; every page is handed out exactly once.
+  const SeqId c = kv.create_sequence();
+  const SeqId d = kv.create_sequence();
+  ASSERT_TRUE(kv.plan({c, d}, {16, 16}).has_value());
+  EXPECT_EQ(kv.free_pages(), 0);
+}
+
+TEST(PagedKvCache, PlanLayoutIsCsrWithSlots) {
+  const int ps = 4;
+  PagedKvCache kv(small_shape(16, ps), Device::cpu());
+  const SeqId a = kv.create_sequence();
+  const SeqId b = kv.create_sequence();
+  const SeqId c = kv.create_sequence();
+  auto p1 = kv.plan({a, b}, {6, 3});
+  ASSERT_TRUE(p1.has_value());
+  EXPECT_EQ(p1->slots.size(), 9u);
+  EXPECT_EQ(p1->page_indptr, (std::vector<int32_t>{0, 2, 3}));
+  EXPECT_EQ(p1->kv_lens, (std::vector<int32_t>{6, 3}));
+  for (int t = 0; t < 6; ++t) EXPECT_EQ(p1->slots[t], slot_of(*p1, 0, t, ps));
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(p1->slots[6 + t], slot_of(*p1, 1, t, ps));
+
+  // Second step: rows in another order, one row empty, one new sequence; slots continue at the
+  // previous lengths and the page lists are stable.
+  const std::vector<int32_t> a_pages(p1->page_indices.begin(), p1->page_indices.begin() + 2);
+  auto p2 = kv.plan({b, c, a}, {2, 0, 3});
+  ASSERT_TRUE(p2.has_value());
+  EXPECT_EQ(p2->kv_lens, (std::vector<int32_t>{5, 0, 9}));
+  EXPECT_EQ(p2->page_indptr, (std::vector<int32_t>{0, 2, 2, 5}));
+  ASSERT_EQ(p2->slots.size(), 5u);
+  EXPECT_EQ(p2->slots[0], slot_of(*p2, 0, 3, ps));
+  EXPECT_EQ(p2->slots[1], slot_of(*p2, 0, 4, ps));
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(p2->slots[2 + t], slot_of(*p2, 2, 6 + t, ps));
+  EXPECT_EQ(p2->page_indices[2], a_pages[0]);
+  EXPECT_EQ(p2->page_indices[3], a_pages[1]);
+
+  // All slots of all live tokens are distinct.
+  std::set<int32_t> all;
+  for (int row = 0; row < 3; ++row) {
+    for (int t = 0; t < p2->kv_lens[row]; ++t) all.insert(slot_of(*p2, row, t, ps));
+  }
+  EXPECT_EQ(all.size(), 14u);
+
+  // Duplicate sequences in one batch and negative counts are rejected.
+  EXPECT_THROW(kv.plan({a, a}, {1, 1}), Error);
+  EXPECT_THROW(kv.plan({a}, {-1}), Error);
+  EXPECT_THROW(kv.plan({a}, {1, 2}), Error);
+}
+
+TEST(PagedKvCache, OutOfPagesChangesNothing) {
+  PagedKvCache kv(small_shape(3, 4), Device::cpu());
+  const SeqId a = kv.create_sequence();
+  const SeqId b = kv.create_sequence();
+  ASSERT_TRUE(kv.plan({a}, {5}).has_value());  // 2 pages
+  EXPECT_EQ(kv.free_pages(), 1);
+  // a needs 1 more page (to 9 tokens = 3 pages), b needs 1: 2 > 1 free.
+  EXPECT_FALSE(kv.plan({a, b}, {4, 1}).has_value());
+  EXPECT_EQ(kv.length(a), 5);
+  EXPECT_EQ(kv.length(b), 0);
+  EXPECT_EQ(kv.free_pages(), 1);
+  // Each alone fits.
+  EXPECT_TRUE(kv.plan({b}, {4}).has_value());
+  EXPECT_EQ(kv.free_pages(), 0);
+  EXPECT_FALSE(kv.plan({a}, {4}).has_value());
+  EXPECT_EQ(kv.length(a), 5);
+  // Appending within the last page needs no new page.
+  EXPECT_TRUE(kv.plan({a}, {3}).has_value());
+  EXPECT_EQ(kv.length(a), 8);
+}
+
+TEST(PagedKvCache, PoolsAndSizing) {
+  const KvCacheShape shape = small_shape(5, 4);
+  PagedKvCache kv(shape, Device::cpu());
+  const Tensor k1 = kv.k_pages(1);
+  EXPECT_EQ(k1.shape(), (Shape{5, 4, 2, 8}));
+  EXPECT_TRUE(k1.is_contiguous());
+  EXPECT_NE(kv.k_pages(0).data(), k1.data());
+  EXPECT_NE(kv.v_pages(1).data(), k1.data());
+  EXPECT_THROW(kv.k_pages(2), Error);
+  // One page = K and V of all layers: 2 * 2 layers * 4 tokens * 2 heads * 8 dims * 4 bytes.
+  const size_t page = 2 * 2 * 4 * 2 * 8 * 4;
+  EXPECT_EQ(PagedKvCache::pages_for_bytes(shape, page * 7 + page / 2), 7);
+  auto zeros = to_vector<float>(kv.v_pages(0));
+  EXPECT_TRUE(std::all_of(zeros.begin(), zeros.end(), [](float x) { return x == 0.0f; }));
+}
+
+}  // namespace
+}  // namespace dspark
