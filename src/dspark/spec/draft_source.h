@@ -1,0 +1,89 @@
+// DraftSource: the one seam every drafting method implements (prompt lookup, a draft model,
+// DFlash/DSpark block drafters, MTP heads, EAGLE). The engine drives it per request row:
+//
+//   begin(row, prompt)            once, before the target's prefill
+//   commit(rows, updates, taps)   after every target forward: the tokens the target processed and
+//                                 kept (the prompt at prefill; [pending, accepted drafts] after a
+//                                 verify), their hidden taps, and the new pending token
+//   propose(rows, requests)       before every verify: up to max_tokens drafts per row, each
+//                                 continuing after the row's pending token
+//   release(row)                  when the request ends
+//
+// "Pending" is the last emitted token, which the target has not processed yet: it heads the next
+// verify input [pending, draft_1 .. draft_k] and is the anchor of block drafters.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dspark/backend/context.h"
+#include "dspark/core/tensor.h"
+#include "dspark/ops/sampling.h"
+
+namespace dspark {
+
+using RowId = int32_t;
+
+struct RowUpdate {
+  RowId row = 0;
+  // Tokens the target processed this step and kept, in sequence order; they occupy sequence
+  // positions [first_position, first_position + kept_tokens.size()).
+  std::span<const int32_t> kept_tokens;
+  int32_t first_position = 0;
+  // Index of kept_tokens[0] in the batch's tap tensors (rows of the target forward output).
+  int32_t tap_offset = 0;
+  int32_t pending = -1;  // the new pending token (sequence position first_position + kept)
+  int32_t n_drafted = 0;   // this round's proposal length (0 at prefill)
+  int32_t n_accepted = 0;  // drafts accepted this round
+};
+
+struct ProposeRequest {
+  RowId row = 0;
+  int max_tokens = 0;  // the source may propose fewer, including none
+  SamplingParams sampling;  // the request's processing; greedy drafts give q = one-hot
+  uint64_t seed = 0;
+};
+
+struct Proposal {
+  // Drafts of request i: tokens[indptr[i] .. indptr[i+1]) (host).
+  std::vector<int32_t> indptr{0};
+  std::vector<int32_t> tokens;
+  // The processed draft distribution q of each drafted token, f32 [tokens.size(), vocab] on the
+  // context's device; undefined when every draft is deterministic (q = one-hot of the token).
+  Tensor q;
+  void clear() {
+    indptr.assign(1, 0);
+    tokens.clear();
+    q = Tensor();
+  }
+  int count(size_t i) const { return indptr[i + 1] - indptr[i]; }
+};
+
+struct DraftStats {
+  int64_t n_propose_calls = 0;
+  int64_t n_drafted = 0;
+  double propose_ms = 0;
+  double commit_ms = 0;
+};
+
+class DraftSource {
+ public:
+  virtual ~DraftSource() = default;
+  virtual std::string name() const = 0;
+  // Target layers whose outputs the source needs at commit (model/model.h tap convention).
+  virtual std::vector<int> target_taps() const { return {}; }
+
+  virtual void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) = 0;
+  // taps: one tensor per target_taps() entry, [n_batch_tokens, hidden], rows addressed by
+  // RowUpdate::tap_offset (empty when the source asks for no taps).
+  virtual void commit(Context& ctx, std::span<const RowUpdate> updates,
+                      std::span<const Tensor> taps) = 0;
+  // Appends to `out` (cleared by the caller) one entry per request, in order.
+  virtual void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) = 0;
+  virtual void release(RowId row) = 0;
+  virtual DraftStats stats() const { return {}; }
+};
+
+}  // namespace dspark
