@@ -1,0 +1,68 @@
+// Argument checks and device dispatch of linear (contract: ops/matmul.h).
+#include "dspark/ops/matmul.h"
+
+#include "dspark/backend/cpu/kernels.h"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/ops/dispatch.h"
+#include "dspark/ops/op_checks.h"
+
+namespace dspark {
+
+using namespace ops_internal;
+
+namespace {
+
+// True when the element ranges covered by two row-strided 2-D views overlap.
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  auto span = [](const Tensor& t) {
+    const char* begin = static_cast<const char*>(t.data());
+    const int64_t last = (t.size(0) - 1) * t.stride(0) + t.size(1);
+    return std::pair{begin, begin + last * static_cast<int64_t>(t.element_size())};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
+}
+
+}  // namespace
+
+void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
+  constexpr const char* kOp = "linear";
+  check_rank(kOp, "x", x, 2);
+  check_rank(kOp, "w", w, 2);
+  check_float(kOp, "x", x);
+  check_float(kOp, "w", w);
+  check_float(kOp, "y", y);
+  check_rows_contiguous(kOp, "x", x);
+  check_contiguous(kOp, "w", w);
+  const int64_t m = x.size(0), k = x.size(1), n = w.size(0);
+  DSPARK_CHECK(w.size(1) == k, "{}: x {} and w {} disagree on in_features", kOp, x.describe(),
+               w.describe());
+  check_shape(kOp, "y", y, Shape{m, n});
+  check_rows_contiguous(kOp, "y", y);
+  DSPARK_CHECK(!overlaps(x, y), "{}: y must not overlap x", kOp);
+  check_on_device(kOp, "x", x, ctx);
+  check_on_device(kOp, "w", w, ctx);
+  check_on_device(kOp, "y", y, ctx);
+  if (bias.defined()) {
+    check_float(kOp, "bias", bias);
+    check_vector(kOp, "bias", bias, bias.dtype(), n);
+    check_on_device(kOp, "bias", bias, ctx);
+  }
+  if (m == 0 || n == 0) return;
+  if (ctx.is_cuda()) {
+    const bool same_16 = x.dtype() == w.dtype() && x.dtype() != DType::f32;
+    const bool both_32 = x.dtype() == DType::f32 && w.dtype() == DType::f32;
+    DSPARK_CHECK_KIND(unsupported, same_16 || both_32,
+                      "{} on CUDA: x and w must share a 16-bit dtype or both be f32, got {} and {}",
+                      kOp, x.describe(), w.describe());
+    DSPARK_CHECK_KIND(unsupported, y.dtype() == DType::f32 || y.dtype() == x.dtype(),
+                      "{} on CUDA: y must be f32 or the input dtype, got {}", kOp, y.describe());
+    DSPARK_ON_CUDA(cuda::linear(ctx, x, w, bias, y));
+  } else {
+    cpu::linear(ctx, x, w, bias, y);
+  }
+}
+
+}  // namespace dspark

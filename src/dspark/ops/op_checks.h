@@ -1,0 +1,80 @@
+// Internal to ops/*.cpp: argument checks shared by the op wrappers (on top of the check_* helpers
+// of core/tensor.h). Every failure goes through DSPARK_CHECK with the op name first.
+#pragma once
+
+#include <span>
+
+#include "dspark/backend/context.h"
+#include "dspark/core/tensor.h"
+
+namespace dspark::ops_internal {
+
+// `t` lives on the context's device.
+inline void check_on_device(const char* op, const char* name, const Tensor& t, const Context& ctx) {
+  DSPARK_CHECK(t.device() == ctx.device(), "{}: {} is on {}, the context on {}", op, name,
+               t.device().name(), ctx.device().name());
+}
+
+inline void check_float(const char* op, const char* name, const Tensor& t) {
+  DSPARK_CHECK(dtype_is_float(t.dtype()), "{}: {} must be f32/bf16/f16, got {}", op, name,
+               t.describe());
+}
+
+// Last dim contiguous (row strides may be wider).
+inline void check_rows_contiguous(const char* op, const char* name, const Tensor& t) {
+  DSPARK_CHECK(t.rows_contiguous(), "{}: {} must have a contiguous last dim, got strides {}", op,
+               name, t.strides().str());
+}
+
+// A 1-D contiguous vector of `n` elements of `dtype` (n < 0: any length).
+inline void check_vector(const char* op, const char* name, const Tensor& t, DType dtype,
+                         int64_t n) {
+  check_rank(op, name, t, 1);
+  check_dtype(op, name, t, dtype);
+  if (n >= 0) check_shape(op, name, t, Shape{n});
+  DSPARK_CHECK(t.size(0) <= 1 || t.stride(0) == 1, "{}: {} must be contiguous, got stride {}", op,
+               name, t.stride(0));
+}
+
+// `t` viewed as [rows, cols] with cols = the last dim: rank 1 -> [1, n]; rank 2 as is; higher ranks
+// when the leading dims collapse into one strided dim. The last dim must be contiguous.
+inline Tensor as_rows(const char* op, const char* name, const Tensor& t) {
+  DSPARK_CHECK(t.dim() >= 1, "{}: {} must have rank >= 1, got {}", op, name, t.describe());
+  check_rows_contiguous(op, name, t);
+  const int64_t cols = t.size(-1);
+  if (t.dim() == 1) return Tensor(t.data(), t.dtype(), Shape{1, cols}, Shape{cols, 1}, t.device());
+  if (t.dim() == 2)
+    return Tensor(t.data(), t.dtype(), t.shape(), Shape{t.stride(0), 1}, t.device());
+  int64_t rows = 1;
+  for (int d = 0; d < t.dim() - 1; ++d) rows *= t.size(d);
+  // Leading dims collapse when each stride equals the next one times the next size (ignoring
+  // dims of size 1, whose strides are meaningless).
+  int64_t row_stride = 0;
+  bool have = false;
+  for (int d = t.dim() - 2; d >= 0; --d) {
+    if (t.size(d) == 1) continue;
+    if (!have) {
+      row_stride = t.stride(d);
+      have = true;
+      continue;
+    }
+    int64_t inner = 1;
+    for (int e = d + 1; e < t.dim() - 1; ++e) inner *= t.size(e);
+    DSPARK_CHECK(t.stride(d) == row_stride * inner,
+                 "{}: {} must be viewable as [rows, {}] (strides {} do not collapse)", op, name,
+                 cols, t.strides().str());
+  }
+  if (!have) row_stride = cols;
+  return Tensor(t.data(), t.dtype(), Shape{rows, cols}, Shape{row_stride, 1}, t.device());
+}
+
+// The params span holds one entry per row or one for all rows.
+template <typename T>
+void check_per_row(const char* op, const char* name, std::span<const T> values, int64_t n_rows,
+                   bool allow_one) {
+  const auto size = static_cast<int64_t>(values.size());
+  DSPARK_CHECK(size == n_rows || (allow_one && size == 1), "{}: {} has {} entries for {} rows{}",
+               op, name, size, n_rows, allow_one ? " (expected 1 or one per row)" : "");
+}
+
+}  // namespace dspark::ops_internal
