@@ -165,8 +165,12 @@ void run_exactness(const Case& c, int64_t n_samples) {
 TEST(VerifierSampling, JointOfFirstThreeTokensMatchesTarget) {
   run_exactness({0, 1.0, 3}, 200000);
 }
-TEST(VerifierSampling, JointMatchesWithTopK) { run_exactness({3, 1.0, 4}, 200000); }
-TEST(VerifierSampling, JointMatchesWithTopP) { run_exactness({0, 0.7, 2}, 200000); }
+TEST(VerifierSampling, JointMatchesWithTopK) {
+  run_exactness({3, 1.0, 4}, 200000);
+}
+TEST(VerifierSampling, JointMatchesWithTopP) {
+  run_exactness({0, 0.7, 2}, 200000);
+}
 
 TEST(VerifierGreedy, LongestMatchingPrefixThenTargetToken) {
   Context ctx(Device::cpu());
@@ -183,8 +187,8 @@ TEST(VerifierGreedy, LongestMatchingPrefixThenTargetToken) {
   std::vector<uint64_t> seeds(2, 1);
   std::vector<int32_t> pos = {10, 20};
   Verifier verifier;
-  const VerifyResult r = verifier.verify(
-      ctx, Tensor(logits.data(), DType::f32, Shape{5, v}), prop, ps, seeds, pos);
+  const VerifyResult r =
+      verifier.verify(ctx, Tensor(logits.data(), DType::f32, Shape{5, v}), prop, ps, seeds, pos);
   EXPECT_EQ(r.n_accepted, (std::vector<int32_t>{2, 0}));
   EXPECT_EQ(r.next_token, (std::vector<int32_t>{3, 4}));
 }
