@@ -20,6 +20,9 @@ if(DSPARK_WITH_CUDA)
       "-gencode=arch=compute_90a,code=sm_90a" "-gencode=arch=compute_80,code=compute_80"
       CACHE STRING "nvcc -gencode flags")
   enable_language(CUDA)
+  # CMake 3.25 does not know nvcc 13's C++20 dialect flag: teach it.
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDAToolkit REQUIRED)
