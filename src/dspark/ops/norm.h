@@ -13,7 +13,9 @@ struct RmsNormParams {
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w    (computed in f32)
 //   x: [n, D] any float dtype, rows contiguous (row stride may exceed D); w: [D] any float dtype;
-//   out: [n, D] any float dtype, may alias x. For per-head norms pass x viewed as [n*heads, D].
+//   out: [n, D] any float dtype, may alias x. For per-head norms pass x viewed as [n*heads, D], or
+//   as [n, heads, D] (x and out with the same shape; the token stride may exceed heads*D, e.g. the
+//   q or k part of a fused QKV output: such a view is normalised head by head).
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
               const RmsNormParams& params);
 
