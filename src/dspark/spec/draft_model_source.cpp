@@ -50,7 +50,7 @@ void DraftModelSource::commit(Context&, std::span<const RowUpdate> updates,
     Row& r = row_ref(u.row);
     r.history.resize(static_cast<size_t>(u.first_position));
     r.history.insert(r.history.end(), u.kept_tokens.begin(), u.kept_tokens.end());
-    r.history.push_back(u.pending);
+    if (u.pending >= 0) r.history.push_back(u.pending);
     // Keep the longest prefix of the draft cache that is still part of the committed text.
     size_t keep = 0;
     const size_t limit = std::min(r.kv_tokens.size(), r.history.size());

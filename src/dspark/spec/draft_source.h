@@ -34,7 +34,9 @@ struct RowUpdate {
   int32_t first_position = 0;
   // Index of kept_tokens[0] in the batch's tap tensors (rows of the target forward output).
   int32_t tap_offset = 0;
-  int32_t pending = -1;  // the new pending token (sequence position first_position + kept)
+  // The new pending token (sequence position first_position + kept). -1 while a long prompt is
+  // prefilled in chunks: more kept tokens follow before the first pending token.
+  int32_t pending = -1;
   int32_t n_drafted = 0;   // this round's proposal length (0 at prefill)
   int32_t n_accepted = 0;  // drafts accepted this round
 };

@@ -25,7 +25,7 @@ void NgramSource::commit(Context&, std::span<const RowUpdate> updates, std::span
     // or, at prefill, the prompt is re-sent as kept tokens).
     h.resize(static_cast<size_t>(u.first_position));
     h.insert(h.end(), u.kept_tokens.begin(), u.kept_tokens.end());
-    h.push_back(u.pending);
+    if (u.pending >= 0) h.push_back(u.pending);
   }
   stats_.commit_ms +=
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -1,0 +1,40 @@
+// The emission side of a request, shared by plain and speculative decoding: generated tokens
+// arrive one at a time (also from an accepted burst) and go through EOS, max_tokens, the
+// detokenizer and the stop-string matcher exactly as plain decoding sees them. An EOS inside a
+// burst ends the request; the tokens after it are dropped.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <span>
+
+#include "dspark/engine/generate.h"
+#include "dspark/engine/stop.h"
+
+namespace dspark {
+
+class OutputStream {
+ public:
+  OutputStream(const GenerateOptions& options, int n_prompt, Detokenizer* detokenizer,
+               TextCallback on_text);
+
+  // Emits tokens in order until one finishes the request; returns finished().
+  bool push(std::span<const int32_t> tokens);
+  bool finished() const { return finished_; }
+  int n_generated() const { return static_cast<int>(result_.tokens.size()); }
+  // Flushes held-back text and fills n_generated and timings; call once at the end.
+  GenerateResult finish();
+
+ private:
+  void emit_text(std::string_view piece);
+
+  GenerateOptions options_;
+  Detokenizer* detokenizer_;
+  TextCallback on_text_;
+  std::optional<StopStringMatcher> stop_;
+  GenerateResult result_;
+  bool finished_ = false;
+  std::chrono::steady_clock::time_point t_start_, t_first_token_;
+};
+
+}  // namespace dspark

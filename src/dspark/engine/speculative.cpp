@@ -1,0 +1,292 @@
+#include "dspark/engine/speculative.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "dspark/ops/sampling.h"
+
+namespace dspark {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+struct SpeculativeEngine::Row {
+  RowId id = 0;
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+  SeqId seq = -1;
+  int prefilled = 0;     // prompt tokens the target has processed
+  int32_t pending = -1;  // last emitted token, not yet processed by the target
+  std::unique_ptr<OutputStream> out;
+  SpecTelemetry spec;
+  bool done = false;
+  std::vector<int32_t> kept;  // storage behind RowUpdate::kept_tokens for one commit
+};
+
+SpeculativeEngine::SpeculativeEngine(Model& target, Context& ctx, DraftSource* source,
+                                     SpecConfig config, int kv_tokens)
+    : target_(target),
+      ctx_(ctx),
+      source_(source),
+      config_(config),
+      kv_(target.kv_shape(config.page_size, (kv_tokens + config.page_size - 1) / config.page_size),
+          target.device()) {
+  DSPARK_CHECK_KIND(invalid_input, config.gamma >= 0 && config.gamma <= 64,
+                    "gamma must be in [0, 64] (got {})", config.gamma);
+  DSPARK_CHECK_KIND(invalid_input, config.prefill_chunk > 0, "prefill_chunk must be > 0");
+  if (source_) taps_ = source_->target_taps();
+}
+
+SpeculativeEngine::~SpeculativeEngine() = default;
+
+RowId SpeculativeEngine::add(RequestInput input) {
+  const int64_t vocab = target_.config().vocab_size;
+  validate(input.options, vocab);
+  DSPARK_CHECK_KIND(invalid_input, !input.prompt.empty(), "the prompt is empty (no tokens)");
+  for (size_t i = 0; i < input.prompt.size(); ++i)
+    DSPARK_CHECK_KIND(invalid_input, input.prompt[i] >= 0 && input.prompt[i] < vocab,
+                      "prompt token {} at index {} is outside the vocabulary [0, {})",
+                      input.prompt[i], i, vocab);
+  auto row = std::make_unique<Row>();
+  row->id = next_id_++;
+  row->prompt = std::move(input.prompt);
+  row->options = input.options;
+  row->out = std::make_unique<OutputStream>(input.options, static_cast<int>(row->prompt.size()),
+                                            input.detokenizer, std::move(input.on_text));
+  row->seq = kv_.create_sequence();
+  if (source_) source_->begin(ctx_, row->id, row->prompt);
+  rows_.push_back(std::move(row));
+  return rows_.back()->id;
+}
+
+bool SpeculativeEngine::has_work() const { return !rows_.empty(); }
+
+std::vector<std::pair<RowId, RequestOutput>> SpeculativeEngine::take_finished() {
+  return std::exchange(finished_, {});
+}
+
+void SpeculativeEngine::step() {
+  // Rows that finished at admission (max_tokens 0) leave without touching the model.
+  for (auto& r : rows_)
+    if (r->out->finished()) finish_row(*r);
+  std::erase_if(rows_, [](const auto& r) { return r->done; });
+  if (rows_.empty()) return;
+  const bool prefill_pending = std::any_of(rows_.begin(), rows_.end(), [](const auto& r) {
+    return r->prefilled < static_cast<int>(r->prompt.size());
+  });
+  if (prefill_pending) {
+    prefill_step();
+  } else {
+    decode_round();
+  }
+  std::erase_if(rows_, [](const auto& r) { return r->done; });
+}
+
+void SpeculativeEngine::prefill_step() {
+  const auto t0 = Clock::now();
+  ForwardBatch batch;
+  batch.row_indptr.push_back(0);
+  batch.tap_layers = taps_;
+  std::vector<Row*> rows;
+  std::vector<Row*> completing;  // rows whose last prompt token is in this batch
+  int budget = config_.prefill_chunk;
+  for (auto& r : rows_) {
+    const int left = static_cast<int>(r->prompt.size()) - r->prefilled;
+    if (left <= 0 || budget <= 0) continue;
+    const int take = std::min(left, budget);
+    budget -= take;
+    batch.tokens.insert(batch.tokens.end(), r->prompt.begin() + r->prefilled,
+                        r->prompt.begin() + r->prefilled + take);
+    batch.row_indptr.push_back(static_cast<int32_t>(batch.tokens.size()));
+    batch.seqs.push_back(r->seq);
+    rows.push_back(r.get());
+    if (take == left) {
+      batch.logit_indices.push_back(static_cast<int32_t>(batch.tokens.size()) - 1);
+      completing.push_back(r.get());
+    }
+  }
+  ForwardOutput fo = target_.forward(ctx_, kv_, batch);
+
+  // First tokens of the rows whose prompt is complete (Philox counter = the token's position).
+  std::vector<int32_t> first;
+  if (!completing.empty()) {
+    std::vector<SamplingParams> params;
+    std::vector<uint64_t> seeds, counters;
+    for (Row* r : completing) {
+      params.push_back(r->options.sampling);
+      seeds.push_back(r->options.seed);
+      counters.push_back(r->prompt.size());
+    }
+    const auto m = static_cast<int64_t>(completing.size());
+    if (!sampled_.view().defined() || sampled_.view().numel() < m)
+      sampled_ = OwnedTensor(DType::i32, Shape{std::max<int64_t>(m, 16)}, target_.device());
+    Tensor tokens = sampled_.view().slice(0, 0, m);
+    sample(ctx_, fo.logits, params, seeds, counters, tokens);
+    first = to_vector<int32_t>(tokens);
+  }
+
+  std::vector<RowUpdate> updates;
+  size_t ci = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row& r = *rows[i];
+    const int begin = batch.row_indptr[i];
+    const int take = batch.row_indptr[i + 1] - begin;
+    RowUpdate u;
+    u.row = r.id;
+    u.kept_tokens = std::span<const int32_t>(r.prompt).subspan(static_cast<size_t>(r.prefilled),
+                                                              static_cast<size_t>(take));
+    u.first_position = r.prefilled;
+    u.tap_offset = begin;
+    r.prefilled += take;
+    if (ci < completing.size() && completing[ci] == &r) {
+      r.pending = first[ci++];
+      u.pending = r.pending;
+    }
+    updates.push_back(u);
+  }
+  if (source_) source_->commit(ctx_, updates, fo.taps);
+  const double ms = ms_since(t0);
+  for (Row* r : rows) {
+    r->spec.rest_ms += ms;  // prefill time is not a round phase; kept out of draft/verify
+    if (r->pending >= 0 && r->prefilled == static_cast<int>(r->prompt.size()) &&
+        r->out->n_generated() == 0) {
+      if (r->out->push(std::span<const int32_t>(&r->pending, 1))) finish_row(*r);
+    }
+  }
+}
+
+void SpeculativeEngine::decode_round() {
+  const auto t0 = Clock::now();
+  std::vector<Row*> rows;
+  std::vector<ProposeRequest> requests;
+  for (auto& r : rows_) {
+    if (r->done) continue;
+    rows.push_back(r.get());
+    ProposeRequest q;
+    q.row = r->id;
+    // A round emits at most k + 1 tokens: never draft past max_tokens.
+    const int remaining = r->options.max_tokens - r->out->n_generated();
+    q.max_tokens = std::max(0, std::min(config_.gamma, remaining - 1));
+    q.sampling = r->options.sampling;
+    q.seed = r->options.seed;
+    requests.push_back(q);
+  }
+  if (rows.empty()) return;
+
+  Proposal proposal;
+  const bool any_drafts = source_ && std::any_of(requests.begin(), requests.end(),
+                                                 [](const auto& q) { return q.max_tokens > 0; });
+  if (any_drafts) {
+    source_->propose(ctx_, requests, proposal);
+  } else {
+    proposal.indptr.assign(rows.size() + 1, 0);
+  }
+  DSPARK_CHECK(proposal.indptr.size() == rows.size() + 1, "draft source returned {} entries for {}",
+               proposal.indptr.size() - 1, rows.size());
+  for (size_t i = 0; i < rows.size(); ++i)
+    DSPARK_CHECK(proposal.count(i) <= requests[i].max_tokens,
+                 "draft source proposed {} tokens, {} allowed", proposal.count(i),
+                 requests[i].max_tokens);
+  const auto t1 = Clock::now();
+
+  // The verify batch: [pending, drafts] per row, logits for every token.
+  ForwardBatch batch;
+  batch.row_indptr.push_back(0);
+  batch.tap_layers = taps_;
+  std::vector<SamplingParams> params;
+  std::vector<uint64_t> seeds;
+  std::vector<int32_t> positions, length_before;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row& r = *rows[i];
+    const int len = kv_.length(r.seq);
+    length_before.push_back(len);
+    batch.tokens.push_back(r.pending);
+    batch.tokens.insert(batch.tokens.end(), proposal.tokens.begin() + proposal.indptr[i],
+                        proposal.tokens.begin() + proposal.indptr[i + 1]);
+    batch.row_indptr.push_back(static_cast<int32_t>(batch.tokens.size()));
+    batch.seqs.push_back(r.seq);
+    params.push_back(r.options.sampling);
+    seeds.push_back(r.options.seed);
+    positions.push_back(len + 1);
+  }
+  batch.logit_indices.resize(batch.tokens.size());
+  for (size_t t = 0; t < batch.tokens.size(); ++t) batch.logit_indices[t] = static_cast<int32_t>(t);
+  ForwardOutput fo = target_.forward(ctx_, kv_, batch);
+  const VerifyResult vr = verifier_.verify(ctx_, fo.logits, proposal, params, seeds, positions);
+  const auto t2 = Clock::now();
+
+  // Commit: the target keeps [pending, accepted drafts]; the rest of its KV is dropped.
+  std::vector<RowUpdate> updates(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row& r = *rows[i];
+    const int n_acc = vr.n_accepted[i];
+    kv_.rollback_to(r.seq, length_before[i] + 1 + n_acc);
+    r.kept.assign(1, r.pending);
+    r.kept.insert(r.kept.end(), proposal.tokens.begin() + proposal.indptr[i],
+                  proposal.tokens.begin() + proposal.indptr[i] + n_acc);
+    RowUpdate& u = updates[i];
+    u.row = r.id;
+    u.kept_tokens = r.kept;
+    u.first_position = length_before[i];
+    u.tap_offset = batch.row_indptr[i];
+    u.pending = vr.next_token[i];
+    u.n_drafted = proposal.count(i);
+    u.n_accepted = n_acc;
+  }
+  if (source_) source_->commit(ctx_, updates, fo.taps);
+
+  // Emit one token at a time: accepted drafts, then the target's token.
+  std::vector<int32_t> burst;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Row& r = *rows[i];
+    const int n_acc = vr.n_accepted[i];
+    burst.assign(r.kept.begin() + 1, r.kept.end());
+    burst.push_back(vr.next_token[i]);
+    r.pending = vr.next_token[i];
+    r.spec.record_round(proposal.count(i), n_acc);
+    if (r.out->push(burst)) finish_row(r);
+  }
+  const double draft_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
+  const double verify_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
+  const double rest_ms = ms_since(t2);
+  for (Row* r : rows) {
+    r->spec.draft_ms += draft_ms;
+    r->spec.verify_ms += verify_ms;
+    r->spec.rest_ms += rest_ms;
+  }
+}
+
+void SpeculativeEngine::finish_row(Row& r) {
+  if (r.done) return;
+  r.done = true;
+  if (source_) source_->release(r.id);
+  kv_.release(r.seq);
+  finished_.emplace_back(r.id, RequestOutput{r.out->finish(), r.spec});
+}
+
+std::vector<RequestOutput> generate_speculative(Model& target, Context& ctx, DraftSource* source,
+                                                std::vector<RequestInput> requests,
+                                                const SpecConfig& config) {
+  int64_t tokens = 0;
+  for (const auto& r : requests)
+    tokens += static_cast<int64_t>(r.prompt.size()) + std::max(0, r.options.max_tokens) +
+              config.gamma + 1 + config.page_size;
+  DSPARK_CHECK_KIND(invalid_input, tokens < (int64_t{1} << 30), "requests too long");
+  SpeculativeEngine engine(target, ctx, source, config, static_cast<int>(tokens));
+  std::vector<RowId> ids;
+  for (auto& r : requests) ids.push_back(engine.add(std::move(r)));
+  std::vector<RequestOutput> out(ids.size());
+  while (engine.has_work()) {
+    engine.step();
+    for (auto& [id, o] : engine.take_finished())
+      out[static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin())] = std::move(o);
+  }
+  return out;
+}
+
+}  // namespace dspark

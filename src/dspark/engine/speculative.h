@@ -1,0 +1,85 @@
+// The speculative decoding engine: several requests (rows) decode together; each step is either a
+// (chunked) prefill of rows that joined, or one round for every active row:
+//
+//   propose -> build the verify batch [pending, drafts] per row -> ONE target forward ->
+//   verify -> roll the target KV back to the accepted length -> commit to the draft source ->
+//   emit tokens one at a time (EOS / max_tokens / stop strings see the plain-decoding stream)
+//
+// Rows have their own proposal lengths, sampling parameters and seeds. With no draft source the
+// same loop is plain decoding (one token per row per round). Requests may be added between steps
+// (continuous batching); finished ones are collected with take_finished().
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "dspark/backend/context.h"
+#include "dspark/engine/generate.h"
+#include "dspark/engine/output_stream.h"
+#include "dspark/kv/paged_kv_cache.h"
+#include "dspark/model/model.h"
+#include "dspark/spec/draft_source.h"
+#include "dspark/spec/telemetry.h"
+#include "dspark/spec/verifier.h"
+
+namespace dspark {
+
+struct SpecConfig {
+  int gamma = 4;            // drafts per row per round at most (>= 0)
+  int page_size = 16;       // target KV page size
+  int prefill_chunk = 512;  // prompt tokens per prefill forward, over all rows
+};
+
+struct RequestInput {
+  std::vector<int32_t> prompt;
+  GenerateOptions options;
+  Detokenizer* detokenizer = nullptr;  // optional (needed for stop strings)
+  TextCallback on_text;                // optional
+};
+
+struct RequestOutput {
+  GenerateResult result;
+  SpecTelemetry spec;
+};
+
+class SpeculativeEngine {
+ public:
+  // source: null for plain decoding. kv_tokens: capacity of the target KV cache over all rows.
+  SpeculativeEngine(Model& target, Context& ctx, DraftSource* source, SpecConfig config,
+                    int kv_tokens);
+  ~SpeculativeEngine();
+
+  // Validates the request (invalid_input naming the problem) and queues it for prefill.
+  RowId add(RequestInput input);
+  // One step (a prefill chunk or one round); no-op when idle.
+  void step();
+  bool has_work() const;
+  std::vector<std::pair<RowId, RequestOutput>> take_finished();
+  const PagedKvCache& kv() const { return kv_; }
+
+ private:
+  struct Row;
+  void prefill_step();
+  void decode_round();
+  void finish_row(Row& row);
+
+  Model& target_;
+  Context& ctx_;
+  DraftSource* source_;
+  SpecConfig config_;
+  PagedKvCache kv_;
+  Verifier verifier_;
+  std::vector<int> taps_;
+  std::vector<std::unique_ptr<Row>> rows_;  // live rows in arrival order
+  std::vector<std::pair<RowId, RequestOutput>> finished_;
+  RowId next_id_ = 0;
+  OwnedTensor sampled_;  // i32 [rows] first tokens after prefill
+};
+
+// Runs the requests as one batch to completion (results in input order).
+std::vector<RequestOutput> generate_speculative(Model& target, Context& ctx, DraftSource* source,
+                                                std::vector<RequestInput> requests,
+                                                const SpecConfig& config);
+
+}  // namespace dspark

@@ -1,0 +1,56 @@
+#include "dspark/spec/telemetry.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+namespace dspark {
+
+void SpecTelemetry::record_round(int n_drafted, int n_accepted) {
+  ++rounds;
+  drafted += n_drafted;
+  accepted += n_accepted;
+  emitted += n_accepted + 1;
+  if (static_cast<int>(drafted_at.size()) < n_drafted) {
+    drafted_at.resize(static_cast<size_t>(n_drafted), 0);
+    accepted_at.resize(static_cast<size_t>(n_drafted), 0);
+  }
+  for (int j = 0; j < n_drafted; ++j) ++drafted_at[static_cast<size_t>(j)];
+  for (int j = 0; j < n_accepted; ++j) ++accepted_at[static_cast<size_t>(j)];
+}
+
+void SpecTelemetry::merge(const SpecTelemetry& o) {
+  rounds += o.rounds;
+  drafted += o.drafted;
+  accepted += o.accepted;
+  emitted += o.emitted;
+  const size_t n = std::max(drafted_at.size(), o.drafted_at.size());
+  drafted_at.resize(n, 0);
+  accepted_at.resize(n, 0);
+  for (size_t j = 0; j < o.drafted_at.size(); ++j) {
+    drafted_at[j] += o.drafted_at[j];
+    accepted_at[j] += o.accepted_at[j];
+  }
+  draft_ms += o.draft_ms;
+  verify_ms += o.verify_ms;
+  rest_ms += o.rest_ms;
+}
+
+nlohmann::json SpecTelemetry::to_json() const {
+  nlohmann::json rate = nlohmann::json::array();
+  for (size_t j = 0; j < drafted_at.size(); ++j)
+    rate.push_back(drafted_at[j] > 0 ? static_cast<double>(accepted_at[j]) / drafted_at[j] : 0.0);
+  return nlohmann::json{{"rounds", rounds},
+                        {"drafted", drafted},
+                        {"accepted", accepted},
+                        {"emitted", emitted},
+                        {"tau", tau()},
+                        {"acceptance", acceptance()},
+                        {"drafted_by_position", drafted_at},
+                        {"accepted_by_position", accepted_at},
+                        {"acceptance_by_position", rate},
+                        {"timings_ms",
+                         {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}}}};
+}
+
+}  // namespace dspark
