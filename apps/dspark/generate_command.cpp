@@ -1,0 +1,132 @@
+// dspark generate: load a model directory, generate from a prompt, stream the text to stdout;
+// --json adds one JSON object (the last line) with the text, tokens and timings.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "dspark/backend/context.h"
+#include "dspark/engine/text_generation.h"
+#include "dspark/model/registry.h"
+
+namespace dspark::cli {
+namespace {
+
+struct GenerateArgs {
+  std::string model_dir;
+  std::string prompt;
+  int max_tokens = 128;
+  std::optional<float> temperature, top_p, min_p;
+  std::optional<int> top_k;
+  uint64_t seed = 0;
+  std::string device = "cpu";
+  std::vector<std::string> stop;
+  bool json = false;
+};
+
+int run_generate(const GenerateArgs& a) {
+  const Device device = parse_device(a.device);
+  Context ctx(device);  // "built without CUDA" / "no CUDA device" before anything is loaded
+  TextModel tm = load_text_model(a.model_dir, device, default_engine_dtype(device));
+
+  GenerateOptions o;
+  o.sampling = default_sampling(tm.defaults);
+  if (a.temperature) o.sampling.temperature = *a.temperature;
+  if (a.top_k) o.sampling.top_k = *a.top_k;
+  if (a.top_p) o.sampling.top_p = *a.top_p;
+  if (a.min_p) o.sampling.min_p = *a.min_p;
+  o.seed = a.seed;
+  o.max_tokens = a.max_tokens;
+  o.stop = a.stop;
+
+  bool ends_with_newline = true;
+  const GenerateResult r = generate_text(tm, ctx, a.prompt, o, [&](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    ends_with_newline = piece.back() == '\n';
+  });
+  if (!ends_with_newline) std::fputc('\n', stdout);
+
+  if (a.json) {
+    const GenerateTimings& t = r.timings;
+    nlohmann::json j = {
+        {"text", r.text},
+        {"tokens", r.tokens},
+        {"n_prompt", r.n_prompt},
+        {"n_generated", r.n_generated},
+        {"finish_reason", finish_reason_name(r.finish_reason)},
+        {"tok_per_s", t.decode_tok_per_s},
+        {"prefill_tok_per_s", t.prefill_tok_per_s},
+        {"timings_ms", {{"prefill", t.prefill_ms}, {"decode", t.decode_ms}, {"total", t.total_ms}}},
+        {"device", device.name()},
+        {"sampling",
+         {{"temperature", o.sampling.temperature},
+          {"top_k", o.sampling.top_k},
+          {"top_p", o.sampling.top_p},
+          {"min_p", o.sampling.min_p},
+          {"seed", o.seed}}},
+    };
+    if (r.finish_reason == FinishReason::stop) j["stop"] = r.stop_matched;
+    const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::fprintf(stdout, "%s\n", line.c_str());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+// A numeric range check with a readable message ("must be >= 0", "must be in (0, 1]").
+CLI::Validator number_in(double lo, double hi, bool lo_open, const std::string& text) {
+  return CLI::Validator(
+      [=](std::string& value) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(value, &used);
+          if (used != value.size()) return "'" + value + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + value + "' is not a number";
+        }
+        if (std::isnan(v) || v < lo || (lo_open && v == lo) || v > hi) {
+          return "must be " + text + " (got " + value + ")";
+        }
+        return {};
+      },
+      text);
+}
+
+}  // namespace
+
+Command add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt (plain decoding)");
+  sub->add_option("-m,--model", args->model_dir,
+                  "Model directory (config.json, safetensors, tokenizer.json)")
+      ->required();
+  sub->add_option("-p,--prompt", args->prompt, "Prompt text")->required();
+  sub->add_option("-n,--max-tokens", args->max_tokens, "Tokens to generate at most")
+      ->check(number_in(0, 1e9, false, ">= 0"))
+      ->capture_default_str();
+  sub->add_option("--temperature", args->temperature,
+                  "Sampling temperature, >= 0 (0 = greedy; default: generation_config.json, else "
+                  "greedy)")
+      ->check(number_in(0, 1e30, false, ">= 0"));
+  sub->add_option("--top-k", args->top_k, "Keep the k most probable tokens (0 = off)")
+      ->check(number_in(0, 1e9, false, ">= 0"));
+  sub->add_option("--top-p", args->top_p, "Nucleus sampling mass in (0, 1] (1 = off)")
+      ->check(number_in(0, 1, true, "in (0, 1]"));
+  sub->add_option("--min-p", args->min_p,
+                  "Keep tokens with p >= min_p * p_max, in [0, 1] (0 = off)")
+      ->check(number_in(0, 1, false, "in [0, 1]"));
+  sub->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  sub->add_option("--stop", args->stop, "Stop string (repeatable); not included in the output")
+      ->allow_extra_args(false);
+  sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  sub->add_flag("--json", args->json, "Print one JSON object with text, tokens and timings last");
+  return [args] { return run_generate(*args); };
+}
+
+}  // namespace dspark::cli

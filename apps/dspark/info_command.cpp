@@ -1,0 +1,102 @@
+// dspark info: the config summary of a model directory (no weights are loaded).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "dspark/model/config.h"
+#include "dspark/model/registry.h"
+
+namespace dspark::cli {
+namespace {
+
+struct InfoArgs {
+  std::string model_dir;
+  bool json = false;
+};
+
+std::string windows_summary(const std::vector<int>& w) {
+  int n_sliding = 0, window = 0;
+  for (int x : w) {
+    if (x > 0) {
+      ++n_sliding;
+      window = x;
+    }
+  }
+  if (n_sliding == 0) return "none";
+  return fmt::format("{} of {} layers, window {}", n_sliding, w.size(), window);
+}
+
+int run_info(const InfoArgs& a) {
+  std::error_code ec;
+  DSPARK_CHECK_KIND(io, std::filesystem::is_directory(a.model_dir, ec),
+                    "model directory '{}' does not exist or is not a directory", a.model_dir);
+  const ModelConfig c = load_model_config(a.model_dir);
+  const GenerationDefaults g = load_generation_defaults(a.model_dir);
+  const bool supported = find_architecture(c.architecture) != nullptr;
+  const int64_t params_est =
+      2LL * c.vocab_size * c.hidden_size / (c.tie_word_embeddings ? 2 : 1) +
+      static_cast<int64_t>(c.num_layers) * (static_cast<int64_t>(c.hidden_size) * c.head_dim *
+                                                (2 * c.num_heads + 2 * c.num_kv_heads) +
+                                            3LL * c.hidden_size * c.intermediate_size);
+  if (a.json) {
+    nlohmann::json j = {{"architecture", c.architecture},
+                        {"supported", supported},
+                        {"model_type", c.model_type},
+                        {"vocab_size", c.vocab_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size},
+                        {"num_layers", c.num_layers},
+                        {"num_heads", c.num_heads},
+                        {"num_kv_heads", c.num_kv_heads},
+                        {"head_dim", c.head_dim},
+                        {"rope_theta", c.rope_theta},
+                        {"rope_scaling", c.rope_scaling.type},
+                        {"max_position_embeddings", c.max_position_embeddings},
+                        {"tie_word_embeddings", c.tie_word_embeddings},
+                        {"attention_bias", c.attention_bias},
+                        {"qk_norm", c.qk_norm},
+                        {"layer_window", c.layer_window},
+                        {"torch_dtype", dtype_name(c.torch_dtype)},
+                        {"eos_token_ids", c.eos_token_ids},
+                        {"parameters_estimate", params_est}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  fmt::print("architecture       {}{}\n", c.architecture, supported ? "" : "  (not supported)");
+  fmt::print("model_type         {}\n", c.model_type);
+  fmt::print("parameters         ~{:.1f}M\n", static_cast<double>(params_est) / 1e6);
+  fmt::print("vocab_size         {}\n", c.vocab_size);
+  fmt::print("hidden_size        {}\n", c.hidden_size);
+  fmt::print("intermediate_size  {}\n", c.intermediate_size);
+  fmt::print("layers             {}\n", c.num_layers);
+  fmt::print("heads              {} (kv {}, head_dim {})\n", c.num_heads, c.num_kv_heads,
+             c.head_dim);
+  fmt::print("rope               theta {}, scaling {}{}\n", c.rope_theta, c.rope_scaling.type,
+             c.rope_scaling.type == "default" ? "" : fmt::format(" x{}", c.rope_scaling.factor));
+  fmt::print("max_positions      {}\n", c.max_position_embeddings);
+  fmt::print("sliding_window     {}\n", windows_summary(c.layer_window));
+  fmt::print("tied_embeddings    {}\n", c.tie_word_embeddings);
+  fmt::print("qkv_bias / qk_norm {} / {}\n", c.attention_bias, c.qk_norm);
+  fmt::print("torch_dtype        {}\n", dtype_name(c.torch_dtype));
+  fmt::print("eos_token_ids      [{}]\n", fmt::join(c.eos_token_ids, ", "));
+  fmt::print("generation         do_sample {}, temperature {}, top_k {}, top_p {}\n", g.do_sample,
+             g.temperature, g.top_k, g.top_p);
+  return 0;
+}
+
+}  // namespace
+
+Command add_info_command(CLI::App& app) {
+  auto args = std::make_shared<InfoArgs>();
+  CLI::App* sub = app.add_subcommand("info", "Print the config summary of a model directory");
+  sub->add_option("-m,--model", args->model_dir, "Model directory")->required();
+  sub->add_flag("--json", args->json, "Print the summary as one JSON object");
+  return [args] { return run_info(*args); };
+}
+
+}  // namespace dspark::cli

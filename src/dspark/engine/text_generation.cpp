@@ -1,0 +1,35 @@
+#include "dspark/engine/text_generation.h"
+
+#include "dspark/core/error.h"
+
+namespace dspark {
+
+SamplingParams default_sampling(const GenerationDefaults& d) {
+  SamplingParams p;
+  if (!d.do_sample) return p;  // greedy
+  p.temperature = d.temperature >= 0 ? d.temperature : 1.0f;
+  p.top_k = d.top_k >= 0 ? d.top_k : 50;
+  p.top_p = d.top_p >= 0 ? d.top_p : 1.0f;
+  p.min_p = d.min_p >= 0 ? d.min_p : 0.0f;
+  return p;
+}
+
+TextModel load_text_model(const std::filesystem::path& dir, Device device, DType dtype) {
+  std::unique_ptr<Model> model = load_model(dir, device, dtype);
+  Tokenizer tokenizer = Tokenizer::from_file(dir);
+  GenerationDefaults defaults = load_generation_defaults(dir);
+  std::vector<int32_t> eos = default_eos_token_ids(model->config(), defaults);
+  return TextModel{std::move(model), std::move(tokenizer), std::move(defaults), std::move(eos)};
+}
+
+GenerateResult generate_text(TextModel& tm, Context& ctx, std::string_view prompt,
+                             GenerateOptions options, TextCallback on_text) {
+  DSPARK_CHECK_KIND(invalid_input, !prompt.empty(), "the prompt is empty");
+  const std::vector<int32_t> ids = tm.tokenizer.encode(prompt, /*add_special_tokens=*/true);
+  DSPARK_CHECK_KIND(invalid_input, !ids.empty(), "the prompt encodes to no tokens");
+  if (options.eos_token_ids.empty()) options.eos_token_ids = tm.eos_token_ids;
+  TokenizerDetokenizer detokenizer(tm.tokenizer);
+  return generate(*tm.model, ctx, ids, options, &detokenizer, std::move(on_text));
+}
+
+}  // namespace dspark

@@ -1,0 +1,216 @@
+#include "dspark/model/layers.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dspark/core/thread_pool.h"
+#include "dspark/io/safetensors.h"
+#include "dspark/ops/activation.h"
+#include "dspark/ops/matmul.h"
+#include "dspark/ops/norm.h"
+#include "dspark/ops/rope.h"
+
+namespace dspark {
+namespace {
+
+constexpr size_t kArenaAlignment = 256;
+
+size_t align_up(size_t v, size_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// Converts `n` floats of `src` (host, possibly unaligned: safetensors data is packed) into `dst`
+// (host, aligned) of another float dtype.
+void convert_host(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
+  if (src_dtype == dst_dtype) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * dtype_size(src_dtype));
+    return;
+  }
+  dispatch_float(src_dtype, [&]<typename S>(TypeTag<S>) {
+    dispatch_float(dst_dtype, [&]<typename D>(TypeTag<D>) {
+      const auto* s = static_cast<const unsigned char*>(src);
+      D* d = static_cast<D*>(dst);
+      ThreadPool::global().parallel_for(n, 1 << 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          S v;
+          std::memcpy(&v, s + static_cast<size_t>(i) * sizeof(S), sizeof(S));
+          d[i] = from_f32<D>(to_f32(v));
+        }
+      });
+    });
+  });
+}
+
+}  // namespace
+
+// ---- WeightLoader ----------------------------------------------------------------------------
+
+bool WeightLoader::contains(const std::string& name) const {
+  return st_.contains(name);
+}
+
+Tensor WeightLoader::checked(const Part& part) const {
+  const Tensor t = st_.get(part.name);
+  DSPARK_CHECK_KIND(io, t.shape() == part.expected,
+                    "tensor '{}' has shape {}, but the config implies {} ({})", part.name,
+                    t.shape().str(), part.expected.str(), st_.path().string());
+  DSPARK_CHECK_KIND(unsupported, dtype_is_float(t.dtype()),
+                    "tensor '{}' has dtype {}; expected a float weight", part.name,
+                    dtype_name(t.dtype()));
+  return t;
+}
+
+OwnedTensor WeightLoader::load(const std::string& name, const Shape& expected) const {
+  return load_concat({Part{name, expected}}, dtype_);
+}
+
+OwnedTensor WeightLoader::load(const std::string& name, const Shape& expected, DType dtype) const {
+  return load_concat({Part{name, expected}}, dtype);
+}
+
+OwnedTensor WeightLoader::load_concat(const std::vector<Part>& parts, DType dtype) const {
+  DSPARK_CHECK(!parts.empty(), "load_concat: no parts");
+  std::vector<Tensor> sources;
+  sources.reserve(parts.size());
+  int64_t rows = 0;
+  for (const Part& part : parts) {
+    sources.push_back(checked(part));
+    const Tensor& t = sources.back();
+    DSPARK_CHECK(t.dim() == parts[0].expected.size(), "load_concat: rank mismatch for '{}'",
+                 part.name);
+    for (int d = 1; d < t.dim(); ++d) {
+      DSPARK_CHECK(t.size(d) == parts[0].expected[d], "load_concat: '{}' trailing dims differ",
+                   part.name);
+    }
+    rows += t.dim() == 0 ? 1 : t.size(0);
+  }
+  Shape shape = parts[0].expected;
+  if (shape.size() > 0) shape[0] = rows;
+
+  OwnedTensor host(dtype, shape, Device::cpu());
+  char* out = static_cast<char*>(host.view().data());
+  for (const Tensor& t : sources) {
+    convert_host(t.data(), t.dtype(), out, dtype, t.numel());
+    out += static_cast<size_t>(t.numel()) * dtype_size(dtype);
+  }
+  if (device_.is_cpu()) return host;
+  return OwnedTensor::copy_of(host.view(), device_);
+}
+
+// ---- PackedIndices ---------------------------------------------------------------------------
+
+void PackedIndices::clear() {
+  host_.clear();
+  offsets_.assign(1, 0);
+}
+
+int PackedIndices::add(const std::vector<int32_t>& values) {
+  if (offsets_.empty()) offsets_.push_back(0);
+  host_.insert(host_.end(), values.begin(), values.end());
+  offsets_.push_back(static_cast<int64_t>(host_.size()));
+  return static_cast<int>(offsets_.size()) - 2;
+}
+
+void PackedIndices::upload(Context& ctx) {
+  const size_t bytes = host_.size() * sizeof(int32_t);
+  if (device_.bytes() < bytes || device_.device() != ctx.device()) {
+    ctx.synchronize();  // the old buffer may still be read by enqueued kernels
+    device_ = Buffer(ctx.device(), std::max<size_t>(bytes + bytes / 2, 4096));
+  }
+  // Pageable host memory: the copy is staged before copy_async returns, so host_ may be reused.
+  ctx.copy_async(device_.data(), host_.data(), bytes);
+}
+
+Tensor PackedIndices::view(int slot) const {
+  DSPARK_CHECK(slot >= 0 && static_cast<size_t>(slot) + 1 < offsets_.size(), "bad slot {}", slot);
+  const int64_t begin = offsets_[static_cast<size_t>(slot)];
+  const int64_t n = offsets_[static_cast<size_t>(slot) + 1] - begin;
+  return Tensor(static_cast<int32_t*>(device_.data()) + begin, DType::i32, Shape{n},
+                device_.device());
+}
+
+// ---- ActivationArena -------------------------------------------------------------------------
+
+size_t ActivationArena::bytes_for(DType dtype, const Shape& shape) {
+  return align_up(static_cast<size_t>(shape.numel()) * dtype_size(dtype), kArenaAlignment);
+}
+
+void ActivationArena::begin(Device device, size_t bytes) {
+  if (buffer_.bytes() < bytes || buffer_.device() != device) {
+    buffer_ = Buffer(device, bytes);
+    ++n_reallocations_;
+  }
+  used_ = 0;
+}
+
+Tensor ActivationArena::take(DType dtype, const Shape& shape) {
+  const size_t bytes = bytes_for(dtype, shape);
+  DSPARK_CHECK(used_ + bytes <= buffer_.bytes(), "activation arena overflow: {} + {} > {}", used_,
+               bytes, buffer_.bytes());
+  void* p = static_cast<char*>(buffer_.data()) + used_;
+  used_ += bytes;
+  return Tensor(p, dtype, shape, buffer_.device());
+}
+
+// ---- blocks ----------------------------------------------------------------------------------
+
+namespace {
+
+// Columns [col, col + heads * head_dim) of a [n, width] buffer seen as [n, heads, head_dim].
+Tensor heads_view(const Tensor& t, int64_t col, int heads, int head_dim) {
+  const int64_t n = t.size(0);
+  return Tensor(static_cast<char*>(t.data()) + col * static_cast<int64_t>(t.element_size()),
+                t.dtype(), Shape{n, heads, head_dim}, Shape{t.stride(0), head_dim, 1}, t.device());
+}
+
+// Per-head RMSNorm (Qwen3 q_norm / k_norm): copies the strided heads into a contiguous
+// [n, heads * head_dim] buffer and normalises it in place viewed as [n * heads, head_dim].
+Tensor head_norm(Context& ctx, const Tensor& qkv, int64_t col, int heads, int head_dim,
+                 const Tensor& weight, float eps, const Tensor& tmp) {
+  const int64_t n = qkv.size(0);
+  convert(ctx, qkv.slice(1, col, col + static_cast<int64_t>(heads) * head_dim), tmp);
+  const Tensor flat = tmp.reshape(Shape{n * heads, head_dim});
+  rms_norm(ctx, flat, weight, flat, RmsNormParams{eps, false});
+  return tmp.reshape(Shape{n, heads, head_dim});
+}
+
+}  // namespace
+
+void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDims& dims,
+                     const RopeOnDevice& rope_table, const ForwardMeta& meta, const Tensor& k_pages,
+                     const Tensor& v_pages, const AttentionParams& params, const Tensor& xn,
+                     const AttentionScratch& scratch, const Tensor& out) {
+  const int64_t n = xn.size(0);
+  const int hd = dims.head_dim;
+  linear(ctx, xn, w.qkv, w.qkv_bias.view(), scratch.qkv);
+
+  Tensor q = heads_view(scratch.qkv, 0, dims.n_heads, hd);
+  Tensor k = heads_view(scratch.qkv, dims.q_width(), dims.n_kv_heads, hd);
+  const Tensor v = heads_view(scratch.qkv, dims.q_width() + dims.kv_width(), dims.n_kv_heads, hd);
+  if (w.q_norm->defined()) {
+    q = head_norm(ctx, scratch.qkv, 0, dims.n_heads, hd, w.q_norm, dims.rms_norm_eps,
+                  scratch.q_tmp);
+  }
+  if (w.k_norm->defined()) {
+    k = head_norm(ctx, scratch.qkv, dims.q_width(), dims.n_kv_heads, hd, w.k_norm,
+                  dims.rms_norm_eps, scratch.k_tmp);
+  }
+  rope(ctx, q, meta.positions, rope_table.inv_freq, rope_table.attention_scaling);
+  rope(ctx, k, meta.positions, rope_table.inv_freq, rope_table.attention_scaling);
+  kv_write(ctx, k, v, meta.slots, k_pages, v_pages);
+
+  const PagedKv kv{k_pages, v_pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
+  const Tensor attn = scratch.attn.reshape(Shape{n, dims.n_heads, hd});
+  paged_attention(ctx, q, kv, meta.q_indptr, meta.positions, params, attn);
+  linear(ctx, scratch.attn, w.o, w.o_bias.view(), out);
+}
+
+void mlp_block(Context& ctx, const MlpWeights& w, const Tensor& xn, const Tensor& gate_up,
+               const Tensor& act, const Tensor& out) {
+  const int64_t inter = act.size(1);
+  linear(ctx, xn, w.gate_up, Tensor{}, gate_up);
+  swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);
+  linear(ctx, act, w.down, Tensor{}, out);
+}
+
+}  // namespace dspark

@@ -1,0 +1,155 @@
+// Building blocks shared by the decoder families: weight loading (shape checks against the config,
+// conversion to the engine dtype on the target device, fused projections), the per-forward packed
+// metadata, the grow-only activation arena, and the attention / SwiGLU MLP blocks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dspark/backend/context.h"
+#include "dspark/core/buffer.h"
+#include "dspark/core/tensor.h"
+#include "dspark/ops/attention.h"
+
+namespace dspark {
+
+class SafeTensors;
+
+// ---- weights ----------------------------------------------------------------------------------
+
+// Loads checkpoint tensors onto `device`, converting float weights to the requested dtype and
+// checking each shape: a mismatch throws ErrorKind::io naming the tensor, the expected and the
+// stored shape.
+class WeightLoader {
+ public:
+  WeightLoader(const SafeTensors& st, Device device, DType dtype)
+      : st_(st), device_(device), dtype_(dtype) {}
+
+  Device device() const { return device_; }
+  DType dtype() const { return dtype_; }
+  bool contains(const std::string& name) const;
+
+  // `name` with shape `expected`, in the engine dtype (or `dtype`).
+  OwnedTensor load(const std::string& name, const Shape& expected) const;
+  OwnedTensor load(const std::string& name, const Shape& expected, DType dtype) const;
+  // Several tensors of the same trailing dims concatenated along dim 0 into one weight, e.g. q/k/v
+  // projections into one [q_out + k_out + v_out, in] matrix (one GEMM instead of three).
+  struct Part {
+    std::string name;
+    Shape expected;
+  };
+  OwnedTensor load_concat(const std::vector<Part>& parts, DType dtype) const;
+  OwnedTensor load_concat(const std::vector<Part>& parts) const {
+    return load_concat(parts, dtype_);
+  }
+
+ private:
+  Tensor checked(const Part& part) const;
+
+  const SafeTensors& st_;
+  Device device_;
+  DType dtype_;
+};
+
+// ---- per-forward metadata ---------------------------------------------------------------------
+
+// Several i32 arrays packed into one host buffer and uploaded to the device with one copy.
+// Usage: clear(); add() each array (returns its slot); upload(ctx); view(slot).
+class PackedIndices {
+ public:
+  void clear();
+  int add(const std::vector<int32_t>& values);
+  // Enqueues the one host->device copy (the device buffer grows when needed, never shrinks).
+  void upload(Context& ctx);
+  // The uploaded array `slot` as an i32 [n] tensor on the device.
+  Tensor view(int slot) const;
+
+ private:
+  std::vector<int32_t> host_;
+  std::vector<int64_t> offsets_;  // [n_slots + 1]
+  Buffer device_;
+};
+
+// ---- activation arena -------------------------------------------------------------------------
+
+// One grow-only device buffer carved into the activation tensors of a forward. begin(bytes)
+// makes sure `bytes` are available (reallocating only when a larger batch comes), then take()
+// hands out consecutive aligned tensors.
+class ActivationArena {
+ public:
+  // Bytes that take() needs for a tensor of this dtype/shape (including alignment padding).
+  static size_t bytes_for(DType dtype, const Shape& shape);
+  void begin(Device device, size_t bytes);
+  Tensor take(DType dtype, const Shape& shape);
+  size_t capacity() const { return buffer_.bytes(); }
+  int64_t n_reallocations() const { return n_reallocations_; }
+
+ private:
+  Buffer buffer_;
+  size_t used_ = 0;
+  int64_t n_reallocations_ = 0;
+};
+
+// ---- blocks -----------------------------------------------------------------------------------
+
+struct AttentionDims {
+  int hidden = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float rms_norm_eps = 1e-6f;  // for the per-head q/k norms
+  int q_width() const { return n_heads * head_dim; }
+  int kv_width() const { return n_kv_heads * head_dim; }
+  int qkv_width() const { return q_width() + 2 * kv_width(); }
+};
+
+struct AttentionWeights {
+  OwnedTensor qkv;       // [qkv_width, hidden] engine dtype (q, k, v rows fused)
+  OwnedTensor qkv_bias;  // [qkv_width] f32, or empty
+  OwnedTensor q_norm;    // [head_dim] f32, or empty (per-head RMSNorm before RoPE, Qwen3)
+  OwnedTensor k_norm;    // [head_dim] f32, or empty
+  OwnedTensor o;         // [hidden, q_width]
+  OwnedTensor o_bias;    // [hidden] f32, or empty
+};
+
+struct MlpWeights {
+  OwnedTensor gate_up;  // [2 * intermediate, hidden] (gate rows then up rows)
+  OwnedTensor down;     // [hidden, intermediate]
+};
+
+// The device views of one forward's metadata that every layer reads.
+struct ForwardMeta {
+  Tensor positions;  // i32 [n]
+  Tensor slots;      // i32 [n]
+  Tensor q_indptr;   // i32 [n_rows + 1]
+  Tensor page_indptr;
+  Tensor page_indices;
+  Tensor kv_lens;
+};
+
+struct RopeOnDevice {
+  OwnedTensor inv_freq;  // f32 [rotary_dim / 2]
+  float attention_scaling = 1.0f;
+};
+
+// Scratch for attention_block (from the arena); q_tmp/k_tmp only when the weights have q/k norms.
+struct AttentionScratch {
+  Tensor qkv;    // [n, qkv_width] activation dtype
+  Tensor q_tmp;  // [n, q_width]
+  Tensor k_tmp;  // [n, kv_width]
+  Tensor attn;   // [n, q_width]
+};
+
+// out[n, hidden] = o_proj(attention(rope(q), paged cache after writing rope(k), v)) for the
+// normalised input xn [n, hidden].
+void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDims& dims,
+                     const RopeOnDevice& rope, const ForwardMeta& meta, const Tensor& k_pages,
+                     const Tensor& v_pages, const AttentionParams& params, const Tensor& xn,
+                     const AttentionScratch& scratch, const Tensor& out);
+
+// out[n, hidden] = down(silu(gate(xn)) * up(xn)); gate_up [n, 2I] and act [n, I] are scratch.
+void mlp_block(Context& ctx, const MlpWeights& w, const Tensor& xn, const Tensor& gate_up,
+               const Tensor& act, const Tensor& out);
+
+}  // namespace dspark

@@ -1,0 +1,324 @@
+// Llama / Qwen2 / Qwen3 / Mistral: pre-norm decoder layers (RMSNorm -> GQA attention with RoPE ->
+// residual -> RMSNorm -> SwiGLU MLP -> residual), final RMSNorm, LM head (tied or not).
+//
+// Forward data flow (residual stream x in f32, matmul inputs in the activation dtype):
+//   x = embed(tokens); xn = norm_in[0](x)
+//   per layer l: o = attn(xn); x += o, xn = norm_post[l](x)      (add_rms_norm)
+//                d = mlp(xn);  x += d, xn = next_norm(x)          (next = norm_in[l+1] or final)
+//   after layer l, x is tap l; after the last layer, xn is the final hidden state.
+//   logits = lm_head(gather(xn, logit_indices)).
+#include "dspark/model/llama_family.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dspark/io/safetensors.h"
+#include "dspark/model/layers.h"
+#include "dspark/ops/activation.h"
+#include "dspark/ops/embedding.h"
+#include "dspark/ops/matmul.h"
+#include "dspark/ops/norm.h"
+#include "dspark/ops/rope.h"
+
+namespace dspark {
+namespace {
+
+struct FamilyTraits {
+  bool qkv_bias_always = false;  // Qwen2: q/k/v biases regardless of config.attention_bias
+  bool o_bias_with_attention_bias = true;  // Llama/Qwen3: o_proj has a bias iff attention_bias
+  bool qk_norm = false;                    // Qwen3
+};
+
+struct LayerWeights {
+  OwnedTensor norm_in;    // [H] f32 (input_layernorm)
+  OwnedTensor norm_post;  // [H] f32 (post_attention_layernorm)
+  AttentionWeights attn;
+  MlpWeights mlp;
+};
+
+void validate_config(const ModelConfig& c) {
+  DSPARK_CHECK_KIND(io,
+                    c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 &&
+                        c.num_layers > 0 && c.num_heads > 0 && c.num_kv_heads > 0 && c.head_dim > 0,
+                    "config.json of {}: vocab_size, hidden_size, intermediate_size, "
+                    "num_hidden_layers, num_attention_heads, num_key_value_heads and head_dim "
+                    "must be positive",
+                    c.architecture);
+  DSPARK_CHECK_KIND(io, c.num_heads % c.num_kv_heads == 0,
+                    "config.json: num_attention_heads ({}) is not a multiple of "
+                    "num_key_value_heads ({})",
+                    c.num_heads, c.num_kv_heads);
+  DSPARK_CHECK_KIND(
+      io, c.layer_window.empty() || static_cast<int>(c.layer_window.size()) == c.num_layers,
+      "config: {} sliding-window entries for {} layers", c.layer_window.size(), c.num_layers);
+  DSPARK_CHECK_KIND(io, c.rms_norm_eps > 0, "config.json: rms_norm_eps must be positive");
+}
+
+class LlamaFamilyModel final : public Model {
+ public:
+  LlamaFamilyModel(const ModelConfig& config, const FamilyTraits& traits, const SafeTensors& st,
+                   Device device, DType dtype);
+
+  const ModelConfig& config() const override { return config_; }
+  Device device() const override { return device_; }
+  DType activation_dtype() const override { return dtype_; }
+  KvCacheShape kv_shape(int page_size, int num_pages) const override {
+    return KvCacheShape{
+        config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype_, page_size, num_pages};
+  }
+  ForwardOutput forward(Context& ctx, PagedKvCache& kv, const ForwardBatch& batch) override;
+  Tensor embedding_table() const override { return embed_; }
+  Tensor lm_head() const override { return lm_head_->defined() ? lm_head_.view() : embed_.view(); }
+  Tensor final_norm() const override { return final_norm_; }
+
+ private:
+  struct Activations {
+    Tensor x, xn, proj, gate_up, mlp, logit_rows, logits;
+    AttentionScratch attn;
+    std::vector<Tensor> taps;
+  };
+  void validate(const PagedKvCache& kv, const ForwardBatch& batch) const;
+  // Visits every activation tensor of a forward with n tokens, m logit rows and n_taps taps.
+  template <typename F>
+  void for_each_activation(int64_t n, int64_t m, size_t n_taps, Activations& a, F&& f) const;
+  void prepare_activations(int64_t n, int64_t m, size_t n_taps);
+
+  ModelConfig config_;
+  FamilyTraits traits_;
+  Device device_;
+  DType dtype_;
+  AttentionDims dims_;
+  OwnedTensor embed_;       // [V, H]
+  OwnedTensor lm_head_;     // [V, H], empty when tied
+  OwnedTensor final_norm_;  // [H] f32
+  std::vector<LayerWeights> layers_;
+  RopeOnDevice rope_;
+
+  PackedIndices meta_;
+  ActivationArena arena_;
+  Activations act_;
+};
+
+LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits& traits,
+                                   const SafeTensors& st, Device device, DType dtype)
+    : config_(config), traits_(traits), device_(device), dtype_(dtype) {
+  validate_config(config_);
+  DSPARK_CHECK_KIND(unsupported, dtype_is_float(dtype), "engine dtype {} is not a float type",
+                    dtype_name(dtype));
+  if (config_.layer_window.empty()) config_.layer_window.assign(config_.num_layers, 0);
+  const ModelConfig& c = config_;
+  dims_ = AttentionDims{c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                        static_cast<float>(c.rms_norm_eps)};
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
+  const int64_t qw = dims_.q_width(), kvw = dims_.kv_width();
+  const bool qkv_bias = traits.qkv_bias_always || c.attention_bias;
+  const bool o_bias = traits.o_bias_with_attention_bias && c.attention_bias;
+  const bool qk_norm = traits.qk_norm || c.qk_norm;
+
+  WeightLoader w(st, device, dtype);
+  embed_ = w.load("model.embed_tokens.weight", Shape{c.vocab_size, h});
+  final_norm_ = w.load("model.norm.weight", Shape{h}, DType::f32);
+  if (!c.tie_word_embeddings) lm_head_ = w.load("lm_head.weight", Shape{c.vocab_size, h});
+
+  layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    LayerWeights& lw = layers_[static_cast<size_t>(l)];
+    lw.norm_in = w.load(p + "input_layernorm.weight", Shape{h}, DType::f32);
+    lw.norm_post = w.load(p + "post_attention_layernorm.weight", Shape{h}, DType::f32);
+    const std::string a = p + "self_attn.";
+    lw.attn.qkv = w.load_concat({{a + "q_proj.weight", Shape{qw, h}},
+                                 {a + "k_proj.weight", Shape{kvw, h}},
+                                 {a + "v_proj.weight", Shape{kvw, h}}});
+    if (qkv_bias) {
+      lw.attn.qkv_bias = w.load_concat({{a + "q_proj.bias", Shape{qw}},
+                                        {a + "k_proj.bias", Shape{kvw}},
+                                        {a + "v_proj.bias", Shape{kvw}}},
+                                       DType::f32);
+    }
+    if (qk_norm) {
+      lw.attn.q_norm = w.load(a + "q_norm.weight", Shape{hd}, DType::f32);
+      lw.attn.k_norm = w.load(a + "k_norm.weight", Shape{hd}, DType::f32);
+    }
+    lw.attn.o = w.load(a + "o_proj.weight", Shape{h, qw});
+    if (o_bias) lw.attn.o_bias = w.load(a + "o_proj.bias", Shape{h}, DType::f32);
+    const std::string m = p + "mlp.";
+    lw.mlp.gate_up = w.load_concat(
+        {{m + "gate_proj.weight", Shape{inter, h}}, {m + "up_proj.weight", Shape{inter, h}}});
+    lw.mlp.down = w.load(m + "down_proj.weight", Shape{h, inter});
+  }
+
+  const RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
+                                          c.rope_scaling, c.max_position_embeddings);
+  rope_.inv_freq = OwnedTensor::from_vector(
+      table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())}, device);
+  rope_.attention_scaling = table.attention_scaling;
+}
+
+void LlamaFamilyModel::validate(const PagedKvCache& kv, const ForwardBatch& b) const {
+  const KvCacheShape& s = kv.shape();
+  DSPARK_CHECK_KIND(invalid_input,
+                    s.num_layers == config_.num_layers && s.num_kv_heads == config_.num_kv_heads &&
+                        s.head_dim == config_.head_dim && s.dtype == dtype_ &&
+                        kv.device() == device_,
+                    "KV cache ({} layers, {} kv heads, head_dim {}, {}, {}) does not fit the model "
+                    "({} layers, {} kv heads, head_dim {}, {}, {})",
+                    s.num_layers, s.num_kv_heads, s.head_dim, dtype_name(s.dtype),
+                    kv.device().name(), config_.num_layers, config_.num_kv_heads, config_.head_dim,
+                    dtype_name(dtype_), device_.name());
+  const size_t n_rows = b.seqs.size();
+  DSPARK_CHECK_KIND(invalid_input, !b.tokens.empty(), "forward: empty batch");
+  DSPARK_CHECK_KIND(invalid_input, b.row_indptr.size() == n_rows + 1,
+                    "forward: row_indptr has {} entries for {} rows", b.row_indptr.size(), n_rows);
+  DSPARK_CHECK_KIND(invalid_input, b.row_indptr.front() == 0,
+                    "forward: row_indptr must start at 0");
+  for (size_t r = 0; r < n_rows; ++r) {
+    DSPARK_CHECK_KIND(invalid_input, b.row_indptr[r] <= b.row_indptr[r + 1],
+                      "forward: row_indptr decreases at row {}", r);
+  }
+  DSPARK_CHECK_KIND(invalid_input, b.row_indptr.back() == static_cast<int32_t>(b.tokens.size()),
+                    "forward: row_indptr ends at {} but there are {} tokens", b.row_indptr.back(),
+                    b.tokens.size());
+  for (size_t i = 0; i < b.tokens.size(); ++i) {
+    DSPARK_CHECK_KIND(invalid_input, b.tokens[i] >= 0 && b.tokens[i] < config_.vocab_size,
+                      "forward: token {} at index {} is outside the vocabulary [0, {})",
+                      b.tokens[i], i, config_.vocab_size);
+  }
+  for (int32_t idx : b.logit_indices) {
+    DSPARK_CHECK_KIND(invalid_input, idx >= 0 && idx < static_cast<int32_t>(b.tokens.size()),
+                      "forward: logit index {} outside [0, {})", idx, b.tokens.size());
+  }
+  for (int layer : b.tap_layers) {
+    DSPARK_CHECK_KIND(invalid_input, layer >= kTapEmbedding && layer < config_.num_layers,
+                      "forward: tap layer {} outside [-1, {})", layer, config_.num_layers);
+  }
+  for (SeqId seq : b.seqs) (void)kv.length(seq);  // throws invalid_input for unknown sequences
+}
+
+template <typename F>
+void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, Activations& a,
+                                           F&& f) const {
+  const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
+  const bool qk_norm = layers_.front().attn.q_norm->defined();
+  f(a.x, DType::f32, Shape{n, h});
+  f(a.xn, dtype_, Shape{n, h});
+  f(a.attn.qkv, dtype_, Shape{n, dims_.qkv_width()});
+  if (qk_norm) {
+    f(a.attn.q_tmp, dtype_, Shape{n, dims_.q_width()});
+    f(a.attn.k_tmp, dtype_, Shape{n, dims_.kv_width()});
+  }
+  f(a.attn.attn, dtype_, Shape{n, dims_.q_width()});
+  f(a.proj, DType::f32, Shape{n, h});
+  f(a.gate_up, dtype_, Shape{n, 2 * inter});
+  f(a.mlp, dtype_, Shape{n, inter});
+  a.taps.resize(n_taps);
+  for (Tensor& t : a.taps) f(t, dtype_, Shape{n, h});
+  f(a.logit_rows, dtype_, Shape{m, h});
+  f(a.logits, DType::f32, Shape{m, static_cast<int64_t>(config_.vocab_size)});
+}
+
+void LlamaFamilyModel::prepare_activations(int64_t n, int64_t m, size_t n_taps) {
+  size_t bytes = 0;
+  for_each_activation(n, m, n_taps, act_, [&](Tensor&, DType dtype, const Shape& shape) {
+    bytes += ActivationArena::bytes_for(dtype, shape);
+  });
+  arena_.begin(device_, bytes);
+  for_each_activation(n, m, n_taps, act_, [&](Tensor& t, DType dtype, const Shape& shape) {
+    t = arena_.take(dtype, shape);
+  });
+}
+
+ForwardOutput LlamaFamilyModel::forward(Context& ctx, PagedKvCache& kv, const ForwardBatch& b) {
+  DSPARK_CHECK_KIND(invalid_input, ctx.device() == device_,
+                    "forward: context on {} for a model on {}", ctx.device().name(),
+                    device_.name());
+  validate(kv, b);
+  const size_t n_rows = b.seqs.size();
+  const auto n = static_cast<int64_t>(b.tokens.size());
+  const auto m = static_cast<int64_t>(b.logit_indices.size());
+
+  // Host metadata: positions continue each sequence; the plan reserves pages (or changes nothing).
+  std::vector<int> n_new(n_rows);
+  std::vector<int32_t> positions(b.tokens.size());
+  for (size_t r = 0; r < n_rows; ++r) {
+    n_new[r] = b.row_indptr[r + 1] - b.row_indptr[r];
+    const int start = kv.length(b.seqs[r]);
+    for (int i = 0; i < n_new[r]; ++i)
+      positions[static_cast<size_t>(b.row_indptr[r] + i)] = start + i;
+  }
+  std::optional<KvBatchPlan> plan = kv.plan(b.seqs, n_new);
+  DSPARK_CHECK_KIND(out_of_memory, plan.has_value(),
+                    "KV cache full: {} free pages cannot hold {} new tokens", kv.free_pages(), n);
+
+  meta_.clear();
+  const int s_tokens = meta_.add(b.tokens);
+  const int s_positions = meta_.add(positions);
+  const int s_slots = meta_.add(plan->slots);
+  const int s_q_indptr = meta_.add(b.row_indptr);
+  const int s_page_indptr = meta_.add(plan->page_indptr);
+  const int s_page_indices = meta_.add(plan->page_indices);
+  const int s_kv_lens = meta_.add(plan->kv_lens);
+  const int s_logits = meta_.add(b.logit_indices);
+  meta_.upload(ctx);
+  const ForwardMeta meta{meta_.view(s_positions),    meta_.view(s_slots),
+                         meta_.view(s_q_indptr),     meta_.view(s_page_indptr),
+                         meta_.view(s_page_indices), meta_.view(s_kv_lens)};
+
+  prepare_activations(n, m, b.tap_layers.size());
+  const Activations& a = act_;
+  auto save_taps = [&](int layer) {
+    for (size_t i = 0; i < b.tap_layers.size(); ++i) {
+      if (b.tap_layers[i] == layer) convert(ctx, a.x, a.taps[i]);
+    }
+  };
+
+  const RmsNormParams norm{static_cast<float>(config_.rms_norm_eps), false};
+  gather_rows(ctx, embed_, meta_.view(s_tokens), a.x);
+  save_taps(kTapEmbedding);
+  rms_norm(ctx, a.x, layers_.front().norm_in, a.xn, norm);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerWeights& lw = layers_[static_cast<size_t>(l)];
+    const AttentionParams params{scale, true, config_.layer_window[static_cast<size_t>(l)], 0.0f};
+    attention_block(ctx, lw.attn, dims_, rope_, meta, kv.k_pages(l), kv.v_pages(l), params, a.xn,
+                    a.attn, a.proj);
+    add_rms_norm(ctx, a.x, a.proj, lw.norm_post, a.xn, norm);
+    mlp_block(ctx, lw.mlp, a.xn, a.gate_up, a.mlp, a.proj);
+    const bool last = l + 1 == config_.num_layers;
+    add_rms_norm(ctx, a.x, a.proj,
+                 last ? final_norm_.view() : layers_[static_cast<size_t>(l) + 1].norm_in.view(),
+                 a.xn, norm);
+    save_taps(l);
+  }
+
+  ForwardOutput out;
+  if (m > 0) {
+    gather_rows(ctx, a.xn, meta_.view(s_logits), a.logit_rows);
+    linear(ctx, a.logit_rows, lm_head(), Tensor{}, a.logits);
+  }
+  out.logits = a.logits;
+  out.taps = a.taps;
+  if (b.want_final_hidden) out.final_hidden = a.xn;
+  return out;
+}
+
+template <FamilyTraits kTraits>
+std::unique_ptr<Model> create(const ModelConfig& config, const SafeTensors& st, Device device,
+                              DType dtype) {
+  return std::make_unique<LlamaFamilyModel>(config, kTraits, st, device, dtype);
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, ModelFactory>> llama_family_architectures() {
+  constexpr FamilyTraits kLlama{false, true, false};
+  constexpr FamilyTraits kQwen2{true, false, false};
+  constexpr FamilyTraits kQwen3{false, true, true};
+  constexpr FamilyTraits kMistral{false, false, false};
+  return {{"LlamaForCausalLM", &create<kLlama>},
+          {"Qwen2ForCausalLM", &create<kQwen2>},
+          {"Qwen3ForCausalLM", &create<kQwen3>},
+          {"MistralForCausalLM", &create<kMistral>}};
+}
+
+}  // namespace dspark

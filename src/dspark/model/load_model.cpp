@@ -1,0 +1,33 @@
+// load_model (model/model.h): config.json -> registered family -> weights from safetensors.
+#include <system_error>
+
+#include <fmt/ranges.h>
+
+#include "dspark/core/error.h"
+#include "dspark/io/safetensors.h"
+#include "dspark/model/model.h"
+#include "dspark/model/registry.h"
+
+namespace dspark {
+
+std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device device, DType dtype) {
+  std::error_code ec;
+  DSPARK_CHECK_KIND(io, std::filesystem::is_directory(dir, ec),
+                    "model directory '{}' does not exist or is not a directory", dir.string());
+  const ModelConfig config = load_model_config(dir);
+  // Unknown architectures fail before any weight is read.
+  if (find_architecture(config.architecture) == nullptr) {
+    DSPARK_FAIL(unsupported, "unsupported architecture '{}' in {} (supported: {})",
+                config.architecture, (dir / "config.json").string(),
+                fmt::join(supported_architectures(), ", "));
+  }
+  if (device.is_cuda()) {
+    DSPARK_CHECK_KIND(unsupported,
+                      dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32,
+                      "engine dtype {} is not supported on CUDA", dtype_name(dtype));
+  }
+  const SafeTensors st = SafeTensors::open(dir);
+  return create_model(config, st, device, dtype);
+}
+
+}  // namespace dspark

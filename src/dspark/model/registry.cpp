@@ -1,0 +1,68 @@
+#include "dspark/model/registry.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include <fmt/ranges.h>
+
+#include "dspark/core/error.h"
+#include "dspark/io/safetensors.h"
+#include "dspark/model/llama_family.h"
+
+namespace dspark {
+namespace {
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, ModelFactory> factories;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;  // never destroyed: usable from other static destructors
+    for (const auto& [name, factory] : llama_family_architectures()) reg->factories[name] = factory;
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+void register_architecture(const std::string& architecture, ModelFactory factory) {
+  DSPARK_CHECK(factory != nullptr, "register_architecture({}): null factory", architecture);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.factories[architecture] = factory;
+}
+
+ModelFactory find_architecture(const std::string& architecture) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  const auto it = r.factories.find(architecture);
+  return it == r.factories.end() ? nullptr : it->second;
+}
+
+std::vector<std::string> supported_architectures() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& entry : r.factories) names.push_back(entry.first);
+  return names;  // std::map keeps them sorted
+}
+
+std::unique_ptr<Model> create_model(const ModelConfig& config, const SafeTensors& st, Device device,
+                                    DType dtype) {
+  const ModelFactory factory = find_architecture(config.architecture);
+  if (factory == nullptr) {
+    DSPARK_FAIL(unsupported, "unsupported architecture '{}' (supported: {})", config.architecture,
+                fmt::join(supported_architectures(), ", "));
+  }
+  return factory(config, st, device, dtype);
+}
+
+DType default_engine_dtype(Device device) {
+  return device.is_cuda() ? DType::bf16 : DType::f32;
+}
+
+}  // namespace dspark

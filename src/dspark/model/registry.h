@@ -1,0 +1,38 @@
+// Model families keyed by the Hugging Face `architectures` string of config.json. The built-in
+// families are registered explicitly (no static-initialiser tricks, which a static library drops);
+// more can be added at run time with register_architecture().
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dspark/core/device.h"
+#include "dspark/core/dtype.h"
+#include "dspark/model/config.h"
+#include "dspark/model/model.h"
+
+namespace dspark {
+
+class SafeTensors;
+
+// Builds a model from a parsed config and an open checkpoint (weights are copied out; the
+// SafeTensors may be closed afterwards).
+using ModelFactory = std::unique_ptr<Model> (*)(const ModelConfig& config, const SafeTensors& st,
+                                                Device device, DType dtype);
+
+// Adds (or replaces) the factory for `architecture`.
+void register_architecture(const std::string& architecture, ModelFactory factory);
+// Null when the architecture is unknown.
+ModelFactory find_architecture(const std::string& architecture);
+// Sorted names of every registered architecture.
+std::vector<std::string> supported_architectures();
+
+// The factory for config.architecture, or ErrorKind::unsupported naming the supported ones.
+std::unique_ptr<Model> create_model(const ModelConfig& config, const SafeTensors& st, Device device,
+                                    DType dtype);
+
+// The engine dtype when the caller does not choose: f32 on the CPU, bf16 on CUDA.
+DType default_engine_dtype(Device device);
+
+}  // namespace dspark

@@ -1,0 +1,95 @@
+// Every fixture model on the CPU in f32 against Hugging Face goldens (tolerance 1e-4 relative RMS
+// for logits, taps and final hidden states; greedy continuations token-identical).
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "dspark/model/registry.h"
+#include "unit/model_golden_checks.h"
+
+namespace dspark {
+namespace {
+
+constexpr double kTolF32 = 1e-4;
+
+class ModelGoldenCpu : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(test::golden_models_dir())) {
+      GTEST_SKIP() << "no fixtures in " << test::golden_models_dir()
+                   << " (tools/goldens/make_goldens.py)";
+    }
+    dir_ = test::golden_models_dir() / GetParam();
+    ASSERT_TRUE(std::filesystem::exists(dir_)) << dir_;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_P(ModelGoldenCpu, LogitsTapsFinalHiddenAndGreedy) {
+  Context ctx(Device::cpu());
+  auto model = load_model(dir_, Device::cpu(), DType::f32);
+  const test::GoldenSet g = test::load_golden_set(dir_);
+  ASSERT_EQ(g.prompts.size(), 3u);
+  test::WorstErrors worst;
+  for (int p = 0; p < static_cast<int>(g.prompts.size()); ++p) {
+    test::check_single_prompt_forward(*model, ctx, g, p, kTolF32, worst);
+    test::check_greedy_generate(*model, ctx, g, p);
+  }
+  std::cout << "[" << GetParam() << " cpu f32] worst rel RMS: " << worst.str() << "\n";
+}
+
+TEST_P(ModelGoldenCpu, BatchedAndChunkedMatchPerPrompt) {
+  Context ctx(Device::cpu());
+  auto model = load_model(dir_, Device::cpu(), DType::f32);
+  const test::GoldenSet g = test::load_golden_set(dir_);
+  test::WorstErrors worst;
+  // All prompts whole, as 3 rows of one batch.
+  test::check_batched(*model, ctx, g, {1 << 20}, kTolF32, worst, "batched");
+  // Chunked prefill with ragged chunk sizes per row (rows finish at different steps).
+  test::check_batched(*model, ctx, g, {3, 7, 16}, kTolF32, worst, "chunked");
+  std::cout << "[" << GetParam() << " cpu f32] worst rel RMS: " << worst.str() << "\n";
+}
+
+// (Test names carry the index; gtest prints the fixture name as the parameter.)
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelGoldenCpu, ::testing::ValuesIn(test::golden_model_names()));
+
+TEST(ModelGoldenCpu, ShardedEqualsSingleFile) {
+  const auto single_dir = test::golden_models_dir() / "llama3";
+  const auto sharded_dir = test::golden_models_dir() / "llama3_sharded";
+  if (!std::filesystem::exists(single_dir)) GTEST_SKIP() << "no fixtures";
+  ASSERT_TRUE(std::filesystem::exists(sharded_dir / "model.safetensors.index.json"));
+  Context ctx(Device::cpu());
+  auto single = load_model(single_dir, Device::cpu(), DType::f32);
+  auto sharded = load_model(sharded_dir, Device::cpu(), DType::f32);
+  // Same weights, bit for bit.
+  EXPECT_EQ(to_vector<float>(single->embedding_table()),
+            to_vector<float>(sharded->embedding_table()));
+  EXPECT_EQ(to_vector<float>(single->lm_head()), to_vector<float>(sharded->lm_head()));
+  EXPECT_EQ(to_vector<float>(single->final_norm()), to_vector<float>(sharded->final_norm()));
+  const test::GoldenSet g = test::load_golden_set(single_dir);
+  const auto& tokens = g.prompts[2].tokens;
+  std::vector<std::vector<float>> logits;
+  for (Model* m : {single.get(), sharded.get()}) {
+    PagedKvCache kv(m->kv_shape(16, 8), Device::cpu());
+    ForwardBatch b;
+    b.tokens = tokens;
+    b.row_indptr = {0, static_cast<int32_t>(tokens.size())};
+    b.seqs = {kv.create_sequence()};
+    for (size_t i = 0; i < tokens.size(); ++i) b.logit_indices.push_back(static_cast<int32_t>(i));
+    logits.push_back(to_vector<float>(m->forward(ctx, kv, b).logits));
+  }
+  EXPECT_EQ(test::max_abs_error(logits[0], logits[1]), 0.0);
+}
+
+TEST(ModelRegistry, KnowsTheFamilyAndRejectsOthers) {
+  const auto names = supported_architectures();
+  for (const char* a :
+       {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), a), names.end()) << a;
+    EXPECT_NE(find_architecture(a), nullptr);
+  }
+  EXPECT_EQ(find_architecture("GPT2LMHeadModel"), nullptr);
+}
+
+}  // namespace
+}  // namespace dspark
