@@ -204,24 +204,30 @@ TEST(OpsSampling, ProcessLogitsMatchesReference) {
   EXPECT_EQ(checked, 100);
 }
 
-// Top-p over more than the kernel's 1024-candidate fast path: a flat distribution (nucleus of
-// thousands), a peaked one (small nucleus) and a tie group straddling the candidate boundary.
+// Top-p over more than the kernel's 1024-candidate first round: nuclei from a handful to
+// thousands of tokens (later rounds and the full sort) and a tie group straddling the first
+// round's boundary.
 TEST(OpsSampling, TopPLargeNucleus) {
   Context ctx(Device::cpu());
-  const int64_t v = 5000;
+  const int64_t v = 10000;
   std::mt19937 gen(9);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> flat(v), peaked(v), tied(v);
+  const float sigmas[] = {0.3f, 1.0f, 6.0f};
+  std::vector<std::vector<float>> rows(4, std::vector<float>(v));
   for (int64_t i = 0; i < v; ++i) {
-    flat[i] = 0.1f * dist(gen);
-    peaked[i] = 6.0f * dist(gen);
-    tied[i] = i < 300 ? 1.0f : (i < 2300 ? 0.5f : -0.5f + 0.01f * dist(gen));
+    for (int r = 0; r < 3; ++r) rows[r][i] = sigmas[r] * dist(gen);
+    rows[3][i] = i < 300 ? 1.0f : (i < 2300 ? 0.5f : -0.5f + 0.01f * dist(gen));
   }
-  for (float top_p : {0.3f, 0.9f}) {
-    SamplingParams sp{1.0f, 0, top_p, 0.0f};
-    expect_probs(process1(ctx, flat, sp), process_reference(flat, sp), 1e-5);
-    expect_probs(process1(ctx, peaked, sp), process_reference(peaked, sp), 1e-5);
-    expect_probs(process1(ctx, tied, sp), process_reference(tied, sp), 1e-5);
+  // (row, top_p): nuclei of ~2000 and ~8500 tokens (sigma 0.3), ~6000 (sigma 1), a few (sigma 6),
+  // and the 2000-token tie group kept whole across the 1024 boundary.
+  for (auto [r, top_p] : {std::pair{0, 0.3f}, {0, 0.9f}, {1, 0.9f}, {2, 0.9f}, {3, 0.3f}}) {
+    SCOPED_TRACE(fmt::format("row {} top_p {}", r, top_p));
+    const SamplingParams sp{1.0f, 0, top_p, 0.0f};
+    const auto got = process1(ctx, rows[r], sp);
+    expect_probs(got, process_reference(rows[r], sp), 1e-5);
+    if (r == 3) {
+      EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float p) { return p > 0; }), 2300);
+    }
   }
 }
 

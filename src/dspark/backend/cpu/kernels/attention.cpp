@@ -1,8 +1,9 @@
 // CPU kernels of kv_write and paged_attention (contract: ops/attention.h).
-// paged_attention: one task per (query token, kv head). The task loads the group's query heads
-// once (pre-scaled), then walks the visible keys in chunks of kKeyChunk read through the CSR page
-// table: scores for every head of the group, an online-softmax rescale per chunk, and the V rows
-// accumulated into f32 per head. K/V rows are converted to f32 once per chunk for the whole group.
+// paged_attention: one task per (row, kv head, block of up to kQueryBlock queries of the row). A
+// task's "lanes" are its (query, head of the kv group) pairs; it walks the union of the lanes'
+// visible keys in chunks of kKeyChunk read through the CSR page table, converting each K/V row to
+// f32 once for all lanes (so a 32-token verify or a drafter block reads the cache twice, not 32
+// times), with an online-softmax rescale per lane and chunk and f32 accumulators.
 #include <cmath>
 
 #include "dspark/backend/cpu/float_io.h"
@@ -13,6 +14,7 @@ namespace dspark::cpu {
 namespace {
 
 constexpr int64_t kKeyChunk = 64;
+constexpr int64_t kQueryBlock = 16;
 
 // A strided [.., .., D] row of a runtime float dtype loaded as f32 / stored from f32.
 void load_any(DType dtype, const void* src, float* dst, int64_t n) {
@@ -27,65 +29,73 @@ void* element(const Tensor& t, int64_t i, int64_t j) {
          (i * t.stride(0) + j * t.stride(1)) * static_cast<int64_t>(t.element_size());
 }
 
-struct AttentionTask {
-  int64_t lo = 0, hi = 0;  // visible keys [lo, hi) of the row
-  const int32_t* pages = nullptr;
+struct Task {
+  int64_t row, t0, t1, kv_head;
+};
+
+// Per-thread buffers of one task.
+struct Lanes {
+  int64_t n = 0, head_dim = 0;
+  float* q = nullptr;       // [n, head_dim] pre-scaled queries
+  float* acc = nullptr;     // [n, head_dim] unnormalised outputs
+  float* scores = nullptr;  // [n, kKeyChunk] scores, then weights, of the current chunk
+  float* m = nullptr;       // [n] running max
+  float* l = nullptr;       // [n] running sum of weights
+  int64_t* lo = nullptr;    // [n] visible keys [lo, hi) of the lane's query
+  int64_t* hi = nullptr;
 };
 
 template <typename TKV>
-void attend(const AttentionTask& task, const float* q, int64_t group, int64_t head_dim,
-            int64_t kv_head, const Tensor& k_pages, const Tensor& v_pages, float softcap,
-            float* out, float* work) {
+void attend(const Lanes& ln, int64_t key_lo, int64_t key_hi, const int32_t* pages, int64_t kv_head,
+            const Tensor& k_pages, const Tensor& v_pages, float softcap, float* kbuf, float* vrow) {
+  const int64_t d = ln.head_dim;
   const int64_t page_size = k_pages.size(1), n_kv_heads = k_pages.size(2);
   const TKV* kp = static_cast<const TKV*>(k_pages.data());
   const TKV* vp = static_cast<const TKV*>(v_pages.data());
   auto offset = [&](int64_t j) {
-    const int64_t page = task.pages[j / page_size];
-    return ((page * page_size + j % page_size) * n_kv_heads + kv_head) * head_dim;
+    const int64_t page = pages[j / page_size];
+    return ((page * page_size + j % page_size) * n_kv_heads + kv_head) * d;
   };
-  float* kbuf = work;                           // [kKeyChunk, head_dim]
-  float* scores = kbuf + kKeyChunk * head_dim;  // [group, kKeyChunk]
-  float* m = scores + group * kKeyChunk;        // [group] running max
-  float* l = m + group;                         // [group] running sum
-  float* vrow = l + group;                      // [head_dim]
-  for (int64_t h = 0; h < group; ++h) {
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
-  }
-  std::fill(out, out + group * head_dim, 0.0f);
-  for (int64_t j0 = task.lo; j0 < task.hi; j0 += kKeyChunk) {
-    const int64_t c = std::min(kKeyChunk, task.hi - j0);
-    for (int64_t jj = 0; jj < c; ++jj)
-      load_f32(kp + offset(j0 + jj), kbuf + jj * head_dim, head_dim);
-    for (int64_t h = 0; h < group; ++h) {
-      float* s = scores + h * kKeyChunk;
+  for (int64_t j0 = key_lo; j0 < key_hi; j0 += kKeyChunk) {
+    const int64_t c = std::min(kKeyChunk, key_hi - j0);
+    for (int64_t jj = 0; jj < c; ++jj) load_f32(kp + offset(j0 + jj), kbuf + jj * d, d);
+    for (int64_t a = 0; a < ln.n; ++a) {
+      float* s = ln.scores + a * kKeyChunk;
       float chunk_max = -INFINITY;
       for (int64_t jj = 0; jj < c; ++jj) {
-        float v = dot_f32(q + h * head_dim, kbuf + jj * head_dim, head_dim);
-        if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
+        const int64_t j = j0 + jj;
+        float v = -INFINITY;
+        if (j >= ln.lo[a] && j < ln.hi[a]) {
+          v = dot_f32(ln.q + a * d, kbuf + jj * d, d);
+          if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
+          chunk_max = std::max(chunk_max, v);
+        }
         s[jj] = v;
-        chunk_max = std::max(chunk_max, v);
       }
-      const float new_max = std::max(m[h], chunk_max);
-      const float correction = std::exp(m[h] - new_max);  // exp(-inf) = 0 on the first chunk
-      l[h] *= correction;
-      float* o = out + h * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] *= correction;
+      if (chunk_max == -INFINITY) {  // the lane sees nothing in this chunk
+        std::fill(s, s + c, 0.0f);
+        continue;
+      }
+      const float new_max = std::max(ln.m[a], chunk_max);
+      const float correction = std::exp(ln.m[a] - new_max);  // 0 on the lane's first chunk
+      float* o = ln.acc + a * d;
+      if (correction != 1.0f) {
+        ln.l[a] *= correction;
+        for (int64_t i = 0; i < d; ++i) o[i] *= correction;
+      }
       for (int64_t jj = 0; jj < c; ++jj) {
-        s[jj] = std::exp(s[jj] - new_max);
-        l[h] += s[jj];
+        s[jj] = std::exp(s[jj] - new_max);  // masked: exp(-inf) = 0
+        ln.l[a] += s[jj];
       }
-      m[h] = new_max;
+      ln.m[a] = new_max;
     }
     for (int64_t jj = 0; jj < c; ++jj) {
-      load_f32(vp + offset(j0 + jj), vrow, head_dim);
-      for (int64_t h = 0; h < group; ++h)
-        axpy_f32(scores[h * kKeyChunk + jj], vrow, out + h * head_dim, head_dim);
+      load_f32(vp + offset(j0 + jj), vrow, d);
+      for (int64_t a = 0; a < ln.n; ++a) {
+        const float w = ln.scores[a * kKeyChunk + jj];
+        if (w != 0.0f) axpy_f32(w, vrow, ln.acc + a * d, d);
+      }
     }
-  }
-  for (int64_t h = 0; h < group; ++h) {
-    const float inv = 1.0f / l[h];
-    for (int64_t d = 0; d < head_dim; ++d) out[h * head_dim + d] *= inv;
   }
 }
 
@@ -112,7 +122,7 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 
 void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
                      const Tensor& q_pos, const AttentionParams& params, const Tensor& out) {
-  const int64_t n_tokens = q.size(0), n_heads = q.size(1), head_dim = q.size(2);
+  const int64_t n_heads = q.size(1), d = q.size(2);
   const int64_t n_kv_heads = kv.k_pages.size(2), group = n_heads / n_kv_heads;
   const int64_t n_rows = q_indptr.size(0) - 1;
   const int32_t* qi = q_indptr.data_as<int32_t>();
@@ -120,39 +130,61 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
   const int32_t* page_indptr = kv.page_indptr.data_as<int32_t>();
   const int32_t* pages = kv.page_indices.data_as<int32_t>();
   const int32_t* kv_lens = kv.kv_lens.data_as<int32_t>();
-  std::vector<int32_t> row_of(static_cast<size_t>(n_tokens));
+  std::vector<Task> tasks;
   for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t t = qi[r]; t < qi[r + 1]; ++t)
-      row_of[static_cast<size_t>(t)] = static_cast<int32_t>(r);
-  const int64_t work_floats = kKeyChunk * head_dim + group * kKeyChunk + 2 * group + head_dim;
+    for (int64_t t0 = qi[r]; t0 < qi[r + 1]; t0 += kQueryBlock)
+      for (int64_t g = 0; g < n_kv_heads; ++g)
+        tasks.push_back({r, t0, std::min<int64_t>(t0 + kQueryBlock, qi[r + 1]), g});
+  const int64_t max_lanes = kQueryBlock * group;
   dispatch_float(kv.k_pages.dtype(), [&]<typename TKV>(TypeTag<TKV>) {
-    ctx.pool().parallel_for(n_tokens * n_kv_heads, 1, [&](int64_t begin, int64_t end) {
-      float* qbuf = thread_scratch(group * head_dim, 0);
-      float* obuf = thread_scratch(group * head_dim, 1);
-      float* work = thread_scratch(work_floats, 2);
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = item / n_kv_heads, g = item % n_kv_heads;
-        const int64_t r = row_of[static_cast<size_t>(t)];
-        AttentionTask task;
-        task.pages = pages + page_indptr[r];
-        task.hi = kv_lens[r];
-        const int64_t p = pos[t];
-        if (params.causal) task.hi = std::min<int64_t>(task.hi, p + 1);
-        if (params.sliding_window > 0)
-          task.lo = std::max<int64_t>(0, p - params.sliding_window + 1);
-        if (task.hi > task.lo) {
+    ctx.pool().parallel_for(static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
+      Lanes ln;
+      ln.head_dim = d;
+      ln.q = thread_scratch(max_lanes * d, 0);
+      ln.acc = thread_scratch(max_lanes * d, 1);
+      float* work = thread_scratch(max_lanes * (kKeyChunk + 2 + 4) + (kKeyChunk + 1) * d, 2);
+      ln.scores = work;
+      ln.m = ln.scores + max_lanes * kKeyChunk;
+      ln.l = ln.m + max_lanes;
+      ln.lo = reinterpret_cast<int64_t*>(ln.l + max_lanes);
+      ln.hi = ln.lo + max_lanes;
+      float* kbuf = reinterpret_cast<float*>(ln.hi + max_lanes);
+      float* vrow = kbuf + kKeyChunk * d;
+      for (int64_t task_index = begin; task_index < end; ++task_index) {
+        const Task& task = tasks[static_cast<size_t>(task_index)];
+        const int64_t kv_len = kv_lens[task.row];
+        ln.n = (task.t1 - task.t0) * group;
+        int64_t key_lo = kv_len, key_hi = 0;
+        for (int64_t t = task.t0; t < task.t1; ++t) {
+          const int64_t p = pos[t];
+          const int64_t lo =
+              params.sliding_window > 0 ? std::max<int64_t>(0, p - params.sliding_window + 1) : 0;
+          const int64_t hi = params.causal ? std::min<int64_t>(kv_len, p + 1) : kv_len;
           for (int64_t h = 0; h < group; ++h) {
-            float* qh = qbuf + h * head_dim;
-            load_any(q.dtype(), element(q, t, g * group + h), qh, head_dim);
-            for (int64_t d = 0; d < head_dim; ++d) qh[d] *= params.scale;
+            const int64_t a = (t - task.t0) * group + h;
+            ln.lo[a] = lo;
+            ln.hi[a] = hi;
+            ln.m[a] = -INFINITY;
+            ln.l[a] = 0.0f;
+            float* qa = ln.q + a * d;
+            load_any(q.dtype(), element(q, t, task.kv_head * group + h), qa, d);
+            for (int64_t i = 0; i < d; ++i) qa[i] *= params.scale;
           }
-          attend<TKV>(task, qbuf, group, head_dim, g, kv.k_pages, kv.v_pages, params.softcap, obuf,
-                      work);
-        } else {
-          std::fill(obuf, obuf + group * head_dim, 0.0f);  // sees no key
+          if (hi > lo) {
+            key_lo = std::min(key_lo, lo);
+            key_hi = std::max(key_hi, hi);
+          }
         }
-        for (int64_t h = 0; h < group; ++h)
-          store_any(out.dtype(), obuf + h * head_dim, element(out, t, g * group + h), head_dim);
+        std::fill(ln.acc, ln.acc + ln.n * d, 0.0f);
+        attend<TKV>(ln, key_lo, key_hi, pages + page_indptr[task.row], task.kv_head, kv.k_pages,
+                    kv.v_pages, params.softcap, kbuf, vrow);
+        for (int64_t a = 0; a < ln.n; ++a) {
+          float* o = ln.acc + a * d;
+          const float inv = ln.l[a] > 0.0f ? 1.0f / ln.l[a] : 0.0f;  // no visible key: zeros
+          for (int64_t i = 0; i < d; ++i) o[i] *= inv;
+          const int64_t t = task.t0 + a / group, h = task.kv_head * group + a % group;
+          store_any(out.dtype(), o, element(out, t, h), d);
+        }
       }
     });
   });

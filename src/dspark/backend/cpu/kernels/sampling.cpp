@@ -1,7 +1,7 @@
 // CPU kernels of process_logits, sample and sample_from_probs (contract and numerics:
 // ops/sampling.h). One row per task. The top-k and top-p thresholds are found by selection:
 // nth_element for the k-th largest scaled logit, and for top-p a sort of the largest
-// kTopPCandidates probabilities, falling back to a full sort when the nucleus is larger.
+// kTopPCandidates probabilities, 8x more per round while the nucleus is larger.
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -44,13 +44,14 @@ float top_p_threshold(const float* e, int64_t v, double sum_e, float top_p, floa
     if (p > 0.0f) work[n++] = p;
   }
   if (n == 0) return 0.0f;
-  if (n > kTopPCandidates) {
-    // The kTopPCandidates largest values first; valid when the walk stops inside them (a group at
-    // the boundary may continue outside, so reaching the boundary means "not decided").
-    std::nth_element(work, work + kTopPCandidates - 1, work + n, std::greater<float>());
-    std::sort(work, work + kTopPCandidates, std::greater<float>());
-    const auto [threshold, stop] = top_p_walk(work, kTopPCandidates, top_p);
-    if (stop < kTopPCandidates) return threshold;
+  // The largest `c` values first, c growing 8x per round; a round decides when the walk stops
+  // inside them (a tie group at the boundary may continue outside, so reaching the boundary
+  // means "not decided").
+  for (int64_t c = kTopPCandidates; c < n; c *= 8) {
+    std::nth_element(work, work + c - 1, work + n, std::greater<float>());
+    std::sort(work, work + c, std::greater<float>());
+    const auto [threshold, stop] = top_p_walk(work, c, top_p);
+    if (stop < c) return threshold;
   }
   std::sort(work, work + n, std::greater<float>());
   return top_p_walk(work, n, top_p).first;
