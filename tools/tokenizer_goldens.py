@@ -7,10 +7,17 @@ CJK, emoji, embedded special tokens and near misses, random UTF-8 -- plus random
 and writes tests/data/tokenizers/<name>/cases.jsonl.xz:
 
   line 1: {"meta": {...}, "added": [[content, id, special], ...]}
+          (for a variant, meta.base names the tokenizer and meta.patch the change to apply)
   text cases:   {"text": s, "ids": encode(s, add_special_tokens=False).ids,
                  "ids_special": encode(s, add_special_tokens=True).ids,
                  "decoded": decode(ids_special), "decoded_skip": decode(ids_special, True)}
   decode cases: {"decode_ids": ids, "decoded": decode(ids), "decoded_skip": decode(ids, True)}
+
+Variants (tests/data/tokenizers/<variant>/cases.jsonl.xz, no tokenizer.json of their own) patch a
+base tokenizer.json to exercise components none of the six files uses (Metaspace, Digits, other
+Split behaviors, Strip/NFD normalizers, lstrip/rstrip/single_word added tokens, no decoder,
+decoder chains that cannot stream, unk without byte fallback). The patch is
+{"sections": {name: value}, "model": {field: value}, "added_tokens": [entries to append]}.
 
 Run:  python3 tools/tokenizer_goldens.py [--only qwen3] [--count 2400]
 Needs: pip install tokenizers (the version is recorded in the meta line).
@@ -29,6 +36,89 @@ from tokenizers import Tokenizer
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "tokenizers"
 NAMES = ["qwen3", "llama3", "llama3_1", "deepseek_v3", "llama2", "gemma3"]
+
+def added(content, id_, special=False, lstrip=False, rstrip=False, single_word=False,
+          normalized=False):
+    return {"id": id_, "content": content, "single_word": single_word, "lstrip": lstrip,
+            "rstrip": rstrip, "normalized": normalized, "special": special}
+
+
+VARIANTS = {
+    # SentencePiece-era layout: Metaspace pre-tokenizer and decoder, lstrip/rstrip/single_word.
+    "llama2_metaspace": {"base": "llama2", "patch": {
+        "sections": {
+            "normalizer": None,
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                              "split": True},
+            "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                        "split": True},
+            "post_processor": {"type": "TemplateProcessing",
+                               "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                          {"Sequence": {"id": "A", "type_id": 0}},
+                                          {"SpecialToken": {"id": "</s>", "type_id": 0}}],
+                               "pair": [], "special_tokens": {
+                                   "<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]},
+                                   "</s>": {"id": "</s>", "ids": [2], "tokens": ["</s>"]}}}},
+        "added_tokens": [added("<mask>", 32000, special=True, lstrip=True, rstrip=True),
+                         added("[SW]", 32001, single_word=True),
+                         added("<sep>", 32002, special=True, rstrip=True),
+                         added("Hello", 32003, normalized=True),
+                         added("<left>", 32004, lstrip=True)]}},
+    # Byte-level with every other pre-tokenizer / normalizer kind and a decoder chain that streams
+    # through a fused Replace (two-character pattern) and Strip.
+    "qwen3_variants": {"base": "qwen3", "patch": {
+        "sections": {
+            "normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "NFD"},
+                {"type": "Replace", "pattern": {"Regex": "[ ]{3,}"}, "content": "  "},
+                {"type": "Strip", "strip_left": False, "strip_right": True}]},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Digits", "individual_digits": True},
+                {"type": "Split", "pattern": {"Regex": "[,;]"}, "behavior": "Removed", "invert": False},
+                {"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithNext",
+                 "invert": False},
+                {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Contiguous", "invert": True},
+                {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+                {"type": "Replace", "pattern": {"String": "  "}, "content": "_"},
+                {"type": "Strip", "content": " ", "start": 2, "stop": 0}]},
+            "post_processor": {"type": "Sequence", "processors": [
+                {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+                {"type": "TemplateProcessing",
+                 "single": [{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}},
+                            {"Sequence": {"id": "A", "type_id": 0}},
+                            {"SpecialToken": {"id": "<|im_end|>", "type_id": 0}}],
+                 "pair": [], "special_tokens": {
+                     "<|im_start|>": {"id": "<|im_start|>", "ids": [151644], "tokens": ["<|im_start|>"]},
+                     "<|im_end|>": {"id": "<|im_end|>", "ids": [151645], "tokens": ["<|im_end|>"]}}}]}},
+        "added_tokens": [added("<|lstrip|>", 151669, special=True, lstrip=True),
+                         added("wordy", 151670, single_word=True, normalized=True),
+                         added("RSTRIP", 151671, rstrip=True)]}},
+    # No decoder (tokens joined by spaces), unknown characters without byte fallback (fused <unk>).
+    "llama2_plain": {"base": "llama2", "patch": {
+        "sections": {"decoder": None, "post_processor": None},
+        "model": {"byte_fallback": False, "fuse_unk": True}}},
+    # A decoder chain that cannot be streamed exactly (ByteFallback after Fuse): buffered.
+    "llama2_fused": {"base": "llama2", "patch": {
+        "sections": {"decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "Fuse"}, {"type": "ByteFallback"}, {"type": "Strip", "content": " ", "start": 1,
+                                                          "stop": 0}]}}}},
+}
+
+
+def apply_patch(base, patch):
+    """The same transformation as apply_patch() in tests/unit/tokenizer_parity_test.cpp."""
+    out = dict(base)
+    for key, value in patch.get("sections", {}).items():
+        out[key] = value
+    if "model" in patch:
+        out["model"] = dict(out["model"], **patch["model"])
+    if "added_tokens" in patch:
+        out["added_tokens"] = list(out["added_tokens"]) + patch["added_tokens"]
+    return out
+
 
 # Chat markup per family, used to build realistic prompts with special tokens.
 CHAT = {
@@ -331,13 +421,18 @@ def decode_cases(rng, tok, texts, n):
 
 
 def run(name, count, n_decode):
-    raw = lzma.open(DATA / name / "tokenizer.json.xz").read().decode("utf-8")
+    variant = VARIANTS.get(name)
+    base = variant["base"] if variant else name
+    raw = lzma.open(DATA / base / "tokenizer.json.xz").read().decode("utf-8")
+    if variant:
+        patch = variant["patch"]
+        raw = json.dumps(apply_patch(json.loads(raw), patch), ensure_ascii=False)
     tok = Tokenizer.from_str(raw)
     seed = zlib.crc32(name.encode()) ^ 0x5EED
     rng = random.Random(seed)
     added_decoder = tok.get_added_tokens_decoder()
     added = sorted(t.content for t in added_decoder.values())
-    texts = generate_strings(name, rng, added, count)
+    texts = generate_strings(base, rng, added, count)
     cases = []
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False).ids
@@ -347,11 +442,13 @@ def run(name, count, n_decode):
                       "decoded_skip": tok.decode(ids_special, skip_special_tokens=True)})
     cases += decode_cases(rng, tok, texts, n_decode)
     meta = {"name": name, "tokenizers_version": tokenizers.__version__, "seed": seed,
+            "base": base, "patch": patch if variant else None,
             "vocab_size": tok.get_vocab_size(with_added_tokens=True),
             "n_text_cases": len(texts), "n_decode_cases": n_decode}
     added_list = sorted([[t.content, i, bool(t.special)] for i, t in added_decoder.items()],
                         key=lambda x: x[1])
     out = DATA / name / "cases.jsonl.xz"
+    out.parent.mkdir(exist_ok=True)
     with lzma.open(out, "wt", encoding="utf-8", preset=9 | lzma.PRESET_EXTREME) as f:
         f.write(json.dumps({"meta": meta, "added": added_list}, ensure_ascii=False) + "\n")
         for case in cases:
@@ -365,9 +462,13 @@ def main():
     ap.add_argument("--only", action="append", help="tokenizer name(s) to regenerate")
     ap.add_argument("--count", type=int, default=2400, help="text cases per tokenizer")
     ap.add_argument("--decode-count", type=int, default=400, help="decode-only cases")
+    ap.add_argument("--variant-count", type=int, default=700, help="text cases per variant")
     args = ap.parse_args()
-    for name in args.only or NAMES:
-        run(name, args.count, args.decode_count)
+    for name in args.only or NAMES + list(VARIANTS):
+        if name in VARIANTS:
+            run(name, args.variant_count, args.decode_count // 4)
+        else:
+            run(name, args.count, args.decode_count)
 
 
 if __name__ == "__main__":

@@ -116,10 +116,14 @@ int32_t lookup(const Tokenizer::Impl& impl, std::string_view token) {
   return impl.model->token_to_id(token);
 }
 
-int32_t first_known(const Tokenizer::Impl& impl, std::initializer_list<std::string_view> names) {
+// The first of `names` that is a special added token (plain vocabulary entries such as Qwen's
+// "<s>" do not count), or -1.
+int32_t first_special(const Tokenizer::Impl& impl, std::initializer_list<std::string_view> names) {
   for (const std::string_view name : names) {
-    const int32_t id = lookup(impl, name);
-    if (id >= 0) return id;
+    const auto it = impl.added_by_content.find(name);
+    if (it != impl.added_by_content.end() &&
+        (impl.id_flags[static_cast<size_t>(it->second)] & Tokenizer::Impl::kIdSpecial))
+      return it->second;
   }
   return -1;
 }
@@ -127,16 +131,17 @@ int32_t first_known(const Tokenizer::Impl& impl, std::initializer_list<std::stri
 void load_added_tokens(Tokenizer::Impl& impl, const Json& list, int32_t& max_id) {
   std::vector<tokenizer_detail::AddedToken> tokens;
   std::unordered_set<std::string> special_contents;
+  int32_t next_id = impl.model->size();
   for (const Json& entry : list) {
     tokenizer_detail::AddedToken token;
     token.content = tokenizer_detail::string_field(entry, "content", "added token");
     if (token.content.empty()) continue;
-    const int64_t file_id = tokenizer_detail::field(entry, "id", "added token").get<int64_t>();
-    DSPARK_CHECK_KIND(io, file_id >= 0 && file_id < (int64_t{1} << 30),
-                      "added token '{}' has invalid id {}", token.content, file_id);
-    // Like tokenizers: a token the vocabulary (or an earlier added token) knows keeps that id.
+    // Like tokenizers: a token the vocabulary (or an earlier added token) knows keeps that id,
+    // others get consecutive ids after the vocabulary (the file's "id" is only a hint there).
+    DSPARK_CHECK_KIND(io, tokenizer_detail::field(entry, "id", "added token").is_number_unsigned(),
+                      "added token '{}' has no valid id", token.content);
     token.id = lookup(impl, token.content);
-    if (token.id < 0) token.id = static_cast<int32_t>(file_id);
+    if (token.id < 0) token.id = next_id++;
     token.special = tokenizer_detail::bool_field(entry, "special", false);
     token.normalized = tokenizer_detail::bool_field(entry, "normalized", true);
     token.lstrip = tokenizer_detail::bool_field(entry, "lstrip", false);
@@ -210,10 +215,10 @@ std::shared_ptr<Tokenizer::Impl> build(std::string_view text, std::string_view o
     }
   }
   if (impl->bos < 0)
-    impl->bos = first_known(
+    impl->bos = first_special(
         *impl, {"<|begin_of_text|>", "<｜begin▁of▁sentence｜>", "<bos>", "<s>", "<|startoftext|>"});
-  impl->eos = first_known(*impl, {"<|end_of_text|>", "<｜end▁of▁sentence｜>", "<eos>", "</s>",
-                                  "<|endoftext|>", "<|im_end|>"});
+  impl->eos = first_special(*impl, {"<|end_of_text|>", "<｜end▁of▁sentence｜>", "<eos>", "</s>",
+                                    "<|endoftext|>", "<|im_end|>"});
   return impl;
 }
 

@@ -254,7 +254,12 @@ class StripStage final : public DecodeStage {
       }
       leading_ = false;
       if (cp == content_) {
-        ++n_held_;  // may be trailing: hold until something else follows
+        // One of the last `stop` characters may be stripped: hold those until more text follows.
+        if (n_held_ < stop_) {
+          ++n_held_;
+        } else {
+          text += content_utf8_;
+        }
         continue;
       }
       for (; n_held_ > 0; --n_held_) text += content_utf8_;

@@ -84,6 +84,7 @@ class BpeModel {
   int32_t token_to_id(std::string_view token) const;  // -1 if absent
   const std::string* id_to_token(int32_t id) const;   // nullptr if absent
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
+  int32_t size() const { return static_cast<int32_t>(vocab_.size()); }  // number of tokens
 
  private:
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
