@@ -1,0 +1,210 @@
+// rms_norm and add_rms_norm: one block per row, f32 math. Pass 1 accumulates the sum of squares
+// (add_rms_norm first updates the residual row in place and squares the stored, rounded value),
+// pass 2 re-reads the row (from L1/L2) and writes out. Both passes give element c to the same
+// thread, so `out` may alias `x` (and add_rms_norm's pass 2 reads back its own residual writes).
+// Loads of x use 16-byte vectors when rows are aligned; the weight's dtype is a run-time kind.
+#include <algorithm>
+
+#include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/reduce.cuh"
+#include "dspark/backend/cuda/device/vec.cuh"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/common.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+using device::FloatKind;
+
+struct NormWeight {
+  const void* data;  // [cols]
+  FloatKind kind;
+  bool unit_offset;  // scale by (1 + w)
+  __device__ __forceinline__ float operator()(int64_t c) const {
+    const float w = device::load_float(data, c, kind);
+    return unit_offset ? 1.0f + w : w;
+  }
+};
+
+template <typename TR, typename TX, typename TO>
+struct NormParams {
+  TR* residual;  // add_rms_norm only: [rows, cols], updated in place
+  const TX* x;   // [rows, cols]
+  TO* out;       // [rows, cols]
+  int64_t residual_stride;
+  int64_t x_stride;
+  int64_t out_stride;
+  int64_t cols;
+  NormWeight weight;
+  float eps;
+  bool vectorized;  // x (and residual) rows 16-byte aligned, cols a multiple of the vector width
+};
+
+// out[c] = v[c] * inv_rms * w[c] for the vector starting at c0.
+template <typename TO, int kW>
+__device__ __forceinline__ void write_scaled(TO* out, int64_t c0, const float (&v)[kW],
+                                             float inv_rms, const NormWeight& w) {
+#pragma unroll
+  for (int i = 0; i < kW; ++i) out[c0 + i] = device::from_float<TO>(v[i] * inv_rms * w(c0 + i));
+}
+
+template <typename TX, typename TO>
+__global__ void rms_norm_kernel(NormParams<float, TX, TO> p) {
+  __shared__ float s_red[32];
+  const TX* x = p.x + blockIdx.x * p.x_stride;
+  TO* out = p.out + blockIdx.x * p.out_stride;
+  constexpr int kW = device::kVecWidth<TX>;
+  float ss = 0.f;
+  if (p.vectorized) {
+    for (int64_t c = threadIdx.x * kW; c < p.cols; c += blockDim.x * kW) {
+      float v[kW];
+      device::load_vec(x + c, v);
+#pragma unroll
+      for (int i = 0; i < kW; ++i) ss += v[i] * v[i];
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
+      const float v = device::to_float(x[c]);
+      ss += v * v;
+    }
+  }
+  ss = device::block_sum(ss, s_red);
+  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.cols) + p.eps);
+  if (p.vectorized) {
+    for (int64_t c = threadIdx.x * kW; c < p.cols; c += blockDim.x * kW) {
+      float v[kW];
+      device::load_vec(x + c, v);
+      write_scaled<TO, kW>(out, c, v, inv_rms, p.weight);
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
+      const float v[1] = {device::to_float(x[c])};
+      write_scaled<TO, 1>(out, c, v, inv_rms, p.weight);
+    }
+  }
+}
+
+// Vectorised when residual and x have the same vector width (kW of the wider element type).
+template <typename TR, typename TX, typename TO>
+__global__ void add_rms_norm_kernel(NormParams<TR, TX, TO> p) {
+  __shared__ float s_red[32];
+  TR* res = p.residual + blockIdx.x * p.residual_stride;
+  const TX* x = p.x + blockIdx.x * p.x_stride;
+  TO* out = p.out + blockIdx.x * p.out_stride;
+  constexpr int kW = device::kVecWidth<TX>;
+  constexpr bool kCanVec = device::kVecWidth<TR> == kW;
+  const bool vec = kCanVec && p.vectorized;
+  float ss = 0.f;
+  if constexpr (kCanVec) {
+    if (vec) {
+      for (int64_t c = threadIdx.x * kW; c < p.cols; c += blockDim.x * kW) {
+        float r[kW], v[kW];
+        device::load_vec(res + c, r);
+        device::load_vec(x + c, v);
+#pragma unroll
+        for (int i = 0; i < kW; ++i) {
+          r[i] = device::to_float(device::from_float<TR>(r[i] + v[i]));  // the stored value
+          ss += r[i] * r[i];
+        }
+        device::store_vec(res + c, r);
+      }
+    }
+  }
+  if (!vec) {
+    for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
+      const TR r = device::from_float<TR>(device::to_float(res[c]) + device::to_float(x[c]));
+      res[c] = r;
+      const float v = device::to_float(r);
+      ss += v * v;
+    }
+  }
+  ss = device::block_sum(ss, s_red);  // its barrier also orders the residual writes above
+  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.cols) + p.eps);
+  if constexpr (kCanVec) {
+    if (vec) {
+      for (int64_t c = threadIdx.x * kW; c < p.cols; c += blockDim.x * kW) {
+        float r[kW];
+        device::load_vec(res + c, r);
+        write_scaled<TO, kW>(out, c, r, inv_rms, p.weight);
+      }
+    }
+  }
+  if (!vec) {
+    for (int64_t c = threadIdx.x; c < p.cols; c += blockDim.x) {
+      const float r[1] = {device::to_float(res[c])};
+      write_scaled<TO, 1>(out, c, r, inv_rms, p.weight);
+    }
+  }
+}
+
+bool rows_aligned16(const void* base, int64_t stride, size_t elem, int64_t cols, int width) {
+  return device::is_aligned16(base) && (stride * static_cast<int64_t>(elem)) % 16 == 0 &&
+         cols % width == 0;
+}
+
+int threads_for(int64_t cols, int width) {
+  return static_cast<int>(std::clamp<int64_t>(ceil_div(ceil_div(cols, width), 32) * 32, 32, 1024));
+}
+
+NormWeight make_weight(const Tensor& weight, const RmsNormParams& params) {
+  return NormWeight{weight.data(), float_kind(weight.dtype()), params.unit_offset};
+}
+
+}  // namespace
+
+void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
+              const RmsNormParams& params) {
+  const RowView xv = row_view(x), ov = row_view(out);
+  if (xv.rows == 0 || xv.cols == 0) return;
+  dispatch_float(x.dtype(), [&]<typename TX>(TypeTag<TX>) {
+    dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
+      using DX = device_t<TX>;
+      NormParams<float, DX, device_t<TO>> p{};
+      p.x = device_ptr<TX>(x);
+      p.out = device_ptr<TO>(out);
+      p.x_stride = xv.stride;
+      p.out_stride = ov.stride;
+      p.cols = xv.cols;
+      p.weight = make_weight(weight, params);
+      p.eps = params.eps;
+      constexpr int kW = device::kVecWidth<DX>;
+      p.vectorized = rows_aligned16(p.x, xv.stride, sizeof(DX), xv.cols, kW);
+      rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads_for(xv.cols, kW), 0,
+                        stream_of(ctx)>>>(p);
+      DSPARK_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
+                  const Tensor& out, const RmsNormParams& params) {
+  const RowView rv = row_view(residual), xv = row_view(x), ov = row_view(out);
+  if (xv.rows == 0 || xv.cols == 0) return;
+  dispatch_float(residual.dtype(), [&]<typename TR>(TypeTag<TR>) {
+    dispatch_float(x.dtype(), [&]<typename TX>(TypeTag<TX>) {
+      dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
+        using DR = device_t<TR>;
+        using DX = device_t<TX>;
+        NormParams<DR, DX, device_t<TO>> p{};
+        p.residual = device_ptr<TR>(residual);
+        p.x = device_ptr<TX>(x);
+        p.out = device_ptr<TO>(out);
+        p.residual_stride = rv.stride;
+        p.x_stride = xv.stride;
+        p.out_stride = ov.stride;
+        p.cols = xv.cols;
+        p.weight = make_weight(weight, params);
+        p.eps = params.eps;
+        constexpr int kW = device::kVecWidth<DX>;
+        p.vectorized = device::kVecWidth<DR> == kW &&
+                       rows_aligned16(p.x, xv.stride, sizeof(DX), xv.cols, kW) &&
+                       rows_aligned16(p.residual, rv.stride, sizeof(DR), xv.cols, kW);
+        add_rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads_for(xv.cols, kW), 0,
+                              stream_of(ctx)>>>(p);
+        DSPARK_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+}  // namespace dspark::cuda

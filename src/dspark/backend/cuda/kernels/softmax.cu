@@ -1,0 +1,109 @@
+// softmax, log_softmax and argmax over rows of [n, V]: one block per row (V up to a few hundred
+// thousand: each thread strides over the row). Max in f32, sums of exponentials in double, as the
+// CPU kernels; argmax follows ops/softmax.h (ties -> smallest index, NaN only if the row is NaN).
+#include <algorithm>
+
+#include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/reduce.cuh"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/common.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+template <typename T>
+struct RowsParams {
+  const T* x;  // [rows, cols]
+  int64_t x_stride;
+  int64_t cols;
+  float* out;  // softmax / log_softmax: [rows, cols]
+  int64_t out_stride;
+  int32_t* index;  // argmax: [rows]
+};
+
+template <typename T>
+__device__ float row_max(const T* x, int64_t cols, float* s_red) {
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) m = fmaxf(m, device::to_float(x[i]));
+  return device::block_max(m, s_red);
+}
+
+template <typename T, bool kLog>
+__global__ void softmax_kernel(RowsParams<T> p) {
+  __shared__ float s_max[32];
+  __shared__ double s_sum[32];
+  const T* x = p.x + blockIdx.x * p.x_stride;
+  float* out = p.out + blockIdx.x * p.out_stride;
+  const float m = row_max(x, p.cols, s_max);
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x)
+    sum += expf(device::to_float(x[i]) - m);
+  sum = device::block_sum(sum, s_sum);
+  if constexpr (kLog) {
+    const double log_sum = log(sum);
+    for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x)
+      out[i] = static_cast<float>(static_cast<double>(device::to_float(x[i])) - m - log_sum);
+  } else {
+    for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x)
+      out[i] = static_cast<float>(expf(device::to_float(x[i]) - m) / sum);
+  }
+}
+
+template <typename T>
+__global__ void argmax_kernel(RowsParams<T> p) {
+  __shared__ float s_v[32];
+  __shared__ int s_i[32];
+  const T* x = p.x + blockIdx.x * p.x_stride;
+  float best = NAN;
+  int best_i = INT32_MAX;
+  for (int64_t i = threadIdx.x; i < p.cols; i += blockDim.x) {
+    const float v = device::to_float(x[i]);
+    if (device::argmax_better(v, static_cast<int>(i), best, best_i)) {
+      best = v;
+      best_i = static_cast<int>(i);
+    }
+  }
+  device::block_argmax(best, best_i, s_v, s_i);
+  if (threadIdx.x == 0) p.index[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
+}
+
+int threads_for(int64_t cols) {
+  return static_cast<int>(std::clamp<int64_t>(ceil_div(cols, 32 * 4) * 32, 32, 1024));
+}
+
+template <bool kLog>
+void launch_softmax(Context& ctx, const Tensor& x, const Tensor& out) {
+  const RowView xv = row_view(x), ov = row_view(out);
+  if (xv.rows == 0 || xv.cols == 0) return;
+  dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
+    RowsParams<device_t<T>> p{device_ptr<T>(x), xv.stride, xv.cols, static_cast<float*>(out.data()),
+                              ov.stride,        nullptr};
+    softmax_kernel<device_t<T>, kLog>
+        <<<static_cast<unsigned>(xv.rows), threads_for(xv.cols), 0, stream_of(ctx)>>>(p);
+    DSPARK_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void softmax(Context& ctx, const Tensor& x, const Tensor& out) {
+  launch_softmax<false>(ctx, x, out);
+}
+
+void log_softmax(Context& ctx, const Tensor& x, const Tensor& out) {
+  launch_softmax<true>(ctx, x, out);
+}
+
+void argmax(Context& ctx, const Tensor& x, const Tensor& out) {
+  const RowView xv = row_view(x);
+  if (xv.rows == 0) return;
+  DSPARK_CHECK(xv.cols > 0 && xv.cols < INT32_MAX, "argmax: row length {}", xv.cols);
+  dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
+    RowsParams<device_t<T>> p{device_ptr<T>(x), xv.stride, xv.cols,
+                              nullptr,          0,         static_cast<int32_t*>(out.data())};
+    argmax_kernel<<<static_cast<unsigned>(xv.rows), threads_for(xv.cols), 0, stream_of(ctx)>>>(p);
+    DSPARK_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace dspark::cuda

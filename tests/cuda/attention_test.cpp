@@ -1,0 +1,193 @@
+// kv_write and paged_attention: CUDA vs CPU on randomly paged caches (shuffled pages, odd page
+// sizes): decode, 1-32-query verify, long causal prefill, non-causal blocks, GQA, sliding window,
+// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys).
+#include "dspark/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cuda/cuda_consistency.h"
+
+namespace dspark::test {
+namespace {
+
+struct Scenario {
+  std::string name;
+  std::vector<int> kv_lens;  // per row, including the new queries
+  std::vector<int> n_q;      // queries per row: the last n_q keys of the row
+  int n_heads = 8, n_kv_heads = 2, head_dim = 64, page_size = 16;
+  bool causal = true;
+  int window = 0;
+  float softcap = 0.0f;
+};
+
+// A cache holding every row's keys on shuffled pages, plus queries; runs both backends.
+void run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype, DType q_dtype, uint32_t seed) {
+  const int64_t n_rows = static_cast<int64_t>(s.kv_lens.size());
+  std::vector<int32_t> page_indptr{0}, kv_lens, q_indptr{0}, q_pos;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int len = s.kv_lens[static_cast<size_t>(r)], nq = s.n_q[static_cast<size_t>(r)];
+    page_indptr.push_back(page_indptr.back() + (len + s.page_size - 1) / s.page_size);
+    kv_lens.push_back(len);
+    q_indptr.push_back(q_indptr.back() + nq);
+    for (int i = 0; i < nq; ++i) q_pos.push_back(len - nq + i);
+  }
+  const int64_t n_pages = page_indptr.back() + 3;  // a few pages nobody uses
+  std::vector<int32_t> pages(static_cast<size_t>(n_pages));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::mt19937 gen(seed);
+  std::shuffle(pages.begin(), pages.end(), gen);
+  pages.resize(static_cast<size_t>(page_indptr.back()));
+
+  const Shape page_shape{n_pages, s.page_size, s.n_kv_heads, s.head_dim};
+  const Pair k_pages = random_pair(kv_dtype, page_shape, seed + 1);
+  const Pair v_pages = random_pair(kv_dtype, page_shape, seed + 2);
+  const int64_t n_tokens = q_indptr.back();
+  // q: the first n_heads heads of a fused [n_tokens, (n_heads + 2 * n_kv_heads) * D] buffer.
+  const int64_t width = (s.n_heads + 2 * s.n_kv_heads) * s.head_dim;
+  const Pair qkv = random_pair(q_dtype, Shape{n_tokens, width}, seed + 3);
+  auto q_view = [&](const Tensor& t) {
+    return Tensor(t.data(), t.dtype(), Shape{n_tokens, s.n_heads, s.head_dim},
+                  Shape{width, s.head_dim, 1}, t.device());
+  };
+  const Pair out = zeros_pair(q_dtype, Shape{n_tokens, s.n_heads, s.head_dim});
+  const Pair p_indptr = vector_pair(page_indptr, Shape{n_rows + 1});
+  const Pair p_indices = vector_pair(pages, Shape{static_cast<int64_t>(pages.size())});
+  const Pair lens = vector_pair(kv_lens, Shape{n_rows});
+  const Pair qi = vector_pair(q_indptr, Shape{n_rows + 1});
+  const Pair qp = vector_pair(q_pos, Shape{n_tokens});
+
+  AttentionParams params;
+  params.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  params.causal = s.causal;
+  params.sliding_window = s.window;
+  params.softcap = s.softcap;
+  const PagedKv kv_cpu{k_pages.cpu, v_pages.cpu, p_indptr.cpu, p_indices.cpu, lens.cpu};
+  const PagedKv kv_gpu{k_pages.gpu, v_pages.gpu, p_indptr.gpu, p_indices.gpu, lens.gpu};
+  paged_attention(ctx.cpu, q_view(qkv.cpu), kv_cpu, qi.cpu, qp.cpu, params, out.cpu);
+  paged_attention(ctx.gpu, q_view(qkv.gpu), kv_gpu, qi.gpu, qp.gpu, params, out.gpu);
+  ctx.gpu.synchronize();
+  const std::string what = s.name + " kv " + name_of(kv_dtype) + " q/out " + name_of(q_dtype) +
+                           " head_dim " + std::to_string(s.head_dim);
+  expect_close(out.gpu, out.cpu, tolerance(q_dtype), what);
+
+  // Rows that see no key must be exactly zero on the GPU.
+  const std::vector<float> got = read(out.gpu);
+  const int64_t per_token = s.n_heads * s.head_dim;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int32_t t = q_indptr[static_cast<size_t>(r)]; t < q_indptr[static_cast<size_t>(r) + 1];
+         ++t) {
+      const int pos = q_pos[static_cast<size_t>(t)];
+      int hi = kv_lens[static_cast<size_t>(r)];
+      if (s.causal) hi = std::min(hi, pos + 1);
+      const int lo = s.window > 0 ? std::max(0, pos - s.window + 1) : 0;
+      if (hi > lo) continue;
+      for (int64_t i = 0; i < per_token; ++i)
+        ASSERT_EQ(got[static_cast<size_t>(t * per_token + i)], 0.0f) << what << " token " << t;
+    }
+  }
+}
+
+std::vector<Scenario> scenarios() {
+  std::vector<Scenario> v;
+  v.push_back({.name = "decode", .kv_lens = {1, 37, 300}, .n_q = {1, 1, 1}});
+  v.push_back({.name = "verify", .kv_lens = {40, 100, 33, 64}, .n_q = {1, 8, 32, 17}});
+  v.push_back({.name = "prefill", .kv_lens = {300}, .n_q = {300}});
+  v.push_back({.name = "prefill many heads",
+               .kv_lens = {150, 90},
+               .n_q = {150, 90},
+               .n_heads = 32,
+               .n_kv_heads = 4});
+  v.push_back({.name = "non-causal block", .kv_lens = {50, 19}, .n_q = {16, 16}, .causal = false});
+  v.push_back({.name = "window+softcap",
+               .kv_lens = {120, 70},
+               .n_q = {5, 70},
+               .window = 16,
+               .softcap = 30.0f});
+  v.push_back({.name = "mha odd pages",
+               .kv_lens = {23, 77},
+               .n_q = {3, 9},
+               .n_heads = 4,
+               .n_kv_heads = 4,
+               .page_size = 5});
+  v.push_back(
+      {.name = "mqa 20 heads", .kv_lens = {45}, .n_q = {4}, .n_heads = 20, .n_kv_heads = 1});
+  v.push_back({.name = "empty rows", .kv_lens = {0, 12, 0}, .n_q = {1, 2, 0}});
+  v.push_back({.name = "long decode", .kv_lens = {3000, 1500}, .n_q = {1, 2}});
+  return v;
+}
+
+TEST(CudaAttention, PagedAttentionMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 1;
+  for (const Scenario& base : scenarios()) {
+    for (DType dtype : kFloatDTypes) {
+      run_scenario(ctx, base, dtype, dtype, seed);
+      seed += 10;
+    }
+  }
+}
+
+TEST(CudaAttention, HeadDims) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 500;
+  for (int head_dim : {16, 32, 64, 96, 128, 256, 40}) {
+    for (DType dtype : kFloatDTypes) {
+      Scenario s{.name = "head dims", .kv_lens = {70, 33}, .n_q = {1, 11}};
+      s.head_dim = head_dim;
+      run_scenario(ctx, s, dtype, dtype, seed);
+      seed += 10;
+    }
+  }
+}
+
+// q / out in another dtype than the cache.
+TEST(CudaAttention, MixedDtypes) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  Scenario s{.name = "mixed", .kv_lens = {64, 9}, .n_q = {4, 9}};
+  run_scenario(ctx, s, DType::bf16, DType::f32, 900);
+  run_scenario(ctx, s, DType::f32, DType::bf16, 901);
+}
+
+TEST(CudaAttention, KvWriteMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int64_t n_pages = 9, page_size = 7, n_kv_heads = 3, head_dim = 24, n = 20;
+  std::vector<int32_t> slots(static_cast<size_t>(n_pages * page_size));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::mt19937 gen(3);
+  std::shuffle(slots.begin(), slots.end(), gen);
+  slots.resize(static_cast<size_t>(n));
+  const Pair s = vector_pair(slots, Shape{n});
+  uint32_t seed = 700;
+  for (DType page_dtype : kFloatDTypes) {
+    for (DType src_dtype : kFloatDTypes) {
+      const Shape page_shape{n_pages, page_size, n_kv_heads, head_dim};
+      const Pair k_pages = random_pair(page_dtype, page_shape, seed++);
+      const Pair v_pages = random_pair(page_dtype, page_shape, seed++);
+      // k and v are slices of a fused [n, (q + k + v) heads * D] buffer.
+      const int64_t width = (4 + 2 * n_kv_heads) * head_dim;
+      const Pair qkv = random_pair(src_dtype, Shape{n, width}, seed++);
+      auto heads = [&](const Tensor& t, int64_t first_head) {
+        return Tensor(static_cast<char*>(t.data()) + first_head * head_dim * t.element_size(),
+                      t.dtype(), Shape{n, n_kv_heads, head_dim}, Shape{width, head_dim, 1},
+                      t.device());
+      };
+      kv_write(ctx.cpu, heads(qkv.cpu, 4), heads(qkv.cpu, 4 + n_kv_heads), s.cpu, k_pages.cpu,
+               v_pages.cpu);
+      kv_write(ctx.gpu, heads(qkv.gpu, 4), heads(qkv.gpu, 4 + n_kv_heads), s.gpu, k_pages.gpu,
+               v_pages.gpu);
+      ctx.gpu.synchronize();
+      const std::string what = name_of(src_dtype) + " -> " + name_of(page_dtype);
+      expect_equal(k_pages.gpu, k_pages.cpu, "k " + what);
+      expect_equal(v_pages.gpu, v_pages.cpu, "v " + what);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dspark::test

@@ -1,0 +1,92 @@
+// linear (cuBLASLt) vs the CPU (OpenBLAS sgemm on the same inputs converted to f32).
+// Tolerances (relative RMS): f32 in/out 1e-5 (no TF32); 16-bit inputs with f32 output 1e-4 (exact
+// products, f32 sums in another order); bf16 output 1e-2, f16 output 2e-3 (one output rounding).
+#include "dspark/ops/matmul.h"
+
+#include "cuda/cuda_consistency.h"
+
+namespace dspark::test {
+namespace {
+
+struct Gemm {
+  int64_t m, n, k;
+};
+constexpr Gemm kShapes[] = {{1, 1, 1},      {1, 256, 512},  {7, 33, 65},
+                            {64, 128, 256}, {130, 257, 96}, {3, 1000, 1024}};
+
+struct Types {
+  DType in, out;
+};
+constexpr Types kTypes[] = {{DType::f32, DType::f32},
+                            {DType::bf16, DType::bf16},
+                            {DType::bf16, DType::f32},
+                            {DType::f16, DType::f16},
+                            {DType::f16, DType::f32}};
+
+double linear_tolerance(Types t) {
+  if (t.out != DType::f32) return tolerance(t.out);
+  return t.in == DType::f32 ? 1e-5 : 1e-4;
+}
+
+TEST(CudaMatmul, LinearMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 1000;
+  for (const Types t : kTypes) {
+    for (const Gemm g : kShapes) {
+      for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {  // none, input dtype, f32
+        const Pair x = random_pair(t.in, Shape{g.m, g.k}, seed++);
+        const Pair w = random_pair(t.in, Shape{g.n, g.k}, seed++, 0.05f);
+        const Pair bias = random_pair(bias_kind == 2 ? DType::f32 : t.in, Shape{g.n}, seed++);
+        const Pair y = zeros_pair(t.out, Shape{g.m, g.n});
+        const Tensor no_bias;
+        linear(ctx.cpu, x.cpu, w.cpu, bias_kind ? bias.cpu.view() : no_bias, y.cpu);
+        linear(ctx.gpu, x.gpu, w.gpu, bias_kind ? bias.gpu.view() : no_bias, y.gpu);
+        ctx.gpu.synchronize();
+        expect_close(y.gpu, y.cpu, linear_tolerance(t),
+                     name_of(t.in) + " -> " + name_of(t.out) + " M=" + std::to_string(g.m) +
+                         " N=" + std::to_string(g.n) + " K=" + std::to_string(g.k) + " bias " +
+                         std::to_string(bias_kind));
+      }
+    }
+  }
+}
+
+// x and y rows inside wider buffers (leading dimensions > K / N, unaligned offsets): only the
+// y view may change.
+TEST(CudaMatmul, LinearStridedRows) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 2000;
+  for (const Types t : kTypes) {
+    for (const Gemm g : {Gemm{5, 40, 64}, Gemm{33, 72, 200}}) {
+      const Pair xbuf = random_pair(t.in, Shape{g.m, g.k + 5}, seed++);
+      const Pair w = random_pair(t.in, Shape{g.n, g.k}, seed++, 0.05f);
+      const Pair ybuf = random_pair(t.out, Shape{g.m, g.n + 11}, seed++);
+      const Tensor no_bias;
+      linear(ctx.cpu, columns(xbuf.cpu, 3, g.k), w.cpu, no_bias, columns(ybuf.cpu, 2, g.n));
+      linear(ctx.gpu, columns(xbuf.gpu, 3, g.k), w.gpu, no_bias, columns(ybuf.gpu, 2, g.n));
+      ctx.gpu.synchronize();
+      expect_close(
+          ybuf.gpu, ybuf.cpu, linear_tolerance(t),
+          "strided " + name_of(t.in) + " -> " + name_of(t.out) + " M=" + std::to_string(g.m));
+    }
+  }
+}
+
+// Repeated calls with the same shape reuse the cached plan and must give identical results.
+TEST(CudaMatmul, CachedPlanIsDeterministic) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const Pair x = random_pair(DType::bf16, Shape{17, 512}, 1);
+  const Pair w = random_pair(DType::bf16, Shape{384, 512}, 2, 0.05f);
+  const Pair y1 = zeros_pair(DType::bf16, Shape{17, 384});
+  const Pair y2 = zeros_pair(DType::bf16, Shape{17, 384});
+  linear(ctx.gpu, x.gpu, w.gpu, Tensor(), y1.gpu);
+  linear(ctx.gpu, x.gpu, w.gpu, Tensor(), y2.gpu);
+  ctx.gpu.synchronize();
+  expect_equal(y2.gpu, y1.gpu, "second call");
+}
+
+}  // namespace
+}  // namespace dspark::test

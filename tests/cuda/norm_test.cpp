@@ -1,0 +1,127 @@
+// rms_norm / add_rms_norm: CUDA vs CPU over dtypes, odd sizes, strided rows, in-place output,
+// per-head [n, heads, D] views, and the (1 + w) variant.
+#include "dspark/ops/norm.h"
+
+#include "cuda/cuda_consistency.h"
+
+namespace dspark::test {
+namespace {
+
+struct Size {
+  int64_t n, d;
+};
+constexpr Size kSizes[] = {{1, 1}, {3, 17}, {5, 128}, {64, 64}, {4, 4096}, {2, 5000}};
+
+TEST(CudaNorm, RmsNormMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 100;
+  for (DType x_dtype : kFloatDTypes) {
+    for (DType out_dtype : {x_dtype, DType::f32}) {
+      for (DType w_dtype : {x_dtype, DType::f32}) {
+        for (const Size s : kSizes) {
+          for (bool unit_offset : {false, true}) {
+            const Pair x = random_pair(x_dtype, Shape{s.n, s.d}, seed++, 2.0f);
+            const Pair w = random_pair(w_dtype, Shape{s.d}, seed++, 0.5f);
+            const Pair out = zeros_pair(out_dtype, Shape{s.n, s.d});
+            const RmsNormParams params{1e-6f, unit_offset};
+            rms_norm(ctx.cpu, x.cpu, w.cpu, out.cpu, params);
+            rms_norm(ctx.gpu, x.gpu, w.gpu, out.gpu, params);
+            ctx.gpu.synchronize();
+            expect_close(out.gpu, out.cpu, tolerance(out_dtype),
+                         "x " + name_of(x_dtype) + " w " + name_of(w_dtype) + " out " +
+                             name_of(out_dtype) + " [" + std::to_string(s.n) + ", " +
+                             std::to_string(s.d) + "] unit_offset " + std::to_string(unit_offset));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rows inside a wider buffer (unaligned row starts: the scalar path), normalised in place.
+TEST(CudaNorm, RmsNormStridedInPlace) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  for (DType dtype : kFloatDTypes) {
+    for (int64_t d : {8, 128, 1000}) {
+      const int64_t n = 7;
+      const Pair buf = random_pair(dtype, Shape{n, d + 13}, 200);
+      const Pair w = random_pair(dtype, Shape{d}, 201);
+      const RmsNormParams params{1e-5f, false};
+      rms_norm(ctx.cpu, columns(buf.cpu, 5, d), w.cpu, columns(buf.cpu, 5, d), params);
+      rms_norm(ctx.gpu, columns(buf.gpu, 5, d), w.gpu, columns(buf.gpu, 5, d), params);
+      ctx.gpu.synchronize();
+      expect_close(buf.gpu, buf.cpu, tolerance(dtype), "in place " + name_of(dtype));
+    }
+  }
+}
+
+// Per-head norms of the q part of a fused [n, (heads + 2) * D] projection: [n, heads, D] views.
+TEST(CudaNorm, RmsNormPerHeadViews) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int64_t n = 6, heads = 4, d = 64;
+  for (DType dtype : kFloatDTypes) {
+    const Pair buf = random_pair(dtype, Shape{n, (heads + 2) * d}, 300);
+    const Pair w = random_pair(dtype, Shape{d}, 301);
+    const Pair out = zeros_pair(dtype, Shape{n, heads, d});
+    auto heads_view = [&](const Tensor& t) {
+      return Tensor(t.data(), t.dtype(), Shape{n, heads, d}, Shape{(heads + 2) * d, d, 1},
+                    t.device());
+    };
+    const RmsNormParams params{1e-6f, true};
+    rms_norm(ctx.cpu, heads_view(buf.cpu), w.cpu, out.cpu, params);
+    rms_norm(ctx.gpu, heads_view(buf.gpu), w.gpu, out.gpu, params);
+    ctx.gpu.synchronize();
+    expect_close(out.gpu, out.cpu, tolerance(dtype), "per head " + name_of(dtype));
+  }
+}
+
+TEST(CudaNorm, AddRmsNormMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 400;
+  for (DType act : kFloatDTypes) {
+    for (DType res_dtype : {act, DType::f32}) {
+      for (const Size s : kSizes) {
+        const Pair residual = random_pair(res_dtype, Shape{s.n, s.d}, seed++, 3.0f);
+        const Pair x = random_pair(act, Shape{s.n, s.d}, seed++);
+        const Pair w = random_pair(act, Shape{s.d}, seed++, 0.5f);
+        const Pair out = zeros_pair(act, Shape{s.n, s.d});
+        const RmsNormParams params{1e-6f, false};
+        add_rms_norm(ctx.cpu, residual.cpu, x.cpu, w.cpu, out.cpu, params);
+        add_rms_norm(ctx.gpu, residual.gpu, x.gpu, w.gpu, out.gpu, params);
+        ctx.gpu.synchronize();
+        const std::string what = "residual " + name_of(res_dtype) + " act " + name_of(act) + " [" +
+                                 std::to_string(s.n) + ", " + std::to_string(s.d) + "]";
+        // residual + x is exact in f32 and rounded once to the residual dtype on both backends.
+        expect_equal(residual.gpu, residual.cpu, what + " residual");
+        expect_close(out.gpu, out.cpu, tolerance(act), what + " out");
+      }
+    }
+  }
+}
+
+// out aliasing x (allowed) and rows inside wider buffers.
+TEST(CudaNorm, AddRmsNormStridedAliasingX) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int64_t n = 5, d = 96;
+  for (DType dtype : kFloatDTypes) {
+    const Pair residual = random_pair(dtype, Shape{n, d + 8}, 500);
+    const Pair x = random_pair(dtype, Shape{n, d + 3}, 501);
+    const Pair w = random_pair(DType::f32, Shape{d}, 502);
+    const RmsNormParams params{1e-6f, true};
+    add_rms_norm(ctx.cpu, columns(residual.cpu, 8, d), columns(x.cpu, 1, d), w.cpu,
+                 columns(x.cpu, 1, d), params);
+    add_rms_norm(ctx.gpu, columns(residual.gpu, 8, d), columns(x.gpu, 1, d), w.gpu,
+                 columns(x.gpu, 1, d), params);
+    ctx.gpu.synchronize();
+    expect_equal(residual.gpu, residual.cpu, "strided residual " + name_of(dtype));
+    expect_close(x.gpu, x.cpu, tolerance(dtype), "strided out " + name_of(dtype));
+  }
+}
+
+}  // namespace
+}  // namespace dspark::test
