@@ -183,7 +183,8 @@ std::shared_ptr<Tokenizer::Impl> build(std::string_view text, std::string_view o
   auto impl = std::make_shared<Tokenizer::Impl>();
   impl->origin = std::string(origin);
   try {
-    const Json json = Json::parse(text);
+    tokenizer_detail::TokenizerJson parsed = tokenizer_detail::parse_tokenizer_json(text);
+    const Json& json = parsed.document;
     DSPARK_CHECK_KIND(io, json.is_object(), "the top level is not a JSON object");
     const Json null;
     auto section = [&](const char* name) -> const Json& {
@@ -193,15 +194,13 @@ std::shared_ptr<Tokenizer::Impl> build(std::string_view text, std::string_view o
     impl->normalizer = tokenizer_detail::make_normalizer(section("normalizer"));
     impl->pre_tokenizer = tokenizer_detail::make_pre_tokenizer(section("pre_tokenizer"));
     impl->model = std::make_unique<tokenizer_detail::BpeModel>(
-        tokenizer_detail::field(json, "model", "tokenizer.json"));
+        tokenizer_detail::field(json, "model", "tokenizer.json"), parsed);
     impl->decoder = tokenizer_detail::make_decoder_chain(section("decoder"));
     tokenizer_detail::parse_post_processor(section("post_processor"), impl->templates);
     int32_t max_id = impl->model->max_id();
     const Json& added = section("added_tokens");
     DSPARK_CHECK_KIND(io, added.is_null() || added.is_array(), "added_tokens is not an array");
     load_added_tokens(*impl, added.is_null() ? Json::array() : added, max_id);
-  } catch (const Json::parse_error& e) {
-    DSPARK_FAIL(io, "{}: invalid JSON: {}", origin, e.what());
   } catch (const Json::exception& e) {
     DSPARK_FAIL(io, "{}: unexpected tokenizer.json content: {}", origin, e.what());
   } catch (const Error& e) {

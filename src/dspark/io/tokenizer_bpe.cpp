@@ -1,6 +1,7 @@
 // The BPE model of tokenizer.json: merges applied by rank (lowest first, leftmost on ties) with a
 // linked list of symbols and a min-heap of candidate pairs, byte fallback, and a word cache.
 #include <algorithm>
+#include <bit>
 #include <functional>
 
 #include "dspark/core/error.h"
@@ -59,28 +60,18 @@ struct BpeModel::Cache {
 
 namespace {
 
-std::pair<std::string, std::string> parse_merge(const Json& merge) {
-  if (merge.is_string()) {
-    const std::string& line = merge.get_ref<const std::string&>();
-    const size_t space = line.find(' ');
-    DSPARK_CHECK_KIND(io,
-                      space != std::string::npos && line.find(' ', space + 1) == std::string::npos,
-                      "merge '{}' is not two tokens separated by one space", line);
-    return {line.substr(0, space), line.substr(space + 1)};
-  }
-  DSPARK_CHECK_KIND(io, merge.is_array() && merge.size() == 2,
-                    "a merge must be \"a b\" or [\"a\", \"b\"], got {}", merge.dump());
-  return {merge[0].get<std::string>(), merge[1].get<std::string>()};
-}
-
 std::string optional_string(const Json& json, const char* name) {
   if (!json.contains(name) || json.at(name).is_null()) return {};
   return json.at(name).get<std::string>();
 }
 
+uint64_t hash_of(std::string_view s) {
+  return std::hash<std::string_view>{}(s);
+}
+
 }  // namespace
 
-BpeModel::BpeModel(const Json& model) : cache_(std::make_unique<Cache>()) {
+BpeModel::BpeModel(const Json& model, TokenizerJson& data) : cache_(std::make_unique<Cache>()) {
   const std::string type = model.contains("type") ? model.at("type").get<std::string>() : "BPE";
   DSPARK_CHECK_KIND(unsupported, type == "BPE", "model type '{}' is not supported (only BPE)",
                     type);
@@ -88,23 +79,37 @@ BpeModel::BpeModel(const Json& model) : cache_(std::make_unique<Cache>()) {
     DSPARK_CHECK_KIND(unsupported, model.at("dropout").get<double>() == 0.0,
                       "BPE dropout is not supported");
   }
-  const Json& vocab = field(model, "vocab", "model");
-  DSPARK_CHECK_KIND(io, vocab.is_object(), "model.vocab must be an object");
-  vocab_.reserve(vocab.size());
+  DSPARK_CHECK_KIND(io, data.has_vocab, "model has no \"vocab\" object");
+  DSPARK_CHECK_KIND(io, data.has_merges, "model has no \"merges\" array");
+
+  // Vocabulary (a repeated token: the last one wins, as in a JSON object).
+  size_t capacity = 16;
+  while (capacity < data.vocab.size() * 2) capacity *= 2;
+  index_.assign(capacity, 0);
+  index_mask_ = capacity - 1;
+  tokens_.reserve(data.vocab.size());
+  token_ids_.reserve(data.vocab.size());
   int32_t max_id = -1;
-  for (const auto& [token, id_json] : vocab.items()) {
-    const int64_t id = id_json.get<int64_t>();
-    DSPARK_CHECK_KIND(io, id >= 0 && id < (int64_t{1} << 30), "token '{}' has invalid id {}", token,
-                      id);
-    vocab_.emplace(token, static_cast<int32_t>(id));
-    max_id = std::max(max_id, static_cast<int32_t>(id));
+  for (auto& [token, id] : data.vocab) {
+    const uint64_t h = hash_of(token);
+    size_t i = h & index_mask_;
+    for (; index_[i] != 0; i = (i + 1) & index_mask_) {
+      const auto k = static_cast<size_t>((index_[i] & 0xFFFFFFFFu) - 1);
+      if ((index_[i] >> 32) == (h >> 32) && tokens_[k] == token) break;
+    }
+    if (index_[i] != 0) {
+      token_ids_[static_cast<size_t>((index_[i] & 0xFFFFFFFFu) - 1)] = id;
+    } else {
+      index_[i] = ((h >> 32) << 32) | (tokens_.size() + 1);
+      tokens_.push_back(std::move(token));
+      token_ids_.push_back(id);
+    }
+    max_id = std::max(max_id, id);
   }
-  id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  id_used_.assign(static_cast<size_t>(max_id + 1), 0);
-  for (const auto& [token, id] : vocab_) {
-    id_to_token_[static_cast<size_t>(id)] = token;
-    id_used_[static_cast<size_t>(id)] = 1;
-  }
+  data.vocab.clear();
+  id_to_token_.assign(static_cast<size_t>(max_id + 1), -1);
+  for (size_t k = 0; k < tokens_.size(); ++k)
+    id_to_token_[static_cast<size_t>(token_ids_[k])] = static_cast<int32_t>(k);
 
   const std::string unk = optional_string(model, "unk_token");
   if (!unk.empty()) {
@@ -118,12 +123,10 @@ BpeModel::BpeModel(const Json& model) : cache_(std::make_unique<Cache>()) {
   end_of_word_suffix_ = optional_string(model, "end_of_word_suffix");
   for (int b = 0; b < 256; ++b) byte_ids_[b] = token_to_id(fmt::format("<0x{:02X}>", b));
 
-  const Json& merges = field(model, "merges", "model");
-  DSPARK_CHECK_KIND(io, merges.is_array(), "model.merges must be an array");
-  merges_ = std::make_unique<PairMap>(merges.size());
+  merges_ = std::make_unique<PairMap>(data.merges.size());
   std::string merged;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto [a, b] = parse_merge(merges[rank]);
+  for (size_t rank = 0; rank < data.merges.size(); ++rank) {
+    const auto& [a, b] = data.merges[rank];
     const int32_t a_id = token_to_id(a), b_id = token_to_id(b);
     DSPARK_CHECK_KIND(io, a_id >= 0, "merge {} ('{} {}'): '{}' is not in the vocabulary", rank, a,
                       b, a);
@@ -136,21 +139,26 @@ BpeModel::BpeModel(const Json& model) : cache_(std::make_unique<Cache>()) {
     DSPARK_CHECK_KIND(io, merged_id >= 0, "merge {}: '{}' is not in the vocabulary", rank, merged);
     merges_->insert(PairMap::key_of(a_id, b_id), static_cast<uint32_t>(rank), merged_id);
   }
+  data.merges.clear();
 }
 
 BpeModel::BpeModel(BpeModel&&) noexcept = default;
 BpeModel::~BpeModel() = default;
 
 int32_t BpeModel::token_to_id(std::string_view token) const {
-  const auto it = vocab_.find(token);
-  return it == vocab_.end() ? -1 : it->second;
+  const uint64_t h = hash_of(token);
+  for (size_t i = h & index_mask_; index_[i] != 0; i = (i + 1) & index_mask_) {
+    if ((index_[i] >> 32) != (h >> 32)) continue;
+    const auto k = static_cast<size_t>((index_[i] & 0xFFFFFFFFu) - 1);
+    if (tokens_[k] == token) return token_ids_[k];
+  }
+  return -1;
 }
 
 const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() ||
-      !id_used_[static_cast<size_t>(id)])
-    return nullptr;
-  return &id_to_token_[static_cast<size_t>(id)];
+  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) return nullptr;
+  const int32_t k = id_to_token_[static_cast<size_t>(id)];
+  return k < 0 ? nullptr : &tokens_[static_cast<size_t>(k)];
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {

@@ -72,10 +72,23 @@ class PreTokenizer {
 };
 std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& json);
 
+// ---- tokenizer.json ----------------------------------------------------------------------------
+// A parsed tokenizer.json: model.vocab and model.merges are taken out of the document.
+struct TokenizerJson {
+  Json document;
+  bool has_vocab = false;
+  std::vector<std::pair<std::string, int32_t>> vocab;
+  bool has_merges = false;
+  std::vector<std::pair<std::string, std::string>> merges;
+};
+// Throws ErrorKind::io for invalid JSON or a malformed vocab/merges.
+TokenizerJson parse_tokenizer_json(std::string_view text);
+
 // ---- the BPE model -----------------------------------------------------------------------------
 class BpeModel {
  public:
-  explicit BpeModel(const Json& model);
+  // `model`: the "model" section (without vocab/merges, which come from `data` and are consumed).
+  BpeModel(const Json& model, TokenizerJson& data);
   BpeModel(BpeModel&&) noexcept;
   ~BpeModel();
 
@@ -84,15 +97,18 @@ class BpeModel {
   int32_t token_to_id(std::string_view token) const;  // -1 if absent
   const std::string* id_to_token(int32_t id) const;   // nullptr if absent
   int32_t max_id() const { return static_cast<int32_t>(id_to_token_.size()) - 1; }
-  int32_t size() const { return static_cast<int32_t>(vocab_.size()); }  // number of tokens
+  int32_t size() const { return static_cast<int32_t>(tokens_.size()); }  // number of tokens
 
  private:
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
   struct PairMap;
   struct Cache;
-  StringMap<int32_t> vocab_;
-  std::vector<std::string> id_to_token_;  // "" where an id is unused
-  std::vector<uint8_t> id_used_;
+  // Vocabulary: tokens_[k] has id token_ids_[k]; an open-addressing index over k; id -> k.
+  std::vector<std::string> tokens_;
+  std::vector<int32_t> token_ids_;
+  std::vector<uint64_t> index_;  // (hash >> 32) << 32 | (k + 1), 0 = empty
+  uint64_t index_mask_ = 0;
+  std::vector<int32_t> id_to_token_;  // -1 where an id is unused
   std::unique_ptr<PairMap> merges_;
   std::unique_ptr<Cache> cache_;
   int32_t unk_id_ = -1;
