@@ -355,7 +355,26 @@ def single_chars():
     return s
 
 
-def generate_strings(name, rng, added, count):
+def vocab_text(rng, pieces):
+    """Decoded vocabulary entries glued together: real subwords of many languages."""
+    return "".join(rng.choice(pieces) + rng.choice(["", "", "", " "]) for _ in range(rng.randint(1, 8)))
+
+
+def unreachable_tokens(tok_json):
+    """Texts of vocabulary tokens that BPE merges cannot build (only ignore_merges yields them)."""
+    model = tok_json["model"]
+    if not model.get("ignore_merges"):
+        return []
+    with_merges = Tokenizer.from_str(json.dumps(dict(tok_json, model=dict(model, ignore_merges=False))))
+    ignoring = Tokenizer.from_str(json.dumps(tok_json))
+    vocab = model["vocab"]
+    texts = [ignoring.decode([vocab[t]]) for t in sorted(vocab, key=lambda t: vocab[t])]
+    a = ignoring.encode_batch(texts, add_special_tokens=False)
+    b = with_merges.encode_batch(texts, add_special_tokens=False)
+    return [t for t, x, y in zip(texts, a, b) if x.ids != y.ids]
+
+
+def generate_strings(name, rng, added, count, pieces, unreachable):
     strings = ["", " ", "  ", "\n", "\n\n\n", "  \n", "hello", "Hello world", " Hello", "Hello ",
                "hello\n\nworld", "a\tb", "trailing spaces   ", "   leading", "\r\n\r\n",
                "The quick brown fox jumps over the lazy dog.", "I'm here, you're there; it's 10:30.",
@@ -370,7 +389,9 @@ def generate_strings(name, rng, added, count):
                ["\t" * n for n in range(1, 12)] + [" \n" * n for n in range(1, 6)]
     strings += ["9" * n for n in range(1, 25)] + ["1" + "0" * n for n in range(1, 25)]
     strings += sorted(added)[:200]
-    gens = [(prose, 18), (code, 12), (whitespace, 10), (number, 8), (unicode_text, 14), (emoji, 6),
+    for t in rng.sample(unreachable, min(len(unreachable), 120)):
+        strings.append(rng.choice(["{}", "x{} y", "{}{}", "{}.", "Hello{} world", "{} 123"]).format(t, t))
+    gens = [(vocab_text, 8), (prose, 18), (code, 12), (whitespace, 10), (number, 8), (unicode_text, 14), (emoji, 6),
             (random_utf8, 10), ("specials", 14), ("mix", 8)]
     total = sum(w for _, w in gens)
     while len(strings) < count - 8:
@@ -385,6 +406,8 @@ def generate_strings(name, rng, added, count):
             k = rng.randint(2, 5)
             strings.append("".join(rng.choice([prose, code, whitespace, number, unicode_text, emoji,
                                                random_utf8])(rng) for _ in range(k)))
+        elif gen == vocab_text:
+            strings.append(vocab_text(rng, pieces))
         else:
             strings.append(gen(rng))
     while len(strings) < count:
@@ -424,15 +447,19 @@ def run(name, count, n_decode):
     variant = VARIANTS.get(name)
     base = variant["base"] if variant else name
     raw = lzma.open(DATA / base / "tokenizer.json.xz").read().decode("utf-8")
+    tok_json = json.loads(raw)
     if variant:
         patch = variant["patch"]
-        raw = json.dumps(apply_patch(json.loads(raw), patch), ensure_ascii=False)
+        tok_json = apply_patch(tok_json, patch)
+        raw = json.dumps(tok_json, ensure_ascii=False)
     tok = Tokenizer.from_str(raw)
     seed = zlib.crc32(name.encode()) ^ 0x5EED
     rng = random.Random(seed)
     added_decoder = tok.get_added_tokens_decoder()
     added = sorted(t.content for t in added_decoder.values())
-    texts = generate_strings(base, rng, added, count)
+    vocab_ids = sorted(tok_json["model"]["vocab"].values())
+    pieces = [tok.decode([i]) for i in rng.sample(vocab_ids, 5000)]
+    texts = generate_strings(base, rng, added, count, pieces, unreachable_tokens(tok_json))
     cases = []
     for text in texts:
         ids = tok.encode(text, add_special_tokens=False).ids
