@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "dspark/backend/cuda/check.h"
 
 namespace dspark::cuda {
@@ -74,6 +77,27 @@ void memset_sync(void* dst, int value, size_t bytes) {
   DSPARK_CUDA_CHECK(cudaMemset(dst, value, bytes));
 }
 void device_synchronize() { DSPARK_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+double measure_copy_bandwidth(int device, size_t bytes) {
+  set_device(device);
+  Stream stream(device);
+  void* a = malloc_device(bytes);
+  void* b = malloc_device(bytes);
+  DSPARK_CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, static_cast<cudaStream_t>(stream.handle())));
+  Event start, stop;
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    start.record(stream);
+    stream.memcpy_async(i % 2 ? a : b, i % 2 ? b : a, bytes);
+    stop.record(stream);
+    stop.synchronize();
+    if (i >= 2) ms.push_back(stop.elapsed_ms_since(start));  // first copies warm up
+  }
+  free_device(a);
+  free_device(b);
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3);
+}
 
 Stream::Stream(int device) : device_(device) {
   DSPARK_CUDA_CHECK(cudaSetDevice(device));

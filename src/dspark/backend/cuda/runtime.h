@@ -32,6 +32,9 @@ void free_host_pinned(void* ptr) noexcept;
 void memcpy_sync(void* dst, const void* src, size_t bytes);  // any direction (unified addressing)
 void memset_sync(void* dst, int value, size_t bytes);
 void device_synchronize();
+// Device-to-device copy bandwidth in bytes/s counting bytes read + written (median of several
+// copies of `bytes`), the roofline reference of the benchmarks.
+double measure_copy_bandwidth(int device, size_t bytes = size_t{1} << 30);
 
 // A blocking stream (it synchronises with the legacy default stream): the synchronous helpers of
 // core/buffer.h (copy_of, to_vector, copy_tensor) therefore see all work enqueued before them.

@@ -25,6 +25,7 @@ void free_host_pinned(void*) noexcept {}
 void memcpy_sync(void*, const void*, size_t) { no_cuda(); }
 void memset_sync(void*, int, size_t) { no_cuda(); }
 void device_synchronize() { no_cuda(); }
+double measure_copy_bandwidth(int, size_t) { no_cuda(); }
 
 Stream::Stream(int) { no_cuda(); }
 Stream::~Stream() = default;
