@@ -1,6 +1,7 @@
 // Where memory lives and kernels run.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dspark {
