@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <thread>
 
 #include "common/test_util.h"
 #include "dspark/core/error.h"
@@ -173,6 +174,28 @@ TEST(TokenizerTiny, ByteLevelEncodeAndStream) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::invalid_input);
   }
+}
+
+// Concurrent encode/decode on one tokenizer (the word cache is shared) agrees with serial results.
+TEST(TokenizerTiny, ConcurrentUse) {
+  const Tokenizer tok = Tokenizer::from_json(byte_level_tokenizer().dump(), "tiny");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i)
+    texts.push_back(fmt::format("a a {} \u4f60 a<|end|>{}", i, i * 7919));
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& t : texts) want.push_back(tok.encode(t));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int rep = 0; rep < 200; ++rep) {
+        const size_t i = static_cast<size_t>((rep * 7 + w * 13) % 64);
+        if (tok.encode(texts[i]) != want[i] || tok.decode(want[i]) != texts[i]) ++mismatches[w];
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 // SentencePiece style: byte fallback runs are held until a non-byte token or flush().
