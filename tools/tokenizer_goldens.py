@@ -108,6 +108,27 @@ VARIANTS = {
 }
 
 
+def train_bpe_affixes():
+    """A small BPE trained here with continuing_subword_prefix "##" and end_of_word_suffix "</w>"
+    (no published file among ours uses them). Training is not bit-reproducible, so the result is
+    committed and only retrained with --retrain."""
+    from tokenizers import models, pre_tokenizers, trainers
+    rng = random.Random(1)
+    corpus = [" ".join(rand_word(rng) for _ in range(12)) for _ in range(3000)]
+    corpus += ["héllo wörld 123 ünïcödé ñ 你好 😀 " + number(rng) for _ in range(50)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>", continuing_subword_prefix="##",
+                               end_of_word_suffix="</w>", fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<unk>", "<s>", "</s>"],
+                                  continuing_subword_prefix="##", end_of_word_suffix="</w>",
+                                  show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    return tok.to_str()
+
+
+TRAINED = {"bpe_affixes": train_bpe_affixes}
+
+
 def apply_patch(base, patch):
     """The same transformation as apply_patch() in tests/unit/tokenizer_parity_test.cpp."""
     out = dict(base)
@@ -130,6 +151,7 @@ CHAT = {
     "deepseek_v3": ("<｜{Role}｜>{text}", ["<｜begin▁of▁sentence｜>{text}<｜end▁of▁sentence｜>",
                                            "<think>\n{text}\n</think>"]),
     "llama2": ("[INST] {text} [/INST]", ["<s>{text}</s>", "<<SYS>>\n{text}\n<</SYS>>\n\n"]),
+    "bpe_affixes": ("<s>{role}: {text}</s>", ["<s>{text}"]),
     "gemma3": ("<start_of_turn>{role}\n{text}<end_of_turn>\n", ["<bos>{text}<eos>"]),
 }
 
@@ -443,9 +465,14 @@ def decode_cases(rng, tok, texts, n):
     return cases
 
 
-def run(name, count, n_decode):
+def run(name, count, n_decode, retrain=False):
     variant = VARIANTS.get(name)
     base = variant["base"] if variant else name
+    if name in TRAINED and (retrain or not (DATA / name / "tokenizer.json.xz").exists()):
+        (DATA / name).mkdir(exist_ok=True)
+        with lzma.open(DATA / name / "tokenizer.json.xz", "wt", encoding="utf-8",
+                       preset=9 | lzma.PRESET_EXTREME) as f:
+            f.write(TRAINED[name]())
     raw = lzma.open(DATA / base / "tokenizer.json.xz").read().decode("utf-8")
     tok_json = json.loads(raw)
     if variant:
@@ -458,7 +485,7 @@ def run(name, count, n_decode):
     added_decoder = tok.get_added_tokens_decoder()
     added = sorted(t.content for t in added_decoder.values())
     vocab_ids = sorted(tok_json["model"]["vocab"].values())
-    pieces = [tok.decode([i]) for i in rng.sample(vocab_ids, 5000)]
+    pieces = [tok.decode([i]) for i in rng.sample(vocab_ids, min(5000, len(vocab_ids)))]
     texts = generate_strings(base, rng, added, count, pieces, unreachable_tokens(tok_json))
     cases = []
     for text in texts:
@@ -490,10 +517,11 @@ def main():
     ap.add_argument("--count", type=int, default=2400, help="text cases per tokenizer")
     ap.add_argument("--decode-count", type=int, default=400, help="decode-only cases")
     ap.add_argument("--variant-count", type=int, default=700, help="text cases per variant")
+    ap.add_argument("--retrain", action="store_true", help="retrain the TRAINED tokenizers")
     args = ap.parse_args()
-    for name in args.only or NAMES + list(VARIANTS):
-        if name in VARIANTS:
-            run(name, args.variant_count, args.decode_count // 4)
+    for name in args.only or NAMES + list(VARIANTS) + list(TRAINED):
+        if name in VARIANTS or name in TRAINED:
+            run(name, args.variant_count, args.decode_count // 4, args.retrain)
         else:
             run(name, args.count, args.decode_count)
 

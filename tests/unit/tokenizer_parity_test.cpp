@@ -195,7 +195,7 @@ TEST_P(TokenizerParity, MatchesHuggingFace) {
 INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerParity,
                          ::testing::Values("qwen3", "llama3", "llama3_1", "deepseek_v3", "llama2",
                                            "gemma3", "llama2_metaspace", "qwen3_variants",
-                                           "llama2_plain", "llama2_fused"),
+                                           "llama2_plain", "llama2_fused", "bpe_affixes"),
                          [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
