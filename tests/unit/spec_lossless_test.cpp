@@ -1,116 +1,15 @@
-// Losslessness: greedy speculative decoding emits exactly the plain greedy tokens, for every tiny
-// golden target x every draft source x gamma in {1, 2, 4, 8} x 8 prompts, all prompts decoded as
-// one batch (rows with different accepted lengths) and compared with single-row plain decoding.
+// Greedy losslessness on the CPU (f32) for every tiny golden target (see common/lossless.h).
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <functional>
-#include <memory>
-#include <random>
-
-#include "dspark/engine/generate.h"
-#include "dspark/engine/speculative.h"
-#include "dspark/io/safetensors.h"
-#include "dspark/model/model.h"
-#include "dspark/spec/draft_model_source.h"
-#include "dspark/spec/ngram_source.h"
-#include "test_util.h"
+#include "common/lossless.h"
 
 namespace dspark {
 namespace {
 
-constexpr int kNewTokens = 24;
-
-std::filesystem::path model_dir(const std::string& name) {
-  return test::data_dir() / "models" / name;
-}
-
-std::vector<std::vector<int32_t>> test_prompts(const std::string& model, int vocab) {
-  std::vector<std::vector<int32_t>> prompts;
-  const SafeTensors goldens = SafeTensors::open(model_dir(model) / "goldens.safetensors");
-  for (int i = 0; goldens.contains("p" + std::to_string(i) + ".tokens"); ++i)
-    prompts.push_back(to_vector<int32_t>(goldens.get("p" + std::to_string(i) + ".tokens")));
-  // Repetitive prompts (prompt lookup finds matches) and random ones, up to 8 in all.
-  std::mt19937 gen(11);
-  std::uniform_int_distribution<int> tok(3, vocab - 1);
-  std::vector<int32_t> pattern = {tok(gen), tok(gen), tok(gen), tok(gen)};
-  std::vector<int32_t> rep;
-  for (int i = 0; i < 5; ++i) rep.insert(rep.end(), pattern.begin(), pattern.end());
-  prompts.push_back(rep);
-  while (prompts.size() < 8) {
-    std::vector<int32_t> p(static_cast<size_t>(5 + 7 * prompts.size()));
-    for (auto& t : p) t = tok(gen);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
-GenerateOptions greedy_options() {
-  GenerateOptions o;
-  o.max_tokens = kNewTokens;
-  o.eos_token_ids = {};  // run the full length: more tokens compared
-  return o;
-}
-
-struct SourceCase {
-  std::string name;
-  std::function<std::unique_ptr<DraftSource>()> make;
-  bool expect_acceptance;  // drafts from the target itself must be accepted
-};
-
 class SpecLossless : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpecLossless, GreedySpeculativeEqualsPlainGreedy) {
-  const std::string name = GetParam();
-  if (!std::filesystem::exists(model_dir(name) / "config.json"))
-    GTEST_SKIP() << "fixture " << name << " missing";
-  Context ctx(Device::cpu());
-  auto target = load_model(model_dir(name), Device::cpu(), DType::f32);
-  const auto prompts = test_prompts(name, target->config().vocab_size);
-
-  std::vector<std::vector<int32_t>> plain;
-  for (const auto& p : prompts) plain.push_back(generate(*target, ctx, p, greedy_options()).tokens);
-
-  const std::string other = name == "qwen2" ? "llama3" : "qwen2";
-  std::vector<SourceCase> sources = {
-      {"ngram", [] { return std::make_unique<NgramSource>(NgramConfig{1, 3}); }, false},
-      {"draft-model:" + other,
-       [&] {
-         return std::make_unique<DraftModelSource>(
-             load_model(model_dir(other), Device::cpu(), DType::f32), 4096);
-       },
-       false},
-      {"draft-model:self",
-       [&] {
-         return std::make_unique<DraftModelSource>(
-             load_model(model_dir(name), Device::cpu(), DType::f32), 4096);
-       },
-       true},
-  };
-  for (const auto& sc : sources) {
-    for (int gamma : {1, 2, 4, 8}) {
-      auto source = sc.make();
-      std::vector<RequestInput> reqs;
-      for (const auto& p : prompts) reqs.push_back(RequestInput{p, greedy_options(), nullptr, {}});
-      SpecConfig cfg;
-      cfg.gamma = gamma;
-      cfg.prefill_chunk = 40;  // several prefill chunks across rows
-      const auto out = generate_speculative(*target, ctx, source.get(), std::move(reqs), cfg);
-      SpecTelemetry total;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(out[i].result.tokens, plain[i])
-            << name << " source " << sc.name << " gamma " << gamma << " prompt " << i;
-        total.merge(out[i].spec);
-      }
-      if (sc.expect_acceptance) {
-        EXPECT_GT(total.acceptance(), 0.9) << sc.name << " gamma " << gamma;
-      }
-      std::printf("[ lossless ] %-10s %-20s gamma=%d rounds=%lld drafted=%lld accepted=%lld tau=%.2f\n",
-                  name.c_str(), sc.name.c_str(), gamma, static_cast<long long>(total.rounds),
-                  static_cast<long long>(total.drafted), static_cast<long long>(total.accepted),
-                  total.tau());
-    }
-  }
+  test::check_greedy_lossless(GetParam(), Device::cpu());
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, SpecLossless,
