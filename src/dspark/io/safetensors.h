@@ -19,7 +19,8 @@ class SafeTensors {
  public:
   // `path`: a checkpoint directory (index.json shards, else model.safetensors, else the only
   // *.safetensors file) or one .safetensors file. Throws ErrorKind::io with the file name and the
-  // problem (missing, truncated, bad header, offsets out of range, unsupported dtype).
+  // problem (missing, truncated, bad header, offsets out of range); ErrorKind::unsupported naming
+  // the tensor for a dtype outside F32/BF16/F16/I32/I64/I8/U8/BOOL (BOOL loads as u8).
   static SafeTensors open(const std::filesystem::path& path);
 
   SafeTensors(SafeTensors&&) noexcept;

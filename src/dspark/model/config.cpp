@@ -1,0 +1,358 @@
+// Hugging Face config.json -> ModelConfig. A key absent from config.json takes the value that the
+// transformers config class of the architecture gives it (e.g. Qwen3 head_dim 128, Mistral
+// sliding_window 4096), so that dspark and transformers build the same model from the same file.
+#include "dspark/model/config.h"
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "dspark/core/error.h"
+#include "dspark/io/json_util.h"
+
+namespace dspark {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+enum class WindowRule {
+  none,     // Llama: full attention everywhere
+  mistral,  // every layer when `sliding_window` is set
+  qwen,     // `layer_types`, else layers >= max_window_layers when use_sliding_window
+};
+
+struct ArchInfo {
+  std::string_view architecture;
+  std::string_view model_type;
+  int default_num_kv_heads;  // -1: num_heads
+  int default_head_dim;      // -1: hidden_size / num_heads
+  int default_max_position_embeddings;
+  int default_bos_token_id;  // -1: none
+  int default_eos_token_id;  // -1: none
+  bool qkv_bias_always;      // Qwen2: q/k/v biases whatever attention_bias says
+  bool qk_norm;
+  WindowRule window_rule;
+};
+
+// Defaults as in transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig.
+constexpr std::array<ArchInfo, 4> kArchitectures = {{
+    {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none},
+    {"MistralForCausalLM", "mistral", 8, -1, 131072, 1, 2, false, false, WindowRule::mistral},
+    {"Qwen2ForCausalLM", "qwen2", 32, -1, 32768, -1, -1, true, false, WindowRule::qwen},
+    {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, -1, -1, false, true, WindowRule::qwen},
+}};
+constexpr int kDefaultSlidingWindow = 4096;  // Mistral/Qwen2/Qwen3 config default
+constexpr int kDefaultMaxWindowLayers = 28;  // Qwen2/Qwen3 config default
+
+const ArchInfo& find_architecture(const std::string& name, std::string_view source) {
+  for (const ArchInfo& a : kArchitectures)
+    if (a.architecture == name) return a;
+  std::string supported;
+  for (const ArchInfo& a : kArchitectures) {
+    if (!supported.empty()) supported += ", ";
+    supported += a.architecture;
+  }
+  DSPARK_FAIL(unsupported, "{}: unknown architecture '{}' (supported: {})", source, name,
+              supported);
+}
+
+int positive_int(const json& j, std::string_view key, std::string_view source,
+                 std::optional<int64_t> fallback = std::nullopt) {
+  std::optional<int64_t> v = json_optional_int(j, key, source);
+  if (!v) v = fallback;
+  DSPARK_CHECK_KIND(io, v.has_value(), "{}: missing required key '{}'", source, key);
+  DSPARK_CHECK_KIND(io, *v > 0 && *v <= (int64_t{1} << 30), "{}: key '{}' must be positive, got {}",
+                    source, key, *v);
+  return static_cast<int>(*v);
+}
+
+// A token id (int or null); `fallback` when absent.
+int token_id(const json& j, std::string_view key, std::string_view source, int fallback) {
+  if (!j.contains(key)) return fallback;
+  const std::optional<int64_t> v = json_optional_int(j, key, source);
+  return v ? static_cast<int>(*v) : -1;
+}
+
+// `eos_token_id`: an int, a list of ints, or null.
+std::vector<int> token_id_list(const json& j, std::string_view key, std::string_view source,
+                               int fallback) {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback >= 0 ? std::vector<int>{fallback} : std::vector<int>{};
+  if (it->is_null()) return {};
+  if (!it->is_array()) return {static_cast<int>(*json_optional_int(j, key, source))};
+  std::vector<int> ids;
+  for (const json& v : *it) {
+    DSPARK_CHECK_KIND(io, v.is_number_integer(),
+                      "{}: key '{}' must be an int or a list of ints, "
+                      "got {}",
+                      source, key, json_brief(*it));
+    ids.push_back(v.get<int>());
+  }
+  return ids;
+}
+
+DType parse_torch_dtype(const json& j, std::string_view source) {
+  // transformers >= 4.56 writes `dtype`; older versions `torch_dtype`. `dtype` wins when both are.
+  std::string_view key = "dtype";
+  std::optional<std::string> name = json_optional_string(j, key, source);
+  if (!name) {
+    key = "torch_dtype";
+    name = json_optional_string(j, key, source);
+  }
+  if (!name) return DType::bf16;
+  std::string_view n = *name;
+  if (n.starts_with("torch.")) n.remove_prefix(6);
+  if (n == "float32") return DType::f32;
+  if (n == "bfloat16") return DType::bf16;
+  if (n == "float16") return DType::f16;
+  DSPARK_FAIL(unsupported, "{}: {} '{}' is not supported (float32, bfloat16, float16)", source, key,
+              *name);
+}
+
+// The rope block: `rope_scaling` (older transformers) or `rope_parameters` (newer; rope_theta and
+// partial_rotary_factor nested inside). As in transformers, a non-empty rope_scaling wins.
+const json* rope_block(const json& j, std::string_view source) {
+  for (std::string_view key : {"rope_scaling", "rope_parameters"}) {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null() || (it->is_object() && it->empty())) continue;
+    DSPARK_CHECK_KIND(io, it->is_object(), "{}: key '{}' must be an object, got {}", source, key,
+                      json_brief(*it));
+    // Per-layer-type nesting ({"full_attention": {...}, "sliding_attention": {...}}).
+    const json* block = &*it;
+    const json* first_nested = nullptr;
+    for (const auto& [k, v] : it->items()) {
+      if (k != "full_attention" && k != "sliding_attention") continue;
+      DSPARK_CHECK_KIND(unsupported, first_nested == nullptr || *first_nested == v,
+                        "{}: different rope parameters per layer type are not supported", source);
+      first_nested = &v;
+    }
+    if (first_nested != nullptr) {
+      DSPARK_CHECK_KIND(io, first_nested->is_object(), "{}: nested '{}' must be objects", source,
+                        key);
+      block = first_nested;
+    }
+    return block;
+  }
+  return nullptr;
+}
+
+void parse_rope(const json& j, std::string_view source, ModelConfig& c) {
+  const json* rope = rope_block(j, source);
+  const json empty = json::object();
+  const json& r = rope != nullptr ? *rope : empty;
+  const std::string rope_source = fmt::format("{} (rope parameters)", source);
+
+  c.rope_theta = json_optional_number(r, "rope_theta", rope_source)
+                     .value_or(json_optional_number(j, "rope_theta", source).value_or(10000.0));
+  c.partial_rotary_factor =
+      json_optional_number(r, "partial_rotary_factor", rope_source)
+          .value_or(json_optional_number(j, "partial_rotary_factor", source).value_or(1.0));
+  DSPARK_CHECK_KIND(io, c.rope_theta > 0, "{}: rope_theta must be positive, got {}", source,
+                    c.rope_theta);
+  DSPARK_CHECK_KIND(io, c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1,
+                    "{}: partial_rotary_factor must be in (0, 1], got {}", source,
+                    c.partial_rotary_factor);
+
+  RopeScaling& s = c.rope_scaling;
+  s = RopeScaling{};
+  std::optional<std::string> type = json_optional_string(r, "rope_type", rope_source);
+  if (!type) type = json_optional_string(r, "type", rope_source);
+  s.type = type.value_or("default");
+  if (s.type == "default") return;
+  DSPARK_CHECK_KIND(unsupported, s.type == "linear" || s.type == "llama3" || s.type == "yarn",
+                    "{}: rope type '{}' is not supported (default, linear, llama3, yarn)", source,
+                    s.type);
+
+  if (s.type == "llama3" || s.type == "yarn") {
+    // transformers gives a top-level original_max_position_embeddings priority (Phi-3 style).
+    s.original_max_position_embeddings = static_cast<double>(
+        positive_int(j, "original_max_position_embeddings", source,
+                     json_optional_int(r, "original_max_position_embeddings", rope_source)
+                         .value_or(c.max_position_embeddings)));
+  }
+  const std::optional<double> factor = json_optional_number(r, "factor", rope_source);
+  if (s.type == "yarn") {
+    s.factor = factor.value_or(c.max_position_embeddings / s.original_max_position_embeddings);
+  } else {
+    DSPARK_CHECK_KIND(io, factor.has_value(), "{}: missing required key 'factor'", rope_source);
+    s.factor = *factor;
+  }
+  DSPARK_CHECK_KIND(io, s.factor > 0, "{}: factor must be positive, got {}", rope_source, s.factor);
+
+  if (s.type == "llama3") {
+    s.low_freq_factor = json_number(r, "low_freq_factor", rope_source);
+    s.high_freq_factor = json_number(r, "high_freq_factor", rope_source);
+    DSPARK_CHECK_KIND(io, s.high_freq_factor > s.low_freq_factor && s.low_freq_factor > 0,
+                      "{}: need 0 < low_freq_factor < high_freq_factor, got {} and {}", rope_source,
+                      s.low_freq_factor, s.high_freq_factor);
+  }
+  if (s.type == "yarn") {
+    // transformers: `get("beta_fast") or 32`, so 0 and null also mean the default.
+    const double beta_fast = json_optional_number(r, "beta_fast", rope_source).value_or(0.0);
+    const double beta_slow = json_optional_number(r, "beta_slow", rope_source).value_or(0.0);
+    s.beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
+    s.beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
+    s.mscale = json_optional_number(r, "mscale", rope_source).value_or(0.0);
+    s.mscale_all_dim = json_optional_number(r, "mscale_all_dim", rope_source).value_or(0.0);
+    s.attention_factor = json_optional_number(r, "attention_factor", rope_source).value_or(0.0);
+    s.truncate = json_optional_bool(r, "truncate", rope_source).value_or(true);
+  }
+}
+
+void parse_layer_windows(const json& j, std::string_view source, const ArchInfo& arch,
+                         ModelConfig& c) {
+  c.layer_window.assign(c.num_layers, 0);
+  if (arch.window_rule == WindowRule::none) return;
+  auto window_value = [&](int fallback) -> int {
+    if (!j.contains("sliding_window")) return fallback;
+    const std::optional<int64_t> w = json_optional_int(j, "sliding_window", source);
+    if (!w) return 0;
+    DSPARK_CHECK_KIND(io, *w > 0 && *w <= (int64_t{1} << 30),
+                      "{}: sliding_window must be positive, got {}", source, *w);
+    return static_cast<int>(*w);
+  };
+  if (arch.window_rule == WindowRule::mistral) {
+    // MistralForCausalLM ignores `layer_types` (transformers warns and uses one window for all).
+    std::fill(c.layer_window.begin(), c.layer_window.end(), window_value(kDefaultSlidingWindow));
+    return;
+  }
+  // Qwen2 / Qwen3: the window only exists when use_sliding_window is true.
+  const bool use_sliding = json_optional_bool(j, "use_sliding_window", source).value_or(false);
+  const int window = use_sliding ? window_value(kDefaultSlidingWindow) : 0;
+  const auto types = j.find("layer_types");
+  if (types != j.end() && !types->is_null()) {
+    DSPARK_CHECK_KIND(io, types->is_array() && types->size() == static_cast<size_t>(c.num_layers),
+                      "{}: layer_types must be a list of num_hidden_layers ({}) strings", source,
+                      c.num_layers);
+    for (int l = 0; l < c.num_layers; ++l) {
+      const json& t = (*types)[l];
+      const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+      DSPARK_CHECK_KIND(unsupported, name == "full_attention" || name == "sliding_attention",
+                        "{}: layer_types[{}] = '{}' is not supported (full_attention, "
+                        "sliding_attention)",
+                        source, l, name);
+      c.layer_window[l] = name == "sliding_attention" ? window : 0;
+    }
+    return;
+  }
+  const int64_t first_sliding =
+      json_optional_int(j, "max_window_layers", source).value_or(kDefaultMaxWindowLayers);
+  for (int l = 0; l < c.num_layers; ++l) c.layer_window[l] = l >= first_sliding ? window : 0;
+}
+
+ModelConfig parse_config(const json& j, std::string_view source) {
+  DSPARK_CHECK_KIND(io, j.is_object(), "{}: expected a JSON object, got {}", source, json_brief(j));
+  const auto archs = j.find("architectures");
+  DSPARK_CHECK_KIND(io, archs != j.end() && !archs->is_null(),
+                    "{}: missing required key 'architectures'", source);
+  DSPARK_CHECK_KIND(io, archs->is_array() && !archs->empty() && (*archs)[0].is_string(),
+                    "{}: key 'architectures' must be a non-empty list of strings, got {}", source,
+                    json_brief(*archs));
+  ModelConfig c;
+  c.architecture = (*archs)[0].get<std::string>();
+  const ArchInfo& arch = find_architecture(c.architecture, source);
+  c.model_type =
+      json_optional_string(j, "model_type", source).value_or(std::string(arch.model_type));
+
+  c.vocab_size = positive_int(j, "vocab_size", source);
+  c.hidden_size = positive_int(j, "hidden_size", source);
+  c.intermediate_size = positive_int(j, "intermediate_size", source);
+  c.num_layers = positive_int(j, "num_hidden_layers", source);
+  c.num_heads = positive_int(j, "num_attention_heads", source);
+  c.num_kv_heads =
+      positive_int(j, "num_key_value_heads", source,
+                   arch.default_num_kv_heads > 0 ? arch.default_num_kv_heads : c.num_heads);
+  DSPARK_CHECK_KIND(io, c.num_heads % c.num_kv_heads == 0,
+                    "{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                    source, c.num_heads, c.num_kv_heads);
+  // head_dim: given, else the architecture's default (Qwen3: 128), else hidden_size / num_heads.
+  if (json_optional_int(j, "head_dim", source).has_value()) {
+    c.head_dim = positive_int(j, "head_dim", source);
+  } else if (arch.default_head_dim > 0 && !j.contains("head_dim")) {
+    c.head_dim = arch.default_head_dim;
+  } else {
+    DSPARK_CHECK_KIND(io, c.hidden_size % c.num_heads == 0,
+                      "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and no "
+                      "head_dim is given",
+                      source, c.hidden_size, c.num_heads);
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+
+  c.rms_norm_eps = json_optional_number(j, "rms_norm_eps", source).value_or(1e-6);
+  DSPARK_CHECK_KIND(io, c.rms_norm_eps > 0, "{}: rms_norm_eps must be positive, got {}", source,
+                    c.rms_norm_eps);
+  c.max_position_embeddings =
+      positive_int(j, "max_position_embeddings", source, arch.default_max_position_embeddings);
+  c.tie_word_embeddings = json_optional_bool(j, "tie_word_embeddings", source).value_or(false);
+  c.attention_bias =
+      arch.qkv_bias_always || json_optional_bool(j, "attention_bias", source).value_or(false);
+  c.qk_norm = arch.qk_norm;
+
+  const std::string act = json_optional_string(j, "hidden_act", source).value_or("silu");
+  DSPARK_CHECK_KIND(unsupported, act == "silu", "{}: hidden_act '{}' is not supported (silu)",
+                    source, act);
+  DSPARK_CHECK_KIND(unsupported, !json_optional_bool(j, "mlp_bias", source).value_or(false),
+                    "{}: mlp_bias = true is not supported", source);
+
+  parse_rope(j, source, c);
+  const int rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
+  DSPARK_CHECK_KIND(io, rotary_dim >= 2 && rotary_dim % 2 == 0,
+                    "{}: head_dim {} x partial_rotary_factor {} gives an odd rotary dimension {}",
+                    source, c.head_dim, c.partial_rotary_factor, rotary_dim);
+  parse_layer_windows(j, source, arch, c);
+
+  c.torch_dtype = parse_torch_dtype(j, source);
+  c.bos_token_id = token_id(j, "bos_token_id", source, arch.default_bos_token_id);
+  c.pad_token_id = token_id(j, "pad_token_id", source, -1);
+  c.eos_token_ids = token_id_list(j, "eos_token_id", source, arch.default_eos_token_id);
+  return c;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& json_doc) {
+  return parse_config(json_doc, "config.json");
+}
+
+ModelConfig load_model_config(const fs::path& model_dir) {
+  std::error_code ec;
+  DSPARK_CHECK_KIND(io, fs::is_directory(model_dir, ec), "{}: model directory not found",
+                    model_dir.string());
+  const fs::path file = model_dir / "config.json";
+  return parse_config(read_json_file(file), file.string());
+}
+
+GenerationDefaults load_generation_defaults(const fs::path& model_dir) {
+  GenerationDefaults g;
+  std::error_code ec;
+  const fs::path file = model_dir / "generation_config.json";
+  if (fs::is_regular_file(file, ec)) {
+    const json j = read_json_file(file);
+    const std::string source = file.string();
+    DSPARK_CHECK_KIND(io, j.is_object(), "{}: expected a JSON object", source);
+    g.eos_token_ids = token_id_list(j, "eos_token_id", source, -1);
+    g.temperature = static_cast<float>(json_optional_number(j, "temperature", source).value_or(-1));
+    g.top_p = static_cast<float>(json_optional_number(j, "top_p", source).value_or(-1));
+    g.top_k = static_cast<int>(json_optional_int(j, "top_k", source).value_or(-1));
+    g.min_p = static_cast<float>(json_optional_number(j, "min_p", source).value_or(-1));
+    g.do_sample = json_optional_bool(j, "do_sample", source).value_or(false);
+  }
+  // Merge the model config's eos ids (generation config first, then any it does not list).
+  const fs::path config_file = model_dir / "config.json";
+  if (fs::is_regular_file(config_file, ec)) {
+    const json j = read_json_file(config_file);
+    if (j.is_object()) {
+      for (int id : token_id_list(j, "eos_token_id", config_file.string(), -1))
+        if (std::find(g.eos_token_ids.begin(), g.eos_token_ids.end(), id) == g.eos_token_ids.end())
+          g.eos_token_ids.push_back(id);
+    }
+  }
+  return g;
+}
+
+}  // namespace dspark
