@@ -43,7 +43,7 @@ int run_generate(const GenerateArgs& a) {
   o.max_tokens = a.max_tokens;
   o.stop = a.stop;
 
-  bool ends_with_newline = true;
+  bool ends_with_newline = false;  // the text always ends with a newline, even when empty
   const GenerateResult r = generate_text(tm, ctx, a.prompt, o, [&](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

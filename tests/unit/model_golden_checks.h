@@ -31,7 +31,9 @@ inline const std::vector<std::string>& golden_model_names() {
   return names;
 }
 
+// tests/data/models, or $DSPARK_TEST_MODELS (fixtures generated elsewhere).
 inline std::filesystem::path golden_models_dir() {
+  if (const char* env = std::getenv("DSPARK_TEST_MODELS")) return env;
   return data_dir() / "models";
 }
 

@@ -70,7 +70,8 @@ TEST(ModelGoldenCpu, ShardedEqualsSingleFile) {
   const auto& tokens = g.prompts[2].tokens;
   std::vector<std::vector<float>> logits;
   for (Model* m : {single.get(), sharded.get()}) {
-    PagedKvCache kv(m->kv_shape(16, 8), Device::cpu());
+    PagedKvCache kv(m->kv_shape(16, test::pages_for(static_cast<int>(tokens.size()), 16)),
+                    Device::cpu());
     ForwardBatch b;
     b.tokens = tokens;
     b.row_indptr = {0, static_cast<int32_t>(tokens.size())};
