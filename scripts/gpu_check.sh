@@ -6,7 +6,8 @@
 #                                                     consistency tests (tests/cuda/<op>_test.cpp):
 #                                                     quick, and immune to unrelated breakage
 #   bash scripts/gpu_check.sh --fetch-debs            (here, with network) see below
-# Environment: JOBS (default: nproc), CTEST_ARGS (extra ctest arguments, e.g. "-R CudaSampling"),
+# Environment: JOBS (default: nproc), EXTRA_TARGETS (more ninja targets, e.g. "dspark bench_spec";
+# set DSPARK_BUILD_BENCH=ON for the bench targets), CTEST_ARGS (extra ctest arguments, e.g. "-R CudaSampling"),
 # GTEST_FILTER (--ops-only), DSPARK_FORCE_DEPS_ROOT=1 (use the unpacked packages even where the
 # system has them), DSPARK_CONFIGURE_ONLY=1 (stop after configuring).
 #
@@ -48,7 +49,7 @@ cd "$repo"
   g++ --version | head -n 1
 } | tee "$out/environment.txt"
 
-cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSPARK_BUILD_BENCH=OFF)
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSPARK_BUILD_BENCH=${DSPARK_BUILD_BENCH:-OFF})
 if [ -n "${DSPARK_FORCE_DEPS_ROOT:-}" ] || ! pkg-config --exists libpcre2-8 2>/dev/null; then
   [ -d "$debs" ] || { echo "missing C++ dependencies and no $debs (run --fetch-debs)"; exit 2; }
   root="$repo/$build/deps-root"
@@ -123,7 +124,8 @@ if ! cmake -S "$source_dir" -B "$build" "${cmake_args[@]}" >"$out/configure.log"
 fi
 [ -n "${DSPARK_CONFIGURE_ONLY:-}" ] && { echo "configured $build"; exit 0; }
 start=$(date +%s)
-if ! ninja -C "$build" -k 0 -j "$jobs" dspark_cuda_tests >"$out/build.log" 2>&1; then
+# shellcheck disable=SC2086
+if ! ninja -C "$build" -k 0 -j "$jobs" dspark_cuda_tests ${EXTRA_TARGETS:-} >"$out/build.log" 2>&1; then
   echo "build FAILED (errors from $out/build.log):"
   grep -E "error|FAILED" "$out/build.log" | head -n 60
   exit 3
