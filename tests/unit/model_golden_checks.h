@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +45,9 @@ struct GoldenPrompt {
   std::map<int, std::vector<float>> taps;
   std::vector<float> final_hidden;
   std::vector<int32_t> greedy;
+  // f32 top-1/top-2 logit margins at each greedy decision (filled by with_greedy_margins; empty:
+  // every decision is checked strictly).
+  std::vector<float> greedy_margins;
 };
 
 struct GoldenSet {
@@ -123,15 +128,62 @@ inline void check_single_prompt_forward(Model& model, Context& ctx, const Golden
   EXPECT_EQ(kv.length(b.seqs[0]), n);
 }
 
-// Greedy continuation through engine/generate: token-identical to Hugging Face's.
-inline void check_greedy_generate(Model& model, Context& ctx, const GoldenSet& g, int prompt) {
+// Fills greedy_margins from a reference model (the CPU f32 model, which matches Hugging Face to
+// ~1e-6): the top-2 margin of the logits at each greedy decision, teacher-forced on the golden
+// path.
+inline void with_greedy_margins(Model& reference, Context& ctx, GoldenSet& g) {
+  for (GoldenPrompt& gp : g.prompts) {
+    const int n = static_cast<int>(gp.tokens.size());
+    const int k = static_cast<int>(gp.greedy.size());
+    PagedKvCache kv(reference.kv_shape(16, pages_for(n + k, 16)), reference.device());
+    ForwardBatch b;
+    b.tokens = gp.tokens;
+    b.tokens.insert(b.tokens.end(), gp.greedy.begin(), gp.greedy.end() - 1);
+    b.row_indptr = {0, static_cast<int32_t>(b.tokens.size())};
+    b.seqs = {kv.create_sequence()};
+    for (int i = 0; i < k; ++i) b.logit_indices.push_back(n - 1 + i);
+    const std::vector<float> logits = to_f32_vector(reference.forward(ctx, kv, b).logits);
+    const auto vocab = static_cast<int64_t>(reference.config().vocab_size);
+    gp.greedy_margins.clear();
+    for (int i = 0; i < k; ++i) {
+      std::vector<float> row = rows_of(logits, vocab, i, i + 1);
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+      gp.greedy_margins.push_back(row[0] - row[1]);
+    }
+  }
+}
+
+// A greedy decision may differ from the golden one only where the reference margin is below
+// `min_margin` (a close call at the tested precision; min_margin 0 = never). Returns whether a
+// mismatch at `step` is allowed, printing the exception.
+inline bool close_call(const GoldenPrompt& gp, int step, float min_margin,
+                       const std::string& what) {
+  const auto i = static_cast<size_t>(step);
+  if (i >= gp.greedy_margins.size() || gp.greedy_margins[i] >= min_margin) return false;
+  std::cout << fmt::format(
+      "  {}: differs at greedy step {}, a close call (reference margin {:.3f} < {})\n", what, step,
+      gp.greedy_margins[i], min_margin);
+  return true;
+}
+
+// Greedy continuation through engine/generate: token-identical to Hugging Face's, or identical up
+// to a close call (then the paths may diverge).
+inline void check_greedy_generate(Model& model, Context& ctx, const GoldenSet& g, int prompt,
+                                  float min_margin = 0.0f) {
   const GoldenPrompt& gp = g.prompts[static_cast<size_t>(prompt)];
   GenerateOptions o;
   o.max_tokens = static_cast<int>(gp.greedy.size());
   o.eos_token_ids = model.config().eos_token_ids;  // never the argmax on these paths
   o.prefill_chunk = 7;                             // exercise chunked prefill too
   const GenerateResult r = generate(model, ctx, gp.tokens, o);
-  EXPECT_EQ(r.tokens, gp.greedy) << "greedy continuation of p" << prompt;
+  ASSERT_EQ(r.tokens.size(), gp.greedy.size());
+  const auto diff = std::mismatch(r.tokens.begin(), r.tokens.end(), gp.greedy.begin());
+  const auto step = static_cast<int>(diff.first - r.tokens.begin());
+  if (step < static_cast<int>(r.tokens.size()) &&
+      !close_call(gp, step, min_margin, fmt::format("generate p{}", prompt))) {
+    EXPECT_EQ(r.tokens, gp.greedy)
+        << "greedy continuation of p" << prompt << " differs at step " << step;
+  }
   EXPECT_EQ(r.n_prompt, static_cast<int>(gp.tokens.size()));
   EXPECT_EQ(r.finish_reason, FinishReason::length);
 }
@@ -141,7 +193,7 @@ inline void check_greedy_generate(Model& model, Context& ctx, const GoldenSet& g
 // Logits of every prompt position and every greedy decision must match the per-prompt goldens.
 inline void check_batched(Model& model, Context& ctx, const GoldenSet& g,
                           const std::vector<int>& chunk_per_row, double tol, WorstErrors& worst,
-                          const std::string& label) {
+                          const std::string& label, float min_margin = 0.0f) {
   const int n_rows = static_cast<int>(g.prompts.size());
   const int64_t vocab = model.config().vocab_size;
   int total = 0;
@@ -206,6 +258,11 @@ inline void check_batched(Model& model, Context& ctx, const GoldenSet& g,
       const auto row = rows_of(out, vocab, r, r + 1);
       const auto argmax =
           static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+      const GoldenPrompt& gp = g.prompts[static_cast<size_t>(r)];
+      if (argmax != gp.greedy[static_cast<size_t>(step) + 1] &&
+          close_call(gp, step + 1, min_margin, fmt::format("{} row {}", label, r))) {
+        continue;
+      }
       EXPECT_EQ(argmax, g.prompts[static_cast<size_t>(r)].greedy[static_cast<size_t>(step) + 1])
           << label << ": batched greedy step " << step + 1 << " of row " << r;
     }
