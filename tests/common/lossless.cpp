@@ -62,11 +62,10 @@ struct SourceCase {
 
 }  // namespace
 
-void check_greedy_lossless(const std::string& name, Device device) {
+void check_greedy_lossless(const std::string& name, Device device, DType dtype) {
   if (!std::filesystem::exists(model_dir(name) / "config.json"))
     GTEST_SKIP() << "fixture " << name << " missing";
   Context ctx(device);
-  const DType dtype = device.is_cuda() ? DType::bf16 : DType::f32;
   auto target = load_model(model_dir(name), device, dtype);
   const auto prompts = test_prompts(name, target->config().vocab_size);
 
