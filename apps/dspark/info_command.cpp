@@ -84,8 +84,9 @@ int run_info(const InfoArgs& a) {
   fmt::print("qkv_bias / qk_norm {} / {}\n", c.attention_bias, c.qk_norm);
   fmt::print("torch_dtype        {}\n", dtype_name(c.torch_dtype));
   fmt::print("eos_token_ids      [{}]\n", fmt::join(c.eos_token_ids, ", "));
-  fmt::print("generation         do_sample {}, temperature {}, top_k {}, top_p {}\n", g.do_sample,
-             g.temperature, g.top_k, g.top_p);
+  auto opt = [](double v) { return v < 0 ? std::string("unset") : fmt::format("{}", v); };
+  fmt::print("generation         do_sample {}, temperature {}, top_k {}, top_p {}, min_p {}\n",
+             g.do_sample, opt(g.temperature), opt(g.top_k), opt(g.top_p), opt(g.min_p));
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "dspark/engine/text_generation.h"
 
+#include <system_error>
+
 #include "dspark/core/error.h"
 
 namespace dspark {
@@ -15,8 +17,13 @@ SamplingParams default_sampling(const GenerationDefaults& d) {
 }
 
 TextModel load_text_model(const std::filesystem::path& dir, Device device, DType dtype) {
-  std::unique_ptr<Model> model = load_model(dir, device, dtype);
+  // Cheap checks first (directory, config, tokenizer), then the weights.
+  std::error_code ec;
+  DSPARK_CHECK_KIND(io, std::filesystem::is_directory(dir, ec),
+                    "model directory '{}' does not exist or is not a directory", dir.string());
+  (void)load_model_config(dir);
   Tokenizer tokenizer = Tokenizer::from_file(dir);
+  std::unique_ptr<Model> model = load_model(dir, device, dtype);
   GenerationDefaults defaults = load_generation_defaults(dir);
   std::vector<int32_t> eos = default_eos_token_ids(model->config(), defaults);
   return TextModel{std::move(model), std::move(tokenizer), std::move(defaults), std::move(eos)};
