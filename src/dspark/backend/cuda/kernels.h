@@ -11,6 +11,7 @@
 #include "dspark/ops/activation.h"
 #include "dspark/ops/attention.h"
 #include "dspark/ops/embedding.h"
+#include "dspark/ops/head_cells.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/rope.h"
@@ -48,5 +49,8 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
 void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Tensor& draft_tokens,
                         const Tensor& draft_indptr, const Tensor& seeds, const Tensor& positions,
                         const Tensor& n_accepted, const Tensor& next_token);
+
+void sigmoid_gate(Context& ctx, const Tensor& gate, const Tensor& x, const Tensor& out);
+void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const Tensor& out);
 
 }  // namespace dspark::cuda

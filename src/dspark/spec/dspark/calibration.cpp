@@ -1,0 +1,149 @@
+#include "dspark/spec/dspark/calibration.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "dspark/core/error.h"
+#include "dspark/io/json_util.h"
+
+namespace dspark {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "dspark-thresholds/1";
+
+PositionFit fit_position(std::vector<ConfidenceSample>& s, int position,
+                         const ThresholdFitOptions& o) {
+  PositionFit f;
+  f.position = position;
+  f.n_samples = static_cast<int64_t>(s.size());
+  for (const auto& x : s) f.n_accepted += x.accepted ? 1 : 0;
+  f.n_kept = f.n_samples;
+  f.precision = smoothed_precision(f.n_accepted, f.n_samples);
+  if (position == 0) {
+    f.reason = "position 0";
+    return f;
+  }
+  if (f.n_samples < o.min_samples) {
+    f.reason = "thin evidence";
+    return f;
+  }
+  if (f.precision >= o.target_precision) {
+    f.reason = "target met";
+    return f;
+  }
+  // Candidates in increasing order: each distinct confidence t keeps the suffix with c >= t.
+  std::sort(s.begin(), s.end(), [](const ConfidenceSample& a, const ConfidenceSample& b) {
+    return a.confidence < b.confidence;
+  });
+  int64_t kept = f.n_samples, accepted = f.n_accepted;
+  size_t i = 0;
+  while (i < s.size()) {
+    const float t = s[i].confidence;
+    if (kept < o.min_kept) break;
+    const double p = smoothed_precision(accepted, kept);
+    if (p >= o.target_precision) {
+      f.threshold = t;
+      f.n_kept = kept;
+      f.precision = p;
+      f.reason = "fits";
+      return f;
+    }
+    // Drop every observation with confidence t (they fall below the next candidate).
+    while (i < s.size() && s[i].confidence == t) {
+      --kept;
+      accepted -= s[i].accepted ? 1 : 0;
+      ++i;
+    }
+  }
+  f.threshold = 1.0f;
+  f.n_kept = 0;
+  f.reason = "never met";
+  return f;
+}
+
+}  // namespace
+
+double smoothed_precision(int64_t n_accepted, int64_t n) {
+  return (static_cast<double>(n_accepted) + 1.0) / (static_cast<double>(n) + 2.0);
+}
+
+ThresholdFit fit_thresholds(std::span<const ConfidenceSample> samples, int n_positions,
+                            const ThresholdFitOptions& options) {
+  DSPARK_CHECK_KIND(invalid_input, n_positions >= 0, "fit_thresholds: {} positions", n_positions);
+  DSPARK_CHECK_KIND(invalid_input, options.target_precision > 0.0 && options.target_precision < 1.0,
+                    "target precision must be in (0, 1), got {}", options.target_precision);
+  std::vector<std::vector<ConfidenceSample>> by_position(static_cast<size_t>(n_positions));
+  for (const ConfidenceSample& s : samples) {
+    if (s.position < 0 || s.position >= n_positions || !std::isfinite(s.confidence)) continue;
+    by_position[static_cast<size_t>(s.position)].push_back(s);
+  }
+  ThresholdFit fit;
+  for (int k = 0; k < n_positions; ++k) {
+    fit.positions.push_back(fit_position(by_position[static_cast<size_t>(k)], k, options));
+    fit.thresholds.push_back(fit.positions.back().threshold);
+  }
+  return fit;
+}
+
+ThresholdsFile read_thresholds_file(const fs::path& file) {
+  const json j = read_json_file(file);
+  const std::string source = file.string();
+  DSPARK_CHECK_KIND(io, j.is_object(), "{}: expected a JSON object", source);
+  const std::optional<std::string> format = json_optional_string(j, "format", source);
+  DSPARK_CHECK_KIND(io, !format || *format == kFormat, "{}: format '{}' is not '{}'", source,
+                    format.value_or(""), kFormat);
+  const auto it = j.find("thresholds");
+  DSPARK_CHECK_KIND(io, it != j.end() && it->is_array(),
+                    "{}: missing required key 'thresholds' (a list of numbers)", source);
+  ThresholdsFile out;
+  for (const json& v : *it) {
+    DSPARK_CHECK_KIND(io, v.is_number(), "{}: 'thresholds' must hold numbers, got {}", source,
+                      json_brief(v));
+    const double t = v.get<double>();
+    DSPARK_CHECK_KIND(io, t >= 0.0 && t <= 1.0, "{}: threshold {} is outside [0, 1]", source, t);
+    out.thresholds.push_back(static_cast<float>(t));
+  }
+  out.target_precision = json_optional_number(j, "target_precision", source).value_or(0.0);
+  out.block_size = static_cast<int>(json_optional_int(j, "block_size", source).value_or(0));
+  out.n_samples = json_optional_int(j, "samples", source).value_or(0);
+  return out;
+}
+
+void write_thresholds_file(const fs::path& file, const ThresholdsFile& c) {
+  json positions = json::array();
+  for (const PositionFit& p : c.positions) {
+    positions.push_back({{"position", p.position},
+                         {"samples", p.n_samples},
+                         {"accepted", p.n_accepted},
+                         {"threshold", p.threshold},
+                         {"kept", p.n_kept},
+                         {"precision", p.precision},
+                         {"reason", p.reason}});
+  }
+  const json j = {{"format", kFormat},
+                  {"thresholds", c.thresholds},
+                  {"target_precision", c.target_precision},
+                  {"block_size", c.block_size},
+                  {"samples", c.n_samples},
+                  {"positions", positions}};
+  const fs::path tmp = fs::path(file.string() + ".tmp");
+  {
+    std::ofstream out(tmp);
+    DSPARK_CHECK_KIND(io, out.good(), "{}: cannot write", tmp.string());
+    out << j.dump(2) << "\n";
+    DSPARK_CHECK_KIND(io, out.good(), "{}: write failed", tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, file, ec);
+  DSPARK_CHECK_KIND(io, !ec, "{}: cannot rename to {}: {}", tmp.string(), file.string(),
+                    ec.message());
+}
+
+}  // namespace dspark

@@ -1,0 +1,493 @@
+#include "dspark/spec/dspark/dspark_source.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "dspark/core/philox.h"
+#include "dspark/io/safetensors.h"
+#include "dspark/ops/activation.h"
+#include "dspark/ops/embedding.h"
+#include "dspark/ops/matmul.h"
+#include "dspark/ops/norm.h"
+#include "dspark/ops/rope.h"
+#include "dspark/ops/speculative.h"
+
+namespace dspark {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+constexpr int64_t kReadbackAlign = 64;  // elements: keeps the confidence logits 256-byte aligned
+
+int64_t align_up(int64_t v, int64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+// Columns [col, col + heads * head_dim) of a [n, width] buffer seen as [n, heads, head_dim].
+Tensor heads_view(const Tensor& t, int64_t col, int heads, int head_dim) {
+  return Tensor(static_cast<char*>(t.data()) + col * static_cast<int64_t>(t.element_size()),
+                t.dtype(), Shape{t.size(0), heads, head_dim}, Shape{t.stride(0), head_dim, 1},
+                t.device());
+}
+
+// Grows `t` (contents discarded) to hold at least `numel` elements; returns the first `numel`.
+Tensor ensure(OwnedTensor& t, DType dtype, int64_t numel, Device device) {
+  if (!t->defined() || t->numel() < numel || t.device() != device)
+    t = OwnedTensor(dtype, Shape{std::max<int64_t>(numel + numel / 2, 64)}, device);
+  return t->slice(0, 0, numel);
+}
+
+float sigmoid(float v) {
+  return 1.0f / (1.0f + std::exp(-v));
+}
+
+KvCacheShape kv_shape_for(const DrafterConfig& c, DType dtype, const DSparkSourceOptions& o) {
+  DSPARK_CHECK_KIND(invalid_input, o.page_size > 0 && o.kv_tokens > 0,
+                    "dspark: page_size ({}) and kv_tokens ({}) must be positive", o.page_size,
+                    o.kv_tokens);
+  const int pages = (o.kv_tokens + o.page_size - 1) / o.page_size + 1;
+  return KvCacheShape{c.backbone.num_layers, c.backbone.num_kv_heads,
+                      c.backbone.head_dim,   dtype,
+                      o.page_size,           pages};
+}
+
+}  // namespace
+
+DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& target,
+                           DSparkSourceOptions options)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      target_(target),
+      options_(std::move(options)),
+      dtype_(target.activation_dtype()),
+      block_rows_(options_.block_size > 0 ? options_.block_size : config_.block_size),
+      kv_(kv_shape_for(config_, dtype_, options_), target.device()),
+      head_(config_, weights_, dtype_) {
+  check_drafter_fits(config_, target.config(), !weights_.embed->defined(),
+                     !weights_.lm_head->defined());
+  DSPARK_CHECK_KIND(invalid_input, config_.drafts_per_block(block_rows_) >= 1 && block_rows_ <= 256,
+                    "dspark: a block of {} rows gives no drafts for a {} drafter", block_rows_,
+                    drafter_layout_name(config_.layout));
+  embed_ = weights_.embed->defined() ? weights_.embed.view() : target.embedding_table();
+  lm_head_ = weights_.lm_head->defined() ? weights_.lm_head.view() : target.lm_head();
+  const ModelConfig& c = config_.backbone;
+  dims_ = AttentionDims{c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                        static_cast<float>(c.rms_norm_eps)};
+  const RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
+                                          c.rope_scaling, c.max_position_embeddings);
+  rope_.inv_freq = OwnedTensor::from_vector(
+      table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())}, target.device());
+  rope_.attention_scaling = table.attention_scaling;
+}
+
+DSparkSource::~DSparkSource() = default;
+
+std::string DSparkSource::name() const {
+  return config_.has_dspark_heads() ? "dspark" : "dflash";
+}
+
+DSparkSource::Row& DSparkSource::row_ref(RowId row) {
+  auto it = rows_.find(row);
+  DSPARK_CHECK(it != rows_.end(), "dspark: unknown row {}", row);
+  return it->second;
+}
+
+void DSparkSource::begin(Context&, RowId row, std::span<const int32_t>) {
+  release(row);
+  Row r;
+  r.seq = kv_.create_sequence();
+  rows_[row] = std::move(r);
+}
+
+void DSparkSource::release(RowId row) {
+  auto it = rows_.find(row);
+  if (it == rows_.end()) return;
+  kv_.release(it->second.seq);
+  rows_.erase(it);
+}
+
+void DSparkSource::commit(Context& ctx, std::span<const RowUpdate> updates,
+                          std::span<const Tensor> taps) {
+  const auto t0 = Clock::now();
+  DSPARK_CHECK(taps.size() == config_.target_layer_ids.size(),
+               "dspark: commit got {} tap tensors, the drafter needs {}", taps.size(),
+               config_.target_layer_ids.size());
+  std::vector<SeqId> seqs;
+  std::vector<int> n_new;
+  std::vector<int32_t> tap_rows, positions;
+  int64_t committed = 0;
+  for (const RowUpdate& u : updates) {
+    Row& r = row_ref(u.row);
+    if (confidence_log_ != nullptr && u.n_drafted > 0 && !r.confidence.empty()) {
+      const int reached =
+          std::min({u.n_drafted, u.n_accepted + 1, static_cast<int>(r.confidence.size())});
+      for (int k = 0; k < reached; ++k)
+        confidence_log_->push_back({k, r.confidence[static_cast<size_t>(k)], k < u.n_accepted});
+    }
+    r.confidence.clear();
+    r.pending = u.pending;
+    const int n = static_cast<int>(u.kept_tokens.size());
+    committed += n;
+    if (n == 0) continue;
+    const int len = kv_.length(r.seq);
+    DSPARK_CHECK(u.first_position <= len,
+                 "dspark: row {} commits context from position {} but holds only {} rows", u.row,
+                 u.first_position, len);
+    if (u.first_position < len) kv_.rollback_to(r.seq, u.first_position);
+    seqs.push_back(r.seq);
+    n_new.push_back(n);
+    for (int j = 0; j < n; ++j) {
+      tap_rows.push_back(u.tap_offset + j);
+      positions.push_back(u.first_position + j);
+    }
+  }
+  if (!seqs.empty()) project_context(ctx, seqs, n_new, tap_rows, positions, taps);
+  ++dstats_.n_commits;
+  dstats_.n_rows_committed += committed;
+  dstats_.last_commit_rows_committed = committed;
+  dstats_.last_commit_rows_projected = static_cast<int64_t>(tap_rows.size());
+  dstats_.n_rows_projected += static_cast<int64_t>(tap_rows.size());
+  stats_.commit_ms += ms_since(t0);
+}
+
+void DSparkSource::project_context(Context& ctx, const std::vector<SeqId>& seqs,
+                                   const std::vector<int>& n_new,
+                                   const std::vector<int32_t>& tap_rows,
+                                   const std::vector<int32_t>& positions,
+                                   std::span<const Tensor> taps) {
+  const auto n = static_cast<int64_t>(tap_rows.size());
+  std::optional<KvBatchPlan> plan = kv_.plan(seqs, n_new);
+  DSPARK_CHECK_KIND(out_of_memory, plan.has_value(),
+                    "dspark: drafter KV cache full ({} free pages for {} context rows); raise "
+                    "kv_tokens",
+                    kv_.free_pages(), n);
+  meta_.clear();
+  const int s_rows = meta_.add(tap_rows);
+  const int s_positions = meta_.add(positions);
+  const int s_slots = meta_.add(plan->slots);
+  meta_.upload(ctx);
+
+  const int64_t m = static_cast<int64_t>(taps.size());
+  const int64_t h = target_.config().hidden_size, d = dims_.hidden;
+  const int64_t kvw = dims_.kv_width(), qw = dims_.q_width();
+  const Shape concat_shape{n, m * h}, c_shape{n, d}, kv_shape{n, 2 * kvw}, k_shape{n, kvw};
+  arena_.begin(ctx.device(), ActivationArena::bytes_for(dtype_, concat_shape) +
+                                 ActivationArena::bytes_for(DType::f32, c_shape) +
+                                 ActivationArena::bytes_for(dtype_, c_shape) +
+                                 ActivationArena::bytes_for(dtype_, kv_shape) +
+                                 ActivationArena::bytes_for(dtype_, k_shape));
+  const Tensor concat = arena_.take(dtype_, concat_shape);
+  const Tensor c_raw = arena_.take(DType::f32, c_shape);
+  const Tensor c = arena_.take(dtype_, c_shape);
+  const Tensor kv = arena_.take(dtype_, kv_shape);
+  const Tensor k_tmp = arena_.take(dtype_, k_shape);
+
+  const Tensor rows = meta_.view(s_rows);
+  for (int64_t j = 0; j < m; ++j)
+    gather_rows(ctx, taps[static_cast<size_t>(j)], rows, concat.slice(1, j * h, (j + 1) * h));
+  linear(ctx, concat, weights_.fc, Tensor{}, c_raw);
+  const RmsNormParams norm{dims_.rms_norm_eps, false};
+  rms_norm(ctx, c_raw, weights_.hidden_norm, c, norm);
+
+  const Tensor pos = meta_.view(s_positions);
+  const Tensor slots = meta_.view(s_slots);
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const AttentionWeights& a = weights_.layers[l].attn;
+    // The k/v rows of the fused q/k/v weight: one GEMM for both.
+    const Tensor w_kv = a.qkv->rows(qw, qw + 2 * kvw);
+    const Tensor b_kv = a.qkv_bias->defined() ? a.qkv_bias->slice(0, qw, qw + 2 * kvw) : Tensor{};
+    linear(ctx, c, w_kv, b_kv, kv);
+    convert(ctx, kv.slice(1, 0, kvw), k_tmp);
+    rms_norm(ctx, k_tmp.reshape(Shape{n * dims_.n_kv_heads, dims_.head_dim}), a.k_norm,
+             k_tmp.reshape(Shape{n * dims_.n_kv_heads, dims_.head_dim}), norm);
+    const Tensor k = k_tmp.reshape(Shape{n, dims_.n_kv_heads, dims_.head_dim});
+    rope(ctx, k, pos, rope_.inv_freq, rope_.attention_scaling);
+    kv_write(ctx, k, heads_view(kv, kvw, dims_.n_kv_heads, dims_.head_dim), slots,
+             kv_.k_pages(static_cast<int>(l)), kv_.v_pages(static_cast<int>(l)));
+  }
+  if (options_.record) {
+    record_.n_context_rows = n;
+    record_.context_features = to_f32_vector(c);
+  }
+}
+
+void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) {
+  const auto t0 = Clock::now();
+  const size_t n_req = requests.size();
+  const int L = block_rows_, offset = config_.draft_row_offset();
+  const int D = L - offset;
+  const int64_t vocab = config_.backbone.vocab_size, d = dims_.hidden;
+
+  std::vector<size_t> active;
+  int steps = 0;
+  bool any_sampled = false;
+  for (size_t i = 0; i < n_req; ++i) {
+    const ProposeRequest& q = requests[i];
+    if (q.max_tokens <= 0) continue;
+    const Row& r = row_ref(q.row);
+    DSPARK_CHECK(r.pending >= 0, "dspark: row {} has no pending token to draft from", q.row);
+    active.push_back(i);
+    steps = std::max(steps, std::min(q.max_tokens, D));
+    any_sampled = any_sampled || !q.sampling.greedy();
+  }
+  const int64_t base = static_cast<int64_t>(out.tokens.size());
+  if (active.empty()) {
+    for (size_t i = 0; i < n_req; ++i) out.indptr.push_back(static_cast<int32_t>(base));
+    ++stats_.n_propose_calls;
+    stats_.propose_ms += ms_since(t0);
+    return;
+  }
+  DSPARK_CHECK(!any_sampled || base == 0,
+               "dspark: a sampled proposal must be the only one in `out`");
+  const auto R = static_cast<int64_t>(active.size());
+  const int64_t S = steps, M = R * L;
+
+  // ---- host metadata: blocks [pending, mask x (L-1)] at positions P..P+L-1 ----
+  std::vector<int32_t> tokens(static_cast<size_t>(M)), positions(static_cast<size_t>(M));
+  std::vector<int32_t> q_indptr(static_cast<size_t>(R) + 1), draft_rows(static_cast<size_t>(S * R));
+  std::vector<int32_t> anchors(static_cast<size_t>(R)), lengths(static_cast<size_t>(R));
+  std::vector<SeqId> seqs(static_cast<size_t>(R));
+  std::vector<SamplingParams> params(static_cast<size_t>(R));
+  for (int64_t a = 0; a < R; ++a) {
+    const ProposeRequest& q = requests[active[static_cast<size_t>(a)]];
+    const Row& r = row_ref(q.row);
+    const int len = kv_.length(r.seq);
+    seqs[a] = r.seq;
+    lengths[a] = len;
+    anchors[a] = r.pending;
+    params[a] = q.sampling;
+    q_indptr[a] = static_cast<int32_t>(a * L);
+    for (int j = 0; j < L; ++j) {
+      tokens[a * L + j] = j == 0 ? r.pending : config_.mask_token_id;
+      positions[a * L + j] = len + j;
+    }
+    for (int64_t s = 0; s < S; ++s)
+      draft_rows[s * R + a] = static_cast<int32_t>(a * L + offset + s);
+  }
+  q_indptr[R] = static_cast<int32_t>(M);
+  std::optional<KvBatchPlan> plan = kv_.plan(seqs, std::vector<int>(static_cast<size_t>(R), L));
+  DSPARK_CHECK_KIND(out_of_memory, plan.has_value(),
+                    "dspark: drafter KV cache full ({} free pages for {} block rows); raise "
+                    "kv_tokens",
+                    kv_.free_pages(), M);
+  meta_.clear();
+  const int s_tokens = meta_.add(tokens);
+  const int s_positions = meta_.add(positions);
+  const int s_slots = meta_.add(plan->slots);
+  const int s_q_indptr = meta_.add(q_indptr);
+  const int s_page_indptr = meta_.add(plan->page_indptr);
+  const int s_page_indices = meta_.add(plan->page_indices);
+  const int s_kv_lens = meta_.add(plan->kv_lens);
+  const int s_draft_rows = meta_.add(draft_rows);
+  meta_.upload(ctx);
+  const ForwardMeta meta{meta_.view(s_positions),    meta_.view(s_slots),
+                         meta_.view(s_q_indptr),     meta_.view(s_page_indptr),
+                         meta_.view(s_page_indices), meta_.view(s_kv_lens)};
+
+  // ---- activations (one grow-only arena) ----
+  const int64_t inter = config_.backbone.intermediate_size;
+  struct Item {
+    Tensor* t;
+    DType dtype;
+    Shape shape;
+  };
+  Tensor x, xn, proj, gate_up, mlp, hd, logits, probs;
+  AttentionScratch scratch;
+  std::vector<Item> items = {{&x, DType::f32, Shape{M, d}},
+                             {&xn, dtype_, Shape{M, d}},
+                             {&scratch.qkv, dtype_, Shape{M, dims_.qkv_width()}},
+                             {&scratch.q_tmp, dtype_, Shape{M, dims_.q_width()}},
+                             {&scratch.k_tmp, dtype_, Shape{M, dims_.kv_width()}},
+                             {&scratch.attn, dtype_, Shape{M, dims_.q_width()}},
+                             {&proj, DType::f32, Shape{M, d}},
+                             {&gate_up, dtype_, Shape{M, 2 * inter}},
+                             {&mlp, dtype_, Shape{M, inter}},
+                             {&hd, dtype_, Shape{S * R, d}},
+                             {&logits, DType::f32, Shape{S * R, vocab}}};
+  if (any_sampled) items.push_back({&probs, DType::f32, Shape{S * R, vocab}});
+  size_t bytes = 0;
+  for (const Item& it : items) bytes += ActivationArena::bytes_for(it.dtype, it.shape);
+  arena_.begin(ctx.device(), bytes);
+  for (const Item& it : items) *it.t = arena_.take(it.dtype, it.shape);
+
+  // ---- the backbone over all rows' blocks ----
+  const RmsNormParams norm{dims_.rms_norm_eps, false};
+  gather_rows(ctx, embed_, meta_.view(s_tokens), x);
+  rms_norm(ctx, x, weights_.layers.front().norm_in, xn, norm);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims_.head_dim));
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const DrafterLayerWeights& lw = weights_.layers[l];
+    const AttentionParams attn{scale, false, config_.backbone.layer_window[l], 0.0f};
+    attention_block(ctx, lw.attn, dims_, rope_, meta, kv_.k_pages(static_cast<int>(l)),
+                    kv_.v_pages(static_cast<int>(l)), attn, xn, scratch, proj);
+    add_rms_norm(ctx, x, proj, lw.norm_post, xn, norm);
+    mlp_block(ctx, lw.mlp, xn, gate_up, mlp, proj);
+    const bool last = l + 1 == weights_.layers.size();
+    add_rms_norm(ctx, x, proj, last ? weights_.norm.view() : weights_.layers[l + 1].norm_in.view(),
+                 xn, norm);
+  }
+  // The block's K/V leave the cache again (the work is already enqueued in stream order).
+  for (int64_t a = 0; a < R; ++a) kv_.rollback_to(seqs[a], lengths[a]);
+  gather_rows(ctx, xn, meta_.view(s_draft_rows), hd);
+  linear(ctx, hd, lm_head_, Tensor{}, logits);
+  if (options_.record) {
+    record_.rows = static_cast<int>(R);
+    record_.block_rows = L;
+    record_.steps = static_cast<int>(S);
+    record_.hidden = to_f32_vector(xn);
+    record_.base_logits = to_f32_vector(logits);
+  }
+
+  // ---- the sequential head: tokens (+ q, confidence logits) on the device ----
+  const bool has_conf = config_.confidence_head;
+  const int64_t tok_elems = (S + 1) * R;
+  const int64_t conf_at = align_up(tok_elems, kReadbackAlign);
+  const size_t rb_bytes = static_cast<size_t>(conf_at + S * R) * sizeof(int32_t);
+  if (readback_.bytes() < rb_bytes || readback_.device() != ctx.device()) {
+    ctx.synchronize();
+    readback_ = Buffer(ctx.device(), rb_bytes + rb_bytes / 2);
+  }
+  auto* rb = static_cast<int32_t*>(readback_.data());
+  const Tensor tok_t(rb, DType::i32, Shape{tok_elems}, ctx.device());
+  const Tensor conf_t(rb + conf_at, DType::f32, Shape{S * R, 1}, ctx.device());
+  ctx.copy_async(rb, anchors.data(), anchors.size() * sizeof(int32_t));
+
+  HeadRound round;
+  round.rows = static_cast<int>(R);
+  round.steps = static_cast<int>(S);
+  round.hidden = hd;
+  round.logits = logits;
+  round.tokens = tok_t;
+  round.params = params;
+  round.confidence = conf_t;
+  std::vector<float> u;
+  if (any_sampled) {
+    u.resize(static_cast<size_t>(S * R));
+    for (int64_t a = 0; a < R; ++a) {
+      const ProposeRequest& q = requests[active[static_cast<size_t>(a)]];
+      // Draft s sits at sequence position P + 1 + s (P: the pending token's position).
+      for (int64_t s = 0; s < S; ++s)
+        u[s * R + a] =
+            philox_uniform(q.seed, static_cast<uint64_t>(lengths[a] + 1 + s), kLaneDraft);
+    }
+    const Tensor u_t = ensure(uniforms_, DType::f32, S * R, ctx.device());
+    ctx.copy_async(u_t.data(), u.data(), u.size() * sizeof(float));
+    round.uniforms = u_t;
+    round.probs = probs;
+  }
+  head_.run(ctx, round);
+
+  // ---- the round's one device->host read: tokens, then confidence logits ----
+  const int64_t read_elems = (has_conf ? conf_at + S * R : tok_elems) - R;
+  host_read_.resize(static_cast<size_t>(read_elems));
+  ctx.copy_async(host_read_.data(), rb + R, static_cast<size_t>(read_elems) * sizeof(int32_t));
+  ctx.synchronize();
+  ++dstats_.n_device_reads;
+  auto token_at = [&](int64_t a, int64_t s) { return host_read_[static_cast<size_t>(s * R + a)]; };
+  auto conf_at_fn = [&](int64_t a, int64_t s) {
+    float v;
+    std::memcpy(&v, &host_read_[static_cast<size_t>(conf_at - R + s * R + a)], sizeof(float));
+    return sigmoid(v);
+  };
+  if (options_.record) {
+    record_.logits = to_f32_vector(logits);
+    record_.tokens.assign(static_cast<size_t>(R * S), 0);
+    record_.confidence.clear();
+    if (has_conf) record_.confidence.assign(static_cast<size_t>(R * S), 0.0f);
+    std::vector<float> base_copy = record_.base_logits, z = record_.logits;
+    for (int64_t a = 0; a < R; ++a)
+      for (int64_t s = 0; s < S; ++s) {
+        const size_t dst = static_cast<size_t>(a * S + s), src = static_cast<size_t>(s * R + a);
+        record_.tokens[dst] = token_at(a, s);
+        if (has_conf) record_.confidence[dst] = conf_at_fn(a, s);
+        std::copy_n(base_copy.begin() + static_cast<int64_t>(src) * vocab, vocab,
+                    record_.base_logits.begin() + static_cast<int64_t>(dst) * vocab);
+        std::copy_n(z.begin() + static_cast<int64_t>(src) * vocab, vocab,
+                    record_.logits.begin() + static_cast<int64_t>(dst) * vocab);
+      }
+  }
+
+  // ---- proposals: max_tokens, then threshold pruning (position 0 never pruned) ----
+  std::vector<int32_t> q_rows;
+  size_t next_active = 0;
+  for (size_t i = 0; i < n_req; ++i) {
+    const bool is_active = next_active < active.size() && active[next_active] == i;
+    if (is_active) {
+      const auto a = static_cast<int64_t>(next_active++);
+      const int full = std::min<int>(requests[i].max_tokens, static_cast<int>(S));
+      int n = full;
+      if (has_conf) {
+        for (int k = 1; k < full; ++k) {
+          if (static_cast<size_t>(k) < options_.thresholds.size() &&
+              conf_at_fn(a, k) < options_.thresholds[static_cast<size_t>(k)]) {
+            n = k;
+            break;
+          }
+        }
+        Row& r = row_ref(requests[i].row);
+        r.confidence.resize(static_cast<size_t>(n));
+        for (int k = 0; k < n; ++k) r.confidence[static_cast<size_t>(k)] = conf_at_fn(a, k);
+      }
+      dstats_.n_pruned += full - n;
+      for (int k = 0; k < n; ++k) {
+        out.tokens.push_back(token_at(a, k));
+        q_rows.push_back(static_cast<int32_t>(k * R + a));
+      }
+    }
+    out.indptr.push_back(static_cast<int32_t>(out.tokens.size()));
+  }
+  const auto n_drafts = static_cast<int64_t>(out.tokens.size()) - base;
+  stats_.n_drafted += n_drafts;
+  if (any_sampled && n_drafts > 0) {
+    // q in proposal order: one gather of the drafted rows out of the round's [S * R, V].
+    const Tensor idx = ensure(q_index_, DType::i32, n_drafts, ctx.device());
+    ctx.copy_async(idx.data(), q_rows.data(), q_rows.size() * sizeof(int32_t));
+    const Tensor q =
+        ensure(q_, DType::f32, n_drafts * vocab, ctx.device()).reshape(Shape{n_drafts, vocab});
+    gather_rows(ctx, probs, idx, q);
+    out.q = q;
+  }
+  ++dstats_.n_rounds;
+  dstats_.n_block_rows += M;
+  ++stats_.n_propose_calls;
+  stats_.propose_ms += ms_since(t0);
+}
+
+// ---- loading ----------------------------------------------------------------------------------
+
+std::unique_ptr<DSparkSource> load_dspark_source(const std::filesystem::path& dir, Model& target,
+                                                 DSparkSourceOptions options,
+                                                 bool read_thresholds_file_flag) {
+  DrafterConfig config = load_drafter_config(dir);
+  const SafeTensors st = SafeTensors::open(dir);
+  const DrafterCheckpointInfo info = inspect_drafter_checkpoint(st);
+  const ModelConfig& t = target.config();
+  check_drafter_fits(config, t, !info.has_embedding, !info.has_lm_head);
+  const int64_t want = static_cast<int64_t>(config.target_layer_ids.size()) * t.hidden_size;
+  DSPARK_CHECK_KIND(invalid_input, info.fc_in_features == want,
+                    "drafter fc.weight takes {} features, but {} taps of the target's hidden size "
+                    "{} give {}",
+                    info.fc_in_features, config.target_layer_ids.size(), t.hidden_size, want);
+  DrafterWeights weights =
+      load_drafter_weights(st, config, t.hidden_size, target.device(), target.activation_dtype());
+  const std::filesystem::path file = dir / kThresholdsFileName;
+  std::error_code ec;
+  if (options.thresholds.empty() && read_thresholds_file_flag &&
+      std::filesystem::is_regular_file(file, ec)) {
+    options.thresholds = read_thresholds_file(file).thresholds;
+  }
+  return std::make_unique<DSparkSource>(std::move(config), std::move(weights), target,
+                                        std::move(options));
+}
+
+std::unique_ptr<DraftSource> make_draft_source(const std::filesystem::path& dir, Model& target,
+                                               const DSparkSourceOptions& options) {
+  return load_dspark_source(dir, target, options, true);
+}
+
+}  // namespace dspark

@@ -1,0 +1,159 @@
+// The DFlash / DSpark block drafter as a DraftSource (CPU and CUDA).
+//
+// Commit: the target taps of every committed token (prompt chunks, then [pending, accepted
+// drafts] after each verify; never rejected drafts) become context rows
+//   C = hidden_norm(fc([tap_1 ; ... ; tap_m]))
+// and each drafter layer's K = RoPE(k_norm(Wk C)), V = Wv C are projected ONCE, for all rows of
+// the commit in one pass, into the drafter's own paged KV cache at the rows' absolute positions.
+// Propose: every row's block [pending, mask x (L-1)] (positions P..P+L-1, P = committed length)
+// goes through the layers in one batched pass (M = rows x L): q/k/v of the block, block K/V
+// appended after the context, NON-causal attention, o_proj, SwiGLU, final norm; the block K/V is
+// then rolled back. Base logits U = lm_head(h) of the draft rows, then the sequential head
+// (markov.h) picks the tokens on the device, and ONE device->host read returns the tokens and
+// confidences of the round. Pruning: with per-position thresholds t_k, a row's proposal ends at
+// the first draft position k > 0 whose confidence sigmoid(logit_k) < t_k (position 0 is never
+// pruned).
+// Sampled rows keep q = process_logits(z_k, request params) for the verifier and draw with
+// philox_uniform(seed, position of the drafted token, kLaneDraft); greedy-only rounds leave
+// Proposal::q undefined.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "dspark/core/buffer.h"
+#include "dspark/kv/paged_kv_cache.h"
+#include "dspark/model/layers.h"
+#include "dspark/model/model.h"
+#include "dspark/spec/draft_source.h"
+#include "dspark/spec/dspark/calibration.h"
+#include "dspark/spec/dspark/drafter_config.h"
+#include "dspark/spec/dspark/drafter_weights.h"
+#include "dspark/spec/dspark/markov.h"
+
+namespace dspark {
+
+struct DSparkSourceOptions {
+  int block_size = 0;       // block rows L per round (0: the checkpoint's block_size)
+  int kv_tokens = 1 << 15;  // drafter KV capacity in tokens, over all rows
+  int page_size = 16;
+  // Per draft position k: the proposal ends at the first k > 0 with confidence < thresholds[k]
+  // (positions past the end of the list, and position 0, are never pruned). Empty: no pruning.
+  std::vector<float> thresholds;
+  // Keep host copies of the last commit's context features and of the last round (tests).
+  bool record = false;
+};
+
+struct DSparkStats {
+  int64_t n_commits = 0;
+  int64_t n_rows_committed = 0;  // context rows handed to commit (kept tokens)
+  int64_t n_rows_projected = 0;  // context rows projected into the drafter KV cache
+  int64_t last_commit_rows_committed = 0;
+  int64_t last_commit_rows_projected = 0;
+  int64_t n_rounds = 0;        // propose calls that ran the backbone
+  int64_t n_block_rows = 0;    // block rows through the backbone
+  int64_t n_pruned = 0;        // drafts dropped by the thresholds
+  int64_t n_device_reads = 0;  // device->host reads by propose (one per round)
+};
+
+// Host copies kept when DSparkSourceOptions::record is set.
+struct DSparkRecord {
+  int64_t n_context_rows = 0;
+  std::vector<float> context_features;  // [n_context_rows, d] of the last commit
+  int rows = 0;                         // R of the last round
+  int block_rows = 0;                   // L
+  int steps = 0;                        // S drafts computed per row
+  std::vector<float> hidden;            // [R * L, d]: row i's block at [i * L, (i + 1) * L)
+  std::vector<float> base_logits;       // [R * S, V]: row i's draft s at i * S + s
+  std::vector<float> logits;            // corrected logits z, same layout
+  std::vector<int32_t> tokens;          // [R * S] before pruning and max_tokens
+  std::vector<float> confidence;        // [R * S] sigmoid; empty without a confidence head
+};
+
+class DSparkSource final : public DraftSource {
+ public:
+  // `target` must outlive the source (its embedding / LM head are used when the checkpoint has
+  // none). Checks that the drafter fits the target (invalid_input otherwise).
+  DSparkSource(DrafterConfig config, DrafterWeights weights, Model& target,
+               DSparkSourceOptions options);
+  ~DSparkSource() override;
+  DSparkSource(const DSparkSource&) = delete;
+  DSparkSource& operator=(const DSparkSource&) = delete;
+
+  std::string name() const override;
+  std::vector<int> target_taps() const override { return config_.target_layer_ids; }
+  void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) override;
+  void commit(Context& ctx, std::span<const RowUpdate> updates,
+              std::span<const Tensor> taps) override;
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override;
+  void release(RowId row) override;
+  DraftStats stats() const override { return stats_; }
+
+  const DrafterConfig& config() const { return config_; }
+  const DSparkStats& dspark_stats() const { return dstats_; }
+  const DSparkRecord& record() const { return record_; }
+  int block_rows() const { return block_rows_; }
+  // Drafts a full block yields (L - row offset): the most a row can get per round.
+  int max_drafts() const { return config_.drafts_per_block(block_rows_); }
+  void set_thresholds(std::vector<float> thresholds) {
+    options_.thresholds = std::move(thresholds);
+  }
+  const std::vector<float>& thresholds() const { return options_.thresholds; }
+  // When set, every commit appends the reached draft positions of the row's last proposal.
+  void set_confidence_log(std::vector<ConfidenceSample>* log) { confidence_log_ = log; }
+
+ private:
+  struct Row {
+    SeqId seq = -1;
+    int32_t pending = -1;
+    std::vector<float> confidence;  // the last proposal's confidences (drafted positions)
+  };
+  Row& row_ref(RowId row);
+  void project_context(Context& ctx, const std::vector<SeqId>& seqs, const std::vector<int>& n_new,
+                       const std::vector<int32_t>& tap_rows, const std::vector<int32_t>& positions,
+                       std::span<const Tensor> taps);
+
+  DrafterConfig config_;
+  DrafterWeights weights_;
+  Model& target_;
+  DSparkSourceOptions options_;
+  DType dtype_;
+  int block_rows_ = 0;
+  Tensor embed_;    // [V, d] the checkpoint's or the target's
+  Tensor lm_head_;  // [V, d]
+  AttentionDims dims_;
+  RopeOnDevice rope_;
+  PagedKvCache kv_;
+  SequentialHead head_;
+  std::unordered_map<RowId, Row> rows_;
+
+  PackedIndices meta_;
+  ActivationArena arena_;
+  Buffer readback_;       // i32 tokens [(S+1) R] | pad | f32 confidence logits [S R]
+  OwnedTensor uniforms_;  // f32, grow-only
+  OwnedTensor q_;         // f32 [n drafts, V]: the proposal's q (compacted)
+  OwnedTensor q_index_;   // i32, grow-only
+  std::vector<int32_t> host_read_;
+
+  DraftStats stats_;
+  DSparkStats dstats_;
+  DSparkRecord record_;
+  std::vector<ConfidenceSample>* confidence_log_ = nullptr;
+};
+
+// The thresholds file read next to a checkpoint when present (see spec/dspark/calibration.h).
+inline constexpr const char* kThresholdsFileName = "dspark_thresholds.json";
+
+// Loads a block drafter checkpoint directory for `target` (on the target's device and dtype): the
+// layout from config.json, the fit checks (invalid_input naming the mismatch), the weights, and
+// dir/dspark_thresholds.json when present and options.thresholds is empty.
+std::unique_ptr<DSparkSource> load_dspark_source(const std::filesystem::path& dir, Model& target,
+                                                 DSparkSourceOptions options = {},
+                                                 bool read_thresholds_file = true);
+// The same as a DraftSource, for the CLI.
+std::unique_ptr<DraftSource> make_draft_source(const std::filesystem::path& dir, Model& target,
+                                               const DSparkSourceOptions& options = {});
+
+}  // namespace dspark

@@ -1,0 +1,67 @@
+// The DSpark sequential heads, run on the device for a whole round (all rows, all steps) with no
+// host synchronisation inside the left-to-right loop:
+//
+//   vanilla (Eq 5)  z_k = U_k + w2 . w1[x_{k-1}]
+//   gated           z_k = U_k + w2 . (sigmoid(Wg [h_k ; w1[x_{k-1}]] + bg) * w1[x_{k-1}])
+//   rnn (Eq 6)      [g|c|o] = Wj [s_{k-1} ; w1[x_{k-1}] ; h_k] + bj,  a = sigmoid(g)
+//                   s_k = a * s_{k-1} + (1 - a) * tanh(c),  z_k = U_k + w2 . tanh(o),  s_{-1} = 0
+//   none (DFlash)   z_k = U_k
+//
+// x_{-1} is the anchor. x_k = argmax z_k for greedy rows; otherwise x_k is drawn by inverse CDF
+// from q_k = process_logits(z_k, the row's sampling parameters) with a uniform given per (row,
+// step). The confidence head (Eq 7) gives logit_k = w . [h_k ; w1[x_{k-1}]] + b (or w . h_k + b);
+// the caller applies the sigmoid on the host after its one read.
+//
+// Layout of a round with R rows and S steps: every per-(row, step) tensor holds row i's step s at
+// index s * R + i, so that one step's rows are contiguous.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "dspark/backend/context.h"
+#include "dspark/model/layers.h"
+#include "dspark/ops/sampling.h"
+#include "dspark/spec/dspark/drafter_config.h"
+#include "dspark/spec/dspark/drafter_weights.h"
+
+namespace dspark {
+
+struct HeadRound {
+  int rows = 0;   // R
+  int steps = 0;  // S
+  Tensor hidden;  // [S * R, d] activation dtype: the drafter's final hidden state h_k
+  Tensor logits;  // f32 [S * R, V]: base logits U on input, corrected logits z on output
+  Tensor tokens;  // i32 [(S + 1) * R]: [0, R) the anchors (input); step s writes [(s+1)R, (s+2)R)
+  // Sampling: when `probs` is defined, every row is drawn from q (greedy rows get one-hot q).
+  std::span<const SamplingParams> params;  // R entries
+  Tensor uniforms;                         // f32 [S * R]
+  Tensor probs;                            // f32 [S * R, V] output q
+  Tensor confidence;                       // f32 [S * R, 1] output logits (confidence head only)
+};
+
+class SequentialHead {
+ public:
+  SequentialHead(const DrafterConfig& config, const DrafterWeights& weights, DType dtype);
+  // Enqueues the whole round on ctx's stream.
+  void run(Context& ctx, const HeadRound& round);
+
+ private:
+  struct Scratch {
+    Tensor features;       // [R, width] activation dtype (gated: [h | e], rnn: [s | e | h], else e)
+    Tensor latent;         // [R, r] activation dtype: the vector that w2 projects
+    Tensor proj;           // f32 [R, r] (gated) / [R, 3r] (rnn)
+    Tensor bias;           // f32 [R, V]
+    Tensor conf_features;  // [S * R, d + r] activation dtype (confidence with Markov)
+  };
+  Scratch prepare(Context& ctx, int rows, int steps);
+  void select(Context& ctx, const HeadRound& round, int64_t begin, int64_t end);
+
+  const DrafterConfig& config_;
+  const DrafterWeights& w_;
+  DType dtype_;
+  ActivationArena arena_;
+  std::vector<char> zeros_;  // host zeros for the RNN state reset (one upload per round)
+};
+
+}  // namespace dspark
