@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
     c.emplace_back(app.get_subcommand("generate"), std::move(generate));
     auto info = dspark::cli::add_info_command(app);
     c.emplace_back(app.get_subcommand("info"), std::move(info));
+    auto calibrate = dspark::cli::add_calibrate_command(app);
+    c.emplace_back(app.get_subcommand("calibrate"), std::move(calibrate));
     return c;
   }();
 
