@@ -29,5 +29,5 @@ asan-test: setup
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSPARK_SANITIZE=ON \
 	  -DDSPARK_CUDA=OFF -DDSPARK_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target dspark_unit_tests dspark
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 DSPARK_STAT_SAMPLES=20000 \
 	  ctest --test-dir $(ASAN_BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 1800

@@ -1,6 +1,7 @@
 #include "common/stat_test.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,14 @@ double normal_upper_quantile(double tail) {
   return 0.5 * (lo + hi);
 }
 }  // namespace
+
+int64_t stat_samples(int64_t requested) {
+  if (const char* env = std::getenv("DSPARK_STAT_SAMPLES")) {
+    const long long n = std::atoll(env);
+    if (n > 0) return n;
+  }
+  return requested;
+}
 
 double chi_square_quantile(int dof, double upper_tail) {
   const double z = normal_upper_quantile(upper_tail);

@@ -20,6 +20,10 @@ struct GTestResult {
 GTestResult g_test(const std::vector<int64_t>& observed, const std::vector<double>& expected_p,
                    double false_alarm = 1e-3);
 
+// Number of samples for a statistical test: `requested`, or DSPARK_STAT_SAMPLES from the
+// environment when set (the sanitizer build uses fewer samples: less power, same false-alarm rate).
+int64_t stat_samples(int64_t requested);
+
 // Chi-square quantile (Wilson-Hilferty approximation; accurate to ~1% for dof >= 3).
 double chi_square_quantile(int dof, double upper_tail);
 

@@ -102,6 +102,7 @@ std::vector<double> exact_joint(Model& model, Context& ctx, const SamplingParams
 }
 
 void check_engine_exactness(const SamplingParams& sp, bool speculative, int64_t n_samples) {
+  n_samples = test::stat_samples(n_samples);
   test::write_micro_llama(micro_dir("target"), test::MicroModelSpec{.seed = 1});
   // The draft: the target's weights scaled up (same seed, larger std): correlated with the target
   // but much sharper, so q differs strongly from p while enough drafts are accepted.

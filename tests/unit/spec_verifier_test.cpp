@@ -73,6 +73,7 @@ struct Case {
 };
 
 void run_exactness(const Case& c, int64_t n_samples) {
+  n_samples = test::stat_samples(n_samples);
   Context ctx(Device::cpu());
   const Chain t = target_chain();
   const Chain d = draft_chain(t);
