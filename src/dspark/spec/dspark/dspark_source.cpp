@@ -250,7 +250,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   // ---- host metadata: blocks [pending, mask x (L-1)] at positions P..P+L-1 ----
   std::vector<int32_t> tokens(static_cast<size_t>(M)), positions(static_cast<size_t>(M));
   std::vector<int32_t> q_indptr(static_cast<size_t>(R) + 1), draft_rows(static_cast<size_t>(S * R));
-  std::vector<int32_t> anchors(static_cast<size_t>(R)), lengths(static_cast<size_t>(R));
+  std::vector<int32_t> anchors(static_cast<size_t>(R));
+  std::vector<int> lengths(static_cast<size_t>(R));
   std::vector<SeqId> seqs(static_cast<size_t>(R));
   std::vector<SamplingParams> params(static_cast<size_t>(R));
   for (int64_t a = 0; a < R; ++a) {
@@ -270,6 +271,20 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
       draft_rows[s * R + a] = static_cast<int32_t>(a * L + offset + s);
   }
   q_indptr[R] = static_cast<int32_t>(M);
+  // The drafter's uniforms, bit-cast into the packed i32 upload (one host->device copy).
+  std::vector<int32_t> uniform_bits;
+  if (any_sampled) {
+    uniform_bits.resize(static_cast<size_t>(S * R));
+    for (int64_t a = 0; a < R; ++a) {
+      const ProposeRequest& q = requests[active[static_cast<size_t>(a)]];
+      // Draft s sits at sequence position P + 1 + s (P: the pending token's position).
+      for (int64_t s = 0; s < S; ++s) {
+        const float u =
+            philox_uniform(q.seed, static_cast<uint64_t>(lengths[a] + 1 + s), kLaneDraft);
+        std::memcpy(&uniform_bits[static_cast<size_t>(s * R + a)], &u, sizeof(float));
+      }
+    }
+  }
   std::optional<KvBatchPlan> plan = kv_.plan(seqs, std::vector<int>(static_cast<size_t>(R), L));
   DSPARK_CHECK_KIND(out_of_memory, plan.has_value(),
                     "dspark: drafter KV cache full ({} free pages for {} block rows); raise "
@@ -284,6 +299,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   const int s_page_indices = meta_.add(plan->page_indices);
   const int s_kv_lens = meta_.add(plan->kv_lens);
   const int s_draft_rows = meta_.add(draft_rows);
+  const int s_anchors = meta_.add(anchors);
+  const int s_uniforms = meta_.add(uniform_bits);
   meta_.upload(ctx);
   const ForwardMeta meta{meta_.view(s_positions),    meta_.view(s_slots),
                          meta_.view(s_q_indptr),     meta_.view(s_page_indptr),
@@ -355,7 +372,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   auto* rb = static_cast<int32_t*>(readback_.data());
   const Tensor tok_t(rb, DType::i32, Shape{tok_elems}, ctx.device());
   const Tensor conf_t(rb + conf_at, DType::f32, Shape{S * R, 1}, ctx.device());
-  ctx.copy_async(rb, anchors.data(), anchors.size() * sizeof(int32_t));
+  ctx.copy_async(rb, meta_.view(s_anchors).data(), static_cast<size_t>(R) * sizeof(int32_t));
 
   HeadRound round;
   round.rows = static_cast<int>(R);
@@ -365,19 +382,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   round.tokens = tok_t;
   round.params = params;
   round.confidence = conf_t;
-  std::vector<float> u;
   if (any_sampled) {
-    u.resize(static_cast<size_t>(S * R));
-    for (int64_t a = 0; a < R; ++a) {
-      const ProposeRequest& q = requests[active[static_cast<size_t>(a)]];
-      // Draft s sits at sequence position P + 1 + s (P: the pending token's position).
-      for (int64_t s = 0; s < S; ++s)
-        u[s * R + a] =
-            philox_uniform(q.seed, static_cast<uint64_t>(lengths[a] + 1 + s), kLaneDraft);
-    }
-    const Tensor u_t = ensure(uniforms_, DType::f32, S * R, ctx.device());
-    ctx.copy_async(u_t.data(), u.data(), u.size() * sizeof(float));
-    round.uniforms = u_t;
+    round.uniforms = Tensor(meta_.view(s_uniforms).data(), DType::f32, Shape{S * R}, ctx.device());
     round.probs = probs;
   }
   head_.run(ctx, round);

@@ -131,10 +131,9 @@ class DSparkSource final : public DraftSource {
 
   PackedIndices meta_;
   ActivationArena arena_;
-  Buffer readback_;       // i32 tokens [(S+1) R] | pad | f32 confidence logits [S R]
-  OwnedTensor uniforms_;  // f32, grow-only
-  OwnedTensor q_;         // f32 [n drafts, V]: the proposal's q (compacted)
-  OwnedTensor q_index_;   // i32, grow-only
+  Buffer readback_;      // i32 tokens [(S+1) R] | pad | f32 confidence logits [S R]
+  OwnedTensor q_;        // f32 [n drafts, V]: the proposal's q (compacted)
+  OwnedTensor q_index_;  // i32, grow-only
   std::vector<int32_t> host_read_;
 
   DraftStats stats_;

@@ -78,9 +78,15 @@ void SequentialHead::run(Context& ctx, const HeadRound& round) {
     select(ctx, round, 0, S * R);  // every step at once: no dependence on earlier tokens
   } else {
     if (type == MarkovHeadType::rnn) {
-      // s_{-1} = 0: one upload of zeros over the whole feature buffer (state columns included).
+      // s_{-1} = 0: a device-to-device copy of zeros over the whole feature buffer (state
+      // columns included); the zeros are allocated once (grow-only).
       const size_t bytes = static_cast<size_t>(sc.features.numel()) * sc.features.element_size();
-      if (zeros_.size() < bytes) zeros_.assign(bytes, 0);
+      if (zeros_.bytes() < bytes || zeros_.device() != ctx.device()) {
+        ctx.synchronize();
+        zeros_ = Buffer(ctx.device(), bytes);
+        const std::vector<char> host(bytes, 0);
+        ctx.copy_async(zeros_.data(), host.data(), bytes);
+      }
       ctx.copy_async(sc.features.data(), zeros_.data(), bytes);
     }
     for (int64_t s = 0; s < S; ++s) {

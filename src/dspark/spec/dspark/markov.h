@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dspark/backend/context.h"
+#include "dspark/core/buffer.h"
 #include "dspark/model/layers.h"
 #include "dspark/ops/sampling.h"
 #include "dspark/spec/dspark/drafter_config.h"
@@ -61,7 +62,7 @@ class SequentialHead {
   const DrafterWeights& w_;
   DType dtype_;
   ActivationArena arena_;
-  std::vector<char> zeros_;  // host zeros for the RNN state reset (one upload per round)
+  Buffer zeros_;  // device zeros for the RNN state reset (copied device-to-device per round)
 };
 
 }  // namespace dspark
