@@ -1,0 +1,19 @@
+// Small-M path of linear on CUDA: y[M, N] = x[M, K] . w[N, K]^T (+ bias) for M <= kGemvMaxRows
+// with 16-bit weights, a hand-written kernel that streams each weight row once with 16-byte loads
+// (a decode / verify step is weight-bandwidth bound; cuBLASLt's GEMM kernels leave bandwidth
+// unused at these shapes). Private to backend/cuda/kernels.
+#pragma once
+
+#include "dspark/backend/context.h"
+#include "dspark/core/tensor.h"
+
+namespace dspark::cuda {
+
+inline constexpr int kGemvMaxRows = 8;
+
+// Launches the kernel and returns true when the shapes, dtypes and alignments fit (x and w bf16 or
+// f16 of the same dtype, K % 8 == 0, 16-byte aligned rows, M <= kGemvMaxRows) and the path is
+// enabled (environment DSPARK_CUDA_GEMV=0 disables it); returns false, doing nothing, otherwise.
+bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
+
+}  // namespace dspark::cuda
