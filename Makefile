@@ -20,14 +20,20 @@ build: setup
 run: build
 	@bash scripts/run_default.sh $(BUILD)/bin/dspark $(ARGS)
 
+# The tests' Python references (safetensors, numpy, tokenizers) live in a virtual environment.
+PYENV      ?= $(BUILD)/pyenv
+TEST_PATH   = $(abspath $(PYENV))/bin:$(PATH)
+
 test: build
-	ctest --test-dir $(BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 900
+	@bash scripts/setup_python.sh $(PYENV)
+	PATH="$(TEST_PATH)" ctest --test-dir $(BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 900
 	$(MAKE) --no-print-directory asan-test
 
 # The unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only).
 asan-test: setup
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDSPARK_SANITIZE=ON \
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSPARK_SANITIZE=ON \
 	  -DDSPARK_CUDA=OFF -DDSPARK_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target dspark_unit_tests dspark
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 DSPARK_STAT_SAMPLES=20000 \
-	  ctest --test-dir $(ASAN_BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 1800
+	@bash scripts/setup_python.sh $(PYENV)
+	PATH="$(TEST_PATH)" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  DSPARK_STAT_SAMPLES=20000 ctest --test-dir $(ASAN_BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 1800

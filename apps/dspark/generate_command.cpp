@@ -1,5 +1,6 @@
 // dspark generate: load a model directory, generate from a prompt, stream the text to stdout;
 // --json adds one JSON object (the last line) with the text, tokens and timings.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "dspark/backend/context.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/model/registry.h"
+#include "dspark/spec/source_factory.h"
 
 namespace dspark::cli {
 namespace {
@@ -26,6 +28,10 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::vector<std::string> stop;
   bool json = false;
+  // Speculative decoding.
+  std::string draft = "none";
+  std::optional<int> gamma;
+  int ngram_min = 1, ngram_max = 4;
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -43,12 +49,30 @@ int run_generate(const GenerateArgs& a) {
   o.max_tokens = a.max_tokens;
   o.stop = a.stop;
 
+  DraftOptions draft_options;
+  draft_options.draft = a.draft;
+  draft_options.ngram = NgramConfig{a.ngram_min, a.ngram_max};
+  draft_options.draft_model_kv_tokens = std::max(4096, 2 * a.max_tokens + 4096);
+  CreatedSource created = create_draft_source(draft_options, *tm.model);
+  SpecConfig spec_config;
+  spec_config.gamma = a.gamma ? *a.gamma : created.default_gamma;
+
   bool ends_with_newline = false;  // the text always ends with a newline, even when empty
-  const GenerateResult r = generate_text(tm, ctx, a.prompt, o, [&](std::string_view piece) {
+  auto on_text = [&](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     ends_with_newline = piece.back() == '\n';
-  });
+  };
+  std::optional<SpecTelemetry> spec;
+  GenerateResult r;
+  if (created.source) {
+    RequestOutput out =
+        generate_text_speculative(tm, ctx, a.prompt, o, created.source.get(), spec_config, on_text);
+    r = std::move(out.result);
+    spec = out.spec;
+  } else {
+    r = generate_text(tm, ctx, a.prompt, o, on_text);
+  }
   if (!ends_with_newline) std::fputc('\n', stdout);
 
   if (a.json) {
@@ -71,6 +95,11 @@ int run_generate(const GenerateArgs& a) {
           {"seed", o.seed}}},
     };
     if (r.finish_reason == FinishReason::stop) j["stop"] = r.stop_matched;
+    if (spec) {
+      j["spec"] = spec->to_json();
+      j["spec"]["draft"] = created.kind;
+      j["spec"]["gamma"] = spec_config.gamma;
+    }
     const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fprintf(stdout, "%s\n", line.c_str());
   }
@@ -102,7 +131,8 @@ CLI::Validator number_in(double lo, double hi, bool lo_open, const std::string& 
 
 Command add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* sub = app.add_subcommand("generate", "Generate text from a prompt (plain decoding)");
+  CLI::App* sub =
+      app.add_subcommand("generate", "Generate text from a prompt (plain or speculative decoding)");
   sub->add_option("-m,--model", args->model_dir,
                   "Model directory (config.json, safetensors, tokenizer.json)")
       ->required();
@@ -126,6 +156,19 @@ Command add_generate_command(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object with text, tokens and timings last");
+  sub->add_option("--draft", args->draft,
+                  "Speculative decoding: none, ngram (prompt lookup), model:DIR (a draft model "
+                  "sharing the tokenizer) or DIR (a DFlash/DSpark drafter, or a draft model)")
+      ->capture_default_str();
+  sub->add_option("--gamma", args->gamma,
+                  "Drafted tokens per round at most (default: the drafter's block, else 4)")
+      ->check(number_in(0, 64, false, "in [0, 64]"));
+  sub->add_option("--ngram-min", args->ngram_min, "Prompt lookup: shortest n-gram matched")
+      ->check(number_in(1, 64, false, "in [1, 64]"))
+      ->capture_default_str();
+  sub->add_option("--ngram-max", args->ngram_max, "Prompt lookup: longest n-gram matched")
+      ->check(number_in(1, 64, false, "in [1, 64]"))
+      ->capture_default_str();
   return [args] { return run_generate(*args); };
 }
 

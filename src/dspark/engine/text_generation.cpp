@@ -29,14 +29,37 @@ TextModel load_text_model(const std::filesystem::path& dir, Device device, DType
   return TextModel{std::move(model), std::move(tokenizer), std::move(defaults), std::move(eos)};
 }
 
-GenerateResult generate_text(TextModel& tm, Context& ctx, std::string_view prompt,
-                             GenerateOptions options, TextCallback on_text) {
+namespace {
+// The prompt with the tokenizer's special-token template; fills in the model's EOS set.
+std::vector<int32_t> encode_prompt(const TextModel& tm, std::string_view prompt,
+                                   GenerateOptions& options) {
   DSPARK_CHECK_KIND(invalid_input, !prompt.empty(), "the prompt is empty");
-  const std::vector<int32_t> ids = tm.tokenizer.encode(prompt, /*add_special_tokens=*/true);
+  std::vector<int32_t> ids = tm.tokenizer.encode(prompt, /*add_special_tokens=*/true);
   DSPARK_CHECK_KIND(invalid_input, !ids.empty(), "the prompt encodes to no tokens");
   if (options.eos_token_ids.empty()) options.eos_token_ids = tm.eos_token_ids;
+  return ids;
+}
+}  // namespace
+
+GenerateResult generate_text(TextModel& tm, Context& ctx, std::string_view prompt,
+                             GenerateOptions options, TextCallback on_text) {
+  const std::vector<int32_t> ids = encode_prompt(tm, prompt, options);
   TokenizerDetokenizer detokenizer(tm.tokenizer);
   return generate(*tm.model, ctx, ids, options, &detokenizer, std::move(on_text));
+}
+
+RequestOutput generate_text_speculative(TextModel& tm, Context& ctx, std::string_view prompt,
+                                        GenerateOptions options, DraftSource* source,
+                                        const SpecConfig& config, TextCallback on_text) {
+  RequestInput request;
+  request.prompt = encode_prompt(tm, prompt, options);
+  request.options = options;
+  TokenizerDetokenizer detokenizer(tm.tokenizer);
+  request.detokenizer = &detokenizer;
+  request.on_text = std::move(on_text);
+  std::vector<RequestInput> requests;
+  requests.push_back(std::move(request));
+  return std::move(generate_speculative(*tm.model, ctx, source, std::move(requests), config)[0]);
 }
 
 }  // namespace dspark

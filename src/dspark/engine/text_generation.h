@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "dspark/engine/generate.h"
+#include "dspark/engine/speculative.h"
 #include "dspark/io/tokenizer.h"
 
 namespace dspark {
@@ -41,5 +42,10 @@ TextModel load_text_model(const std::filesystem::path& dir, Device device, DType
 // and streams the text. options.eos_token_ids empty -> the model's EOS set.
 GenerateResult generate_text(TextModel& tm, Context& ctx, std::string_view prompt,
                              GenerateOptions options, TextCallback on_text = {});
+
+// The same through the speculative engine with `source` (null: plain decoding in the same loop).
+RequestOutput generate_text_speculative(TextModel& tm, Context& ctx, std::string_view prompt,
+                                        GenerateOptions options, DraftSource* source,
+                                        const SpecConfig& config, TextCallback on_text = {});
 
 }  // namespace dspark

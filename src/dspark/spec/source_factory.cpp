@@ -1,0 +1,41 @@
+#include "dspark/spec/source_factory.h"
+
+#include <filesystem>
+
+#include "dspark/spec/draft_model_source.h"
+#include "dspark/spec/dspark/drafter_config.h"
+#include "dspark/spec/dspark/dspark_source.h"
+
+namespace dspark {
+namespace {
+
+CreatedSource draft_model(const std::filesystem::path& dir, Model& target, int kv_tokens) {
+  std::unique_ptr<Model> model = load_model(dir, target.device(), target.activation_dtype());
+  DSPARK_CHECK_KIND(invalid_input, model->config().vocab_size == target.config().vocab_size,
+                    "draft model {} has vocabulary size {}, the target has {}: they must share "
+                    "the tokenizer",
+                    dir.string(), model->config().vocab_size, target.config().vocab_size);
+  return CreatedSource{std::make_unique<DraftModelSource>(std::move(model), kv_tokens), "model", 4};
+}
+
+}  // namespace
+
+CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
+  if (o.draft.empty() || o.draft == "none") return CreatedSource{nullptr, "none", 0};
+  if (o.draft == "ngram") return CreatedSource{std::make_unique<NgramSource>(o.ngram), "ngram", 4};
+  if (o.draft.rfind("model:", 0) == 0)
+    return draft_model(o.draft.substr(6), target, o.draft_model_kv_tokens);
+  const std::filesystem::path dir = o.draft;
+  std::error_code ec;
+  DSPARK_CHECK_KIND(invalid_input, std::filesystem::is_directory(dir, ec),
+                    "--draft '{}' is not none, ngram, model:DIR or a drafter directory", o.draft);
+  if (is_block_drafter_dir(dir)) {
+    const DrafterConfig cfg = load_drafter_config(dir);
+    const bool dflash = cfg.layout == DrafterLayout::dflash;
+    return CreatedSource{make_draft_source(dir, target), dflash ? "dflash" : "dspark",
+                         cfg.drafts_per_block(cfg.block_size)};
+  }
+  return draft_model(dir, target, o.draft_model_kv_tokens);
+}
+
+}  // namespace dspark

@@ -1,0 +1,33 @@
+// Builds the DraftSource a user asked for (`--draft`):
+//   none          no drafting (plain decoding)
+//   ngram         prompt lookup (NgramConfig)
+//   model:DIR     an independent draft model (a Hugging Face causal LM sharing the vocabulary)
+//   DIR           detected from DIR/config.json: a DFlash / DSpark block drafter (DeepSpec,
+//                 SpecForge or z-lab layout), else an independent draft model
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "dspark/model/model.h"
+#include "dspark/spec/draft_source.h"
+#include "dspark/spec/ngram_source.h"
+
+namespace dspark {
+
+struct DraftOptions {
+  std::string draft = "none";
+  NgramConfig ngram;
+  int draft_model_kv_tokens = 1 << 16;  // KV capacity of an independent draft model
+};
+
+struct CreatedSource {
+  std::unique_ptr<DraftSource> source;  // null for "none"
+  std::string kind;                     // "none", "ngram", "model", "dspark", "dflash"
+  int default_gamma = 0;                // the drafter's natural proposal length (0: none)
+};
+
+// Throws invalid_input (a bad --draft value, a drafter that does not fit the target) or io.
+CreatedSource create_draft_source(const DraftOptions& options, Model& target);
+
+}  // namespace dspark
