@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "dspark/core/error.h"
+#include "dspark/engine/generate.h"
+#include "dspark/engine/speculative.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/dspark/dspark_source.h"
 #include "unit/dspark_drafter_testing.h"
@@ -220,6 +222,54 @@ TEST_F(DSparkFit, ThresholdsFileIsRead) {
   explicit_thresholds.thresholds = {0.0f, 0.9f};
   EXPECT_EQ(load_dspark_source(dir, *target_, explicit_thresholds)->thresholds(),
             explicit_thresholds.thresholds);
+}
+
+TEST_F(DSparkFit, FullDrafterCache) {
+  // kv_tokens 16 -> 2 pages of 16 tokens. A 28-token prompt fits (commit), a block of 7 rows after
+  // it does not: rounds propose nothing (counted) and decoding stays exact.
+  const auto dir = temp_dir("kv");
+  test::TinyDrafterSpec spec;
+  spec.block_size = 7;
+  test::write_tiny_drafter(dir, spec, target_->config());
+  DSparkSourceOptions opt;
+  opt.kv_tokens = 16;
+  auto source = load_dspark_source(dir, *target_, opt);
+  Context ctx(Device::cpu());
+  std::vector<int32_t> prompt(28);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 7 % 300);
+  GenerateOptions o;
+  o.max_tokens = 3;
+  o.eos_token_ids = {};
+  const auto plain = generate(*target_, ctx, prompt, o).tokens;
+  std::vector<RequestInput> reqs = {RequestInput{prompt, o, nullptr, {}}};
+  SpecConfig cfg;
+  cfg.gamma = 7;
+  const auto out = generate_speculative(*target_, ctx, source.get(), std::move(reqs), cfg);
+  EXPECT_EQ(out[0].result.tokens, plain);
+  EXPECT_GT(source->dspark_stats().n_kv_full, 0);
+  EXPECT_EQ(source->stats().n_drafted, 0);
+
+  // A commit beyond the capacity is an out_of_memory error naming the fix.
+  std::vector<int32_t> long_prompt(40, 5);
+  auto small = load_dspark_source(dir, *target_, opt);
+  PagedKvCache kv(target_->kv_shape(16, 8), Device::cpu());
+  ForwardBatch b;
+  b.tokens = long_prompt;
+  b.row_indptr = {0, 40};
+  b.seqs = {kv.create_sequence()};
+  b.tap_layers = small->target_taps();
+  const ForwardOutput fo = target_->forward(ctx, kv, b);
+  small->begin(ctx, 0, long_prompt);
+  RowUpdate u;
+  u.kept_tokens = long_prompt;
+  u.pending = 5;
+  try {
+    small->commit(ctx, std::span<const RowUpdate>(&u, 1), fo.taps);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::out_of_memory) << e.what();
+    EXPECT_NE(std::string(e.what()).find("kv_tokens"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -286,10 +286,14 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     }
   }
   std::optional<KvBatchPlan> plan = kv_.plan(seqs, std::vector<int>(static_cast<size_t>(R), L));
-  DSPARK_CHECK_KIND(out_of_memory, plan.has_value(),
-                    "dspark: drafter KV cache full ({} free pages for {} block rows); raise "
-                    "kv_tokens",
-                    kv_.free_pages(), M);
+  if (!plan) {
+    // No room for the blocks this round: propose nothing (decoding stays exact, only slower).
+    for (size_t i = 0; i < n_req; ++i) out.indptr.push_back(static_cast<int32_t>(base));
+    ++dstats_.n_kv_full;
+    ++stats_.n_propose_calls;
+    stats_.propose_ms += ms_since(t0);
+    return;
+  }
   meta_.clear();
   const int s_tokens = meta_.add(tokens);
   const int s_positions = meta_.add(positions);

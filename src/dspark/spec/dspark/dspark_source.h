@@ -16,6 +16,8 @@
 // Sampled rows keep q = process_logits(z_k, request params) for the verifier and draw with
 // philox_uniform(seed, position of the drafted token, kLaneDraft); greedy-only rounds leave
 // Proposal::q undefined.
+// Capacity: a commit that does not fit the drafter's KV cache throws out_of_memory; a round whose
+// blocks do not fit proposes nothing (counted in DSparkStats::n_kv_full).
 #pragma once
 
 #include <filesystem>
@@ -56,6 +58,7 @@ struct DSparkStats {
   int64_t n_block_rows = 0;    // block rows through the backbone
   int64_t n_pruned = 0;        // drafts dropped by the thresholds
   int64_t n_device_reads = 0;  // device->host reads by propose (one per round)
+  int64_t n_kv_full = 0;       // rounds without drafts because the block did not fit the KV cache
 };
 
 // Host copies kept when DSparkSourceOptions::record is set.
