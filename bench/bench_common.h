@@ -24,7 +24,9 @@ struct Roofline {
   double weight_bytes = 0;
   double kv_bytes_per_token = 0;  // K + V of one token over all layers
   double copy_bandwidth = 0;      // bytes/s (read + write) measured in this run; 0 on the CPU
-  double bytes_per_step(double context) const { return weight_bytes + kv_bytes_per_token * context; }
+  double bytes_per_step(double context) const {
+    return weight_bytes + kv_bytes_per_token * context;
+  }
 };
 double kv_bytes_per_token(const ModelConfig& c, DType dtype);
 

@@ -11,8 +11,8 @@
 #include <memory>
 #include <optional>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
@@ -44,10 +44,10 @@ struct Args {
 };
 
 struct RunStats {
-  int64_t tokens = 0;        // decode tokens (after the first)
+  int64_t tokens = 0;  // decode tokens (after the first)
   double decode_ms = 0;
   double prefill_ms = 0;
-  int64_t context_sum = 0;   // sum over decode tokens of their context length
+  int64_t context_sum = 0;  // sum over decode tokens of their context length
   SpecTelemetry spec;
   std::vector<std::vector<int32_t>> outputs;
   double tok_per_s() const { return decode_ms > 0 ? tokens / (decode_ms / 1e3) : 0; }
@@ -111,7 +111,8 @@ int main_impl(int argc, char** argv) {
   const auto tok_file = std::filesystem::path(a.model) / "tokenizer.json";
   if (std::filesystem::exists(tok_file)) {
     const Tokenizer tok = Tokenizer::from_file(tok_file);
-    const auto texts = a.prompts_file.empty() ? builtin_prompts() : read_prompt_file(a.prompts_file);
+    const auto texts =
+        a.prompts_file.empty() ? builtin_prompts() : read_prompt_file(a.prompts_file);
     for (int i = 0; i < a.n_prompts && i < static_cast<int>(texts.size()); ++i)
       prompts.push_back(tok.encode(texts[static_cast<size_t>(i)], true));
   } else {
@@ -171,12 +172,9 @@ int main_impl(int argc, char** argv) {
                   fmt::format("{:.1f}", plain_gbs), "-"});
   if (spec) {
     const double speedup = plain.tok_per_s() > 0 ? spec->tok_per_s() / plain.tok_per_s() : 0;
-    j["speculative"] = {{"tok_per_s", spec->tok_per_s()},
-                        {"decode_ms", spec->decode_ms},
-                        {"tokens", spec->tokens},
-                        {"speedup", speedup},
-                        {"greedy_mismatches", mismatches},
-                        {"spec", spec->spec.to_json()}};
+    j["speculative"] = {{"tok_per_s", spec->tok_per_s()},  {"decode_ms", spec->decode_ms},
+                        {"tokens", spec->tokens},          {"speedup", speedup},
+                        {"greedy_mismatches", mismatches}, {"spec", spec->spec.to_json()}};
     std::string acc;
     for (size_t p = 0; p < spec->spec.drafted_at.size(); ++p)
       acc += fmt::format("{}{:.2f}", p ? " " : "",
@@ -187,16 +185,18 @@ int main_impl(int argc, char** argv) {
                     fmt::format("{:.2f}", speedup), fmt::format("{:.2f}", spec->spec.tau()), "-",
                     acc});
   }
-  std::printf("%s", format_table({"run", "tok/s", "speedup", "tau", "GB/s", "accept by position"},
-                                 rows)
-                        .c_str());
+  std::printf(
+      "%s",
+      format_table({"run", "tok/s", "speedup", "tau", "GB/s", "accept by position"}, rows).c_str());
   if (roof.copy_bandwidth > 0)
-    std::printf("copy bandwidth %.0f GB/s; plain decode moves %.0f GB/s (%.0f%%); weights %.2f GB\n",
-                roof.copy_bandwidth / 1e9, plain_gbs, 100 * plain_gbs * 1e9 / roof.copy_bandwidth,
-                roof.weight_bytes / 1e9);
+    std::printf(
+        "copy bandwidth %.0f GB/s; plain decode moves %.0f GB/s (%.0f%%); weights %.2f GB\n",
+        roof.copy_bandwidth / 1e9, plain_gbs, 100 * plain_gbs * 1e9 / roof.copy_bandwidth,
+        roof.weight_bytes / 1e9);
   if (spec)
-    std::printf("phases (ms, all prompts): draft %.1f  verify %.1f  rest %.1f; greedy mismatches %d\n",
-                spec->spec.draft_ms, spec->spec.verify_ms, spec->spec.rest_ms, mismatches);
+    std::printf(
+        "phases (ms, all prompts): draft %.1f  verify %.1f  rest %.1f; greedy mismatches %d\n",
+        spec->spec.draft_ms, spec->spec.verify_ms, spec->spec.rest_ms, mismatches);
   const std::string dump = j.dump();
   std::printf("%s\n", dump.c_str());
   if (!a.json_file.empty()) std::ofstream(a.json_file) << j.dump(2) << "\n";

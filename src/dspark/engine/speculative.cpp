@@ -152,7 +152,7 @@ void SpeculativeEngine::prefill_step() {
   if (source_) source_->commit(ctx_, updates, fo.taps);
   const double ms = ms_since(t0);
   for (Row* r : rows) {
-    r->spec.rest_ms += ms;  // prefill time is not a round phase; kept out of draft/verify
+    r->spec.prefill_ms += ms;
     if (r->pending >= 0 && r->prefilled == static_cast<int>(r->prompt.size()) &&
         r->out->n_generated() == 0) {
       if (r->out->push(std::span<const int32_t>(&r->pending, 1))) finish_row(*r);

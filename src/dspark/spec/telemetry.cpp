@@ -34,6 +34,7 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   draft_ms += o.draft_ms;
   verify_ms += o.verify_ms;
   rest_ms += o.rest_ms;
+  prefill_ms += o.prefill_ms;
 }
 
 nlohmann::json SpecTelemetry::to_json() const {
@@ -50,7 +51,7 @@ nlohmann::json SpecTelemetry::to_json() const {
                         {"accepted_by_position", accepted_at},
                         {"acceptance_by_position", rate},
                         {"timings_ms",
-                         {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}}}};
+                         {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
 }
 
 }  // namespace dspark

@@ -19,6 +19,7 @@ struct SpecTelemetry {
   double draft_ms = 0;   // DraftSource::propose
   double verify_ms = 0;  // target forward + verification (includes the one device read)
   double rest_ms = 0;    // commit, KV rollback, emission, host bookkeeping
+  double prefill_ms = 0;  // prompt forwards, first token and the source's prompt commit
 
   void record_round(int n_drafted, int n_accepted);
   double tau() const { return rounds > 0 ? static_cast<double>(emitted) / rounds : 0.0; }

@@ -1,0 +1,189 @@
+// bench_round: the cost of one speculative round's phases against one plain decode step, at a
+// fixed context, through the real engine (host synchronisation included):
+//   - plain decode step (no drafts);
+//   - verify forwards of exactly k drafted tokens (a source proposing k random tokens), k in
+//     --verify-k;
+//   - with --draft: the draft step (DraftSource::propose), the verify, the rest, the whole round.
+// Random weights are fine: costs do not depend on values (acceptance does, and is not measured
+// here; random drafts are rejected, so every round drafts the full gamma).
+//
+//   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--rounds 32]
+//               [--verify-k 1,16,32] [--device cuda] [--json FILE]
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.h"
+#include "dspark/backend/context.h"
+#include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/buffer.h"
+#include "dspark/engine/speculative.h"
+#include "dspark/spec/source_factory.h"
+
+namespace dspark::bench {
+namespace {
+
+// Proposes exactly max_tokens random tokens: fixes the verify width.
+class RandomDraftSource final : public DraftSource {
+ public:
+  explicit RandomDraftSource(int vocab) : dist_(0, vocab - 1) {}
+  std::string name() const override { return "random"; }
+  void begin(Context&, RowId, std::span<const int32_t>) override {}
+  void commit(Context&, std::span<const RowUpdate>, std::span<const Tensor>) override {}
+  void propose(Context&, std::span<const ProposeRequest> requests, Proposal& out) override {
+    for (const auto& r : requests) {
+      for (int i = 0; i < r.max_tokens; ++i) out.tokens.push_back(dist_(gen_));
+      out.indptr.push_back(static_cast<int32_t>(out.tokens.size()));
+    }
+  }
+  void release(RowId) override {}
+
+ private:
+  std::mt19937 gen_{3};
+  std::uniform_int_distribution<int32_t> dist_;
+};
+
+struct PhaseMs {
+  double draft = 0, verify = 0, rest = 0, round = 0;
+  double rounds = 0;
+};
+
+// Per-round means over `rounds` rounds after a warm-up request.
+PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
+                const std::vector<int32_t>& prompt, int rounds) {
+  SpecConfig cfg;
+  cfg.gamma = gamma;
+  auto run = [&](int n_rounds) {
+    RequestInput r;
+    r.prompt = prompt;
+    r.options.max_tokens = n_rounds * (gamma + 1) + 1;
+    r.options.eos_token_ids = {};
+    auto out = generate_speculative(target, ctx, source, {std::move(r)}, cfg);
+    return out[0].spec;
+  };
+  run(2);  // warm-up: kernel selection, buffers
+  // Fix the number of rounds: cap max_tokens so that no round can be skipped or shortened.
+  SpecConfig fixed = cfg;
+  RequestInput r;
+  r.prompt = prompt;
+  r.options.eos_token_ids = {};
+  r.options.max_tokens = rounds * (gamma + 1) + 1;
+  auto out = generate_speculative(target, ctx, source, {std::move(r)}, fixed);
+  const SpecTelemetry& t = out[0].spec;
+  PhaseMs m;
+  m.rounds = static_cast<double>(t.rounds);
+  if (t.rounds == 0) return m;
+  m.draft = t.draft_ms / t.rounds;
+  m.verify = t.verify_ms / t.rounds;
+  m.rest = t.rest_ms / t.rounds;
+  m.round = m.draft + m.verify + m.rest;
+  return m;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t next = s.find(',', pos);
+    out.push_back(std::stoi(s.substr(pos, next - pos)));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
+int main_impl(int argc, char** argv) {
+  std::string model, draft = "none", device_name = "cuda", json_file, verify_list = "1,16,32";
+  int gamma = 16, context = 1024, rounds = 32;
+  CLI::App app{"bench_round: speculative round phases vs a plain decode step"};
+  app.add_option("-m,--model", model, "target model directory")->required();
+  app.add_option("--draft", draft, "draft source (as dspark generate --draft)");
+  app.add_option("--gamma", gamma, "drafts per round for --draft")->check(CLI::Range(1, 64));
+  app.add_option("--context", context, "prompt (context) length")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--rounds", rounds, "measured rounds")->check(CLI::Range(1, 100000));
+  app.add_option("--verify-k", verify_list, "verify widths (drafted tokens) to time");
+  app.add_option("--device", device_name, "cpu | cuda | cuda:N");
+  app.add_option("--json", json_file, "also write the JSON result here");
+  CLI11_PARSE(app, argc, argv);
+
+  const Device device = parse_device(device_name);
+  Context ctx(device);
+  const DType dtype = device.is_cuda() ? DType::bf16 : DType::f32;
+  const double bandwidth = device.is_cuda() ? cuda::measure_copy_bandwidth(device.index) : 0.0;
+  const int64_t before = memory_stats(device).active_bytes;
+  std::unique_ptr<Model> target = load_model(model, device, dtype);
+  const double weight_bytes = static_cast<double>(memory_stats(device).active_bytes - before);
+  const double kv_token = kv_bytes_per_token(target->config(), dtype);
+  const std::vector<int32_t> prompt =
+      random_token_prompts(1, context, target->config().vocab_size, 11)[0];
+
+  nlohmann::json j = {
+      {"model", model},   {"device", device.name()},      {"context", context},
+      {"rounds", rounds}, {"weight_bytes", weight_bytes}, {"copy_bandwidth_gbs", bandwidth / 1e9}};
+  std::vector<std::vector<std::string>> rows;
+  const PhaseMs plain = measure(*target, ctx, nullptr, 0, prompt, rounds);
+  const double step_bytes = weight_bytes + kv_token * (context + rounds / 2.0);
+  const double gbs = step_bytes / (plain.round * 1e-3) / 1e9;
+  j["decode_step_ms"] = plain.round;
+  j["decode_gbs"] = gbs;
+  j["decode_fraction_of_copy_bandwidth"] = bandwidth > 0 ? gbs * 1e9 / bandwidth : 0.0;
+  rows.push_back(
+      {"decode step", fmt::format("{:.3f}", plain.round), "1.00", fmt::format("{:.0f} GB/s", gbs)});
+
+  RandomDraftSource random_source(target->config().vocab_size);
+  for (int k : parse_list(verify_list)) {
+    const PhaseMs v = measure(*target, ctx, &random_source, k, prompt, rounds);
+    j["verify_ms"][std::to_string(k)] = v.verify;
+    rows.push_back({fmt::format("verify {} drafts", k), fmt::format("{:.3f}", v.verify),
+                    fmt::format("{:.2f}", v.verify / plain.round), ""});
+  }
+  if (draft != "none") {
+    DraftOptions o;
+    o.draft = draft;
+    CreatedSource created = create_draft_source(o, *target);
+    const PhaseMs s = measure(*target, ctx, created.source.get(), gamma, prompt, rounds);
+    j["draft"] = {{"source", draft},
+                  {"kind", created.kind},
+                  {"gamma", gamma},
+                  {"draft_ms", s.draft},
+                  {"verify_ms", s.verify},
+                  {"rest_ms", s.rest},
+                  {"round_ms", s.round},
+                  {"rounds", s.rounds},
+                  {"draft_over_decode", s.draft / plain.round},
+                  {"round_over_decode", s.round / plain.round}};
+    rows.push_back({fmt::format("draft step ({} x{})", created.kind, gamma),
+                    fmt::format("{:.3f}", s.draft), fmt::format("{:.2f}", s.draft / plain.round),
+                    ""});
+    rows.push_back({"  verify", fmt::format("{:.3f}", s.verify),
+                    fmt::format("{:.2f}", s.verify / plain.round), ""});
+    rows.push_back({"  rest (commit, rollback, emit)", fmt::format("{:.3f}", s.rest),
+                    fmt::format("{:.2f}", s.rest / plain.round), ""});
+    rows.push_back({"full round", fmt::format("{:.3f}", s.round),
+                    fmt::format("{:.2f}", s.round / plain.round), ""});
+  }
+  std::printf("%s", format_table({"phase", "ms", "x decode step", ""}, rows).c_str());
+  if (bandwidth > 0)
+    std::printf("copy bandwidth %.0f GB/s; weights %.2f GB; context %d\n", bandwidth / 1e9,
+                weight_bytes / 1e9, context);
+  std::printf("%s\n", j.dump().c_str());
+  if (!json_file.empty()) std::ofstream(json_file) << j.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace dspark::bench
+
+int main(int argc, char** argv) {
+  try {
+    return dspark::bench::main_impl(argc, argv);
+  } catch (const dspark::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
