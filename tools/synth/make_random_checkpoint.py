@@ -66,6 +66,8 @@ SHAPES = {
                                markov_rank=256, markov_head_type="vanilla",
                                enable_confidence_head=True, confidence_head_with_markov=True),
 }
+# The issue-4 benchmark shape: DSpark heads on the published 8B DFlash geometry (block 16).
+SHAPES["qwen3-8b-dspark-b16"] = dict(SHAPES["qwen3-8b-dspark-b7"], block_size=16)
 
 
 def tensor_shapes(cfg):
