@@ -64,7 +64,8 @@ SHAPES = {
                                tie_word_embeddings=False, block_size=7, mask_token_id=151669,
                                target_layer_ids=[1, 9, 17, 25, 33], num_target_layers=36,
                                markov_rank=256, markov_head_type="vanilla",
-                               enable_confidence_head=True, confidence_head_with_markov=True),
+                               enable_confidence_head=True, confidence_head_with_markov=True,
+                               num_anchors=512),
 }
 # The issue-4 benchmark shape: DSpark heads on the published 8B DFlash geometry (block 16).
 SHAPES["qwen3-8b-dspark-b16"] = dict(SHAPES["qwen3-8b-dspark-b7"], block_size=16)
