@@ -32,7 +32,9 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
   if (is_block_drafter_dir(dir)) {
     const DrafterConfig cfg = load_drafter_config(dir);
     const bool dflash = cfg.layout == DrafterLayout::dflash;
-    return CreatedSource{make_draft_source(dir, target), dflash ? "dflash" : "dspark",
+    DSparkSourceOptions options;
+    options.kv_tokens = o.draft_model_kv_tokens;
+    return CreatedSource{make_draft_source(dir, target, options), dflash ? "dflash" : "dspark",
                          cfg.drafts_per_block(cfg.block_size)};
   }
   return draft_model(dir, target, o.draft_model_kv_tokens);

@@ -18,7 +18,8 @@ namespace dspark {
 struct DraftOptions {
   std::string draft = "none";
   NgramConfig ngram;
-  int draft_model_kv_tokens = 1 << 16;  // KV capacity of an independent draft model
+  int draft_model_kv_tokens =
+      1 << 16;  // KV capacity (tokens, all rows) of a draft model or drafter
 };
 
 struct CreatedSource {
