@@ -2,6 +2,8 @@
 // against the CPU on the same rounded inputs, over every M, odd N, long K (several unrolled
 // steps plus a tail), strided x rows (stride % 8 == 0), both output dtypes and biases.
 // Tolerances as tests/cuda/matmul_test.cpp.
+#include <cstdlib>
+
 #include "dspark/ops/matmul.h"
 
 #include "cuda/cuda_consistency.h"
@@ -11,6 +13,9 @@ namespace {
 
 TEST(CudaGemv, SmallMMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
+  // The path is opt-in and read once per process: enable it before the first linear call (ctest
+  // runs every test in its own process).
+  setenv("DSPARK_CUDA_GEMV", "1", 1);
   Contexts ctx;
   uint32_t seed = 7000;
   for (DType in : {DType::bf16, DType::f16}) {

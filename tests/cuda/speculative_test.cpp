@@ -2,6 +2,8 @@
 // (accepted counts and next tokens) on the same inputs and seeds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "cuda_consistency.h"
@@ -18,25 +20,29 @@ struct AcceptInputs {
   int64_t vocab = 0;
 };
 
-// Rows with 0..6 drafts; p sharp-ish, q different; drafts drawn near p's mode so that some are
-// accepted and some rejected.
+// Rows with 0..6 drafts; p and q independent softmaxes of scaled normals; drafts are p's mode
+// half the time (mostly accepted) and random otherwise (mostly rejected).
 AcceptInputs make_inputs(int n_rows, int64_t vocab, uint32_t seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   AcceptInputs in;
   in.vocab = vocab;
   in.indptr.push_back(0);
-  auto dist = [&](std::vector<float>& out, float sharp) {
+  // softmax(scale * N(0, 1)): peaked enough that a draft equal to p's mode is usually accepted.
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto dist = [&](std::vector<float>& out, float scale) {
     std::vector<float> row(static_cast<size_t>(vocab));
+    float mx = -1e30f;
+    for (auto& x : row) mx = std::max(mx, x = scale * normal(gen));
     float s = 0;
-    for (auto& x : row) s += (x = std::pow(u(gen), sharp));
+    for (auto& x : row) s += (x = std::exp(x - mx));
     for (auto& x : row) out.push_back(x / s);
   };
   for (int r = 0; r < n_rows; ++r) {
     const int k = r % 7;
-    for (int j = 0; j <= k; ++j) dist(in.p, 8.0f);
+    for (int j = 0; j <= k; ++j) dist(in.p, 3.0f);
     for (int j = 0; j < k; ++j) {
-      dist(in.q, 4.0f);
+      dist(in.q, 2.0f);
       // Draft: argmax of the matching p row half of the time, else random.
       const float* prow = in.p.data() + (in.p.size() / vocab - (k + 1) + j) * vocab;
       int32_t best = 0;

@@ -13,7 +13,7 @@ inline constexpr int kGemvMaxRows = 8;
 
 // Launches the kernel and returns true when the shapes, dtypes and alignments fit (x and w bf16 or
 // f16 of the same dtype, K % 8 == 0, 16-byte aligned rows, M <= kGemvMaxRows) and the path is
-// enabled (environment DSPARK_CUDA_GEMV=0 disables it); returns false, doing nothing, otherwise.
+// enabled (opt-in: environment DSPARK_CUDA_GEMV=1); returns false, doing nothing, otherwise.
 bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 
 }  // namespace dspark::cuda
