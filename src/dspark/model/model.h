@@ -21,8 +21,7 @@ inline constexpr int kTapEmbedding = -1;
 
 struct ForwardBatch {
   // Rows: tokens of row r are tokens[row_indptr[r] .. row_indptr[r+1]); each row appends to its
-  // sequence, so positions of row r are length(seq) .. length(seq) + n_r - 1 (filled in by
-  // forward when left empty).
+  // sequence, so the positions of row r are length(seq) .. length(seq) + n_r - 1.
   std::vector<int32_t> tokens;
   std::vector<int32_t> row_indptr;  // [n_rows + 1]
   std::vector<SeqId> seqs;          // [n_rows]
