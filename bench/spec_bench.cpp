@@ -22,8 +22,7 @@
 #include "dspark/engine/speculative.h"
 #include "dspark/io/tokenizer.h"
 #include "dspark/model/model.h"
-#include "dspark/spec/draft_model_source.h"
-#include "dspark/spec/ngram_source.h"
+#include "dspark/spec/source_factory.h"
 
 namespace dspark::bench {
 namespace {
@@ -82,7 +81,8 @@ int main_impl(int argc, char** argv) {
   Args a;
   CLI::App app{"bench_spec: plain vs speculative decoding on the same model and prompts"};
   app.add_option("-m,--model", a.model, "target model directory")->required();
-  app.add_option("--draft", a.draft, "draft source: none | ngram | model:DIR");
+  app.add_option("--draft", a.draft,
+                 "draft source: none | ngram | model:DIR | DIR (as dspark generate)");
   app.add_option("--gamma", a.gamma, "drafts per round")->check(CLI::Range(0, 64));
   app.add_option("--ngram-min", a.ngram_min)->check(CLI::Range(1, 16));
   app.add_option("--ngram-max", a.ngram_max)->check(CLI::Range(1, 16));
@@ -119,15 +119,12 @@ int main_impl(int argc, char** argv) {
     prompts = random_token_prompts(a.n_prompts, a.prompt_tokens, target->config().vocab_size, 7);
   }
 
-  std::unique_ptr<DraftSource> source;
-  if (a.draft == "ngram") {
-    source = std::make_unique<NgramSource>(NgramConfig{a.ngram_min, a.ngram_max});
-  } else if (a.draft.rfind("model:", 0) == 0) {
-    source = std::make_unique<DraftModelSource>(load_model(a.draft.substr(6), device, dtype),
-                                                a.max_tokens * 2 + 4096);
-  } else if (a.draft != "none") {
-    DSPARK_FAIL(invalid_input, "--draft must be none, ngram or model:DIR (got '{}')", a.draft);
-  }
+  DraftOptions draft_options;
+  draft_options.draft = a.draft;
+  draft_options.ngram = NgramConfig{a.ngram_min, a.ngram_max};
+  draft_options.draft_model_kv_tokens = a.max_tokens * 2 + 4096;
+  CreatedSource created = create_draft_source(draft_options, *target);
+  std::unique_ptr<DraftSource> source = std::move(created.source);
 
   // Warm-up (kernel selection, allocations), then the measured runs.
   {
