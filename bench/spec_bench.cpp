@@ -2,7 +2,7 @@
 // Prints tau, acceptance by draft position, tok/s of each, the speedup, time per phase and (on
 // CUDA) achieved bandwidth against a device copy measured in the same run; a table, then JSON.
 //
-//   bench_spec -m MODEL_DIR [--draft none|ngram|model:DIR] [--gamma 4] [--device cpu|cuda]
+//   bench_spec -m MODEL_DIR [--draft none|ngram|model:DIR|DIR] [--gamma 4] [--device cpu|cuda]
 //              [-n 128] [--prompts FILE] [--n-prompts 8] [--temperature 0] [--json FILE]
 #include <chrono>
 #include <cstdio>
