@@ -45,22 +45,33 @@ TEST(PagedKvCache, ReserveRollbackReleaseReturnPages) {
   EXPECT_FALSE(kv.reserve(b, 21));  // would need a 6th page
   EXPECT_EQ(kv.free_pages(), 0);
 
-  // Give a a length through plan, then roll back.
+  // Give a a length through plan, then roll back: reserved pages stay with the sequence.
   kv.release(b);
   EXPECT_EQ(kv.free_pages(), 5);
   auto plan = kv.plan({a}, {9});
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(kv.length(a), 9);
   EXPECT_EQ(kv.used_pages(), 3);
-  kv.rollback_to(a, 8);  // 8 tokens fit in 2 pages
-  EXPECT_EQ(kv.length(a), 8);
-  EXPECT_EQ(kv.used_pages(), 2);
-  kv.rollback_to(a, 5);
-  EXPECT_EQ(kv.used_pages(), 2);
   kv.rollback_to(a, 4);
-  EXPECT_EQ(kv.used_pages(), 1);
+  EXPECT_EQ(kv.length(a), 4);
+  EXPECT_EQ(kv.used_pages(), 3);  // the reservation (9 tokens) is a floor
+
+  // A sequence without a reservation grows through plan and shrinks with rollback_to.
+  const SeqId g = kv.create_sequence();
+  ASSERT_TRUE(kv.plan({g}, {9}).has_value());
+  EXPECT_EQ(kv.used_pages(), 6);
+  kv.rollback_to(g, 8);  // 8 tokens fit in 2 pages
+  EXPECT_EQ(kv.length(g), 8);
+  EXPECT_EQ(kv.used_pages(), 5);
+  kv.rollback_to(g, 5);
+  EXPECT_EQ(kv.used_pages(), 5);
+  kv.rollback_to(g, 4);
+  EXPECT_EQ(kv.used_pages(), 4);
+  kv.rollback_to(g, 0);
+  EXPECT_EQ(kv.used_pages(), 3);
+  kv.release(g);
   kv.rollback_to(a, 0);
-  EXPECT_EQ(kv.used_pages(), 0);
+  EXPECT_EQ(kv.used_pages(), 3);
   EXPECT_THROW(kv.rollback_to(a, 1), Error);  // beyond the length
   kv.release(a);
   EXPECT_EQ(kv.free_pages(), 8);

@@ -53,6 +53,10 @@ std::string_view finish_reason_name(FinishReason reason) {
       return "eos";
     case FinishReason::stop:
       return "stop";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::error:
+      return "error";
   }
   return "unknown";
 }

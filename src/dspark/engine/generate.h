@@ -64,7 +64,8 @@ std::vector<int32_t> default_eos_token_ids(const ModelConfig& config,
 // Throws invalid_input naming the bad field.
 void validate(const GenerateOptions& options, int64_t vocab_size);
 
-enum class FinishReason { length, eos, stop };
+// cancelled: the client went away or the request was cancelled; error: the engine failed it.
+enum class FinishReason { length, eos, stop, cancelled, error };
 std::string_view finish_reason_name(FinishReason reason);
 
 struct GenerateTimings {
@@ -82,6 +83,7 @@ struct GenerateResult {
   int n_generated = 0;
   FinishReason finish_reason = FinishReason::length;
   std::string stop_matched;  // the stop string when finish_reason == stop
+  std::string error;         // what failed when finish_reason == error
   GenerateTimings timings;
 };
 

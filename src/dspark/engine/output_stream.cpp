@@ -57,10 +57,18 @@ bool OutputStream::push(std::span<const int32_t> tokens) {
   return finished_;
 }
 
+void OutputStream::abort(FinishReason reason, std::string message) {
+  finished_ = true;
+  aborted_ = true;
+  result_.finish_reason = reason;
+  result_.error = std::move(message);
+}
+
 GenerateResult OutputStream::finish() {
   finished_ = true;
-  if (detokenizer_ && result_.finish_reason != FinishReason::stop) emit_text(detokenizer_->flush());
-  if (stop_) {
+  if (detokenizer_ && !aborted_ && result_.finish_reason != FinishReason::stop)
+    emit_text(detokenizer_->flush());
+  if (stop_ && !aborted_) {
     const std::string rest = stop_->flush();
     if (!rest.empty()) {
       result_.text += rest;

@@ -22,6 +22,9 @@ class OutputStream {
   bool push(std::span<const int32_t> tokens);
   bool finished() const { return finished_; }
   int n_generated() const { return static_cast<int>(result_.tokens.size()); }
+  // Ends the request early (cancelled, or error with a message): nothing more is emitted, and
+  // text held back by the stop matcher is dropped.
+  void abort(FinishReason reason, std::string message = {});
   // Flushes held-back text and fills n_generated and timings; call once at the end.
   GenerateResult finish();
 
@@ -34,6 +37,7 @@ class OutputStream {
   std::optional<StopStringMatcher> stop_;
   GenerateResult result_;
   bool finished_ = false;
+  bool aborted_ = false;
   std::chrono::steady_clock::time_point t_start_, t_first_token_;
 };
 

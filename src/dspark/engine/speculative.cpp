@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "dspark/ops/sampling.h"
 
@@ -59,12 +60,50 @@ RowId SpeculativeEngine::add(RequestInput input) {
   row->out = std::make_unique<OutputStream>(input.options, static_cast<int>(row->prompt.size()),
                                             input.detokenizer, std::move(input.on_text));
   row->seq = kv_.create_sequence();
+  const int capacity =
+      reserve_tokens(static_cast<int>(row->prompt.size()), input.options.max_tokens);
+  if (!kv_.reserve(row->seq, capacity)) {
+    kv_.release(row->seq);
+    DSPARK_FAIL(out_of_memory, "KV cache full: the request needs {} pages for {} tokens, {} free",
+                kv_.pages_for_tokens(capacity), capacity, kv_.free_pages());
+  }
   if (source_) source_->begin(ctx_, row->id, row->prompt);
   rows_.push_back(std::move(row));
   return rows_.back()->id;
 }
 
-bool SpeculativeEngine::has_work() const { return !rows_.empty(); }
+bool SpeculativeEngine::has_work() const {
+  return !rows_.empty();
+}
+
+int SpeculativeEngine::reserve_tokens(int prompt_tokens, int max_tokens) const {
+  const int64_t n = int64_t{prompt_tokens} + std::max(0, max_tokens) + config_.gamma + 1;
+  return static_cast<int>(std::min<int64_t>(n, std::numeric_limits<int>::max() / 2));
+}
+
+bool SpeculativeEngine::can_admit(int prompt_tokens, int max_tokens) const {
+  return kv_.pages_for_tokens(reserve_tokens(prompt_tokens, max_tokens)) <= kv_.free_pages();
+}
+
+bool SpeculativeEngine::cancel(RowId id) {
+  for (auto& r : rows_) {
+    if (r->id != id || r->done) continue;
+    r->out->abort(FinishReason::cancelled);
+    finish_row(*r);
+    std::erase_if(rows_, [](const auto& row) { return row->done; });
+    return true;
+  }
+  return false;
+}
+
+void SpeculativeEngine::abort_all(const std::string& message) {
+  for (auto& r : rows_) {
+    if (r->done) continue;
+    r->out->abort(FinishReason::error, message);
+    finish_row(*r);
+  }
+  rows_.clear();
+}
 
 std::vector<std::pair<RowId, RequestOutput>> SpeculativeEngine::take_finished() {
   return std::exchange(finished_, {});
@@ -139,7 +178,7 @@ void SpeculativeEngine::prefill_step() {
     RowUpdate u;
     u.row = r.id;
     u.kept_tokens = std::span<const int32_t>(r.prompt).subspan(static_cast<size_t>(r.prefilled),
-                                                              static_cast<size_t>(take));
+                                                               static_cast<size_t>(take));
     u.first_position = r.prefilled;
     u.tap_offset = begin;
     r.prefilled += take;
@@ -264,7 +303,11 @@ void SpeculativeEngine::decode_round() {
 void SpeculativeEngine::finish_row(Row& r) {
   if (r.done) return;
   r.done = true;
-  if (source_) source_->release(r.id);
+  // Release must not fail a request that is ending (it may follow a failed step).
+  try {
+    if (source_) source_->release(r.id);
+  } catch (const Error&) {
+  }
   kv_.release(r.seq);
   finished_.emplace_back(r.id, RequestOutput{r.out->finish(), r.spec});
 }

@@ -50,8 +50,17 @@ class SpeculativeEngine {
                     int kv_tokens);
   ~SpeculativeEngine();
 
-  // Validates the request (invalid_input naming the problem) and queues it for prefill.
+  // Validates the request (invalid_input naming the problem), reserves its KV capacity (prompt +
+  // max_tokens + gamma + 1 tokens, so a running request never runs out: out_of_memory when the
+  // cache cannot hold it; check can_admit first) and queues it for prefill.
   RowId add(RequestInput input);
+  // Whether the KV cache can hold a new request of this size now.
+  bool can_admit(int prompt_tokens, int max_tokens) const;
+  // Ends a request between steps (finish reason `cancelled`); false when the id is not live.
+  bool cancel(RowId id);
+  // Ends every live request with finish reason `error` and `message` (after a step threw).
+  void abort_all(const std::string& message);
+  int live_rows() const { return static_cast<int>(rows_.size()); }
   // One step (a prefill chunk or one round); no-op when idle.
   void step();
   bool has_work() const;
@@ -63,6 +72,7 @@ class SpeculativeEngine {
   void prefill_step();
   void decode_round();
   void finish_row(Row& row);
+  int reserve_tokens(int prompt_tokens, int max_tokens) const;
 
   Model& target_;
   Context& ctx_;

@@ -51,10 +51,10 @@ SeqId PagedKvCache::create_sequence() {
   if (!free_ids_.empty()) {
     const SeqId id = free_ids_.back();
     free_ids_.pop_back();
-    seqs_[static_cast<size_t>(id)] = Sequence{true, 0, {}};
+    seqs_[static_cast<size_t>(id)] = Sequence{true, 0, 0, {}};
     return id;
   }
-  seqs_.push_back(Sequence{true, 0, {}});
+  seqs_.push_back(Sequence{true, 0, 0, {}});
   return static_cast<SeqId>(seqs_.size() - 1);
 }
 
@@ -77,11 +77,8 @@ void PagedKvCache::release(SeqId seq) {
   free_ids_.push_back(seq);
 }
 
-bool PagedKvCache::reserve(SeqId seq, int length) {
-  DSPARK_CHECK_KIND(invalid_input, length >= 0, "reserve: negative length {}", length);
-  Sequence& s = seq_ref(seq);
+bool PagedKvCache::grow(Sequence& s, int length) {
   const int need = pages_needed(length, shape_.page_size) - static_cast<int>(s.pages.size());
-  if (need <= 0) return true;
   if (need > free_pages()) return false;
   for (int i = 0; i < need; ++i) {
     s.pages.push_back(free_list_.back());
@@ -90,12 +87,25 @@ bool PagedKvCache::reserve(SeqId seq, int length) {
   return true;
 }
 
+bool PagedKvCache::reserve(SeqId seq, int length) {
+  DSPARK_CHECK_KIND(invalid_input, length >= 0, "reserve: negative length {}", length);
+  Sequence& s = seq_ref(seq);
+  if (!grow(s, length)) return false;
+  s.reserved_pages = std::max(s.reserved_pages, pages_needed(length, shape_.page_size));
+  return true;
+}
+
+int PagedKvCache::pages_for_tokens(int length) const {
+  return pages_needed(std::max(0, length), shape_.page_size);
+}
+
 void PagedKvCache::rollback_to(SeqId seq, int length) {
   Sequence& s = seq_ref(seq);
   DSPARK_CHECK_KIND(invalid_input, length >= 0 && length <= s.length,
                     "rollback_to({}) of sequence {} with length {}", length, seq, s.length);
   s.length = length;
-  const size_t keep = static_cast<size_t>(pages_needed(length, shape_.page_size));
+  const size_t keep =
+      static_cast<size_t>(std::max(pages_needed(length, shape_.page_size), s.reserved_pages));
   while (s.pages.size() > keep) {
     free_list_.push_back(s.pages.back());
     s.pages.pop_back();
@@ -132,8 +142,8 @@ std::optional<KvBatchPlan> PagedKvCache::plan(const std::vector<SeqId>& seqs,
   const int ps = shape_.page_size;
   for (size_t r = 0; r < n_rows; ++r) {
     Sequence& s = seq_ref(seqs[r]);
-    const bool ok = reserve(seqs[r], s.length + n_new[r]);
-    DSPARK_CHECK(ok, "plan: reserve failed after the page count was checked");
+    const bool ok = grow(s, s.length + n_new[r]);
+    DSPARK_CHECK(ok, "plan: page allocation failed after the page count was checked");
     for (int t = s.length; t < s.length + n_new[r]; ++t) {
       plan.slots.push_back(s.pages[static_cast<size_t>(t / ps)] * ps + t % ps);
     }

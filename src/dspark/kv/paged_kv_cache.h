@@ -46,9 +46,13 @@ class PagedKvCache {
   SeqId create_sequence();
   // Frees the sequence's pages; the id becomes invalid.
   void release(SeqId seq);
-  // Ensures capacity for `length` tokens; false (and no change) when pages run out.
+  // Ensures capacity for `length` tokens and keeps it reserved for the sequence until release()
+  // (rollback_to never frees below it); false (and no change) when pages run out.
   [[nodiscard]] bool reserve(SeqId seq, int length);
-  // Drops tokens >= length (length <= current length) and frees pages no longer needed.
+  // Pages that reserving `length` tokens for a new sequence takes.
+  int pages_for_tokens(int length) const;
+  // Drops tokens >= length (length <= current length) and frees pages no longer needed (keeping
+  // the reserved capacity).
   void rollback_to(SeqId seq, int length);
   int length(SeqId seq) const;
   int free_pages() const { return static_cast<int>(free_list_.size()); }
@@ -67,10 +71,13 @@ class PagedKvCache {
   struct Sequence {
     bool live = false;
     int length = 0;
+    int reserved_pages = 0;  // floor kept by rollback_to
     std::vector<int32_t> pages;
   };
   Sequence& seq_ref(SeqId seq);
   const Sequence& seq_ref(SeqId seq) const;
+  // Takes pages from the free list until `s` holds `length` tokens; false (no change) if short.
+  bool grow(Sequence& s, int length);
 
   KvCacheShape shape_;
   Device device_;

@@ -1,0 +1,112 @@
+// SpeculativeEngine as a continuous-batching engine: admission by KV capacity, requests joining
+// between steps, cancellation, aborting after a failure, and KV pages returning to idle.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "common/test_util.h"
+#include "dspark/engine/generate.h"
+#include "dspark/engine/speculative.h"
+#include "dspark/model/model.h"
+#include "dspark/spec/ngram_source.h"
+
+namespace dspark {
+namespace {
+
+std::unique_ptr<Model> fixture(const std::string& name) {
+  const auto dir = test::data_dir() / "models" / name;
+  if (!std::filesystem::exists(dir / "config.json")) return nullptr;
+  return load_model(dir, Device::cpu(), DType::f32);
+}
+
+GenerateOptions greedy(int max_tokens) {
+  GenerateOptions o;
+  o.max_tokens = max_tokens;
+  o.eos_token_ids = {};
+  return o;
+}
+
+TEST(SpecEngine, AdmissionReservesCapacityAndPagesReturn) {
+  auto model = fixture("qwen3");
+  if (!model) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  SpecConfig cfg;
+  cfg.gamma = 4;
+  cfg.page_size = 16;
+  SpeculativeEngine engine(*model, ctx, nullptr, cfg, 64);  // 4 pages
+  EXPECT_TRUE(engine.can_admit(10, 30));                    // 10 + 30 + 5 = 45 tokens: 3 pages
+  EXPECT_FALSE(engine.can_admit(10, 60));                   // 75 tokens: 5 pages
+  const RowId a =
+      engine.add(RequestInput{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, greedy(30), nullptr, {}});
+  EXPECT_EQ(engine.kv().used_pages(), 3);
+  EXPECT_FALSE(engine.can_admit(5, 20));  // 30 tokens: 2 pages, 1 free
+  try {
+    engine.add(RequestInput{{1, 2, 3, 4, 5}, greedy(20), nullptr, {}});
+    FAIL() << "expected out_of_memory";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::out_of_memory);
+  }
+  EXPECT_EQ(engine.kv().used_pages(), 3);  // the refused request left nothing behind
+  while (engine.has_work()) engine.step();
+  auto done = engine.take_finished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].first, a);
+  EXPECT_EQ(done[0].second.result.n_generated, 30);
+  EXPECT_EQ(engine.kv().used_pages(), 0);
+}
+
+TEST(SpecEngine, JoinCancelAndContinueMatchPlain) {
+  auto model = fixture("qwen3");
+  if (!model) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  const std::vector<int32_t> p1 = {5, 6, 7, 8, 5, 6, 7, 8, 5, 6}, p2 = {11, 12, 13}, p3 = {20, 21};
+  const auto plain1 = generate(*model, ctx, p1, greedy(24)).tokens;
+  const auto plain3 = generate(*model, ctx, p3, greedy(12)).tokens;
+  NgramSource source(NgramConfig{1, 3});
+  SpecConfig cfg;
+  cfg.gamma = 3;
+  SpeculativeEngine engine(*model, ctx, &source, cfg, 1024);
+  const RowId r1 = engine.add(RequestInput{p1, greedy(24), nullptr, {}});
+  const RowId r2 = engine.add(RequestInput{p2, greedy(40), nullptr, {}});
+  engine.step();  // prefill both
+  engine.step();
+  const RowId r3 = engine.add(RequestInput{p3, greedy(12), nullptr, {}});  // joins mid-run
+  engine.step();
+  EXPECT_TRUE(engine.cancel(r2));
+  EXPECT_FALSE(engine.cancel(r2));  // already gone
+  std::map<RowId, RequestOutput> out;
+  for (auto& [id, o] : engine.take_finished()) out[id] = std::move(o);
+  while (engine.has_work()) {
+    engine.step();
+    for (auto& [id, o] : engine.take_finished()) out[id] = std::move(o);
+  }
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[r1].result.tokens, plain1);
+  EXPECT_EQ(out[r3].result.tokens, plain3);
+  EXPECT_EQ(out[r2].result.finish_reason, FinishReason::cancelled);
+  EXPECT_LT(out[r2].result.n_generated, 40);
+  EXPECT_EQ(engine.kv().used_pages(), 0);
+}
+
+TEST(SpecEngine, AbortAllEndsEveryRequestWithAnError) {
+  auto model = fixture("qwen3");
+  if (!model) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  SpeculativeEngine engine(*model, ctx, nullptr, SpecConfig{}, 512);
+  engine.add(RequestInput{{1, 2, 3}, greedy(50), nullptr, {}});
+  engine.add(RequestInput{{4, 5}, greedy(50), nullptr, {}});
+  engine.step();
+  engine.abort_all("device lost");
+  EXPECT_FALSE(engine.has_work());
+  auto done = engine.take_finished();
+  ASSERT_EQ(done.size(), 2u);
+  for (const auto& [id, o] : done) {
+    EXPECT_EQ(o.result.finish_reason, FinishReason::error);
+    EXPECT_EQ(o.result.error, "device lost");
+  }
+  EXPECT_EQ(engine.kv().used_pages(), 0);
+}
+
+}  // namespace
+}  // namespace dspark
