@@ -118,11 +118,10 @@ void SpeculativeEngine::step() {
   const bool prefill_pending = std::any_of(rows_.begin(), rows_.end(), [](const auto& r) {
     return r->prefilled < static_cast<int>(r->prompt.size());
   });
-  if (prefill_pending) {
-    prefill_step();
-  } else {
-    decode_round();
-  }
+  // A prefill chunk, then a round for every row past its prefill: a long prompt being prefilled
+  // in chunks does not stall the streams that are already decoding.
+  if (prefill_pending) prefill_step();
+  decode_round();
   std::erase_if(rows_, [](const auto& r) { return r->done; });
 }
 
@@ -204,7 +203,7 @@ void SpeculativeEngine::decode_round() {
   std::vector<Row*> rows;
   std::vector<ProposeRequest> requests;
   for (auto& r : rows_) {
-    if (r->done) continue;
+    if (r->done || r->pending < 0 || r->prefilled < static_cast<int>(r->prompt.size())) continue;
     rows.push_back(r.get());
     ProposeRequest q;
     q.row = r->id;

@@ -1,5 +1,5 @@
-// The speculative decoding engine: several requests (rows) decode together; each step is either a
-// (chunked) prefill of rows that joined, or one round for every active row:
+// The speculative decoding engine: several requests (rows) decode together; each step runs one
+// prefill chunk of rows that joined (when any) and then one round for every row past its prefill:
 //
 //   propose -> build the verify batch [pending, drafts] per row -> ONE target forward ->
 //   verify -> roll the target KV back to the accepted length -> commit to the draft source ->
@@ -61,7 +61,7 @@ class SpeculativeEngine {
   // Ends every live request with finish reason `error` and `message` (after a step threw).
   void abort_all(const std::string& message);
   int live_rows() const { return static_cast<int>(rows_.size()); }
-  // One step (a prefill chunk or one round); no-op when idle.
+  // One step (a prefill chunk when a row needs one, then one round); no-op when idle.
   void step();
   bool has_work() const;
   std::vector<std::pair<RowId, RequestOutput>> take_finished();
