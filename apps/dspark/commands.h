@@ -15,5 +15,6 @@ using Command = std::function<int()>;
 Command add_generate_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_calibrate_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 }  // namespace dspark::cli

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
     c.emplace_back(app.get_subcommand("info"), std::move(info));
     auto calibrate = dspark::cli::add_calibrate_command(app);
     c.emplace_back(app.get_subcommand("calibrate"), std::move(calibrate));
+    auto serve = dspark::cli::add_serve_command(app);
+    c.emplace_back(app.get_subcommand("serve"), std::move(serve));
     return c;
   }();
 

@@ -1,0 +1,177 @@
+// dspark serve: the OpenAI-compatible HTTP server (src/dspark/server). Prints one line when it
+// listens ("dspark serve: ... listening on http://HOST:PORT") and serves until SIGINT / SIGTERM.
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "commands.h"
+#include "dspark/core/error.h"
+#include "dspark/server/http_server.h"
+
+namespace dspark::cli {
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_signal(int) {
+  const char byte = 1;
+  const ssize_t n = write(g_signal_pipe[1], &byte, 1);
+  (void)n;
+}
+
+struct ServeArgs {
+  server::ServerConfig config;
+  std::string kv_memory;
+  std::optional<int> gamma;
+};
+
+// "1073741824", "512M", "4G", "4GiB", "1.5G" -> bytes (K/M/G/T are powers of 1024).
+size_t parse_bytes(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    DSPARK_FAIL(invalid_input, "--kv-memory: '{}' is not a size (e.g. 2147483648, 512M, 4G)", text);
+  }
+  std::string unit = text.substr(used);
+  if (unit.size() >= 2 &&
+      (unit.substr(unit.size() - 2) == "iB" || unit.substr(unit.size() - 2) == "ib"))
+    unit.resize(unit.size() - 2);
+  else if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b'))
+    unit.pop_back();
+  double scale = 1;
+  if (unit == "K" || unit == "k") {
+    scale = 1024.0;
+  } else if (unit == "M" || unit == "m") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "G" || unit == "g") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "T" || unit == "t") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else {
+    DSPARK_CHECK_KIND(invalid_input, unit.empty(),
+                      "--kv-memory: unknown unit in '{}' (use K, M, G or T)", text);
+  }
+  const double bytes = value * scale;
+  DSPARK_CHECK_KIND(invalid_input, bytes >= 1 && bytes < 1e18, "--kv-memory: '{}' is out of range",
+                    text);
+  return static_cast<size_t>(bytes);
+}
+
+int run_serve(ServeArgs& a) {
+  server::ServerConfig& c = a.config;
+  c.engine.gamma = a.gamma;
+  if (!a.kv_memory.empty()) c.engine.kv_memory = parse_bytes(a.kv_memory);
+  // Testing hook (docs/server.md): fail the first step with this many live rows.
+  if (const char* rows = std::getenv("DSPARK_SERVE_FAIL_AT_ROWS"))
+    c.engine.fail_at_rows = std::atoi(rows);
+  DSPARK_CHECK_KIND(invalid_input, c.engine.ngram.ngram_min <= c.engine.ngram.ngram_max,
+                    "--ngram-min ({}) must be <= --ngram-max ({})", c.engine.ngram.ngram_min,
+                    c.engine.ngram.ngram_max);
+
+  // SIGINT / SIGTERM: the handler only writes a byte to a pipe (async-signal-safe); a waiter
+  // thread reads it and stops the server. (Blocking the signals instead is not enough: OpenBLAS
+  // starts its threads before main.)
+  DSPARK_CHECK_KIND(io, pipe(g_signal_pipe) == 0, "serve: cannot create the signal pipe");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  server::HttpServer srv(c);
+  srv.start();
+  const server::ServedModel& m = srv.model();
+  std::printf(
+      "dspark serve: model '%s' on %s, draft %s (gamma %d), max batch %d, max context %d, KV %d "
+      "tokens (%d pages), %s; listening on http://%s:%d\n",
+      srv.model_id().c_str(), m.device.c_str(), m.draft_kind.c_str(), m.gamma, c.engine.max_batch,
+      m.max_context, m.kv_tokens, m.kv_pages, srv.chat_template_description().c_str(),
+      c.host.c_str(), srv.port());
+  std::fflush(stdout);
+  if (const std::string why = srv.chat_template_error(); !why.empty())
+    std::fprintf(stderr,
+                 "warning: the chat template could not be loaded (%s): chat requests "
+                 "will fail; completions work\n",
+                 why.c_str());
+
+  std::thread waiter([&] {
+    char byte = 0;
+    while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    srv.stop();
+  });
+  const bool ok = srv.run();
+  srv.stop();
+  on_signal(0);  // wakes the waiter when run() ended by itself
+  waiter.join();
+  DSPARK_CHECK_KIND(io, ok, "the server stopped listening on {}:{}", c.host, srv.port());
+  std::printf("dspark serve: stopped\n");
+  return 0;
+}
+
+CLI::Validator int_in(int lo, int hi) {
+  return CLI::Range(lo, hi);
+}
+
+}  // namespace
+
+Command add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  server::ServerConfig& c = args->config;
+  CLI::App* sub = app.add_subcommand(
+      "serve", "Serve an OpenAI-compatible HTTP API (continuous batching, speculative decoding)");
+  sub->add_option("-m,--model", c.engine.model_dir,
+                  "Model directory (config.json, safetensors, tokenizer.json)")
+      ->required();
+  sub->add_option("--draft", c.engine.draft,
+                  "Speculative decoding: none, ngram (prompt lookup), model:DIR or DIR (a "
+                  "DFlash/DSpark drafter, or a draft model)")
+      ->capture_default_str();
+  sub->add_option("--gamma", args->gamma,
+                  "Drafted tokens per round at most (default: the drafter's block, else 4)")
+      ->check(int_in(0, 64));
+  sub->add_option("--ngram-min", c.engine.ngram.ngram_min, "Prompt lookup: shortest n-gram")
+      ->check(int_in(1, 64))
+      ->capture_default_str();
+  sub->add_option("--ngram-max", c.engine.ngram.ngram_max, "Prompt lookup: longest n-gram")
+      ->check(int_in(1, 64))
+      ->capture_default_str();
+  sub->add_option("--host", c.host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", c.port, "Port to listen on (0: any free port, printed at start)")
+      ->check(int_in(0, 65535))
+      ->capture_default_str();
+  sub->add_option("--max-batch", c.engine.max_batch, "Requests decoded together at most")
+      ->check(int_in(1, 4096))
+      ->capture_default_str();
+  sub->add_option("--max-queue", c.engine.max_queue,
+                  "Requests waiting for admission at most; more get 503")
+      ->check(int_in(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--max-context", c.engine.max_context,
+                  "Prompt + completion tokens per request at most (default: the model's "
+                  "max_position_embeddings)")
+      ->check(int_in(2, 1 << 24));
+  sub->add_option("--kv-memory", args->kv_memory,
+                  "Target KV cache size in bytes (K/M/G/T suffixes: 512M, 4G; default: room for "
+                  "--max-batch full-context requests, at most 8G)");
+  sub->add_option("--api-key", c.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1/* (also $DSPARK_API_KEY)")
+      ->envname("DSPARK_API_KEY");
+  sub->add_option("--served-model-name", c.model_name,
+                  "The model id clients send (default: the model directory's name)");
+  sub->add_option("--device", c.engine.device, "cpu, cuda or cuda:N")->capture_default_str();
+  return [args] { return run_serve(*args); };
+}
+
+}  // namespace dspark::cli

@@ -1,0 +1,164 @@
+// The engine thread of `dspark serve`. ONE thread owns the device context, the model, the draft
+// source and the SpeculativeEngine (CUDA state stays on the thread that made it). HTTP handler
+// threads never touch them: they submit a tokenized request to a bounded queue and read text
+// pieces and the final result from the request's RequestChannel.
+//
+// Engine thread loop:
+//   wait for work -> apply cancellations (queued: dropped; live: engine.cancel) ->
+//   admit queued requests in arrival order while live rows < max_batch and engine.can_admit ->
+//   engine.step() (an exception fails the live requests through abort_all; serving goes on) ->
+//   hand finished requests to their channels -> publish gauges.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dspark/core/error.h"
+#include "dspark/engine/speculative.h"
+#include "dspark/io/tokenizer.h"
+#include "dspark/model/config.h"
+#include "dspark/server/metrics.h"
+#include "dspark/spec/ngram_source.h"
+
+namespace dspark::server {
+
+struct EngineWorkerConfig {
+  std::filesystem::path model_dir;
+  std::string device = "cpu";
+  std::string draft = "none";  // source_factory.h: none, ngram, model:DIR, DIR
+  std::optional<int> gamma;    // default: the source's natural length
+  NgramConfig ngram;
+  int max_batch = 32;    // live rows at most
+  int max_queue = 256;   // waiting requests at most (then 503)
+  int max_context = 0;   // prompt + completion tokens per request; 0: the model's maximum
+  size_t kv_memory = 0;  // target KV cache bytes; 0: room for max_batch full-context requests
+                         // (at most kDefaultKvBytes)
+  int page_size = 16;
+  int prefill_chunk = 512;
+  // Testing hook: the first engine step with at least this many live rows throws instead of
+  // running (0: never), to exercise the recovery path ($DSPARK_SERVE_FAIL_AT_ROWS of serve).
+  int fail_at_rows = 0;
+};
+
+inline constexpr size_t kDefaultKvBytes = size_t{8} << 30;
+
+// What the HTTP side needs to know about the loaded model (read-only after start()).
+struct ServedModel {
+  std::optional<Tokenizer> tokenizer;  // shares the engine's data; safe to use from any thread
+  std::vector<int32_t> eos_token_ids;
+  GenerationDefaults defaults;
+  int64_t vocab_size = 0;
+  int max_context = 0;
+  int kv_tokens = 0;  // target KV capacity over all rows
+  int kv_pages = 0;
+  std::string device;
+  std::string draft_kind;  // "none", "ngram", "model", "dspark", "dflash"
+  int gamma = 0;
+};
+
+// One request's channel between the engine thread (writer) and its HTTP handler (reader).
+class RequestChannel {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Update {
+    std::string text;   // text that arrived since the last wait
+    bool done = false;  // the request has ended: output() is valid
+  };
+  // Handler: waits up to `timeout` for text or the end of the request.
+  Update wait(std::chrono::milliseconds timeout);
+  // Handler, once done: the result (finish_reason error / cancelled carry result.error).
+  const RequestOutput& output() const { return output_; }
+  // HTTP status for finish_reason error: 500 for engine failures, 400 for a request the engine
+  // refused, 503 when the server is stopping.
+  int error_status() const { return error_status_; }
+
+  // Engine thread.
+  void push_text(std::string_view piece);
+  void complete(RequestOutput output, int error_status = 500);
+
+ private:
+  friend class EngineWorker;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::string text_;
+  bool done_ = false;
+  RequestOutput output_;
+  int error_status_ = 500;
+  // Engine-thread state.
+  RowId row_ = -1;
+  bool cancel_requested_ = false;  // guarded by the worker's mutex
+  Clock::time_point submitted_, first_text_;
+  bool has_text_ = false;
+};
+
+class EngineWorker {
+ public:
+  EngineWorker(EngineWorkerConfig config, ServerMetrics& metrics);
+  ~EngineWorker();
+  EngineWorker(const EngineWorker&) = delete;
+  EngineWorker& operator=(const EngineWorker&) = delete;
+
+  // Starts the engine thread, which loads the model and the draft source; returns once it is
+  // ready. A load failure is rethrown here as dspark::Error (same kind and message).
+  void start();
+  const ServedModel& model() const { return model_; }
+  // Queues a request (prompt validated by the caller). Throws ApiError 503 when the queue is full
+  // or the worker is stopping.
+  std::shared_ptr<RequestChannel> submit(std::vector<int32_t> prompt, GenerateOptions options);
+  // The client went away: the request leaves the queue, or the engine between two steps.
+  void cancel(const std::shared_ptr<RequestChannel>& channel);
+  // Ends every request (cancelled, status 503) and joins the engine thread. Idempotent.
+  void stop();
+  bool running() const;
+
+ private:
+  struct Pending {
+    std::shared_ptr<RequestChannel> channel;
+    std::vector<int32_t> prompt;
+    GenerateOptions options;
+  };
+  struct Live {
+    std::shared_ptr<RequestChannel> channel;
+    std::unique_ptr<Detokenizer> detokenizer;
+  };
+  struct Engine;  // engine-thread state (context, model, source, SpeculativeEngine)
+
+  void thread_main();
+  void load(Engine& e);
+  void serve(Engine& e);
+  void admit(Engine& e, std::vector<Pending>& admitted);
+  void dispatch_finished(Engine& e);
+  void publish_gauges(const SpeculativeEngine& engine);
+  void finish_channel(RequestChannel& ch, RequestOutput out, int error_status);
+
+  EngineWorkerConfig config_;
+  ServerMetrics& metrics_;
+  ServedModel model_;
+  std::thread thread_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;
+  std::vector<std::shared_ptr<RequestChannel>> cancels_;
+  bool stopping_ = false;
+  bool running_ = false;
+  // Load outcome (start() waits for it).
+  bool loaded_ = false;
+  std::optional<std::pair<ErrorKind, std::string>> load_error_;
+
+  std::map<RowId, Live> live_;     // engine thread only
+  bool failure_injected_ = false;  // engine thread only
+};
+
+}  // namespace dspark::server

@@ -1,0 +1,445 @@
+#include "dspark/server/http_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dspark/engine/text_generation.h"
+#include "dspark/server/chat_prompt.h"
+#include "dspark/server/connection_watch.h"
+#include "dspark/server/errors.h"
+#include "dspark/server/openai_request.h"
+#include "dspark/server/openai_response.h"
+
+namespace dspark::server {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+constexpr auto kPollInterval = 50ms;  // how often a waiting handler checks its client
+
+// The metrics label of a path.
+std::string route_of(const std::string& path) {
+  if (path == "/v1/chat/completions") return "chat";
+  if (path == "/v1/completions") return "completions";
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return "models";
+  if (path == "/health") return "health";
+  if (path == "/metrics") return "metrics";
+  return "other";
+}
+
+// The methods a known path accepts ("" for unknown paths).
+std::string allowed_methods(const std::string& path) {
+  const std::string route = route_of(path);
+  if (route == "chat" || route == "completions") return "POST";
+  if (route == "other") return "";
+  return "GET, HEAD";
+}
+
+bool same_secret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+// One streamed response: shared by the content provider and its releaser.
+struct StreamState {
+  std::shared_ptr<RequestChannel> channel;
+  ResponseMeta meta;
+  bool include_usage = false;
+  bool began = false;
+  bool finished = false;  // the last event was written (or the request ended)
+};
+
+// The error a request that ended without completing reports.
+ApiError ended_error(const RequestOutput& out, int status) {
+  const std::string& why = out.result.error;
+  if (out.result.finish_reason == FinishReason::cancelled || status == 503)
+    return ApiError(503, "server_error", why.empty() ? "the request was cancelled" : why, {},
+                    "unavailable", "unavailable");
+  if (status == 400) return bad_request(why, {}, "invalid_value", "invalid_request");
+  return ApiError(status >= 500 ? status : 500, "server_error",
+                  why.empty() ? "the engine failed this request" : why, {}, "engine_error",
+                  "engine");
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  ServerConfig config;
+  ServerMetrics metrics;
+  EngineWorker worker;
+  httplib::Server svr;
+  PromptContext prompt_ctx;
+  ChatPrompt chat;
+  std::string model_id;
+  int64_t created = 0;
+  int port = -1;
+  std::once_flag stop_once;
+
+  explicit Impl(ServerConfig c) : config(std::move(c)), worker(config.engine, metrics) {}
+
+  void send_error(httplib::Response& res, const ApiError& e) {
+    metrics.record_error(e.kind());
+    res.status = e.status();
+    res.set_content(dump_json(e.to_json()), "application/json");
+    if (e.status() == 401) res.set_header("WWW-Authenticate", "Bearer");
+  }
+
+  // Runs a handler body; every exception becomes an OpenAI-shaped error response.
+  template <typename F>
+  void guarded(httplib::Response& res, F&& body) {
+    try {
+      body();
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const Error& e) {
+      send_error(res, from_engine_error(e));
+    } catch (const std::bad_alloc&) {
+      send_error(res, ApiError(503, "server_error", "out of host memory", {}, "out_of_memory",
+                               "out_of_memory"));
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, "server_error", std::string("internal error: ") + e.what(), {},
+                               {}, "internal"));
+    }
+  }
+
+  void check_auth(const httplib::Request& req) const {
+    if (config.api_key.empty()) return;
+    const std::string h = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    const bool ok = h.size() > kBearer.size() && h.compare(0, kBearer.size(), kBearer) == 0 &&
+                    same_secret(std::string_view(h).substr(kBearer.size()), config.api_key);
+    if (!ok)
+      throw ApiError(401, "authentication_error",
+                     h.empty() ? "Missing API key: send 'Authorization: Bearer <key>'."
+                               : "Incorrect API key provided.",
+                     {}, "invalid_api_key", "unauthorized");
+  }
+
+  // The request body, at most max_body_bytes (chunked bodies included).
+  std::string read_body(const httplib::Request& req, httplib::Response& res,
+                        const httplib::ContentReader& reader) {
+    if (req.is_multipart_form_data()) {
+      res.set_header("Connection", "close");
+      throw ApiError(415, "invalid_request_error",
+                     "multipart/form-data bodies are not supported: send JSON", {},
+                     "unsupported_media_type", "unsupported_media_type");
+    }
+    std::string body;
+    bool too_big = false;
+    const bool ok = reader([&](const char* data, size_t n) {
+      if (body.size() + n > config.max_body_bytes) {
+        too_big = true;
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    });
+    if (too_big || res.status == 413) {
+      res.set_header("Connection", "close");
+      throw ApiError(
+          413, "invalid_request_error",
+          fmt::format("The request body is larger than {} bytes.", config.max_body_bytes), {},
+          "payload_too_large", "payload_too_large");
+    }
+    if (!ok) {
+      res.set_header("Connection", "close");
+      throw bad_request("The request body could not be read.", {}, {}, "http_protocol");
+    }
+    return body;
+  }
+
+  void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
+                       const httplib::ContentReader& reader) {
+    guarded(res, [&] {
+      check_auth(req);
+      const std::string body = read_body(req, res, reader);
+      ParsedRequest pr = parse_request(endpoint, body, prompt_ctx);
+      ResponseMeta meta = make_meta(endpoint, pr.model);
+      std::shared_ptr<RequestChannel> ch =
+          worker.submit(std::move(pr.prompt), std::move(pr.options));
+      if (pr.stream) {
+        start_stream(res, std::move(ch), std::move(meta), pr.include_usage);
+      } else {
+        respond_when_done(req, res, ch, meta);
+      }
+    });
+  }
+
+  void respond_when_done(const httplib::Request& req, httplib::Response& res,
+                         const std::shared_ptr<RequestChannel>& ch, const ResponseMeta& meta) {
+    const ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    for (;;) {
+      if (ch->wait(kPollInterval).done) break;
+      if (watch.closed()) {
+        worker.cancel(ch);
+        // Nobody reads this; it keeps the logs and metrics honest.
+        res.set_header("Connection", "close");
+        send_error(res, ApiError(499, "invalid_request_error", "the client closed the connection",
+                                 {}, "client_closed", "client_disconnected"));
+        return;
+      }
+    }
+    const RequestOutput& out = ch->output();
+    const FinishReason reason = out.result.finish_reason;
+    if (reason == FinishReason::error || reason == FinishReason::cancelled) {
+      send_error(res, ended_error(out, ch->error_status()));
+      return;
+    }
+    res.status = 200;
+    res.set_content(dump_json(completion_json(meta, out)), "application/json");
+  }
+
+  static bool write(httplib::DataSink& sink, const std::string& data) {
+    return sink.write(data.data(), data.size());
+  }
+
+  void start_stream(httplib::Response& res, std::shared_ptr<RequestChannel> ch, ResponseMeta meta,
+                    bool include_usage) {
+    auto st = std::make_shared<StreamState>();
+    st->channel = std::move(ch);
+    st->meta = std::move(meta);
+    st->include_usage = include_usage;
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    // Exactly "text/event-stream": cpp-httplib never compresses that type (events must flow).
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, st](size_t, httplib::DataSink& sink) { return stream_step(*st, sink); },
+        [this, st](bool) {
+          // The stream ended early (client gone, write failed): cancel at the next round.
+          if (!st->finished) worker.cancel(st->channel);
+        });
+  }
+
+  // One call of the content provider: waits briefly, relays new text, ends the stream at the end.
+  bool stream_step(StreamState& st, httplib::DataSink& sink) {
+    if (!st.began) {
+      st.began = true;
+      if (st.meta.endpoint == Endpoint::chat &&
+          !write(sink, sse_event(role_chunk(st.meta, st.include_usage))))
+        return false;
+    }
+    const RequestChannel::Update u = st.channel->wait(kPollInterval);
+    if (!sink.is_writable()) return false;
+    if (!u.text.empty() && !write(sink, sse_event(text_chunk(st.meta, u.text, st.include_usage))))
+      return false;
+    if (!u.done) return true;
+    const RequestOutput& out = st.channel->output();
+    std::string tail;
+    const FinishReason reason = out.result.finish_reason;
+    if (reason == FinishReason::error || reason == FinishReason::cancelled) {
+      const ApiError e = ended_error(out, st.channel->error_status());
+      metrics.record_error(e.kind());
+      tail = sse_event(e.to_json());
+    } else {
+      tail = sse_event(finish_chunk(st.meta, reason, st.include_usage));
+      if (st.include_usage) tail += sse_event(usage_chunk(st.meta, out));
+    }
+    tail += kSseDone;
+    st.finished = true;
+    if (!write(sink, tail)) return false;
+    sink.done();
+    return true;
+  }
+
+  // 405 for a known path with the wrong method, else 404.
+  void not_routed(const httplib::Request& req, httplib::Response& res) {
+    const std::string allow = allowed_methods(req.path);
+    if (!allow.empty()) {
+      res.set_header("Allow", allow);
+      send_error(res, ApiError(405, "invalid_request_error",
+                               fmt::format("Method {} is not allowed on {} (allowed: {}).",
+                                           req.method, req.path, allow),
+                               {}, "method_not_allowed", "method_not_allowed"));
+    } else {
+      send_error(res, ApiError(404, "invalid_request_error",
+                               fmt::format("Unknown route {} {}.", req.method, utf8_safe(req.path)),
+                               {}, "unknown_route", "not_found"));
+    }
+  }
+
+  static std::string utf8_safe(const std::string& s) {
+    std::string out;
+    for (const char c : s.substr(0, 200)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+    return out;
+  }
+
+  void routes() {
+    svr.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                            const httplib::ContentReader& reader) {
+      handle_generate(Endpoint::chat, req, res, reader);
+    });
+    svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res,
+                                       const httplib::ContentReader& reader) {
+      handle_generate(Endpoint::completions, req, res, reader);
+    });
+    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] {
+        check_auth(req);
+        res.set_content(dump_json(models_json(model_id, created, prompt_ctx.max_context)),
+                        "application/json");
+      });
+    });
+    svr.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+      guarded(res, [&] {
+        check_auth(req);
+        if (req.matches[1] != model_id)
+          throw ApiError(404, "invalid_request_error",
+                         fmt::format("The model '{}' does not exist.", utf8_safe(req.matches[1])),
+                         "model", "model_not_found", "model_not_found");
+        res.set_content(dump_json(model_json(model_id, created, prompt_ctx.max_context)),
+                        "application/json");
+      });
+    });
+    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (worker.running()) {
+        res.set_content(R"({"status":"ok"})", "application/json");
+      } else {
+        send_error(res, ApiError(503, "server_error", "the engine is not running", {},
+                                 "unavailable", "unavailable"));
+      }
+    });
+    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics.render(), "text/plain; version=0.0.4");
+    });
+
+    // Everything else: 405 on known paths, 404 elsewhere (bodies drained, bounded).
+    auto drain = [this](const httplib::Request& req, httplib::Response& res,
+                        const httplib::ContentReader& reader) {
+      size_t n_read = 0;
+      reader([&](const char*, size_t n) { return (n_read += n) <= config.max_body_bytes; });
+      not_routed(req, res);
+    };
+    auto plain = [this](const httplib::Request& req, httplib::Response& res) {
+      not_routed(req, res);
+    };
+    svr.Get(".*", plain);
+    svr.Options(".*", plain);
+    svr.Post(".*", drain);
+    svr.Put(".*", drain);
+    svr.Patch(".*", drain);
+    svr.Delete(".*", drain);
+
+    // Statuses the library sets itself (bad request line or headers, 413, 414, ...).
+    svr.set_error_handler(httplib::Server::HandlerWithResponse(
+        [this](const httplib::Request&, httplib::Response& res) {
+          if (!res.body.empty() || res.content_provider_)
+            return httplib::Server::HandlerResponse::Unhandled;
+          const ApiError e = from_http_status(res.status);
+          metrics.record_error(e.kind());
+          res.set_content(dump_json(e.to_json()), "application/json");
+          return httplib::Server::HandlerResponse::Handled;
+        }));
+    svr.set_exception_handler(
+        [this](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+          send_error(res, ApiError(500, "server_error", "internal error", {}, {}, "internal"));
+        });
+    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      metrics.record_response(route_of(req.path), res.status);
+    });
+  }
+};
+
+HttpServer::HttpServer(ServerConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+
+HttpServer::~HttpServer() {
+  stop();
+}
+
+void HttpServer::start() {
+  Impl& s = *impl_;
+  s.worker.start();
+  const ServedModel& m = s.worker.model();
+  s.chat = load_chat_prompt(s.config.engine.model_dir);
+  s.model_id = s.config.model_name.empty() ? std::filesystem::absolute(s.config.engine.model_dir)
+                                                 .lexically_normal()
+                                                 .filename()
+                                                 .string()
+                                           : s.config.model_name;
+  if (s.model_id.empty()) s.model_id = "model";
+  s.created = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+
+  PromptContext& p = s.prompt_ctx;
+  p.model_id = s.model_id;
+  p.tokenizer = &*m.tokenizer;
+  p.render_chat = s.chat.render;
+  p.chat_add_special_tokens = s.chat.add_special_tokens;
+  p.eos_token_ids = m.eos_token_ids;
+  p.chat_eos_token_ids = m.eos_token_ids;
+  if (const int32_t eos = m.tokenizer->eos_id();
+      eos >= 0 && eos < m.vocab_size &&
+      std::find(p.chat_eos_token_ids.begin(), p.chat_eos_token_ids.end(), eos) ==
+          p.chat_eos_token_ids.end())
+    p.chat_eos_token_ids.push_back(eos);
+  p.default_sampling = default_sampling(m.defaults);
+  p.vocab_size = m.vocab_size;
+  p.max_context = m.max_context;
+
+  const int threads = s.config.http_threads > 0
+                          ? s.config.http_threads
+                          : s.config.engine.max_batch + s.config.engine.max_queue + 16;
+  s.svr.new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  s.svr.set_tcp_nodelay(true);
+  s.svr.set_keep_alive_max_count(1000);
+  s.svr.set_payload_max_length(s.config.max_body_bytes);
+  s.routes();
+  if (s.config.port == 0) {
+    s.port = s.svr.bind_to_any_port(s.config.host);
+  } else {
+    s.port = s.svr.bind_to_port(s.config.host, s.config.port) ? s.config.port : -1;
+  }
+  if (s.port < 0) {
+    s.worker.stop();
+    DSPARK_FAIL(io, "cannot listen on {}:{} (address in use, or not a local address)",
+                s.config.host, s.config.port);
+  }
+}
+
+int HttpServer::port() const {
+  return impl_->port;
+}
+
+const ServedModel& HttpServer::model() const {
+  return impl_->worker.model();
+}
+
+const std::string& HttpServer::model_id() const {
+  return impl_->model_id;
+}
+
+std::string HttpServer::chat_template_description() const {
+  return impl_->chat.description;
+}
+
+std::string HttpServer::chat_template_error() const {
+  return impl_->chat.load_error;
+}
+
+bool HttpServer::run() {
+  return impl_->svr.listen_after_bind();
+}
+
+void HttpServer::stop() {
+  Impl& s = *impl_;
+  std::call_once(s.stop_once, [&] {
+    s.worker.stop();  // every waiting handler sees its request end
+    s.svr.stop();
+  });
+}
+
+}  // namespace dspark::server

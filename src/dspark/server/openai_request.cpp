@@ -1,0 +1,477 @@
+#include "dspark/server/openai_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "dspark/core/error.h"
+#include "dspark/io/tokenizer.h"
+#include "dspark/io/utf8.h"
+#include "dspark/server/errors.h"
+
+namespace dspark::server {
+namespace {
+
+// Request bodies keep their key order (tools and messages reach the chat template as sent).
+using json = nlohmann::ordered_json;
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+      return "an integer";
+    case json::value_t::number_float:
+      return "a decimal number";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "an unsupported value";
+  }
+}
+
+ApiError wrong_type(const std::string& param, const std::string& expected, const json& got) {
+  return bad_request(fmt::format("Invalid type for '{}': expected {}, but got {} instead.", param,
+                                 expected, type_name(got)),
+                     param, "invalid_type", "invalid_type");
+}
+
+ApiError bad_value(const std::string& param, const std::string& message) {
+  return bad_request(fmt::format("Invalid value for '{}': {}", param, message), param,
+                     "invalid_value", "invalid_value");
+}
+
+ApiError unsupported(const std::string& param, const std::string& message) {
+  return bad_request(fmt::format("Unsupported value for '{}': {}", param, message), param,
+                     "unsupported_parameter", "unsupported");
+}
+
+// The value of `key`, or null when it is absent or JSON null.
+const json* field(const json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// An integer field in [lo, hi]; floats (even integral ones) are a type error, like OpenAI's API.
+std::optional<int64_t> int_field(const json& obj, const char* key, int64_t lo, int64_t hi) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) throw wrong_type(key, "an integer", *v);
+  if (v->is_number_unsigned() &&
+      v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw bad_value(key, fmt::format("must be in [{}, {}], got {}.", lo, hi, v->dump()));
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi)
+    throw bad_value(key, fmt::format("must be in [{}, {}], got {}.", lo, hi, x));
+  return x;
+}
+
+std::optional<double> number_field(const json& obj, const char* key) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw wrong_type(key, "a number", *v);
+  const double x = v->get<double>();
+  if (!std::isfinite(x)) throw bad_value(key, "must be a finite number.");
+  return x;
+}
+
+std::optional<bool> bool_field(const json& obj, const char* key) {
+  const json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw wrong_type(key, "a boolean", *v);
+  return v->get<bool>();
+}
+
+// The sampling fields shared by both endpoints, over the model's defaults.
+SamplingParams parse_sampling(const json& body, const SamplingParams& defaults) {
+  SamplingParams p = defaults;
+  if (auto t = number_field(body, "temperature")) {
+    if (*t < 0 || *t > 2)
+      throw bad_value("temperature", fmt::format("must be in [0, 2], got {}.", *t));
+    p.temperature = static_cast<float>(*t);
+  }
+  if (auto t = number_field(body, "top_p")) {
+    if (!(*t > 0 && *t <= 1))
+      throw bad_value("top_p", fmt::format("must be in (0, 1], got {}.", *t));
+    p.top_p = static_cast<float>(*t);
+  }
+  if (auto k = int_field(body, "top_k", -1, std::numeric_limits<int32_t>::max()))
+    p.top_k = static_cast<int>(std::max<int64_t>(*k, 0));  // -1 (vLLM's "off") == 0
+  if (auto m = number_field(body, "min_p")) {
+    if (*m < 0 || *m > 1) throw bad_value("min_p", fmt::format("must be in [0, 1], got {}.", *m));
+    p.min_p = static_cast<float>(*m);
+  }
+  return p;
+}
+
+uint64_t parse_seed(const json& body) {
+  const json* v = field(body, "seed");
+  if (!v) {
+    thread_local std::mt19937_64 rng{std::random_device{}()};
+    return rng();
+  }
+  if (!v->is_number_integer()) throw wrong_type("seed", "an integer", *v);
+  if (v->is_number_unsigned()) return v->get<uint64_t>();
+  return static_cast<uint64_t>(v->get<int64_t>());  // negative seeds wrap (two's complement)
+}
+
+std::vector<std::string> parse_stop(const json& body) {
+  const json* v = field(body, "stop");
+  if (!v) return {};
+  std::vector<std::string> stops;
+  auto add = [&](const json& s, const std::string& param) {
+    if (!s.is_string()) throw wrong_type(param, "a string", s);
+    std::string text = s.get<std::string>();
+    if (text.empty()) throw bad_value(param, "stop strings must not be empty.");
+    if (text.size() > kMaxStopBytes)
+      throw bad_value(param, fmt::format("stop strings are limited to {} bytes.", kMaxStopBytes));
+    stops.push_back(std::move(text));
+  };
+  if (v->is_string()) {
+    add(*v, "stop");
+  } else if (v->is_array()) {
+    if (v->size() > kMaxStopStrings)
+      throw bad_value("stop",
+                      fmt::format("at most {} stop strings, got {}.", kMaxStopStrings, v->size()));
+    for (size_t i = 0; i < v->size(); ++i) add((*v)[i], fmt::format("stop[{}]", i));
+  } else {
+    throw wrong_type("stop", "a string or an array of strings", *v);
+  }
+  return stops;
+}
+
+// Fields of the OpenAI API that dspark does not implement: refused when they ask for something.
+void reject_unsupported(const json& body) {
+  if (auto n = int_field(body, "n", std::numeric_limits<int64_t>::min(),
+                         std::numeric_limits<int64_t>::max());
+      n && *n != 1)
+    throw bad_value("n", fmt::format("only n = 1 is supported, got {}.", *n));
+  if (auto b = int_field(body, "best_of", std::numeric_limits<int64_t>::min(),
+                         std::numeric_limits<int64_t>::max());
+      b && *b != 1)
+    throw unsupported("best_of", "only best_of = 1 is supported.");
+  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
+    if (auto x = number_field(body, key); x && *x != 0)
+      throw unsupported(key, "penalties are not supported (use 0).");
+  }
+  if (const json* lp = field(body, "logprobs")) {
+    const bool wants =
+        lp->is_boolean() ? lp->get<bool>() : !lp->is_number() || lp->get<double>() != 0;
+    if (wants) throw unsupported("logprobs", "log probabilities are not supported.");
+  }
+  if (field(body, "top_logprobs"))
+    throw unsupported("top_logprobs", "log probabilities are not supported.");
+  if (const json* lb = field(body, "logit_bias")) {
+    if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
+    if (!lb->empty()) throw unsupported("logit_bias", "logit_bias is not supported.");
+  }
+  if (auto echo = bool_field(body, "echo"); echo && *echo)
+    throw unsupported("echo", "echo is not supported.");
+  if (const json* s = field(body, "suffix")) {
+    if (!s->is_string()) throw wrong_type("suffix", "a string", *s);
+    if (!s->get<std::string>().empty()) throw unsupported("suffix", "suffix is not supported.");
+  }
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) throw wrong_type("response_format", "an object", *rf);
+    const json* type = field(*rf, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "text")
+      throw unsupported("response_format", "only {\"type\": \"text\"} is supported.");
+  }
+  if (const json* tc = field(body, "tool_choice")) {
+    const bool plain =
+        tc->is_string() && (tc->get<std::string>() == "auto" || tc->get<std::string>() == "none");
+    if (!plain) throw unsupported("tool_choice", "only \"auto\" and \"none\" are supported.");
+  }
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts (the chat
+// template joins them, or loops over them when it is written to).
+json validated_content(const json& content, const std::string& param) {
+  if (content.is_string()) return content;
+  if (!content.is_array())
+    throw wrong_type(param, "a string or an array of content parts", content);
+  json parts = json::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    const std::string p = fmt::format("{}[{}]", param, i);
+    if (!part.is_object()) throw wrong_type(p, "an object", part);
+    const json* type = field(part, "type");
+    if (!type)
+      throw bad_request(fmt::format("Missing required parameter: '{}.type'.", p), p + ".type",
+                        "missing_required_parameter", "missing_field");
+    if (!type->is_string()) throw wrong_type(p + ".type", "a string", *type);
+    if (type->get<std::string>() != "text")
+      throw unsupported(p + ".type",
+                        fmt::format("content parts of type '{}' are not supported (text only).",
+                                    utf8::to_valid_lossy(type->get<std::string>().substr(0, 64))));
+    const json* text = field(part, "text");
+    if (!text)
+      throw bad_request(fmt::format("Missing required parameter: '{}.text'.", p), p + ".text",
+                        "missing_required_parameter", "missing_field");
+    if (!text->is_string()) throw wrong_type(p + ".text", "a string", *text);
+    parts.push_back(json{{"type", "text"}, {"text", *text}});
+  }
+  return parts;
+}
+
+// Validated messages in the shape the chat renderer takes.
+json parse_messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (!v)
+    throw bad_request("Missing required parameter: 'messages'.", "messages",
+                      "missing_required_parameter", "missing_field");
+  if (!v->is_array()) throw wrong_type("messages", "an array", *v);
+  if (v->empty()) throw bad_value("messages", "expected a non-empty array of messages.");
+  static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant",
+                                                  "tool"};
+  json out = json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string p = fmt::format("messages[{}]", i);
+    if (!m.is_object()) throw wrong_type(p, "an object", m);
+    const json* role = field(m, "role");
+    if (!role)
+      throw bad_request(fmt::format("Missing required parameter: '{}.role'.", p), p + ".role",
+                        "missing_required_parameter", "missing_field");
+    if (!role->is_string()) throw wrong_type(p + ".role", "a string", *role);
+    const std::string r = role->get<std::string>();
+    if (std::find(kRoles.begin(), kRoles.end(), r) == kRoles.end())
+      throw bad_value(p + ".role",
+                      fmt::format("unknown role '{}' (system, developer, user, assistant or tool).",
+                                  utf8::to_valid_lossy(r.substr(0, 64))));
+    json msg = {{"role", r == "developer" ? "system" : r}};
+    const json* content = field(m, "content");
+    const json* tool_calls = field(m, "tool_calls");
+    if (content) {
+      msg["content"] = validated_content(*content, p + ".content");
+    } else if (!(r == "assistant" && tool_calls)) {
+      throw bad_request(fmt::format("Missing required parameter: '{}.content'.", p), p + ".content",
+                        "missing_required_parameter", "missing_field");
+    }
+    if (const json* name = field(m, "name")) {
+      if (!name->is_string()) throw wrong_type(p + ".name", "a string", *name);
+      msg["name"] = *name;
+    }
+    if (tool_calls) {
+      if (!tool_calls->is_array()) throw wrong_type(p + ".tool_calls", "an array", *tool_calls);
+      msg["tool_calls"] = *tool_calls;
+    }
+    if (const json* id = field(m, "tool_call_id")) {
+      if (!id->is_string()) throw wrong_type(p + ".tool_call_id", "a string", *id);
+      msg["tool_call_id"] = *id;
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+// Template variables a chat request supplies: tools and chat_template_kwargs.
+json parse_template_extra(const json& body) {
+  json extra = json::object();
+  if (const json* kw = field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) throw wrong_type("chat_template_kwargs", "an object", *kw);
+    for (auto it = kw->begin(); it != kw->end(); ++it) extra[it.key()] = it.value();
+  }
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) throw wrong_type("tools", "an array", *tools);
+    extra["tools"] = *tools;
+  }
+  return extra;
+}
+
+std::vector<int32_t> encode(const PromptContext& ctx, const std::string& text, bool special,
+                            const char* param) {
+  try {
+    return ctx.tokenizer->encode(text, special);
+  } catch (const Error& e) {
+    throw bad_request(fmt::format("'{}' could not be tokenized: {}", param, e.what()), param,
+                      "invalid_value", "invalid_value");
+  }
+}
+
+// The completions prompt: a string, token ids, or a batch of one of either.
+std::vector<int32_t> parse_prompt(const json& body, const PromptContext& ctx) {
+  const json* v = field(body, "prompt");
+  if (!v)
+    throw bad_request("Missing required parameter: 'prompt'.", "prompt",
+                      "missing_required_parameter", "missing_field");
+  const json* p = v;
+  if (v->is_array() && !v->empty() && (v->front().is_string() || v->front().is_array())) {
+    if (v->size() != 1)
+      throw unsupported("prompt", fmt::format("batches of prompts are not supported (got {}); send "
+                                              "one request per prompt.",
+                                              v->size()));
+    p = &v->front();
+  }
+  if (p->is_string()) {
+    const std::string text = p->get<std::string>();
+    if (text.empty()) throw bad_value("prompt", "the prompt is empty.");
+    std::vector<int32_t> ids = encode(ctx, text, /*special=*/true, "prompt");
+    if (ids.empty()) throw bad_value("prompt", "the prompt encodes to no tokens.");
+    return ids;
+  }
+  if (!p->is_array()) throw wrong_type("prompt", "a string or an array of token ids", *p);
+  if (p->empty()) throw bad_value("prompt", "the prompt is empty.");
+  std::vector<int32_t> ids;
+  ids.reserve(p->size());
+  for (size_t i = 0; i < p->size(); ++i) {
+    const json& t = (*p)[i];
+    const std::string param = fmt::format("prompt[{}]", i);
+    if (!t.is_number_integer()) throw wrong_type(param, "an integer token id", t);
+    if (t.is_number_unsigned() ? t.get<uint64_t>() >= static_cast<uint64_t>(ctx.vocab_size)
+                               : (t.get<int64_t>() < 0 || t.get<int64_t>() >= ctx.vocab_size))
+      throw bad_value(param, fmt::format("token id {} is outside the vocabulary [0, {}).", t.dump(),
+                                         ctx.vocab_size));
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return ids;
+}
+
+std::vector<int32_t> chat_prompt(const json& body, const PromptContext& ctx) {
+  const json messages = parse_messages(body);
+  const json extra = parse_template_extra(body);
+  std::string text;
+  try {
+    text = ctx.render_chat(messages, extra);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    // invalid_input: the template refused these messages (raise_exception, bad roles order...);
+    // anything else is the server's limitation (a construct the renderer does not implement).
+    if (e.kind() == ErrorKind::invalid_input)
+      throw bad_request(fmt::format("The chat template rejected these messages: {}", e.what()),
+                        "messages", "invalid_value", "chat_template");
+    throw ApiError(500, "server_error",
+                   fmt::format("The chat template could not be rendered: {}", e.what()), {},
+                   "chat_template_error", "chat_template");
+  }
+  std::vector<int32_t> ids = encode(ctx, text, ctx.chat_add_special_tokens, "messages");
+  if (ids.empty()) throw bad_value("messages", "the conversation renders to no tokens.");
+  return ids;
+}
+
+}  // namespace
+
+int json_nesting_depth(std::string_view text, int limit) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+      if (max_depth > limit) return max_depth;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+ParsedRequest parse_request(Endpoint endpoint, std::string_view text, const PromptContext& ctx) {
+  if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
+    throw bad_request(
+        fmt::format("The request body is nested deeper than {} levels.", kMaxJsonDepth), {},
+        "invalid_json", "invalid_json");
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::exception& e) {
+    // nlohmann's message names the byte offset (and invalid UTF-8 inside strings).
+    throw bad_request(
+        fmt::format("The request body is not valid JSON: {}", utf8::to_valid_lossy(e.what())), {},
+        "invalid_json", "invalid_json");
+  }
+  if (!body.is_object())
+    throw bad_request(
+        fmt::format("The request body must be a JSON object, got {}.", type_name(body)), {},
+        "invalid_json", "invalid_json");
+
+  ParsedRequest r;
+  r.endpoint = endpoint;
+  const json* model = field(body, "model");
+  if (!model)
+    throw bad_request("Missing required parameter: 'model'.", "model", "missing_required_parameter",
+                      "missing_field");
+  if (!model->is_string()) throw wrong_type("model", "a string", *model);
+  r.model = model->get<std::string>();
+  if (r.model != ctx.model_id)
+    throw ApiError(404, "invalid_request_error",
+                   fmt::format("The model '{}' does not exist; this server serves '{}'.",
+                               utf8::to_valid_lossy(r.model.substr(0, 256)), ctx.model_id),
+                   "model", "model_not_found", "model_not_found");
+
+  reject_unsupported(body);
+  r.options.sampling = parse_sampling(body, ctx.default_sampling);
+  r.options.seed = parse_seed(body);
+  r.options.stop = parse_stop(body);
+  r.stream = bool_field(body, "stream").value_or(false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw wrong_type("stream_options", "an object", *so);
+    if (!r.stream)
+      throw bad_value("stream_options", "stream_options is only allowed when 'stream' is true.");
+    r.include_usage = bool_field(*so, "include_usage").value_or(false);
+  }
+
+  // max_completion_tokens (chat's current name) wins over the legacy max_tokens.
+  constexpr int64_t kHuge = std::numeric_limits<int64_t>::max();
+  std::optional<int64_t> max_tokens = int_field(body, "max_completion_tokens", 1, kHuge);
+  const char* max_param = "max_completion_tokens";
+  if (!max_tokens) {
+    max_tokens = int_field(body, "max_tokens", 1, kHuge);
+    max_param = "max_tokens";
+  }
+  if (max_tokens && *max_tokens >= ctx.max_context)
+    throw bad_value(max_param, fmt::format("{} is too large: this model's maximum context length "
+                                           "is {} tokens (prompt + completion).",
+                                           *max_tokens, ctx.max_context));
+
+  // The prompt last: tokenizing is the expensive part.
+  r.prompt = endpoint == Endpoint::chat ? chat_prompt(body, ctx) : parse_prompt(body, ctx);
+  r.options.eos_token_ids = endpoint == Endpoint::chat ? ctx.chat_eos_token_ids : ctx.eos_token_ids;
+  const int64_t n_prompt = static_cast<int64_t>(r.prompt.size());
+  const char* prompt_param = endpoint == Endpoint::chat ? "messages" : "prompt";
+  if (n_prompt >= ctx.max_context)
+    throw bad_request(fmt::format("This model's maximum context length is {} tokens; the prompt "
+                                  "has {} tokens, leaving no room for a completion.",
+                                  ctx.max_context, n_prompt),
+                      prompt_param, "context_length_exceeded", "context_length_exceeded");
+  if (max_tokens && n_prompt + *max_tokens > ctx.max_context)
+    throw bad_request(
+        fmt::format("This model's maximum context length is {} tokens. However, "
+                    "you requested {} tokens ({} in the prompt, {} for the "
+                    "completion). Reduce the prompt or {}.",
+                    ctx.max_context, n_prompt + *max_tokens, n_prompt, *max_tokens, max_param),
+        prompt_param, "context_length_exceeded", "context_length_exceeded");
+  r.options.max_tokens = static_cast<int>(max_tokens.value_or(ctx.max_context - n_prompt));
+  try {
+    validate(r.options, ctx.vocab_size);
+  } catch (const Error& e) {
+    throw bad_request(e.what(), {}, "invalid_value", "invalid_value");
+  }
+  return r;
+}
+
+}  // namespace dspark::server
