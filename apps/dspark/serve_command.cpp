@@ -165,6 +165,10 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--kv-memory", args->kv_memory,
                   "Target KV cache size in bytes (K/M/G/T suffixes: 512M, 4G; default: room for "
                   "--max-batch full-context requests, at most 8G)");
+  sub->add_flag("!--no-prefix-cache", c.engine.prefix_cache,
+                "Recompute every prompt instead of reusing the target KV of prompt prefixes seen "
+                "before (reuse is off anyway with DFlash/DSpark drafters, which need the target's "
+                "hidden states of every prompt token)");
   sub->add_option("--api-key", c.api_key,
                   "Require 'Authorization: Bearer KEY' on /v1/* (also $DSPARK_API_KEY)")
       ->envname("DSPARK_API_KEY");

@@ -151,6 +151,11 @@ def main():
         r = client.chat.completions.create(model="qwen3", messages=parts, max_tokens=24,
                                            temperature=0)
         check(r.choices[0].message.content == ref_chat["text"], "chat with content parts")
+        # The conversation was sent before: its full KV pages (16 tokens each) are reused, and the
+        # text is still the plain greedy one (checked just above).
+        cached = r.usage.prompt_tokens_details.cached_tokens
+        check(cached >= 16 and cached % 16 == 0 and cached < r.usage.prompt_tokens,
+              f"prefix cache: {cached} cached of {r.usage.prompt_tokens} prompt tokens")
 
         # (A streamed response is counted once its last byte is written: wait for it.)
         wait_until(lambda: srv.metrics().get(
@@ -166,6 +171,17 @@ def main():
               "spec counters")
         check(m["dspark_spec_tau"] > 1.0, f"tau {m['dspark_spec_tau']}")
         check(m["dspark_kv_pages_used"] == 0 and m["dspark_live_rows"] == 0, "idle gauges")
+        check(m["dspark_prefix_reused_tokens_total"] >= cached and m["dspark_kv_pages_cached"] > 0,
+              "prefix cache metrics")
+
+    # --no-prefix-cache: the same conversation twice, nothing reused.
+    with Server(DSPARK, M, "--draft", "ngram", "--no-prefix-cache") as srv:
+        client = srv.client()
+        for _ in range(2):
+            r = client.chat.completions.create(model="qwen3", messages=messages, max_tokens=24,
+                                               temperature=0)
+            check(r.choices[0].message.content == ref_chat["text"], "chat without prefix cache")
+            check(r.usage.prompt_tokens_details.cached_tokens == 0, "--no-prefix-cache reused")
 
     # Seeded sampling: the server draws what the same engine draws for that seed from the CLI
     # (`generate --draft ...` runs the speculative engine; plain `generate` uses other Philox

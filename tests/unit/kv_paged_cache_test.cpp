@@ -164,5 +164,83 @@ TEST(PagedKvCache, PoolsAndSizing) {
   EXPECT_TRUE(std::all_of(zeros.begin(), zeros.end(), [](float x) { return x == 0.0f; }));
 }
 
+// Prefix pages: publish, attach (refcounts), the partial-page and divergence limits, idle cached
+// pages counting as free and being evicted leaf-first when memory is needed.
+TEST(PagedKvCache, PrefixPagesAreSharedRefcountedAndEvictedLeafFirst) {
+  PagedKvCache kv(small_shape(6), Device::cpu());  // page_size 4
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const SeqId a = kv.create_sequence();
+  EXPECT_EQ(kv.attach_prefix(a, prompt, 9), 0);  // nothing published yet
+  ASSERT_TRUE(kv.plan({a}, {10}).has_value());   // 3 pages
+  kv.publish_prefix(a, prompt, 10);              // 2 full pages published
+  EXPECT_EQ(kv.cached_pages(), 2);
+  EXPECT_EQ(kv.used_pages(), 3);
+
+  // Same first 8 tokens, then different: both full pages attach and are shared.
+  const std::vector<int32_t> other = {1, 2, 3, 4, 5, 6, 7, 8, 42, 43, 44};
+  const SeqId b = kv.create_sequence();
+  EXPECT_EQ(kv.attach_prefix(b, other, 10), 8);
+  EXPECT_EQ(kv.length(b), 8);
+  EXPECT_EQ(kv.used_pages(), 3);  // no new page for the shared ones
+  auto plan_b = kv.plan({b}, {3});
+  ASSERT_TRUE(plan_b.has_value());
+  auto plan_a = kv.plan({a}, {0});
+  ASSERT_TRUE(plan_a.has_value());
+  for (int t = 0; t < 8; ++t)
+    EXPECT_EQ(slot_of(*plan_b, 0, t, 4), slot_of(*plan_a, 0, t, 4)) << "token " << t;
+  EXPECT_NE(slot_of(*plan_b, 0, 8, 4), slot_of(*plan_a, 0, 8, 4));
+
+  // max_tokens caps the match to whole pages below it; a different first page matches nothing.
+  const SeqId c = kv.create_sequence();
+  EXPECT_EQ(kv.attach_prefix(c, prompt, 7), 4);
+  kv.release(c);
+  const SeqId d = kv.create_sequence();
+  const std::vector<int32_t> diverge = {1, 2, 3, 99, 5, 6, 7, 8};
+  EXPECT_EQ(kv.attach_prefix(d, diverge, 8), 0);
+  kv.release(d);
+
+  // Releasing both holders leaves the published pages idle: counted free, still attachable.
+  kv.release(a);
+  kv.release(b);
+  EXPECT_EQ(kv.used_pages(), 0);
+  EXPECT_EQ(kv.free_pages(), 6);
+  EXPECT_EQ(kv.cached_pages(), 2);
+  const SeqId e = kv.create_sequence();
+  EXPECT_EQ(kv.attach_prefix(e, prompt, 9), 8);
+  kv.release(e);
+
+  // Memory pressure: a sequence that needs every page evicts the cached ones (leaf first, so the
+  // index never points through a reused parent), and a later lookup misses.
+  const SeqId f = kv.create_sequence();
+  EXPECT_TRUE(kv.reserve(f, 5 * 4));  // 5 pages: 4 never used + the leaf cached page
+  EXPECT_EQ(kv.cached_pages(), 1);
+  EXPECT_TRUE(kv.reserve(f, 6 * 4));  // the root page too
+  EXPECT_EQ(kv.cached_pages(), 0);
+  EXPECT_FALSE(kv.reserve(f, 7 * 4));
+  kv.release(f);
+  const SeqId g = kv.create_sequence();
+  EXPECT_EQ(kv.attach_prefix(g, prompt, 9), 0);
+  kv.release(g);
+  EXPECT_EQ(kv.free_pages(), 6);
+}
+
+// A page published by one sequence is not published again by a second sequence that computed
+// the same tokens itself; the second one's pages are freed normally.
+TEST(PagedKvCache, DuplicatePublishKeepsTheFirstPages) {
+  PagedKvCache kv(small_shape(8), Device::cpu());
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  const SeqId a = kv.create_sequence();
+  const SeqId b = kv.create_sequence();
+  ASSERT_TRUE(kv.plan({a, b}, {8, 8}).has_value());
+  kv.publish_prefix(a, prompt, 8);
+  kv.publish_prefix(b, prompt, 8);
+  EXPECT_EQ(kv.cached_pages(), 2);
+  kv.release(b);
+  EXPECT_EQ(kv.used_pages(), 2);
+  kv.release(a);
+  EXPECT_EQ(kv.used_pages(), 0);
+  EXPECT_EQ(kv.free_pages(), 8);
+}
+
 }  // namespace
 }  // namespace dspark

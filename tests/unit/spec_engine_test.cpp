@@ -108,5 +108,51 @@ TEST(SpecEngine, AbortAllEndsEveryRequestWithAnError) {
   EXPECT_EQ(engine.kv().used_pages(), 0);
 }
 
+// Prefix reuse: requests that share a prompt prefix with an earlier one attach its KV pages
+// (prefix_reused counts them), and every output still equals plain greedy decoding.
+TEST(SpecEngine, PrefixCacheReusesPromptPagesAndStaysLossless) {
+  auto model = fixture("qwen3");
+  if (!model) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  std::vector<int32_t> shared;
+  for (int i = 0; i < 40; ++i) shared.push_back(3 + (i * 7) % 50);
+  std::vector<std::vector<int32_t>> prompts = {shared, shared, shared};
+  prompts[1].push_back(9);
+  prompts[2].resize(37);  // a prefix of the first prompt
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& p : prompts) plain.push_back(generate(*model, ctx, p, greedy(20)).tokens);
+
+  NgramSource source(NgramConfig{1, 3});
+  SpecConfig cfg;
+  cfg.gamma = 3;
+  cfg.page_size = 8;
+  cfg.prefix_cache = true;
+  SpeculativeEngine engine(*model, ctx, &source, cfg, 1024);
+  ASSERT_TRUE(engine.prefix_cache_active());
+  std::vector<RequestOutput> out;
+  for (const auto& p : prompts) {  // one after another: each sees the pages of the ones before
+    engine.add(RequestInput{p, greedy(20), nullptr, {}});
+    while (engine.has_work()) engine.step();
+    for (auto& [id, o] : engine.take_finished()) out.push_back(std::move(o));
+  }
+  ASSERT_EQ(out.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(out[i].result.tokens, plain[i]) << "request " << i;
+  EXPECT_EQ(out[0].spec.prefix_reused, 0);
+  EXPECT_EQ(out[1].spec.prefix_reused, 40);  // 5 full pages of the 41-token prompt
+  EXPECT_EQ(out[2].spec.prefix_reused, 32);  // 4 full pages below the last prompt token
+  EXPECT_EQ(engine.kv().used_pages(), 0);
+  EXPECT_GT(engine.kv().cached_pages(), 0);
+
+  // Off: nothing is reused.
+  cfg.prefix_cache = false;
+  SpeculativeEngine off(*model, ctx, &source, cfg, 1024);
+  for (int k = 0; k < 2; ++k) {
+    off.add(RequestInput{prompts[0], greedy(4), nullptr, {}});
+    while (off.has_work()) off.step();
+    for (auto& [id, o] : off.take_finished()) EXPECT_EQ(o.spec.prefix_reused, 0);
+  }
+  EXPECT_EQ(off.kv().cached_pages(), 0);
+}
+
 }  // namespace
 }  // namespace dspark

@@ -60,6 +60,12 @@ RowId SpeculativeEngine::add(RequestInput input) {
   row->out = std::make_unique<OutputStream>(input.options, static_cast<int>(row->prompt.size()),
                                             input.detokenizer, std::move(input.on_text));
   row->seq = kv_.create_sequence();
+  // At least the last prompt token is computed again: its logits give the first token.
+  if (prefix_cache_active()) {
+    row->prefilled =
+        kv_.attach_prefix(row->seq, row->prompt, static_cast<int>(row->prompt.size()) - 1);
+    row->spec.prefix_reused = row->prefilled;
+  }
   const int capacity =
       reserve_tokens(static_cast<int>(row->prompt.size()), input.options.max_tokens);
   if (!kv_.reserve(row->seq, capacity)) {
@@ -184,6 +190,7 @@ void SpeculativeEngine::prefill_step() {
     if (ci < completing.size() && completing[ci] == &r) {
       r.pending = first[ci++];
       u.pending = r.pending;
+      if (prefix_cache_active()) kv_.publish_prefix(r.seq, r.prompt, r.prefilled);
     }
     updates.push_back(u);
   }

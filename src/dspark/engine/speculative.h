@@ -29,6 +29,9 @@ struct SpecConfig {
   int gamma = 4;            // drafts per row per round at most (>= 0)
   int page_size = 16;       // target KV page size
   int prefill_chunk = 512;  // prompt tokens per prefill forward, over all rows
+  // Reuse the target KV of prompt prefixes seen before (PagedKvCache prefix pages). Applies only
+  // when the draft source needs no target taps (they would be missing for the reused tokens).
+  bool prefix_cache = false;
 };
 
 struct RequestInput {
@@ -66,6 +69,8 @@ class SpeculativeEngine {
   bool has_work() const;
   std::vector<std::pair<RowId, RequestOutput>> take_finished();
   const PagedKvCache& kv() const { return kv_; }
+  // Whether prompt prefixes are reused (SpecConfig::prefix_cache and a source without taps).
+  bool prefix_cache_active() const { return config_.prefix_cache && taps_.empty(); }
 
  private:
   struct Row;

@@ -40,6 +40,8 @@ PagedKvCache::PagedKvCache(const KvCacheShape& shape, Device device)
   free_list_.reserve(static_cast<size_t>(shape.num_pages));
   // A stack: page 0 is handed out first.
   for (int p = shape.num_pages - 1; p >= 0; --p) free_list_.push_back(p);
+  refs_.assign(static_cast<size_t>(shape.num_pages), 0);
+  cache_.resize(static_cast<size_t>(shape.num_pages));
 }
 
 int PagedKvCache::pages_for_bytes(const KvCacheShape& shape, size_t bytes) {
@@ -72,19 +74,136 @@ const PagedKvCache::Sequence& PagedKvCache::seq_ref(SeqId seq) const {
 
 void PagedKvCache::release(SeqId seq) {
   Sequence& s = seq_ref(seq);
-  free_list_.insert(free_list_.end(), s.pages.rbegin(), s.pages.rend());
+  for (auto it = s.pages.rbegin(); it != s.pages.rend(); ++it) drop_page(*it);
   s = Sequence{};
   free_ids_.push_back(seq);
+}
+
+void PagedKvCache::drop_page(int32_t page) {
+  int& refs = refs_[static_cast<size_t>(page)];
+  DSPARK_CHECK(refs > 0, "KV page {} released more often than it was taken", page);
+  if (--refs > 0) return;
+  if (cache_[static_cast<size_t>(page)].cached) {
+    ++idle_cached_;
+  } else {
+    free_list_.push_back(page);
+  }
+}
+
+int32_t PagedKvCache::take_page() {
+  int32_t page = -1;
+  if (!free_list_.empty()) {
+    page = free_list_.back();
+    free_list_.pop_back();
+  } else {
+    // Evict the least recently used idle leaf (a parent outlives its children, so that a key
+    // never names a parent page that was reused for other tokens).
+    uint64_t oldest = UINT64_MAX;
+    for (size_t p = 0; p < cache_.size(); ++p) {
+      const CachedPage& c = cache_[p];
+      if (c.cached && refs_[p] == 0 && c.children == 0 && c.last_use < oldest) {
+        oldest = c.last_use;
+        page = static_cast<int32_t>(p);
+      }
+    }
+    DSPARK_CHECK(page >= 0, "KV cache: no free page although {} were counted free", free_pages());
+    CachedPage& c = cache_[static_cast<size_t>(page)];
+    const auto [lo, hi] = index_.equal_range(c.key);
+    for (auto it = lo; it != hi; ++it) {
+      if (it->second == page) {
+        index_.erase(it);
+        break;
+      }
+    }
+    if (c.parent >= 0) --cache_[static_cast<size_t>(c.parent)].children;
+    c = CachedPage{};
+    --n_cached_;
+    --idle_cached_;
+  }
+  refs_[static_cast<size_t>(page)] = 1;
+  return page;
 }
 
 bool PagedKvCache::grow(Sequence& s, int length) {
   const int need = pages_needed(length, shape_.page_size) - static_cast<int>(s.pages.size());
   if (need > free_pages()) return false;
-  for (int i = 0; i < need; ++i) {
-    s.pages.push_back(free_list_.back());
-    free_list_.pop_back();
-  }
+  for (int i = 0; i < need; ++i) s.pages.push_back(take_page());
   return true;
+}
+
+uint64_t PagedKvCache::prefix_key(int32_t parent, std::span<const int32_t> tokens) const {
+  // FNV-1a over the parent page and the tokens; entries are verified token by token on lookup.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint32_t v) {
+    for (int b = 0; b < 4; ++b) {
+      h ^= (v >> (8 * b)) & 0xffu;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint32_t>(parent));
+  for (int32_t t : tokens) mix(static_cast<uint32_t>(t));
+  return h;
+}
+
+int32_t PagedKvCache::find_cached(int32_t parent, std::span<const int32_t> tokens) const {
+  const auto [lo, hi] = index_.equal_range(prefix_key(parent, tokens));
+  for (auto it = lo; it != hi; ++it) {
+    const CachedPage& c = cache_[static_cast<size_t>(it->second)];
+    if (c.parent == parent && std::equal(tokens.begin(), tokens.end(), c.tokens.begin()))
+      return it->second;
+  }
+  return -1;
+}
+
+int PagedKvCache::attach_prefix(SeqId seq, std::span<const int32_t> tokens, int max_tokens) {
+  Sequence& s = seq_ref(seq);
+  DSPARK_CHECK_KIND(invalid_input, s.length == 0 && s.pages.empty(),
+                    "attach_prefix: sequence {} is not new", seq);
+  const int ps = shape_.page_size;
+  const int limit = std::min(max_tokens, static_cast<int>(tokens.size()));
+  int32_t parent = -1;
+  int n = 0;
+  while (n + ps <= limit) {
+    const int32_t page = find_cached(parent, tokens.subspan(static_cast<size_t>(n), ps));
+    if (page < 0) break;
+    if (refs_[static_cast<size_t>(page)]++ == 0) --idle_cached_;
+    cache_[static_cast<size_t>(page)].last_use = ++tick_;
+    s.pages.push_back(page);
+    parent = page;
+    n += ps;
+  }
+  s.length = n;
+  return n;
+}
+
+void PagedKvCache::publish_prefix(SeqId seq, std::span<const int32_t> tokens, int n_tokens) {
+  const Sequence& s = seq_ref(seq);
+  const int ps = shape_.page_size;
+  DSPARK_CHECK_KIND(
+      invalid_input,
+      n_tokens >= 0 && n_tokens <= static_cast<int>(tokens.size()) && n_tokens <= s.length,
+      "publish_prefix: {} tokens of sequence {} (length {}, {} tokens given)", n_tokens, seq,
+      s.length, tokens.size());
+  int32_t parent = -1;
+  for (int i = 0; (i + 1) * ps <= n_tokens; ++i) {
+    const int32_t page = s.pages[static_cast<size_t>(i)];
+    CachedPage& c = cache_[static_cast<size_t>(page)];
+    const auto block = tokens.subspan(static_cast<size_t>(i) * ps, static_cast<size_t>(ps));
+    if (!c.cached) {
+      // Another sequence published the same tokens first: keep its pages, stop here.
+      if (find_cached(parent, block) >= 0) return;
+      c.cached = true;
+      c.parent = parent;
+      c.children = 0;
+      c.tokens.assign(block.begin(), block.end());
+      c.key = prefix_key(parent, block);
+      index_.emplace(c.key, page);
+      if (parent >= 0) ++cache_[static_cast<size_t>(parent)].children;
+      ++n_cached_;
+    }
+    c.last_use = ++tick_;
+    parent = page;
+  }
 }
 
 bool PagedKvCache::reserve(SeqId seq, int length) {
@@ -107,7 +226,7 @@ void PagedKvCache::rollback_to(SeqId seq, int length) {
   const size_t keep =
       static_cast<size_t>(std::max(pages_needed(length, shape_.page_size), s.reserved_pages));
   while (s.pages.size() > keep) {
-    free_list_.push_back(s.pages.back());
+    drop_page(s.pages.back());
     s.pages.pop_back();
   }
 }

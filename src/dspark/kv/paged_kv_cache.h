@@ -2,10 +2,18 @@
 // pages (its block table). Kernels see a batch's block tables as a plain CSR page table
 // (ops/attention.h PagedKv). Running out of pages is an expected condition reported by status
 // (reserve() returns false), not an exception.
+//
+// Prefix reuse: full pages of a finished prompt can be published into a prefix index keyed by
+// their exact token contents and their parent page (the page holding the tokens before them), so
+// a later sequence whose prompt starts with the same tokens attaches those pages instead of
+// recomputing them. Pages are reference counted; a published page that no sequence holds stays
+// cached until its memory is needed (least recently used leaves go first) and counts as free.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "dspark/backend/context.h"
@@ -55,8 +63,21 @@ class PagedKvCache {
   // the reserved capacity).
   void rollback_to(SeqId seq, int length);
   int length(SeqId seq) const;
-  int free_pages() const { return static_cast<int>(free_list_.size()); }
+  // Pages available to new tokens: never used, plus cached prefix pages no sequence holds.
+  int free_pages() const { return static_cast<int>(free_list_.size()) + idle_cached_; }
+  // Pages held by live sequences.
   int used_pages() const { return shape_.num_pages - free_pages(); }
+
+  // Prefix reuse. attach_prefix: `seq` must be new (length 0). Attaches the longest run of
+  // published full pages that equal tokens[0 .. n) page by page, with n <= max_tokens, sets the
+  // length to n and returns n (a multiple of page_size; 0 when nothing matches).
+  int attach_prefix(SeqId seq, std::span<const int32_t> tokens, int max_tokens);
+  // Publishes the full pages of tokens[0 .. n_tokens) of `seq` (whose KV must hold exactly those
+  // tokens at those positions) for later attach_prefix calls. Pages already published are kept;
+  // publishing stops at a page whose contents another page already provides.
+  void publish_prefix(SeqId seq, std::span<const int32_t> tokens, int n_tokens);
+  // Published pages (held by sequences or idle).
+  int cached_pages() const { return n_cached_; }
 
   // For a batch of rows: row r appends n_new[r] tokens to seqs[r] at positions
   // [length, length + n_new). Reserves pages (returns nullopt, changing nothing, when they run out)
@@ -78,6 +99,21 @@ class PagedKvCache {
   const Sequence& seq_ref(SeqId seq) const;
   // Takes pages from the free list until `s` holds `length` tokens; false (no change) if short.
   bool grow(Sequence& s, int length);
+  // A free page: the free list first, else the least recently used idle cached leaf (evicted).
+  int32_t take_page();
+  // One sequence lets go of page p.
+  void drop_page(int32_t page);
+  // Prefix index entry of a published page.
+  struct CachedPage {
+    bool cached = false;
+    int32_t parent = -1;  // published page holding the previous page_size tokens; -1 at the start
+    int children = 0;     // published pages whose parent this is
+    uint64_t last_use = 0;
+    uint64_t key = 0;
+    std::vector<int32_t> tokens;  // [page_size]
+  };
+  uint64_t prefix_key(int32_t parent, std::span<const int32_t> tokens) const;
+  int32_t find_cached(int32_t parent, std::span<const int32_t> tokens) const;
 
   KvCacheShape shape_;
   Device device_;
@@ -86,6 +122,12 @@ class PagedKvCache {
   std::vector<int32_t> free_list_;
   std::vector<Sequence> seqs_;
   std::vector<SeqId> free_ids_;
+  std::vector<int> refs_;                             // [num_pages] sequences holding each page
+  std::vector<CachedPage> cache_;                     // [num_pages]
+  std::unordered_multimap<uint64_t, int32_t> index_;  // prefix key -> published page
+  int n_cached_ = 0;
+  int idle_cached_ = 0;  // published pages with refs_ == 0
+  uint64_t tick_ = 0;
 };
 
 }  // namespace dspark

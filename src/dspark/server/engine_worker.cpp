@@ -189,6 +189,7 @@ void EngineWorker::load(Engine& e) {
   spec.gamma = config_.gamma ? *config_.gamma : e.source.default_gamma;
   spec.page_size = page;
   spec.prefill_chunk = config_.prefill_chunk;
+  spec.prefix_cache = config_.prefix_cache;
   e.engine = std::make_unique<SpeculativeEngine>(target, *e.ctx, e.source.source.get(), spec,
                                                  static_cast<int>(kv_tokens));
 
@@ -347,6 +348,7 @@ void EngineWorker::publish_gauges(const SpeculativeEngine& engine) {
   g.live_rows = engine.live_rows();
   g.kv_pages_used = engine.kv().used_pages();
   g.kv_pages_total = engine.kv().shape().num_pages;
+  g.kv_pages_cached = engine.kv().cached_pages();
   g.kv_page_size = engine.kv().shape().page_size;
   g.max_batch = config_.max_batch;
   metrics_.set_gauges(g);

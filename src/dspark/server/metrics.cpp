@@ -56,6 +56,7 @@ void ServerMetrics::record_finished(const RequestOutput& out, double ttft_s, dou
   std::lock_guard lock(mutex_);
   ++finished_[std::string(finish_reason_name(out.result.finish_reason))];
   prompt_tokens_ += out.result.n_prompt;
+  prefix_reused_tokens_ += out.spec.prefix_reused;
   generation_tokens_ += out.result.n_generated;
   drafted_ += out.spec.drafted;
   accepted_ += out.spec.accepted;
@@ -98,6 +99,9 @@ std::string ServerMetrics::render() const {
 
   header(out, "dspark_prompt_tokens_total", "counter", "Prompt tokens of finished requests.");
   line(out, "dspark_prompt_tokens_total", prompt_tokens_);
+  header(out, "dspark_prefix_reused_tokens_total", "counter",
+         "Prompt tokens whose target KV came from the prefix cache (not recomputed).");
+  line(out, "dspark_prefix_reused_tokens_total", prefix_reused_tokens_);
   header(out, "dspark_generation_tokens_total", "counter",
          "Generated tokens of finished requests.");
   line(out, "dspark_generation_tokens_total", generation_tokens_);
@@ -132,6 +136,10 @@ std::string ServerMetrics::render() const {
   line(out, "dspark_kv_pages_used", gauges_.kv_pages_used);
   header(out, "dspark_kv_pages_total", "gauge", "Target KV cache pages.");
   line(out, "dspark_kv_pages_total", gauges_.kv_pages_total);
+  header(out, "dspark_kv_pages_cached", "gauge",
+         "Pages of published prompt prefixes (held by requests or idle; idle ones are reused or "
+         "evicted on demand and count as free).");
+  line(out, "dspark_kv_pages_cached", gauges_.kv_pages_cached);
   header(out, "dspark_kv_page_size_tokens", "gauge", "Tokens per KV page.");
   line(out, "dspark_kv_page_size_tokens", gauges_.kv_page_size);
 

@@ -36,6 +36,7 @@ struct EngineGauges {
   int live_rows = 0;    // requests in the engine
   int kv_pages_used = 0;
   int kv_pages_total = 0;
+  int kv_pages_cached = 0;  // published prompt-prefix pages (held or idle)
   int kv_page_size = 0;
   int max_batch = 0;
 };
@@ -62,7 +63,7 @@ class ServerMetrics {
   std::map<std::pair<std::string, int>, int64_t> responses_;
   std::map<std::string, int64_t> errors_;
   std::map<std::string, int64_t> finished_;
-  int64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, prefix_reused_tokens_ = 0;
   int64_t drafted_ = 0, accepted_ = 0, rounds_ = 0, emitted_ = 0;
   int64_t steps_ = 0, step_failures_ = 0;
   Histogram ttft_, latency_;

@@ -69,6 +69,8 @@ json usage_json(const RequestOutput& out) {
   return {{"prompt_tokens", r.n_prompt},
           {"completion_tokens", r.n_generated},
           {"total_tokens", r.n_prompt + r.n_generated},
+          // OpenAI's field for prompt tokens served from a cache (our prefix cache).
+          {"prompt_tokens_details", {{"cached_tokens", s.prefix_reused}}},
           {"speculation",
            {{"drafted", s.drafted},
             {"accepted", s.accepted},

@@ -35,23 +35,26 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   verify_ms += o.verify_ms;
   rest_ms += o.rest_ms;
   prefill_ms += o.prefill_ms;
+  prefix_reused += o.prefix_reused;
 }
 
 nlohmann::json SpecTelemetry::to_json() const {
   nlohmann::json rate = nlohmann::json::array();
   for (size_t j = 0; j < drafted_at.size(); ++j)
     rate.push_back(drafted_at[j] > 0 ? static_cast<double>(accepted_at[j]) / drafted_at[j] : 0.0);
-  return nlohmann::json{{"rounds", rounds},
-                        {"drafted", drafted},
-                        {"accepted", accepted},
-                        {"emitted", emitted},
-                        {"tau", tau()},
-                        {"acceptance", acceptance()},
-                        {"drafted_by_position", drafted_at},
-                        {"accepted_by_position", accepted_at},
-                        {"acceptance_by_position", rate},
-                        {"timings_ms",
-                         {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
+  return nlohmann::json{
+      {"rounds", rounds},
+      {"drafted", drafted},
+      {"accepted", accepted},
+      {"emitted", emitted},
+      {"tau", tau()},
+      {"acceptance", acceptance()},
+      {"drafted_by_position", drafted_at},
+      {"accepted_by_position", accepted_at},
+      {"acceptance_by_position", rate},
+      {"prefix_reused", prefix_reused},
+      {"timings_ms",
+       {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
 }
 
 }  // namespace dspark

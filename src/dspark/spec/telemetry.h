@@ -20,6 +20,7 @@ struct SpecTelemetry {
   double verify_ms = 0;  // target forward + verification (includes the one device read)
   double rest_ms = 0;    // commit, KV rollback, emission, host bookkeeping
   double prefill_ms = 0;  // prompt forwards, first token and the source's prompt commit
+  int64_t prefix_reused = 0;  // prompt tokens whose target KV came from the prefix cache
 
   void record_round(int n_drafted, int n_accepted);
   double tau() const { return rounds > 0 ? static_cast<double>(emitted) / rounds : 0.0; }
