@@ -1,0 +1,367 @@
+#!/usr/bin/env python3
+"""Builds the drafter training / held-out prompt sets from text that exists offline on every
+machine, with licences that permit it:
+
+  * docstrings of the Python standard library (the running interpreter's modules; PSF License
+    Version 2, a permissive licence that allows copying and derived works), turned into
+    instructions ("Explain what this function does", "Summarize", "Write an example", ...);
+  * self-authored templated questions (arithmetic and word problems, programming tasks,
+    explanations of concepts, comparisons, advice lists, rewriting): written for dspark, same
+    licence as the repository.
+
+Deterministic: one --seed drives every choice; the stdlib walk is sorted. Different Python versions
+have slightly different docstrings, which is why the generated files are committed
+(tools/train/data/) and the pipeline uses them as they are.
+
+The split is by source item (a docstring or a template instance is never in both sets). Output:
+JSON lines {"id": ..., "prompt": ..., "source": "stdlib:<module>" | "template:<kind>"}.
+
+    python3 tools/train/make_prompts.py --out tools/train/data --train 6000 --test 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import pkgutil
+import random
+import re
+import sys
+import warnings
+
+# Modules that print, open windows, start things, or are platform specific when imported.
+SKIP_MODULES = {
+    "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3",
+    "ensurepip", "venv", "pydoc_data", "__main__", "__hello__", "__phello__", "_pydev",
+    "xxsubtype", "xxlimited", "crypt", "nis", "spwd", "ossaudiodev", "msilib", "winreg",
+    "winsound", "_msi", "_winapi", "msvcrt", "idle", "sre_compile", "sre_parse", "sre_constants",
+}
+
+DOC_TEMPLATES = [
+    "Explain what the Python function `{name}` does, based on its documentation:\n\n{doc}",
+    "Summarize the following Python documentation in two or three sentences:\n\n{doc}",
+    "Here is the documentation of `{name}{sig}`:\n\n{doc}\n\nWrite a short example that uses it "
+    "and explain the output.",
+    "Rewrite this documentation in simpler words for a beginner:\n\n{doc}",
+    "What are the parameters of `{name}{sig}` and what does it return? The documentation "
+    "says:\n\n{doc}",
+    "Read this documentation of `{name}` and list its key points as bullets:\n\n{doc}",
+    "I found this in the Python documentation for `{name}`:\n\n{doc}\n\nWhen would I use it?",
+]
+
+CLASS_TEMPLATES = [
+    "Explain what the Python class `{name}` is for, based on its documentation:\n\n{doc}",
+    "Summarize the purpose of the class `{name}` described here:\n\n{doc}",
+    "Write a short Python example that creates and uses `{name}`. Its documentation:\n\n{doc}",
+]
+
+MODULE_TEMPLATES = [
+    "What is the Python module `{name}` used for? Its documentation begins:\n\n{doc}",
+    "Give an overview of the `{name}` module from this documentation:\n\n{doc}",
+]
+
+# ---- self-authored templated questions -----------------------------------------------------------
+
+CONCEPTS = [
+    "recursion", "a hash table", "binary search", "big-O notation", "a linked list", "a stack",
+    "a queue", "garbage collection", "a compiler", "an interpreter", "a virtual machine",
+    "version control", "unit testing", "a race condition", "a deadlock", "caching",
+    "an API", "a database index", "SQL joins", "regular expressions", "Unicode", "floating point "
+    "rounding errors", "public key cryptography", "a checksum", "compression", "TCP and UDP",
+    "DNS", "HTTP status codes", "a REST API", "JSON", "CSV files", "object-oriented programming",
+    "functional programming", "immutability", "a closure", "a generator", "an iterator",
+    "a decorator", "type hints", "exceptions", "dependency injection", "a binary tree",
+    "a heap", "sorting algorithms", "merge sort", "quicksort", "dynamic programming",
+    "greedy algorithms", "graph traversal", "Dijkstra's algorithm", "a neural network",
+    "gradient descent", "overfitting", "a confusion matrix", "photosynthesis", "the water cycle",
+    "gravity", "inflation", "compound interest", "supply and demand", "the greenhouse effect",
+    "plate tectonics", "vaccines", "DNA", "evolution by natural selection", "the speed of light",
+    "electric current", "magnetism", "the seasons", "the phases of the Moon", "tides",
+    "probability", "the Pythagorean theorem", "prime numbers", "fractions", "percentages",
+    "the median and the mean", "standard deviation", "logarithms", "derivatives", "integrals",
+    "matrices", "vectors", "the binary number system", "hexadecimal numbers", "bits and bytes",
+    "a spreadsheet formula", "time zones", "leap years", "a budget", "a password manager",
+    "two-factor authentication", "phishing", "backups", "the difference between RAM and disk",
+    "a CPU cache", "multithreading", "asynchronous programming", "a memory leak",
+]
+
+PAIRS = [
+    ("a list", "a tuple"), ("a process", "a thread"), ("TCP", "UDP"), ("RAM", "ROM"),
+    ("a compiler", "an interpreter"), ("weather", "climate"), ("a virus", "a bacterium"),
+    ("speed", "velocity"), ("mass", "weight"), ("an array", "a linked list"),
+    ("SQL", "NoSQL databases"), ("git merge", "git rebase"), ("HTTP", "HTTPS"),
+    ("a class", "an object"), ("a function", "a method"), ("mean", "median"),
+    ("a stack", "a queue"), ("deep copy", "shallow copy"), ("== ", "is in Python"),
+    ("a module", "a package"), ("latency", "bandwidth"), ("encryption", "hashing"),
+    ("a library", "a framework"), ("an integer", "a float"), ("a tax", "a tariff"),
+    ("a comet", "an asteroid"), ("a lake", "a sea"), ("an alligator", "a crocodile"),
+]
+
+TASKS = [
+    "reverses a string", "checks whether a number is prime", "returns the n-th Fibonacci number",
+    "counts the vowels in a string", "finds the largest element of a list without using max",
+    "removes duplicates from a list while keeping the order", "checks whether a string is a "
+    "palindrome", "merges two sorted lists", "computes the factorial of n iteratively",
+    "flattens a nested list", "counts word frequencies in a text", "converts Celsius to "
+    "Fahrenheit", "returns the greatest common divisor of two integers", "transposes a matrix "
+    "given as a list of lists", "checks whether two strings are anagrams", "computes the sum of "
+    "the digits of an integer", "splits a list into chunks of size k", "returns the second "
+    "largest number in a list", "capitalizes the first letter of every word", "validates a "
+    "simple email address", "computes the running average of a list", "rotates a list by k "
+    "positions", "finds all pairs in a list that sum to a target", "converts a Roman numeral to "
+    "an integer", "converts an integer to binary without using bin", "counts the lines of a "
+    "file", "parses a CSV line into fields", "returns the mode of a list", "implements binary "
+    "search", "implements bubble sort", "checks whether brackets in a string are balanced",
+    "generates all subsets of a list", "computes the dot product of two vectors",
+    "returns the longest word in a sentence", "compresses a string with run-length encoding",
+]
+
+LANGS = ["Python", "JavaScript", "C", "Go", "Rust", "Java"]
+
+ACTIVITIES = [
+    "studying for an exam", "learning a new programming language", "writing clean code",
+    "saving money", "staying focused while working from home", "giving a presentation",
+    "writing a cover letter", "sleeping better", "starting to run", "learning to cook",
+    "keeping a plant alive", "organizing a small event", "reading more books", "reviewing code",
+    "debugging a program", "writing documentation", "taking notes in meetings",
+    "learning to draw", "reducing screen time", "traveling on a budget", "preparing for a job "
+    "interview", "keeping a journal", "learning a musical instrument", "managing a small team",
+]
+
+TOPICS = [
+    "the ocean", "autumn", "a city at night", "friendship", "a robot learning to paint",
+    "the first snow", "a lighthouse", "a cup of coffee", "mountains", "a lost key", "the Moon",
+    "a quiet library", "a train journey", "a rainy afternoon", "a garden", "the stars",
+]
+
+ITEMS = ["apples", "notebooks", "pencils", "tickets", "books", "oranges", "cookies", "stamps"]
+
+
+def templated(rng: random.Random, kind: str) -> str:
+    if kind == "arith":
+        a, b = rng.randint(12, 999), rng.randint(3, 99)
+        op = rng.choice(["plus", "minus", "times"])
+        return rng.choice([
+            f"What is {a} {op} {b}? Show your work.",
+            f"Compute {a} {op} {b} step by step.",
+            f"Calculate {a} {op} {b} and explain how you got the answer.",
+        ])
+    if kind == "word":
+        n, p, item = rng.randint(2, 40), rng.randint(1, 30), rng.choice(ITEMS)
+        k = rng.randint(2, 9)
+        return rng.choice([
+            f"A shop sells {item} for ${p} each. How much do {n} {item} cost?",
+            f"Tom has {n * k} {item} and shares them equally among {k} friends. How many does "
+            "each friend get?",
+            f"A train travels at {p * 10} km/h for {k} hours. How far does it go?",
+            f"If {n} workers build a wall in {k} days, how long would {2 * n} workers take, "
+            "assuming they work at the same rate?",
+            f"A recipe needs {k} eggs for {n} people. How many eggs are needed for {n * 3} "
+            "people?",
+            f"What is {rng.choice([10, 15, 20, 25, 30, 40])}% of {rng.randint(20, 900)}?",
+        ])
+    if kind == "code":
+        return rng.choice([
+            "Write a {lang} function that {task}.",
+            "Write a {lang} function that {task}, and explain how it works.",
+            "Show me how to write a function in {lang} that {task}.",
+            "Implement a function that {task} in {lang}, with a short test.",
+        ]).format(lang=rng.choice(LANGS[:3] if rng.random() < 0.7 else LANGS), task=rng.choice(TASKS))
+    if kind == "explain":
+        c = rng.choice(CONCEPTS)
+        return rng.choice([
+            f"Explain {c} to a beginner.", f"What is {c}? Give a simple example.",
+            f"Explain {c} in a few sentences.", f"Why is {c} important?",
+            f"Describe {c} as if I were ten years old.",
+        ])
+    if kind == "compare":
+        x, y = rng.choice(PAIRS)
+        return rng.choice([
+            f"What is the difference between {x} and {y}?",
+            f"Compare {x} and {y}.", f"When should I use {x} instead of {y}?",
+        ])
+    if kind == "advice":
+        a = rng.choice(ACTIVITIES)
+        return rng.choice([
+            f"Give me {rng.randint(3, 7)} tips for {a}.", f"How can I get better at {a}?",
+            f"List some common mistakes people make when {a}.",
+        ])
+    if kind == "write":
+        t = rng.choice(TOPICS)
+        return rng.choice([
+            f"Write a short poem about {t}.", f"Write a haiku about {t}.",
+            f"Write a short story (about 100 words) about {t}.",
+            f"Describe {t} in one paragraph.",
+        ])
+    raise ValueError(kind)
+
+
+TEMPLATE_KINDS = ["arith", "word", "code", "explain", "compare", "advice", "write"]
+
+# ---- stdlib docstrings ----------------------------------------------------------------------------
+
+
+def clean_doc(doc: str, max_chars: int) -> str | None:
+    doc = inspect.cleandoc(doc).strip()
+    if len(doc) < 60 or len(doc.split()) < 10:
+        return None
+    if len(doc) > max_chars:  # cut at a paragraph or sentence boundary
+        cut = doc.rfind("\n\n", 0, max_chars)
+        if cut < max_chars // 2:
+            cut = doc.rfind(". ", 0, max_chars) + 1
+        if cut < max_chars // 3:
+            cut = max_chars
+        doc = doc[:cut].rstrip()
+    return doc
+
+
+def signature(obj) -> str:
+    try:
+        sig = str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return ""
+    return sig if len(sig) < 120 else ""
+
+
+def stdlib_items(max_chars: int) -> list:
+    """(source, kind, qualified name, signature, doc) for public stdlib objects with docs."""
+    names = sorted(
+        n for n in sys.stdlib_module_names if not n.startswith("_") and n not in SKIP_MODULES
+    )
+    seen_docs = set()
+    items = []
+    devnull = open(os.devnull, "w")
+    for mod_name in names:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                old = sys.stdout
+                sys.stdout = devnull
+                try:
+                    mod = importlib.import_module(mod_name)
+                finally:
+                    sys.stdout = old
+        except BaseException:  # noqa: BLE001 - some modules fail on import by design
+            continue
+        mods = [(mod_name, mod)]
+        if hasattr(mod, "__path__"):  # one level of submodules of packages
+            for info in sorted(pkgutil.iter_modules(mod.__path__), key=lambda i: i.name):
+                full = f"{mod_name}.{info.name}"
+                if info.name.startswith("_") or info.name in SKIP_MODULES or "test" in info.name:
+                    continue
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        mods.append((full, importlib.import_module(full)))
+                except BaseException:  # noqa: BLE001
+                    continue
+        for qual, m in mods:
+            doc = clean_doc(m.__doc__ or "", max_chars)
+            if doc and doc not in seen_docs:
+                seen_docs.add(doc)
+                items.append((f"stdlib:{qual}", "module", qual, "", doc))
+            for attr in sorted(vars(m)):
+                if attr.startswith("_"):
+                    continue
+                obj = getattr(m, attr, None)
+                if getattr(obj, "__module__", None) != m.__name__:
+                    continue
+                if inspect.isclass(obj):
+                    kinds = [("class", f"{qual}.{attr}", obj)]
+                    for meth in sorted(vars(obj)):
+                        if not meth.startswith("_"):
+                            f = getattr(obj, meth, None)
+                            if inspect.isfunction(f) or inspect.ismethoddescriptor(f):
+                                kinds.append(("function", f"{qual}.{attr}.{meth}", f))
+                elif inspect.isfunction(obj) or inspect.isbuiltin(obj):
+                    kinds = [("function", f"{qual}.{attr}", obj)]
+                else:
+                    continue
+                for kind, name, o in kinds:
+                    d = clean_doc(getattr(o, "__doc__", None) or "", max_chars)
+                    if not d or d in seen_docs:
+                        continue
+                    seen_docs.add(d)
+                    items.append((f"stdlib:{qual}", kind, name, signature(o), d))
+    devnull.close()
+    return items
+
+
+def doc_prompt(rng: random.Random, item) -> str:
+    _, kind, name, sig, doc = item
+    if kind == "module":
+        t = rng.choice(MODULE_TEMPLATES)
+    elif kind == "class":
+        t = rng.choice(CLASS_TEMPLATES)
+    else:
+        t = rng.choice(DOC_TEMPLATES)
+    return t.format(name=name, sig=sig, doc=doc)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True, help="directory for train.jsonl / test.jsonl")
+    ap.add_argument("--train", type=int, default=6000, help="training prompts")
+    ap.add_argument("--test", type=int, default=128, help="held-out prompts (>= 64)")
+    ap.add_argument("--calib", type=int, default=256,
+                    help="held-out prompts for `dspark calibrate` (not trained on, not tested)")
+    ap.add_argument("--doc-fraction", type=float, default=0.6,
+                    help="share of stdlib-docstring prompts (the rest are templated)")
+    ap.add_argument("--max-doc-chars", type=int, default=700)
+    ap.add_argument("--seed", type=int, default=20260529)
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")  # deprecation notes of stdlib modules imported for their docs
+    if args.test < 64:
+        ap.error("--test must be >= 64")
+    rng = random.Random(args.seed)
+    items = stdlib_items(args.max_doc_chars)
+    rng.shuffle(items)
+    total = args.train + args.test + args.calib
+    n_doc = min(len(items), int(round(total * args.doc_fraction)))
+    # The split is by source item; the held-out sets get the same mix as the training set.
+    n_doc_test = int(round(args.test * n_doc / total))
+    n_doc_calib = int(round(args.calib * n_doc / total))
+    rows = {"train": [], "test": [], "calib": []}
+    for i, item in enumerate(items[:n_doc]):
+        split = "test" if i < n_doc_test else "calib" if i < n_doc_test + n_doc_calib else "train"
+        rows[split].append({"prompt": doc_prompt(rng, item), "source": item[0]})
+    seen = set(r["prompt"] for rs in rows.values() for r in rs)
+    for split, want in (("test", args.test), ("calib", args.calib), ("train", args.train)):
+        tries = 0
+        while len(rows[split]) < want:
+            tries += 1
+            if tries > 100 * total:
+                raise RuntimeError("not enough distinct templated prompts")
+            kind = rng.choice(TEMPLATE_KINDS)
+            p = templated(rng, kind)
+            if p in seen:
+                continue
+            seen.add(p)
+            rows[split].append({"prompt": p, "source": f"template:{kind}"})
+    os.makedirs(args.out, exist_ok=True)
+    for split, rs in rows.items():
+        rng.shuffle(rs)
+        with open(os.path.join(args.out, f"{split}.jsonl"), "w", encoding="utf-8") as f:
+            for i, r in enumerate(rs):
+                line = {"id": f"{split}-{i:05d}", "prompt": r["prompt"], "source": r["source"]}
+                f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    info = {
+        "seed": args.seed, "python": sys.version.split()[0], "stdlib_items": len(items),
+        "train": len(rows["train"]), "test": len(rows["test"]), "calib": len(rows["calib"]),
+        "doc_prompts": n_doc,
+        "licences": {"stdlib": "PSF-2.0 (Python standard library docstrings)",
+                     "template": "self-authored (repository licence)"},
+    }
+    with open(os.path.join(args.out, "prompts_info.json"), "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    print(json.dumps(info))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
