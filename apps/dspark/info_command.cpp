@@ -9,6 +9,7 @@
 
 #include "commands.h"
 #include "dspark/model/config.h"
+#include "dspark/model/gguf_model.h"
 #include "dspark/model/registry.h"
 
 namespace dspark::cli {
@@ -32,10 +33,14 @@ std::string windows_summary(const std::vector<int>& w) {
 }
 
 int run_info(const InfoArgs& a) {
+  // A GGUF file (or a directory holding one and no config.json), else a Hugging Face directory.
+  const std::optional<std::filesystem::path> gguf = resolve_gguf_model(a.model_dir);
   std::error_code ec;
-  DSPARK_CHECK_KIND(io, std::filesystem::is_directory(a.model_dir, ec),
-                    "model directory '{}' does not exist or is not a directory", a.model_dir);
-  const ModelConfig c = load_model_config(a.model_dir);
+  DSPARK_CHECK_KIND(io, gguf || std::filesystem::is_directory(a.model_dir, ec),
+                    "model directory '{}' does not exist or is not a directory (or a .gguf file)",
+                    a.model_dir);
+  const ModelConfig c =
+      gguf ? gguf_model_config(GgufFile::open(*gguf)) : load_model_config(a.model_dir);
   const GenerationDefaults g = load_generation_defaults(a.model_dir);
   const bool supported = find_architecture(c.architecture) != nullptr;
   const int64_t params_est =
@@ -95,7 +100,7 @@ int run_info(const InfoArgs& a) {
 Command add_info_command(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
   CLI::App* sub = app.add_subcommand("info", "Print the config summary of a model directory");
-  sub->add_option("-m,--model", args->model_dir, "Model directory")->required();
+  sub->add_option("-m,--model", args->model_dir, "Model directory or .gguf file")->required();
   sub->add_flag("--json", args->json, "Print the summary as one JSON object");
   return [args] { return run_info(*args); };
 }

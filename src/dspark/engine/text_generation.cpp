@@ -3,6 +3,8 @@
 #include <system_error>
 
 #include "dspark/core/error.h"
+#include "dspark/io/gguf.h"
+#include "dspark/model/gguf_model.h"
 
 namespace dspark {
 
@@ -17,6 +19,16 @@ SamplingParams default_sampling(const GenerationDefaults& d) {
 }
 
 TextModel load_text_model(const std::filesystem::path& dir, Device device, DType dtype) {
+  // A GGUF file (or a directory holding one and no config.json): config, tokenizer and weights
+  // all come from the one file.
+  if (const std::optional<std::filesystem::path> gguf = resolve_gguf_model(dir)) {
+    const GgufFile file = GgufFile::open(*gguf);
+    Tokenizer tokenizer = Tokenizer::from_gguf(file);
+    std::unique_ptr<Model> model = load_gguf_model(file, device, dtype);
+    GenerationDefaults defaults;  // GGUF carries no generation config: greedy
+    std::vector<int32_t> eos = default_eos_token_ids(model->config(), defaults);
+    return TextModel{std::move(model), std::move(tokenizer), std::move(defaults), std::move(eos)};
+  }
   // Cheap checks first (directory, config, tokenizer), then the weights.
   std::error_code ec;
   DSPARK_CHECK_KIND(io, std::filesystem::is_directory(dir, ec),

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "dspark/core/error.h"
+#include "dspark/io/gguf.h"
 #include "dspark/io/tokenizer_internal.h"
 #include "dspark/io/utf8.h"
 #include "dspark/io/xz.h"
@@ -237,6 +238,14 @@ Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) 
 
 Tokenizer Tokenizer::from_json(std::string_view json, std::string_view origin) {
   return Tokenizer(build(json, origin));
+}
+
+Tokenizer Tokenizer::from_gguf(const GgufFile& file) {
+  const GgufTokenizerSpec spec = gguf_tokenizer_json(file);
+  auto impl = build(spec.json, file.path().string());
+  if (spec.bos >= 0) impl->bos = spec.bos;
+  if (spec.eos >= 0) impl->eos = spec.eos;
+  return Tokenizer(std::move(impl));
 }
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {

@@ -28,6 +28,7 @@
 namespace dspark {
 
 class IncrementalDecoder;
+class GgufFile;
 
 class Tokenizer {
  public:
@@ -39,6 +40,9 @@ class Tokenizer {
   static Tokenizer from_file(const std::filesystem::path& path);
   // The same from the text of a tokenizer.json; `origin` names it in error messages.
   static Tokenizer from_json(std::string_view json, std::string_view origin = "<memory>");
+  // The tokenizer of a GGUF file (tokenizer.ggml.*, see io/gguf.h): bos_id / eos_id are the
+  // file's tokenizer.ggml.bos_token_id / eos_token_id.
+  static Tokenizer from_gguf(const GgufFile& file);
 
   // Token ids of `text` (valid UTF-8, else ErrorKind::invalid_input). add_special_tokens applies
   // the post-processor template (e.g. Llama's BOS), like tokenizers' encode(text, True).

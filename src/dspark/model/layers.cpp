@@ -5,6 +5,7 @@
 
 #include "dspark/core/thread_pool.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/model/weight_source.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
@@ -45,15 +46,21 @@ void convert_host(const void* src, DType src_dtype, void* dst, DType dst_dtype, 
 
 // ---- WeightLoader ----------------------------------------------------------------------------
 
+WeightLoader::WeightLoader(const SafeTensors& st, Device device, DType dtype)
+    : owned_(std::make_shared<SafeTensorsWeights>(st)),
+      source_(owned_.get()),
+      device_(device),
+      dtype_(dtype) {}
+
 bool WeightLoader::contains(const std::string& name) const {
-  return st_.contains(name);
+  return source_->contains(name);
 }
 
 Tensor WeightLoader::checked(const Part& part) const {
-  const Tensor t = st_.get(part.name);
+  const Tensor t = source_->get(part.name);
   DSPARK_CHECK_KIND(io, t.shape() == part.expected,
                     "tensor '{}' has shape {}, but the config implies {} ({})", part.name,
-                    t.shape().str(), part.expected.str(), st_.path().string());
+                    t.shape().str(), part.expected.str(), source_->origin());
   DSPARK_CHECK_KIND(unsupported, dtype_is_float(t.dtype()),
                     "tensor '{}' has dtype {}; expected a float weight", part.name,
                     dtype_name(t.dtype()));

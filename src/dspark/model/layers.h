@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 namespace dspark {
 
 class SafeTensors;
+class WeightSource;
 
 // ---- weights ----------------------------------------------------------------------------------
 
@@ -23,8 +25,10 @@ class SafeTensors;
 // stored shape.
 class WeightLoader {
  public:
-  WeightLoader(const SafeTensors& st, Device device, DType dtype)
-      : st_(st), device_(device), dtype_(dtype) {}
+  WeightLoader(const SafeTensors& st, Device device, DType dtype);
+  // Any weight source (model/weight_source.h), e.g. a GGUF file; it must outlive the loader.
+  WeightLoader(const WeightSource& source, Device device, DType dtype)
+      : source_(&source), device_(device), dtype_(dtype) {}
 
   Device device() const { return device_; }
   DType dtype() const { return dtype_; }
@@ -47,7 +51,8 @@ class WeightLoader {
  private:
   Tensor checked(const Part& part) const;
 
-  const SafeTensors& st_;
+  std::shared_ptr<const WeightSource> owned_;  // the SafeTensors adapter
+  const WeightSource* source_;
   Device device_;
   DType dtype_;
 };

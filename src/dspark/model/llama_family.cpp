@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "dspark/io/safetensors.h"
 #include "dspark/model/layers.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
@@ -22,6 +21,8 @@
 
 namespace dspark {
 namespace {
+
+constexpr const char* kRopeFreqsName = "rope_freqs.weight";
 
 struct FamilyTraits {
   bool qkv_bias_always = false;  // Qwen2: q/k/v biases regardless of config.attention_bias
@@ -56,8 +57,8 @@ void validate_config(const ModelConfig& c) {
 
 class LlamaFamilyModel final : public Model {
  public:
-  LlamaFamilyModel(const ModelConfig& config, const FamilyTraits& traits, const SafeTensors& st,
-                   Device device, DType dtype);
+  LlamaFamilyModel(const ModelConfig& config, const FamilyTraits& traits,
+                   const WeightSource& weights, Device device, DType dtype);
 
   const ModelConfig& config() const override { return config_; }
   Device device() const override { return device_; }
@@ -100,7 +101,7 @@ class LlamaFamilyModel final : public Model {
 };
 
 LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits& traits,
-                                   const SafeTensors& st, Device device, DType dtype)
+                                   const WeightSource& weights, Device device, DType dtype)
     : config_(config), traits_(traits), device_(device), dtype_(dtype) {
   validate_config(config_);
   DSPARK_CHECK_KIND(unsupported, dtype_is_float(dtype), "engine dtype {} is not a float type",
@@ -115,7 +116,7 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
   const bool o_bias = traits.o_bias_with_attention_bias && c.attention_bias;
   const bool qk_norm = traits.qk_norm || c.qk_norm;
 
-  WeightLoader w(st, device, dtype);
+  WeightLoader w(weights, device, dtype);
   embed_ = w.load("model.embed_tokens.weight", Shape{c.vocab_size, h});
   final_norm_ = w.load("model.norm.weight", Shape{h}, DType::f32);
   if (!c.tie_word_embeddings) lm_head_ = w.load("lm_head.weight", Shape{c.vocab_size, h});
@@ -148,8 +149,17 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     lw.mlp.down = w.load(m + "down_proj.weight", Shape{h, inter});
   }
 
-  const RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
-                                          c.rope_scaling, c.max_position_embeddings);
+  RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
+                                    c.rope_scaling, c.max_position_embeddings);
+  // GGUF files of Llama 3.x store the llama3 frequency scaling as per-frequency divisors
+  // (`rope_freqs.weight`, [rotary_dim / 2]) instead of rope-scaling metadata.
+  if (w.contains(kRopeFreqsName)) {
+    const auto n = static_cast<int64_t>(table.inv_freq.size());
+    const std::vector<float> factors =
+        to_vector<float>(w.load(kRopeFreqsName, Shape{n}, DType::f32).view());
+    for (int64_t i = 0; i < n; ++i)
+      table.inv_freq[static_cast<size_t>(i)] /= factors[static_cast<size_t>(i)];
+  }
   rope_.inv_freq = OwnedTensor::from_vector(
       table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())}, device);
   rope_.attention_scaling = table.attention_scaling;
@@ -303,9 +313,9 @@ ForwardOutput LlamaFamilyModel::forward(Context& ctx, PagedKvCache& kv, const Fo
 }
 
 template <FamilyTraits kTraits>
-std::unique_ptr<Model> create(const ModelConfig& config, const SafeTensors& st, Device device,
+std::unique_ptr<Model> create(const ModelConfig& config, const WeightSource& weights, Device device,
                               DType dtype) {
-  return std::make_unique<LlamaFamilyModel>(config, kTraits, st, device, dtype);
+  return std::make_unique<LlamaFamilyModel>(config, kTraits, weights, device, dtype);
 }
 
 }  // namespace

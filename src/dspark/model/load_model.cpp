@@ -1,19 +1,39 @@
-// load_model (model/model.h): config.json -> registered family -> weights from safetensors.
+// load_model (model/model.h): config.json -> registered family -> weights from safetensors; or a
+// GGUF file (a .gguf path, or a directory holding one and no config.json).
 #include <system_error>
 
 #include <fmt/ranges.h>
 
 #include "dspark/core/error.h"
+#include "dspark/io/gguf.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/model/gguf_model.h"
 #include "dspark/model/model.h"
 #include "dspark/model/registry.h"
 
 namespace dspark {
+namespace {
+
+void check_engine_dtype(Device device, DType dtype) {
+  if (device.is_cuda()) {
+    DSPARK_CHECK_KIND(unsupported,
+                      dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32,
+                      "engine dtype {} is not supported on CUDA", dtype_name(dtype));
+  }
+}
+
+}  // namespace
 
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device device, DType dtype) {
+  if (const std::optional<std::filesystem::path> gguf = resolve_gguf_model(dir)) {
+    check_engine_dtype(device, dtype);
+    const GgufFile file = GgufFile::open(*gguf);
+    return load_gguf_model(file, device, dtype);
+  }
   std::error_code ec;
   DSPARK_CHECK_KIND(io, std::filesystem::is_directory(dir, ec),
-                    "model directory '{}' does not exist or is not a directory", dir.string());
+                    "model directory '{}' does not exist or is not a directory (or a .gguf file)",
+                    dir.string());
   const ModelConfig config = load_model_config(dir);
   // Unknown architectures fail before any weight is read.
   if (find_architecture(config.architecture) == nullptr) {
@@ -21,11 +41,7 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device devic
                 config.architecture, (dir / "config.json").string(),
                 fmt::join(supported_architectures(), ", "));
   }
-  if (device.is_cuda()) {
-    DSPARK_CHECK_KIND(unsupported,
-                      dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32,
-                      "engine dtype {} is not supported on CUDA", dtype_name(dtype));
-  }
+  check_engine_dtype(device, dtype);
   const SafeTensors st = SafeTensors::open(dir);
   return create_model(config, st, device, dtype);
 }

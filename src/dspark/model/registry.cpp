@@ -51,14 +51,29 @@ std::vector<std::string> supported_architectures() {
   return names;  // std::map keeps them sorted
 }
 
+bool SafeTensorsWeights::contains(const std::string& name) const {
+  return st_.contains(name);
+}
+Tensor SafeTensorsWeights::get(const std::string& name) const {
+  return st_.get(name);
+}
+std::string SafeTensorsWeights::origin() const {
+  return st_.path().string();
+}
+
 std::unique_ptr<Model> create_model(const ModelConfig& config, const SafeTensors& st, Device device,
                                     DType dtype) {
+  return create_model(config, SafeTensorsWeights(st), device, dtype);
+}
+
+std::unique_ptr<Model> create_model(const ModelConfig& config, const WeightSource& weights,
+                                    Device device, DType dtype) {
   const ModelFactory factory = find_architecture(config.architecture);
   if (factory == nullptr) {
     DSPARK_FAIL(unsupported, "unsupported architecture '{}' (supported: {})", config.architecture,
                 fmt::join(supported_architectures(), ", "));
   }
-  return factory(config, st, device, dtype);
+  return factory(config, weights, device, dtype);
 }
 
 DType default_engine_dtype(Device device) {

@@ -11,15 +11,18 @@
 #include "dspark/core/dtype.h"
 #include "dspark/model/config.h"
 #include "dspark/model/model.h"
+#include "dspark/model/weight_source.h"
 
 namespace dspark {
 
 class SafeTensors;
 
-// Builds a model from a parsed config and an open checkpoint (weights are copied out; the
-// SafeTensors may be closed afterwards).
-using ModelFactory = std::unique_ptr<Model> (*)(const ModelConfig& config, const SafeTensors& st,
-                                                Device device, DType dtype);
+// Builds a model from a parsed config and its weights (copied out: the source may be closed
+// afterwards). The weights come from a safetensors checkpoint or a GGUF file (model/gguf_model.h),
+// always under their Hugging Face names.
+using ModelFactory = std::unique_ptr<Model> (*)(const ModelConfig& config,
+                                                const WeightSource& weights, Device device,
+                                                DType dtype);
 
 // Adds (or replaces) the factory for `architecture`.
 void register_architecture(const std::string& architecture, ModelFactory factory);
@@ -29,6 +32,9 @@ ModelFactory find_architecture(const std::string& architecture);
 std::vector<std::string> supported_architectures();
 
 // The factory for config.architecture, or ErrorKind::unsupported naming the supported ones.
+std::unique_ptr<Model> create_model(const ModelConfig& config, const WeightSource& weights,
+                                    Device device, DType dtype);
+// The same for a safetensors checkpoint.
 std::unique_ptr<Model> create_model(const ModelConfig& config, const SafeTensors& st, Device device,
                                     DType dtype);
 

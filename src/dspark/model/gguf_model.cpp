@@ -1,0 +1,249 @@
+// GGUF -> ModelConfig + WeightSource for our Llama family (see gguf_model.h, docs/gguf.md).
+#include "dspark/model/gguf_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <system_error>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "dspark/core/error.h"
+#include "dspark/model/registry.h"
+
+namespace dspark {
+namespace {
+
+// GGUF tensor names of one decoder layer ("blk.N.<key>") -> Hugging Face suffix.
+struct LayerName {
+  const char* gguf;
+  const char* hf;
+};
+constexpr LayerName kLayerNames[] = {
+    {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
+    {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
+    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},
+};
+
+// The Hugging Face name of a GGUF tensor name; other names are kept as they are.
+std::string hf_name_of(const std::string& name) {
+  if (name == "token_embd.weight") return "model.embed_tokens.weight";
+  if (name == "output_norm.weight") return "model.norm.weight";
+  if (name == "output.weight") return "lm_head.weight";
+  if (name.rfind("blk.", 0) != 0) return name;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos) return name;
+  const std::string layer = name.substr(4, dot - 4);
+  if (layer.empty() || !std::all_of(layer.begin(), layer.end(),
+                                    [](unsigned char ch) { return std::isdigit(ch) != 0; }))
+    return name;
+  const size_t last = name.rfind('.');
+  if (last <= dot) return name;
+  const std::string key = name.substr(dot + 1, last - dot - 1);
+  const std::string kind = name.substr(last + 1);  // weight / bias
+  for (const LayerName& n : kLayerNames) {
+    if (key == n.gguf) return fmt::format("model.layers.{}.{}.{}", layer, n.hf, kind);
+  }
+  return name;
+}
+
+bool has_magic(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
+}
+
+DType torch_dtype_of(const GgufFile& file) {
+  switch (file.find_int("general.file_type").value_or(0)) {
+    case 1:
+      return DType::f16;
+    case 32:
+      return DType::bf16;
+    default:
+      return DType::f32;  // f32, or quantized (dequantized to f32 at load)
+  }
+}
+
+}  // namespace
+
+std::optional<std::filesystem::path> resolve_gguf_model(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    if (is_gguf_path(path) || has_magic(path)) return path;
+    return std::nullopt;
+  }
+  if (!std::filesystem::is_directory(path, ec) ||
+      std::filesystem::exists(path / "config.json", ec)) {
+    return std::nullopt;
+  }
+  std::vector<std::filesystem::path> found;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    if (entry.is_regular_file(ec) && is_gguf_path(entry.path())) found.push_back(entry.path());
+  }
+  if (found.empty()) return std::nullopt;
+  std::sort(found.begin(), found.end());
+  if (found.size() > 1) {
+    std::vector<std::string> names;
+    for (const auto& f : found) names.push_back(f.filename().string());
+    DSPARK_FAIL(io, "{} holds {} GGUF files ({}); pass the one to load", path.string(),
+                found.size(), fmt::join(names, ", "));
+  }
+  return found.front();
+}
+
+std::vector<int> gguf_eos_token_ids(const GgufFile& file) {
+  std::vector<int> ids;
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
+    if (const auto id = file.find_int(key)) {
+      if (std::find(ids.begin(), ids.end(), static_cast<int>(*id)) == ids.end())
+        ids.push_back(static_cast<int>(*id));
+    }
+  }
+  return ids;
+}
+
+ModelConfig gguf_model_config(const GgufFile& file) {
+  const std::string where = file.path().string();
+  const std::string arch = file.get_string("general.architecture");
+  DSPARK_CHECK_KIND(unsupported, arch == "llama",
+                    "{}: GGUF architecture '{}' is not supported (supported: llama)", where, arch);
+  const std::string p = arch + ".";
+  auto positive = [&](const std::string& key) {
+    const int64_t v = file.get_int(p + key);
+    DSPARK_CHECK_KIND(io, v > 0 && v < (int64_t{1} << 31), "{}: {}{} = {} must be positive", where,
+                      p, key, v);
+    return static_cast<int>(v);
+  };
+  DSPARK_CHECK_KIND(unsupported, file.find_int(p + "expert_count").value_or(0) == 0,
+                    "{}: mixture-of-experts GGUF models ({}expert_count) are not supported", where,
+                    p);
+
+  ModelConfig c;
+  c.architecture = "LlamaForCausalLM";
+  c.model_type = "llama";
+  c.num_layers = positive("block_count");
+  c.hidden_size = positive("embedding_length");
+  c.intermediate_size = positive("feed_forward_length");
+  c.num_heads = positive("attention.head_count");
+  c.num_kv_heads =
+      file.has(p + "attention.head_count_kv") ? positive("attention.head_count_kv") : c.num_heads;
+  c.head_dim = file.has(p + "attention.key_length") ? positive("attention.key_length")
+                                                    : c.hidden_size / c.num_heads;
+  if (file.has(p + "attention.value_length")) {
+    DSPARK_CHECK_KIND(unsupported, positive("attention.value_length") == c.head_dim,
+                      "{}: attention.value_length differs from key_length", where);
+  }
+  DSPARK_CHECK_KIND(io, file.has(p + "attention.key_length") || c.hidden_size % c.num_heads == 0,
+                    "{}: embedding_length {} is not a multiple of head_count {}", where,
+                    c.hidden_size, c.num_heads);
+  c.rms_norm_eps = file.get(p + "attention.layer_norm_rms_epsilon")
+                       .as_double(p + "attention.layer_norm_rms_epsilon");
+  c.rope_theta = file.find_double(p + "rope.freq_base").value_or(10000.0);
+  if (file.has(p + "rope.dimension_count")) {
+    c.partial_rotary_factor =
+        static_cast<double>(positive("rope.dimension_count")) / static_cast<double>(c.head_dim);
+  }
+  c.max_position_embeddings =
+      file.has(p + "context_length") ? positive("context_length") : c.max_position_embeddings;
+
+  // Rope scaling: `rope.scaling.type` (none / linear / yarn), or the older `rope.scale_linear`.
+  const std::string scaling = file.find_string(p + "rope.scaling.type")
+                                  .value_or(file.has(p + "rope.scale_linear") ? "linear" : "none");
+  const double factor = file.find_double(p + "rope.scaling.factor")
+                            .value_or(file.find_double(p + "rope.scale_linear").value_or(1.0));
+  if (scaling == "linear") {
+    c.rope_scaling.type = "linear";
+    c.rope_scaling.factor = factor;
+  } else if (scaling == "yarn") {
+    c.rope_scaling.type = "yarn";
+    c.rope_scaling.factor = factor;
+    c.rope_scaling.original_max_position_embeddings =
+        file.find_double(p + "rope.scaling.original_context_length")
+            .value_or(static_cast<double>(c.max_position_embeddings));
+  } else {
+    DSPARK_CHECK_KIND(unsupported, scaling == "none",
+                      "{}: rope scaling type '{}' is not supported (none, linear, yarn)", where,
+                      scaling);
+  }
+
+  // Vocabulary size: the token list, else `<arch>.vocab_size`, else the embedding rows.
+  if (const GgufValue* tokens = file.find("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int>(tokens->as_strings("tokenizer.ggml.tokens").size());
+  } else if (file.has(p + "vocab_size")) {
+    c.vocab_size = positive("vocab_size");
+  } else {
+    c.vocab_size = static_cast<int>(file.tensor("token_embd.weight").shape[0]);
+  }
+  c.tie_word_embeddings = !file.contains("output.weight");
+  c.attention_bias = file.contains("blk.0.attn_q.bias");
+  c.torch_dtype = torch_dtype_of(file);
+  c.bos_token_id = static_cast<int>(file.find_int("tokenizer.ggml.bos_token_id").value_or(-1));
+  c.eos_token_ids = gguf_eos_token_ids(file);
+  c.pad_token_id = static_cast<int>(file.find_int("tokenizer.ggml.padding_token_id").value_or(-1));
+  return c;
+}
+
+void unpermute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols) {
+  DSPARK_CHECK_KIND(io, n_heads > 0 && rows % (2 * n_heads) == 0,
+                    "q/k projection with {} rows cannot be split into {} heads of even size", rows,
+                    n_heads);
+  const int64_t head_dim = rows / n_heads, half = head_dim / 2;
+  std::vector<float> head(static_cast<size_t>(head_dim * cols));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* base = w.data() + h * head_dim * cols;
+    std::copy(base, base + head_dim * cols, head.begin());
+    for (int64_t s = 0; s < 2; ++s) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float* src = head.data() + (2 * i + s) * cols;       // GGUF row
+        std::copy(src, src + cols, base + (s * half + i) * cols);  // HF row
+      }
+    }
+  }
+}
+
+GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
+    : file_(file), num_heads_(config.num_heads), num_kv_heads_(config.num_kv_heads) {
+  for (const GgufTensorInfo& t : file.tensors()) hf_to_gguf_[hf_name_of(t.name)] = t.name;
+}
+
+bool GgufWeights::contains(const std::string& name) const {
+  return hf_to_gguf_.count(name) != 0;
+}
+
+std::string GgufWeights::gguf_name(const std::string& hf_name) const {
+  const auto it = hf_to_gguf_.find(hf_name);
+  return it == hf_to_gguf_.end() ? std::string() : it->second;
+}
+
+Tensor GgufWeights::get(const std::string& name) const {
+  const auto it = hf_to_gguf_.find(name);
+  DSPARK_CHECK_KIND(io, it != hf_to_gguf_.end(), "tensor '{}' not found in {}", name, origin());
+  const GgufTensorInfo& info = file_.tensor(it->second);
+  std::lock_guard lock(mutex_);
+  auto cached = cache_.find(name);
+  if (cached == cache_.end()) {
+    std::vector<float> values = file_.dequantize(it->second);
+    const bool is_q = name.find(".self_attn.q_proj.") != std::string::npos;
+    const bool is_k = name.find(".self_attn.k_proj.") != std::string::npos;
+    if (is_q || is_k) {
+      const int64_t rows = info.shape[0];
+      const int64_t cols = info.shape.size() > 1 ? info.numel / rows : 1;
+      unpermute_gguf_qk_rows(values, is_q ? num_heads_ : num_kv_heads_, rows, cols);
+    }
+    cached = cache_.emplace(name, std::move(values)).first;
+  }
+  return Tensor(cached->second.data(), DType::f32, info.shape, Device::cpu());
+}
+
+std::unique_ptr<Model> load_gguf_model(const GgufFile& file, Device device, DType dtype) {
+  const ModelConfig config = gguf_model_config(file);
+  const GgufWeights weights(file, config);
+  return create_model(config, weights, device, dtype);
+}
+
+}  // namespace dspark

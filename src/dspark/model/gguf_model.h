@@ -1,0 +1,66 @@
+// Models from GGUF files: the `llama` architecture of llama.cpp's format mapped onto our Llama
+// family (hyper-parameters from `llama.*` metadata, tensors renamed to the Hugging Face names,
+// quantized tensors dequantized to f32 at load, then converted to the engine dtype). See
+// docs/gguf.md.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dspark/core/device.h"
+#include "dspark/core/dtype.h"
+#include "dspark/io/gguf.h"
+#include "dspark/model/config.h"
+#include "dspark/model/model.h"
+#include "dspark/model/weight_source.h"
+
+namespace dspark {
+
+// The GGUF file `path` names: a .gguf file, or a directory holding no config.json and exactly one
+// .gguf file (several: ErrorKind::io listing them). nullopt when `path` is neither (e.g. a Hugging
+// Face checkpoint directory).
+std::optional<std::filesystem::path> resolve_gguf_model(const std::filesystem::path& path);
+
+// The hyper-parameters of a GGUF model (`general.architecture` "llama" -> LlamaForCausalLM).
+// Throws ErrorKind::unsupported for another architecture or rope scaling type, ErrorKind::io for
+// missing or inconsistent keys (naming the file and the key).
+ModelConfig gguf_model_config(const GgufFile& file);
+
+// The tensors of a GGUF file under their Hugging Face names, dequantized to f32 on first use (and
+// kept until the source is destroyed). For Llama, q/k projection rows are put back from
+// llama.cpp's interleaved RoPE order into the Hugging Face (rotate-half) order.
+class GgufWeights final : public WeightSource {
+ public:
+  GgufWeights(const GgufFile& file, const ModelConfig& config);
+  bool contains(const std::string& name) const override;
+  Tensor get(const std::string& name) const override;
+  std::string origin() const override { return file_.path().string(); }
+  // The GGUF tensor name behind a Hugging Face name ("" when none).
+  std::string gguf_name(const std::string& hf_name) const;
+
+ private:
+  const GgufFile& file_;
+  int num_heads_ = 0;
+  int num_kv_heads_ = 0;
+  std::map<std::string, std::string> hf_to_gguf_;
+  mutable std::mutex mutex_;
+  mutable std::map<std::string, std::vector<float>> cache_;
+};
+
+// llama.cpp's converter reorders the rows of each head of Wq / Wk from the Hugging Face layout
+// [half 0 | half 1] to interleaved pairs (r0 of half 0, r0 of half 1, r1 of half 0, ...). This
+// undoes it in place on a row-major [n_heads * head_dim, cols] matrix (cols = 1 for a bias).
+void unpermute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols);
+
+// Loads a GGUF model file (config, weights) onto `device` in `dtype`.
+std::unique_ptr<Model> load_gguf_model(const GgufFile& file, Device device, DType dtype);
+
+// EOS ids of a GGUF file: tokenizer.ggml.eos_token_id, plus eot/eom ids when present.
+std::vector<int> gguf_eos_token_ids(const GgufFile& file);
+
+}  // namespace dspark

@@ -1,0 +1,37 @@
+// Where a model family reads its weights from: a safetensors checkpoint (zero-copy views of the
+// mapping) or a GGUF file (tensors dequantized to f32, names mapped to the Hugging Face ones).
+// Families ask for tensors by their Hugging Face names and never see the storage format.
+#pragma once
+
+#include <string>
+
+#include "dspark/core/tensor.h"
+
+namespace dspark {
+
+class SafeTensors;
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool contains(const std::string& name) const = 0;
+  // A CPU view of the tensor (a float dtype for weights), valid while the source lives. Throws
+  // ErrorKind::io naming the tensor and origin() when it is absent.
+  virtual Tensor get(const std::string& name) const = 0;
+  // The file or directory, for error messages.
+  virtual std::string origin() const = 0;
+};
+
+// A SafeTensors checkpoint as a WeightSource (it must outlive the adapter).
+class SafeTensorsWeights final : public WeightSource {
+ public:
+  explicit SafeTensorsWeights(const SafeTensors& st) : st_(st) {}
+  bool contains(const std::string& name) const override;
+  Tensor get(const std::string& name) const override;
+  std::string origin() const override;
+
+ private:
+  const SafeTensors& st_;
+};
+
+}  // namespace dspark
