@@ -1,0 +1,676 @@
+#!/usr/bin/env python3
+"""Trains a DSpark drafter (DFlash backbone + vanilla Markov head + confidence head) on the shards
+written by `dspark regen` and exports it in the DeepSpec layout (config.json + model.safetensors,
+bf16) that `dspark generate --draft DIR` loads.
+
+Data (docs in src/dspark/engine/regen.h): per sequence the tokens (prompt + the target's own
+greedy response), a loss mask (response tokens), the target's tapped hidden states (layer outputs
+`target_layer_ids`, HF hidden_states[l+1]) and its final-normed hidden state, plus
+target_weights.safetensors (the target's embedding / LM head / final norm exactly as dspark holds
+them after loading, e.g. dequantized from GGUF): the drafter's embedding and LM head are these,
+frozen, and the target's distribution at every position is softmax(final_hidden . lm_head^T), so
+the TV term uses the real target distribution (not one-hot).
+
+Training example (DSpark paper, DESIGN.md section 1, drafter-formats.md): an anchor t (a response
+token, the "pending" token at inference); context rows are the taps of tokens 0..t-1 at positions
+0..t-1; the block is [x_t, mask x (gamma-1)] at positions t..t+gamma-1, attending non-causally to
+the context and to itself. Block row k (0-based) predicts x_{t+1+k}; its target distribution is
+softmax(lm_head . final_hidden[t+k]); its Markov input is x_{t+k} (teacher forcing: at inference
+it is the previous drafted token, equal to the data as long as the drafts are accepted).
+Many anchors of a sequence are trained in one pass (each block sees only its own context rows and
+its own block, through an attention mask).
+
+Loss: sum_k w_k (0.1 CE(z_k, x_{t+1+k}) + 0.9 TV(p_d, p_t) + 1.0 BCE(c_k, 1 - TV)) / sum_k w_k,
+w_k = exp(-k / gamma) (k 0-based == exp(-(k-1)/gamma) 1-based), TV = 1/2 |p_d - p_t|_1, the BCE
+target detached. The embedding and LM head are frozen.
+
+Reported on held-out sequences: teacher-forced greedy tau (1 + mean accepted prefix, exactly
+what greedy verification accepts when the drafts match the data), the same without the Markov
+bias, the analytic tau 1 + sum_j prod_{i<=j} (1 - TV_i), and acceptance by position.
+
+    python3 tools/train/train.py --data REGEN_DIR --out DRAFTER_DIR --minutes 5 [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "dspark_ref"))
+import dspark_ref as ref  # noqa: E402  (independent reference: RoPE tables, parity check)
+
+
+def log(msg: str) -> None:
+    print(f"[train {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---- data -----------------------------------------------------------------------------------------
+
+
+class RegenData:
+    """All shards of one or more regen directories, concatenated (token-major)."""
+
+    def __init__(self, dirs: list, device: torch.device):
+        tokens, mask, taps, final, starts, lens, plens = [], [], [], [], [], [], []
+        base = 0
+        self.meta = None
+        for d in dirs:
+            with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
+                meta = json.load(f)
+            if self.meta is None:
+                self.meta = meta
+            elif meta["tap_layers"] != self.meta["tap_layers"]:
+                raise ValueError(f"{d}: taps {meta['tap_layers']} != {self.meta['tap_layers']}")
+            for path in sorted(glob.glob(os.path.join(d, "shard_*.safetensors"))):
+                with safe_open(path, "pt") as f:
+                    names = set(f.keys())
+                    if "taps" not in names or "final_hidden" not in names:
+                        raise ValueError(f"{path}: regen without --taps (no hidden states)")
+                    t = f.get_tensor("tokens").long()
+                    off = f.get_tensor("seq_offsets").long()
+                    tokens.append(t)
+                    mask.append(f.get_tensor("loss_mask").bool())
+                    tp = f.get_tensor("taps")
+                    taps.append(tp.reshape(tp.shape[0], -1))
+                    final.append(f.get_tensor("final_hidden"))
+                    plens.append(f.get_tensor("prompt_lens").long())
+                    starts.append(off[:-1] + base)
+                    lens.append(off[1:] - off[:-1])
+                    base += t.numel()
+        if not tokens:
+            raise ValueError(f"no shards under {dirs}")
+        self.tap_layers = list(self.meta["tap_layers"])
+        self.hidden = int(self.meta["hidden_size"])
+        self.num_layers = int(self.meta["num_layers"])
+        self.vocab = int(self.meta["vocab_size"])
+        self.tokens = torch.cat(tokens).to(device)
+        self.loss_mask = torch.cat(mask).to(device)
+        self.taps = torch.cat(taps).to(device)
+        self.final = torch.cat(final).to(device)
+        self.starts = torch.cat(starts)
+        self.lens = torch.cat(lens)
+        self.prompt_lens = torch.cat(plens)
+        self.n_seq = self.starts.numel()
+        self.n_tokens = self.tokens.numel()
+        self.device = device
+
+    def load_target_weights(self, d: str, device) -> tuple:
+        with safe_open(os.path.join(d, "target_weights.safetensors"), "pt") as f:
+            embed = f.get_tensor("embed_tokens").float()
+            head = f.get_tensor("lm_head").float() if "lm_head" in f.keys() else embed
+        return embed.to(device), head.to(device)
+
+
+def sample_batch(data: RegenData, seq_ids, anchors: int, gamma: int, rng: np.random.Generator):
+    """Padded index tensors for a batch of sequences and up to `anchors` anchors each (<= 0:
+    every response position)."""
+    B = len(seq_ids)
+    lens = data.lens[seq_ids]
+    n_max = int(lens.max())
+    starts = data.starts[seq_ids]
+    if anchors <= 0:  # every response position
+        anchors = max(1, int((data.lens[seq_ids] - data.prompt_lens[seq_ids]).max()) - 1)
+    anchor = np.full((B, anchors), -1, dtype=np.int64)
+    for i, s in enumerate(seq_ids):
+        p, n = int(data.prompt_lens[s]), int(data.lens[s])
+        cand = np.arange(p, n - 1)  # response tokens with at least one token after them
+        if cand.size == 0:
+            continue
+        pick = cand if cand.size <= anchors else rng.choice(cand, anchors, replace=False)
+        anchor[i, : pick.size] = np.sort(pick)
+    return (
+        starts.to(data.device),
+        lens.to(data.device),
+        n_max,
+        torch.from_numpy(anchor).to(data.device),
+    )
+
+
+# ---- model ----------------------------------------------------------------------------------------
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, n: int, eps: float):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(n))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (y * self.weight.float()).to(x.dtype)
+
+
+def rotate(x, cos, sin):
+    """x [..., S, heads, hd]; cos/sin [..., S, hd] (half-split layout, as HF Llama/Qwen)."""
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos.unsqueeze(-2) + rot * sin.unsqueeze(-2)
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, c: dict):
+        super().__init__()
+        d, nh, kvh, hd, eps = c["hidden_size"], c["num_attention_heads"], \
+            c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+        self.nh, self.kvh, self.hd = nh, kvh, hd
+        self.input_layernorm = RMSNorm(d, eps)
+        self.post_attention_layernorm = RMSNorm(d, eps)
+        self.q_proj = torch.nn.Linear(d, nh * hd, bias=False)
+        self.k_proj = torch.nn.Linear(d, kvh * hd, bias=False)
+        self.v_proj = torch.nn.Linear(d, kvh * hd, bias=False)
+        self.o_proj = torch.nn.Linear(nh * hd, d, bias=False)
+        self.q_norm = RMSNorm(hd, eps)
+        self.k_norm = RMSNorm(hd, eps)
+        self.gate_proj = torch.nn.Linear(d, c["intermediate_size"], bias=False)
+        self.up_proj = torch.nn.Linear(d, c["intermediate_size"], bias=False)
+        self.down_proj = torch.nn.Linear(c["intermediate_size"], d, bias=False)
+
+    def kv(self, x, cos, sin):
+        """K (k_norm + RoPE) and V of rows x [B, S, d]."""
+        B, S, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(B, S, self.kvh, self.hd))
+        v = self.v_proj(x).view(B, S, self.kvh, self.hd)
+        return rotate(k, cos, sin), v
+
+    def forward(self, x, ctx, cos_b, sin_b, cos_c, sin_c, mask):
+        """x [B, Q, d] block rows; ctx [B, N, d] context features; mask [B, 1, Q, N+Q] bool."""
+        B, Q, _ = x.shape
+        xn = self.input_layernorm(x)
+        q = rotate(self.q_norm(self.q_proj(xn).view(B, Q, self.nh, self.hd)), cos_b, sin_b)
+        kc, vc = self.kv(ctx, cos_c, sin_c)
+        kb, vb = self.kv(xn, cos_b, sin_b)
+        k = torch.cat([kc, kb], 1)
+        v = torch.cat([vc, vb], 1)
+        rep = self.nh // self.kvh
+        dt = v.dtype
+        k = k.to(dt).repeat_interleave(rep, dim=2)
+        v = v.repeat_interleave(rep, dim=2)
+        o = F.scaled_dot_product_attention(
+            q.to(dt).transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask
+        )
+        x = x + self.o_proj(o.transpose(1, 2).reshape(B, Q, self.nh * self.hd))
+        xn = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(xn)) * self.up_proj(xn))
+
+
+class Drafter(torch.nn.Module):
+    def __init__(self, c: dict, embed: torch.Tensor, lm_head: torch.Tensor):
+        super().__init__()
+        self.c = c
+        d, r, V = c["hidden_size"], c["markov_rank"], c["vocab_size"]
+        m = len(c["target_layer_ids"])
+        self.fc = torch.nn.Linear(m * d, d, bias=False)
+        self.hidden_norm = RMSNorm(d, c["rms_norm_eps"])
+        self.layers = torch.nn.ModuleList([Layer(c) for _ in range(c["num_hidden_layers"])])
+        self.norm = RMSNorm(d, c["rms_norm_eps"])
+        self.markov_w1 = torch.nn.Embedding(V, r)
+        self.markov_w2 = torch.nn.Linear(r, V, bias=False)
+        self.confidence = torch.nn.Linear(d + r, 1)
+        self.register_buffer("embed", embed, persistent=False)
+        self.register_buffer("lm_head", lm_head, persistent=False)
+        for mod in self.modules():
+            if isinstance(mod, torch.nn.Linear):
+                torch.nn.init.normal_(mod.weight, std=0.02)
+                if mod.bias is not None:
+                    torch.nn.init.zeros_(mod.bias)
+        torch.nn.init.normal_(self.markov_w1.weight, std=0.02)
+        torch.nn.init.zeros_(self.markov_w2.weight)  # starts as plain DFlash
+        inv, _ = ref.rope_inv_freq(c["rope_parameters"], c["head_dim"])
+        self.register_buffer("inv_freq", inv.float(), persistent=False)
+
+    def rope(self, positions):
+        ang = positions.float().unsqueeze(-1) * self.inv_freq
+        ang = torch.cat([ang, ang], -1)
+        return ang.cos(), ang.sin()
+
+    def block_hidden(self, taps, tokens_pad, anchor, n_valid, gamma, mask_id):
+        """taps [B, N, m*H]; tokens_pad [B, N]; anchor [B, A] (-1: none); n_valid [B].
+        Returns h [B, A, gamma, d] (after the final norm)."""
+        B, N, _ = taps.shape
+        A = anchor.shape[1]
+        if not torch.is_autocast_enabled():
+            taps = taps.to(self.fc.weight.dtype)
+        ctx = self.hidden_norm(self.fc(taps))
+        a = anchor.clamp(min=0)
+        ids = torch.full((B, A, gamma), mask_id, dtype=torch.long, device=taps.device)
+        ids[:, :, 0] = torch.gather(tokens_pad, 1, a)
+        x = self.embed[ids].reshape(B, A * gamma, -1)
+        kpos = torch.arange(gamma, device=taps.device)
+        pos_b = (a.unsqueeze(-1) + kpos).reshape(B, A * gamma)
+        cos_b, sin_b = self.rope(pos_b)
+        cos_c, sin_c = self.rope(torch.arange(N, device=taps.device).expand(B, N))
+        # mask: query (a, k) sees context rows j < anchor[a] (and < n_valid) and its own block.
+        j = torch.arange(N, device=taps.device)
+        ctx_ok = (j.view(1, 1, N) < anchor.unsqueeze(-1)) & (j.view(1, 1, N) < n_valid.view(B, 1, 1))
+        ctx_ok = ctx_ok.unsqueeze(2).expand(B, A, gamma, N).reshape(B, A * gamma, N)
+        blk = torch.arange(A, device=taps.device).repeat_interleave(gamma)
+        blk_ok = (blk.view(-1, 1) == blk.view(1, -1)).expand(B, A * gamma, A * gamma)
+        mask = torch.cat([ctx_ok, blk_ok], -1).unsqueeze(1)
+        for layer in self.layers:
+            x = layer(x, ctx, cos_b, sin_b, cos_c, sin_c, mask)
+        return self.norm(x).reshape(B, A, gamma, -1)
+
+
+# ---- loss -----------------------------------------------------------------------------------------
+
+
+def gather_rows(data: RegenData, starts, lens, anchor, gamma):
+    """Flattened (valid rows) indices: b, a, k and the global token index of t+k."""
+    B, A = anchor.shape
+    k = torch.arange(gamma, device=anchor.device)
+    pos = anchor.unsqueeze(-1) + k  # position t+k: hidden used as the target distribution
+    valid = (anchor.unsqueeze(-1) >= 0) & (pos + 1 < lens.view(B, 1, 1))
+    gidx = starts.view(B, 1, 1) + pos.clamp(min=0)
+    valid &= data.loss_mask[(gidx + 1).clamp(max=data.n_tokens - 1)]
+    return valid, gidx
+
+
+def block_loss(model, data, h, valid, gidx, gamma, weights, lm_head, chunk_rows=8192):
+    """Loss and statistics over the valid rows (chunked over rows to bound the [rows, V] memory).
+    Returns (loss, stats dict of tensors [gamma] summed)."""
+    kk = torch.arange(gamma, device=h.device).expand_as(valid)[valid]
+    hv = h[valid]
+    g = gidx[valid]
+    prev = data.tokens[g]
+    y = data.tokens[g + 1]
+    fin = data.final[g]
+    n = hv.shape[0]
+    total = h.new_zeros((), dtype=torch.float32)
+    wsum = weights[kk].sum()
+    st = {n_: torch.zeros(gamma, device=h.device) for n_ in
+          ("rows", "match", "match_nomarkov", "accept", "conf", "ce", "tv")}
+    match_rows = torch.zeros(n, dtype=torch.bool, device=h.device)
+    match_rows_nm = torch.zeros(n, dtype=torch.bool, device=h.device)
+    for s in range(0, n, chunk_rows):
+        e = min(n, s + chunk_rows)
+        hc, pc, yc, kc = hv[s:e], prev[s:e], y[s:e], kk[s:e]
+        u = (hc @ lm_head.to(hc.dtype).T).float()
+        w1 = model.markov_w1(pc)
+        z = u + model.markov_w2(w1.to(hc.dtype) if torch.is_autocast_enabled() else w1).float()
+        logp = F.log_softmax(z, -1)
+        with torch.no_grad():
+            pt = F.softmax((fin[s:e].to(hc.dtype) @ lm_head.to(hc.dtype).T).float(), -1)
+        pd = logp.exp()
+        tv = 0.5 * (pd - pt).abs().sum(-1)
+        ce = -logp.gather(1, yc.view(-1, 1)).squeeze(1)
+        acc = (1.0 - tv).detach().clamp(0.0, 1.0)
+        feat = torch.cat([hc, w1.to(hc.dtype)], -1)
+        c_logit = model.confidence(feat).float().squeeze(-1)
+        bce = F.binary_cross_entropy_with_logits(c_logit, acc, reduction="none")
+        wk = weights[kc]
+        total = total + (wk * (0.1 * ce + 0.9 * tv + 1.0 * bce)).sum()
+        with torch.no_grad():
+            m_ = z.argmax(-1) == yc
+            mn = u.argmax(-1) == yc
+            match_rows[s:e] = m_
+            match_rows_nm[s:e] = mn
+            for name, val in (("rows", torch.ones_like(tv)), ("match", m_.float()),
+                              ("match_nomarkov", mn.float()), ("accept", acc),
+                              ("conf", torch.sigmoid(c_logit)), ("ce", ce.detach()),
+                              ("tv", tv.detach())):
+                st[name].index_add_(0, kc, val.float())
+    st["match_rows"] = match_rows
+    st["match_rows_nm"] = match_rows_nm
+    return total / wsum.clamp(min=1e-9), st
+
+
+def accepted_prefix(valid, match_rows):
+    """Per anchor: length of the leading run of matches over the valid positions."""
+    full = torch.zeros(valid.shape, dtype=torch.bool, device=valid.device)
+    full[valid] = match_rows
+    run = torch.cumprod(full.long(), dim=-1)
+    return run.sum(-1), valid[..., 0]
+
+
+# ---- export ---------------------------------------------------------------------------------------
+
+
+def drafter_config(args, data: RegenData, mask_id: int) -> dict:
+    d = data.hidden
+    hd = args.head_dim if args.head_dim > 0 else (
+        64 if d >= 256 and d % 64 == 0 else 16 if d % 16 == 0 else d)
+    nh = d // hd
+    kvh = args.kv_heads if args.kv_heads > 0 else (3 if nh % 3 == 0 else 2 if nh % 2 == 0 else nh)
+    inter = args.intermediate if args.intermediate > 0 else int(math.ceil(d * 8 / 3 / 32) * 32)
+    return {
+        "architectures": ["Qwen3DSparkModel"],
+        "model_type": "qwen3",
+        "hidden_size": d,
+        "intermediate_size": inter,
+        "num_hidden_layers": args.layers,
+        "num_attention_heads": nh,
+        "num_key_value_heads": kvh,
+        "head_dim": hd,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "vocab_size": data.vocab,
+        "max_position_embeddings": 32768,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "rope_theta": args.rope_theta,
+        "rope_parameters": {"rope_theta": args.rope_theta, "rope_type": "default"},
+        "torch_dtype": "bfloat16",
+        "block_size": args.gamma,
+        "mask_token_id": mask_id,
+        "target_layer_ids": data.tap_layers,
+        "num_target_layers": data.num_layers,
+        "num_anchors": args.anchors,
+        "markov_rank": args.markov_rank,
+        "markov_head_type": "vanilla",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+    }
+
+
+def export_tensors(model: Drafter) -> dict:
+    out = {
+        "fc.weight": model.fc.weight,
+        "hidden_norm.weight": model.hidden_norm.weight,
+        "norm.weight": model.norm.weight,
+        "markov_head.markov_w1.weight": model.markov_w1.weight,
+        "markov_head.markov_w2.weight": model.markov_w2.weight,
+        "confidence_head.proj.weight": model.confidence.weight,
+        "confidence_head.proj.bias": model.confidence.bias,
+    }
+    for i, L in enumerate(model.layers):
+        p = f"layers.{i}."
+        out.update({
+            p + "input_layernorm.weight": L.input_layernorm.weight,
+            p + "post_attention_layernorm.weight": L.post_attention_layernorm.weight,
+            p + "self_attn.q_proj.weight": L.q_proj.weight,
+            p + "self_attn.k_proj.weight": L.k_proj.weight,
+            p + "self_attn.v_proj.weight": L.v_proj.weight,
+            p + "self_attn.o_proj.weight": L.o_proj.weight,
+            p + "self_attn.q_norm.weight": L.q_norm.weight,
+            p + "self_attn.k_norm.weight": L.k_norm.weight,
+            p + "mlp.gate_proj.weight": L.gate_proj,
+            p + "mlp.up_proj.weight": L.up_proj,
+            p + "mlp.down_proj.weight": L.down_proj,
+        })
+    return {k: (v.weight if isinstance(v, torch.nn.Linear) else v).detach() for k, v in out.items()}
+
+
+def export(model: Drafter, cfg: dict, out_dir: str, extra: dict) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = {k: v.to(torch.bfloat16).contiguous().cpu() for k, v in export_tensors(model).items()}
+    shapes = ref.expected_tensors(ref.parse_config(cfg))
+    assert set(shapes) == set(tensors), (set(shapes) ^ set(tensors))
+    for k, s in shapes.items():
+        assert tuple(tensors[k].shape) == s, (k, tensors[k].shape, s)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+        json.dump({**cfg, "dspark_training": extra}, f, indent=2)
+        f.write("\n")
+    return tensors
+
+
+@torch.no_grad()
+def parity_check(cfg, tensors, data: RegenData, embed, lm_head, gamma, mask_id) -> float:
+    """The exported (bf16) weights through this script's training forward vs the independent
+    reference (tools/dspark_ref) on one held-out anchor, both in float64: base logits, and the
+    Markov-corrected logits / confidence at block row 0. Returns the max relative error."""
+    class T:  # the reference's view of the target: embedding + LM head
+        pass
+
+    tgt = T()
+    tgt.embed, tgt.lm_head, tgt.num_layers = embed.double().cpu(), lm_head.double().cpu(), data.num_layers
+    dr = ref.Drafter.from_tensors(cfg, {k: v.double() for k, v in tensors.items()}, tgt)
+    s = data.n_seq - 1
+    st, n, p = int(data.starts[s]), int(data.lens[s]), int(data.prompt_lens[s])
+    t = min(n - 2, p + (n - p) // 2)
+    if t < p:
+        return 0.0
+    taps = data.taps[st: st + n].double().cpu()
+    toks = data.tokens[st: st + n].cpu()
+    ctx = ref.features_from_taps(dr, taps[:t])
+    blk = ref.draft_block(dr, ctx, int(toks[t]), gamma)
+
+    m = Drafter(cfg, tgt.embed, tgt.lm_head).double()
+    for k, v in export_tensors(m).items():
+        v.copy_(tensors[k].double())
+    h = m.block_hidden(taps.unsqueeze(0), toks.unsqueeze(0), torch.tensor([[t]]),
+                       torch.tensor([n]), gamma, mask_id)[0, 0]
+    u = h @ tgt.lm_head.T
+    err = float((u - blk.base_logits).abs().max() / blk.base_logits.abs().max())
+    w1 = m.markov_w1(torch.tensor([int(toks[t])]))
+    z0 = u[0] + m.markov_w2(w1)[0]
+    err = max(err, float((z0 - blk.corrected_logits[0]).abs().max() / z0.abs().max()))
+    c0 = torch.sigmoid(m.confidence(torch.cat([h[0:1], w1], -1)))[0, 0]
+    err = max(err, float((c0 - blk.confidence[0]).abs()))
+    return err
+
+
+# ---- main -----------------------------------------------------------------------------------------
+
+
+def chain_tau(anchor, lens, prompt_lens, L):
+    """Greedy speculative decoding along each sequence, from its accepted prefix lengths L[b, a]
+    at every anchor a (anchor[b, a] = t, all response positions): the first round's anchor is the
+    first response token; a round accepting L(t) drafts emits L(t) + 1 tokens and the next anchor
+    is t + L(t) + 1. Returns (tokens emitted, rounds) summed over the batch (tau = ratio)."""
+    emitted, rounds = 0, 0
+    anchor, L = anchor.cpu().numpy(), L.cpu().numpy()
+    for b in range(anchor.shape[0]):
+        acc = {int(t): int(l) for t, l in zip(anchor[b], L[b]) if t >= 0}
+        t, end = int(prompt_lens[b]), int(lens[b]) - 1
+        while t < end and t in acc:
+            step = min(acc[t] + 1, end - t)
+            emitted += step
+            rounds += 1
+            t += step
+    return emitted, rounds
+
+
+def evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast):
+    """Held-out metrics with EVERY response position as an anchor: per-position statistics over
+    uniform anchors, and tau of greedy speculative decoding simulated along each sequence
+    (chain_tau; uniform-anchor averages overweight the easy stretches that decoding crosses in
+    few rounds)."""
+    model.eval()
+    rng = np.random.default_rng(1234)
+    agg = None
+    em, rd, em_nm, rd_nm = 0, 0, 0, 0
+    loss_sum, n_batches = 0.0, 0
+    batch = max(1, args.eval_batch)
+    with torch.no_grad(), autocast():
+        for i in range(0, len(val_ids), batch):
+            ids = val_ids[i: i + batch]
+            starts, lens, n_max, anchor = sample_batch(data, ids, 0, args.gamma, rng)
+            idx = (starts.view(-1, 1) + torch.arange(n_max, device=starts.device)).clamp(
+                max=data.n_tokens - 1)
+            h = model.block_hidden(data.taps[idx], data.tokens[idx], anchor, lens, args.gamma,
+                                   mask_id)
+            valid, gidx = gather_rows(data, starts, lens, anchor, args.gamma)
+            loss, st = block_loss(model, data, h, valid, gidx, args.gamma, weights, lm_head)
+            loss_sum += float(loss)
+            n_batches += 1
+            L, _ = accepted_prefix(valid, st.pop("match_rows"))
+            Ln, _ = accepted_prefix(valid, st.pop("match_rows_nm"))
+            plens = data.prompt_lens[ids].tolist()
+            e, r = chain_tau(anchor, lens, plens, L)
+            em, rd = em + e, rd + r
+            e, r = chain_tau(anchor, lens, plens, Ln)
+            em_nm, rd_nm = em_nm + e, rd_nm + r
+            agg = st if agg is None else {k: agg[k] + st[k] for k in agg}
+    model.train()
+    rows = agg["rows"].clamp(min=1)
+    accept = (agg["accept"] / rows).tolist()
+    return {
+        "loss": loss_sum / max(1, n_batches),
+        "tau_greedy": em / max(1, rd),
+        "tau_greedy_no_markov": em_nm / max(1, rd_nm),
+        "tau_analytic_uniform": 1.0 + float(np.sum(np.cumprod(accept))),
+        "match_by_position": [round(x, 4) for x in (agg["match"] / rows).tolist()],
+        "match_no_markov_by_position": [round(x, 4) for x in (agg["match_nomarkov"] / rows).tolist()],
+        "accept_by_position": [round(x, 4) for x in accept],
+        "confidence_by_position": [round(x, 4) for x in (agg["conf"] / rows).tolist()],
+        "ce_by_position": [round(x, 4) for x in (agg["ce"] / rows).tolist()],
+        "rounds": rd,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", required=True, nargs="+", help="regen output directories")
+    ap.add_argument("--out", required=True, help="drafter directory to write")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--minutes", type=float, default=5.0, help="training time budget")
+    ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time)")
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--markov-rank", type=int, default=96)
+    ap.add_argument("--head-dim", type=int, default=0)
+    ap.add_argument("--kv-heads", type=int, default=0)
+    ap.add_argument("--intermediate", type=int, default=0)
+    ap.add_argument("--rope-theta", type=float, default=100000.0)
+    ap.add_argument("--gamma", type=int, default=7, help="block size")
+    ap.add_argument("--anchors", type=int, default=0,
+                    help="anchors per sequence per step [cuda 48, cpu 16]")
+    ap.add_argument("--batch", type=int, default=0, help="sequences per step [cuda 32, cpu 8]")
+    ap.add_argument("--eval-batch", type=int, default=4, help="sequences per evaluation pass")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--val-fraction", type=float, default=0.03)
+    ap.add_argument("--eval-every", type=float, default=60.0, help="seconds between evaluations")
+    ap.add_argument("--log-every", type=float, default=10.0, help="seconds between log lines")
+    ap.add_argument("--mask-token-id", type=int, default=-1,
+                    help="default: the least frequent token id of the data (ties: lowest id)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--untrained", action="store_true", help="export the initial weights (tests)")
+    args = ap.parse_args()
+
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    args.anchors = args.anchors or (48 if cuda else 16)
+    args.batch = args.batch or (32 if cuda else 8)
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = True
+    t0 = time.time()
+    data = RegenData(args.data, device)
+    embed, lm_head = data.load_target_weights(args.data[0], device)
+    log(f"data: {data.n_seq} sequences, {data.n_tokens} tokens "
+        f"({int(data.loss_mask.sum())} response), taps {data.tap_layers} of {data.num_layers} "
+        f"layers, hidden {data.hidden}, vocab {data.vocab}; loaded in {time.time() - t0:.1f} s")
+    if args.mask_token_id >= 0:
+        mask_id = args.mask_token_id
+    else:
+        counts = torch.bincount(data.tokens, minlength=data.vocab)
+        mask_id = int(torch.argmin(counts))
+    cfg = drafter_config(args, data, mask_id)
+    log(f"drafter: {cfg['num_hidden_layers']} layers, d {cfg['hidden_size']}, heads "
+        f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']}x{cfg['head_dim']}, "
+        f"intermediate {cfg['intermediate_size']}, markov rank {cfg['markov_rank']}, "
+        f"gamma {args.gamma}, mask token {mask_id}")
+
+    model = Drafter(cfg, embed, lm_head).to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    log(f"trainable parameters: {n_params / 1e6:.2f} M ({2 * n_params / 2**20:.1f} MiB bf16)")
+    perm = rng.permutation(data.n_seq)
+    n_val = max(4, int(round(args.val_fraction * data.n_seq)))
+    n_val = min(n_val, max(1, data.n_seq // 4))
+    val_ids, train_ids = np.sort(perm[:n_val]), perm[n_val:]
+    weights = torch.exp(-torch.arange(args.gamma, device=device, dtype=torch.float32) / args.gamma)
+
+    def autocast():
+        if cuda:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cpu", enabled=False)
+
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
+                            betas=(0.9, 0.95))
+    budget = args.minutes * 60.0
+    history = []
+    first = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast)
+    log(f"eval (untrained): tau_greedy {first['tau_greedy']:.3f} loss {first['loss']:.4f}")
+    history.append({"step": 0, "seconds": 0.0, **first})
+    step, t_start = 0, time.time()
+    t_log = t_eval = t_start
+    tokens_seen = 0
+    order = rng.permutation(train_ids)
+    cursor = 0
+    while not args.untrained:
+        el = time.time() - t_start
+        if (args.max_steps and step >= args.max_steps) or (not args.max_steps and el >= budget):
+            break
+        frac = step / args.max_steps if args.max_steps else el / budget
+        lr = args.lr * min(1.0, (step + 1) / args.warmup)
+        lr *= args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+        for gopt in opt.param_groups:
+            gopt["lr"] = lr
+        if cursor + args.batch > len(order):
+            order, cursor = rng.permutation(train_ids), 0
+        ids = np.sort(order[cursor: cursor + args.batch])
+        cursor += args.batch
+        starts, lens, n_max, anchor = sample_batch(data, ids, args.anchors, args.gamma, rng)
+        idx = (starts.view(-1, 1) + torch.arange(n_max, device=device)).clamp(max=data.n_tokens - 1)
+        with autocast():
+            h = model.block_hidden(data.taps[idx], data.tokens[idx], anchor, lens, args.gamma,
+                                   mask_id)
+            valid, gidx = gather_rows(data, starts, lens, anchor, args.gamma)
+            loss, st = block_loss(model, data, h, valid, gidx, args.gamma, weights, lm_head)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        tokens_seen += int(valid.sum())
+        now = time.time()
+        if now - t_log >= args.log_every:
+            t_log = now
+            rows = st["rows"].clamp(min=1)
+            log(f"step {step} {now - t_start:.0f}/{budget:.0f} s lr {lr:.2e} loss {float(loss.detach()):.4f} "
+                f"|g| {float(gn.detach()):.2f} match@k {[round(x, 2) for x in (st['match'] / rows).tolist()]} "
+                f"{tokens_seen / (now - t_start):.0f} rows/s")
+        if now - t_eval >= args.eval_every:
+            t_eval = now
+            ev = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast)
+            history.append({"step": step, "seconds": now - t_start, **ev})
+            log(f"eval step {step}: tau_greedy {ev['tau_greedy']:.3f} (no markov "
+                f"{ev['tau_greedy_no_markov']:.3f}, analytic {ev['tau_analytic_uniform']:.3f}) loss "
+                f"{ev['loss']:.4f}")
+    train_s = time.time() - t_start
+    final = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast)
+    history.append({"step": step, "seconds": train_s, **final})
+    log(f"final: {step} steps in {train_s:.0f} s; held-out tau_greedy {final['tau_greedy']:.3f} "
+        f"(no markov {final['tau_greedy_no_markov']:.3f}, analytic {final['tau_analytic_uniform']:.3f}), "
+        f"match@k {final['match_by_position']}")
+
+    extra = {"steps": step, "train_seconds": round(train_s, 1), "sequences": int(data.n_seq),
+             "tokens": int(data.n_tokens), "val_sequences": int(n_val),
+             "val_tau_greedy": round(final["tau_greedy"], 4), "seed": args.seed}
+    tensors = export(model, cfg, args.out, extra)
+    err = parity_check(cfg, tensors, data, embed, lm_head, args.gamma, mask_id)
+    log(f"export: {args.out} ({sum(v.numel() for v in tensors.values()) * 2 / 2**20:.1f} MiB); "
+        f"parity with tools/dspark_ref (float64, exported weights): max rel err {err:.2e}")
+    if err > 1e-6:
+        raise SystemExit(f"parity check failed: {err}")
+    metrics = {"config": {k: v for k, v in vars(args).items()}, "drafter": cfg,
+               "params": n_params, "steps": step, "train_seconds": train_s,
+               "data": {"sequences": int(data.n_seq), "tokens": int(data.n_tokens),
+                        "response_tokens": int(data.loss_mask.sum()), "val_sequences": int(n_val)},
+               "parity_rel_err": err, "final": final, "history": history}
+    with open(os.path.join(args.out, "train_metrics.json"), "w", encoding="utf-8") as f:
+        json.dump(metrics, f, indent=2)
+        f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
