@@ -16,5 +16,6 @@ Command add_generate_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_calibrate_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_regen_command(CLI::App& app);
 
 }  // namespace dspark::cli

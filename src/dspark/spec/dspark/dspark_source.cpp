@@ -75,6 +75,7 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
                     drafter_layout_name(config_.layout));
   embed_ = weights_.embed->defined() ? weights_.embed.view() : target.embedding_table();
   lm_head_ = weights_.lm_head->defined() ? weights_.lm_head.view() : target.lm_head();
+  head_.set_markov_enabled(options_.markov_enabled);
   const ModelConfig& c = config_.backbone;
   dims_ = AttentionDims{c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
                         static_cast<float>(c.rms_norm_eps)};

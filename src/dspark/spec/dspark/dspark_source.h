@@ -46,6 +46,10 @@ struct DSparkSourceOptions {
   std::vector<float> thresholds;
   // Keep host copies of the last commit's context features and of the last round (tests).
   bool record = false;
+  // false: drafts from the base logits alone (z_k = U_k), ignoring the Markov / gated / RNN
+  // head (an ablation: the DSpark checkpoint's backbone as plain DFlash). The confidence head
+  // still runs.
+  bool markov_enabled = true;
 };
 
 struct DSparkStats {

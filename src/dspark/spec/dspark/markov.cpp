@@ -17,7 +17,7 @@ SequentialHead::Scratch SequentialHead::prepare(Context& ctx, int rows, int step
   const int64_t R = rows, S = steps;
   const int64_t d = config_.backbone.hidden_size, r = config_.markov_rank;
   const int64_t vocab = config_.backbone.vocab_size;
-  const MarkovHeadType type = config_.markov_head;
+  const MarkovHeadType type = markov_enabled_ ? config_.markov_head : MarkovHeadType::none;
   int64_t width = r;
   if (type == MarkovHeadType::gated) width = d + r;
   if (type == MarkovHeadType::rnn) width = 2 * r + d;
@@ -71,7 +71,7 @@ void SequentialHead::run(Context& ctx, const HeadRound& round) {
   DSPARK_CHECK(static_cast<int64_t>(round.params.size()) == R,
                "sequential head: {} sampling parameters for {} rows", round.params.size(), R);
   const int64_t d = config_.backbone.hidden_size, r = config_.markov_rank;
-  const MarkovHeadType type = config_.markov_head;
+  const MarkovHeadType type = markov_enabled_ ? config_.markov_head : MarkovHeadType::none;
   const Scratch sc = prepare(ctx, static_cast<int>(R), static_cast<int>(S));
 
   if (type == MarkovHeadType::none) {

@@ -46,6 +46,10 @@ class SequentialHead {
   SequentialHead(const DrafterConfig& config, const DrafterWeights& weights, DType dtype);
   // Enqueues the whole round on ctx's stream.
   void run(Context& ctx, const HeadRound& round);
+  // false: the sequential head adds no bias (z_k = U_k, as the DFlash row) -- an ablation of a
+  // DSpark checkpoint; the confidence head keeps its w1[x_{k-1}] feature.
+  void set_markov_enabled(bool enabled) { markov_enabled_ = enabled; }
+  bool markov_enabled() const { return markov_enabled_; }
 
  private:
   struct Scratch {
@@ -63,6 +67,7 @@ class SequentialHead {
   DType dtype_;
   ActivationArena arena_;
   Buffer zeros_;  // device zeros for the RNN state reset (copied device-to-device per round)
+  bool markov_enabled_ = true;
 };
 
 }  // namespace dspark
