@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""GGUF test fixtures for dspark (tests/unit/gguf_*_test.cpp), written with the `gguf` package
+(gguf-py, llama.cpp's reference reader/writer) so that the references are independent of our C++.
+
+    pip install gguf safetensors tokenizers numpy      (+ torch transformers for --smollm2)
+    python3 tools/gguf/make_fixtures.py                 # tests/data/gguf/*
+    python3 tools/gguf/make_fixtures.py --smollm2 models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+Writes into tests/data/gguf/:
+  dequant.gguf            random blocks of every supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+                          Q4_K, Q5_K, Q6_K) plus one Q5_0 tensor (a type we do not dequantize),
+                          quant bytes uniformly random, f16 scales drawn from sane ranges
+  dequant_golden.safetensors   gguf.quants.dequantize() of each tensor, f32
+  tiny_llama.gguf         the first layer of the tiny golden Llama 3 (tests/data/models/llama3)
+                          converted the way llama.cpp's convert_hf_to_gguf.py does it: q/k rows
+                          permuted to the interleaved RoPE layout, llama3 rope scaling as a
+                          `rope_freqs.weight` tensor, tokenizer as gpt2 / llama-bpe. To stay
+                          under 200 KB: one layer, q/k/norms F32, the other matrices F16.
+With --smollm2 FILE (needs torch + transformers + tokenizers):
+  smollm2_tokenizer_golden.json   ids from Hugging Face `tokenizers` for a set of strings; the
+                          reference tokenizer is built from the GGUF vocabulary and merges with
+                          SmolLM2's tokenizer.json pipeline (Digits(individual) + ByteLevel)
+  smollm2_logits_golden.safetensors   transformers' logits (AutoModelForCausalLM with
+                          gguf_file=..., torch f32 CPU) for a few prompts: the last position, on
+                          the 64 largest logits plus 2048 fixed random vocabulary ids
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+from safetensors.numpy import load_file, save_file
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "data", "gguf")
+
+# (type, offsets of the f16 scale fields in a block)
+SCALE_FIELDS = {
+    Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0],
+    Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+}
+
+SMOLLM2_STRINGS = [
+    "Hello world",
+    "The capital of France is Paris.",
+    "  leading spaces and trailing  ",
+    "Numbers: 12345 and 3.14159, year 2024!",
+    "def fib(n):\n    return n if n < 2 else fib(n-1) + fib(n-2)\n",
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n",
+    "Unicode: café, naïve, 北京, Ελληνικά, emoji 😀👍",
+    "Tabs\tand\nnewlines\r\n mixed   whitespace",
+    "don't can't won't I'm you're they've",
+    "<|endoftext|>special<repo_name>tokens",
+    "١٢٣ Arabic digits and ½ fractions",
+    "",
+]
+
+SMOLLM2_PROMPTS = [
+    "The capital of France is",
+    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    "def add(a, b):\n    return",
+]
+
+
+def random_quant_rows(qtype, rows, cols, rng):
+    block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+    n_blocks = rows * cols // block_elems
+    raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
+    for off in SCALE_FIELDS[qtype]:
+        scale = rng.uniform(-0.05, 0.05, size=n_blocks).astype(np.float16)
+        raw[:, off:off + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(rows, cols // block_elems * block_bytes)
+
+
+def make_dequant(rng):
+    path = os.path.join(OUT, "dequant.gguf")
+    w = gguf.GGUFWriter(path, arch="test")
+    w.add_string("test.string", "héllo")
+    w.add_array("test.ints", [1, -2, 3])
+    w.add_array("test.strings", ["a", "bb", ""])
+    w.add_float32("test.f32", 0.5)
+    w.add_bool("test.bool", True)
+    w.add_uint64("test.u64", 1 << 40)
+    golden = {}
+    rows, cols = 3, 512
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    w.add_tensor("t.F32", x)
+    golden["t.F32"] = x
+    h = x.astype(np.float16)
+    w.add_tensor("t.F16", h)
+    golden["t.F16"] = h.astype(np.float32)
+    bf = (x.view(np.uint32) >> 16).astype(np.uint16)  # truncated bf16 bits (any bits are valid)
+    w.add_tensor("t.BF16", bf.view(np.uint8).reshape(rows, cols * 2), raw_dtype=Q.BF16)
+    golden["t.BF16"] = gguf.quants.dequantize(bf.view(np.uint8).reshape(rows, cols * 2), Q.BF16)
+    for qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q5_0):
+        raw = random_quant_rows(qtype, rows, cols, rng)
+        name = f"t.{qtype.name}"
+        w.add_tensor(name, raw, raw_dtype=qtype)
+        if qtype != Q.Q5_0:  # dspark does not dequantize Q5_0: the test expects an error
+            golden[name] = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    # A 3-D tensor (shape order check): ne = {4, 3, 2} -> row-major [2, 3, 4].
+    cube = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    w.add_tensor("t.cube", cube)
+    golden["t.cube"] = cube
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    save_file({k: np.ascontiguousarray(v) for k, v in golden.items()},
+              os.path.join(OUT, "dequant_golden.safetensors"))
+    print("wrote", path, os.path.getsize(path), "bytes")
+
+
+def permute(w, n_head, n_head_kv):
+    # convert_hf_to_gguf.py LlamaModel.permute: HF rotate-half rows -> interleaved pairs.
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+def llama3_rope_factors(cfg):
+    rp = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+    base = rp.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    dim = cfg["head_dim"]
+    factor = rp["factor"]
+    low, high = rp["low_freq_factor"], rp["high_freq_factor"]
+    old = rp["original_max_position_embeddings"]
+    low_wavelen, high_wavelen = old / low, old / high
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32), base
+
+
+def add_bpe_tokenizer(w, tok_json, pre):
+    model = tok_json["model"]
+    vocab = dict(model["vocab"])
+    for t in tok_json.get("added_tokens", []):
+        vocab[t["content"]] = t["id"]
+    n = max(vocab.values()) + 1
+    tokens = [f"[PAD{i}]" for i in range(n)]
+    types = [gguf.TokenType.UNUSED] * n
+    for s, i in vocab.items():
+        tokens[i] = s
+        types[i] = gguf.TokenType.NORMAL
+    for t in tok_json.get("added_tokens", []):
+        types[t["id"]] = gguf.TokenType.CONTROL if t["special"] else gguf.TokenType.USER_DEFINED
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    return n
+
+
+F32_TENSORS = ("attn_q", "attn_k")  # the rest of the 2-D weights are stored F16
+
+
+def make_tiny_llama(n_layers=1):
+    src = os.path.join(ROOT, "tests", "data", "models", "llama3")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    st = load_file(os.path.join(src, "model.safetensors"))
+    path = os.path.join(OUT, "tiny_llama.gguf")
+    w = gguf.GGUFWriter(path, arch="llama")
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    w.add_name("tiny llama3 fixture")
+    w.add_block_count(n_layers)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_dimension_count(cfg["head_dim"])
+    factors, theta = llama3_rope_factors(cfg)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_file_type(1)
+    tok_json = json.load(open(os.path.join(src, "tokenizer.json")))
+    n_vocab = add_bpe_tokenizer(w, tok_json, "llama-bpe")
+    assert n_vocab == cfg["vocab_size"], (n_vocab, cfg["vocab_size"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_add_bos_token(False)
+
+    def put(name, x):
+        x = x.astype(np.float32)
+        f32 = x.ndim == 1 or any(f".{k}." in name for k in F32_TENSORS)
+        w.add_tensor(name, x if f32 else x.astype(np.float16))
+
+    put("token_embd.weight", st["model.embed_tokens.weight"])
+    put("output_norm.weight", st["model.norm.weight"])
+    put("output.weight", st["lm_head.weight"])
+    w.add_tensor("rope_freqs.weight", factors)
+    for l in range(n_layers):
+        p = f"model.layers.{l}."
+        put(f"blk.{l}.attn_norm.weight", st[p + "input_layernorm.weight"])
+        put(f"blk.{l}.ffn_norm.weight", st[p + "post_attention_layernorm.weight"])
+        put(f"blk.{l}.attn_q.weight", permute(st[p + "self_attn.q_proj.weight"], nh, nh))
+        put(f"blk.{l}.attn_k.weight", permute(st[p + "self_attn.k_proj.weight"], nh, nkv))
+        put(f"blk.{l}.attn_v.weight", st[p + "self_attn.v_proj.weight"])
+        put(f"blk.{l}.attn_output.weight", st[p + "self_attn.o_proj.weight"])
+        put(f"blk.{l}.ffn_gate.weight", st[p + "mlp.gate_proj.weight"])
+        put(f"blk.{l}.ffn_up.weight", st[p + "mlp.up_proj.weight"])
+        put(f"blk.{l}.ffn_down.weight", st[p + "mlp.down_proj.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print("wrote", path, os.path.getsize(path), "bytes")
+
+
+def gguf_field(reader, key):
+    f = reader.fields[key]
+    if f.types[0] == gguf.GGUFValueType.ARRAY:
+        if f.types[1] == gguf.GGUFValueType.STRING:
+            return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+        return [f.parts[i][0].item() for i in f.data]
+    if f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode("utf-8")
+    return f.parts[f.data[0]][0].item()
+
+
+def make_smollm2(path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, AddedToken
+    r = gguf.GGUFReader(path)
+    tokens = gguf_field(r, "tokenizer.ggml.tokens")
+    types = gguf_field(r, "tokenizer.ggml.token_type")
+    merges = [tuple(m.split(" ")) for m in gguf_field(r, "tokenizer.ggml.merges")]
+    assert gguf_field(r, "tokenizer.ggml.pre") == "smollm"
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                            for i, t in enumerate(types) if t == 3])
+    cases = []
+    for s in SMOLLM2_STRINGS:
+        ids = tok.encode(s, add_special_tokens=False).ids
+        cases.append({"text": s, "ids": ids,
+                      "decoded": tok.decode(ids, skip_special_tokens=False),
+                      "decoded_skip_special": tok.decode(ids, skip_special_tokens=True)})
+    out = os.path.join(OUT, "smollm2_tokenizer_golden.json")
+    json.dump({"source": os.path.basename(path), "cases": cases}, open(out, "w"),
+              ensure_ascii=False, indent=1)
+    print("wrote", out)
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                                 gguf_file=os.path.basename(path),
+                                                 torch_dtype=torch.float32)
+    model.eval()
+    rng = np.random.default_rng(1234)
+    subset = np.sort(rng.choice(len(tokens), size=2048, replace=False))
+    golden = {}
+    for p, prompt in enumerate(SMOLLM2_PROMPTS):
+        ids = tok.encode(prompt, add_special_tokens=False).ids
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1].float().numpy()
+        top = np.argsort(-logits)[:64]
+        keep = np.unique(np.concatenate([top, subset])).astype(np.int32)
+        golden[f"prompt{p}.ids"] = np.array(ids, dtype=np.int32)
+        golden[f"prompt{p}.vocab_ids"] = keep
+        golden[f"prompt{p}.logits"] = logits[keep].astype(np.float32)
+        print(f"prompt {p}: {len(ids)} tokens, argmax {int(top[0])} {tokens[int(top[0])]!r}")
+    out = os.path.join(OUT, "smollm2_logits_golden.safetensors")
+    save_file(golden, out, metadata={"prompts": json.dumps(SMOLLM2_PROMPTS),
+                                     "source": os.path.basename(path)})
+    print("wrote", out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--smollm2", help="SmolLM2-135M-Instruct.Q4_1.gguf: also write its goldens")
+    args = ap.parse_args()
+    os.makedirs(OUT, exist_ok=True)
+    make_dequant(np.random.default_rng(20260529))
+    make_tiny_llama()
+    if args.smollm2:
+        make_smollm2(args.smollm2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
