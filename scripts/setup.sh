@@ -27,3 +27,6 @@ fi
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "setup: nvcc not found: building without the CUDA backend (CPU only)"
 fi
+
+# The default target model (SmolLM2-135M-Instruct Q4_1 GGUF) into models/ when missing.
+bash "$(dirname "${BASH_SOURCE[0]}")/fetch_default_model.sh"
