@@ -3,12 +3,16 @@
 //   - plain decode step (no drafts);
 //   - verify forwards of exactly k drafted tokens (a source proposing k random tokens), k in
 //     --verify-k;
-//   - with --draft: the draft step (DraftSource::propose), the verify, the rest, the whole round.
+//   - with --draft: the draft step (DraftSource::propose), the verify, the rest, the whole round;
+//   - with --graphs: the decode step and the verify widths again with CUDA-graph replay of the
+//     target forward (Model::set_cuda_graphs), next to the eager figures of the same run.
+// Every row also reports the host (CPU) time per target forward: from entering Model::forward to
+// the end of enqueueing (ForwardStats::step_host_ms; prefill chunks excluded).
 // Random weights are fine: costs do not depend on values (acceptance does, and is not measured
 // here; random drafts are rejected, so every round drafts the full gamma).
 //
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--rounds 32]
-//               [--verify-k 1,16,32] [--device cuda] [--json FILE]
+//               [--verify-k 1,16,32] [--graphs] [--device cuda] [--json FILE]
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -51,6 +55,8 @@ class RandomDraftSource final : public DraftSource {
 struct PhaseMs {
   double draft = 0, verify = 0, rest = 0, round = 0;
   double rounds = 0;
+  double host_ms_per_forward = 0;  // target forwards of the measured run (decode / verify)
+  ForwardStats stats;              // of the measured run
 };
 
 // Per-round means over `rounds` rounds after a warm-up request.
@@ -66,7 +72,16 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
     auto out = generate_speculative(target, ctx, source, {std::move(r)}, cfg);
     return out[0].spec;
   };
-  run(2);  // warm-up: kernel selection, buffers
+  // Warm-up: kernel selection, buffers, and with graphs every capture the measured run needs
+  // (one per forward shape and attention split count: the same rounds at the same context, twice,
+  // since the first forward of a split count runs eagerly and the second captures).
+  if (target.cuda_graphs()) {
+    run(rounds);
+    run(rounds);
+  } else {
+    run(2);
+  }
+  target.reset_forward_stats();
   // Fix the number of rounds: cap max_tokens so that no round can be skipped or shortened.
   SpecConfig fixed = cfg;
   RequestInput r;
@@ -76,6 +91,9 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   auto out = generate_speculative(target, ctx, source, {std::move(r)}, fixed);
   const SpecTelemetry& t = out[0].spec;
   PhaseMs m;
+  m.stats = target.forward_stats();
+  if (m.stats.step_forwards > 0)
+    m.host_ms_per_forward = m.stats.step_host_ms / static_cast<double>(m.stats.step_forwards);
   m.rounds = static_cast<double>(t.rounds);
   if (t.rounds == 0) return m;
   m.draft = t.draft_ms / t.rounds;
@@ -100,6 +118,7 @@ std::vector<int> parse_list(const std::string& s) {
 int main_impl(int argc, char** argv) {
   std::string model, draft = "none", device_name = "cuda", json_file, verify_list = "1,16,32";
   int gamma = 16, context = 1024, rounds = 32;
+  bool graphs = false;
   CLI::App app{"bench_round: speculative round phases vs a plain decode step"};
   app.add_option("-m,--model", model, "target model directory")->required();
   app.add_option("--draft", draft, "draft source (as dspark generate --draft)");
@@ -107,6 +126,8 @@ int main_impl(int argc, char** argv) {
   app.add_option("--context", context, "prompt (context) length")->check(CLI::Range(1, 1 << 20));
   app.add_option("--rounds", rounds, "measured rounds")->check(CLI::Range(1, 100000));
   app.add_option("--verify-k", verify_list, "verify widths (drafted tokens) to time");
+  app.add_flag("--graphs", graphs,
+               "also time decode and verify with CUDA-graph replay of the target forward");
   app.add_option("--device", device_name, "cpu | cuda | cuda:N");
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
@@ -126,21 +147,61 @@ int main_impl(int argc, char** argv) {
       {"model", model},   {"device", device.name()},      {"context", context},
       {"rounds", rounds}, {"weight_bytes", weight_bytes}, {"copy_bandwidth_gbs", bandwidth / 1e9}};
   std::vector<std::vector<std::string>> rows;
+  auto host_cell = [](const PhaseMs& p) {
+    return fmt::format("host {:.3f} ms", p.host_ms_per_forward);
+  };
+  target->set_cuda_graphs(false);  // the eager figures first, whatever DSPARK_CUDA_GRAPHS says
   const PhaseMs plain = measure(*target, ctx, nullptr, 0, prompt, rounds);
   const double step_bytes = weight_bytes + kv_token * (context + rounds / 2.0);
   const double gbs = step_bytes / (plain.round * 1e-3) / 1e9;
   j["decode_step_ms"] = plain.round;
   j["decode_gbs"] = gbs;
   j["decode_fraction_of_copy_bandwidth"] = bandwidth > 0 ? gbs * 1e9 / bandwidth : 0.0;
-  rows.push_back(
-      {"decode step", fmt::format("{:.3f}", plain.round), "1.00", fmt::format("{:.0f} GB/s", gbs)});
+  j["decode_host_ms_per_forward"] = plain.host_ms_per_forward;
+  rows.push_back({"decode step", fmt::format("{:.3f}", plain.round), "1.00",
+                  fmt::format("{:.0f} GB/s, {}", gbs, host_cell(plain))});
 
   RandomDraftSource random_source(target->config().vocab_size);
-  for (int k : parse_list(verify_list)) {
+  const std::vector<int> widths = parse_list(verify_list);
+  for (int k : widths) {
     const PhaseMs v = measure(*target, ctx, &random_source, k, prompt, rounds);
     j["verify_ms"][std::to_string(k)] = v.verify;
+    j["verify_host_ms_per_forward"][std::to_string(k)] = v.host_ms_per_forward;
     rows.push_back({fmt::format("verify {} drafts", k), fmt::format("{:.3f}", v.verify),
-                    fmt::format("{:.2f}", v.verify / plain.round), ""});
+                    fmt::format("{:.2f}", v.verify / plain.round), host_cell(v)});
+  }
+  if (graphs) {
+    target->set_cuda_graphs(true);
+    auto graph_json = [](const PhaseMs& p, double ms) {
+      return nlohmann::json{{"ms", ms},
+                            {"host_ms_per_forward", p.host_ms_per_forward},
+                            {"forwards", p.stats.forwards},
+                            {"graph_replays", p.stats.graph_replays},
+                            {"graph_captures", p.stats.graph_captures},
+                            {"graph_fallbacks", p.stats.graph_fallbacks}};
+    };
+    const PhaseMs g = measure(*target, ctx, nullptr, 0, prompt, rounds);
+    const double g_gbs = step_bytes / (g.round * 1e-3) / 1e9;
+    j["graphs"]["decode_step_ms"] = g.round;
+    j["graphs"]["decode_gbs"] = g_gbs;
+    j["graphs"]["decode_fraction_of_copy_bandwidth"] =
+        bandwidth > 0 ? g_gbs * 1e9 / bandwidth : 0.0;
+    j["graphs"]["decode"] = graph_json(g, g.round);
+    j["graphs"]["decode_speedup"] = plain.round / g.round;
+    rows.push_back({"decode step (graphs)", fmt::format("{:.3f}", g.round),
+                    fmt::format("{:.2f}", g.round / plain.round),
+                    fmt::format("{:.0f} GB/s, {}, {} of {} replayed", g_gbs, host_cell(g),
+                                g.stats.graph_replays, g.stats.step_forwards)});
+    for (int k : widths) {
+      const PhaseMs v = measure(*target, ctx, &random_source, k, prompt, rounds);
+      j["graphs"]["verify_ms"][std::to_string(k)] = v.verify;
+      j["graphs"]["verify"][std::to_string(k)] = graph_json(v, v.verify);
+      rows.push_back({fmt::format("verify {} drafts (graphs)", k), fmt::format("{:.3f}", v.verify),
+                      fmt::format("{:.2f}", v.verify / plain.round),
+                      fmt::format("{}, {} of {} replayed", host_cell(v), v.stats.graph_replays,
+                                  v.stats.step_forwards)});
+    }
+    target->set_cuda_graphs(false);
   }
   if (draft != "none") {
     DraftOptions o;

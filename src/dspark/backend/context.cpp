@@ -4,6 +4,7 @@
 
 #include "dspark/backend/cuda/blas.h"
 #include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/error.h"
 #include "dspark/core/thread_pool.h"
 
 namespace dspark {
@@ -19,14 +20,18 @@ Context::Context(Device device) : device_(device), pool_(&ThreadPool::global()) 
 
 Context::~Context() = default;
 
-ThreadPool& Context::pool() const { return *pool_; }
+ThreadPool& Context::pool() const {
+  return *pool_;
+}
 
 cuda::Stream& Context::stream() const {
   DSPARK_CHECK(stream_ != nullptr, "Context on {} has no CUDA stream", device_.name());
   return *stream_;
 }
 
-void* Context::cuda_stream() const { return stream_ ? stream_->handle() : nullptr; }
+void* Context::cuda_stream() const {
+  return stream_ ? stream_->handle() : nullptr;
+}
 
 cuda::BlasLt& Context::blas() const {
   DSPARK_CHECK(blas_ != nullptr, "Context on {} has no cuBLASLt handle", device_.name());
@@ -39,6 +44,10 @@ void Context::synchronize() const {
 
 void* Context::scratch(size_t bytes) {
   if (scratch_.bytes() < bytes) {
+    DSPARK_CHECK(!capturing_,
+                 "Context::scratch: {} bytes requested while capturing a CUDA graph ({} held); "
+                 "run the forward eagerly once first",
+                 bytes, scratch_.bytes());
     synchronize();  // the old scratch may still be in use by enqueued work
     scratch_ = Buffer(device_, bytes + bytes / 2);
   }

@@ -33,7 +33,15 @@ class Context {
   // Waits for all work enqueued on this context.
   void synchronize() const;
   // Device memory of at least `bytes`, valid until the next scratch() call; grows, never shrinks.
+  // While capturing (below) it refuses to grow: growing synchronises and frees the old buffer.
   void* scratch(size_t bytes);
+  // The current scratch buffer (null before the first scratch() call) and its size. A CUDA graph
+  // that captured scratch() stays valid while this pointer does not change.
+  const void* scratch_data() const { return scratch_.data(); }
+  size_t scratch_capacity() const { return scratch_.bytes(); }
+  // Set while a CUDA graph is being captured on this context's stream (backend/cuda/graph.h).
+  void set_capturing(bool capturing) { capturing_ = capturing; }
+  bool capturing() const { return capturing_; }
   // Asynchronous copy on this context's stream (plain memcpy on the CPU).
   void copy_async(void* dst, const void* src, size_t bytes) const;
 
@@ -43,6 +51,7 @@ class Context {
   std::unique_ptr<cuda::Stream> stream_;
   std::unique_ptr<cuda::BlasLt> blas_;
   Buffer scratch_;
+  bool capturing_ = false;
 };
 
 }  // namespace dspark

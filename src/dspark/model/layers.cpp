@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "dspark/core/thread_pool.h"
 #include "dspark/io/safetensors.h"
@@ -134,6 +135,63 @@ Tensor PackedIndices::view(int slot) const {
   const int64_t n = offsets_[static_cast<size_t>(slot) + 1] - begin;
   return Tensor(static_cast<int32_t*>(device_.data()) + begin, DType::i32, Shape{n},
                 device_.device());
+}
+
+// ---- DeviceIndices ---------------------------------------------------------------------------
+
+DeviceIndices::DeviceIndices(Device device, std::vector<int64_t> capacities)
+    : device_(device), capacities_(std::move(capacities)) {
+  DSPARK_CHECK(device_.is_cuda(), "DeviceIndices needs a CUDA device");
+  allocate();
+}
+
+void DeviceIndices::allocate() {
+  constexpr int64_t kSlotAlignment = 64;  // i32 values: 256 bytes
+  offsets_.assign(capacities_.size() + 1, 0);
+  for (size_t i = 0; i < capacities_.size(); ++i) {
+    DSPARK_CHECK(capacities_[i] >= 0, "DeviceIndices: negative capacity");
+    offsets_[i + 1] =
+        offsets_[i] + (capacities_[i] + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+  }
+  sizes_.assign(capacities_.size(), 0);
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(offsets_.back(), 1)) * sizeof(int32_t);
+  fence_.wait();  // the old staging buffer may still be read by a queued copy
+  device_buffer_ = Buffer(device_, bytes);
+  host_ = cuda::PinnedBuffer(bytes);
+}
+
+void DeviceIndices::grow(int slot, int64_t capacity) {
+  int64_t& c = capacities_.at(static_cast<size_t>(slot));
+  if (capacity <= c) return;
+  c = capacity;
+  allocate();
+}
+
+void DeviceIndices::stage(Context& ctx, std::initializer_list<const std::vector<int32_t>*> arrays) {
+  DSPARK_CHECK(arrays.size() == capacities_.size(), "DeviceIndices::stage: {} arrays for {} slots",
+               arrays.size(), capacities_.size());
+  fence_.wait();
+  auto* host = static_cast<int32_t*>(host_.data());
+  size_t i = 0;
+  int64_t end = 0;
+  for (const std::vector<int32_t>* a : arrays) {
+    const auto n = static_cast<int64_t>(a->size());
+    DSPARK_CHECK(n <= capacities_[i], "DeviceIndices::stage: slot {} holds {} values, not {}", i,
+                 capacities_[i], n);
+    if (n > 0) std::memcpy(host + offsets_[i], a->data(), static_cast<size_t>(n) * sizeof(int32_t));
+    sizes_[i] = n;
+    if (n > 0) end = offsets_[i] + n;
+    ++i;
+  }
+  ctx.copy_async(device_buffer_.data(), host, static_cast<size_t>(end) * sizeof(int32_t));
+  fence_.record(ctx);
+}
+
+Tensor DeviceIndices::view(int slot) const {
+  const auto s = static_cast<size_t>(slot);
+  DSPARK_CHECK(s < sizes_.size(), "DeviceIndices: bad slot {}", slot);
+  return Tensor(static_cast<int32_t*>(device_buffer_.data()) + offsets_[s], DType::i32,
+                Shape{sizes_[s]}, device_);
 }
 
 // ---- ActivationArena -------------------------------------------------------------------------

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/graph.h"
 #include "dspark/core/buffer.h"
 #include "dspark/core/tensor.h"
 #include "dspark/ops/attention.h"
@@ -74,6 +76,34 @@ class PackedIndices {
   std::vector<int32_t> host_;
   std::vector<int64_t> offsets_;  // [n_slots + 1]
   Buffer device_;
+};
+
+// Several i32 arrays at fixed device addresses (one slot each, with a capacity), written through
+// pinned host memory and uploaded with one asynchronous copy: the per-step metadata a CUDA graph
+// reads (a graph bakes the addresses in, so they only move when grow() is called).
+// CUDA only (pinned memory).
+class DeviceIndices {
+ public:
+  DeviceIndices() = default;
+  DeviceIndices(Device device, std::vector<int64_t> capacities);
+  int64_t capacity(int slot) const { return capacities_.at(static_cast<size_t>(slot)); }
+  // Reallocates so that `slot` holds at least `capacity` values; every address changes and the
+  // contents are lost. The caller synchronises first (queued work may read the old buffers).
+  void grow(int slot, int64_t capacity);
+  // Writes arrays[i] into slot i of the pinned staging buffer (after the previous copy from it has
+  // run) and enqueues one host->device copy on ctx's stream. Each array must fit its slot.
+  void stage(Context& ctx, std::initializer_list<const std::vector<int32_t>*> arrays);
+  // Slot `slot` as i32 [the size staged last].
+  Tensor view(int slot) const;
+
+ private:
+  void allocate();
+
+  Device device_;
+  std::vector<int64_t> capacities_, offsets_, sizes_;
+  Buffer device_buffer_;
+  cuda::PinnedBuffer host_;
+  cuda::CopyFence fence_;
 };
 
 // ---- activation arena -------------------------------------------------------------------------

@@ -10,8 +10,15 @@
 #include "dspark/model/llama_family.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <map>
+#include <set>
 
+#include <fmt/format.h>
+
+#include "dspark/backend/cuda/blas.h"
+#include "dspark/backend/cuda/graph.h"
 #include "dspark/model/layers.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
@@ -72,17 +79,83 @@ class LlamaFamilyModel final : public Model {
   Tensor lm_head() const override { return lm_head_->defined() ? lm_head_.view() : embed_.view(); }
   Tensor final_norm() const override { return final_norm_; }
 
+  void set_cuda_graphs(bool enabled) override { graphs_enabled_ = enabled; }
+  bool cuda_graphs() const override { return graphs_enabled_; }
+  ForwardStats forward_stats() const override { return stats_; }
+  void reset_forward_stats() override { stats_ = ForwardStats{}; }
+
  private:
   struct Activations {
     Tensor x, xn, proj, gate_up, mlp, logit_rows, logits;
     AttentionScratch attn;
     std::vector<Tensor> taps;
   };
+  // Host side of one forward: positions continue each sequence; the KV plan.
+  struct HostPlan {
+    std::vector<int32_t> positions;
+    KvBatchPlan kv;
+  };
+  // Device views of one forward's inputs.
+  struct ForwardViews {
+    Tensor tokens;         // i32 [n]
+    Tensor logit_indices;  // i32 [m]
+    ForwardMeta meta;
+  };
   void validate(const PagedKvCache& kv, const ForwardBatch& batch) const;
   // Visits every activation tensor of a forward with n tokens, m logit rows and n_taps taps.
   template <typename F>
   void for_each_activation(int64_t n, int64_t m, size_t n_taps, Activations& a, F&& f) const;
-  void prepare_activations(int64_t n, int64_t m, size_t n_taps);
+  void prepare_activations(int64_t n, int64_t m, size_t n_taps, ActivationArena& arena,
+                           Activations& act) const;
+  HostPlan plan_host(PagedKvCache& kv, const ForwardBatch& b) const;
+  // Enqueues every kernel of the forward (the same sequence, eager or captured).
+  void enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatch& b, const ForwardViews& v,
+               const Activations& a) const;
+  ForwardOutput output(const ForwardBatch& b, const Activations& a) const;
+  ForwardOutput forward_eager(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
+                              const HostPlan& h);
+
+  // ---- CUDA graphs (docs/perf-notes.md, "CUDA graphs") ----
+  // A bucket: one forward shape on one KV cache and context. It owns the device buffers its
+  // graphs read (metadata at fixed offsets, activations), so replays never depend on buffers
+  // that eager forwards may reallocate. One graph per attention split count (the split count
+  // changes with the context length while the batch is small; capturing per count keeps replays
+  // bitwise equal to eager forwards).
+  struct GraphKey {
+    int64_t n_tokens = 0, n_rows = 0, n_logits = 0;
+    std::vector<int> taps;
+    const void* k_pool = nullptr;
+    const void* v_pool = nullptr;
+    int num_pages = 0, page_size = 0;
+    const Context* ctx = nullptr;
+    const void* blas_workspace = nullptr;
+    auto tie() const {
+      return std::tie(n_tokens, n_rows, n_logits, taps, k_pool, v_pool, num_pages, page_size, ctx,
+                      blas_workspace);
+    }
+    bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
+  };
+  struct GraphExec {
+    cuda::Graph graph;
+    const void* scratch = nullptr;  // ctx.scratch_data() baked into the graph (split attention)
+  };
+  struct GraphBucket {
+    DeviceIndices meta;  // slots: tokens, positions, slots, q_indptr, page_indptr, kv_lens,
+                         // logit indices, page indices (capacity grows; graphs then recaptured)
+    ActivationArena arena;
+    Activations act;
+    std::map<int, GraphExec> execs;  // by attention split count
+    std::set<int> warmed;            // split counts run eagerly once with these buffers
+    std::map<int, int> failures;     // failed captures by split count
+    uint64_t last_use = 0;
+  };
+  static constexpr int64_t kGraphMaxTokens = ForwardStats::kStepTokens;  // larger: eager
+  static constexpr size_t kGraphMaxBuckets = 16;
+  static constexpr int kGraphMaxFailures = 2;
+  bool graph_eligible(const Context& ctx, const ForwardBatch& b) const;
+  GraphBucket& graph_bucket(Context& ctx, PagedKvCache& kv, const ForwardBatch& b);
+  ForwardOutput forward_graphed(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
+                                const HostPlan& h);
 
   ModelConfig config_;
   FamilyTraits traits_;
@@ -98,6 +171,11 @@ class LlamaFamilyModel final : public Model {
   PackedIndices meta_;
   ActivationArena arena_;
   Activations act_;
+
+  bool graphs_enabled_ = cuda::graphs_enabled_by_env();
+  std::map<GraphKey, std::unique_ptr<GraphBucket>> graph_buckets_;
+  uint64_t graph_tick_ = 0;
+  ForwardStats stats_;
 };
 
 LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits& traits,
@@ -227,55 +305,86 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
   f(a.logits, DType::f32, Shape{m, static_cast<int64_t>(config_.vocab_size)});
 }
 
-void LlamaFamilyModel::prepare_activations(int64_t n, int64_t m, size_t n_taps) {
+void LlamaFamilyModel::prepare_activations(int64_t n, int64_t m, size_t n_taps,
+                                           ActivationArena& arena, Activations& act) const {
   size_t bytes = 0;
-  for_each_activation(n, m, n_taps, act_, [&](Tensor&, DType dtype, const Shape& shape) {
+  for_each_activation(n, m, n_taps, act, [&](Tensor&, DType dtype, const Shape& shape) {
     bytes += ActivationArena::bytes_for(dtype, shape);
   });
-  arena_.begin(device_, bytes);
-  for_each_activation(n, m, n_taps, act_, [&](Tensor& t, DType dtype, const Shape& shape) {
-    t = arena_.take(dtype, shape);
+  arena.begin(device_, bytes);
+  for_each_activation(n, m, n_taps, act, [&](Tensor& t, DType dtype, const Shape& shape) {
+    t = arena.take(dtype, shape);
   });
 }
 
 ForwardOutput LlamaFamilyModel::forward(Context& ctx, PagedKvCache& kv, const ForwardBatch& b) {
+  const auto start = std::chrono::steady_clock::now();
   DSPARK_CHECK_KIND(invalid_input, ctx.device() == device_,
                     "forward: context on {} for a model on {}", ctx.device().name(),
                     device_.name());
   validate(kv, b);
-  const size_t n_rows = b.seqs.size();
-  const auto n = static_cast<int64_t>(b.tokens.size());
-  const auto m = static_cast<int64_t>(b.logit_indices.size());
+  const HostPlan h = plan_host(kv, b);
+  ForwardOutput out =
+      graph_eligible(ctx, b) ? forward_graphed(ctx, kv, b, h) : forward_eager(ctx, kv, b, h);
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  ++stats_.forwards;
+  stats_.host_ms += ms;
+  if (static_cast<int64_t>(b.tokens.size()) <= ForwardStats::kStepTokens) {
+    ++stats_.step_forwards;
+    stats_.step_host_ms += ms;
+  }
+  return out;
+}
 
+LlamaFamilyModel::HostPlan LlamaFamilyModel::plan_host(PagedKvCache& kv,
+                                                       const ForwardBatch& b) const {
   // Host metadata: positions continue each sequence; the plan reserves pages (or changes nothing).
+  const size_t n_rows = b.seqs.size();
+  HostPlan h;
   std::vector<int> n_new(n_rows);
-  std::vector<int32_t> positions(b.tokens.size());
+  h.positions.resize(b.tokens.size());
   for (size_t r = 0; r < n_rows; ++r) {
     n_new[r] = b.row_indptr[r + 1] - b.row_indptr[r];
     const int start = kv.length(b.seqs[r]);
     for (int i = 0; i < n_new[r]; ++i)
-      positions[static_cast<size_t>(b.row_indptr[r] + i)] = start + i;
+      h.positions[static_cast<size_t>(b.row_indptr[r] + i)] = start + i;
   }
   std::optional<KvBatchPlan> plan = kv.plan(b.seqs, n_new);
   DSPARK_CHECK_KIND(out_of_memory, plan.has_value(),
-                    "KV cache full: {} free pages cannot hold {} new tokens", kv.free_pages(), n);
+                    "KV cache full: {} free pages cannot hold {} new tokens", kv.free_pages(),
+                    b.tokens.size());
+  h.kv = std::move(*plan);
+  return h;
+}
 
+ForwardOutput LlamaFamilyModel::forward_eager(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
+                                              const HostPlan& h) {
+  const auto n = static_cast<int64_t>(b.tokens.size());
+  const auto m = static_cast<int64_t>(b.logit_indices.size());
   meta_.clear();
   const int s_tokens = meta_.add(b.tokens);
-  const int s_positions = meta_.add(positions);
-  const int s_slots = meta_.add(plan->slots);
+  const int s_positions = meta_.add(h.positions);
+  const int s_slots = meta_.add(h.kv.slots);
   const int s_q_indptr = meta_.add(b.row_indptr);
-  const int s_page_indptr = meta_.add(plan->page_indptr);
-  const int s_page_indices = meta_.add(plan->page_indices);
-  const int s_kv_lens = meta_.add(plan->kv_lens);
+  const int s_page_indptr = meta_.add(h.kv.page_indptr);
+  const int s_page_indices = meta_.add(h.kv.page_indices);
+  const int s_kv_lens = meta_.add(h.kv.kv_lens);
   const int s_logits = meta_.add(b.logit_indices);
   meta_.upload(ctx);
-  const ForwardMeta meta{meta_.view(s_positions),    meta_.view(s_slots),
-                         meta_.view(s_q_indptr),     meta_.view(s_page_indptr),
-                         meta_.view(s_page_indices), meta_.view(s_kv_lens)};
+  const ForwardViews v{
+      meta_.view(s_tokens), meta_.view(s_logits),
+      ForwardMeta{meta_.view(s_positions), meta_.view(s_slots), meta_.view(s_q_indptr),
+                  meta_.view(s_page_indptr), meta_.view(s_page_indices), meta_.view(s_kv_lens)}};
+  prepare_activations(n, m, b.tap_layers.size(), arena_, act_);
+  enqueue(ctx, kv, b, v, act_);
+  return output(b, act_);
+}
 
-  prepare_activations(n, m, b.tap_layers.size());
-  const Activations& a = act_;
+void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
+                               const ForwardViews& v, const Activations& a) const {
+  const auto m = static_cast<int64_t>(b.logit_indices.size());
+  const ForwardMeta& meta = v.meta;
   auto save_taps = [&](int layer) {
     for (size_t i = 0; i < b.tap_layers.size(); ++i) {
       if (b.tap_layers[i] == layer) convert(ctx, a.x, a.taps[i]);
@@ -283,7 +392,7 @@ ForwardOutput LlamaFamilyModel::forward(Context& ctx, PagedKvCache& kv, const Fo
   };
 
   const RmsNormParams norm{static_cast<float>(config_.rms_norm_eps), false};
-  gather_rows(ctx, embed_, meta_.view(s_tokens), a.x);
+  gather_rows(ctx, embed_, v.tokens, a.x);
   save_taps(kTapEmbedding);
   rms_norm(ctx, a.x, layers_.front().norm_in, a.xn, norm);
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
@@ -301,15 +410,119 @@ ForwardOutput LlamaFamilyModel::forward(Context& ctx, PagedKvCache& kv, const Fo
     save_taps(l);
   }
 
-  ForwardOutput out;
   if (m > 0) {
-    gather_rows(ctx, a.xn, meta_.view(s_logits), a.logit_rows);
+    gather_rows(ctx, a.xn, v.logit_indices, a.logit_rows);
     linear(ctx, a.logit_rows, lm_head(), Tensor{}, a.logits);
   }
+}
+
+ForwardOutput LlamaFamilyModel::output(const ForwardBatch& b, const Activations& a) const {
+  ForwardOutput out;
   out.logits = a.logits;
   out.taps = a.taps;
   if (b.want_final_hidden) out.final_hidden = a.xn;
   return out;
+}
+
+// ---- CUDA graphs -------------------------------------------------------------------------------
+
+bool LlamaFamilyModel::graph_eligible(const Context& ctx, const ForwardBatch& b) const {
+  return graphs_enabled_ && ctx.is_cuda() &&
+         static_cast<int64_t>(b.tokens.size()) <= kGraphMaxTokens;
+}
+
+LlamaFamilyModel::GraphBucket& LlamaFamilyModel::graph_bucket(Context& ctx, PagedKvCache& kv,
+                                                              const ForwardBatch& b) {
+  GraphKey key;
+  key.n_tokens = static_cast<int64_t>(b.tokens.size());
+  key.n_rows = static_cast<int64_t>(b.seqs.size());
+  key.n_logits = static_cast<int64_t>(b.logit_indices.size());
+  key.taps = b.tap_layers;
+  key.k_pool = kv.k_pages(0).data();
+  key.v_pool = kv.v_pages(0).data();
+  key.num_pages = kv.shape().num_pages;
+  key.page_size = kv.shape().page_size;
+  key.ctx = &ctx;
+  key.blas_workspace = ctx.blas().workspace();
+  auto it = graph_buckets_.find(key);
+  if (it == graph_buckets_.end()) {
+    if (graph_buckets_.size() >= kGraphMaxBuckets) {
+      // Evict the least recently used bucket; its buffers may still be read by queued work.
+      auto lru = std::min_element(
+          graph_buckets_.begin(), graph_buckets_.end(),
+          [](const auto& x, const auto& y) { return x.second->last_use < y.second->last_use; });
+      ctx.synchronize();
+      graph_buckets_.erase(lru);
+    }
+    auto bucket = std::make_unique<GraphBucket>();
+    const int64_t n = key.n_tokens, rows = key.n_rows, m = key.n_logits;
+    bucket->meta = DeviceIndices(device_, {n, n, n, rows + 1, rows + 1, rows, m,
+                                           std::max<int64_t>(kv.shape().num_pages, 1)});
+    prepare_activations(n, m, b.tap_layers.size(), bucket->arena, bucket->act);
+    it = graph_buckets_.emplace(std::move(key), std::move(bucket)).first;
+  }
+  it->second->last_use = ++graph_tick_;
+  return *it->second;
+}
+
+ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
+                                                const ForwardBatch& b, const HostPlan& h) {
+  enum Slot { kTokens, kPositions, kSlots, kQIndptr, kPageIndptr, kKvLens, kLogits, kPages };
+  GraphBucket& g = graph_bucket(ctx, kv, b);
+  const auto n_pages = static_cast<int64_t>(h.kv.page_indices.size());
+  if (n_pages > g.meta.capacity(kPages)) {
+    // Graphs bake the metadata buffer's address: a larger one means capturing again.
+    ctx.synchronize();
+    g.meta.grow(kPages, 2 * n_pages);
+    g.execs.clear();
+  }
+  // One copy of all metadata from pinned memory, in the order of the slots.
+  g.meta.stage(ctx, {&b.tokens, &h.positions, &h.kv.slots, &b.row_indptr, &h.kv.page_indptr,
+                     &h.kv.kv_lens, &b.logit_indices, &h.kv.page_indices});
+  const ForwardViews v{
+      g.meta.view(kTokens), g.meta.view(kLogits),
+      ForwardMeta{g.meta.view(kPositions), g.meta.view(kSlots), g.meta.view(kQIndptr),
+                  g.meta.view(kPageIndptr), g.meta.view(kPages), g.meta.view(kKvLens)}};
+  const int n_splits = cuda::paged_attention_splits(
+      static_cast<int64_t>(b.tokens.size()), config_.num_heads, config_.num_kv_heads,
+      static_cast<int64_t>(b.seqs.size()), n_pages, kv.shape().page_size);
+
+  // Only a split attention reads the context's scratch (its partial results).
+  const void* scratch = n_splits > 1 ? ctx.scratch_data() : nullptr;
+  auto it = g.execs.find(n_splits);
+  if (it != g.execs.end() && it->second.scratch != scratch) {
+    g.execs.erase(it);  // the context's scratch moved: the graph points at freed memory
+    it = g.execs.end();
+  }
+  if (it == g.execs.end()) {
+    // The first forward of a split count runs eagerly on the bucket's buffers: it creates the
+    // cuBLASLt plans and grows the context's scratch, which capture may not do.
+    if (!g.warmed.contains(n_splits) || g.failures[n_splits] >= kGraphMaxFailures) {
+      enqueue(ctx, kv, b, v, g.act);
+      g.warmed.insert(n_splits);
+      return output(b, g.act);
+    }
+    try {
+      cuda::Graph graph = cuda::Graph::capture(ctx, [&] { enqueue(ctx, kv, b, v, g.act); });
+      it = g.execs
+               .emplace(n_splits,
+                        GraphExec{std::move(graph), n_splits > 1 ? ctx.scratch_data() : nullptr})
+               .first;
+      ++stats_.graph_captures;
+    } catch (const Error& e) {
+      ++g.failures[n_splits];
+      ++stats_.graph_fallbacks;
+      fmt::print(stderr,
+                 "warning: CUDA graph capture failed ({} tokens, {} rows, {} splits), running "
+                 "eagerly: {}\n",
+                 b.tokens.size(), b.seqs.size(), n_splits, e.what());
+      enqueue(ctx, kv, b, v, g.act);
+      return output(b, g.act);
+    }
+  }
+  it->second.graph.launch(ctx);
+  ++stats_.graph_replays;
+  return output(b, g.act);
 }
 
 template <FamilyTraits kTraits>

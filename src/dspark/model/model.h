@@ -34,9 +34,22 @@ struct ForwardBatch {
 
 struct ForwardOutput {
   // All on the model's device, valid until the next forward on the same model.
-  Tensor logits;              // f32 [logit_indices.size(), vocab]
-  std::vector<Tensor> taps;   // one per tap_layers entry: [n_tokens, hidden] activation dtype
-  Tensor final_hidden;        // [n_tokens, hidden] when asked for
+  Tensor logits;             // f32 [logit_indices.size(), vocab]
+  std::vector<Tensor> taps;  // one per tap_layers entry: [n_tokens, hidden] activation dtype
+  Tensor final_hidden;       // [n_tokens, hidden] when asked for
+};
+
+// Host-side counters of Model::forward (for benchmarks: the CPU cost of enqueueing a step).
+struct ForwardStats {
+  static constexpr int64_t kStepTokens = 256;  // "step" forwards: at most this many tokens
+  int64_t forwards = 0;                        // forward() calls
+  int64_t graph_replays = 0;                   // of them, run by launching a captured CUDA graph
+  int64_t graph_captures = 0;   // CUDA graphs captured (each launched at once: a replay too)
+  int64_t graph_fallbacks = 0;  // captures that failed (the forward then ran eagerly)
+  double host_ms = 0;           // host time from entering forward() to the end of enqueueing
+  // The same for decode / verify-sized forwards only (prefill chunks are larger).
+  int64_t step_forwards = 0;
+  double step_host_ms = 0;
 };
 
 class Model {
@@ -58,6 +71,14 @@ class Model {
   virtual Tensor embedding_table() const = 0;
   virtual Tensor lm_head() const = 0;
   virtual Tensor final_norm() const = 0;
+
+  // CUDA-graph capture and replay of small fixed-shape forwards (decode / verify steps), see
+  // docs/perf-notes.md. Off unless enabled here or by the environment (DSPARK_CUDA_GRAPHS=1);
+  // results are bitwise those of the eager forward. Models without support ignore it.
+  virtual void set_cuda_graphs(bool enabled) { (void)enabled; }
+  virtual bool cuda_graphs() const { return false; }
+  virtual ForwardStats forward_stats() const { return {}; }
+  virtual void reset_forward_stats() {}
 };
 
 // Loads a Hugging Face checkpoint directory (config.json + safetensors). `dtype` is the engine

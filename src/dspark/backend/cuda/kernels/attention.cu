@@ -21,6 +21,7 @@
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
+#include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 
@@ -357,7 +358,41 @@ void launch_attention(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid) {
   DSPARK_CUDA_CHECK_LAUNCH();
 }
 
+// The CTA tiling of the query rows (see the file comment).
+struct QueryTiling {
+  int64_t heads_per_cta, tokens_per_cta, head_chunks, grid_x, grid_y;
+};
+
+QueryTiling query_tiling(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads) {
+  QueryTiling t{};
+  const int64_t group = n_heads / n_kv_heads;
+  t.heads_per_cta = std::min<int64_t>(group, kMaxRows);
+  t.tokens_per_cta = std::max<int64_t>(1, kMaxRows / t.heads_per_cta);
+  t.head_chunks = ceil_div(group, t.heads_per_cta);
+  t.grid_x = ceil_div(n_tokens, t.tokens_per_cta);
+  t.grid_y = n_kv_heads * t.head_chunks;
+  return t;
+}
+
 }  // namespace
+
+// Split the keys over more CTAs when the query tiles alone cannot fill the GPU; the page count
+// bounds the keys per row, so short contexts are not split into empty pieces. (Declared in
+// backend/cuda/graph.h: a captured forward is keyed by this count.)
+int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t n_rows,
+                           int64_t total_pages, int64_t page_size) {
+  if (n_tokens <= 0 || n_rows <= 0 || n_kv_heads <= 0) return 1;
+  const QueryTiling tiling = query_tiling(n_tokens, n_heads, n_kv_heads);
+  const int64_t ctas = tiling.grid_x * tiling.grid_y;
+  const int64_t target = 2 * static_cast<int64_t>(sm_count());
+  int64_t n_splits = 1;
+  if (ctas < target) {
+    const int64_t keys_per_row = total_pages * page_size / n_rows;
+    const int64_t useful = ceil_div(keys_per_row, 2 * kKeyTile);
+    n_splits = std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kMaxSplits);
+  }
+  return static_cast<int>(n_splits);
+}
 
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots,
               const Tensor& k_pages, const Tensor& v_pages) {
@@ -406,22 +441,13 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
   DSPARK_CHECK(q.stride(2) == 1 && out.stride(2) == 1, "paged_attention: head_dim not contiguous");
 
   const int64_t group = n_heads / n_kv_heads;
-  const int64_t heads_per_cta = std::min<int64_t>(group, kMaxRows);
-  const int64_t tokens_per_cta = std::max<int64_t>(1, kMaxRows / heads_per_cta);
-  const int64_t head_chunks = ceil_div(group, heads_per_cta);
-  dim3 grid(static_cast<unsigned>(ceil_div(n_tokens, tokens_per_cta)),
-            static_cast<unsigned>(n_kv_heads * head_chunks), 1);
-
-  // Split the keys over more CTAs when the query tiles alone cannot fill the GPU; the page count
-  // bounds the keys per row, so short contexts are not split into empty pieces.
-  const int64_t ctas = static_cast<int64_t>(grid.x) * grid.y;
-  const int64_t target = 2 * static_cast<int64_t>(sm_count());
-  int64_t n_splits = 1;
-  if (ctas < target) {
-    const int64_t keys_per_row = kv.page_indices.numel() * page_size / n_rows;
-    const int64_t useful = ceil_div(keys_per_row, 2 * kKeyTile);
-    n_splits = std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kMaxSplits);
-  }
+  const QueryTiling tiling = query_tiling(n_tokens, n_heads, n_kv_heads);
+  const int64_t heads_per_cta = tiling.heads_per_cta;
+  const int64_t tokens_per_cta = tiling.tokens_per_cta;
+  const int64_t head_chunks = tiling.head_chunks;
+  dim3 grid(static_cast<unsigned>(tiling.grid_x), static_cast<unsigned>(tiling.grid_y), 1);
+  const int64_t n_splits = paged_attention_splits(n_tokens, n_heads, n_kv_heads, n_rows,
+                                                  kv.page_indices.numel(), page_size);
   grid.z = static_cast<unsigned>(n_splits);
   float* part = nullptr;
   if (n_splits > 1) {
