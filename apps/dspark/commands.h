@@ -16,6 +16,7 @@ Command add_generate_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_calibrate_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
+Command add_demo_command(CLI::App& app);
 Command add_regen_command(CLI::App& app);
 
 }  // namespace dspark::cli

@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
     c.emplace_back(app.get_subcommand("calibrate"), std::move(calibrate));
     auto serve = dspark::cli::add_serve_command(app);
     c.emplace_back(app.get_subcommand("serve"), std::move(serve));
+    auto demo = dspark::cli::add_demo_command(app);
+    c.emplace_back(app.get_subcommand("demo"), std::move(demo));
     auto regen = dspark::cli::add_regen_command(app);
     c.emplace_back(app.get_subcommand("regen"), std::move(regen));
     return c;

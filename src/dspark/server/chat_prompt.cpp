@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dspark/core/error.h"
+#include "dspark/engine/model_chat_template.h"
 #include "dspark/io/chat_template.h"
 #include "dspark/server/errors.h"
 
@@ -15,7 +16,7 @@ ChatPrompt load_chat_prompt(const std::filesystem::path& model_dir) {
   std::shared_ptr<const ChatTemplate> tmpl;
   try {
     // A ChatTemplate is immutable after loading and renders concurrently.
-    tmpl = std::make_shared<const ChatTemplate>(ChatTemplate::from_tokenizer_config(model_dir));
+    tmpl = std::make_shared<const ChatTemplate>(load_model_chat_template(model_dir));
   } catch (const Error& e) {
     // Completions still work; chat requests report why they cannot.
     const std::string why = e.what();

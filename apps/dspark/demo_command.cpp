@@ -1,0 +1,140 @@
+// dspark demo: what `make run` shows. Answers a prompt through the model's chat template with
+// speculative decoding, streaming the text, then decodes the same prompt without speculation and
+// prints one table measured in this run: plain and speculative tok/s, speedup, tau, acceptance by
+// draft position, and whether the outputs are identical (greedy: they must be).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "dspark/backend/context.h"
+#include "dspark/engine/model_chat_template.h"
+#include "dspark/engine/side_by_side.h"
+#include "dspark/model/registry.h"
+#include "dspark/spec/source_factory.h"
+
+namespace dspark::cli {
+namespace {
+
+constexpr const char* kDefaultPrompt =
+    "Explain in a few short paragraphs how a bicycle stays upright while it moves.";
+
+struct DemoArgs {
+  std::string model;
+  std::string draft = "ngram";
+  std::string prompt = kDefaultPrompt;
+  std::string system;
+  int max_tokens = 256;
+  std::optional<int> gamma;
+  std::string device = "cpu";
+  bool raw = false;
+  bool json = false;
+};
+
+std::vector<int32_t> encode_prompt(const DemoArgs& a, const TextModel& tm) {
+  const ChatTemplate tmpl = a.raw ? ChatTemplate() : load_model_chat_template(a.model);
+  if (!tmpl.has_template()) {
+    if (!a.raw) std::fprintf(stderr, "dspark demo: the model has no chat template: raw prompt\n");
+    return tm.tokenizer.encode(a.prompt, /*add_special_tokens=*/true);
+  }
+  nlohmann::json messages = nlohmann::json::array();
+  if (!a.system.empty()) messages.push_back({{"role", "system"}, {"content", a.system}});
+  messages.push_back({{"role", "user"}, {"content", a.prompt}});
+  // The template writes the special tokens itself (BOS included where the model wants it).
+  return tm.tokenizer.encode(tmpl.render(messages, /*add_generation_prompt=*/true), false);
+}
+
+void print_table(const SideBySideResult& r, const std::string& kind, int gamma) {
+  const SpecTelemetry& s = r.speculative.spec;
+  std::printf("\n%-26s %8s %9s\n", "", "tokens", "tok/s");
+  std::printf("%-26s %8d %9.1f\n", "plain", r.plain.n_generated, r.plain_tok_per_s);
+  const std::string spec_name = fmt::format("speculative ({}, γ={})", kind, gamma);
+  std::printf("%-27s %8d %9.1f   speedup %.2fx\n", spec_name.c_str(),
+              r.speculative.result.n_generated, r.spec_tok_per_s, r.speedup());
+  std::printf("tau %.2f tokens per target forward; acceptance %.2f; identical output: %s\n",
+              s.tau(), s.acceptance(), r.identical ? "yes" : "NO");
+  std::string by_pos;
+  for (size_t j = 0; j < s.drafted_at.size(); ++j) {
+    if (s.drafted_at[j] == 0) break;
+    by_pos += fmt::format(" {:.2f}", static_cast<double>(s.accepted_at[j]) / s.drafted_at[j]);
+  }
+  if (!by_pos.empty()) std::printf("acceptance by draft position:%s\n", by_pos.c_str());
+}
+
+int run_demo(const DemoArgs& a) {
+  const Device device = parse_device(a.device);
+  Context ctx(device);
+  TextModel tm = load_text_model(a.model, device, default_engine_dtype(device));
+  const std::vector<int32_t> prompt = encode_prompt(a, tm);
+
+  DraftOptions draft_options;
+  draft_options.draft = a.draft;
+  draft_options.draft_model_kv_tokens = std::max(4096, 2 * (a.max_tokens + 64) + 4096);
+  CreatedSource created = create_draft_source(draft_options, *tm.model);
+  SpecConfig config;
+  config.gamma = a.gamma ? *a.gamma : created.default_gamma;
+
+  GenerateOptions o;  // greedy: the speculative answer must equal the plain one
+  o.max_tokens = a.max_tokens;
+  std::printf("dspark demo: %s on %s, draft %s (gamma %d)\n> %s\n\n", a.model.c_str(),
+              device.name().c_str(), created.kind.c_str(), config.gamma, a.prompt.c_str());
+  std::fflush(stdout);
+  bool ends_with_newline = false;
+  const SideBySideResult r =
+      run_side_by_side(tm, ctx, prompt, o, created.source.get(), config, [&](std::string_view t) {
+        std::fwrite(t.data(), 1, t.size(), stdout);
+        std::fflush(stdout);
+        ends_with_newline = !t.empty() && t.back() == '\n';
+      });
+  if (!ends_with_newline) std::fputc('\n', stdout);
+  print_table(r, created.kind, config.gamma);
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model},
+                        {"device", device.name()},
+                        {"draft", created.kind},
+                        {"gamma", config.gamma},
+                        {"n_prompt", static_cast<int>(prompt.size())},
+                        {"plain_tok_per_s", r.plain_tok_per_s},
+                        {"spec_tok_per_s", r.spec_tok_per_s},
+                        {"speedup", r.speedup()},
+                        {"identical", r.identical},
+                        {"n_generated", r.speculative.result.n_generated},
+                        {"spec", r.speculative.spec.to_json()}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  std::fflush(stdout);
+  return r.identical ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_demo_command(CLI::App& app) {
+  auto args = std::make_shared<DemoArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "demo",
+      "Answer a prompt with speculative decoding (streamed), then compare with plain "
+      "decoding in the same run (what `make run` shows)");
+  sub->add_option("-m,--model", args->model, "Model: a directory or a .gguf file")->required();
+  sub->add_option("--draft", args->draft,
+                  "Draft source: ngram, model:DIR or DIR (a DFlash/DSpark drafter)")
+      ->capture_default_str();
+  sub->add_option("-p,--prompt", args->prompt, "The user message (default: a built-in question)");
+  sub->add_option("--system", args->system, "A system message before it");
+  sub->add_option("-n,--max-tokens", args->max_tokens, "Tokens to generate at most")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  sub->add_option("--gamma", args->gamma,
+                  "Drafted tokens per round at most (default: the drafter's block, else 4)")
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
+  sub->add_flag("--raw", args->raw, "Send the prompt as it is, without the chat template");
+  sub->add_flag("--json", args->json, "Print the measurements as one JSON line at the end");
+  return [args] { return run_demo(*args); };
+}
+
+}  // namespace dspark::cli
