@@ -27,7 +27,8 @@ if [ "${1:-}" = "--fetch-debs" ]; then
   mkdir -p "$debs" && cd "$debs" &&
     apt-get download libpcre2-dev libpcre2-8-0 liblzma-dev liblzma5 libopenblas-dev \
       libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0 libfmt-dev libfmt9 \
-      libcli11-dev libgtest-dev nlohmann-json3-dev
+      libcli11-dev libgtest-dev nlohmann-json3-dev \
+      libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev libbrotli-dev libbrotli1
   exit $?
 fi
 ops_only=""
