@@ -1,5 +1,7 @@
 #include "bench_common.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <random>
 
@@ -29,8 +31,17 @@ std::vector<std::string> read_prompt_file(const std::filesystem::path& file) {
   DSPARK_CHECK_KIND(io, in.good(), "cannot read prompt file {}", file.string());
   std::vector<std::string> out;
   std::string line;
+  const bool jsonl = file.extension() == ".jsonl";
   while (std::getline(in, line)) {
     if (line.empty()) continue;
+    if (jsonl) {  // {"prompt": "...", ...} per line (tools/train/data)
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      DSPARK_CHECK_KIND(io, j.is_object() && j.contains("prompt") && j["prompt"].is_string(),
+                        "{}: each line must be a JSON object with a string \"prompt\"",
+                        file.string());
+      out.push_back(j["prompt"].get<std::string>());
+      continue;
+    }
     std::string p;
     for (size_t i = 0; i < line.size(); ++i) {
       if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == 'n') {

@@ -15,6 +15,7 @@ namespace dspark::bench {
 // that prompt lookup can exploit.
 const std::vector<std::string>& builtin_prompts();
 // One prompt per line (\n escapes allowed).
+// One prompt per line ("\\n" escapes a newline), or a .jsonl file of {"prompt": ...} objects.
 std::vector<std::string> read_prompt_file(const std::filesystem::path& file);
 // Random token prompts for checkpoints without a tokenizer.
 std::vector<std::vector<int32_t>> random_token_prompts(int n, int length, int vocab, uint32_t seed);

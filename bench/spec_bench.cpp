@@ -2,8 +2,12 @@
 // Prints tau, acceptance by draft position, tok/s of each, the speedup, time per phase and (on
 // CUDA) achieved bandwidth against a device copy measured in the same run; a table, then JSON.
 //
-//   bench_spec -m MODEL_DIR [--draft none|ngram|model:DIR|DIR] [--gamma 4] [--device cpu|cuda]
-//              [-n 128] [--prompts FILE] [--n-prompts 8] [--temperature 0] [--json FILE]
+//   bench_spec -m MODEL [--draft none|ngram|model:DIR|DIR] [--gamma 4] [--device cpu|cuda]
+//              [-n 128] [--prompts FILE[.jsonl]] [--n-prompts 8] [--chat] [--eos]
+//              [--temperature 0] [--json FILE]
+// MODEL: a checkpoint directory or a .gguf file. --chat renders each prompt as one user message
+// through the model's chat template; --eos ends each generation at the model's EOS (default:
+// fixed length, so that runs are comparable on random weights).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,8 +23,11 @@
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
+#include "dspark/engine/model_chat_template.h"
 #include "dspark/engine/speculative.h"
+#include "dspark/engine/text_generation.h"
 #include "dspark/io/tokenizer.h"
+#include "dspark/model/gguf_model.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/source_factory.h"
 
@@ -40,6 +47,9 @@ struct Args {
   float temperature = 0.0f;
   uint64_t seed = 0;
   std::string json_file;
+  bool chat = false;
+  bool eos = false;
+  std::vector<int32_t> eos_ids;  // filled from the model when --eos
 };
 
 struct RunStats {
@@ -62,7 +72,7 @@ RunStats run(Model& target, Context& ctx, DraftSource* source,
     r.options.max_tokens = a.max_tokens;
     r.options.sampling.temperature = a.temperature;
     r.options.seed = a.seed;
-    r.options.eos_token_ids = {};  // fixed length: comparable runs
+    r.options.eos_token_ids = a.eos_ids;  // empty: fixed length (comparable runs)
     SpecConfig cfg;
     cfg.gamma = source ? a.gamma : 0;
     auto out = generate_speculative(target, ctx, source, {std::move(r)}, cfg);
@@ -95,6 +105,8 @@ int main_impl(int argc, char** argv) {
   app.add_option("--temperature", a.temperature)->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--seed", a.seed);
   app.add_option("--json", a.json_file, "also write the JSON result to this file");
+  app.add_flag("--chat", a.chat, "render prompts as a user message through the chat template");
+  app.add_flag("--eos", a.eos, "stop at the model's EOS (default: fixed length)");
   CLI11_PARSE(app, argc, argv);
 
   const Device device = parse_device(a.device);
@@ -103,19 +115,43 @@ int main_impl(int argc, char** argv) {
   Roofline roof;
   if (device.is_cuda()) roof.copy_bandwidth = cuda::measure_copy_bandwidth(device.index);
   const int64_t before = memory_stats(device).active_bytes;
-  std::unique_ptr<Model> target = load_model(a.model, device, dtype);
+  const bool has_tokenizer =
+      std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json") ||
+      resolve_gguf_model(a.model).has_value();
+  std::optional<TextModel> tm;
+  std::unique_ptr<Model> bare;
+  if (has_tokenizer) {
+    tm = load_text_model(a.model, device, dtype);
+  } else {
+    bare = load_model(a.model, device, dtype);
+  }
+  Model* target = tm ? tm->model.get() : bare.get();
   roof.weight_bytes = static_cast<double>(memory_stats(device).active_bytes - before);
   roof.kv_bytes_per_token = kv_bytes_per_token(target->config(), dtype);
+  if (a.eos) {
+    DSPARK_CHECK_KIND(invalid_input, tm.has_value(), "--eos needs a model with a tokenizer");
+    a.eos_ids = tm->eos_token_ids;
+  }
 
   std::vector<std::vector<int32_t>> prompts;
-  const auto tok_file = std::filesystem::path(a.model) / "tokenizer.json";
-  if (std::filesystem::exists(tok_file)) {
-    const Tokenizer tok = Tokenizer::from_file(tok_file);
+  if (tm) {
     const auto texts =
         a.prompts_file.empty() ? builtin_prompts() : read_prompt_file(a.prompts_file);
-    for (int i = 0; i < a.n_prompts && i < static_cast<int>(texts.size()); ++i)
-      prompts.push_back(tok.encode(texts[static_cast<size_t>(i)], true));
+    const ChatTemplate tmpl = a.chat ? load_model_chat_template(a.model) : ChatTemplate();
+    DSPARK_CHECK_KIND(invalid_input, !a.chat || tmpl.has_template(),
+                      "--chat: the model has no chat template");
+    for (int i = 0; i < a.n_prompts && i < static_cast<int>(texts.size()); ++i) {
+      const std::string& text = texts[static_cast<size_t>(i)];
+      if (a.chat) {
+        const nlohmann::json messages = {{{"role", "user"}, {"content", text}}};
+        prompts.push_back(tm->tokenizer.encode(tmpl.render(messages, true), false));
+      } else {
+        prompts.push_back(tm->tokenizer.encode(text, true));
+      }
+    }
   } else {
+    DSPARK_CHECK_KIND(invalid_input, !a.chat && a.prompts_file.empty(),
+                      "--chat / --prompts need a model with a tokenizer");
     prompts = random_token_prompts(a.n_prompts, a.prompt_tokens, target->config().vocab_size, 7);
   }
 
@@ -153,6 +189,8 @@ int main_impl(int argc, char** argv) {
       {"prompts", prompts.size()},
       {"max_tokens", a.max_tokens},
       {"temperature", a.temperature},
+      {"chat", a.chat},
+      {"stop_at_eos", a.eos},
       {"weight_bytes", roof.weight_bytes},
       {"kv_bytes_per_token", roof.kv_bytes_per_token},
       {"copy_bandwidth_gbs", roof.copy_bandwidth / 1e9},
