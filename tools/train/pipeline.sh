@@ -91,26 +91,35 @@ step() {
 } | tee "$OUT/logs/environment.txt"
 
 # ---- 1. build -----------------------------------------------------------------------------------
-deps_env() {  # the loader path of unpacked Debian packages (scripts/gpu_check.sh)
-  local lib="$repo/$BUILD/deps-root/usr/lib/x86_64-linux-gnu"
-  [ -d "$lib" ] && export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}"
-  return 0
+deps_env() {  # the environment scripts/gpu_check.sh sets when it unpacked the Debian packages
+  local root="$repo/$BUILD/deps-root"
+  local lib="$root/usr/lib/x86_64-linux-gnu"
+  [ -d "$lib" ] || return 0
+  export PKG_CONFIG_PATH="$lib/pkgconfig:$root/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$root" PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
+  export CPATH="$root/usr/include${CPATH:+:$CPATH}" LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}"
 }
 build() {
+  # Configure exactly like the GPU check (dependencies, compiler workarounds), then build only
+  # the dspark binary.
   OUT="$OUT/logs/build" DSPARK_CONFIGURE_ONLY=1 bash scripts/gpu_check.sh "$BUILD" || return $?
-  # Only the H200's architecture: halves the CUDA compile time.
-  cmake -B "$BUILD" -DDSPARK_CUDA_GENCODE="-gencode=arch=compute_90a,code=sm_90a" >/dev/null &&
-    ninja -C "$BUILD" -j "$JOBS" dspark
+  deps_env
+  ninja -C "$BUILD" -j "$JOBS" dspark
 }
 if [ -n "${DSPARK:-}" ]; then
   :
 elif [ -n "${SKIP_BUILD:-}" ] && [ -x "$BUILD/bin/dspark" ]; then
   DSPARK="$repo/$BUILD/bin/dspark"
 else
-  step build "$T_BUILD" build || { echo "build failed"; exit 3; }
+  export repo BUILD JOBS OUT
+  step build "$T_BUILD" bash -c "$(declare -f deps_env build); build" || {
+    echo "build failed"
+    exit 3
+  }
   DSPARK="$repo/$BUILD/bin/dspark"
 fi
-deps_env
+deps_env  # the loader path for the binary
 [ -x "$DSPARK" ] || DSPARK="$(find "$repo/$BUILD" -maxdepth 2 -name dspark -type f -perm -u+x | head -n 1)"
 [ -x "$DSPARK" ] || { echo "no dspark binary"; exit 3; }
 

@@ -219,7 +219,7 @@ RegenSummary run_regen(Model& model, Context& ctx, DraftSource* source,
   SpecConfig cfg;
   cfg.gamma = o.gamma;
   cfg.page_size = o.generate.page_size;
-  cfg.prefill_chunk = std::max(o.generate.prefill_chunk, 4096);
+  cfg.prefill_chunk = std::max(o.generate.prefill_chunk, 8192);
   const int64_t per_row =
       longest + std::max(0, o.generate.max_tokens) + o.gamma + 1 + 2 * cfg.page_size;
   const int64_t kv_tokens =
