@@ -44,10 +44,10 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
-from safetensors.torch import save_file
+import st_io  # our own safetensors reader / writer (no extra package on the GPU machine)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "dspark_ref"))
 import dspark_ref as ref  # noqa: E402  (independent reference: RoPE tables, parity check)
 
@@ -74,21 +74,21 @@ class RegenData:
             elif meta["tap_layers"] != self.meta["tap_layers"]:
                 raise ValueError(f"{d}: taps {meta['tap_layers']} != {self.meta['tap_layers']}")
             for path in sorted(glob.glob(os.path.join(d, "shard_*.safetensors"))):
-                with safe_open(path, "pt") as f:
-                    names = set(f.keys())
-                    if "taps" not in names or "final_hidden" not in names:
-                        raise ValueError(f"{path}: regen without --taps (no hidden states)")
-                    t = f.get_tensor("tokens").long()
-                    off = f.get_tensor("seq_offsets").long()
-                    tokens.append(t)
-                    mask.append(f.get_tensor("loss_mask").bool())
-                    tp = f.get_tensor("taps")
-                    taps.append(tp.reshape(tp.shape[0], -1))
-                    final.append(f.get_tensor("final_hidden"))
-                    plens.append(f.get_tensor("prompt_lens").long())
-                    starts.append(off[:-1] + base)
-                    lens.append(off[1:] - off[:-1])
-                    base += t.numel()
+                f, _ = st_io.read(path)
+                if "taps" not in f or "final_hidden" not in f:
+                    raise ValueError(f"{path}: regen without --taps (no hidden states)")
+                t = f["tokens"].long()
+                off = f["seq_offsets"].long()
+                tokens.append(t)
+                mask.append(f["loss_mask"].bool())
+                tp = f["taps"]
+                taps.append(tp.reshape(tp.shape[0], -1))
+                final.append(f["final_hidden"])
+                plens.append(f["prompt_lens"].long())
+                starts.append(off[:-1] + base)
+                lens.append(off[1:] - off[:-1])
+                base += t.numel()
+                del f
         if not tokens:
             raise ValueError(f"no shards under {dirs}")
         self.tap_layers = list(self.meta["tap_layers"])
@@ -107,9 +107,9 @@ class RegenData:
         self.device = device
 
     def load_target_weights(self, d: str, device) -> tuple:
-        with safe_open(os.path.join(d, "target_weights.safetensors"), "pt") as f:
-            embed = f.get_tensor("embed_tokens").float()
-            head = f.get_tensor("lm_head").float() if "lm_head" in f.keys() else embed
+        f, _ = st_io.read(os.path.join(d, "target_weights.safetensors"))
+        embed = f["embed_tokens"].float()
+        head = f["lm_head"].float() if "lm_head" in f else embed
         return embed.to(device), head.to(device)
 
 
@@ -410,7 +410,7 @@ def export(model: Drafter, cfg: dict, out_dir: str, extra: dict) -> dict:
     assert set(shapes) == set(tensors), (set(shapes) ^ set(tensors))
     for k, s in shapes.items():
         assert tuple(tensors[k].shape) == s, (k, tensors[k].shape, s)
-    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    st_io.write(os.path.join(out_dir, "model.safetensors"), tensors, metadata={"format": "pt"})
     with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
         json.dump({**cfg, "dspark_training": extra}, f, indent=2)
         f.write("\n")
