@@ -5,7 +5,10 @@
 //     --verify-k;
 //   - with --draft: the draft step (DraftSource::propose), the verify, the rest, the whole round;
 //   - with --graphs: the decode step and the verify widths again with CUDA-graph replay of the
-//     target forward (Model::set_cuda_graphs), next to the eager figures of the same run.
+//     target forward (Model::set_cuda_graphs), next to the eager figures of the same run; and
+//     target forwards of 1 and k + 1 tokens back to back at the fixed context (no engine, one
+//     synchronisation at the end), eager vs graphs: device time per forward including the gaps
+//     between kernels, when the host runs ahead.
 // Every row also reports the host (CPU) time per target forward: from entering Model::forward to
 // the end of enqueueing (ForwardStats::step_host_ms; prefill chunks excluded).
 // Random weights are fine: costs do not depend on values (acceptance does, and is not measured
@@ -14,6 +17,7 @@
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--rounds 32]
 //               [--verify-k 1,16,32] [--graphs] [--device cuda] [--json FILE]
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -101,6 +105,57 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   m.rest = t.rest_ms / t.rounds;
   m.round = m.draft + m.verify + m.rest;
   return m;
+}
+
+// `n` target forwards of `width` tokens (all logits) back to back at a fixed context (the KV is
+// rolled back after each forward, a host-only operation), one synchronisation at the end: the time
+// per forward when the host runs ahead of the GPU, i.e. device time including the gaps between
+// kernels, plus the host time per forward.
+struct LoopMs {
+  double ms = 0, host_ms = 0;
+  ForwardStats stats;
+};
+
+LoopMs forward_loop(Model& target, Context& ctx, const std::vector<int32_t>& prompt, int width,
+                    int n) {
+  constexpr int kPage = 16, kChunk = 512;
+  const int context = static_cast<int>(prompt.size());
+  PagedKvCache kv(target.kv_shape(kPage, (context + width) / kPage + 2), ctx.device());
+  const SeqId seq = kv.create_sequence();
+  for (int begin = 0; begin < context; begin += kChunk) {
+    const int end = std::min(context, begin + kChunk);
+    ForwardBatch b;
+    b.tokens.assign(prompt.begin() + begin, prompt.begin() + end);
+    b.row_indptr = {0, end - begin};
+    b.seqs = {seq};
+    target.forward(ctx, kv, b);
+  }
+  ForwardBatch step;
+  for (int i = 0; i < width; ++i) {
+    step.tokens.push_back(prompt[static_cast<size_t>(i) % prompt.size()]);
+    step.logit_indices.push_back(i);
+  }
+  step.row_indptr = {0, width};
+  step.seqs = {seq};
+  auto run = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      target.forward(ctx, kv, step);
+      kv.rollback_to(seq, context);
+    }
+  };
+  run(4);  // warm-up (with graphs: the eager step and the capture)
+  ctx.synchronize();
+  target.reset_forward_stats();
+  const auto start = std::chrono::steady_clock::now();
+  run(n);
+  ctx.synchronize();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  LoopMs out;
+  out.stats = target.forward_stats();
+  out.ms = ms / n;
+  out.host_ms = out.stats.host_ms / static_cast<double>(std::max<int64_t>(out.stats.forwards, 1));
+  return out;
 }
 
 std::vector<int> parse_list(const std::string& s) {
@@ -200,6 +255,28 @@ int main_impl(int argc, char** argv) {
                       fmt::format("{:.2f}", v.verify / plain.round),
                       fmt::format("{}, {} of {} replayed", host_cell(v), v.stats.graph_replays,
                                   v.stats.step_forwards)});
+    }
+    // Back-to-back forwards (no engine, no per-step synchronisation): device-bound time.
+    std::vector<int> loop_widths = {1};
+    for (int k : widths) loop_widths.push_back(k + 1);
+    for (int w : loop_widths) {
+      target->set_cuda_graphs(false);
+      const LoopMs e = forward_loop(*target, ctx, prompt, w, rounds);
+      target->set_cuda_graphs(true);
+      const LoopMs gl = forward_loop(*target, ctx, prompt, w, rounds);
+      j["forward_loop"][std::to_string(w)] = {{"eager_ms", e.ms},
+                                              {"eager_host_ms", e.host_ms},
+                                              {"graphs_ms", gl.ms},
+                                              {"graphs_host_ms", gl.host_ms},
+                                              {"graph_replays", gl.stats.graph_replays},
+                                              {"forwards", gl.stats.forwards}};
+      rows.push_back({fmt::format("{} tokens x{} back to back, eager", w, rounds),
+                      fmt::format("{:.3f}", e.ms), fmt::format("{:.2f}", e.ms / plain.round),
+                      fmt::format("host {:.3f} ms", e.host_ms)});
+      rows.push_back({fmt::format("{} tokens x{} back to back, graphs", w, rounds),
+                      fmt::format("{:.3f}", gl.ms), fmt::format("{:.2f}", gl.ms / plain.round),
+                      fmt::format("host {:.3f} ms, {} of {} replayed", gl.host_ms,
+                                  gl.stats.graph_replays, gl.stats.forwards)});
     }
     target->set_cuda_graphs(false);
   }
