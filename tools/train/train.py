@@ -624,6 +624,8 @@ def main() -> int:
             h = model.block_hidden(data.taps[idx], data.tokens[idx], anchor, lens, args.gamma,
                                    mask_id)
             valid, gidx = gather_rows(data, starts, lens, anchor, args.gamma)
+            if not bool(valid.any()):  # no response position in this batch
+                continue
             loss, st = block_loss(model, data, h, valid, gidx, args.gamma, weights, lm_head)
         opt.zero_grad(set_to_none=True)
         loss.backward()
