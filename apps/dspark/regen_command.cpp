@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "dspark/backend/context.h"
 #include "dspark/core/error.h"
+#include "dspark/engine/model_chat_template.h"
 #include "dspark/engine/regen.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/io/chat_template.h"
@@ -119,10 +120,7 @@ ChatTemplate load_template(const RegenArgs& a, const TextModel& tm) {
         tm.eos_token_ids.empty() ? "" : tm.tokenizer.decode({&tm.eos_token_ids[0], 1}, false);
     return ChatTemplate::from_string(ss.str(), "", eos);
   }
-  DSPARK_CHECK_KIND(invalid_input, std::filesystem::is_directory(a.model_dir),
-                    "--chat: the model '{}' is not a directory; give --chat-template FILE",
-                    a.model_dir);
-  ChatTemplate t = ChatTemplate::from_tokenizer_config(a.model_dir);
+  ChatTemplate t = load_model_chat_template(a.model_dir);  // a model directory or a GGUF file
   DSPARK_CHECK_KIND(invalid_input, t.has_template(),
                     "--chat: '{}' has no chat template; give --chat-template FILE", a.model_dir);
   return t;
@@ -277,8 +275,9 @@ Command add_regen_command(CLI::App& app) {
   sub->add_flag("--no-final-hidden", args->no_final_hidden,
                 "Do not store the final-normed hidden states (stored with --taps by default)");
   sub->add_flag("--chat", args->chat, "Render prompts through the chat template");
-  sub->add_option("--chat-template", args->chat_template,
-                  "Jinja chat template file (default: the model directory's)");
+  sub->add_option(
+      "--chat-template", args->chat_template,
+      "Jinja chat template file (default: the model's own, from its directory or GGUF)");
   sub->add_option("--system", args->system, "System message added to chat prompts");
   sub->add_option("--shard-tokens", args->shard_tokens, "Tokens per shard")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
