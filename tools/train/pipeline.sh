@@ -23,7 +23,12 @@
 #   TRAIN_MINUTES [4.5]  TRAIN_ARGS (extra train.py flags, e.g. "--layers 1 --markov-rank 64")
 #   EVAL_MAX_TOKENS [256]  EVAL_LIMIT [0 = all 128]  CALIB_LIMIT [0 = all 256]  GAMMA [7]
 #   T_BUILD [240] T_REGEN [180] T_TRAIN [TRAIN_MINUTES*60+90] T_CALIB [90] T_EVAL [90]: timeouts (s)
+#   STAGES [all]: a comma list of regen,train,calibrate,eval to run part of the pipeline (the
+#                 device tool limits one command to 10 minutes: run "regen,train" then
+#                 "calibrate,eval" with the same OUT and WORK outside the tool's $OUT)
 set -uo pipefail
+STAGES="${STAGES:-all}"
+stage() { [ "$STAGES" = all ] || [[ ",$STAGES," == *",$1,"* ]]; }
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
@@ -57,7 +62,7 @@ fi
 [ -n "${MODEL:-}" ] && [ -e "$MODEL" ] || { echo "no target model (set MODEL)"; exit 2; }
 
 steps_file="$OUT/steps.json"
-echo "[]" >"$steps_file"
+{ [ "$STAGES" != all ] && [ -f "$steps_file" ]; } || echo "[]" >"$steps_file"
 record() {  # name rc seconds
   python3 - "$steps_file" "$1" "$2" "$3" <<'PY'
 import json, sys
@@ -152,24 +157,30 @@ fi
 echo "taps: $TAPS" | tee -a "$OUT/logs/environment.txt"
 
 # ---- 3. regen -------------------------------------------------------------------------------------
+if stage regen; then
 rm -rf "$WORK/regen"
 step regen "$T_REGEN" "$DSPARK" regen -m "$MODEL" --prompts "$data/train.jsonl" --out "$WORK/regen" \
   --device "$DEVICE" --batch "$REGEN_BATCH" --max-tokens "$REGEN_MAX_TOKENS" --taps "$TAPS" \
   --limit "$REGEN_LIMIT" --max-seconds "$REGEN_SECONDS" "${chat_args[@]}" || exit 5
 cp "$WORK/regen/meta.json" "$OUT/regen_meta.json"
+fi
 
 # ---- 4. train + export ----------------------------------------------------------------------------
+if stage train; then
 rm -rf "$OUT/drafter"
 # shellcheck disable=SC2086
 step train "$T_TRAIN" python3 tools/train/train.py --data "$WORK/regen" --out "$OUT/drafter" \
   --device "$DEVICE" --minutes "$TRAIN_MINUTES" --gamma "$GAMMA" ${TRAIN_ARGS:-} || exit 6
+fi
 
 # ---- 5. calibrate (held-out calibration prompts, rendered through the chat template) --------------
+if stage calibrate; then
 step calib_prompts 60 "$DSPARK" regen -m "$MODEL" --prompts "$data/calib.jsonl" --out "$WORK/calib" \
   --device "$DEVICE" --max-tokens 1 --limit "$CALIB_LIMIT" "${chat_args[@]}" || true
 if [ -f "$WORK/calib/prompts_rendered.jsonl" ]; then
   step calibrate "$T_CALIB" "$DSPARK" calibrate -m "$MODEL" --draft "$OUT/drafter" \
     --prompts "$WORK/calib/prompts_rendered.jsonl" -n 128 --device "$DEVICE" --json || true
+fi
 fi
 
 # ---- 6. held-out evaluation -----------------------------------------------------------------------
@@ -180,6 +191,7 @@ evaluate() {  # name draft-args...
     --out "$OUT/eval/$name" --device "$DEVICE" --max-tokens "$EVAL_MAX_TOKENS" --batch 128 \
     --limit "$EVAL_LIMIT" "${chat_args[@]}" "$@" || true
 }
+stage eval || exit 0
 evaluate plain --draft none
 evaluate dspark --draft "$OUT/drafter" --gamma "$GAMMA"
 evaluate dspark_unpruned --draft "$OUT/drafter" --gamma "$GAMMA" --no-thresholds
