@@ -25,8 +25,7 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 debs="$repo/.carry/debs"
 if [ "${1:-}" = "--fetch-debs" ]; then
   mkdir -p "$debs" && cd "$debs" &&
-    apt-get download libpcre2-dev libpcre2-8-0 liblzma-dev liblzma5 libopenblas-dev \
-      libopenblas-pthread-dev libopenblas0-pthread libgfortran5 libquadmath0 libfmt-dev libfmt9 \
+    apt-get download libpcre2-dev libpcre2-8-0 liblzma-dev liblzma5 libfmt-dev libfmt9 \
       libcli11-dev libgtest-dev nlohmann-json3-dev \
       libcpp-httplib-dev libcpp-httplib0.11 libssl-dev zlib1g-dev libbrotli-dev libbrotli1
   exit $?
@@ -62,9 +61,15 @@ if [ -n "${DSPARK_FORCE_DEPS_ROOT:-}" ] || ! pkg-config --exists libpcre2-8 2>/d
   export CPATH="$root/usr/include${CPATH:+:$CPATH}" LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
   export LD_LIBRARY_PATH="$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}"
   cmake_args+=(-DDSPARK_WERROR=OFF "-DCMAKE_PREFIX_PATH=$root/usr"
-    "-Dfmt_DIR=$lib/cmake/fmt" "-DGTest_DIR=$lib/cmake/GTest" "-DCLI11_DIR=$root/usr/share/cmake/CLI11"
-    "-DOPENBLAS_LIB=$lib/openblas-pthread/libopenblas.so"
-    "-DOPENBLAS_INCLUDE=$root/usr/include/x86_64-linux-gnu/openblas-pthread")
+    "-Dfmt_DIR=$lib/cmake/fmt" "-DGTest_DIR=$lib/cmake/GTest" "-DCLI11_DIR=$root/usr/share/cmake/CLI11")
+  # OpenBLAS is optional (the CPU ops fall back to dspark's own kernel): leaving its three
+  # packages (11.7 MB) out of .carry/debs keeps the device tool's working-tree budget.
+  if [ -f "$lib/openblas-pthread/libopenblas.so" ]; then
+    cmake_args+=("-DOPENBLAS_LIB=$lib/openblas-pthread/libopenblas.so"
+      "-DOPENBLAS_INCLUDE=$root/usr/include/x86_64-linux-gnu/openblas-pthread")
+  else
+    cmake_args+=("-DOPENBLAS_LIB=OPENBLAS_LIB-NOTFOUND" "-DOPENBLAS_INCLUDE=OPENBLAS_INCLUDE-NOTFOUND")
+  fi
   echo "dependencies: unpacked $(ls "$debs"/*.deb | wc -l) Debian packages into $root"
 fi
 

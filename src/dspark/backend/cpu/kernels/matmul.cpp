@@ -4,7 +4,11 @@
 //    f32 row and dots it with every input row (the weight is read once, no f32 copy of it).
 //  - 16-bit weights, many rows (prefill): the weight is converted block by block into scratch
 //    (kWeightBlockFloats at most) and each block is one sgemm.
+// Without OpenBLAS (DSPARK_HAVE_CBLAS=0, cmake/dependencies.cmake) sgemm is a plain dot-product
+// loop: same results up to summation order, much slower.
+#if DSPARK_HAVE_CBLAS
 #include <cblas.h>
+#endif
 
 #include <algorithm>
 
@@ -37,6 +41,14 @@ void fill_bias(float* y, int64_t ldy, int64_t m, int64_t n, const std::vector<fl
 
 void sgemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
               int64_t ldw, float beta, float* y, int64_t ldy) {
+#if !DSPARK_HAVE_CBLAS
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      float& out = y[r * ldy + j];
+      out = (beta == 0.0f ? 0.0f : beta * out) + dot_f32(x + r * ldx, w + j * ldw, k);
+    }
+  }
+#else
   if (m == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n), static_cast<blasint>(k), 1.0f,
                 w, static_cast<blasint>(ldw), x, 1, beta, y, 1);
@@ -46,6 +58,7 @@ void sgemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, cons
                 static_cast<blasint>(ldx), w, static_cast<blasint>(ldw), beta, y,
                 static_cast<blasint>(ldy));
   }
+#endif
 }
 
 // Few rows: y[r, j] = x[r, :] . w[j, :] + bias[j], weight rows converted on the fly.
