@@ -23,8 +23,10 @@
 namespace dspark::cli {
 namespace {
 
+// Acceptance depends on the text: code and lists draft well, open prose less (the bundled SmolLM2
+// drafter: tau ~5.5 on this prompt, 2.6 averaged over the 128 held-out prompts of tools/train).
 constexpr const char* kDefaultPrompt =
-    "Explain in a few short paragraphs how a bicycle stays upright while it moves.";
+    "Write a Python function that checks whether a number is prime, and explain how it works.";
 
 struct DemoArgs {
   std::string model;
