@@ -38,6 +38,7 @@ struct DemoArgs {
   std::string device = "cpu";
   bool raw = false;
   bool json = false;
+  bool cuda_graphs = true;  // CUDA: replay captured decode / verify forwards
 };
 
 std::vector<int32_t> encode_prompt(const DemoArgs& a, const TextModel& tm) {
@@ -78,6 +79,7 @@ int run_demo(const DemoArgs& a) {
   const Device device = parse_device(a.device);
   Context ctx(device);
   TextModel tm = load_text_model(a.model, device, default_engine_dtype(device));
+  if (device.is_cuda()) tm.model->set_cuda_graphs(a.cuda_graphs);
   const std::vector<int32_t> prompt = encode_prompt(a, tm);
 
   DraftOptions draft_options;
@@ -143,6 +145,8 @@ Command add_demo_command(CLI::App& app) {
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub->add_flag("--raw", args->raw, "Send the prompt as it is, without the chat template");
   sub->add_flag("--json", args->json, "Print the measurements as one JSON line at the end");
+  sub->add_flag("!--no-cuda-graphs", args->cuda_graphs,
+                "CUDA: run every forward eagerly instead of replaying captured CUDA graphs");
   return [args] { return run_demo(*args); };
 }
 

@@ -28,6 +28,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::vector<std::string> stop;
   bool json = false;
+  bool cuda_graphs = true;  // CUDA: replay captured decode / verify forwards
   // Speculative decoding.
   std::string draft = "none";
   std::optional<int> gamma;
@@ -38,6 +39,7 @@ int run_generate(const GenerateArgs& a) {
   const Device device = parse_device(a.device);
   Context ctx(device);  // "built without CUDA" / "no CUDA device" before anything is loaded
   TextModel tm = load_text_model(a.model_dir, device, default_engine_dtype(device));
+  if (device.is_cuda()) tm.model->set_cuda_graphs(a.cuda_graphs);
 
   GenerateOptions o;
   o.sampling = default_sampling(tm.defaults);
@@ -156,6 +158,8 @@ Command add_generate_command(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object with text, tokens and timings last");
+  sub->add_flag("!--no-cuda-graphs", args->cuda_graphs,
+                "CUDA: run every forward eagerly instead of replaying captured CUDA graphs");
   sub->add_option("--draft", args->draft,
                   "Speculative decoding: none, ngram (prompt lookup), model:DIR (a draft model "
                   "sharing the tokenizer) or DIR (a DFlash/DSpark drafter, or a draft model)")
