@@ -10,17 +10,17 @@
 namespace dspark {
 
 struct SpecTelemetry {
-  int64_t rounds = 0;          // target verify forwards
-  int64_t drafted = 0;         // draft tokens proposed
-  int64_t accepted = 0;        // draft tokens accepted
-  int64_t emitted = 0;         // tokens produced by the rounds (accepted + the target's token)
-  std::vector<int64_t> drafted_at;   // [position] proposals that reached draft position j
+  int64_t rounds = 0;               // target verify forwards
+  int64_t drafted = 0;              // draft tokens proposed
+  int64_t accepted = 0;             // draft tokens accepted
+  int64_t emitted = 0;              // tokens produced by the rounds (accepted + the target's token)
+  std::vector<int64_t> drafted_at;  // [position] proposals that reached draft position j
   std::vector<int64_t> accepted_at;  // [position] proposals whose draft j was accepted
-  double draft_ms = 0;   // DraftSource::propose
-  double verify_ms = 0;  // target forward + verification (includes the one device read)
-  double rest_ms = 0;    // commit, KV rollback, emission, host bookkeeping
-  double prefill_ms = 0;  // prompt forwards, first token and the source's prompt commit
-  int64_t prefix_reused = 0;  // prompt tokens whose target KV came from the prefix cache
+  double draft_ms = 0;               // DraftSource::propose
+  double verify_ms = 0;              // target forward + verification (includes the one device read)
+  double rest_ms = 0;                // commit, KV rollback, emission, host bookkeeping
+  double prefill_ms = 0;             // prompt forwards, first token and the source's prompt commit
+  int64_t prefix_reused = 0;         // prompt tokens whose target KV came from the prefix cache
 
   void record_round(int n_drafted, int n_accepted);
   double tau() const { return rounds > 0 ? static_cast<double>(emitted) / rounds : 0.0; }
