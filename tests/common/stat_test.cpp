@@ -13,8 +13,10 @@ double normal_upper_quantile(double tail) {
   double lo = 0, hi = 40;
   for (int i = 0; i < 200; ++i) {
     const double mid = 0.5 * (lo + hi);
-    if (0.5 * std::erfc(mid / std::sqrt(2.0)) > tail) lo = mid;
-    else hi = mid;
+    if (0.5 * std::erfc(mid / std::sqrt(2.0)) > tail)
+      lo = mid;
+    else
+      hi = mid;
   }
   return 0.5 * (lo + hi);
 }

@@ -8,9 +8,9 @@
 namespace dspark::test {
 
 struct GTestResult {
-  double g = 0;          // G statistic 2 * sum O ln(O / E) over cells with E > 0
-  int dof = 0;           // cells with E > 0, minus one
-  double threshold = 0;  // chi-square quantile at 1 - false_alarm for dof
+  double g = 0;            // G statistic 2 * sum O ln(O / E) over cells with E > 0
+  int dof = 0;             // cells with E > 0, minus one
+  double threshold = 0;    // chi-square quantile at 1 - false_alarm for dof
   int64_t impossible = 0;  // observations in cells with E == 0 (must be zero)
   bool pass() const { return impossible == 0 && g <= threshold; }
   std::string summary() const;
