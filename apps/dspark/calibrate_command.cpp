@@ -154,14 +154,7 @@ int run_calibrate(const CalibrateArgs& a) {
   std::printf("wrote %s\n", out.string().c_str());
   if (a.json) {
     nlohmann::json positions = nlohmann::json::array();
-    for (const PositionFit& p : fit.positions)
-      positions.push_back({{"position", p.position},
-                           {"samples", p.n_samples},
-                           {"accepted", p.n_accepted},
-                           {"threshold", p.threshold},
-                           {"kept", p.n_kept},
-                           {"precision", p.precision},
-                           {"reason", p.reason}});
+    for (const PositionFit& p : fit.positions) positions.push_back(position_fit_json(p));
     const nlohmann::json j = {{"thresholds", fit.thresholds},
                               {"file", out.string()},
                               {"samples", log.size()},

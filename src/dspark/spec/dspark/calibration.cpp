@@ -116,17 +116,15 @@ ThresholdsFile read_thresholds_file(const fs::path& file) {
   return out;
 }
 
+json position_fit_json(const PositionFit& p) {
+  return {{"position", p.position},   {"samples", p.n_samples}, {"accepted", p.n_accepted},
+          {"threshold", p.threshold}, {"kept", p.n_kept},       {"precision", p.precision},
+          {"reason", p.reason}};
+}
+
 void write_thresholds_file(const fs::path& file, const ThresholdsFile& c) {
   json positions = json::array();
-  for (const PositionFit& p : c.positions) {
-    positions.push_back({{"position", p.position},
-                         {"samples", p.n_samples},
-                         {"accepted", p.n_accepted},
-                         {"threshold", p.threshold},
-                         {"kept", p.n_kept},
-                         {"precision", p.precision},
-                         {"reason", p.reason}});
-  }
+  for (const PositionFit& p : c.positions) positions.push_back(position_fit_json(p));
   const json j = {{"format", kFormat},
                   {"thresholds", c.thresholds},
                   {"target_precision", c.target_precision},

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace dspark {
 
 // One observation: a drafted position the verifier reached, and whether it was accepted.
@@ -71,5 +73,7 @@ struct ThresholdsFile {
 // Throws io naming the file and the problem.
 ThresholdsFile read_thresholds_file(const std::filesystem::path& file);
 void write_thresholds_file(const std::filesystem::path& file, const ThresholdsFile& contents);
+// One position's fit as the thresholds file and `dspark calibrate --json` write it.
+nlohmann::json position_fit_json(const PositionFit& fit);
 
 }  // namespace dspark
