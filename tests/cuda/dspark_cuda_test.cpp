@@ -17,11 +17,7 @@ namespace dspark {
 namespace {
 
 std::filesystem::path temp_dir(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string test = std::string(info->test_suite_name()) + "_" + info->name();
-  for (char& c : test)
-    if (c == '/') c = '_';
-  return std::filesystem::temp_directory_path() / ("dspark_cuda_" + test + "_" + name);
+  return test::per_test_temp_dir("dspark_cuda", name);
 }
 
 // ---- head cells ---------------------------------------------------------------------------------

@@ -30,6 +30,15 @@
 
 namespace dspark::test {
 
+// A temporary directory named after the running test (suite + name, '/' of parameterised names
+// replaced): prefix_<suite>_<test>_<name>.
+inline std::filesystem::path per_test_temp_dir(const std::string& prefix, const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string test = std::string(info->test_suite_name()) + "_" + info->name();
+  std::replace(test.begin(), test.end(), '/', '_');
+  return std::filesystem::temp_directory_path() / (prefix + "_" + test + "_" + name);
+}
+
 struct TinyDrafterSpec {
   std::string layout = "deepspec";  // deepspec | specforge | dflash
   std::string markov = "vanilla";   // none | vanilla | gated | rnn  (dflash: none)
