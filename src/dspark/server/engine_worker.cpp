@@ -15,9 +15,9 @@ namespace dspark::server {
 
 RequestChannel::Update RequestChannel::wait(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  cv_.wait_for(lock, timeout, [&] { return done_ || !text_.empty(); });
+  cv_.wait_for(lock, timeout, [&] { return done_ || !pieces_.empty(); });
   Update u;
-  u.text = std::exchange(text_, {});
+  u.pieces = std::exchange(pieces_, {});
   u.done = done_;
   return u;
 }
@@ -30,7 +30,7 @@ void RequestChannel::push_text(std::string_view piece) {
   }
   {
     std::lock_guard lock(mutex_);
-    text_.append(piece);
+    pieces_.emplace_back(piece);
   }
   cv_.notify_all();
 }

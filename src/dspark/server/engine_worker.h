@@ -73,7 +73,10 @@ class RequestChannel {
   using Clock = std::chrono::steady_clock;
 
   struct Update {
-    std::string text;   // text that arrived since the last wait
+    // Text pieces that arrived since the last wait, as the engine emitted them (one per token,
+    // or more tokens where stop-string hold-back released them together): a stream relays each
+    // as its own chunk, as OpenAI's API does, however late the handler wakes.
+    std::vector<std::string> pieces;
     bool done = false;  // the request has ended: output() is valid
   };
   // Handler: waits up to `timeout` for text or the end of the request.
@@ -92,7 +95,7 @@ class RequestChannel {
   friend class EngineWorker;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::string text_;
+  std::vector<std::string> pieces_;
   bool done_ = false;
   RequestOutput output_;
   int error_status_ = 500;

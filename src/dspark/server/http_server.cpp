@@ -232,8 +232,12 @@ struct HttpServer::Impl {
     }
     const RequestChannel::Update u = st.channel->wait(kPollInterval);
     if (!sink.is_writable()) return false;
-    if (!u.text.empty() && !write(sink, sse_event(text_chunk(st.meta, u.text, st.include_usage))))
-      return false;
+    if (!u.pieces.empty()) {
+      std::string events;
+      for (const std::string& piece : u.pieces)
+        events += sse_event(text_chunk(st.meta, piece, st.include_usage));
+      if (!write(sink, events)) return false;
+    }
     if (!u.done) return true;
     const RequestOutput& out = st.channel->output();
     std::string tail;
