@@ -1,0 +1,299 @@
+// bench_cpu_gemm: the CPU small-M matrix product (backend/cpu/kernels/small_m_gemm.h) against
+// OpenBLAS (sgemv for M = 1, sgemm otherwise), y[M, N] = x[M, K] . w[N, K]^T, f32.
+//   - per shape (N x K) and M: ms per call and the weight bytes streamed per second. Weights are
+//     taken from a pool larger than the last-level cache (--pool-mb), a new window every call, so
+//     every call reads its weight from memory as a decode step does;
+//   - "forward": every projection of a SmolLM2-135M-shaped target (30 layers of fused qkv
+//     960x576, o 576x576, fused gate_up 3072x576, down 576x1536, then the 49152x576 LM head),
+//     538 MB of distinct f32 weights, one pass per M: the matrix part of a decode step (M = 1) and
+//     of a verify forward (M = gamma + 1);
+//   - the thread pool's cost of one parallel_for with an empty body.
+//
+//   bench_cpu_gemm [--m 1,2,4,8,16] [--shapes 576x576,...] [--isa automatic|portable]
+//                  [--w-dtype f32|bf16] [--pool-mb 256] [--min-ms 300] [--no-forward] [--json FILE]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.h"
+#include "dspark/backend/cpu/kernels/small_m_gemm.h"
+#include "dspark/core/thread_pool.h"
+
+#if DSPARK_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+namespace dspark::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct Shape2 {
+  int64_t n = 0, k = 0;
+};
+
+Shape2 parse_shape(const std::string& s) {
+  const size_t x = s.find('x');
+  DSPARK_CHECK_KIND(invalid_input, x != std::string::npos, "shape '{}' is not NxK", s);
+  return {std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
+}
+
+void openblas(int64_t m, int64_t n, int64_t k, const float* x, const float* w, float* y) {
+#if DSPARK_HAVE_CBLAS
+  if (m == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n), static_cast<blasint>(k), 1.0f,
+                w, static_cast<blasint>(k), x, 1, 0.0f, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+                static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x, static_cast<blasint>(k),
+                w, static_cast<blasint>(k), 0.0f, y, static_cast<blasint>(n));
+  }
+#else
+  (void)m, (void)n, (void)k, (void)x, (void)w, (void)y;
+#endif
+}
+
+// Runs `call(i)` (i = 0, 1, ...) in 5 batches of at least min_ms / 5 each (3 calls at least),
+// after 2 warm-up calls; returns ms per call of the fastest batch (the machine is shared: other
+// jobs only ever make a batch slower).
+template <typename F>
+double time_calls(double min_ms, F&& call) {
+  call(0);
+  call(1);
+  int64_t i = 2;
+  double best = 1e300;
+  for (int batch = 0; batch < 5; ++batch) {
+    int64_t calls = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0;
+    while (calls < 3 || elapsed < min_ms / 5) {
+      call(i++);
+      ++calls;
+      elapsed = ms_since(t0);
+    }
+    best = std::min(best, elapsed / static_cast<double>(calls));
+  }
+  return best;
+}
+
+struct Args {
+  std::string m_list = "1,2,4,8,16";
+  std::string shapes = "576x576,192x576,960x576,1536x576,3072x576,576x1536,49152x576,49152x48";
+  std::string isa = "automatic";
+  std::string w_dtype = "f32";
+  int pool_mb = 256;
+  double min_ms = 300;
+  bool no_forward = false;
+  std::string json_file;
+};
+
+int run(const Args& a) {
+  ThreadPool& pool = ThreadPool::global();
+  const cpu::SmallGemmIsa isa =
+      a.isa == "portable" ? cpu::SmallGemmIsa::portable : cpu::small_gemm_default_isa();
+  const DType w_dtype = dtype_from_name(a.w_dtype);
+  DSPARK_CHECK_KIND(invalid_input, w_dtype == DType::f32 || w_dtype == DType::bf16,
+                    "--w-dtype f32 or bf16");
+  std::vector<int64_t> ms;
+  for (const auto& s : split_list(a.m_list)) ms.push_back(std::stoll(s));
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  std::vector<Shape2> shapes;
+  for (const auto& s : split_list(a.shapes)) shapes.push_back(parse_shape(s));
+
+  nlohmann::json out;
+  out["isa"] = cpu::small_gemm_isa_name(isa);
+  out["threads"] = pool.size();
+  out["w_dtype"] = a.w_dtype;
+  out["openblas"] = DSPARK_HAVE_CBLAS != 0;
+
+  // Thread pool cost: a parallel_for of two chunks of ~20 us of work each, against the same work
+  // on the calling thread alone (the difference is the cost of waking and joining the workers).
+  {
+    auto busy = [](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        const auto t0 = Clock::now();
+        while (ms_since(t0) < 0.02) {
+        }
+      }
+    };
+    const double serial_us = 1e3 * time_calls(a.min_ms, [&](int64_t) { busy(0, 2); });
+    const double pool_us =
+        1e3 * time_calls(a.min_ms, [&](int64_t) { pool.parallel_for(2, 1, busy); });
+    const double ideal_us = serial_us / std::min(2, pool.size());
+    out["parallel_for_overhead_us"] = pool_us - ideal_us;
+    fmt::print(
+        "thread pool: {} threads, 2 x 20 us of work: {:.1f} us in parallel_for ({:.1f} us over "
+        "the ideal {:.1f} us)\n",
+        pool.size(), pool_us, pool_us - ideal_us, ideal_us);
+  }
+
+  // The weight pool, f32 values (and a bf16 copy when asked).
+  const int64_t pool_floats = static_cast<int64_t>(a.pool_mb) << 18;
+  std::vector<float> wpool(static_cast<size_t>(pool_floats));
+  {
+    std::mt19937 gen(1);
+    std::normal_distribution<float> nd(0.0f, 0.05f);
+    for (auto& v : wpool) v = nd(gen);
+  }
+  std::vector<bf16> wpool16;
+  if (w_dtype == DType::bf16) {
+    wpool16.resize(wpool.size());
+    for (size_t i = 0; i < wpool.size(); ++i) wpool16[i] = f32_to_bf16(wpool[i]);
+  }
+  std::vector<float> x(static_cast<size_t>(max_m * 8192), 0.5f);
+  std::vector<float> y(static_cast<size_t>(max_m * 65536));
+
+  std::vector<std::vector<std::string>> rows;
+  nlohmann::json jshapes = nlohmann::json::array();
+  for (const Shape2& s : shapes) {
+    const int64_t wfloats = s.n * s.k;
+    DSPARK_CHECK_KIND(invalid_input, wfloats <= pool_floats && s.k <= 8192 && s.n <= 65536,
+                      "shape {}x{} too large", s.n, s.k);
+    const int64_t windows = std::max<int64_t>(1, pool_floats / wfloats);
+    const double wbytes = static_cast<double>(wfloats) * static_cast<double>(dtype_size(w_dtype));
+    double ours_m1 = 0;
+    for (const int64_t m : ms) {
+      auto ours = [&](int64_t i) {
+        cpu::SmallGemmArgs g;
+        g.x = x.data();
+        g.ldx = s.k;
+        const int64_t offset = (i % windows) * wfloats;
+        g.w = w_dtype == DType::f32 ? static_cast<const void*>(wpool.data() + offset)
+                                    : static_cast<const void*>(wpool16.data() + offset);
+        g.w_dtype = w_dtype;
+        g.y = y.data();
+        g.ldy = s.n;
+        g.m = m;
+        g.n = s.n;
+        g.k = s.k;
+        cpu::small_gemm(pool, g, isa);
+      };
+      const double t_ours = time_calls(a.min_ms, ours);
+      if (m == 1) ours_m1 = t_ours;
+      double t_blas = 0;
+      if (DSPARK_HAVE_CBLAS && w_dtype == DType::f32) {
+        t_blas = time_calls(a.min_ms, [&](int64_t i) {
+          openblas(m, s.n, s.k, x.data(), wpool.data() + (i % windows) * wfloats, y.data());
+        });
+      }
+      const double gflops = 2.0 * static_cast<double>(m * wfloats) / (t_ours * 1e6);
+      rows.push_back({fmt::format("{}x{}", s.n, s.k), std::to_string(m),
+                      t_blas > 0 ? fmt::format("{:.3f}", t_blas) : "-",
+                      t_blas > 0 ? fmt::format("{:.1f}", wbytes / (t_blas * 1e6)) : "-",
+                      fmt::format("{:.3f}", t_ours), fmt::format("{:.1f}", wbytes / (t_ours * 1e6)),
+                      fmt::format("{:.1f}", gflops),
+                      t_blas > 0 ? fmt::format("{:.2f}x", t_blas / t_ours) : "-",
+                      ours_m1 > 0 ? fmt::format("{:.2f}", t_ours / ours_m1) : "-"});
+      jshapes.push_back({{"n", s.n},
+                         {"k", s.k},
+                         {"m", m},
+                         {"openblas_ms", t_blas},
+                         {"openblas_gbs", t_blas > 0 ? wbytes / (t_blas * 1e6) : 0.0},
+                         {"ours_ms", t_ours},
+                         {"ours_gbs", wbytes / (t_ours * 1e6)},
+                         {"ours_gflops", gflops},
+                         {"ours_vs_m1", ours_m1 > 0 ? t_ours / ours_m1 : 0.0}});
+    }
+  }
+  fmt::print("\n{}\n", format_table({"N x K", "M", "OpenBLAS ms", "OpenBLAS GB/s", "ours ms",
+                                     "ours GB/s", "ours GFLOP/s", "speedup", "ours / ours M=1"},
+                                    rows));
+  out["shapes"] = jshapes;
+
+  if (!a.no_forward) {
+    // SmolLM2-135M projections: 30 x (qkv, o, gate_up, down) + LM head, distinct weights.
+    std::vector<Shape2> layer = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+    std::vector<Shape2> all;
+    for (int l = 0; l < 30; ++l) all.insert(all.end(), layer.begin(), layer.end());
+    all.push_back({49152, 576});
+    std::vector<std::vector<float>> ws;
+    double total_bytes = 0;
+    for (const Shape2& s : all) {
+      ws.emplace_back(static_cast<size_t>(s.n * s.k), 0.01f);
+      total_bytes += static_cast<double>(s.n * s.k) * 4.0;
+    }
+    std::vector<std::vector<std::string>> frows;
+    nlohmann::json jf = nlohmann::json::array();
+    double ours1 = 0, blas1 = 0;
+    for (const int64_t m : ms) {
+      auto pass = [&](bool use_blas) {
+        for (size_t i = 0; i < all.size(); ++i) {
+          const Shape2& s = all[i];
+          if (use_blas) {
+            openblas(m, s.n, s.k, x.data(), ws[i].data(), y.data());
+          } else {
+            cpu::SmallGemmArgs g;
+            g.x = x.data();
+            g.ldx = s.k;
+            g.w = ws[i].data();
+            g.y = y.data();
+            g.ldy = s.n;
+            g.m = m;
+            g.n = s.n;
+            g.k = s.k;
+            cpu::small_gemm(pool, g, isa);
+          }
+        }
+      };
+      const double t_ours = time_calls(a.min_ms * 3, [&](int64_t) { pass(false); });
+      const double t_blas =
+          DSPARK_HAVE_CBLAS ? time_calls(a.min_ms * 3, [&](int64_t) { pass(true); }) : 0.0;
+      if (m == 1) ours1 = t_ours, blas1 = t_blas;
+      frows.push_back({std::to_string(m), t_blas > 0 ? fmt::format("{:.2f}", t_blas) : "-",
+                       blas1 > 0 ? fmt::format("{:.2f}", t_blas / blas1) : "-",
+                       fmt::format("{:.2f}", t_ours),
+                       fmt::format("{:.1f}", total_bytes / (t_ours * 1e6)),
+                       ours1 > 0 ? fmt::format("{:.2f}", t_ours / ours1) : "-"});
+      jf.push_back({{"m", m},
+                    {"openblas_ms", t_blas},
+                    {"ours_ms", t_ours},
+                    {"ours_gbs", total_bytes / (t_ours * 1e6)},
+                    {"ours_vs_m1", ours1 > 0 ? t_ours / ours1 : 0.0},
+                    {"openblas_vs_m1", blas1 > 0 ? t_blas / blas1 : 0.0}});
+    }
+    fmt::print(
+        "SmolLM2-135M projections per forward ({:.0f} MB of f32 weights):\n{}\n", total_bytes / 1e6,
+        format_table({"M", "OpenBLAS ms", "OpenBLAS / M=1", "ours ms", "ours GB/s", "ours / M=1"},
+                     frows));
+    out["forward_weight_bytes"] = total_bytes;
+    out["forward"] = jf;
+  }
+
+  if (!a.json_file.empty()) std::ofstream(a.json_file) << out.dump(2) << "\n";
+  fmt::print("{}\n", out.dump());
+  return 0;
+}
+
+}  // namespace
+}  // namespace dspark::bench
+
+int main(int argc, char** argv) {
+  dspark::bench::Args a;
+  CLI::App app{"CPU small-M matrix product vs OpenBLAS"};
+  app.add_option("--m", a.m_list, "input rows, comma-separated");
+  app.add_option("--shapes", a.shapes, "weight shapes NxK, comma-separated");
+  app.add_option("--isa", a.isa, "automatic | portable");
+  app.add_option("--w-dtype", a.w_dtype, "f32 | bf16 (bf16: ours only)");
+  app.add_option("--pool-mb", a.pool_mb, "weight pool rotated through (MB)")
+      ->check(CLI::Range(1, 8192));
+  app.add_option("--min-ms", a.min_ms, "time per measurement")->check(CLI::Range(1.0, 1e6));
+  app.add_flag("--no-forward", a.no_forward, "skip the SmolLM2-shaped forward sweep");
+  app.add_option("--json", a.json_file, "also write the JSON result to this file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return dspark::bench::run(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cpu_gemm: %s\n", e.what());
+    return 1;
+  }
+}
