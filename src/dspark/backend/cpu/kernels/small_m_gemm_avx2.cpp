@@ -10,9 +10,10 @@
 //
 // Memory: a decode/verify step streams every weight from DRAM once. Without help, a tile with
 // several input rows stalls on those loads and the memory time and the FMA time add up; a
-// software prefetch into L2, kPrefetchAhead bytes ahead of the rows being read and paced with
-// the FMAs, makes them overlap (measured on a 2-core AMD EPYC VM: the SmolLM2-135M projections
-// at M = 8 went from 2.1x to ~1.1x the time of M = 1; docs/perf-notes.md).
+// software prefetch into L2 of the bytes the driver names (16 KiB ahead of the f32 rows being
+// read, or the next block of a 16-bit weight), paced with the FMAs, makes them overlap (measured
+// on a 2-core AMD EPYC VM: the SmolLM2-135M projections at M = 8 went from 2.1x to ~1.1x the time
+// of M = 1; docs/perf-notes.md). _MM_HINT_T1 was clearly better than T0 and NTA there.
 #include "dspark/backend/cpu/kernels/small_m_gemm_tiles.h"
 
 #if defined(__x86_64__)
@@ -29,9 +30,6 @@ namespace dspark::cpu::small_gemm_detail {
 namespace {
 
 constexpr int kCols = static_cast<int>(kSmallGemmBlockCols);
-// Prefetch distance: 16 KiB ahead (8 KiB and 32 KiB measured within noise of it, 4 KiB and no
-// prefetch clearly slower; _MM_HINT_T1 clearly better than T0 and NTA).
-constexpr int64_t kPrefetchAhead = 16 << 10;
 
 // Full sums of four 8-lane accumulators, lane i of the result = ((a0+a1)+(a2+a3)) +
 // ((a4+a5)+(a6+a7)) of accumulator i (the order documented in small_m_gemm.h).
@@ -124,59 +122,66 @@ DSPARK_AVX2 void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, 
   }
 }
 
+// Splits a prefetch range over the `calls` tile calls of a block, in order.
+struct PrefetchPlan {
+  const char* begin = nullptr;
+  int64_t per_call = 0, per_step = 0;
+  PrefetchPlan(const void* p, int64_t bytes, int64_t calls, int64_t k) {
+    if (!p || bytes <= 0) return;
+    begin = static_cast<const char*>(p);
+    per_call = (bytes + calls - 1) / calls;
+    per_step = (per_call + (k + 7) / 8 - 1) / ((k + 7) / 8);
+  }
+  Prefetch at(int64_t call) const {
+    return begin ? Prefetch{begin + call * per_call, per_step} : Prefetch{};
+  }
+};
+
 // M <= 4: one group of MR rows across the block, tiles as wide as 12 accumulators allow (so
 // that even M = 1 keeps 12 independent FMA chains in flight).
 template <int MR, int NR>
 DSPARK_AVX2 void single_group(const float* x, int64_t ldx, const float* w, int64_t ldw,
-                              int64_t ncols, int64_t k, float* out, bool stream) {
+                              int64_t ncols, int64_t k, float* out, const PrefetchPlan& plan) {
   static_assert(kCols % NR == 0);
-  const int64_t steps = (k + 7) / 8;
-  const int64_t per_step = (NR * ldw * static_cast<int64_t>(sizeof(float)) + steps - 1) / steps;
-  for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
-    const float* wt = w + j0 * ldw;
-    Prefetch p;
-    if (stream) p = {reinterpret_cast<const char*>(wt) + kPrefetchAhead, per_step};
-    tile<MR, NR>(x, ldx, wt, ldw, ncols - j0, k, out + j0, p);
-  }
+  for (int64_t j0 = 0, call = 0; j0 < ncols; j0 += NR, ++call)
+    tile<MR, NR>(x, ldx, w + j0 * ldw, ldw, ncols - j0, k, out + j0, plan.at(call));
 }
 
 }  // namespace
 
 // M > 4: for each 3 weight rows, every group of (up to) 4 input rows, so that the weight rows are
-// read from memory once and reused from L1 right away; the prefetch of the next rows is spread
-// evenly over the groups.
+// read from memory once and reused from L1 right away. The prefetch range is spread evenly over
+// all tile calls of the block.
 DSPARK_AVX2 void block_avx2(const float* x, int64_t ldx, int64_t m, const float* w, int64_t ldw,
-                            int64_t ncols, int64_t k, float* out, bool stream) {
+                            int64_t ncols, int64_t k, float* out, const void* prefetch,
+                            int64_t prefetch_bytes) {
+  constexpr int kNr = 3;
+  static_assert(kCols % kNr == 0);
+  const int64_t groups = (m + 3) / 4;
+  const int64_t nr = m == 1 ? 12 : m == 2 ? 6 : m == 3 ? 4 : kNr;
+  const PrefetchPlan plan(prefetch, prefetch_bytes, groups * ((ncols + nr - 1) / nr), k);
   switch (m) {
     case 1:
-      single_group<1, 12>(x, ldx, w, ldw, ncols, k, out, stream);
+      single_group<1, 12>(x, ldx, w, ldw, ncols, k, out, plan);
       return;
     case 2:
-      single_group<2, 6>(x, ldx, w, ldw, ncols, k, out, stream);
+      single_group<2, 6>(x, ldx, w, ldw, ncols, k, out, plan);
       return;
     case 3:
-      single_group<3, 4>(x, ldx, w, ldw, ncols, k, out, stream);
+      single_group<3, 4>(x, ldx, w, ldw, ncols, k, out, plan);
       return;
     case 4:
-      single_group<4, 3>(x, ldx, w, ldw, ncols, k, out, stream);
+      single_group<4, 3>(x, ldx, w, ldw, ncols, k, out, plan);
       return;
     default:
       break;
   }
-  constexpr int kNr = 3;
-  static_assert(kCols % kNr == 0);
-  const int64_t groups = (m + 3) / 4;
-  const int64_t steps = (k + 7) / 8;
-  const int64_t tile_bytes = kNr * ldw * static_cast<int64_t>(sizeof(float));
-  const int64_t per_group = (tile_bytes + groups - 1) / groups;
-  const int64_t per_step = (per_group + steps - 1) / steps;
+  int64_t call = 0;
   for (int64_t j0 = 0; j0 < ncols; j0 += kNr) {
     const float* wt = w + j0 * ldw;
-    const char* ahead = reinterpret_cast<const char*>(wt) + kPrefetchAhead;
-    for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t g = 0; g < groups; ++g, ++call) {
       const int64_t r = 4 * g;
-      Prefetch p;
-      if (stream) p = {ahead + g * per_group, per_step};
+      const Prefetch p = plan.at(call);
       float* o = out + r * kCols + j0;
       switch (std::min<int64_t>(4, m - r)) {
         case 4:
