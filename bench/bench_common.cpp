@@ -73,6 +73,18 @@ double kv_bytes_per_token(const ModelConfig& c, DType dtype) {
   return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * static_cast<double>(dtype_size(dtype));
 }
 
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const size_t next = s.find(',', pos);
+    out.push_back(s.substr(pos, next - pos));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
 std::string format_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> w(header.size());

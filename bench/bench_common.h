@@ -31,6 +31,9 @@ struct Roofline {
 };
 double kv_bytes_per_token(const ModelConfig& c, DType dtype);
 
+// "a,b,c" -> {"a", "b", "c"} (an empty string gives no items).
+std::vector<std::string> split_list(const std::string& s);
+
 std::string format_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows);
 

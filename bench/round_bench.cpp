@@ -15,7 +15,9 @@
 // here; random drafts are rejected, so every round drafts the full gamma).
 //
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--rounds 32]
-//               [--verify-k 1,16,32] [--graphs] [--device cuda] [--json FILE]
+//               [--verify-k 1,16,32] [--graphs] [--profile-ops] [--device cuda] [--json FILE]
+// --profile-ops: device time per op (linear, paged_attention, rms_norm, ...) of eager forwards of
+// 1 and k + 1 tokens at the fixed context (backend/op_profile.h), as a table and in the JSON.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +31,7 @@
 #include "bench_common.h"
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/runtime.h"
+#include "dspark/backend/op_profile.h"
 #include "dspark/core/buffer.h"
 #include "dspark/engine/speculative.h"
 #include "dspark/spec/source_factory.h"
@@ -160,20 +163,14 @@ LoopMs forward_loop(Model& target, Context& ctx, const std::vector<int32_t>& pro
 
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
-  size_t pos = 0;
-  while (pos < s.size()) {
-    const size_t next = s.find(',', pos);
-    out.push_back(std::stoi(s.substr(pos, next - pos)));
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
+  for (const std::string& item : split_list(s)) out.push_back(std::stoi(item));
   return out;
 }
 
 int main_impl(int argc, char** argv) {
   std::string model, draft = "none", device_name = "cuda", json_file, verify_list = "1,16,32";
   int gamma = 16, context = 1024, rounds = 32;
-  bool graphs = false;
+  bool graphs = false, profile_ops = false;
   CLI::App app{"bench_round: speculative round phases vs a plain decode step"};
   app.add_option("-m,--model", model, "target model directory")->required();
   app.add_option("--draft", draft, "draft source (as dspark generate --draft)");
@@ -185,6 +182,8 @@ int main_impl(int argc, char** argv) {
                "also time decode and verify with CUDA-graph replay of the target forward");
   app.add_option("--device", device_name, "cpu | cuda | cuda:N");
   app.add_option("--json", json_file, "also write the JSON result here");
+  app.add_flag("--profile-ops", profile_ops,
+               "also time every op of eager forwards of 1 and k + 1 tokens (device time per op)");
   CLI11_PARSE(app, argc, argv);
 
   const Device device = parse_device(device_name);
@@ -279,6 +278,34 @@ int main_impl(int argc, char** argv) {
                                   gl.stats.graph_replays, gl.stats.forwards)});
     }
     target->set_cuda_graphs(false);
+  }
+  if (profile_ops) {  // device time per op of eager forwards (backend/op_profile.h)
+    std::vector<int> loop_widths = {1};
+    for (int k : widths) loop_widths.push_back(k + 1);
+    target->set_cuda_graphs(false);
+    for (int w : loop_widths) {
+      set_op_profiling(true);
+      const LoopMs e = forward_loop(*target, ctx, prompt, w, rounds);
+      set_op_profiling(false);
+      const std::vector<OpTime> ops = take_op_profile();
+      const double forwards = rounds + 4.0;  // forward_loop's warm-up forwards are recorded too
+      double total = 0;
+      for (const OpTime& t : ops) total += t.ms;
+      std::vector<std::vector<std::string>> op_rows;
+      for (const OpTime& t : ops) {
+        j["op_profile"][std::to_string(w)][t.op] = {{"calls_per_forward", t.calls / forwards},
+                                                    {"ms_per_forward", t.ms / forwards}};
+        op_rows.push_back({t.op, fmt::format("{:.1f}", t.calls / forwards),
+                           fmt::format("{:.2f}", 1e3 * t.ms / t.calls),
+                           fmt::format("{:.3f}", t.ms / forwards),
+                           fmt::format("{:.1f}%", 100 * t.ms / total)});
+      }
+      std::printf(
+          "ops of a %d-token forward at context %d (eager, profiled: %.3f ms per forward, "
+          "%.3f ms unprofiled)\n%s",
+          w, context, total / forwards, e.ms,
+          format_table({"op", "calls", "us per call", "ms per forward", "share"}, op_rows).c_str());
+    }
   }
   if (draft != "none") {
     DraftOptions o;

@@ -2,12 +2,7 @@
 # A short follow-up session: re-run selected CUDA tests and compare linear paths (cuBLASLt vs the
 # opt-in small-M kernel) on the 8B shape: decode / verify cost and greedy agreement of
 # speculative vs plain decoding. Logs under $OUT.
-set -uo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
-out="${OUT:-$repo/gpu-session-logs}"
-mkdir -p "$out"
-t0=$(date +%s)
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 export JOBS=16 DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_spec bench_round"
 CTEST_ARGS="-R CudaSpeculative|CudaGemv|CudaMatmul" bash scripts/gpu_check.sh build-gpu
 echo "tests done ($(( $(date +%s) - t0 )) s)"
@@ -20,14 +15,6 @@ python3 -c "import lzma; open('$m/tok/tokenizer.json','wb').write(lzma.open('tes
 for s in qwen3-8b qwen3-0.6b; do
   [ -f "$m/$s/config.json" ] || timeout 120 python3 tools/synth/make_random_checkpoint.py --shape "$s" --out "$m/$s" --tokenizer "$m/tok" | tail -n 1
 done
-run() {  # seconds name cmd...
-  local limit=$1 name=$2
-  shift 2
-  echo "== $name ($(( $(date +%s) - t0 )) s)"
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
-  echo "(exit $?)"
-  grep -v '^{' "$out/$name.log" | grep -E '\|| GB/s|mismatch|tok_per_s' | head -n 14
-}
 run 60 round_cublas "$bin/bench_round" -m "$m/qwen3-8b" --device cuda --context 1024 --rounds 32 --verify-k 1,4,7,16,32
 run 60 round_gemv env DSPARK_CUDA_GEMV=1 "$bin/bench_round" -m "$m/qwen3-8b" --device cuda --context 1024 --rounds 32 --verify-k 1,4,7
 run 60 spec_cublas "$bin/bench_spec" -m "$m/qwen3-8b" --device cuda --draft "model:$m/qwen3-0.6b" --gamma 4 -n 96 --n-prompts 4

@@ -5,14 +5,9 @@
 # the whole call ends inside the device tool's limit.
 #   bash scripts/gpu_session.sh [all|tests|perf]    (default all)
 # Needs the Debian packages in .carry/debs (bash scripts/gpu_check.sh --fetch-debs; carry `.carry`).
-set -uo pipefail
-repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$repo"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 what="${1:-all}"
-out="${OUT:-$repo/gpu-session-logs}"
-mkdir -p "$out"
 build=build-gpu
-t0=$(date +%s)
 export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_spec bench_round ${EXTRA_TARGETS:-}"
 if [ "$what" = perf ]; then
   CTEST_ARGS="-R NONE_AT_ALL" bash scripts/gpu_check.sh "$build" || true
@@ -38,15 +33,6 @@ synth qwen3-8b-dspark-b16 "$models/qwen3-8b-dspark-b16"
 echo "synth done ($(( $(date +%s) - t0 )) s)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$out/gpu.txt"
 
-run() {  # seconds name cmd...
-  local limit=$1 name=$2
-  shift 2
-  echo "== $name ($(( $(date +%s) - t0 )) s): $*"
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  grep -v '^{' "$out/$name.log" | tail -n 14
-  echo "(exit $rc)"
-}
 run 90 round_8b_dspark "$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 \
   --rounds 32 --verify-k 1,16,32 --draft "$models/qwen3-8b-dspark-b16" --gamma 16 \
   --json "$out/round_8b_dspark.json"

@@ -1,9 +1,12 @@
-// The small-M linear path (backend/cuda/kernels/gemv.cu: M <= 8, 16-bit weights, K % 8 == 0)
-// against the CPU on the same rounded inputs, over every M, odd N, long K (several unrolled
-// steps plus a tail), strided x rows (stride % 8 == 0), both output dtypes and biases.
-// Tolerances as tests/cuda/matmul_test.cpp.
-#include <cstdlib>
+// The small-M tensor-core linear path (backend/cuda/kernels/gemv.cu: M <= 48, 16-bit weights,
+// K % 8 == 0) against the CPU on the same rounded inputs, over M on both sides of every 8-token
+// tile, N below / at / above the 16-row tile, K below one 32-element chunk, with partial chunks and
+// long enough for several unrolled steps per warp, strided x rows, both output dtypes and biases
+// (tolerances as tests/cuda/matmul_test.cpp); and its batch invariance: a row's result is bitwise
+// the same whatever the number of rows in the call (verify == decode).
+#include <cstring>
 
+#include "dspark/backend/cuda/kernels.h"
 #include "dspark/ops/matmul.h"
 
 #include "cuda/cuda_consistency.h"
@@ -13,16 +16,16 @@ namespace {
 
 TEST(CudaGemv, SmallMMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
-  // The path is opt-in and read once per process: enable it before the first linear call (ctest
-  // runs every test in its own process).
-  setenv("DSPARK_CUDA_GEMV", "1", 1);
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  cuda::set_small_m_linear(true);  // opt-in path
+#endif
   Contexts ctx;
   uint32_t seed = 7000;
   for (DType in : {DType::bf16, DType::f16}) {
     for (DType out : {in, DType::f32}) {
-      for (int64_t m = 1; m <= 8; ++m) {
-        for (int64_t n : {1, 7, 4099}) {
-          for (int64_t k : {8, 1032, 4096 + 8 * 37}) {
+      for (int64_t m : {1, 2, 7, 8, 9, 16, 17, 31, 33, 48}) {
+        for (int64_t n : {1, 16, 4099}) {
+          for (int64_t k : {8, 24, 1032, 4096 + 8 * 37}) {
             const int64_t ldx = k + (m % 2 ? 16 : 0);  // odd M: x rows inside a wider buffer
             const Pair xbuf = random_pair(in, Shape{m, ldx}, seed++);
             const Tensor xc = xbuf.cpu.view().slice(1, 0, k), xg = xbuf.gpu.view().slice(1, 0, k);
@@ -43,6 +46,52 @@ TEST(CudaGemv, SmallMMatchesCpu) {
     }
   }
 }
+
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)  // properties of the CUDA kernel itself
+// Row r of an M-row call == the one-row call on row r, bit for bit, for every M the path takes.
+TEST(CudaGemv, BatchInvariant) {
+  DSPARK_REQUIRE_CUDA();
+  cuda::set_small_m_linear(true);
+  Contexts ctx;
+  constexpr int64_t kMaxM = 48, kN = 300, kK = 4096 + 8 * 5;
+  for (DType out : {DType::bf16, DType::f32}) {
+    const Pair x = random_pair(DType::bf16, Shape{kMaxM, kK}, 8100);
+    const Pair w = random_pair(DType::bf16, Shape{kN, kK}, 8101, 0.05f);
+    const Pair single = zeros_pair(out, Shape{kMaxM, kN});
+    for (int64_t r = 0; r < kMaxM; ++r)
+      linear(ctx.gpu, x.gpu.view().slice(0, r, r + 1), w.gpu, Tensor{},
+             single.gpu.view().slice(0, r, r + 1));
+    for (int64_t m : {2, 5, 8, 9, 16, 17, 25, 32, 33, 41, 48}) {
+      const Pair batch = zeros_pair(out, Shape{m, kN});
+      linear(ctx.gpu, x.gpu.view().slice(0, 0, m), w.gpu, Tensor{}, batch.gpu);
+      ctx.gpu.synchronize();
+      const OwnedTensor got = OwnedTensor::copy_of(batch.gpu.view(), Device::cpu());
+      const OwnedTensor want =
+          OwnedTensor::copy_of(single.gpu.view().slice(0, 0, m), Device::cpu());
+      EXPECT_EQ(0, std::memcmp(got.view().data(), want.view().data(),
+                               static_cast<size_t>(m * kN) * dtype_size(out)))
+          << "M=" << m << " -> " << name_of(out) << ": rows differ from one-row calls";
+    }
+  }
+}
+
+// The switch: off routes through cuBLASLt (same values within rounding), on again is bitwise the
+// kernel.
+TEST(CudaGemv, SwitchFallsBackToCublas) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const Pair x = random_pair(DType::bf16, Shape{4, 512}, 8200);
+  const Pair w = random_pair(DType::bf16, Shape{96, 512}, 8201, 0.05f);
+  const Pair a = zeros_pair(DType::f32, Shape{4, 96}), b = zeros_pair(DType::f32, Shape{4, 96});
+  cuda::set_small_m_linear(false);
+  linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, a.gpu);
+  cuda::set_small_m_linear(true);
+  linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, b.gpu);
+  ctx.gpu.synchronize();
+  expect_close(b.gpu, a.gpu, 1e-4, "small-M kernel vs cuBLASLt");
+}
+
+#endif
 
 }  // namespace
 }  // namespace dspark::test

@@ -27,6 +27,11 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
                   const Tensor& out, const RmsNormParams& params);
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
+// The small-M tensor-core path of linear (kernels/gemv.cu, M <= 48 with 16-bit weights): off by
+// default (every linear through cuBLASLt); on when the environment has DSPARK_CUDA_GEMV=1 or after
+// set_small_m_linear(true). Process-wide; for benchmarks and tests.
+void set_small_m_linear(bool enabled);
+bool small_m_linear_enabled();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void convert(Context& ctx, const Tensor& src, const Tensor& out);

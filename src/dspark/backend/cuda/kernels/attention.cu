@@ -24,6 +24,7 @@
 #include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/op_profile.h"
 
 namespace dspark::cuda {
 namespace {
@@ -319,28 +320,37 @@ struct CombineArgs {
   int n_heads, n_splits, head_dim;
 };
 
-// One warp per (token, head): merges the splits' partial softmax states.
+// One warp per (token, head): merges the splits' partial softmax states. Lane s reads split s's
+// max and sum (n_splits <= 32), so the loads are issued together rather than one dependent round
+// trip per split; the sums are still added in split order (the same values as a sequential loop).
+static_assert(kMaxSplits <= 32);
 __global__ void combine_splits_kernel(CombineArgs p) {
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (item >= p.n_items) return;
   const int64_t stride = p.head_dim + 2;
   const float* part = p.part + item * p.n_splits * stride;
-  float m = -INFINITY;
-  for (int s = 0; s < p.n_splits; ++s) m = fmaxf(m, part[s * stride + p.head_dim]);
+  const bool mine = lane < p.n_splits;
+  const float ms = mine ? part[lane * stride + p.head_dim] : -INFINITY;
+  const float ls = mine ? part[lane * stride + p.head_dim + 1] : 0.0f;
+  const float m = device::warp_max(ms);
+  const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;  // this lane's split
+  float w[kMaxSplits];  // every split's weight, in every lane (before lanes diverge over d)
   float l = 0.0f;
-  for (int s = 0; s < p.n_splits; ++s) {
-    const float ms = part[s * stride + p.head_dim];
-    if (ms > -INFINITY) l += part[s * stride + p.head_dim + 1] * exp2f(ms - m);
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    w[s] = __shfl_sync(device::kFullMask, weight, s);
+    const float term = __shfl_sync(device::kFullMask, ls * weight, s);
+    if (s < p.n_splits) l += term;
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   const int64_t tok = item / p.n_heads, h = item - tok * p.n_heads;
   const int64_t base = tok * p.out_stride_token + h * p.out_stride_head;
   for (int d = lane; d < p.head_dim; d += 32) {
     float o = 0.0f;
-    for (int s = 0; s < p.n_splits; ++s) {
-      const float ms = part[s * stride + p.head_dim];
-      if (ms > -INFINITY) o += part[s * stride + d] * exp2f(ms - m);
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) {
+      if (s < p.n_splits && w[s] > 0.0f) o += part[s * stride + d] * w[s];
     }
     device::store_float(p.out, base + d, p.out_kind, o * inv);
   }
@@ -516,6 +526,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
                   static_cast<int>(n_splits),
                   static_cast<int>(head_dim)};
     constexpr int kCombineWarps = 4;
+    const OpProfileScope profile(ctx, "paged_attention_combine()");  // also inside paged_attention
     combine_splits_kernel<<<static_cast<unsigned>(ceil_div(c.n_items, kCombineWarps)),
                             kCombineWarps * 32, 0, stream_of(ctx)>>>(c);
     DSPARK_CUDA_CHECK_LAUNCH();

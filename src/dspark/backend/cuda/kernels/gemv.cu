@@ -1,12 +1,26 @@
-// The small-M linear kernel (see gemv.h). One warp per output row n: lanes stride over the row's
-// K / 8 16-byte chunks (coalesced, 512 bytes per warp per step, unrolled for loads in flight),
-// multiply each chunk with the matching chunk of every x row (x is small and stays in L1/L2),
-// accumulate in f32, reduce across the warp, add the bias, store.
+// The small-M linear kernel (see gemv.h): y[M, N] = x[M, K] . w[N, K]^T on tensor cores, streaming
+// each weight element from memory exactly once.
+//
+// A CTA owns 16 output rows (one m16 tile of the MMA: weight rows are the MMA's M dimension, the
+// tokens its N dimension, padded to 8 * NT) and splits K evenly over its kWarps warps. Each warp
+// walks 32-element chunks of K: lane (g = lane / 4, c = lane % 4) loads 16 bytes (8 elements,
+// physical k = chunk * 32 + c * 8 .. + 7) of weight rows g and g + 8 and of token rows g + 8t, and
+// feeds them to two m16n8k16 MMAs. The MMA sums over k in an order of its own, so the logical k of
+// the fragment layout may be any permutation of the physical k as long as A and B use the same one:
+// for step s (0, 1) logical k 2c, 2c+1 are physical c * 8 + 4s + {0, 1} and logical 2c+8, 2c+9 are
+// c * 8 + 4s + {2, 3}. That turns every fragment load into one coalesced 16-byte load (the four
+// lanes of a row read 64 contiguous bytes) with no shared-memory staging and no ldmatrix.
+//
+// The warps' partial sums meet in shared memory and are added in warp order, then the bias. The
+// instruction sequence that produces one token's column does not depend on how many tokens the
+// call has (each MMA column is independent, the K split depends on K only), so a row's result is
+// bitwise the same at every M <= kGemvMaxRows: a verify batch computes exactly the logits a
+// one-token decode step would (batch invariance).
+#include <atomic>
 #include <cstdlib>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
-#include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/gemv.h"
@@ -14,8 +28,10 @@
 namespace dspark::cuda {
 namespace {
 
-constexpr int kWarps = 8;  // rows per CTA
-constexpr int kUnroll = 4;
+constexpr int kWarps = 8;       // split-K ways per CTA
+constexpr int kRows = 16;       // output rows per CTA (the MMA's M)
+constexpr int kChunk = 32;      // K elements per chunk (64 bytes per weight row)
+constexpr int kSplitAlign = 4;  // chunks per warp are a multiple of this
 
 template <typename TW, typename TY>
 struct GemvParams {
@@ -24,105 +40,195 @@ struct GemvParams {
   TY* y;             // [M, N], row stride ldy
   const void* bias;  // [N] or null
   device::FloatKind bias_kind;
-  int64_t n, k, ldx, ldy;
+  int64_t m, n, k, ldx, ldy;
 };
 
-// Weights are read exactly once: stream them past L1 (ld.global.nc with no L1 allocation).
+// Weights are read exactly once: stream them past L1 (ld.global.nc with no L1 allocation) and let
+// L2 fetch 256 bytes at a time (a lane's four unrolled chunks of one row are 256 contiguous bytes).
 __device__ __forceinline__ uint4 load_stream(const void* p) {
   uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
   return r;
 }
 
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// d += a . b, m16n8k16, f32 accumulation.
 template <typename TW>
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&out)[8]) {
-  const TW* e = reinterpret_cast<const TW*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) out[i] = device::to_float(e[i]);
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<TW, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
 }
 
-template <typename TW, typename TY, int M>
+// The two MMA steps of one 32-element chunk: a / b hold weight rows g and g + 8, x[t] token rows
+// g + 8t (see the header comment for the k permutation).
+template <typename TW, int NT>
+__device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, const uint4& b,
+                                          const uint4 (&x)[NT]) {
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const uint32_t a0 = word(a, 2 * s), a1 = word(b, 2 * s);
+    const uint32_t a2 = word(a, 2 * s + 1), a3 = word(b, 2 * s + 1);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      mma<TW>(acc[t], a0, a1, a2, a3, word(x[t], 2 * s), word(x[t], 2 * s + 1));
+  }
+}
+
+// NT: token tiles of 8 (M <= 8 * NT); U: chunks in flight per lane.
+template <typename TW, typename TY, int NT, int U>
 __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvParams<TW, TY> p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  if (row >= p.n) return;
-  const int64_t chunks = p.k / 8;
-  const char* wrow = reinterpret_cast<const char*>(p.w + row * p.k);
-  float acc[M];
+  __shared__ float partial[kWarps][kRows][8 * NT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  // Rows past N and tokens past M read a valid row (the last) instead: no branches in the main
+  // loop; their results are never stored.
+  const int64_t last = p.n - 1;
+  const TW* wa = p.w + min(row0 + g, last) * p.k + c * 8;
+  const TW* wb = p.w + min(row0 + g + 8, last) * p.k + c * 8;
+  const TW* xs[NT];
 #pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  for (int t = 0; t < NT; ++t)
+    xs[t] = p.x + min(static_cast<int64_t>(g + 8 * t), p.m - 1) * p.ldx + c * 8;
 
-  int64_t c = lane;
-  // Main loop: kUnroll chunks per lane in flight.
-  for (; c + (kUnroll - 1) * 32 < chunks; c += kUnroll * 32) {
-    uint4 raw[kUnroll];
+  // Warp w takes chunks [begin, end), a multiple of kSplitAlign (so of U) per warp. The split
+  // depends on K only, never on M or U: that is what keeps the summation order, so the results,
+  // the same for every M.
+  static_assert(kSplitAlign % U == 0);
+  const int64_t chunks = (p.k + kChunk - 1) / kChunk, full = p.k / kChunk;
+  const int64_t per_warp =
+      ((chunks + kWarps - 1) / kWarps + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
+  const int64_t begin = warp * per_warp;
+  const int64_t end = min(begin + per_warp, chunks);
+  const int64_t end_full = min(end, full);
+
+  float acc[NT][4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) raw[u] = load_stream(wrow + (c + u * 32) * 16);
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+
+  int64_t ch = begin;
+  for (; ch + U <= end_full; ch += U) {
+    uint4 a[U], b[U], xv[U][NT];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float wv[8];
-      unpack8<TW>(raw[u], wv);
+    for (int u = 0; u < U; ++u) {
+      a[u] = load_stream(wa + (ch + u) * kChunk);
+      b[u] = load_stream(wb + (ch + u) * kChunk);
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        float xv[8];
-        unpack8<TW>(*reinterpret_cast<const uint4*>(p.x + m * p.ldx + (c + u * 32) * 8), xv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) acc[m] = fmaf(wv[i], xv[i], acc[m]);
-      }
+      for (int t = 0; t < NT; ++t)
+        xv[u][t] = __ldg(reinterpret_cast<const uint4*>(xs[t] + (ch + u) * kChunk));
     }
+#pragma unroll
+    for (int u = 0; u < U; ++u) mma_chunk<TW, NT>(acc, a[u], b[u], xv[u]);
   }
-  for (; c < chunks; c += 32) {
-    float wv[8];
-    unpack8<TW>(load_stream(wrow + c * 16), wv);
+  // The rest of the warp's range, chunk by chunk; the last chunk of K may be partial (K % 8 == 0:
+  // a lane's 8 elements are all inside or all outside).
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (; ch < end; ++ch) {
+    const bool in = ch * kChunk + c * 8 < p.k;
+    const uint4 a = in ? load_stream(wa + ch * kChunk) : zero;
+    const uint4 b = in ? load_stream(wb + ch * kChunk) : zero;
+    uint4 xv[NT];
 #pragma unroll
-    for (int m = 0; m < M; ++m) {
-      float xv[8];
-      unpack8<TW>(*reinterpret_cast<const uint4*>(p.x + m * p.ldx + c * 8), xv);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[m] = fmaf(wv[i], xv[i], acc[m]);
-    }
+    for (int t = 0; t < NT; ++t)
+      xv[t] = in ? __ldg(reinterpret_cast<const uint4*>(xs[t] + ch * kChunk)) : zero;
+    mma_chunk<TW, NT>(acc, a, b, xv);
   }
+
+  // acc[t]: (row g, tokens 8t + 2c, 8t + 2c + 1), (row g + 8, same tokens).
 #pragma unroll
-  for (int m = 0; m < M; ++m) acc[m] = device::warp_sum(acc[m]);
-  if (lane == 0) {
-    const float b = p.bias ? device::load_float(p.bias, row, p.bias_kind) : 0.0f;
+  for (int t = 0; t < NT; ++t) {
+    partial[warp][g][8 * t + 2 * c] = acc[t][0];
+    partial[warp][g][8 * t + 2 * c + 1] = acc[t][1];
+    partial[warp][g + 8][8 * t + 2 * c] = acc[t][2];
+    partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][3];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kRows * p.m; i += kWarps * 32) {
+    const int r = i % kRows, token = i / kRows;
+    const int64_t row = row0 + r;
+    if (row >= p.n) continue;
+    float sum = 0.0f;
 #pragma unroll
-    for (int m = 0; m < M; ++m) p.y[m * p.ldy + row] = device::from_float<TY>(acc[m] + b);
+    for (int w = 0; w < kWarps; ++w) sum += partial[w][r][token];
+    if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
+    p.y[token * p.ldy + row] = device::from_float<TY>(sum);
   }
 }
 
-template <typename TW, typename TY, int M>
+// Experiment: DSPARK_CUDA_GEMV_CARVEOUT=<0..100> sets the kernel's preferred shared-memory
+// carveout (percent of the unified L1 / shared memory), e.g. to match the kernels around it.
+int carveout() {
+  static const int value = [] {
+    const char* env = std::getenv("DSPARK_CUDA_GEMV_CARVEOUT");
+    return env ? std::atoi(env) : -1;
+  }();
+  return value;
+}
+
+template <typename TW, typename TY, int NT>
 void launch(const GemvParams<TW, TY>& p, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, kWarps));
-  gemv_kernel<TW, TY, M><<<blocks, kWarps * 32, 0, stream>>>(p);
+  constexpr int kUnroll = NT <= 2 ? 4 : 2;
+  const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, kRows));
+  if (carveout() >= 0) {
+    static const bool once = [] {
+      DSPARK_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<TW, TY, NT, kUnroll>,
+                                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             carveout()));
+      return true;
+    }();
+    (void)once;
+  }
+  gemv_kernel<TW, TY, NT, kUnroll><<<blocks, kWarps * 32, 0, stream>>>(p);
   DSPARK_CUDA_CHECK_LAUNCH();
 }
 
-template <typename TW, typename TY, int M = 1>
-void launch_rows(int64_t m, const GemvParams<TW, TY>& p, cudaStream_t stream) {
-  if constexpr (M <= kGemvMaxRows) {
-    if (m == M) return launch<TW, TY, M>(p, stream);
-    launch_rows<TW, TY, M + 1>(m, p, stream);
+template <typename TW, typename TY, int NT = 1>
+void launch_tiles(int64_t m, const GemvParams<TW, TY>& p, cudaStream_t stream) {
+  if constexpr (NT * 8 <= kGemvMaxRows) {
+    if (m <= NT * 8) return launch<TW, TY, NT>(p, stream);
+    launch_tiles<TW, TY, NT + 1>(m, p, stream);
   }
 }
 
-// Opt-in (DSPARK_CUDA_GEMV=1): measured on an H200 (2026-11-29, Qwen3-8B shapes) it was slower than
-// cuBLASLt at M = 1 (7.45 vs ~6.5 ms per decode step) and much slower at M = 2 (see
-// docs/perf-notes.md); kept, tested, for the tuning work.
-bool gemv_enabled() {
-  static const bool enabled = [] {
+// Off by default (in a real forward it measured slower than cuBLASLt, see docs/perf-notes.md);
+// DSPARK_CUDA_GEMV=1 (read once) or set_small_m_linear(true) turns it on.
+std::atomic<int>& enabled_flag() {
+  static std::atomic<int> flag = [] {
     const char* env = std::getenv("DSPARK_CUDA_GEMV");
-    return env && env[0] == '1';
+    return (env && env[0] == '1') ? 1 : 0;
   }();
-  return enabled;
+  return flag;
 }
 
 }  // namespace
 
+void set_small_m_linear(bool enabled) {
+  enabled_flag().store(enabled ? 1 : 0);
+}
+
+bool small_m_linear_enabled() {
+  return enabled_flag().load() != 0;
+}
+
 bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
-  if (!gemv_enabled()) return false;
+  if (!small_m_linear_enabled()) return false;
   if (x.dtype() != w.dtype() || (x.dtype() != DType::bf16 && x.dtype() != DType::f16)) return false;
   if (y.dtype() != DType::f32 && y.dtype() != x.dtype()) return false;
   const RowView xv = row_view(x), yv = row_view(y);
@@ -141,11 +247,12 @@ bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias
             device_ptr<TY>(y),
             bias.defined() && bias.numel() > 0 ? bias.data() : nullptr,
             bias.defined() && bias.numel() > 0 ? float_kind(bias.dtype()) : device::FloatKind::f32,
+            m,
             n,
             k,
             m == 1 ? k : xv.stride,
             m == 1 ? n : yv.stride};
-        launch_rows<device_t<TW>, device_t<TY>>(m, p, stream);
+        launch_tiles<device_t<TW>, device_t<TY>>(m, p, stream);
       });
     }
   });

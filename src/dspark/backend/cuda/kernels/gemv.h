@@ -1,7 +1,9 @@
 // Small-M path of linear on CUDA: y[M, N] = x[M, K] . w[N, K]^T (+ bias) for M <= kGemvMaxRows
-// with 16-bit weights, a hand-written kernel that streams each weight row once with 16-byte loads
-// (a decode / verify step is weight-bandwidth bound; cuBLASLt's GEMM kernels leave bandwidth
-// unused at these shapes). Private to backend/cuda/kernels.
+// with 16-bit weights: a hand-written tensor-core kernel that streams each weight row once with
+// 16-byte loads (a decode / verify / draft step is weight-bandwidth bound; cuBLASLt's GEMM kernels
+// leave bandwidth unused at these shapes) and whose per-row results do not depend on M (batch
+// invariance: verify == decode bitwise). Private to backend/cuda/kernels; the switch is public in
+// backend/cuda/kernels.h.
 #pragma once
 
 #include "dspark/backend/context.h"
@@ -9,11 +11,12 @@
 
 namespace dspark::cuda {
 
-inline constexpr int kGemvMaxRows = 8;
+inline constexpr int kGemvMaxRows = 48;
 
 // Launches the kernel and returns true when the shapes, dtypes and alignments fit (x and w bf16 or
 // f16 of the same dtype, K % 8 == 0, 16-byte aligned rows, M <= kGemvMaxRows) and the path is
-// enabled (opt-in: environment DSPARK_CUDA_GEMV=1); returns false, doing nothing, otherwise.
+// enabled (set_small_m_linear; off unless the environment has DSPARK_CUDA_GEMV=1); returns false,
+// doing nothing, otherwise.
 bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 
 }  // namespace dspark::cuda

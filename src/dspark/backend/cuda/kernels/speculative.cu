@@ -31,8 +31,10 @@ __device__ __forceinline__ double residual_weight(const float* p, const float* q
                                                   bool residual, int64_t i) {
   double w = p[i];
   if (residual) {
-    if (q) w -= q[i];
-    else if (i == onehot) w = 0.0;
+    if (q)
+      w -= q[i];
+    else if (i == onehot)
+      w = 0.0;
   }
   return w > 0.0 ? w : 0.0;
 }

@@ -1,0 +1,157 @@
+// bench_linear: the CUDA linear op at decode / verify / draft shapes, the small-M tensor-core path
+// (backend/cuda/kernels/gemv.cu) against cuBLASLt, in one run: device time per call (CUDA events
+// around a loop of calls), weight bytes streamed per second and that as a fraction of the copy
+// bandwidth measured in the same run. Each shape cycles through enough copies of its weight to
+// exceed the L2 cache several times, so every call reads its weight from HBM as in a real step.
+//
+//   bench_linear [--shapes 6144x4096,4096x4096,24576x4096,4096x12288,151936x4096]
+//                [--m 1,2,4,8,16,17,32,33,48] [--dtype bf16] [--iters 200] [--json FILE]
+// A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
+// (fused QKV, o, fused gate/up, down) and its LM head.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.h"
+#include "dspark/backend/context.h"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/buffer.h"
+#include "dspark/ops/matmul.h"
+
+namespace dspark::bench {
+namespace {
+
+struct Shape2 {
+  int64_t n = 0, k = 0;
+};
+
+std::vector<Shape2> parse_shapes(const std::string& list) {
+  std::vector<Shape2> out;
+  for (const std::string& item : split_list(list)) {
+    const size_t x = item.find('x');
+    DSPARK_CHECK(x != std::string::npos, "--shapes: '{}' is not NxK", item);
+    out.push_back({std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))});
+    DSPARK_CHECK(out.back().n > 0 && out.back().k > 0, "--shapes: '{}' must be positive", item);
+  }
+  return out;
+}
+
+// Random 16-bit values of magnitude ~0.01 (their values do not matter for timing): a cheap LCG on
+// the host, one copy to the device.
+OwnedTensor random_device_tensor(DType dtype, Shape shape, uint32_t seed) {
+  std::vector<uint16_t> bits(static_cast<size_t>(shape.numel()));
+  uint32_t state = seed * 2654435761u + 1;
+  const uint16_t exponent = dtype == DType::bf16 ? 0x3C00 : 0x2000;  // ~2^-7 (bf16), ~2^-7 (f16)
+  for (uint16_t& b : bits) {
+    state = state * 1664525u + 1013904223u;
+    b = static_cast<uint16_t>(exponent | ((state >> 16) & 0x807F));  // sign + low mantissa bits
+  }
+  OwnedTensor host = OwnedTensor::zeros(dtype, shape, Device::cpu());
+  std::memcpy(host.view().data(), bits.data(), bits.size() * sizeof(uint16_t));
+  return OwnedTensor::copy_of(host.view(), Device::cuda(0));
+}
+
+// Mean device milliseconds of one linear call, over `iters` calls cycling through `weights`.
+double time_calls(Context& ctx, const std::vector<OwnedTensor>& weights, const Tensor& x,
+                  const Tensor& y, int iters) {
+  auto call = [&](int i) {
+    linear(ctx, x, weights[static_cast<size_t>(i) % weights.size()].view(), Tensor{}, y);
+  };
+  for (int i = 0; i < static_cast<int>(weights.size()); ++i) call(i);  // warm-up, plans
+  ctx.synchronize();
+  cuda::Event start, stop;
+  start.record(ctx.stream());
+  for (int i = 0; i < iters; ++i) call(i);
+  stop.record(ctx.stream());
+  stop.synchronize();
+  return static_cast<double>(stop.elapsed_ms_since(start)) / iters;
+}
+
+}  // namespace
+}  // namespace dspark::bench
+
+int main(int argc, char** argv) {
+  using namespace dspark;
+  using namespace dspark::bench;
+  std::string shapes_list = "6144x4096,4096x4096,24576x4096,4096x12288,151936x4096";
+  std::string m_list = "1,2,4,8,16,17,32,33,48", dtype_name_arg = "bf16", json_file;
+  int iters = 200;
+  CLI::App app{"bench_linear: small-M tensor-core linear vs cuBLASLt on CUDA"};
+  app.add_option("--shapes", shapes_list, "comma-separated NxK weight shapes");
+  app.add_option("--m", m_list, "comma-separated token counts (rows of x)");
+  app.add_option("--dtype", dtype_name_arg, "bf16 or f16");
+  app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
+  app.add_option("--json", json_file, "also write the JSON result here");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    cuda::require_device(0);
+    const DType dtype = dtype_from_name(dtype_name_arg);
+    DSPARK_CHECK(dtype == DType::bf16 || dtype == DType::f16, "--dtype must be bf16 or f16");
+    const std::vector<Shape2> shapes = parse_shapes(shapes_list);
+    std::vector<int64_t> ms;
+    for (const std::string& s : split_list(m_list)) ms.push_back(std::stoll(s));
+    const cuda::DeviceInfo info = cuda::device_info(0);
+    const double copy_bw = cuda::measure_copy_bandwidth(0);
+    Context ctx(Device::cuda(0));
+
+    nlohmann::json j = {{"device_name", info.name},
+                        {"dtype", dtype_name(dtype)},
+                        {"copy_bandwidth_gbs", copy_bw / 1e9},
+                        {"iters", iters},
+                        {"results", nlohmann::json::array()}};
+    std::vector<std::vector<std::string>> rows;
+    for (const Shape2& s : shapes) {
+      const double bytes = static_cast<double>(s.n * s.k) * static_cast<double>(dtype_size(dtype));
+      const size_t copies = std::clamp<size_t>(
+          static_cast<size_t>(4.0 * static_cast<double>(info.l2_bytes) / bytes) + 1, 1, 64);
+      std::vector<OwnedTensor> weights;
+      for (size_t c = 0; c < copies; ++c)
+        weights.push_back(
+            random_device_tensor(dtype, Shape{s.n, s.k}, static_cast<uint32_t>(c + 1)));
+      for (int64_t m : ms) {
+        const OwnedTensor x = random_device_tensor(dtype, Shape{m, s.k}, 99);
+        const OwnedTensor y = OwnedTensor::zeros(dtype, Shape{m, s.n}, Device::cuda(0));
+        cuda::set_small_m_linear(false);
+        const double cublas_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
+        cuda::set_small_m_linear(true);
+        const double ours_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
+        const double ours_gbs = bytes / (ours_ms * 1e-3) / 1e9;
+        const double cublas_gbs = bytes / (cublas_ms * 1e-3) / 1e9;
+        j["results"].push_back({{"n", s.n},
+                                {"k", s.k},
+                                {"m", m},
+                                {"weight_bytes", bytes},
+                                {"small_m_ms", ours_ms},
+                                {"small_m_gbs", ours_gbs},
+                                {"small_m_fraction_of_copy", ours_gbs * 1e9 / copy_bw},
+                                {"cublas_ms", cublas_ms},
+                                {"cublas_gbs", cublas_gbs},
+                                {"cublas_fraction_of_copy", cublas_gbs * 1e9 / copy_bw}});
+        rows.push_back(
+            {fmt::format("{}x{}", s.n, s.k), std::to_string(m),
+             fmt::format("{:.1f}", ours_ms * 1e3),
+             fmt::format("{:.0f} ({:.0f}%)", ours_gbs, 100 * ours_gbs * 1e9 / copy_bw),
+             fmt::format("{:.1f}", cublas_ms * 1e3),
+             fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw)});
+      }
+    }
+    std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
+                info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
+    std::printf("%s", format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)",
+                                    "cuBLASLt us", "cuBLASLt GB/s (of copy)"},
+                                   rows)
+                          .c_str());
+    if (!json_file.empty()) std::ofstream(json_file) << j.dump(2) << "\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_linear: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
