@@ -10,6 +10,7 @@
 #include "dspark/ops/activation.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
+#include "dspark/ops/qkv_prologue.h"
 #include "dspark/ops/rope.h"
 
 namespace dspark {
@@ -219,28 +220,6 @@ Tensor ActivationArena::take(DType dtype, const Shape& shape) {
 
 // ---- blocks ----------------------------------------------------------------------------------
 
-namespace {
-
-// Columns [col, col + heads * head_dim) of a [n, width] buffer seen as [n, heads, head_dim].
-Tensor heads_view(const Tensor& t, int64_t col, int heads, int head_dim) {
-  const int64_t n = t.size(0);
-  return Tensor(static_cast<char*>(t.data()) + col * static_cast<int64_t>(t.element_size()),
-                t.dtype(), Shape{n, heads, head_dim}, Shape{t.stride(0), head_dim, 1}, t.device());
-}
-
-// Per-head RMSNorm (Qwen3 q_norm / k_norm): copies the strided heads into a contiguous
-// [n, heads * head_dim] buffer and normalises it in place viewed as [n * heads, head_dim].
-Tensor head_norm(Context& ctx, const Tensor& qkv, int64_t col, int heads, int head_dim,
-                 const Tensor& weight, float eps, const Tensor& tmp) {
-  const int64_t n = qkv.size(0);
-  convert(ctx, qkv.slice(1, col, col + static_cast<int64_t>(heads) * head_dim), tmp);
-  const Tensor flat = tmp.reshape(Shape{n * heads, head_dim});
-  rms_norm(ctx, flat, weight, flat, RmsNormParams{eps, false});
-  return tmp.reshape(Shape{n, heads, head_dim});
-}
-
-}  // namespace
-
 void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDims& dims,
                      const RopeOnDevice& rope_table, const ForwardMeta& meta, const Tensor& k_pages,
                      const Tensor& v_pages, const AttentionParams& params, const Tensor& xn,
@@ -249,20 +228,25 @@ void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDim
   const int hd = dims.head_dim;
   linear(ctx, xn, w.qkv, w.qkv_bias.view(), scratch.qkv);
 
-  Tensor q = heads_view(scratch.qkv, 0, dims.n_heads, hd);
-  Tensor k = heads_view(scratch.qkv, dims.q_width(), dims.n_kv_heads, hd);
-  const Tensor v = heads_view(scratch.qkv, dims.q_width() + dims.kv_width(), dims.n_kv_heads, hd);
-  if (w.q_norm->defined()) {
-    q = head_norm(ctx, scratch.qkv, 0, dims.n_heads, hd, w.q_norm, dims.rms_norm_eps,
-                  scratch.q_tmp);
-  }
-  if (w.k_norm->defined()) {
-    k = head_norm(ctx, scratch.qkv, dims.q_width(), dims.n_kv_heads, hd, w.k_norm,
-                  dims.rms_norm_eps, scratch.k_tmp);
-  }
-  rope(ctx, q, meta.positions, rope_table.inv_freq, rope_table.attention_scaling);
-  rope(ctx, k, meta.positions, rope_table.inv_freq, rope_table.attention_scaling);
-  kv_write(ctx, k, v, meta.slots, k_pages, v_pages);
+  // Per-head norms (when the weights have them), RoPE, and the K/V write: one kernel on CUDA.
+  QkvPrologueArgs pro;
+  pro.qkv = scratch.qkv;
+  pro.n_heads = dims.n_heads;
+  pro.n_kv_heads = dims.n_kv_heads;
+  pro.head_dim = hd;
+  if (w.q_norm->defined()) pro.q_norm = w.q_norm.view();
+  if (w.k_norm->defined()) pro.k_norm = w.k_norm.view();
+  pro.norm = RmsNormParams{dims.rms_norm_eps, false};
+  pro.positions = meta.positions;
+  pro.inv_freq = rope_table.inv_freq;
+  pro.attention_scaling = rope_table.attention_scaling;
+  pro.slots = meta.slots;
+  pro.k_pages = k_pages;
+  pro.v_pages = v_pages;
+  pro.q_out = scratch.q_tmp;
+  pro.k_tmp = scratch.k_tmp;
+  qkv_prologue(ctx, pro);
+  const Tensor q = scratch.q_tmp.reshape(Shape{n, dims.n_heads, hd});
 
   const PagedKv kv{k_pages, v_pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
   const Tensor attn = scratch.attn.reshape(Shape{n, dims.n_heads, hd});

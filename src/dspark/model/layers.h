@@ -168,11 +168,11 @@ struct RopeOnDevice {
   float attention_scaling = 1.0f;
 };
 
-// Scratch for attention_block (from the arena); q_tmp/k_tmp only when the weights have q/k norms.
+// Scratch for attention_block (from the arena).
 struct AttentionScratch {
   Tensor qkv;    // [n, qkv_width] activation dtype
-  Tensor q_tmp;  // [n, q_width]
-  Tensor k_tmp;  // [n, kv_width]
+  Tensor q_tmp;  // [n, q_width]: q after norm + RoPE (qkv_prologue's q_out)
+  Tensor k_tmp;  // [n, kv_width]: qkv_prologue's k scratch
   Tensor attn;   // [n, q_width]
 };
 

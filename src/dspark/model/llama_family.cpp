@@ -287,14 +287,11 @@ template <typename F>
 void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, Activations& a,
                                            F&& f) const {
   const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
-  const bool qk_norm = layers_.front().attn.q_norm->defined();
   f(a.x, DType::f32, Shape{n, h});
   f(a.xn, dtype_, Shape{n, h});
   f(a.attn.qkv, dtype_, Shape{n, dims_.qkv_width()});
-  if (qk_norm) {
-    f(a.attn.q_tmp, dtype_, Shape{n, dims_.q_width()});
-    f(a.attn.k_tmp, dtype_, Shape{n, dims_.kv_width()});
-  }
+  f(a.attn.q_tmp, dtype_, Shape{n, dims_.q_width()});  // qkv_prologue's q out and k scratch
+  f(a.attn.k_tmp, dtype_, Shape{n, dims_.kv_width()});
   f(a.attn.attn, dtype_, Shape{n, dims_.q_width()});
   f(a.proj, DType::f32, Shape{n, h});
   f(a.gate_up, dtype_, Shape{n, 2 * inter});

@@ -14,6 +14,7 @@
 #include "dspark/ops/head_cells.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
+#include "dspark/ops/qkv_prologue.h"
 #include "dspark/ops/rope.h"
 #include "dspark/ops/sampling.h"
 #include "dspark/ops/softmax.h"
@@ -49,6 +50,9 @@ void sample_from_probs(Context& ctx, const Tensor& probs, const Tensor& uniforms
                        const Tensor& tokens);
 void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slots,
               const Tensor& k_pages, const Tensor& v_pages);
+// The fused prologue (ops/qkv_prologue.h); the ops layer has checked that it applies (head_dim 64,
+// 128 or 256, full rotation, contiguous pages).
+void qkv_prologue(Context& ctx, const QkvPrologueArgs& a);
 void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
                      const Tensor& q_pos, const AttentionParams& params, const Tensor& out);
 void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Tensor& draft_tokens,

@@ -1,0 +1,38 @@
+// The attention prologue of a decoder layer, after the fused QKV projection: per token, the q and k
+// heads get their per-head RMSNorm (when q_norm / k_norm are given: Qwen3, Gemma 3) and RoPE; q is
+// written to q_out, k and v into the paged cache at `slots` (slot < 0: padding, not written).
+// Defined as, and on the CPU computed by, the unfused ops: q_out = rope(rms_norm(copy of q)),
+// k_tmp = rope(rms_norm(copy of k)), kv_write(k_tmp, v). On CUDA one kernel does it all (one launch
+// instead of up to seven) when head_dim is 64, 128 or 256 and the rotation covers the whole head
+// (rotary_dim == head_dim); other shapes run the unfused ops there too.
+#pragma once
+
+#include "dspark/backend/context.h"
+#include "dspark/core/tensor.h"
+#include "dspark/ops/norm.h"
+
+namespace dspark {
+
+struct QkvPrologueArgs {
+  Tensor qkv;  // [n, (n_heads + 2 * n_kv_heads) * head_dim]: q heads, then k heads, then v heads
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  Tensor q_norm, k_norm;  // [head_dim] or undefined (no norm)
+  RmsNormParams norm;     // eps, unit_offset of both norms
+  Tensor positions;       // i32 [n]
+  Tensor inv_freq;        // f32 [rotary_dim / 2] (ops/rope.h)
+  float attention_scaling = 1.0f;
+  Tensor slots;    // i32 [n]
+  Tensor k_pages;  // [n_pages, page_size, n_kv_heads, head_dim]
+  Tensor v_pages;
+  Tensor q_out;  // [n, n_heads * head_dim], qkv's dtype, contiguous
+  Tensor k_tmp;  // [n, n_kv_heads * head_dim], qkv's dtype, contiguous: the unfused path's k
+};
+
+void qkv_prologue(Context& ctx, const QkvPrologueArgs& a);
+
+// Whether CUDA runs qkv_prologue as one kernel: on unless the environment has
+// DSPARK_FUSED_PROLOGUE=0 (read once) or after set_fused_qkv_prologue(false) (A/B benchmarks).
+void set_fused_qkv_prologue(bool enabled);
+bool fused_qkv_prologue_enabled();
+
+}  // namespace dspark

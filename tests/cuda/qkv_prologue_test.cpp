@@ -1,0 +1,122 @@
+// qkv_prologue: the fused CUDA kernel vs the CPU (the unfused ops convert + rms_norm + rope +
+// kv_write) on the same inputs: q out, and the whole K and V page pools (slots no token writes must
+// stay as they were; padding slots, -1, in the CUDA-only test). Head dims 64 / 128 / 256 (the fused
+// kernel) and 96 (CUDA runs the unfused ops), with and without Qwen3-style q/k norms, GQA, 1 to
+// 17 tokens, f32 and bf16 activations; and the switch (fused off == fused on within rounding).
+#include "dspark/ops/qkv_prologue.h"
+
+#include "dspark/ops/rope.h"
+
+#include "cuda/cuda_consistency.h"
+
+namespace dspark::test {
+namespace {
+
+struct Inputs {
+  Pair qkv, q_norm, k_norm, pos, inv_freq, slots, k_pages, v_pages, q_out, k_tmp;
+  float attention_scaling = 1.0f;
+};
+
+// `padding`: token 1 (of n > 2) has slot -1 (a padded verify batch). The CPU ops refuse such slots
+// (ops/attention.h kv_write), so only the CUDA-vs-CUDA test uses it.
+Inputs make_inputs(DType dtype, int64_t n, int heads, int kv_heads, int hd, uint32_t seed,
+                   bool padding = false) {
+  Inputs in;
+  in.qkv = random_pair(dtype, Shape{n, (heads + 2 * kv_heads) * int64_t{hd}}, seed);
+  in.q_norm = random_pair(DType::f32, Shape{hd}, seed + 1, 0.5f);
+  in.k_norm = random_pair(DType::f32, Shape{hd}, seed + 2, 0.5f);
+  std::vector<int32_t> positions = random_ints(static_cast<size_t>(n), 0, 40000, seed + 3);
+  positions[0] = 0;
+  in.pos = vector_pair(positions, Shape{n});
+  const RopeTable table = make_rope_table(hd, 1e6, 1.0, RopeScaling{}, 131072);
+  in.inv_freq = vector_pair(table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())});
+  in.attention_scaling = table.attention_scaling;
+  // 8 pages of 16 slots; tokens take every other slot from 3 on, and token 1 is padding.
+  std::vector<int32_t> slots;
+  for (int64_t i = 0; i < n; ++i)
+    slots.push_back(i == 1 && n > 2 ? -1 : 3 + 2 * static_cast<int32_t>(i));
+  in.slots = vector_pair(slots, Shape{n});
+  in.k_pages = random_pair(dtype, Shape{8, 16, kv_heads, hd}, seed + 4);  // old contents
+  in.v_pages = random_pair(dtype, Shape{8, 16, kv_heads, hd}, seed + 5);
+  in.q_out = zeros_pair(dtype, Shape{n, heads * int64_t{hd}});
+  in.k_tmp = zeros_pair(dtype, Shape{n, kv_heads * int64_t{hd}});
+  return in;
+}
+
+QkvPrologueArgs args_of(const Inputs& in, bool gpu, int heads, int kv_heads, int hd, bool norms) {
+  auto side = [gpu](const Pair& p) { return gpu ? p.gpu.view() : p.cpu.view(); };
+  QkvPrologueArgs a;
+  a.qkv = side(in.qkv);
+  a.n_heads = heads;
+  a.n_kv_heads = kv_heads;
+  a.head_dim = hd;
+  if (norms) {
+    a.q_norm = side(in.q_norm);
+    a.k_norm = side(in.k_norm);
+  }
+  a.norm = RmsNormParams{1e-6f, false};
+  a.positions = side(in.pos);
+  a.inv_freq = side(in.inv_freq);
+  a.attention_scaling = in.attention_scaling;
+  a.slots = side(in.slots);
+  a.k_pages = side(in.k_pages);
+  a.v_pages = side(in.v_pages);
+  a.q_out = side(in.q_out);
+  a.k_tmp = side(in.k_tmp);
+  return a;
+}
+
+TEST(CudaQkvPrologue, MatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 500;
+  for (int hd : {64, 128, 256, 96}) {
+    for (bool norms : {true, false}) {
+      for (DType dtype : {DType::f32, DType::bf16}) {
+        for (int64_t n : {1, 3, 17}) {
+          constexpr int kHeads = 8, kKvHeads = 2;
+          const Inputs in = make_inputs(dtype, n, kHeads, kKvHeads, hd, seed);
+          seed += 10;
+          qkv_prologue(ctx.cpu, args_of(in, false, kHeads, kKvHeads, hd, norms));
+          qkv_prologue(ctx.gpu, args_of(in, true, kHeads, kKvHeads, hd, norms));
+          ctx.gpu.synchronize();
+          const std::string what = "head_dim " + std::to_string(hd) + (norms ? " norms " : " ") +
+                                   name_of(dtype) + " n=" + std::to_string(n);
+          const double tol = tolerance(dtype);
+          expect_close(in.q_out.gpu, in.q_out.cpu, tol, what + ": q");
+          expect_close(in.k_pages.gpu, in.k_pages.cpu, tol, what + ": k pages");
+          expect_equal(in.v_pages.gpu, in.v_pages.cpu, what + ": v pages");
+        }
+      }
+    }
+  }
+}
+
+// Fused (default) vs the unfused ops, both on CUDA, with a padding token: every fused head dim,
+// with and without norms.
+TEST(CudaQkvPrologue, SwitchGivesTheUnfusedOps) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  constexpr int kHeads = 4, kKvHeads = 2;
+  uint32_t seed = 900;
+  for (int hd : {64, 128, 256}) {
+    for (bool norms : {true, false}) {
+      const Inputs a = make_inputs(DType::bf16, 5, kHeads, kKvHeads, hd, seed, true);
+      const Inputs b = make_inputs(DType::bf16, 5, kHeads, kKvHeads, hd, seed, true);
+      seed += 10;
+      set_fused_qkv_prologue(false);
+      qkv_prologue(ctx.gpu, args_of(a, true, kHeads, kKvHeads, hd, norms));
+      set_fused_qkv_prologue(true);
+      qkv_prologue(ctx.gpu, args_of(b, true, kHeads, kKvHeads, hd, norms));
+      ctx.gpu.synchronize();
+      const std::string what = "head_dim " + std::to_string(hd) + (norms ? " norms" : "");
+      expect_close(b.q_out.gpu, a.q_out.gpu, tolerance(DType::bf16), what + ": fused vs unfused q");
+      expect_close(b.k_pages.gpu, a.k_pages.gpu, tolerance(DType::bf16),
+                   what + ": fused vs unfused k");
+      expect_equal(b.v_pages.gpu, a.v_pages.gpu, what + ": fused vs unfused v");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dspark::test
