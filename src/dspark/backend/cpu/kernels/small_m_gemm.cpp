@@ -4,6 +4,7 @@
 #include "dspark/backend/cpu/kernels/small_m_gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "dspark/backend/cpu/kernels/small_m_gemm_tiles.h"
@@ -17,7 +18,16 @@ namespace {
 constexpr int kCols = static_cast<int>(kSmallGemmBlockCols);
 
 // The portable tile: the same arithmetic as the AVX2 one with a multiply and an add instead of a
-// fused multiply-add (8 partial sums per (row, column) in float arrays the compiler vectorises).
+// fused multiply-add: 8 partial sums per (row, column), held as two 4-lane GNU vectors (SSE on
+// x86-64, NEON on ARM; every lane is its own sequence of f32 operations, nothing is reordered).
+using V4 = float __attribute__((vector_size(16)));
+
+inline V4 load4(const float* p) {
+  V4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
 template <int MR, int NR>
 void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t ncols, int64_t k,
           float* out) {
@@ -25,20 +35,37 @@ void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t ncol
   const float* wr[NR];
   for (int r = 0; r < MR; ++r) xr[r] = x + r * ldx;
   for (int j = 0; j < NR; ++j) wr[j] = w + std::min<int64_t>(j, ncols - 1) * ldw;
-  float acc[MR][NR][8] = {};
+  V4 lo[MR][NR] = {}, hi[MR][NR] = {};  // lanes 0-3 and 4-7
   int64_t kk = 0;
-  for (; kk + 8 <= k; kk += 8)
-    for (int r = 0; r < MR; ++r)
-      for (int j = 0; j < NR; ++j)
-        for (int l = 0; l < 8; ++l) acc[r][j][l] += xr[r][kk + l] * wr[j][kk + l];
+  for (; kk + 8 <= k; kk += 8) {
+    V4 wlo[NR], whi[NR];
+    for (int j = 0; j < NR; ++j) {
+      wlo[j] = load4(wr[j] + kk);
+      whi[j] = load4(wr[j] + kk + 4);
+    }
+    for (int r = 0; r < MR; ++r) {
+      const V4 xlo = load4(xr[r] + kk), xhi = load4(xr[r] + kk + 4);
+      for (int j = 0; j < NR; ++j) {
+        lo[r][j] += xlo * wlo[j];
+        hi[r][j] += xhi * whi[j];
+      }
+    }
+  }
   const int64_t rem = k - kk;
   for (int r = 0; r < MR; ++r)
     for (int j = 0; j < NR; ++j)
-      for (int64_t l = 0; l < rem; ++l) acc[r][j][l] += xr[r][kk + l] * wr[j][kk + l];
+      for (int64_t l = 0; l < rem; ++l) {
+        const float t = xr[r][kk + l] * wr[j][kk + l];
+        if (l < 4) {
+          lo[r][j][l] += t;
+        } else {
+          hi[r][j][l - 4] += t;
+        }
+      }
   for (int r = 0; r < MR; ++r) {
     for (int j = 0; j < NR; ++j) {
-      const float* a = acc[r][j];
-      out[r * kCols + j] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+      const V4 a = lo[r][j], b = hi[r][j];
+      out[r * kCols + j] = ((a[0] + a[1]) + (a[2] + a[3])) + ((b[0] + b[1]) + (b[2] + b[3]));
     }
   }
 }
@@ -48,14 +75,15 @@ void tile(const float* x, int64_t ldx, const float* w, int64_t ldw, int64_t ncol
 void block_portable(const float* x, int64_t ldx, int64_t m, const float* w, int64_t ldw,
                     int64_t ncols, int64_t k, float* out, const void* /*prefetch*/,
                     int64_t /*prefetch_bytes*/) {
-  constexpr int kMr = 2, kNr = 3;
-  int64_t r = 0;
-  for (; r + kMr <= m; r += kMr)
-    for (int j0 = 0; j0 < ncols; j0 += kNr)
+  constexpr int kMr = 2, kNr = 2;  // 8 accumulator vectors + 4 weight + 2 input (16 xmm)
+  static_assert(kCols % kNr == 0);
+  for (int64_t j0 = 0; j0 < ncols; j0 += kNr) {
+    int64_t r = 0;
+    for (; r + kMr <= m; r += kMr)
       tile<kMr, kNr>(x + r * ldx, ldx, w + j0 * ldw, ldw, ncols - j0, k, out + r * kCols + j0);
-  for (; r < m; ++r)
-    for (int j0 = 0; j0 < ncols; j0 += kNr)
+    if (r < m)
       tile<1, kNr>(x + r * ldx, ldx, w + j0 * ldw, ldw, ncols - j0, k, out + r * kCols + j0);
+  }
 }
 
 void convert_portable(const void* src, DType dtype, int64_t count, float* dst) {
