@@ -10,11 +10,13 @@
 //   - the thread pool's cost of one parallel_for with an empty body.
 //
 //   bench_cpu_gemm [--m 1,2,4,8,16] [--shapes 576x576,...] [--isa automatic|portable]
-//                  [--w-dtype f32|bf16] [--pool-mb 256] [--min-ms 300] [--no-forward] [--json FILE]
+//                  [--w-dtype f32|bf16] [--pool-mb 256] [--min-ms 300] [--no-forward]
+//                  [--huge-pages] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 
 #include <fmt/format.h>
@@ -24,6 +26,8 @@
 #include "bench_common.h"
 #include "dspark/backend/cpu/kernels/small_m_gemm.h"
 #include "dspark/core/thread_pool.h"
+
+#include <sys/mman.h>
 
 #if DSPARK_HAVE_CBLAS
 #include <cblas.h>
@@ -37,6 +41,30 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+
+// f32 storage from mmap, optionally backed by transparent huge pages (madvise), filled with
+// `value`.
+class Floats {
+ public:
+  Floats(size_t n, bool huge, float value) : n_(n) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    bytes_ = (std::max<size_t>(n, 1) * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    DSPARK_CHECK(p != MAP_FAILED, "mmap of {} bytes failed", bytes_);
+    if (huge) madvise(p, bytes_, MADV_HUGEPAGE);
+    p_ = static_cast<float*>(p);
+    std::fill(p_, p_ + n_, value);
+  }
+  ~Floats() { munmap(p_, bytes_); }
+  Floats(const Floats&) = delete;
+  Floats& operator=(const Floats&) = delete;
+  float* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  float* p_ = nullptr;
+  size_t n_ = 0, bytes_ = 0;
+};
 
 struct Shape2 {
   int64_t n = 0, k = 0;
@@ -94,6 +122,7 @@ struct Args {
   int pool_mb = 256;
   double min_ms = 300;
   bool no_forward = false;
+  bool huge_pages = false;
   std::string json_file;
 };
 
@@ -115,6 +144,7 @@ int run(const Args& a) {
   out["threads"] = pool.size();
   out["w_dtype"] = a.w_dtype;
   out["openblas"] = DSPARK_HAVE_CBLAS != 0;
+  out["huge_pages"] = a.huge_pages;
 
   // Thread pool cost: a parallel_for of two chunks of ~20 us of work each, against the same work
   // on the calling thread alone (the difference is the cost of waking and joining the workers).
@@ -139,16 +169,16 @@ int run(const Args& a) {
 
   // The weight pool, f32 values (and a bf16 copy when asked).
   const int64_t pool_floats = static_cast<int64_t>(a.pool_mb) << 18;
-  std::vector<float> wpool(static_cast<size_t>(pool_floats));
+  Floats wpool(static_cast<size_t>(pool_floats), a.huge_pages, 0.0f);
   {
     std::mt19937 gen(1);
     std::normal_distribution<float> nd(0.0f, 0.05f);
-    for (auto& v : wpool) v = nd(gen);
+    for (size_t i = 0; i < wpool.size(); ++i) wpool.data()[i] = nd(gen);
   }
   std::vector<bf16> wpool16;
   if (w_dtype == DType::bf16) {
     wpool16.resize(wpool.size());
-    for (size_t i = 0; i < wpool.size(); ++i) wpool16[i] = f32_to_bf16(wpool[i]);
+    for (size_t i = 0; i < wpool.size(); ++i) wpool16[i] = f32_to_bf16(wpool.data()[i]);
   }
   std::vector<float> x(static_cast<size_t>(max_m * 8192), 0.5f);
   std::vector<float> y(static_cast<size_t>(max_m * 65536));
@@ -216,10 +246,10 @@ int run(const Args& a) {
     std::vector<Shape2> all;
     for (int l = 0; l < 30; ++l) all.insert(all.end(), layer.begin(), layer.end());
     all.push_back({49152, 576});
-    std::vector<std::vector<float>> ws;
+    std::vector<std::unique_ptr<Floats>> ws;
     double total_bytes = 0;
     for (const Shape2& s : all) {
-      ws.emplace_back(static_cast<size_t>(s.n * s.k), 0.01f);
+      ws.push_back(std::make_unique<Floats>(static_cast<size_t>(s.n * s.k), a.huge_pages, 0.01f));
       total_bytes += static_cast<double>(s.n * s.k) * 4.0;
     }
     std::vector<std::vector<std::string>> frows;
@@ -230,12 +260,12 @@ int run(const Args& a) {
         for (size_t i = 0; i < all.size(); ++i) {
           const Shape2& s = all[i];
           if (use_blas) {
-            openblas(m, s.n, s.k, x.data(), ws[i].data(), y.data());
+            openblas(m, s.n, s.k, x.data(), ws[i]->data(), y.data());
           } else {
             cpu::SmallGemmArgs g;
             g.x = x.data();
             g.ldx = s.k;
-            g.w = ws[i].data();
+            g.w = ws[i]->data();
             g.y = y.data();
             g.ldy = s.n;
             g.m = m;
@@ -288,6 +318,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 8192));
   app.add_option("--min-ms", a.min_ms, "time per measurement")->check(CLI::Range(1.0, 1e6));
   app.add_flag("--no-forward", a.no_forward, "skip the SmolLM2-shaped forward sweep");
+  app.add_flag("--huge-pages", a.huge_pages,
+               "weights in transparent huge pages (madvise(MADV_HUGEPAGE)) instead of 4 KiB pages");
   app.add_option("--json", a.json_file, "also write the JSON result to this file");
   CLI11_PARSE(app, argc, argv);
   try {

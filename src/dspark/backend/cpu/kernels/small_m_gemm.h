@@ -29,7 +29,7 @@ namespace dspark::cpu {
 
 // linear() routes M <= kSmallGemmMaxRows here (decode, verify and drafter blocks); larger M
 // (prefill) goes to OpenBLAS sgemm when it is available. On the SmolLM2-135M projections (2-core
-// AMD EPYC) this kernel beats sgemm up to M = 48 and loses from M = 64 (bench_cpu_gemm).
+// AMD EPYC) this kernel beats sgemm up to M = 48 and is even at M = 64 (bench_cpu_gemm).
 constexpr int64_t kSmallGemmMaxRows = 32;
 // Weight rows per block (a multiple of every tile width used by the kernels).
 constexpr int64_t kSmallGemmBlockCols = 12;
