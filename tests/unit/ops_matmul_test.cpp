@@ -1,5 +1,5 @@
-// linear against a naive double-precision reference, over the three CPU paths (f32 sgemm/sgemv,
-// the few-rows dot kernel for 16-bit weights, the blocked conversion + sgemm path).
+// linear against a naive double-precision reference, over the CPU paths (the small-M kernel for
+// M <= 32 with f32 and 16-bit weights, the blocked conversion + sgemm path for larger M).
 #include <gtest/gtest.h>
 
 #include "common/test_util.h"

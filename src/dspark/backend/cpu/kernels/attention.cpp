@@ -2,9 +2,11 @@
 // paged_attention: one task per (row, kv head, block of up to kQueryBlock queries of the row). A
 // task's "lanes" are its (query, head of the kv group) pairs; it walks the union of the lanes'
 // visible keys in chunks of kKeyChunk read through the CSR page table, converting each K/V row to
-// f32 once for all lanes (so a 32-token verify or a drafter block reads the cache twice, not 32
-// times), with an online-softmax rescale per lane and chunk and f32 accumulators.
+// f32 once for all lanes (so a 32-token verify or a drafter block reads the cache a few times, not
+// 32 times), with an online-softmax rescale per lane and chunk and f32 accumulators.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels.h"
@@ -45,9 +47,69 @@ struct Lanes {
   int64_t* hi = nullptr;
 };
 
+// The hot loops are compiled twice where GCC can (target_clones: baseline x86-64 and Haswell,
+// picked at load time by the CPU): AVX2 runs the same arithmetic in wider registers (no
+// reassociation, no FMA contraction under -std=c++20), so the results are bitwise those of the
+// baseline build.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define DSPARK_AVX2_CLONES __attribute__((target_clones("default", "arch=haswell")))
+#else
+#define DSPARK_AVX2_CLONES
+#endif
+
+// Scores of keys [j0, j0 + c) (rows of kbuf) for every lane, then the lane's online-softmax step:
+// its running max / sum are rescaled and scores[a] becomes the chunk's weights (0 where masked).
+DSPARK_AVX2_CLONES
+void score_chunk(const Lanes& ln, int64_t j0, int64_t c, const float* kbuf, float softcap) {
+  const int64_t d = ln.head_dim;
+  for (int64_t a = 0; a < ln.n; ++a) {
+    float* s = ln.scores + a * kKeyChunk;
+    float chunk_max = -INFINITY;
+    for (int64_t jj = 0; jj < c; ++jj) {
+      const int64_t j = j0 + jj;
+      float v = -INFINITY;
+      if (j >= ln.lo[a] && j < ln.hi[a]) {
+        v = dot_f32(ln.q + a * d, kbuf + jj * d, d);
+        if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
+        chunk_max = std::max(chunk_max, v);
+      }
+      s[jj] = v;
+    }
+    if (chunk_max == -INFINITY) {  // the lane sees nothing in this chunk
+      std::fill(s, s + c, 0.0f);
+      continue;
+    }
+    const float new_max = std::max(ln.m[a], chunk_max);
+    const float correction = std::exp(ln.m[a] - new_max);  // 0 on the lane's first chunk
+    float* o = ln.acc + a * d;
+    if (correction != 1.0f) {
+      ln.l[a] *= correction;
+      for (int64_t i = 0; i < d; ++i) o[i] *= correction;
+    }
+    for (int64_t jj = 0; jj < c; ++jj) {
+      s[jj] = std::exp(s[jj] - new_max);  // masked: exp(-inf) = 0
+      ln.l[a] += s[jj];
+    }
+    ln.m[a] = new_max;
+  }
+}
+
+// acc[a] += sum_jj weight[a][jj] * V[jj], keys in increasing order for every lane.
+DSPARK_AVX2_CLONES
+void accumulate_chunk(const Lanes& ln, int64_t c, const float* vbuf) {
+  const int64_t d = ln.head_dim;
+  for (int64_t a = 0; a < ln.n; ++a) {
+    const float* w = ln.scores + a * kKeyChunk;
+    float* o = ln.acc + a * d;
+    for (int64_t jj = 0; jj < c; ++jj)
+      if (w[jj] != 0.0f) axpy_f32(w[jj], vbuf + jj * d, o, d);
+  }
+}
+
 template <typename TKV>
 void attend(const Lanes& ln, int64_t key_lo, int64_t key_hi, const int32_t* pages, int64_t kv_head,
-            const Tensor& k_pages, const Tensor& v_pages, float softcap, float* kbuf, float* vrow) {
+            const Tensor& k_pages, const Tensor& v_pages, float softcap, float* kbuf, float* vbuf) {
   const int64_t d = ln.head_dim;
   const int64_t page_size = k_pages.size(1), n_kv_heads = k_pages.size(2);
   const TKV* kp = static_cast<const TKV*>(k_pages.data());
@@ -59,43 +121,9 @@ void attend(const Lanes& ln, int64_t key_lo, int64_t key_hi, const int32_t* page
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += kKeyChunk) {
     const int64_t c = std::min(kKeyChunk, key_hi - j0);
     for (int64_t jj = 0; jj < c; ++jj) load_f32(kp + offset(j0 + jj), kbuf + jj * d, d);
-    for (int64_t a = 0; a < ln.n; ++a) {
-      float* s = ln.scores + a * kKeyChunk;
-      float chunk_max = -INFINITY;
-      for (int64_t jj = 0; jj < c; ++jj) {
-        const int64_t j = j0 + jj;
-        float v = -INFINITY;
-        if (j >= ln.lo[a] && j < ln.hi[a]) {
-          v = dot_f32(ln.q + a * d, kbuf + jj * d, d);
-          if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
-          chunk_max = std::max(chunk_max, v);
-        }
-        s[jj] = v;
-      }
-      if (chunk_max == -INFINITY) {  // the lane sees nothing in this chunk
-        std::fill(s, s + c, 0.0f);
-        continue;
-      }
-      const float new_max = std::max(ln.m[a], chunk_max);
-      const float correction = std::exp(ln.m[a] - new_max);  // 0 on the lane's first chunk
-      float* o = ln.acc + a * d;
-      if (correction != 1.0f) {
-        ln.l[a] *= correction;
-        for (int64_t i = 0; i < d; ++i) o[i] *= correction;
-      }
-      for (int64_t jj = 0; jj < c; ++jj) {
-        s[jj] = std::exp(s[jj] - new_max);  // masked: exp(-inf) = 0
-        ln.l[a] += s[jj];
-      }
-      ln.m[a] = new_max;
-    }
-    for (int64_t jj = 0; jj < c; ++jj) {
-      load_f32(vp + offset(j0 + jj), vrow, d);
-      for (int64_t a = 0; a < ln.n; ++a) {
-        const float w = ln.scores[a * kKeyChunk + jj];
-        if (w != 0.0f) axpy_f32(w, vrow, ln.acc + a * d, d);
-      }
-    }
+    score_chunk(ln, j0, c, kbuf, softcap);
+    for (int64_t jj = 0; jj < c; ++jj) load_f32(vp + offset(j0 + jj), vbuf + jj * d, d);
+    accumulate_chunk(ln, c, vbuf);
   }
 }
 
@@ -130,11 +158,23 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
   const int32_t* page_indptr = kv.page_indptr.data_as<int32_t>();
   const int32_t* pages = kv.page_indices.data_as<int32_t>();
   const int32_t* kv_lens = kv.kv_lens.data_as<int32_t>();
+  // Query blocks of up to kQueryBlock tokens, smaller when that leaves fewer than ~4 tasks per
+  // thread (a short verify batch: 8 tokens x 3 KV heads were 3 tasks for 2 threads). A smaller
+  // block re-reads the row's keys (from cache) but changes no result: each lane's arithmetic
+  // depends on its own query and the key chunks only.
+  int64_t block = kQueryBlock;
+  const int64_t want_tasks = 4 * static_cast<int64_t>(ctx.pool().size());
+  auto count_tasks = [&](int64_t b) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < n_rows; ++r) n += (qi[r + 1] - qi[r] + b - 1) / b * n_kv_heads;
+    return n;
+  };
+  while (block > 1 && count_tasks(block) < want_tasks) block /= 2;
   std::vector<Task> tasks;
   for (int64_t r = 0; r < n_rows; ++r)
-    for (int64_t t0 = qi[r]; t0 < qi[r + 1]; t0 += kQueryBlock)
+    for (int64_t t0 = qi[r]; t0 < qi[r + 1]; t0 += block)
       for (int64_t g = 0; g < n_kv_heads; ++g)
-        tasks.push_back({r, t0, std::min<int64_t>(t0 + kQueryBlock, qi[r + 1]), g});
+        tasks.push_back({r, t0, std::min<int64_t>(t0 + block, qi[r + 1]), g});
   const int64_t max_lanes = kQueryBlock * group;
   dispatch_float(kv.k_pages.dtype(), [&]<typename TKV>(TypeTag<TKV>) {
     ctx.pool().parallel_for(static_cast<int64_t>(tasks.size()), 1, [&](int64_t begin, int64_t end) {
@@ -142,14 +182,14 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
       ln.head_dim = d;
       ln.q = thread_scratch(max_lanes * d, 0);
       ln.acc = thread_scratch(max_lanes * d, 1);
-      float* work = thread_scratch(max_lanes * (kKeyChunk + 2 + 4) + (kKeyChunk + 1) * d, 2);
+      float* work = thread_scratch(max_lanes * (kKeyChunk + 2 + 4) + 2 * kKeyChunk * d, 2);
       ln.scores = work;
       ln.m = ln.scores + max_lanes * kKeyChunk;
       ln.l = ln.m + max_lanes;
       ln.lo = reinterpret_cast<int64_t*>(ln.l + max_lanes);
       ln.hi = ln.lo + max_lanes;
       float* kbuf = reinterpret_cast<float*>(ln.hi + max_lanes);
-      float* vrow = kbuf + kKeyChunk * d;
+      float* vbuf = kbuf + kKeyChunk * d;
       for (int64_t task_index = begin; task_index < end; ++task_index) {
         const Task& task = tasks[static_cast<size_t>(task_index)];
         const int64_t kv_len = kv_lens[task.row];
@@ -177,7 +217,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
         }
         std::fill(ln.acc, ln.acc + ln.n * d, 0.0f);
         attend<TKV>(ln, key_lo, key_hi, pages + page_indptr[task.row], task.kv_head, kv.k_pages,
-                    kv.v_pages, params.softcap, kbuf, vrow);
+                    kv.v_pages, params.softcap, kbuf, vbuf);
         for (int64_t a = 0; a < ln.n; ++a) {
           float* o = ln.acc + a * d;
           const float inv = ln.l[a] > 0.0f ? 1.0f / ln.l[a] : 0.0f;  // no visible key: zeros
