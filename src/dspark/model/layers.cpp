@@ -245,8 +245,7 @@ void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDim
   pro.v_pages = v_pages;
   pro.q_out = scratch.q_tmp;
   pro.k_tmp = scratch.k_tmp;
-  qkv_prologue(ctx, pro);
-  const Tensor q = scratch.q_tmp.reshape(Shape{n, dims.n_heads, hd});
+  const Tensor q = qkv_prologue(ctx, pro);
 
   const PagedKv kv{k_pages, v_pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
   const Tensor attn = scratch.attn.reshape(Shape{n, dims.n_heads, hd});

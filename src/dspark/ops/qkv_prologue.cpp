@@ -31,25 +31,28 @@ Tensor heads_of(const Tensor& t, int first, int heads, int head_dim) {
                 t.device());
 }
 
-// The definition: copy, per-head norm, RoPE, then kv_write of k and v.
-void unfused(Context& ctx, const QkvPrologueArgs& a) {
+// The definition: per-head norm into q_out / k_tmp (when there is one), RoPE (in place in qkv when
+// there is no norm: no copy), then kv_write of k and v. Returns q.
+Tensor unfused(Context& ctx, const QkvPrologueArgs& a) {
   const int64_t n = a.qkv.size(0);
   const int hd = a.head_dim;
   auto prepare = [&](int first, int heads, const Tensor& norm_w, const Tensor& dst) {
-    const int64_t col = static_cast<int64_t>(first) * hd;
-    convert(ctx, a.qkv.slice(1, col, col + static_cast<int64_t>(heads) * hd), dst);
+    Tensor h3 = heads_of(a.qkv, first, heads, hd);
     if (norm_w.defined()) {
+      const int64_t col = static_cast<int64_t>(first) * hd;
+      convert(ctx, a.qkv.slice(1, col, col + static_cast<int64_t>(heads) * hd), dst);
       const Tensor flat = dst.reshape(Shape{n * heads, hd});
       rms_norm(ctx, flat, norm_w, flat, a.norm);
+      h3 = dst.reshape(Shape{n, heads, hd});
     }
-    const Tensor h3 = dst.reshape(Shape{n, heads, hd});
     rope(ctx, h3, a.positions, a.inv_freq, a.attention_scaling);
     return h3;
   };
-  prepare(0, a.n_heads, a.q_norm, a.q_out);
+  const Tensor q = prepare(0, a.n_heads, a.q_norm, a.q_out);
   const Tensor k = prepare(a.n_heads, a.n_kv_heads, a.k_norm, a.k_tmp);
   kv_write(ctx, k, heads_of(a.qkv, a.n_heads + a.n_kv_heads, a.n_kv_heads, hd), a.slots, a.k_pages,
            a.v_pages);
+  return q;
 }
 
 }  // namespace
@@ -62,7 +65,7 @@ bool fused_qkv_prologue_enabled() {
   return fused_flag().load() != 0;
 }
 
-void qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
+Tensor qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
   constexpr const char* kOp = "qkv_prologue";
   DSPARK_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.head_dim > 0,
                "{}: heads ({}, {}) and head_dim ({}) must be positive", kOp, a.n_heads,
@@ -88,7 +91,8 @@ void qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
   check_vector(kOp, "slots", a.slots, DType::i32, n);
   for (const Tensor* t : {&a.qkv, &a.q_out, &a.k_tmp, &a.positions, &a.inv_freq, &a.slots})
     check_on_device(kOp, "argument", *t, ctx);
-  if (n == 0) return;
+  const Tensor q_view = a.q_out.reshape(Shape{n, a.n_heads, hd});
+  if (n == 0) return q_view;
   const bool fusable = (hd == 64 || hd == 128 || hd == 256) && 2 * a.inv_freq.numel() == hd &&
                        a.k_pages.dim() == 4 && a.k_pages.size(2) == a.n_kv_heads &&
                        a.k_pages.size(3) == hd && a.k_pages.is_contiguous() &&
@@ -98,9 +102,9 @@ void qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
     check_on_device(kOp, "k_pages", a.k_pages, ctx);
     check_on_device(kOp, "v_pages", a.v_pages, ctx);
     DSPARK_ON_CUDA(cuda::qkv_prologue(ctx, a));
-    return;
+    return q_view;
   }
-  unfused(ctx, a);
+  return unfused(ctx, a);
 }
 
 }  // namespace dspark

@@ -1,10 +1,12 @@
 // The attention prologue of a decoder layer, after the fused QKV projection: per token, the q and k
-// heads get their per-head RMSNorm (when q_norm / k_norm are given: Qwen3, Gemma 3) and RoPE; q is
-// written to q_out, k and v into the paged cache at `slots` (slot < 0: padding, not written).
-// Defined as, and on the CPU computed by, the unfused ops: q_out = rope(rms_norm(copy of q)),
-// k_tmp = rope(rms_norm(copy of k)), kv_write(k_tmp, v). On CUDA one kernel does it all (one launch
-// instead of up to seven) when head_dim is 64, 128 or 256 and the rotation covers the whole head
-// (rotary_dim == head_dim); other shapes run the unfused ops there too.
+// heads get their per-head RMSNorm (when q_norm / k_norm are given: Qwen3, Gemma 3) and RoPE, and
+// k and v go into the paged cache at `slots` (slot < 0: padding, not written; CUDA only - the CPU's
+// kv_write refuses it). Returns q [n, n_heads, head_dim]: a view of q_out, or - on the unfused
+// path without a q norm - of qkv itself, rotated in place (qkv may be modified).
+// Defined as, and on the CPU computed by, the unfused ops: rms_norm of a copy (q_out / k_tmp) when
+// there is a norm, rope, kv_write. On CUDA one kernel does it all (one launch instead of up to
+// seven) when head_dim is 64, 128 or 256 and the rotation covers the whole head (rotary_dim ==
+// head_dim); other shapes run the unfused ops there too.
 #pragma once
 
 #include "dspark/backend/context.h"
@@ -24,11 +26,11 @@ struct QkvPrologueArgs {
   Tensor slots;    // i32 [n]
   Tensor k_pages;  // [n_pages, page_size, n_kv_heads, head_dim]
   Tensor v_pages;
-  Tensor q_out;  // [n, n_heads * head_dim], qkv's dtype, contiguous
+  Tensor q_out;  // [n, n_heads * head_dim], qkv's dtype, contiguous: q (see the return value)
   Tensor k_tmp;  // [n, n_kv_heads * head_dim], qkv's dtype, contiguous: the unfused path's k
 };
 
-void qkv_prologue(Context& ctx, const QkvPrologueArgs& a);
+Tensor qkv_prologue(Context& ctx, const QkvPrologueArgs& a);
 
 // Whether CUDA runs qkv_prologue as one kernel: on unless the environment has
 // DSPARK_FUSED_PROLOGUE=0 (read once) or after set_fused_qkv_prologue(false) (A/B benchmarks).
