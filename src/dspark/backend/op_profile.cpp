@@ -18,6 +18,7 @@ struct Record {
 
 std::atomic<bool> g_enabled{false};
 std::mutex g_mutex;
+uint64_t g_generation = 0;  // bumped by take_op_profile: a scope open across it records nothing
 std::vector<Record>& records() {
   static std::vector<Record> r;
   return r;
@@ -47,6 +48,7 @@ std::vector<OpTime> take_op_profile() {
   {
     std::lock_guard lock(g_mutex);
     taken.swap(records());
+    ++g_generation;
   }
   std::map<std::string, OpTime> by_op;
   for (const Record& r : taken) {
@@ -72,6 +74,7 @@ OpProfileScope::OpProfileScope(const Context& ctx, const char* call) {
   ctx_ = &ctx;
   std::lock_guard lock(g_mutex);
   index_ = static_cast<int64_t>(records().size());
+  generation_ = g_generation;
   records().push_back(std::move(r));
 }
 
@@ -80,8 +83,7 @@ OpProfileScope::~OpProfileScope() {
   auto end = std::make_unique<cuda::Event>();
   end->record(ctx_->stream());
   std::lock_guard lock(g_mutex);
-  auto& r = records();
-  if (static_cast<size_t>(index_) < r.size()) r[static_cast<size_t>(index_)].end = std::move(end);
+  if (generation_ == g_generation) records()[static_cast<size_t>(index_)].end = std::move(end);
 }
 
 }  // namespace dspark

@@ -37,6 +37,7 @@ class OpProfileScope {
  private:
   const Context* ctx_ = nullptr;
   int64_t index_ = -1;
+  uint64_t generation_ = 0;
 };
 
 }  // namespace dspark
