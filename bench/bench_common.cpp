@@ -85,6 +85,18 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+std::vector<WeightShape> parse_weight_shapes(const std::string& list) {
+  std::vector<WeightShape> out;
+  for (const std::string& item : split_list(list)) {
+    const size_t x = item.find('x');
+    DSPARK_CHECK_KIND(invalid_input, x != std::string::npos, "shape '{}' is not NxK", item);
+    out.push_back({std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))});
+    DSPARK_CHECK_KIND(invalid_input, out.back().n > 0 && out.back().k > 0,
+                      "shape '{}': N and K must be positive", item);
+  }
+  return out;
+}
+
 std::string format_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> w(header.size());

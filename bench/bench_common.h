@@ -34,6 +34,13 @@ double kv_bytes_per_token(const ModelConfig& c, DType dtype);
 // "a,b,c" -> {"a", "b", "c"} (an empty string gives no items).
 std::vector<std::string> split_list(const std::string& s);
 
+// A weight matrix shape: N output features x K input features.
+struct WeightShape {
+  int64_t n = 0, k = 0;
+};
+// "6144x4096,4096x4096" -> shapes; throws invalid_input for an item that is not NxK with N, K > 0.
+std::vector<WeightShape> parse_weight_shapes(const std::string& list);
+
 std::string format_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows);
 

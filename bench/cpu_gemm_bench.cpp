@@ -66,14 +66,20 @@ class Floats {
   size_t n_ = 0, bytes_ = 0;
 };
 
-struct Shape2 {
-  int64_t n = 0, k = 0;
-};
-
-Shape2 parse_shape(const std::string& s) {
-  const size_t x = s.find('x');
-  DSPARK_CHECK_KIND(invalid_input, x != std::string::npos, "shape '{}' is not NxK", s);
-  return {std::stoll(s.substr(0, x)), std::stoll(s.substr(x + 1))};
+// y[m, s.n] = x[m, s.k] . w^T with dense rows.
+cpu::SmallGemmArgs gemm_args(const float* x, const void* w, DType w_dtype, float* y, int64_t m,
+                             const WeightShape& s) {
+  cpu::SmallGemmArgs g;
+  g.x = x;
+  g.ldx = s.k;
+  g.w = w;
+  g.w_dtype = w_dtype;
+  g.y = y;
+  g.ldy = s.n;
+  g.m = m;
+  g.n = s.n;
+  g.k = s.k;
+  return g;
 }
 
 void openblas(int64_t m, int64_t n, int64_t k, const float* x, const float* w, float* y) {
@@ -136,8 +142,7 @@ int run(const Args& a) {
   std::vector<int64_t> ms;
   for (const auto& s : split_list(a.m_list)) ms.push_back(std::stoll(s));
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
-  std::vector<Shape2> shapes;
-  for (const auto& s : split_list(a.shapes)) shapes.push_back(parse_shape(s));
+  const std::vector<WeightShape> shapes = parse_weight_shapes(a.shapes);
 
   nlohmann::json out;
   out["isa"] = cpu::small_gemm_isa_name(isa);
@@ -185,7 +190,7 @@ int run(const Args& a) {
 
   std::vector<std::vector<std::string>> rows;
   nlohmann::json jshapes = nlohmann::json::array();
-  for (const Shape2& s : shapes) {
+  for (const WeightShape& s : shapes) {
     const int64_t wfloats = s.n * s.k;
     DSPARK_CHECK_KIND(invalid_input, wfloats <= pool_floats && s.k <= 8192 && s.n <= 65536,
                       "shape {}x{} too large", s.n, s.k);
@@ -194,19 +199,10 @@ int run(const Args& a) {
     double ours_m1 = 0;
     for (const int64_t m : ms) {
       auto ours = [&](int64_t i) {
-        cpu::SmallGemmArgs g;
-        g.x = x.data();
-        g.ldx = s.k;
         const int64_t offset = (i % windows) * wfloats;
-        g.w = w_dtype == DType::f32 ? static_cast<const void*>(wpool.data() + offset)
-                                    : static_cast<const void*>(wpool16.data() + offset);
-        g.w_dtype = w_dtype;
-        g.y = y.data();
-        g.ldy = s.n;
-        g.m = m;
-        g.n = s.n;
-        g.k = s.k;
-        cpu::small_gemm(pool, g, isa);
+        const void* w = w_dtype == DType::f32 ? static_cast<const void*>(wpool.data() + offset)
+                                              : static_cast<const void*>(wpool16.data() + offset);
+        cpu::small_gemm(pool, gemm_args(x.data(), w, w_dtype, y.data(), m, s), isa);
       };
       const double t_ours = time_calls(a.min_ms, ours);
       if (m == 1) ours_m1 = t_ours;
@@ -242,13 +238,13 @@ int run(const Args& a) {
 
   if (!a.no_forward) {
     // SmolLM2-135M projections: 30 x (qkv, o, gate_up, down) + LM head, distinct weights.
-    std::vector<Shape2> layer = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
-    std::vector<Shape2> all;
+    std::vector<WeightShape> layer = {{960, 576}, {576, 576}, {3072, 576}, {576, 1536}};
+    std::vector<WeightShape> all;
     for (int l = 0; l < 30; ++l) all.insert(all.end(), layer.begin(), layer.end());
     all.push_back({49152, 576});
     std::vector<std::unique_ptr<Floats>> ws;
     double total_bytes = 0;
-    for (const Shape2& s : all) {
+    for (const WeightShape& s : all) {
       ws.push_back(std::make_unique<Floats>(static_cast<size_t>(s.n * s.k), a.huge_pages, 0.01f));
       total_bytes += static_cast<double>(s.n * s.k) * 4.0;
     }
@@ -258,20 +254,12 @@ int run(const Args& a) {
     for (const int64_t m : ms) {
       auto pass = [&](bool use_blas) {
         for (size_t i = 0; i < all.size(); ++i) {
-          const Shape2& s = all[i];
+          const WeightShape& s = all[i];
           if (use_blas) {
             openblas(m, s.n, s.k, x.data(), ws[i]->data(), y.data());
           } else {
-            cpu::SmallGemmArgs g;
-            g.x = x.data();
-            g.ldx = s.k;
-            g.w = ws[i]->data();
-            g.y = y.data();
-            g.ldy = s.n;
-            g.m = m;
-            g.n = s.n;
-            g.k = s.k;
-            cpu::small_gemm(pool, g, isa);
+            cpu::small_gemm(pool, gemm_args(x.data(), ws[i]->data(), DType::f32, y.data(), m, s),
+                            isa);
           }
         }
       };

@@ -27,21 +27,6 @@
 namespace dspark::bench {
 namespace {
 
-struct Shape2 {
-  int64_t n = 0, k = 0;
-};
-
-std::vector<Shape2> parse_shapes(const std::string& list) {
-  std::vector<Shape2> out;
-  for (const std::string& item : split_list(list)) {
-    const size_t x = item.find('x');
-    DSPARK_CHECK(x != std::string::npos, "--shapes: '{}' is not NxK", item);
-    out.push_back({std::stoll(item.substr(0, x)), std::stoll(item.substr(x + 1))});
-    DSPARK_CHECK(out.back().n > 0 && out.back().k > 0, "--shapes: '{}' must be positive", item);
-  }
-  return out;
-}
-
 // Random 16-bit values of magnitude ~0.01 (their values do not matter for timing): a cheap LCG on
 // the host, one copy to the device.
 OwnedTensor random_device_tensor(DType dtype, Shape shape, uint32_t seed) {
@@ -94,7 +79,7 @@ int main(int argc, char** argv) {
     cuda::require_device(0);
     const DType dtype = dtype_from_name(dtype_name_arg);
     DSPARK_CHECK(dtype == DType::bf16 || dtype == DType::f16, "--dtype must be bf16 or f16");
-    const std::vector<Shape2> shapes = parse_shapes(shapes_list);
+    const std::vector<WeightShape> shapes = parse_weight_shapes(shapes_list);
     std::vector<int64_t> ms;
     for (const std::string& s : split_list(m_list)) ms.push_back(std::stoll(s));
     const cuda::DeviceInfo info = cuda::device_info(0);
@@ -107,7 +92,7 @@ int main(int argc, char** argv) {
                         {"iters", iters},
                         {"results", nlohmann::json::array()}};
     std::vector<std::vector<std::string>> rows;
-    for (const Shape2& s : shapes) {
+    for (const WeightShape& s : shapes) {
       const double bytes = static_cast<double>(s.n * s.k) * static_cast<double>(dtype_size(dtype));
       const size_t copies = std::clamp<size_t>(
           static_cast<size_t>(4.0 * static_cast<double>(info.l2_bytes) / bytes) + 1, 1, 64);
