@@ -5,7 +5,7 @@
 #   bash scripts/gpu_small_m.sh        (carry .carry/debs; logs and JSON under $OUT)
 # Environment: CTEST_ARGS (e.g. "-R CudaGemv"), LINEAR_ARGS (bench_linear flags), VERIFY (verify
 # widths, default 1,4,16,32), ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g.
-# --profile-ops), ROUNDS (see below), PROFILE=1 (nsys, where installed), TAIL (lines shown).
+# --profile-ops), ROUNDS (see below), TAIL (lines shown).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
 export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_round bench_linear ${EXTRA_TARGETS:-}"
@@ -26,33 +26,11 @@ for s in qwen3-8b qwen3-8b-dspark-b16; do
     --shape "$s" --out "$models/$s" --tokenizer "$models/tok" 2>&1 | tail -n 1
 done
 echo "synth done ($(( $(date +%s) - t0 )) s)"
-if command -v nsys >/dev/null 2>&1 && [ -n "${PROFILE:-}" ]; then
-  for g in 0 1; do  # eager decode with the small-M kernel (DSPARK_CUDA_GEMV=$g)
-    DSPARK_CUDA_GEMV=$g timeout 120 nsys profile -o "/tmp/prof$g" --force-overwrite true \
-      "$bin/dspark" generate -m "$models/qwen3-8b" -p "Tell me about the sea." -n 64 \
-      --temperature 0 --device cuda --no-cuda-graphs >/dev/null 2>&1
-    nsys stats --report cuda_gpu_kern_sum --format csv -o "$out/kern$g" "/tmp/prof$g.nsys-rep" >/dev/null 2>&1
-    echo "== kernels, DSPARK_CUDA_GEMV=$g"
-    python3 - "$out/kern${g}_cuda_gpu_kern_sum.csv" <<'PY'
-import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
-tot = sum(float(r["Total Time (ns)"]) for r in rows)
-for r in rows[:16]:
-    print(f'{float(r["Total Time (ns)"])/tot*100:5.1f}% {int(r["Instances"]):6d} x {float(r["Avg (ns)"])/1e3:8.2f} us  {r["Name"][:110]}')
-PY
-  done
-else
-  echo "nsys: $(command -v nsys || echo none)"
-fi
 round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 --rounds 32
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})
-# ROUNDS: cublas (default linear path), small_m (DSPARK_CUDA_GEMV=1), small_m_c<N> (and a shared
-# memory carveout of N percent for the kernel).
+# ROUNDS: cublas (default linear path) and/or small_m (DSPARK_CUDA_GEMV=1).
 for r in ${ROUNDS-small_m cublas}; do
-  gemv=1 carve=""
-  [ "$r" = cublas ] && gemv=0
-  case "$r" in small_m_c*) carve="${r#small_m_c}" ;; esac
-  DSPARK_CUDA_GEMV=$gemv DSPARK_CUDA_GEMV_CARVEOUT=${carve:--1} run 150 "round_$r" "${round[@]}" \
+  DSPARK_CUDA_GEMV=$([ "$r" = cublas ] && echo 0 || echo 1) run 150 "round_$r" "${round[@]}" \
     --json "$out/round_$r.json"
 done
 echo "session done ($(( $(date +%s) - t0 )) s)"

@@ -172,29 +172,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvParams<TW, TY> p)
   }
 }
 
-// Experiment: DSPARK_CUDA_GEMV_CARVEOUT=<0..100> sets the kernel's preferred shared-memory
-// carveout (percent of the unified L1 / shared memory), e.g. to match the kernels around it.
-int carveout() {
-  static const int value = [] {
-    const char* env = std::getenv("DSPARK_CUDA_GEMV_CARVEOUT");
-    return env ? std::atoi(env) : -1;
-  }();
-  return value;
-}
-
 template <typename TW, typename TY, int NT>
 void launch(const GemvParams<TW, TY>& p, cudaStream_t stream) {
   constexpr int kUnroll = NT <= 2 ? 4 : 2;
   const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, kRows));
-  if (carveout() >= 0) {
-    static const bool once = [] {
-      DSPARK_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<TW, TY, NT, kUnroll>,
-                                             cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             carveout()));
-      return true;
-    }();
-    (void)once;
-  }
   gemv_kernel<TW, TY, NT, kUnroll><<<blocks, kWarps * 32, 0, stream>>>(p);
   DSPARK_CUDA_CHECK_LAUNCH();
 }
