@@ -5,7 +5,7 @@
 #   bash scripts/gpu_small_m.sh        (carry .carry/debs; logs and JSON under $OUT)
 # Environment: CTEST_ARGS (e.g. "-R CudaGemv"), LINEAR_ARGS (bench_linear flags), VERIFY (verify
 # widths, default 1,4,16,32), ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g.
-# --profile-ops), ROUNDS (see below), TAIL (lines shown).
+# --profile-ops), ROUNDS (see below), TAIL (lines shown), SKIP_LINEAR / SKIP_ROUND (skip those).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
 export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_round bench_linear ${EXTRA_TARGETS:-}"
@@ -16,7 +16,7 @@ grep -E "tests passed|FAILED|Failed|\*\*\*" "$out/check.log" | head -20
 lib="$repo/build-gpu/deps-root/usr/lib/x86_64-linux-gnu"
 export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
 bin="$repo/build-gpu/bin"
-TAIL=60 run 120 linear "$bin/bench_linear" ${LINEAR_ARGS:-} --json "$out/linear.json"
+[ -n "${SKIP_LINEAR:-}" ] || TAIL=60 run 120 linear "$bin/bench_linear" ${LINEAR_ARGS:-} --json "$out/linear.json"
 [ -n "${SKIP_ROUND:-}" ] && exit 0
 models=/tmp/dspark-models
 mkdir -p "$models/tok"
@@ -28,9 +28,13 @@ done
 echo "synth done ($(( $(date +%s) - t0 )) s)"
 round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 --rounds 32
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})
-# ROUNDS: cublas (default linear path) and/or small_m (DSPARK_CUDA_GEMV=1).
+# ROUNDS: cublas (default linear path), small_m (DSPARK_CUDA_GEMV=1), cuda_core_attn (cublas with
+# the CUDA-core attention kernel: DSPARK_ATTENTION_MMA=0).
 for r in ${ROUNDS-small_m cublas}; do
-  DSPARK_CUDA_GEMV=$([ "$r" = cublas ] && echo 0 || echo 1) run 150 "round_$r" "${round[@]}" \
-    --json "$out/round_$r.json"
+  (
+    export DSPARK_CUDA_GEMV=$([ "$r" = small_m ] && echo 1 || echo 0)
+    [ "$r" = cuda_core_attn ] && export DSPARK_ATTENTION_MMA=0
+    run 150 "round_$r" "${round[@]}" --json "$out/round_$r.json"
+  )
 done
 echo "session done ($(( $(date +%s) - t0 )) s)"

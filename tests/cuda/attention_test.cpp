@@ -1,11 +1,15 @@
 // kv_write and paged_attention: CUDA vs CPU on randomly paged caches (shuffled pages, odd page
 // sizes): decode, 1-32-query verify, long causal prefill, non-causal blocks, GQA, sliding window,
-// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys).
+// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys);
+// both kernels (tensor cores for 16-bit caches, CUDA cores otherwise).
 #include "dspark/ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/op_profile.h"
 
 #include "cuda/cuda_consistency.h"
 
@@ -143,6 +147,72 @@ TEST(CudaAttention, HeadDims) {
     }
   }
 }
+
+// Shapes of the published targets, which take the tensor-core kernel for 16-bit caches:
+// Qwen3-8B (32 heads, 8 KV heads, head_dim 128) decode, verify and a drafter's non-causal block
+// over a long context with split keys; head_dim 256 with a window and soft-cap.
+TEST(CudaAttention, ModelShapes) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  std::vector<Scenario> v;
+  auto with = [](std::string name, std::vector<int> kv_lens, std::vector<int> n_q) {
+    return Scenario{.name = std::move(name),
+                    .kv_lens = std::move(kv_lens),
+                    .n_q = std::move(n_q),
+                    .n_heads = 32,
+                    .n_kv_heads = 8,
+                    .head_dim = 128};
+  };
+  v.push_back(with("8b decode", {1024, 700}, {1, 1}));
+  v.push_back(with("8b verify 17", {1041}, {17}));
+  v.push_back(with("8b verify 33, two rows", {530, 1057}, {33, 33}));
+  Scenario block = with("8b draft block", {1040}, {16});
+  block.causal = false;
+  v.push_back(block);
+  v.push_back({.name = "head_dim 256 window softcap",
+               .kv_lens = {600, 90},
+               .n_q = {9, 3},
+               .n_heads = 8,
+               .n_kv_heads = 4,
+               .head_dim = 256,
+               .window = 128,
+               .softcap = 50.0f});
+  uint32_t seed = 1200;
+  for (const Scenario& s : v) {
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      run_scenario(ctx, s, dtype, dtype, seed);
+      seed += 10;
+    }
+  }
+}
+
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+// Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256
+// (the profiler records it), the CUDA-core one for f32, other head dims or with the switch off;
+// both match the CPU (run_scenario).
+TEST(CudaAttention, TensorCoreKernelRunsWhenItFits) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  auto runs_mma = [&](int head_dim, DType dtype) {
+    Scenario s{.name = "switch", .kv_lens = {200, 75}, .n_q = {4, 1}, .head_dim = head_dim};
+    (void)take_op_profile();
+    set_op_profiling(true);
+    run_scenario(ctx, s, dtype, dtype, 77);
+    set_op_profiling(false);
+    bool seen = false;
+    for (const OpTime& t : take_op_profile()) seen = seen || t.op == "paged_attention_mma";
+    return seen;
+  };
+  EXPECT_TRUE(runs_mma(128, DType::bf16));
+  EXPECT_TRUE(runs_mma(64, DType::f16));
+  EXPECT_TRUE(runs_mma(256, DType::bf16));
+  EXPECT_FALSE(runs_mma(128, DType::f32));
+  EXPECT_FALSE(runs_mma(96, DType::bf16));
+  cuda::set_mma_attention(false);
+  EXPECT_FALSE(runs_mma(128, DType::bf16));
+  cuda::set_mma_attention(true);
+}
+#endif
 
 // q / out in another dtype than the cache.
 TEST(CudaAttention, MixedDtypes) {

@@ -31,10 +31,10 @@ Inputs make_inputs(DType dtype, int64_t n, int heads, int kv_heads, int hd, uint
   const RopeTable table = make_rope_table(hd, 1e6, 1.0, RopeScaling{}, 131072);
   in.inv_freq = vector_pair(table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())});
   in.attention_scaling = table.attention_scaling;
-  // 8 pages of 16 slots; tokens take every other slot from 3 on, and token 1 is padding.
+  // 8 pages of 16 slots; tokens take every other slot from 3 on (token 1 is padding if asked).
   std::vector<int32_t> slots;
   for (int64_t i = 0; i < n; ++i)
-    slots.push_back(i == 1 && n > 2 ? -1 : 3 + 2 * static_cast<int32_t>(i));
+    slots.push_back(padding && i == 1 && n > 2 ? -1 : 3 + 2 * static_cast<int32_t>(i));
   in.slots = vector_pair(slots, Shape{n});
   in.k_pages = random_pair(dtype, Shape{8, 16, kv_heads, hd}, seed + 4);  // old contents
   in.v_pages = random_pair(dtype, Shape{8, 16, kv_heads, hd}, seed + 5);

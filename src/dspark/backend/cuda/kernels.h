@@ -33,6 +33,11 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // set_small_m_linear(true). Process-wide; for benchmarks and tests.
 void set_small_m_linear(bool enabled);
 bool small_m_linear_enabled();
+// paged_attention on tensor cores (kernels/attention_mma.cu) for 16-bit caches with head_dim
+// 64 / 128 / 256: on by default; off when the environment has DSPARK_ATTENTION_MMA=0 or after
+// set_mma_attention(false) (every call then runs the CUDA-core kernel). Process-wide.
+void set_mma_attention(bool enabled);
+bool mma_attention_enabled();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void convert(Context& ctx, const Tensor& src, const Tensor& out);

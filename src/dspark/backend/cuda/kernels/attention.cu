@@ -1,6 +1,7 @@
 // kv_write and paged_attention (contract: ops/attention.h).
 //
-// paged_attention is a flash-decoding-style kernel on CUDA cores (no tensor cores yet):
+// paged_attention runs on tensor cores when the call fits (16-bit caches, head_dim 64 / 128 / 256:
+// attention_mma.cu) and otherwise on this flash-decoding-style kernel on CUDA cores:
 //  - a CTA (4 warps) owns up to 16 query rows = (query token, query head) pairs that share one KV
 //    head: `heads_per_cta` heads of a GQA group x `tokens_per_cta` consecutive tokens. A token
 //    tile that crosses a row boundary of q_indptr is processed as consecutive one-row segments;
@@ -23,6 +24,7 @@
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/attention.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/op_profile.h"
 
@@ -31,14 +33,17 @@ namespace {
 
 using device::FloatKind;
 
+using attn::AttentionArgs;
+using attn::kLog2e;
+using attn::kMaxRows;
+using attn::kMaxSplits;
+
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 4;
-constexpr int kMaxRows = kWarps * kRowsPerWarp;  // query rows per CTA
+static_assert(kWarps * kRowsPerWarp == kMaxRows);
 constexpr int kKeyTile = 32;
-constexpr int kMaxSplits = 32;
 constexpr int kMaxHeadDim = 256;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- kv_write --------------------------------------------------------------------------------
 
@@ -76,32 +81,6 @@ __global__ void kv_write_kernel(KvWriteParams<TP> p) {
 }
 
 // ---- paged_attention -------------------------------------------------------------------------
-
-template <typename TKV>
-struct AttentionArgs {
-  const void* q;  // [n_tokens, n_heads, head_dim]
-  FloatKind q_kind;
-  int64_t q_stride_token, q_stride_head;
-  void* out;  // [n_tokens, n_heads, head_dim]
-  FloatKind out_kind;
-  int64_t out_stride_token, out_stride_head;
-  const TKV* k_pages;  // [n_pages, page_size, n_kv_heads, head_dim]
-  const TKV* v_pages;
-  int64_t page_stride, slot_stride, head_stride;
-  const int32_t* q_indptr;      // [n_rows + 1]
-  const int32_t* q_pos;         // [n_tokens]
-  const int32_t* page_indptr;   // [n_rows + 1]
-  const int32_t* page_indices;  // [page_indptr[n_rows]]
-  const int32_t* kv_lens;       // [n_rows]
-  int n_rows, n_tokens, n_heads, group, head_dim, page_size;
-  int heads_per_cta, tokens_per_cta, head_chunks;
-  float scale, softcap;
-  int window;
-  bool causal;
-  bool vec_kv;  // K/V rows 16-byte aligned: vector loads
-  int n_splits;
-  float* part;  // n_splits > 1: [n_tokens, n_heads, n_splits, head_dim + 2] (acc..., max, sum)
-};
 
 template <int NC>
 constexpr size_t attention_smem_bytes() {
@@ -398,7 +377,7 @@ int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads
   int64_t n_splits = 1;
   if (ctas < target) {
     const int64_t keys_per_row = total_pages * page_size / n_rows;
-    const int64_t useful = ceil_div(keys_per_row, 2 * kKeyTile);
+    const int64_t useful = ceil_div(keys_per_row, attn::kSplitKeys);
     n_splits = std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kMaxSplits);
   }
   return static_cast<int>(n_splits);
@@ -505,6 +484,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
                a.head_stride % kW == 0;
     a.n_splits = static_cast<int>(n_splits);
     a.part = part;
+    if (attn::launch_attention_mma<DKV>(ctx, a, grid)) return;  // tensor cores when they fit
     if (head_dim <= 32)
       launch_attention<DKV, 1>(ctx, a, grid);
     else if (head_dim <= 64)

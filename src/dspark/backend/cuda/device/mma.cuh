@@ -1,0 +1,74 @@
+// Tensor-core building blocks shared by the hand-written kernels (small-M linear, attention):
+// the m16n8k16 MMA with f32 accumulation for bf16 / f16 operands, two floats packed into one
+// 32-bit operand register, and 16-byte asynchronous copies global -> shared (cp.async, sm_80+).
+//
+// Fragment layout of mma.m16n8k16 (g = lane / 4, c = lane % 4; a register holds two consecutive
+// k, the lower k in its low half):
+//   A (16 x 16, row-major): a0 = (row g, k 2c..2c+1), a1 = (row g+8, k 2c..), a2 = (row g,
+//   k 2c+8..), a3 = (row g+8, k 2c+8..);  B (16 x 8): b0 = (k 2c..2c+1, col g), b1 = (k 2c+8..,
+//   col g);  C / D (16 x 8, f32): d0, d1 = (row g, cols 2c, 2c+1), d2, d3 = (row g+8, same cols).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace dspark::cuda::device {
+
+// d += a . b, m16n8k16, f32 accumulation; T is __nv_bfloat16 or __half.
+template <typename T>
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats rounded to T (nearest even) in one register: `lo` in the low half (the lower k).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    static_assert(sizeof(v) == sizeof(r));
+    __builtin_memcpy(&r, &v, sizeof(r));
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    static_assert(sizeof(v) == sizeof(r));
+    __builtin_memcpy(&r, &v, sizeof(r));
+  }
+  return r;
+}
+
+// Two 16-bit values in one register, `lo` in the low half.
+__device__ __forceinline__ uint32_t pack2_bits(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+// 16 bytes global -> shared without passing through registers (L2 only: .cg).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+}  // namespace dspark::cuda::device

@@ -1,0 +1,378 @@
+// The tensor-core paged_attention kernel (attention.cuh; the op's contract: ops/attention.h), for
+// 16-bit caches and head_dim 64 / 128 / 256: decode, verify and draft blocks, in the
+// FlashAttention-2 manner.
+//  - A CTA (4 warps) owns the same up to 16 query rows as the CUDA-core kernel (GQA heads x tokens
+//    of one KV head: one m16 tile of the MMA) and, with split keys (grid.z), one contiguous range
+//    of 64-key tiles; the tiles of the visible keys are dealt to the splits as evenly as possible.
+//  - K and V tiles (64 keys x head_dim, in the cache's dtype) are copied into shared memory with
+//    cp.async, two tiles in flight: the copy of the next tile overlaps the math of this one. Keys
+//    outside the CTA's visible range are zero-filled. Shared rows are padded by 16 bytes, which
+//    makes every fragment load below free of bank conflicts.
+//  - Warp w takes keys 16w .. 16w+15 of each tile: S = Q.K^T (head_dim / 16 x 2 MMAs), scaled and
+//    masked per row, an online softmax in f32 with base-2 exponentials, then P (rounded to the
+//    cache dtype, as the MMA's A operand straight from the S registers) times V accumulates O in
+//    f32 (head_dim / 8 MMAs).
+//  - At the end the 4 warps' (max, sum, O) meet in shared memory and are merged in warp order; the
+//    CTA writes the normalised rows, or with split keys the partial state (O, max, sum) that
+//    combine_splits_kernel (attention.cu) merges.
+// Masking per row is the op's: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ?
+// pos + 1 : kv_len), lo = window ? pos - window + 1 : 0; a row that sees no key writes zeros.
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <type_traits>
+
+#include "dspark/backend/cuda/device/mma.cuh"
+#include "dspark/backend/cuda/device/reduce.cuh"
+#include "dspark/backend/cuda/device/vec.cuh"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/attention.cuh"
+#include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/op_profile.h"
+
+namespace dspark::cuda {
+namespace attn {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileKeys = kSplitKeys;          // keys per shared-memory tile
+constexpr int kWarpKeys = kTileKeys / kWarps;  // keys per warp and tile: one k16 step of P.V
+static_assert(kWarpKeys == 16 && kMaxRows == 16);
+
+// Shared memory, in elements of the cache dtype: q [16][kLd], then K and V [2 stages][64][kLd].
+// After the key loop the warps' O tiles, [kWarps][16][kOutLd] f32, reuse the K/V stages.
+template <int HD>
+struct Layout {
+  static constexpr int kLd = HD + 8;
+  static constexpr int kOutLd = HD + 4;
+  static constexpr int kK = kMaxRows * kLd;
+  static constexpr int kV = kK + 2 * kTileKeys * kLd;
+  static constexpr int kElems = kV + 2 * kTileKeys * kLd;
+  static constexpr size_t kBytes = static_cast<size_t>(kElems) * 2;
+  static_assert(kWarps * kMaxRows * kOutLd * 4 <= 4 * kTileKeys * kLd * 2);
+  static_assert(kBytes <= 227 * 1024);
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t ld32(const T* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T> p) {
+  using L = Layout<HD>;
+  constexpr int kLd = L::kLd;
+  constexpr int kChunks = HD / 8;    // 16-byte chunks per row
+  constexpr int kDimTiles = HD / 8;  // n8 tiles of O
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* s_q = reinterpret_cast<T*>(smem_raw);
+  T* s_k = s_q + L::kK;
+  T* s_v = s_q + L::kV;
+  float* s_o = reinterpret_cast<float*>(s_k);
+  __shared__ int s_lo[kMaxRows], s_hi[kMaxRows];
+  __shared__ float s_m[kWarps][kMaxRows], s_l[kWarps][kMaxRows];
+  __shared__ int s_row, s_seg_end, s_page0;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int kv_head = blockIdx.y / p.head_chunks;
+  const int chunk = blockIdx.y - kv_head * p.head_chunks;
+  const int h_begin = kv_head * p.group + chunk * p.heads_per_cta;
+  const int nh = min(p.heads_per_cta, p.group - chunk * p.heads_per_cta);
+  const int split = blockIdx.z;
+  int t = blockIdx.x * p.tokens_per_cta;
+  const int t_end = min(p.n_tokens, t + p.tokens_per_cta);
+
+  while (t < t_end) {
+    __syncthreads();  // the previous segment is done with the shared arrays
+    if (threadIdx.x == 0) {
+      int lo = 0, hi = p.n_rows - 1;  // the last row whose first query is <= t
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (p.q_indptr[mid] <= t)
+          lo = mid;
+        else
+          hi = mid - 1;
+      }
+      s_row = lo;
+      s_seg_end = min(t_end, p.q_indptr[lo + 1]);
+      s_page0 = p.page_indptr[lo];
+    }
+    __syncthreads();
+    const int row = s_row, seg_end = s_seg_end;
+    if (seg_end <= t) break;  // malformed q_indptr: never loop forever
+    const int n_q = (seg_end - t) * nh;
+
+    if (threadIdx.x < kMaxRows) {
+      const int i = threadIdx.x;
+      int lo = 0, hi = 0;  // padding rows of the m16 tile see no key
+      if (i < n_q) {
+        const int pos = p.q_pos[t + i / nh];
+        const int n_pages = p.page_indptr[row + 1] - p.page_indptr[row];
+        hi = min(p.kv_lens[row], n_pages * p.page_size);
+        if (p.causal) hi = min(hi, pos + 1);
+        lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+      }
+      s_lo[i] = lo;
+      s_hi[i] = max(hi, lo);
+    }
+    for (int idx = threadIdx.x; idx < kMaxRows * kChunks; idx += kThreads) {
+      const int i = idx / kChunks, cc = idx - i * kChunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (i < n_q) {
+        const int64_t tok = t + i / nh, h = h_begin + i % nh;
+        v = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + tok * p.q_stride_token +
+                                            h * p.q_stride_head + cc * 8);
+      }
+      *reinterpret_cast<uint4*>(s_q + i * kLd + cc * 8) = v;
+    }
+    __syncthreads();
+
+    int kmin = INT_MAX, kmax = 0;
+#pragma unroll
+    for (int i = 0; i < kMaxRows; ++i) {
+      if (s_hi[i] > s_lo[i]) {
+        kmin = min(kmin, s_lo[i]);
+        kmax = max(kmax, s_hi[i]);
+      }
+    }
+    if (kmin >= kmax) kmin = kmax = 0;
+    const int32_t* row_pages = p.page_indices + s_page0;
+    const int tile0 = kmin / kTileKeys;
+    const int n_tiles = kmax > kmin ? (kmax - 1) / kTileKeys + 1 - tile0 : 0;
+    const int begin = tile0 + static_cast<int>(int64_t{split} * n_tiles / p.n_splits);
+    const int end = tile0 + static_cast<int>(int64_t{split + 1} * n_tiles / p.n_splits);
+
+    // Copies tile `tile` (keys tile * 64 ..) into stage `stage` (one cp.async group per thread).
+    auto issue = [&](int tile, int stage) {
+      const int key0 = tile * kTileKeys;
+      T* dk = s_k + stage * kTileKeys * kLd;
+      T* dv = s_v + stage * kTileKeys * kLd;
+      for (int idx = threadIdx.x; idx < kTileKeys * kChunks; idx += kThreads) {
+        const int jj = idx / kChunks, cc = idx - jj * kChunks;
+        const int j = key0 + jj;
+        T* sk = dk + jj * kLd + cc * 8;
+        T* sv = dv + jj * kLd + cc * 8;
+        if (j >= kmin && j < kmax) {
+          const int64_t off = static_cast<int64_t>(row_pages[j / p.page_size]) * p.page_stride +
+                              static_cast<int64_t>(j % p.page_size) * p.slot_stride +
+                              static_cast<int64_t>(kv_head) * p.head_stride + cc * 8;
+          device::cp_async16(sk, p.k_pages + off);
+          device::cp_async16(sv, p.v_pages + off);
+        } else {
+          *reinterpret_cast<uint4*>(sk) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(sv) = make_uint4(0, 0, 0, 0);
+        }
+      }
+      device::cp_async_commit();
+    };
+
+    float o[kDimTiles][4];
+#pragma unroll
+    for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};  // rows g and g + 8
+    const int lo_r[2] = {s_lo[g], s_lo[g + 8]}, hi_r[2] = {s_hi[g], s_hi[g + 8]};
+
+    if (begin < end) issue(begin, 0);
+    for (int tile = begin; tile < end; ++tile) {
+      const int stage = (tile - begin) & 1;
+      if (tile + 1 < end) {
+        issue(tile + 1, stage ^ 1);
+        device::cp_async_wait<1>();
+      } else {
+        device::cp_async_wait<0>();
+      }
+      __syncthreads();
+      const int kw0 = tile * kTileKeys + warp * kWarpKeys;  // this warp's first key
+      const T* kt = s_k + (stage * kTileKeys + warp * kWarpKeys) * kLd;
+      const T* vt = s_v + (stage * kTileKeys + warp * kWarpKeys) * kLd;
+
+      float s[2][4] = {};  // keys kw0 + 8 nt + 2c (+1), rows g / g + 8
+#pragma unroll
+      for (int kk = 0; kk < HD; kk += 16) {
+        const uint32_t a0 = ld32(s_q + g * kLd + kk + 2 * c);
+        const uint32_t a1 = ld32(s_q + (g + 8) * kLd + kk + 2 * c);
+        const uint32_t a2 = ld32(s_q + g * kLd + kk + 8 + 2 * c);
+        const uint32_t a3 = ld32(s_q + (g + 8) * kLd + kk + 8 + 2 * c);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const T* kr = kt + (nt * 8 + g) * kLd + kk + 2 * c;
+          device::mma<T>(s[nt], a0, a1, a2, a3, ld32(kr), ld32(kr + 8));
+        }
+      }
+
+      uint32_t pa[4];  // P as the A operand of P.V (keys 2c, 2c+1 | 2c+8, 2c+9 of the warp)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float x[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int nt = e >> 1, j = kw0 + nt * 8 + 2 * c + (e & 1);
+          float v = s[nt][2 * r + (e & 1)] * p.scale;
+          if (p.softcap > 0.0f) v = p.softcap * tanhf(v / p.softcap);
+          x[e] = (j >= lo_r[r] && j < hi_r[r]) ? v * kLog2e : -INFINITY;
+        }
+        float mx = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+        mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 2));
+        const float m_new = fmaxf(m_r[r], mx);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: all zeros
+        const float alpha = exp2f(m_r[r] - m_use);
+        float pe[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pe[e] = exp2f(x[e] - m_use);
+        l_r[r] = l_r[r] * alpha + ((pe[0] + pe[1]) + (pe[2] + pe[3]));
+        m_r[r] = m_new;
+#pragma unroll
+        for (int dt = 0; dt < kDimTiles; ++dt) {
+          o[dt][2 * r] *= alpha;
+          o[dt][2 * r + 1] *= alpha;
+        }
+        pa[r] = device::pack2<T>(pe[0], pe[1]);
+        pa[2 + r] = device::pack2<T>(pe[2], pe[3]);
+      }
+
+      const auto* vb = reinterpret_cast<const uint16_t*>(vt);
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt) {
+        const int col = dt * 8 + g;
+        const uint32_t b0 =
+            device::pack2_bits(vb[(2 * c) * kLd + col], vb[(2 * c + 1) * kLd + col]);
+        const uint32_t b1 =
+            device::pack2_bits(vb[(2 * c + 8) * kLd + col], vb[(2 * c + 9) * kLd + col]);
+        device::mma<T>(o[dt], pa[0], pa[1], pa[2], pa[3], b0, b1);
+      }
+      __syncthreads();  // everyone is done with this stage before it is refilled
+    }
+
+    // Merge the warps: each scales its O rows to the CTA's max, then they are added in warp order.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l_r[r] += __shfl_xor_sync(device::kFullMask, l_r[r], 1);
+      l_r[r] += __shfl_xor_sync(device::kFullMask, l_r[r], 2);
+    }
+    __syncthreads();
+    if (c == 0) {
+      s_m[warp][g] = m_r[0];
+      s_m[warp][g + 8] = m_r[1];
+      s_l[warp][g] = l_r[0];
+      s_l[warp][g + 8] = l_r[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int i = g + 8 * r;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
+      const float f = exp2f(m_r[r] - (mx == -INFINITY ? 0.0f : mx));
+      float* dst = s_o + (warp * kMaxRows + i) * L::kOutLd;
+#pragma unroll
+      for (int dt = 0; dt < kDimTiles; ++dt) {
+        dst[dt * 8 + 2 * c] = o[dt][2 * r] * f;
+        dst[dt * 8 + 2 * c + 1] = o[dt][2 * r + 1] * f;
+      }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_q * HD; idx += kThreads) {
+      const int i = idx / HD, d = idx - i * HD;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
+      const float m_use = mx == -INFINITY ? 0.0f : mx;
+      float l = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        l += s_l[w][i] * exp2f(s_m[w][i] - m_use);
+        acc += s_o[(w * kMaxRows + i) * L::kOutLd + d];
+      }
+      const int64_t tok = t + i / nh, h = h_begin + i % nh;
+      if (p.n_splits == 1) {
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        device::store_float(p.out, tok * p.out_stride_token + h * p.out_stride_head + d, p.out_kind,
+                            acc * inv);
+      } else {
+        float* part = p.part + ((tok * p.n_heads + h) * p.n_splits + split) * (HD + 2);
+        part[d] = acc;
+        if (d == 0) {
+          part[HD] = mx;
+          part[HD + 1] = l;
+        }
+      }
+    }
+    t = seg_end;
+  }
+}
+
+template <typename T, int HD>
+void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
+  constexpr size_t kSmem = Layout<HD>::kBytes;
+  if constexpr (kSmem > 48 * 1024) {
+    static const bool configured = [] {  // once per kernel (and not during a graph capture)
+      DSPARK_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<T, HD>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(kSmem)));
+      return true;
+    }();
+    (void)configured;
+  }
+  const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
+  attention_mma_kernel<T, HD><<<grid, kThreads, kSmem, stream_of(ctx)>>>(a);
+  DSPARK_CUDA_CHECK_LAUNCH();
+}
+
+// On by default; DSPARK_ATTENTION_MMA=0 (read once) or set_mma_attention(false) turns it off.
+std::atomic<int>& enabled_flag() {
+  static std::atomic<int> flag = [] {
+    const char* env = std::getenv("DSPARK_ATTENTION_MMA");
+    return (env && env[0] == '0') ? 0 : 1;
+  }();
+  return flag;
+}
+
+}  // namespace
+
+template <typename TKV>
+bool launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& a, dim3 grid) {
+  if constexpr (std::is_same_v<TKV, float>) {
+    return false;
+  } else {
+    if (enabled_flag().load() == 0) return false;
+    const auto kind =
+        std::is_same_v<TKV, __half> ? device::FloatKind::f16 : device::FloatKind::bf16;
+    if (a.q_kind != kind || !a.vec_kv) return false;
+    if (!device::is_aligned16(a.q) || a.q_stride_token % 8 != 0 || a.q_stride_head % 8 != 0)
+      return false;
+    switch (a.head_dim) {
+      case 64:
+        launch<TKV, 64>(ctx, a, grid);
+        return true;
+      case 128:
+        launch<TKV, 128>(ctx, a, grid);
+        return true;
+      case 256:
+        launch<TKV, 256>(ctx, a, grid);
+        return true;
+      default:
+        return false;
+    }
+  }
+}
+
+template bool launch_attention_mma<float>(Context&, const AttentionArgs<float>&, dim3);
+template bool launch_attention_mma<__nv_bfloat16>(Context&, const AttentionArgs<__nv_bfloat16>&,
+                                                  dim3);
+template bool launch_attention_mma<__half>(Context&, const AttentionArgs<__half>&, dim3);
+
+}  // namespace attn
+
+void set_mma_attention(bool enabled) {
+  attn::enabled_flag().store(enabled ? 1 : 0);
+}
+
+bool mma_attention_enabled() {
+  return attn::enabled_flag().load() != 0;
+}
+
+}  // namespace dspark::cuda
