@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -95,6 +96,19 @@ std::vector<WeightShape> parse_weight_shapes(const std::string& list) {
                       "shape '{}': N and K must be positive", item);
   }
   return out;
+}
+
+OwnedTensor random_16bit_tensor(DType dtype, Shape shape, uint32_t seed, Device device) {
+  std::vector<uint16_t> bits(static_cast<size_t>(shape.numel()));
+  uint32_t state = seed * 2654435761u + 1;
+  const uint16_t exponent = dtype == DType::bf16 ? 0x3C00 : 0x2000;  // ~2^-7 (bf16), ~2^-7 (f16)
+  for (uint16_t& b : bits) {
+    state = state * 1664525u + 1013904223u;
+    b = static_cast<uint16_t>(exponent | ((state >> 16) & 0x807F));  // sign + low mantissa bits
+  }
+  OwnedTensor host = OwnedTensor::zeros(dtype, shape, Device::cpu());
+  std::memcpy(host.view().data(), bits.data(), bits.size() * sizeof(uint16_t));
+  return OwnedTensor::copy_of(host.view(), device);
 }
 
 std::string format_table(const std::vector<std::string>& header,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dspark/core/buffer.h"
 #include "dspark/core/device.h"
 #include "dspark/model/model.h"
 
@@ -40,6 +41,10 @@ struct WeightShape {
 };
 // "6144x4096,4096x4096" -> shapes; throws invalid_input for an item that is not NxK with N, K > 0.
 std::vector<WeightShape> parse_weight_shapes(const std::string& list);
+
+// Random bf16 / f16 values of magnitude ~0.01 on `device` (for timing: the values do not matter):
+// a cheap LCG on the host, one copy.
+OwnedTensor random_16bit_tensor(DType dtype, Shape shape, uint32_t seed, Device device);
 
 std::string format_table(const std::vector<std::string>& header,
                          const std::vector<std::vector<std::string>>& rows);

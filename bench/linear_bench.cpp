@@ -27,21 +27,6 @@
 namespace dspark::bench {
 namespace {
 
-// Random 16-bit values of magnitude ~0.01 (their values do not matter for timing): a cheap LCG on
-// the host, one copy to the device.
-OwnedTensor random_device_tensor(DType dtype, Shape shape, uint32_t seed) {
-  std::vector<uint16_t> bits(static_cast<size_t>(shape.numel()));
-  uint32_t state = seed * 2654435761u + 1;
-  const uint16_t exponent = dtype == DType::bf16 ? 0x3C00 : 0x2000;  // ~2^-7 (bf16), ~2^-7 (f16)
-  for (uint16_t& b : bits) {
-    state = state * 1664525u + 1013904223u;
-    b = static_cast<uint16_t>(exponent | ((state >> 16) & 0x807F));  // sign + low mantissa bits
-  }
-  OwnedTensor host = OwnedTensor::zeros(dtype, shape, Device::cpu());
-  std::memcpy(host.view().data(), bits.data(), bits.size() * sizeof(uint16_t));
-  return OwnedTensor::copy_of(host.view(), Device::cuda(0));
-}
-
 // Mean device milliseconds of one linear call, over `iters` calls cycling through `weights`.
 double time_calls(Context& ctx, const std::vector<OwnedTensor>& weights, const Tensor& x,
                   const Tensor& y, int iters) {
@@ -98,10 +83,10 @@ int main(int argc, char** argv) {
           static_cast<size_t>(4.0 * static_cast<double>(info.l2_bytes) / bytes) + 1, 1, 64);
       std::vector<OwnedTensor> weights;
       for (size_t c = 0; c < copies; ++c)
-        weights.push_back(
-            random_device_tensor(dtype, Shape{s.n, s.k}, static_cast<uint32_t>(c + 1)));
+        weights.push_back(random_16bit_tensor(dtype, Shape{s.n, s.k}, static_cast<uint32_t>(c + 1),
+                                              Device::cuda(0)));
       for (int64_t m : ms) {
-        const OwnedTensor x = random_device_tensor(dtype, Shape{m, s.k}, 99);
+        const OwnedTensor x = random_16bit_tensor(dtype, Shape{m, s.k}, 99, Device::cuda(0));
         const OwnedTensor y = OwnedTensor::zeros(dtype, Shape{m, s.n}, Device::cuda(0));
         cuda::set_small_m_linear(false);
         const double cublas_ms = time_calls(ctx, weights, x.view(), y.view(), iters);

@@ -17,7 +17,8 @@
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--rounds 32]
 //               [--verify-k 1,16,32] [--graphs] [--profile-ops] [--device cuda] [--json FILE]
 // --profile-ops: device time per op (linear, paged_attention, rms_norm, ...) of eager forwards of
-// 1 and k + 1 tokens at the fixed context (backend/op_profile.h), as a table and in the JSON.
+// 1 and k + 1 tokens at the fixed context (backend/op_profile.h), and with --draft of the draft
+// step alone, as tables and in the JSON.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -108,6 +109,54 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   m.rest = t.rest_ms / t.rounds;
   m.round = m.draft + m.verify + m.rest;
   return m;
+}
+
+// Forwards to a draft source and profiles its propose() calls only (op profiler on around them):
+// the ops of the draft step, apart from the target's verify forward.
+class ProfiledProposals final : public DraftSource {
+ public:
+  explicit ProfiledProposals(DraftSource& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  std::vector<int> target_taps() const override { return inner_.target_taps(); }
+  void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) override {
+    inner_.begin(ctx, row, prompt);
+  }
+  void commit(Context& ctx, std::span<const RowUpdate> updates,
+              std::span<const Tensor> taps) override {
+    inner_.commit(ctx, updates, taps);
+  }
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override {
+    set_op_profiling(true);
+    inner_.propose(ctx, requests, out);
+    set_op_profiling(false);
+    ++proposals_;
+  }
+  void release(RowId row) override { inner_.release(row); }
+  DraftStats stats() const override { return inner_.stats(); }
+  int64_t proposals() const { return proposals_; }
+
+ private:
+  DraftSource& inner_;
+  int64_t proposals_ = 0;
+};
+
+// Prints the op profile `ops` (take_op_profile) per `per` calls of what was profiled, and stores
+// it under j[key].
+void print_op_profile(const std::string& title, const std::vector<OpTime>& ops, double per,
+                      nlohmann::json& j) {
+  double total = 0;
+  for (const OpTime& t : ops) total += t.ms;
+  std::vector<std::vector<std::string>> op_rows;
+  for (const OpTime& t : ops) {
+    j[t.op] = {{"calls_per_forward", t.calls / per}, {"ms_per_forward", t.ms / per}};
+    op_rows.push_back({t.op, fmt::format("{:.1f}", t.calls / per),
+                       fmt::format("{:.2f}", 1e3 * t.ms / static_cast<double>(t.calls)),
+                       fmt::format("{:.3f}", t.ms / per),
+                       fmt::format("{:.1f}%", 100 * t.ms / total)});
+  }
+  std::printf(
+      "%s (profiled: %.3f ms each)\n%s", title.c_str(), total / per,
+      format_table({"op", "calls", "us per call", "ms per forward", "share"}, op_rows).c_str());
 }
 
 // `n` target forwards of `width` tokens (all logits) back to back at a fixed context (the KV is
@@ -287,24 +336,11 @@ int main_impl(int argc, char** argv) {
       set_op_profiling(true);
       const LoopMs e = forward_loop(*target, ctx, prompt, w, rounds);
       set_op_profiling(false);
-      const std::vector<OpTime> ops = take_op_profile();
       const double forwards = rounds + 4.0;  // forward_loop's warm-up forwards are recorded too
-      double total = 0;
-      for (const OpTime& t : ops) total += t.ms;
-      std::vector<std::vector<std::string>> op_rows;
-      for (const OpTime& t : ops) {
-        j["op_profile"][std::to_string(w)][t.op] = {{"calls_per_forward", t.calls / forwards},
-                                                    {"ms_per_forward", t.ms / forwards}};
-        op_rows.push_back({t.op, fmt::format("{:.1f}", t.calls / forwards),
-                           fmt::format("{:.2f}", 1e3 * t.ms / t.calls),
-                           fmt::format("{:.3f}", t.ms / forwards),
-                           fmt::format("{:.1f}%", 100 * t.ms / total)});
-      }
-      std::printf(
-          "ops of a %d-token forward at context %d (eager, profiled: %.3f ms per forward, "
-          "%.3f ms unprofiled)\n%s",
-          w, context, total / forwards, e.ms,
-          format_table({"op", "calls", "us per call", "ms per forward", "share"}, op_rows).c_str());
+      print_op_profile(fmt::format("ops of a {}-token forward at context {} (eager, {:.3f} ms "
+                                   "unprofiled)",
+                                   w, context, e.ms),
+                       take_op_profile(), forwards, j["op_profile"][std::to_string(w)]);
     }
   }
   if (draft != "none") {
@@ -331,6 +367,15 @@ int main_impl(int argc, char** argv) {
                     fmt::format("{:.2f}", s.rest / plain.round), ""});
     rows.push_back({"full round", fmt::format("{:.3f}", s.round),
                     fmt::format("{:.2f}", s.round / plain.round), ""});
+    if (profile_ops) {  // the ops of the draft step alone (eager, as measured above)
+      (void)take_op_profile();
+      ProfiledProposals profiled(*created.source);
+      (void)measure(*target, ctx, &profiled, gamma, prompt, rounds);
+      print_op_profile(fmt::format("ops of a draft step ({} x{}; {:.3f} ms unprofiled)",
+                                   created.kind, gamma, s.draft),
+                       take_op_profile(), static_cast<double>(profiled.proposals()),
+                       j["op_profile"]["draft"]);
+    }
   }
   std::printf("%s", format_table({"phase", "ms", "x decode step", ""}, rows).c_str());
   if (bandwidth > 0)

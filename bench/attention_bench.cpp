@@ -1,0 +1,185 @@
+// bench_attention: the CUDA paged_attention op at decode / verify / draft-block shapes over long
+// contexts, the tensor-core kernel against the CUDA-core one, in one run: device time per call
+// (CUDA events around a loop of calls, the split merge included), the K/V bytes read per second
+// and that as a fraction of the copy bandwidth measured in the same run. Each configuration cycles
+// through enough copies of its cache (one per "layer") to exceed the L2 cache several times, so
+// every call reads its K/V from HBM as in a real step.
+//
+//   bench_attention [--heads 32] [--kv-heads 8] [--head-dim 128] [--contexts 1024,4096,16384]
+//                   [--queries 1,17,33] [--rows 1] [--non-causal] [--dtype bf16] [--iters 100]
+//                   [--json FILE]
+// Defaults: the Qwen3-8B attention (32 heads, 8 KV heads, head_dim 128); --queries are the new
+// tokens per row (1 = decode, 17 = verify of 16 drafts); --non-causal times a drafter's block.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_common.h"
+#include "dspark/backend/context.h"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/buffer.h"
+#include "dspark/ops/attention.h"
+
+namespace dspark::bench {
+namespace {
+
+constexpr int kPage = 16;
+
+struct Shape4 {
+  int heads, kv_heads, head_dim;
+};
+
+// One "layer": a paged cache holding `rows` rows of `kv_len` keys each (pages in order).
+struct LayerCache {
+  OwnedTensor k, v;
+};
+
+// Mean device milliseconds of one paged_attention call, cycling through `layers`.
+double time_calls(Context& ctx, const std::vector<LayerCache>& layers, const Tensor& q,
+                  const Tensor& out, const OwnedTensor& page_indptr, const OwnedTensor& pages,
+                  const OwnedTensor& kv_lens, const OwnedTensor& q_indptr, const OwnedTensor& q_pos,
+                  const AttentionParams& params, int iters) {
+  auto call = [&](int i) {
+    const LayerCache& l = layers[static_cast<size_t>(i) % layers.size()];
+    const PagedKv kv{l.k.view(), l.v.view(), page_indptr.view(), pages.view(), kv_lens.view()};
+    paged_attention(ctx, q, kv, q_indptr.view(), q_pos.view(), params, out);
+  };
+  for (int i = 0; i < static_cast<int>(layers.size()); ++i) call(i);  // warm-up
+  ctx.synchronize();
+  cuda::Event start, stop;
+  start.record(ctx.stream());
+  for (int i = 0; i < iters; ++i) call(i);
+  stop.record(ctx.stream());
+  stop.synchronize();
+  return static_cast<double>(stop.elapsed_ms_since(start)) / iters;
+}
+
+OwnedTensor device_i32(const std::vector<int32_t>& v) {
+  return OwnedTensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}, Device::cuda(0));
+}
+
+}  // namespace
+}  // namespace dspark::bench
+
+int main(int argc, char** argv) {
+  using namespace dspark;
+  using namespace dspark::bench;
+  Shape4 s{32, 8, 128};
+  std::string contexts_list = "1024,4096,16384", queries_list = "1,17,33", dtype_arg = "bf16";
+  std::string json_file;
+  int rows = 1, iters = 100;
+  bool non_causal = false;
+  CLI::App app{"bench_attention: paged_attention on CUDA, tensor-core vs CUDA-core kernel"};
+  app.add_option("--heads", s.heads, "query heads")->check(CLI::Range(1, 256));
+  app.add_option("--kv-heads", s.kv_heads, "KV heads (divides --heads)")->check(CLI::Range(1, 256));
+  app.add_option("--head-dim", s.head_dim, "head dimension")->check(CLI::Range(8, 256));
+  app.add_option("--contexts", contexts_list, "comma-separated cached tokens per row");
+  app.add_option("--queries", queries_list, "comma-separated new tokens per row");
+  app.add_option("--rows", rows, "rows (requests) in the batch")->check(CLI::Range(1, 256));
+  app.add_flag("--non-causal", non_causal, "every query sees the whole row (a drafter's block)");
+  app.add_option("--dtype", dtype_arg, "cache / query dtype: bf16 or f16");
+  app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
+  app.add_option("--json", json_file, "also write the JSON result here");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    cuda::require_device(0);
+    const DType dtype = dtype_from_name(dtype_arg);
+    DSPARK_CHECK(dtype == DType::bf16 || dtype == DType::f16, "--dtype must be bf16 or f16");
+    DSPARK_CHECK(s.heads % s.kv_heads == 0, "--heads {} is not a multiple of --kv-heads {}",
+                 s.heads, s.kv_heads);
+    const cuda::DeviceInfo info = cuda::device_info(0);
+    const double copy_bw = cuda::measure_copy_bandwidth(0);
+    Context ctx(Device::cuda(0));
+    nlohmann::json j = {{"device_name", info.name},
+                        {"dtype", dtype_name(dtype)},
+                        {"heads", s.heads},
+                        {"kv_heads", s.kv_heads},
+                        {"head_dim", s.head_dim},
+                        {"rows", rows},
+                        {"causal", !non_causal},
+                        {"copy_bandwidth_gbs", copy_bw / 1e9},
+                        {"results", nlohmann::json::array()}};
+    std::vector<std::vector<std::string>> table;
+    for (const std::string& cs : split_list(contexts_list)) {
+      for (const std::string& qs : split_list(queries_list)) {
+        const int context = std::stoi(cs), nq = std::stoi(qs);
+        DSPARK_CHECK(context >= 0 && nq >= 1, "bad context {} or queries {}", context, nq);
+        const int kv_len = context + nq;
+        const int pages_per_row = (kv_len + kPage - 1) / kPage;
+        std::vector<int32_t> page_indptr{0}, pages, lens, q_indptr{0}, q_pos;
+        for (int r = 0; r < rows; ++r) {
+          for (int p = 0; p < pages_per_row; ++p) pages.push_back(r * pages_per_row + p);
+          page_indptr.push_back(page_indptr.back() + pages_per_row);
+          lens.push_back(kv_len);
+          q_indptr.push_back(q_indptr.back() + nq);
+          for (int i = 0; i < nq; ++i) q_pos.push_back(context + i);
+        }
+        const int64_t n_pages = static_cast<int64_t>(pages.size());
+        const Shape page_shape{n_pages, kPage, s.kv_heads, s.head_dim};
+        const double cache_bytes = 2.0 * static_cast<double>(page_shape.numel() * 2);
+        const double kv_read = 2.0 * rows * kv_len * s.kv_heads * s.head_dim * 2.0;  // K + V
+        const size_t copies = std::clamp<size_t>(
+            static_cast<size_t>(4.0 * static_cast<double>(info.l2_bytes) / cache_bytes) + 1, 2, 64);
+        std::vector<LayerCache> layers;
+        for (size_t c = 0; c < copies; ++c) {
+          const auto seed = static_cast<uint32_t>(2 * c + 1);
+          layers.push_back({random_16bit_tensor(dtype, page_shape, seed, Device::cuda(0)),
+                            random_16bit_tensor(dtype, page_shape, seed + 1, Device::cuda(0))});
+        }
+        const int64_t n_tokens = int64_t{rows} * nq;
+        const OwnedTensor q = random_16bit_tensor(
+            dtype, dspark::Shape{n_tokens, s.heads, s.head_dim}, 7, Device::cuda(0));
+        const OwnedTensor out = OwnedTensor::zeros(
+            dtype, dspark::Shape{n_tokens, s.heads, s.head_dim}, Device::cuda(0));
+        const OwnedTensor d_indptr = device_i32(page_indptr), d_pages = device_i32(pages),
+                          d_lens = device_i32(lens), d_qi = device_i32(q_indptr),
+                          d_qp = device_i32(q_pos);
+        AttentionParams params;
+        params.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+        params.causal = !non_causal;
+        double ms[2];
+        for (int mma = 0; mma < 2; ++mma) {
+          cuda::set_mma_attention(mma == 1);
+          ms[mma] = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages, d_lens, d_qi,
+                               d_qp, params, iters);
+        }
+        cuda::set_mma_attention(true);
+        auto gbs = [&](double t) { return kv_read / (t * 1e-3) / 1e9; };
+        j["results"].push_back({{"context", context},
+                                {"queries", nq},
+                                {"kv_bytes", kv_read},
+                                {"mma_us", ms[1] * 1e3},
+                                {"mma_fraction_of_copy", gbs(ms[1]) * 1e9 / copy_bw},
+                                {"cuda_core_us", ms[0] * 1e3},
+                                {"cuda_core_fraction_of_copy", gbs(ms[0]) * 1e9 / copy_bw}});
+        table.push_back(
+            {std::to_string(context), std::to_string(nq), fmt::format("{:.1f}", kv_read / 1e6),
+             fmt::format("{:.1f}", ms[1] * 1e3),
+             fmt::format("{:.0f} ({:.0f}%)", gbs(ms[1]), 100 * gbs(ms[1]) * 1e9 / copy_bw),
+             fmt::format("{:.1f}", ms[0] * 1e3),
+             fmt::format("{:.0f} ({:.0f}%)", gbs(ms[0]), 100 * gbs(ms[0]) * 1e9 / copy_bw)});
+      }
+    }
+    std::printf(
+        "bench_attention on %s, %s, %d heads / %d KV heads x %d, %d row(s), %s; copy bandwidth "
+        "%.0f GB/s\n",
+        info.name.c_str(), std::string(dtype_name(dtype)).c_str(), s.heads, s.kv_heads, s.head_dim,
+        rows, non_causal ? "non-causal" : "causal", copy_bw / 1e9);
+    std::printf("%s", format_table({"context", "queries", "KV MB", "tensor-core us",
+                                    "GB/s (of copy)", "CUDA-core us", "GB/s (of copy)"},
+                                   table)
+                          .c_str());
+    if (!json_file.empty()) std::ofstream(json_file) << j.dump(2) << "\n";
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_attention: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
