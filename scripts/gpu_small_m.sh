@@ -5,10 +5,12 @@
 #   bash scripts/gpu_small_m.sh        (carry .carry/debs; logs and JSON under $OUT)
 # Environment: CTEST_ARGS (e.g. "-R CudaGemv"), LINEAR_ARGS (bench_linear flags), VERIFY (verify
 # widths, default 1,4,16,32), ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g.
-# --profile-ops), ROUNDS (see below), TAIL (lines shown), SKIP_LINEAR / SKIP_ROUND (skip those).
+# --profile-ops), ROUNDS (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR /
+# SKIP_ROUND (skip those).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
-export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_round bench_linear ${EXTRA_TARGETS:-}"
+export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON
+export EXTRA_TARGETS="dspark bench_round bench_linear bench_attention ${EXTRA_TARGETS:-}"
 OUT=/tmp/gpu-check bash scripts/gpu_check.sh build-gpu >"$out/check.log" 2>&1
 echo "gpu_check exit $? ($(( $(date +%s) - t0 )) s)"
 cp /tmp/gpu-check/ctest.log "$out/" 2>/dev/null
@@ -17,6 +19,13 @@ lib="$repo/build-gpu/deps-root/usr/lib/x86_64-linux-gnu"
 export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
 bin="$repo/build-gpu/bin"
 [ -n "${SKIP_LINEAR:-}" ] || TAIL=60 run 120 linear "$bin/bench_linear" ${LINEAR_ARGS:-} --json "$out/linear.json"
+# ATTENTION: bench_attention runs, one per ';'-separated flag set (e.g. "--queries 1,17;--non-causal
+# --queries 16").
+IFS=';' read -r -a attention_runs <<<"${ATTENTION:-}"
+for i in "${!attention_runs[@]}"; do
+  TAIL=30 run 200 "attention_$i" "$bin/bench_attention" ${attention_runs[$i]} \
+    --json "$out/attention_$i.json"
+done
 [ -n "${SKIP_ROUND:-}" ] && exit 0
 models=/tmp/dspark-models
 mkdir -p "$models/tok"

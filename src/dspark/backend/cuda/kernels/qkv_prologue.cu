@@ -1,6 +1,7 @@
-// qkv_prologue on CUDA (contract: ops/qkv_prologue.h), one kernel: a CTA per token. Its threads
-// first fill a cos/sin table of the token's position (precise sincosf, as the rope kernel), then
-// each warp takes whole heads: lane l holds elements l + 32c (c < NC = head_dim / 32) of the head,
+// qkv_prologue on CUDA (contract: ops/qkv_prologue.h), one kernel: a CTA per token and group of 8
+// heads (q heads, then k, then v), one head per warp. Each warp loads its head, then the CTA's
+// threads fill a cos/sin table of the token's position (precise sincosf, as the rope kernel);
+// in a head lane l holds elements l + 32c (c < NC = head_dim / 32) of the head,
 // so the RoPE pairs (j, j + head_dim / 2) meet in one lane (c and c + NC / 2) and the norm is one
 // warp sum. Values are rounded to the activation dtype where the unfused ops store them (after the
 // norm, after RoPE), so the results are those of convert + rms_norm + rope + kv_write up to the
@@ -41,6 +42,23 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParam
   __shared__ float s_cos[kMaxHalf], s_sin[kMaxHalf];
   const int64_t token = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int total = p.n_heads + 2 * p.n_kv_heads;
+  const int h = blockIdx.y * kWarps + warp;  // this warp's head: q heads, then k, then v
+  const bool is_q = h < p.n_heads, is_v = h >= p.n_heads + p.n_kv_heads;
+  const void* norm = is_q ? p.q_norm : p.k_norm;
+  const T* row = p.qkv + token * p.qkv_stride;
+  // The head's values and norm weights are loaded before the table is built, so that their
+  // memory latency overlaps it.
+  float x[NC], w[NC];
+  if (h < total) {
+#pragma unroll
+    for (int c = 0; c < NC; ++c) x[c] = device::to_float(row[h * kD + lane + 32 * c]);
+    if (!is_v && norm) {
+      const device::FloatKind kind = is_q ? p.q_norm_kind : p.k_norm_kind;
+#pragma unroll
+      for (int c = 0; c < NC; ++c) w[c] = device::load_float(norm, lane + 32 * c, kind);
+    }
+  }
   const float pos = static_cast<float>(p.positions[token]);
   for (int j = threadIdx.x; j < kHalf; j += blockDim.x) {
     float s, c;
@@ -49,55 +67,44 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParam
     s_sin[j] = s * p.attention_scaling;
   }
   __syncthreads();
-  const T* row = p.qkv + token * p.qkv_stride;
+  if (h >= total) return;
   const int32_t slot = p.slots[token];
   // Contiguous pages: slot s = page * page_size + offset starts at s * n_kv_heads * head_dim.
   const int64_t slot_base = slot < 0 ? 0 : static_cast<int64_t>(slot) * p.n_kv_heads * kD;
-  const int total = p.n_heads + 2 * p.n_kv_heads;
-  for (int h = warp; h < total; h += kWarps) {
-    float x[NC];
+  if (is_v) {  // v: straight into the cache
+    if (slot < 0) return;
+    TP* dst = p.v_pages + slot_base + (h - p.n_heads - p.n_kv_heads) * kD;
 #pragma unroll
-    for (int c = 0; c < NC; ++c) x[c] = device::to_float(row[h * kD + lane + 32 * c]);
-    if (h >= p.n_heads + p.n_kv_heads) {  // v: straight into the cache
-      if (slot < 0) continue;
-      TP* dst = p.v_pages + slot_base + (h - p.n_heads - p.n_kv_heads) * kD;
+    for (int c = 0; c < NC; ++c) dst[lane + 32 * c] = device::from_float<TP>(x[c]);
+    return;
+  }
+  if (norm) {
+    float ss = 0.0f;
 #pragma unroll
-      for (int c = 0; c < NC; ++c) dst[lane + 32 * c] = device::from_float<TP>(x[c]);
-      continue;
-    }
-    const bool is_q = h < p.n_heads;
-    const void* norm = is_q ? p.q_norm : p.k_norm;
-    if (norm) {
-      const device::FloatKind kind = is_q ? p.q_norm_kind : p.k_norm_kind;
-      float ss = 0.0f;
+    for (int c = 0; c < NC; ++c) ss += x[c] * x[c];
+    ss = device::warp_sum(ss);
+    const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(kD) + p.eps);
 #pragma unroll
-      for (int c = 0; c < NC; ++c) ss += x[c] * x[c];
-      ss = device::warp_sum(ss);
-      const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(kD) + p.eps);
+    for (int c = 0; c < NC; ++c)
+      x[c] = device::to_float(
+          device::from_float<T>(x[c] * inv_rms * (p.unit_offset ? 1.0f + w[c] : w[c])));
+  }
+  float y[NC];
 #pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        const float w = device::load_float(norm, lane + 32 * c, kind);
-        x[c] = device::to_float(
-            device::from_float<T>(x[c] * inv_rms * (p.unit_offset ? 1.0f + w : w)));
-      }
-    }
-    float y[NC];
+  for (int c = 0; c < NC / 2; ++c) {
+    const int j = lane + 32 * c;
+    const float x1 = x[c], x2 = x[c + NC / 2];
+    y[c] = device::to_float(device::from_float<T>(x1 * s_cos[j] - x2 * s_sin[j]));
+    y[c + NC / 2] = device::to_float(device::from_float<T>(x2 * s_cos[j] + x1 * s_sin[j]));
+  }
+  if (is_q) {
+    T* dst = p.q_out + token * static_cast<int64_t>(p.n_heads) * kD + h * kD;
 #pragma unroll
-    for (int c = 0; c < NC / 2; ++c) {
-      const int j = lane + 32 * c;
-      const float x1 = x[c], x2 = x[c + NC / 2];
-      y[c] = device::to_float(device::from_float<T>(x1 * s_cos[j] - x2 * s_sin[j]));
-      y[c + NC / 2] = device::to_float(device::from_float<T>(x2 * s_cos[j] + x1 * s_sin[j]));
-    }
-    if (is_q) {
-      T* dst = p.q_out + token * static_cast<int64_t>(p.n_heads) * kD + h * kD;
+    for (int c = 0; c < NC; ++c) dst[lane + 32 * c] = device::from_float<T>(y[c]);
+  } else if (slot >= 0) {
+    TP* dst = p.k_pages + slot_base + (h - p.n_heads) * kD;
 #pragma unroll
-      for (int c = 0; c < NC; ++c) dst[lane + 32 * c] = device::from_float<T>(y[c]);
-    } else if (slot >= 0) {
-      TP* dst = p.k_pages + slot_base + (h - p.n_heads) * kD;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) dst[lane + 32 * c] = device::from_float<TP>(y[c]);
-    }
+    for (int c = 0; c < NC; ++c) dst[lane + 32 * c] = device::from_float<TP>(y[c]);
   }
 }
 
@@ -125,7 +132,8 @@ void qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
       p.k_pages = device_ptr<TP>(a.k_pages);
       p.v_pages = device_ptr<TP>(a.v_pages);
       p.q_out = device_ptr<T>(a.q_out);
-      const unsigned grid = static_cast<unsigned>(n);
+      const dim3 grid(static_cast<unsigned>(n),
+                      static_cast<unsigned>((a.n_heads + 2 * a.n_kv_heads + kWarps - 1) / kWarps));
       const cudaStream_t stream = stream_of(ctx);
       switch (a.head_dim) {
         case 64:
