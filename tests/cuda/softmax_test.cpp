@@ -67,31 +67,34 @@ TEST(CudaSoftmax, ArgmaxMatchesCpu) {
   }
 }
 
+// Rows of 3000 take one block per row; rows of 20000 are split over chunks of 4096 (the ties, the
+// NaNs and the maximum then sit in different chunks).
 TEST(CudaSoftmax, ArgmaxEdgeRows) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
-  const int64_t v = 3000;
-  std::vector<float> rows(6 * v, 0.0f);
-  auto row = [&](int r) { return rows.begin() + r * v; };
-  std::fill(row(0), row(0) + v, -INFINITY);  // all -inf -> 0
-  std::fill(row(1), row(1) + v, NAN);        // all NaN -> 0
-  std::fill(row(2), row(2) + v, NAN);        // NaN everywhere but one value
-  row(2)[2500] = -5.0f;
-  row(3)[17] = 1.0f;  // ties at 17 and 2999
-  row(3)[2999] = 1.0f;
-  row(4)[0] = NAN;  // NaN first, then a maximum at the very end
-  row(4)[v - 1] = 2.0f;
-  row(5)[1234] = INFINITY;
-  row(5)[100] = NAN;
-  for (DType dtype : kFloatDTypes) {
-    const Pair x = values_pair(rows, dtype, Shape{6, v});
-    const Pair idx = zeros_pair(DType::i32, Shape{6});
-    argmax(ctx.cpu, x.cpu, idx.cpu);
-    argmax(ctx.gpu, x.gpu, idx.gpu);
-    ctx.gpu.synchronize();
-    const std::vector<int32_t> expected = {0, 0, 2500, 17, static_cast<int32_t>(v - 1), 1234};
-    EXPECT_EQ(to_vector<int32_t>(idx.gpu), expected) << name_of(dtype);
-    EXPECT_EQ(to_vector<int32_t>(idx.cpu), expected) << name_of(dtype);
+  for (const int64_t v : {int64_t{3000}, int64_t{20000}}) {
+    std::vector<float> rows(static_cast<size_t>(6 * v), 0.0f);
+    auto row = [&](int r) { return rows.begin() + r * v; };
+    std::fill(row(0), row(0) + v, -INFINITY);  // all -inf -> 0
+    std::fill(row(1), row(1) + v, NAN);        // all NaN -> 0
+    std::fill(row(2), row(2) + v, NAN);        // NaN everywhere but one value
+    row(2)[2500] = -5.0f;
+    row(3)[17] = 1.0f;  // ties at 17 and the last index
+    row(3)[v - 1] = 1.0f;
+    row(4)[0] = NAN;  // NaN first, then a maximum at the very end
+    row(4)[v - 1] = 2.0f;
+    row(5)[1234] = INFINITY;
+    row(5)[100] = NAN;
+    for (DType dtype : kFloatDTypes) {
+      const Pair x = values_pair(rows, dtype, Shape{6, v});
+      const Pair idx = zeros_pair(DType::i32, Shape{6});
+      argmax(ctx.cpu, x.cpu, idx.cpu);
+      argmax(ctx.gpu, x.gpu, idx.gpu);
+      ctx.gpu.synchronize();
+      const std::vector<int32_t> expected = {0, 0, 2500, 17, static_cast<int32_t>(v - 1), 1234};
+      EXPECT_EQ(to_vector<int32_t>(idx.gpu), expected) << name_of(dtype) << " v " << v;
+      EXPECT_EQ(to_vector<int32_t>(idx.cpu), expected) << name_of(dtype) << " v " << v;
+    }
   }
 }
 

@@ -26,6 +26,7 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/attention.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/op_profile.h"
 
 namespace dspark::cuda {
@@ -304,6 +305,7 @@ struct CombineArgs {
 // trip per split; the sums are still added in split order (the same values as a sequential loop).
 static_assert(kMaxSplits <= 32);
 __global__ void combine_splits_kernel(CombineArgs p) {
+  pdl_wait();  // launched as a programmatic dependent of the attention kernel
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (item >= p.n_items) return;
@@ -507,9 +509,9 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
                   static_cast<int>(head_dim)};
     constexpr int kCombineWarps = 4;
     const OpProfileScope profile(ctx, "paged_attention_combine()");  // also inside paged_attention
-    combine_splits_kernel<<<static_cast<unsigned>(ceil_div(c.n_items, kCombineWarps)),
-                            kCombineWarps * 32, 0, stream_of(ctx)>>>(c);
-    DSPARK_CUDA_CHECK_LAUNCH();
+    launch_pdl(combine_splits_kernel,
+               dim3(static_cast<unsigned>(ceil_div(c.n_items, kCombineWarps))),
+               dim3(kCombineWarps * 32), 0, stream_of(ctx), c);
   }
 }
 

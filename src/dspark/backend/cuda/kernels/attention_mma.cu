@@ -28,6 +28,7 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/attention.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/op_profile.h"
 
 namespace dspark::cuda {
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   float* s_o = reinterpret_cast<float*>(s_k);
   __shared__ int s_lo[kMaxRows], s_hi[kMaxRows];
   __shared__ float s_m[kWarps][kMaxRows], s_l[kWarps][kMaxRows];
-  __shared__ int s_row, s_seg_end, s_page0;
+  __shared__ int s_seg_end, s_page0;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -84,9 +85,14 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   int t = blockIdx.x * p.tokens_per_cta;
   const int t_end = min(p.n_tokens, t + p.tokens_per_cta);
 
+  bool waited = false;
   while (t < t_end) {
     __syncthreads();  // the previous segment is done with the shared arrays
-    if (threadIdx.x == 0) {
+    // One round of independent loads: the row metadata (threads < 16, one query row each; it was
+    // uploaded before the previous kernel started, so it may be read before pdl_wait) and, after
+    // the wait, the CTA's query rows into registers (n_q is only known after the barrier).
+    if (threadIdx.x < kMaxRows) {
+      const int i = threadIdx.x;
       int lo = 0, hi = p.n_rows - 1;  // the last row whose first query is <= t
       while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
@@ -95,39 +101,48 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         else
           hi = mid - 1;
       }
-      s_row = lo;
-      s_seg_end = min(t_end, p.q_indptr[lo + 1]);
-      s_page0 = p.page_indptr[lo];
+      const int row_i = lo;
+      const int q_end = p.q_indptr[row_i + 1];
+      const int page0 = p.page_indptr[row_i], page1 = p.page_indptr[row_i + 1];
+      const int kv_len = p.kv_lens[row_i];
+      const int tok = t + i / nh;
+      const int pos = tok < t_end ? p.q_pos[tok] : 0;
+      const int seg_end_i = min(t_end, q_end);
+      int key_lo = 0, key_hi = 0;  // padding rows of the m16 tile see no key
+      if (i < (seg_end_i - t) * nh) {
+        key_hi = min(kv_len, (page1 - page0) * p.page_size);
+        if (p.causal) key_hi = min(key_hi, pos + 1);
+        key_lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+      }
+      s_lo[i] = key_lo;
+      s_hi[i] = max(key_hi, key_lo);
+      if (i == 0) {
+        s_seg_end = seg_end_i;
+        s_page0 = page0;
+      }
+    }
+    if (!waited) {
+      pdl_wait();  // q and the K/V cache are written by the kernels before this one
+      pdl_launch_dependents();
+      waited = true;
+    }
+    constexpr int kQIters = (kMaxRows * kChunks + kThreads - 1) / kThreads;
+    uint4 qv[kQIters];
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      const int i = idx / kChunks, cc = idx - i * kChunks;
+      qv[it] = make_uint4(0, 0, 0, 0);
+      if (idx < kMaxRows * kChunks && t + i / nh < t_end) {
+        const int64_t tok = t + i / nh, h = h_begin + i % nh;
+        qv[it] = *reinterpret_cast<const uint4*>(
+            static_cast<const T*>(p.q) + tok * p.q_stride_token + h * p.q_stride_head + cc * 8);
+      }
     }
     __syncthreads();
-    const int row = s_row, seg_end = s_seg_end;
+    const int seg_end = s_seg_end;
     if (seg_end <= t) break;  // malformed q_indptr: never loop forever
     const int n_q = (seg_end - t) * nh;
-
-    if (threadIdx.x < kMaxRows) {
-      const int i = threadIdx.x;
-      int lo = 0, hi = 0;  // padding rows of the m16 tile see no key
-      if (i < n_q) {
-        const int pos = p.q_pos[t + i / nh];
-        const int n_pages = p.page_indptr[row + 1] - p.page_indptr[row];
-        hi = min(p.kv_lens[row], n_pages * p.page_size);
-        if (p.causal) hi = min(hi, pos + 1);
-        lo = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-      }
-      s_lo[i] = lo;
-      s_hi[i] = max(hi, lo);
-    }
-    for (int idx = threadIdx.x; idx < kMaxRows * kChunks; idx += kThreads) {
-      const int i = idx / kChunks, cc = idx - i * kChunks;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (i < n_q) {
-        const int64_t tok = t + i / nh, h = h_begin + i % nh;
-        v = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.q) + tok * p.q_stride_token +
-                                            h * p.q_stride_head + cc * 8);
-      }
-      *reinterpret_cast<uint4*>(s_q + i * kLd + cc * 8) = v;
-    }
-    __syncthreads();
 
     int kmin = INT_MAX, kmax = 0;
 #pragma unroll
@@ -145,21 +160,35 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     const int end = tile0 + static_cast<int>(int64_t{split + 1} * n_tiles / p.n_splits);
 
     // Copies tile `tile` (keys tile * 64 ..) into stage `stage` (one cp.async group per thread).
+    // The page lookups of all the thread's chunks are loaded first, so they are in flight
+    // together (a cp.async cannot be issued before its address is known).
     auto issue = [&](int tile, int stage) {
+      constexpr int kIters = kTileKeys * kChunks / kThreads;
+      static_assert(kTileKeys * kChunks % kThreads == 0);
       const int key0 = tile * kTileKeys;
+      int64_t off[kIters];
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int idx = threadIdx.x + it * kThreads;
+        const int j = key0 + idx / kChunks, cc = idx % kChunks;
+        off[it] = -1;
+        if (j >= kmin && j < kmax) {
+          off[it] = static_cast<int64_t>(row_pages[j / p.page_size]) * p.page_stride +
+                    static_cast<int64_t>(j % p.page_size) * p.slot_stride +
+                    static_cast<int64_t>(kv_head) * p.head_stride + cc * 8;
+        }
+      }
       T* dk = s_k + stage * kTileKeys * kLd;
       T* dv = s_v + stage * kTileKeys * kLd;
-      for (int idx = threadIdx.x; idx < kTileKeys * kChunks; idx += kThreads) {
-        const int jj = idx / kChunks, cc = idx - jj * kChunks;
-        const int j = key0 + jj;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int idx = threadIdx.x + it * kThreads;
+        const int jj = idx / kChunks, cc = idx % kChunks;
         T* sk = dk + jj * kLd + cc * 8;
         T* sv = dv + jj * kLd + cc * 8;
-        if (j >= kmin && j < kmax) {
-          const int64_t off = static_cast<int64_t>(row_pages[j / p.page_size]) * p.page_stride +
-                              static_cast<int64_t>(j % p.page_size) * p.slot_stride +
-                              static_cast<int64_t>(kv_head) * p.head_stride + cc * 8;
-          device::cp_async16(sk, p.k_pages + off);
-          device::cp_async16(sv, p.v_pages + off);
+        if (off[it] >= 0) {
+          device::cp_async16(sk, p.k_pages + off[it]);
+          device::cp_async16(sv, p.v_pages + off[it]);
         } else {
           *reinterpret_cast<uint4*>(sk) = make_uint4(0, 0, 0, 0);
           *reinterpret_cast<uint4*>(sv) = make_uint4(0, 0, 0, 0);
@@ -168,13 +197,23 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       device::cp_async_commit();
     };
 
+    if (begin < end) issue(begin, 0);
+      // The query rows, zero past n_q (visible to all warps after the loop's first barrier).
+#pragma unroll
+    for (int it = 0; it < kQIters; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      const int i = idx / kChunks, cc = idx - i * kChunks;
+      if (idx < kMaxRows * kChunks)
+        *reinterpret_cast<uint4*>(s_q + i * kLd + cc * 8) =
+            i < n_q ? qv[it] : make_uint4(0, 0, 0, 0);
+    }
+
     float o[kDimTiles][4];
 #pragma unroll
     for (int dt = 0; dt < kDimTiles; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};  // rows g and g + 8
     const int lo_r[2] = {s_lo[g], s_lo[g + 8]}, hi_r[2] = {s_hi[g], s_hi[g + 8]};
 
-    if (begin < end) issue(begin, 0);
     for (int tile = begin; tile < end; ++tile) {
       const int stage = (tile - begin) & 1;
       if (tile + 1 < end) {
@@ -303,6 +342,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     }
     t = seg_end;
   }
+  if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
 }
 
 template <typename T, int HD>
@@ -318,8 +358,7 @@ void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
     (void)configured;
   }
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
-  attention_mma_kernel<T, HD><<<grid, kThreads, kSmem, stream_of(ctx)>>>(a);
-  DSPARK_CUDA_CHECK_LAUNCH();
+  launch_pdl(attention_mma_kernel<T, HD>, grid, dim3(kThreads), kSmem, stream_of(ctx), a);
 }
 
 // On by default; DSPARK_ATTENTION_MMA=0 (read once) or set_mma_attention(false) turns it off.

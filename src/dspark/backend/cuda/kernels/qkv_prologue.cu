@@ -10,6 +10,7 @@
 #include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -40,6 +41,9 @@ template <typename T, typename TP, int NC>
 __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParams<T, TP> p) {
   constexpr int kD = NC * 32, kHalf = kD / 2;
   __shared__ float s_cos[kMaxHalf], s_sin[kMaxHalf];
+  // The attention kernel that follows may start now: it reads its metadata, then waits for this
+  // grid (kernels/pdl.cuh).
+  pdl_launch_dependents();
   const int64_t token = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int total = p.n_heads + 2 * p.n_kv_heads;

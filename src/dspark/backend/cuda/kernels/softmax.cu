@@ -1,5 +1,6 @@
 // softmax, log_softmax and argmax over rows of [n, V]: one block per row (V up to a few hundred
-// thousand: each thread strides over the row). Max in f32, sums of exponentials in double, as the
+// thousand: each thread strides over the row); argmax of a few long rows spreads each row over
+// several blocks. Max in f32, sums of exponentials in double, as the
 // CPU kernels; argmax follows ops/softmax.h (ties -> smallest index, NaN only if the row is NaN).
 #include <algorithm>
 
@@ -67,6 +68,57 @@ __global__ void argmax_kernel(RowsParams<T> p) {
   if (threadIdx.x == 0) p.index[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
 }
 
+// Few long rows (a draft step's or a verify's vocabulary rows): one row is spread over
+// ceil(cols / kArgmaxChunk) CTAs, each writing the best (value, index) of its chunk; a warp per row
+// then merges the chunks. argmax_better is a total order, so the winner does not depend on how
+// the row is split.
+constexpr int kArgmaxChunk = 4096;
+constexpr int kArgmaxThreads = 256;
+constexpr int64_t kArgmaxSplitRows = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_chunk_kernel(RowsParams<T> p, float* part_v, int* part_i) {
+  __shared__ float s_v[32];
+  __shared__ int s_i[32];
+  const T* x = p.x + blockIdx.y * p.x_stride;
+  const int64_t lo = static_cast<int64_t>(blockIdx.x) * kArgmaxChunk;
+  const int64_t hi = min(p.cols, lo + kArgmaxChunk);
+  float best = NAN;
+  int best_i = INT32_MAX;
+#pragma unroll 8
+  for (int64_t i = lo + threadIdx.x; i < hi; i += kArgmaxThreads) {
+    const float v = device::to_float(x[i]);
+    if (device::argmax_better(v, static_cast<int>(i), best, best_i)) {
+      best = v;
+      best_i = static_cast<int>(i);
+    }
+  }
+  device::block_argmax(best, best_i, s_v, s_i);
+  if (threadIdx.x == 0) {
+    const int64_t at = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    part_v[at] = best;
+    part_i[at] = best_i;
+  }
+}
+
+__global__ void argmax_merge_kernel(const float* part_v, const int* part_i, int chunks,
+                                    int32_t* index) {
+  float best = NAN;
+  int best_i = INT32_MAX;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * chunks;
+  for (int c = static_cast<int>(threadIdx.x); c < chunks; c += 32) {
+    const float v = part_v[base + c];
+    const int i = part_i[base + c];
+    if (device::argmax_better(v, i, best, best_i)) {
+      best = v;
+      best_i = i;
+    }
+  }
+  device::warp_argmax(best, best_i);
+  if (threadIdx.x == 0) index[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
+}
+
 int threads_for(int64_t cols) {
   return static_cast<int>(std::clamp<int64_t>(ceil_div(cols, 32 * 4) * 32, 32, 1024));
 }
@@ -101,6 +153,20 @@ void argmax(Context& ctx, const Tensor& x, const Tensor& out) {
   dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
     RowsParams<device_t<T>> p{device_ptr<T>(x), xv.stride, xv.cols,
                               nullptr,          0,         static_cast<int32_t*>(out.data())};
+    const int64_t chunks = ceil_div(xv.cols, int64_t{kArgmaxChunk});
+    if (chunks >= 2 && xv.rows <= kArgmaxSplitRows) {
+      // Few long rows (a vocabulary): spread each row over chunks, then merge.
+      auto* part_v = static_cast<float*>(
+          ctx.scratch(static_cast<size_t>(xv.rows * chunks) * (sizeof(float) + sizeof(int))));
+      auto* part_i = reinterpret_cast<int*>(part_v + xv.rows * chunks);
+      const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(xv.rows));
+      argmax_chunk_kernel<<<grid, kArgmaxThreads, 0, stream_of(ctx)>>>(p, part_v, part_i);
+      DSPARK_CUDA_CHECK_LAUNCH();
+      argmax_merge_kernel<<<static_cast<unsigned>(xv.rows), 32, 0, stream_of(ctx)>>>(
+          part_v, part_i, static_cast<int>(chunks), p.index);
+      DSPARK_CUDA_CHECK_LAUNCH();
+      return;
+    }
     argmax_kernel<<<static_cast<unsigned>(xv.rows), threads_for(xv.cols), 0, stream_of(ctx)>>>(p);
     DSPARK_CUDA_CHECK_LAUNCH();
   });

@@ -1,0 +1,65 @@
+// Programmatic dependent launch (Hopper, sm_90+; private to backend/cuda/kernels): a kernel
+// launched with launch_pdl() may start while the kernel before it in the stream is still running,
+// from the moment that kernel calls pdl_launch_dependents() (or exits). The rules that keep it
+// exact:
+//  - a PDL kernel calls pdl_wait() before it reads anything the previous kernels write, and
+//    before it calls pdl_launch_dependents() itself; what it reads before the wait must have been
+//    written before the previous kernel started (e.g. metadata uploaded ahead of the forward);
+//  - pdl_wait() returns once the previous kernel has completed and its writes are visible.
+// The launch overlaps with the previous kernel's tail, instead of starting after it; inside a
+// captured graph the dependency becomes a programmatic edge. Off on GPUs before sm_90 and when the
+// environment has DSPARK_CUDA_PDL=0 (then launch_pdl is a plain launch and the device calls do
+// nothing).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <utility>
+
+#include "dspark/backend/cuda/check.h"
+
+namespace dspark::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launch_pdl asks for programmatic serialisation on the current device.
+inline bool pdl_enabled() {
+  static const bool env_on = [] {
+    const char* env = std::getenv("DSPARK_CUDA_PDL");
+    return !(env && env[0] == '0');
+  }();
+  if (!env_on) return false;
+  int device = 0, major = 0;
+  DSPARK_CUDA_CHECK(cudaGetDevice(&device));
+  DSPARK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return major >= 9;
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  DSPARK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace dspark::cuda
