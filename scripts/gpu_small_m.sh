@@ -22,9 +22,12 @@ bin="$repo/build-gpu/bin"
 # ATTENTION: bench_attention runs, one per ';'-separated flag set (e.g. "--queries 1,17;--non-causal
 # --queries 16").
 IFS=';' read -r -a attention_runs <<<"${ATTENTION:-}"
+# ATTENTION_NO_PDL=1 repeats each with programmatic dependent launch off (DSPARK_CUDA_PDL=0).
 for i in "${!attention_runs[@]}"; do
   TAIL=30 run 200 "attention_$i" "$bin/bench_attention" ${attention_runs[$i]} \
     --json "$out/attention_$i.json"
+  [ -n "${ATTENTION_NO_PDL:-}" ] && TAIL=30 run 200 "attention_nopdl_$i" env DSPARK_CUDA_PDL=0 \
+    "$bin/bench_attention" ${attention_runs[$i]} --json "$out/attention_nopdl_$i.json"
 done
 [ -n "${SKIP_ROUND:-}" ] && exit 0
 models=/tmp/dspark-models
