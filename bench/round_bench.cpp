@@ -217,12 +217,14 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 int main_impl(int argc, char** argv) {
+  std::string draft_vocab;
   std::string model, draft = "none", device_name = "cuda", json_file, verify_list = "1,16,32";
   int gamma = 16, context = 1024, rounds = 32;
   bool graphs = false, profile_ops = false;
   CLI::App app{"bench_round: speculative round phases vs a plain decode step"};
   app.add_option("-m,--model", model, "target model directory")->required();
   app.add_option("--draft", draft, "draft source (as dspark generate --draft)");
+  app.add_option("--draft-vocab", draft_vocab, "as dspark generate --draft-vocab");
   app.add_option("--gamma", gamma, "drafts per round for --draft")->check(CLI::Range(1, 64));
   app.add_option("--context", context, "prompt (context) length")->check(CLI::Range(1, 1 << 20));
   app.add_option("--rounds", rounds, "measured rounds")->check(CLI::Range(1, 100000));
@@ -346,6 +348,7 @@ int main_impl(int argc, char** argv) {
   if (draft != "none") {
     DraftOptions o;
     o.draft = draft;
+    o.draft_vocab = draft_vocab;
     CreatedSource created = create_draft_source(o, *target);
     const PhaseMs s = measure(*target, ctx, created.source.get(), gamma, prompt, rounds);
     j["draft"] = {{"source", draft},

@@ -41,12 +41,18 @@ echo "synth done ($(( $(date +%s) - t0 )) s)"
 round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 --rounds 32
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})
 # ROUNDS: cublas (default linear path), small_m (DSPARK_CUDA_GEMV=1), cuda_core_attn (cublas with
-# the CUDA-core attention kernel: DSPARK_ATTENTION_MMA=0).
+# the CUDA-core attention kernel: DSPARK_ATTENTION_MMA=0), vocab32k (cublas with a 32k draft
+# vocabulary for the drafter: --draft-vocab).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([ "$r" = small_m ] && echo 1 || echo 0)
     [ "$r" = cuda_core_attn ] && export DSPARK_ATTENTION_MMA=0
-    run 150 "round_$r" "${round[@]}" --json "$out/round_$r.json"
+    extra=()
+    if [ "$r" = vocab32k ]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)
+      python3 -c "import json; json.dump(list(range(32768)), open('$models/vocab32k.json', 'w'))"
+      extra=(--draft-vocab "$models/vocab32k.json")
+    fi
+    run 150 "round_$r" "${round[@]}" "${extra[@]}" --json "$out/round_$r.json"
   )
 done
 echo "session done ($(( $(date +%s) - t0 )) s)"

@@ -31,6 +31,7 @@ constexpr const char* kDefaultPrompt =
 struct DemoArgs {
   std::string model;
   std::string draft = "ngram";
+  std::string draft_vocab;
   std::string prompt = kDefaultPrompt;
   std::string system;
   int max_tokens = 256;
@@ -84,6 +85,7 @@ int run_demo(const DemoArgs& a) {
 
   DraftOptions draft_options;
   draft_options.draft = a.draft;
+  draft_options.draft_vocab = a.draft_vocab;
   draft_options.draft_model_kv_tokens = std::max(4096, 2 * (a.max_tokens + 64) + 4096);
   CreatedSource created = create_draft_source(draft_options, *tm.model);
   SpecConfig config;
@@ -134,6 +136,9 @@ Command add_demo_command(CLI::App& app) {
   sub->add_option("--draft", args->draft,
                   "Draft source: ngram, model:DIR or DIR (a DFlash/DSpark drafter)")
       ->capture_default_str();
+  sub->add_option("--draft-vocab", args->draft_vocab,
+                  "A DSpark/DFlash drafter drafts greedy rounds over only these token ids (a JSON "
+                  "list, e.g. from tools/train/make_draft_vocab.py)");
   sub->add_option("-p,--prompt", args->prompt, "The user message (default: a built-in question)");
   sub->add_option("--system", args->system, "A system message before it");
   sub->add_option("-n,--max-tokens", args->max_tokens, "Tokens to generate at most")

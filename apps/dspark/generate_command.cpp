@@ -31,6 +31,7 @@ struct GenerateArgs {
   bool cuda_graphs = true;  // CUDA: replay captured decode / verify forwards
   // Speculative decoding.
   std::string draft = "none";
+  std::string draft_vocab;
   std::optional<int> gamma;
   int ngram_min = 1, ngram_max = 4;
 };
@@ -53,6 +54,7 @@ int run_generate(const GenerateArgs& a) {
 
   DraftOptions draft_options;
   draft_options.draft = a.draft;
+  draft_options.draft_vocab = a.draft_vocab;
   draft_options.ngram = NgramConfig{a.ngram_min, a.ngram_max};
   draft_options.draft_model_kv_tokens = std::max(4096, 2 * a.max_tokens + 4096);
   CreatedSource created = create_draft_source(draft_options, *tm.model);
@@ -164,6 +166,9 @@ Command add_generate_command(CLI::App& app) {
                   "Speculative decoding: none, ngram (prompt lookup), model:DIR (a draft model "
                   "sharing the tokenizer) or DIR (a DFlash/DSpark drafter, or a draft model)")
       ->capture_default_str();
+  sub->add_option("--draft-vocab", args->draft_vocab,
+                  "A DSpark/DFlash drafter drafts greedy rounds over only these token ids (a JSON "
+                  "list, e.g. from tools/train/make_draft_vocab.py)");
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(number_in(0, 64, false, "in [0, 64]"));

@@ -138,6 +138,9 @@ Command add_serve_command(CLI::App& app) {
                   "Speculative decoding: none, ngram (prompt lookup), model:DIR or DIR (a "
                   "DFlash/DSpark drafter, or a draft model)")
       ->capture_default_str();
+  sub->add_option("--draft-vocab", c.engine.draft_vocab,
+                  "A DSpark/DFlash drafter drafts greedy rounds over only these token ids (a JSON "
+                  "list, e.g. from tools/train/make_draft_vocab.py)");
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(int_in(0, 64));

@@ -67,6 +67,24 @@ TEST(CudaSoftmax, ArgmaxMatchesCpu) {
   }
 }
 
+// index_map on both paths (one block per row, and rows split over chunks): CUDA == CPU.
+TEST(CudaSoftmax, ArgmaxThroughIndexMap) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  for (const Size s : {Size{3, 1000}, Size{5, 32000}}) {
+    const Pair x = random_pair(DType::bf16, Shape{s.n, s.v}, 901);
+    std::vector<int32_t> ids(static_cast<size_t>(s.v));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(3 * i + 11);
+    const Pair map = vector_pair(ids, Shape{s.v});
+    const Pair idx = zeros_pair(DType::i32, Shape{s.n});
+    argmax(ctx.cpu, x.cpu, idx.cpu, map.cpu);
+    argmax(ctx.gpu, x.gpu, idx.gpu, map.gpu);
+    ctx.gpu.synchronize();
+    EXPECT_EQ(to_vector<int32_t>(idx.gpu), to_vector<int32_t>(idx.cpu)) << s.v;
+    for (int32_t t : to_vector<int32_t>(idx.cpu)) EXPECT_EQ((t - 11) % 3, 0) << "mapped " << t;
+  }
+}
+
 // Rows of 3000 take one block per row; rows of 20000 are split over chunks of 4096 (the ties, the
 // NaNs and the maximum then sit in different chunks).
 TEST(CudaSoftmax, ArgmaxEdgeRows) {

@@ -93,6 +93,23 @@ TEST(OpsSoftmax, ArgmaxTiesNanAndRandom) {
   }
 }
 
+// index_map: out[r] = map[argmax] (a draft vocabulary's columns -> token ids).
+TEST(OpsSoftmax, ArgmaxThroughIndexMap) {
+  Context ctx(Device::cpu());
+  const std::vector<float> rows = {0.5f, 2.0f, -1.0f,  // 1 -> 40
+                                   3.0f, 3.0f, 1.0f};  // tie: 0 -> 7
+  OwnedTensor x = OwnedTensor::from_vector(rows, Shape{2, 3}, Device::cpu());
+  OwnedTensor map =
+      OwnedTensor::from_vector(std::vector<int32_t>{7, 40, 1000}, Shape{3}, Device::cpu());
+  OwnedTensor out(DType::i32, Shape{2}, Device::cpu());
+  argmax(ctx, x, out, map);
+  EXPECT_EQ(to_vector<int32_t>(out), (std::vector<int32_t>{40, 7}));
+  OwnedTensor map_short(DType::i32, Shape{2}, Device::cpu());
+  OwnedTensor map_f32(DType::f32, Shape{3}, Device::cpu());
+  EXPECT_THROW(argmax(ctx, x, out, map_short), Error);
+  EXPECT_THROW(argmax(ctx, x, out, map_f32), Error);
+}
+
 TEST(OpsSoftmax, InvalidArgumentsThrow) {
   Context ctx(Device::cpu());
   OwnedTensor x = random_tensor(DType::f32, Shape{4, 8}, 1);

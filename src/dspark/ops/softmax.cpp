@@ -46,7 +46,7 @@ void log_softmax(Context& ctx, const Tensor& x, const Tensor& out) {
   }
 }
 
-void argmax(Context& ctx, const Tensor& x, const Tensor& out) {
+void argmax(Context& ctx, const Tensor& x, const Tensor& out, const Tensor& index_map) {
   constexpr const char* kOp = "argmax";
   check_rank(kOp, "x", x, 2);
   check_float(kOp, "x", x);
@@ -55,11 +55,15 @@ void argmax(Context& ctx, const Tensor& x, const Tensor& out) {
   check_vector(kOp, "out", out, DType::i32, x.size(0));
   check_on_device(kOp, "x", x, ctx);
   check_on_device(kOp, "out", out, ctx);
+  if (index_map.defined()) {
+    check_vector(kOp, "index_map", index_map, DType::i32, x.size(1));
+    check_on_device(kOp, "index_map", index_map, ctx);
+  }
   if (x.size(0) == 0) return;
   if (ctx.is_cuda()) {
-    DSPARK_ON_CUDA(cuda::argmax(ctx, x, out));
+    DSPARK_ON_CUDA(cuda::argmax(ctx, x, out, index_map));
   } else {
-    cpu::argmax(ctx, x, out);
+    cpu::argmax(ctx, x, out, index_map);
   }
 }
 

@@ -12,6 +12,8 @@ void softmax(Context& ctx, const Tensor& x, const Tensor& out);
 void log_softmax(Context& ctx, const Tensor& x, const Tensor& out);
 // out[r] = the index of the largest x[r, :]; ties -> the smallest index; NaN is never chosen
 // unless the whole row is NaN (then 0).  x: [n, V] any float dtype; out: i32 [n].
-void argmax(Context& ctx, const Tensor& x, const Tensor& out);
+// index_map (i32 [V], optional): out[r] = index_map[that index] instead (e.g. a draft
+// vocabulary's columns -> token ids).
+void argmax(Context& ctx, const Tensor& x, const Tensor& out, const Tensor& index_map = Tensor{});
 
 }  // namespace dspark

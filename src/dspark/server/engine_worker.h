@@ -36,6 +36,7 @@ struct EngineWorkerConfig {
   std::filesystem::path model_dir;
   std::string device = "cpu";
   std::string draft = "none";  // source_factory.h: none, ngram, model:DIR, DIR
+  std::string draft_vocab;     // --draft-vocab FILE (DraftOptions::draft_vocab)
   std::optional<int> gamma;    // default: the source's natural length
   NgramConfig ngram;
   int max_batch = 32;    // live rows at most

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "dspark/spec/draft_model_source.h"
+#include "dspark/spec/dspark/draft_vocab.h"
 #include "dspark/spec/dspark/drafter_config.h"
 #include "dspark/spec/dspark/dspark_source.h"
 
@@ -22,9 +23,18 @@ CreatedSource draft_model(const std::filesystem::path& dir, Model& target, int k
 
 CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
   if (o.draft.empty() || o.draft == "none") return CreatedSource{nullptr, "none", 0};
-  if (o.draft == "ngram") return CreatedSource{std::make_unique<NgramSource>(o.ngram), "ngram", 4};
-  if (o.draft.rfind("model:", 0) == 0)
+  auto no_vocab = [&](const char* kind) {
+    DSPARK_CHECK_KIND(invalid_input, o.draft_vocab.empty(),
+                      "--draft-vocab applies to DSpark / DFlash drafters, not to {}", kind);
+  };
+  if (o.draft == "ngram") {
+    no_vocab("prompt lookup (ngram)");
+    return CreatedSource{std::make_unique<NgramSource>(o.ngram), "ngram", 4};
+  }
+  if (o.draft.rfind("model:", 0) == 0) {
+    no_vocab("a draft model");
     return draft_model(o.draft.substr(6), target, o.draft_model_kv_tokens);
+  }
   const std::filesystem::path dir = o.draft;
   std::error_code ec;
   DSPARK_CHECK_KIND(invalid_input, std::filesystem::is_directory(dir, ec),
@@ -34,9 +44,11 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
     const bool dflash = cfg.layout == DrafterLayout::dflash;
     DSparkSourceOptions options;
     options.kv_tokens = o.draft_model_kv_tokens;
+    if (!o.draft_vocab.empty()) options.draft_vocab = read_draft_vocab(o.draft_vocab);
     return CreatedSource{make_draft_source(dir, target, options), dflash ? "dflash" : "dspark",
                          cfg.drafts_per_block(cfg.block_size)};
   }
+  no_vocab("a draft model");
   return draft_model(dir, target, o.draft_model_kv_tokens);
 }
 

@@ -20,6 +20,9 @@ struct DraftOptions {
   NgramConfig ngram;
   int draft_model_kv_tokens =
       1 << 16;  // KV capacity (tokens, all rows) of a draft model or drafter
+  // --draft-vocab FILE: a DSpark / DFlash drafter drafts greedy rounds over these token ids only
+  // (spec/dspark/draft_vocab.h); empty: the whole vocabulary. Refused for other sources.
+  std::string draft_vocab;
 };
 
 struct CreatedSource {

@@ -45,7 +45,7 @@ void rope(Context& ctx, const Tensor& x, const Tensor& positions, const Tensor& 
           float attention_scaling);
 void softmax(Context& ctx, const Tensor& x, const Tensor& out);
 void log_softmax(Context& ctx, const Tensor& x, const Tensor& out);
-void argmax(Context& ctx, const Tensor& x, const Tensor& out);
+void argmax(Context& ctx, const Tensor& x, const Tensor& out, const Tensor& index_map);
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);
 void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,

@@ -13,6 +13,7 @@
 #include "dspark/ops/norm.h"
 #include "dspark/ops/rope.h"
 #include "dspark/ops/speculative.h"
+#include "dspark/spec/dspark/draft_vocab.h"
 
 namespace dspark {
 namespace {
@@ -75,6 +76,7 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
                     drafter_layout_name(config_.layout));
   embed_ = weights_.embed->defined() ? weights_.embed.view() : target.embedding_table();
   lm_head_ = weights_.lm_head->defined() ? weights_.lm_head.view() : target.lm_head();
+  check_draft_vocab(options_.draft_vocab, config_.backbone.vocab_size);
   head_.set_markov_enabled(options_.markov_enabled);
   const ModelConfig& c = config_.backbone;
   dims_ = AttentionDims{c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
@@ -87,6 +89,20 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
 }
 
 DSparkSource::~DSparkSource() = default;
+
+void DSparkSource::prepare_draft_vocab(Context& ctx) {
+  if (vocab_ids_->defined()) return;
+  const std::vector<int32_t>& ids = options_.draft_vocab;
+  const auto n = static_cast<int64_t>(ids.size());
+  vocab_ids_ = OwnedTensor::from_vector(ids, Shape{n}, ctx.device());
+  lm_head_short_ = OwnedTensor(lm_head_.dtype(), Shape{n, lm_head_.size(1)}, ctx.device());
+  gather_rows(ctx, lm_head_, vocab_ids_, lm_head_short_);
+  if (weights_.markov_w2->defined()) {
+    const Tensor& w2 = weights_.markov_w2;
+    w2_short_ = OwnedTensor(w2.dtype(), Shape{n, w2.size(1)}, ctx.device());
+    gather_rows(ctx, w2, vocab_ids_, w2_short_);
+  }
+}
 
 std::string DSparkSource::name() const {
   return config_.has_dspark_heads() ? "dspark" : "dflash";
@@ -247,6 +263,10 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
                "dspark: a sampled proposal must be the only one in `out`");
   const auto R = static_cast<int64_t>(active.size());
   const int64_t S = steps, M = R * L;
+  // A draft vocabulary cuts the LM head and w2 (greedy rounds; sampled ones need q over all V).
+  const bool short_vocab = !options_.draft_vocab.empty() && !any_sampled;
+  if (short_vocab) prepare_draft_vocab(ctx);
+  const int64_t cols = short_vocab ? vocab_ids_->numel() : vocab;  // logits columns
 
   // ---- host metadata: blocks [pending, mask x (L-1)] at positions P..P+L-1 ----
   std::vector<int32_t> tokens(static_cast<size_t>(M)), positions(static_cast<size_t>(M));
@@ -330,7 +350,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
                              {&gate_up, dtype_, Shape{M, 2 * inter}},
                              {&mlp, dtype_, Shape{M, inter}},
                              {&hd, dtype_, Shape{S * R, d}},
-                             {&logits, DType::f32, Shape{S * R, vocab}}};
+                             {&logits, DType::f32, Shape{S * R, cols}}};
   if (any_sampled) items.push_back({&probs, DType::f32, Shape{S * R, vocab}});
   size_t bytes = 0;
   for (const Item& it : items) bytes += ActivationArena::bytes_for(it.dtype, it.shape);
@@ -356,7 +376,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   // The block's K/V leave the cache again (the work is already enqueued in stream order).
   for (int64_t a = 0; a < R; ++a) kv_.rollback_to(seqs[a], lengths[a]);
   gather_rows(ctx, xn, meta_.view(s_draft_rows), hd);
-  linear(ctx, hd, lm_head_, Tensor{}, logits);
+  linear(ctx, hd, short_vocab ? lm_head_short_.view() : lm_head_, Tensor{}, logits);
   if (options_.record) {
     record_.rows = static_cast<int>(R);
     record_.block_rows = L;
@@ -387,6 +407,10 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   round.tokens = tok_t;
   round.params = params;
   round.confidence = conf_t;
+  if (short_vocab) {
+    round.vocab_ids = vocab_ids_;
+    round.markov_w2 = w2_short_;
+  }
   if (any_sampled) {
     round.uniforms = Tensor(meta_.view(s_uniforms).data(), DType::f32, Shape{S * R}, ctx.device());
     round.probs = probs;
@@ -416,10 +440,10 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
         const size_t dst = static_cast<size_t>(a * S + s), src = static_cast<size_t>(s * R + a);
         record_.tokens[dst] = token_at(a, s);
         if (has_conf) record_.confidence[dst] = conf_at_fn(a, s);
-        std::copy_n(base_copy.begin() + static_cast<int64_t>(src) * vocab, vocab,
-                    record_.base_logits.begin() + static_cast<int64_t>(dst) * vocab);
-        std::copy_n(z.begin() + static_cast<int64_t>(src) * vocab, vocab,
-                    record_.logits.begin() + static_cast<int64_t>(dst) * vocab);
+        std::copy_n(base_copy.begin() + static_cast<int64_t>(src) * cols, cols,
+                    record_.base_logits.begin() + static_cast<int64_t>(dst) * cols);
+        std::copy_n(z.begin() + static_cast<int64_t>(src) * cols, cols,
+                    record_.logits.begin() + static_cast<int64_t>(dst) * cols);
       }
   }
 

@@ -50,6 +50,13 @@ struct DSparkSourceOptions {
   // head (an ablation: the DSpark checkpoint's backbone as plain DFlash). The confidence head
   // still runs.
   bool markov_enabled = true;
+  // A draft vocabulary: greedy rounds draft over these token ids only (sorted, unique, within
+  // the vocabulary; empty: the whole vocabulary). The LM head and the Markov head's w2 are cut to
+  // these rows once, so a draft step reads V'/V of their bytes (EAGLE-3's draft vocabulary is the
+  // same idea). Drafts stay proposals the target verifies: output is unchanged, only tokens
+  // outside the list are never drafted. Sampled rounds use the whole vocabulary (their q must
+  // cover it). spec/dspark/draft_vocab.h reads the list from a file.
+  std::vector<int32_t> draft_vocab;
 };
 
 struct DSparkStats {
@@ -73,7 +80,8 @@ struct DSparkRecord {
   int block_rows = 0;                   // L
   int steps = 0;                        // S drafts computed per row
   std::vector<float> hidden;            // [R * L, d]: row i's block at [i * L, (i + 1) * L)
-  std::vector<float> base_logits;       // [R * S, V]: row i's draft s at i * S + s
+  std::vector<float> base_logits;       // [R * S, V]: row i's draft s at i * S + s (V' columns
+                                        // with a draft vocabulary)
   std::vector<float> logits;            // corrected logits z, same layout
   std::vector<int32_t> tokens;          // [R * S] before pruning and max_tokens
   std::vector<float> confidence;        // [R * S] sigmoid; empty without a confidence head
@@ -130,6 +138,10 @@ class DSparkSource final : public DraftSource {
   int block_rows_ = 0;
   Tensor embed_;    // [V, d] the checkpoint's or the target's
   Tensor lm_head_;  // [V, d]
+  // The draft vocabulary's device tables, built on its first greedy round: ids i32 [V'], the LM
+  // head's and w2's rows of those ids.
+  OwnedTensor vocab_ids_, lm_head_short_, w2_short_;
+  void prepare_draft_vocab(Context& ctx);
   AttentionDims dims_;
   RopeOnDevice rope_;
   PagedKvCache kv_;

@@ -13,10 +13,9 @@ SequentialHead::SequentialHead(const DrafterConfig& config, const DrafterWeights
                                DType dtype)
     : config_(config), w_(weights), dtype_(dtype) {}
 
-SequentialHead::Scratch SequentialHead::prepare(Context& ctx, int rows, int steps) {
+SequentialHead::Scratch SequentialHead::prepare(Context& ctx, int rows, int steps, int64_t vocab) {
   const int64_t R = rows, S = steps;
   const int64_t d = config_.backbone.hidden_size, r = config_.markov_rank;
-  const int64_t vocab = config_.backbone.vocab_size;
   const MarkovHeadType type = markov_enabled_ ? config_.markov_head : MarkovHeadType::none;
   int64_t width = r;
   if (type == MarkovHeadType::gated) width = d + r;
@@ -53,7 +52,7 @@ void SequentialHead::select(Context& ctx, const HeadRound& round, int64_t begin,
   const Tensor z = round.logits.rows(begin, end);
   const Tensor out = round.tokens.slice(0, begin + R, end + R);
   if (!round.probs.defined()) {
-    argmax(ctx, z, out);
+    argmax(ctx, z, out, round.vocab_ids);  // a draft vocabulary's column -> its token id
     return;
   }
   // Per-row parameters repeat for every step covered (rows are step-major).
@@ -72,7 +71,10 @@ void SequentialHead::run(Context& ctx, const HeadRound& round) {
                "sequential head: {} sampling parameters for {} rows", round.params.size(), R);
   const int64_t d = config_.backbone.hidden_size, r = config_.markov_rank;
   const MarkovHeadType type = markov_enabled_ ? config_.markov_head : MarkovHeadType::none;
-  const Scratch sc = prepare(ctx, static_cast<int>(R), static_cast<int>(S));
+  DSPARK_CHECK(!round.vocab_ids.defined() || !round.probs.defined(),
+               "sequential head: a draft vocabulary is for greedy rounds only");
+  const Scratch sc = prepare(ctx, static_cast<int>(R), static_cast<int>(S), round.logits.size(1));
+  const Tensor& w2 = round.markov_w2.defined() ? round.markov_w2 : w_.markov_w2.view();
 
   if (type == MarkovHeadType::none) {
     select(ctx, round, 0, S * R);  // every step at once: no dependence on earlier tokens
@@ -115,7 +117,7 @@ void SequentialHead::run(Context& ctx, const HeadRound& round) {
         case MarkovHeadType::none:
           break;
       }
-      linear(ctx, latent, w_.markov_w2, Tensor{}, sc.bias);
+      linear(ctx, latent, w2, Tensor{}, sc.bias);
       const Tensor z = round.logits.rows(s * R, (s + 1) * R);
       add(ctx, z, sc.bias, z);
       select(ctx, round, s * R, (s + 1) * R);

@@ -39,6 +39,11 @@ struct HeadRound {
   Tensor uniforms;                         // f32 [S * R]
   Tensor probs;                            // f32 [S * R, V] output q
   Tensor confidence;                       // f32 [S * R, 1] output logits (confidence head only)
+  // A draft vocabulary (greedy rounds only): the logits' columns are the token ids vocab_ids
+  // (i32 [V']), and markov_w2 ([V', r]: the checkpoint's w2 rows of those ids) replaces w2.
+  // Undefined: the whole vocabulary.
+  Tensor vocab_ids;
+  Tensor markov_w2;
 };
 
 class SequentialHead {
@@ -59,7 +64,7 @@ class SequentialHead {
     Tensor bias;           // f32 [R, V]
     Tensor conf_features;  // [S * R, d + r] activation dtype (confidence with Markov)
   };
-  Scratch prepare(Context& ctx, int rows, int steps);
+  Scratch prepare(Context& ctx, int rows, int steps, int64_t vocab);
   void select(Context& ctx, const HeadRound& round, int64_t begin, int64_t end);
 
   const DrafterConfig& config_;

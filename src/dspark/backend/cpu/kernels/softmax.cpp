@@ -58,10 +58,12 @@ void log_softmax(Context& ctx, const Tensor& x, const Tensor& out) {
   });
 }
 
-void argmax(Context& ctx, const Tensor& x, const Tensor& out) {
+void argmax(Context& ctx, const Tensor& x, const Tensor& out, const Tensor& index_map) {
   int32_t* o = out.data_as<int32_t>();
+  const int32_t* map = index_map.defined() ? index_map.data_as<int32_t>() : nullptr;
   for_each_row_f32(ctx, x, [&](float* row, int64_t v, int64_t r) {
-    o[r] = static_cast<int32_t>(argmax_f32(row, v));
+    const int64_t i = argmax_f32(row, v);
+    o[r] = map ? map[i] : static_cast<int32_t>(i);
   });
 }
 

@@ -19,7 +19,8 @@ struct RowsParams {
   int64_t cols;
   float* out;  // softmax / log_softmax: [rows, cols]
   int64_t out_stride;
-  int32_t* index;  // argmax: [rows]
+  int32_t* index;      // argmax: [rows]
+  const int32_t* map;  // argmax: [cols] or null (index -> map[index])
 };
 
 template <typename T>
@@ -50,6 +51,10 @@ __global__ void softmax_kernel(RowsParams<T> p) {
   }
 }
 
+__device__ __forceinline__ int32_t mapped(int i, const int32_t* map) {
+  return map ? map[i] : i;
+}
+
 template <typename T>
 __global__ void argmax_kernel(RowsParams<T> p) {
   __shared__ float s_v[32];
@@ -65,7 +70,7 @@ __global__ void argmax_kernel(RowsParams<T> p) {
     }
   }
   device::block_argmax(best, best_i, s_v, s_i);
-  if (threadIdx.x == 0) p.index[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
+  if (threadIdx.x == 0) p.index[blockIdx.x] = mapped(best_i == INT32_MAX ? 0 : best_i, p.map);
 }
 
 // Few long rows (a draft step's or a verify's vocabulary rows): one row is spread over
@@ -103,7 +108,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 }
 
 __global__ void argmax_merge_kernel(const float* part_v, const int* part_i, int chunks,
-                                    int32_t* index) {
+                                    int32_t* index, const int32_t* map) {
   float best = NAN;
   int best_i = INT32_MAX;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * chunks;
@@ -116,7 +121,7 @@ __global__ void argmax_merge_kernel(const float* part_v, const int* part_i, int 
     }
   }
   device::warp_argmax(best, best_i);
-  if (threadIdx.x == 0) index[blockIdx.x] = best_i == INT32_MAX ? 0 : best_i;
+  if (threadIdx.x == 0) index[blockIdx.x] = mapped(best_i == INT32_MAX ? 0 : best_i, map);
 }
 
 int threads_for(int64_t cols) {
@@ -129,7 +134,7 @@ void launch_softmax(Context& ctx, const Tensor& x, const Tensor& out) {
   if (xv.rows == 0 || xv.cols == 0) return;
   dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
     RowsParams<device_t<T>> p{device_ptr<T>(x), xv.stride, xv.cols, static_cast<float*>(out.data()),
-                              ov.stride,        nullptr};
+                              ov.stride,        nullptr,   nullptr};
     softmax_kernel<device_t<T>, kLog>
         <<<static_cast<unsigned>(xv.rows), threads_for(xv.cols), 0, stream_of(ctx)>>>(p);
     DSPARK_CUDA_CHECK_LAUNCH();
@@ -146,13 +151,18 @@ void log_softmax(Context& ctx, const Tensor& x, const Tensor& out) {
   launch_softmax<true>(ctx, x, out);
 }
 
-void argmax(Context& ctx, const Tensor& x, const Tensor& out) {
+void argmax(Context& ctx, const Tensor& x, const Tensor& out, const Tensor& index_map) {
   const RowView xv = row_view(x);
   if (xv.rows == 0) return;
   DSPARK_CHECK(xv.cols > 0 && xv.cols < INT32_MAX, "argmax: row length {}", xv.cols);
   dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
-    RowsParams<device_t<T>> p{device_ptr<T>(x), xv.stride, xv.cols,
-                              nullptr,          0,         static_cast<int32_t*>(out.data())};
+    RowsParams<device_t<T>> p{device_ptr<T>(x),
+                              xv.stride,
+                              xv.cols,
+                              nullptr,
+                              0,
+                              static_cast<int32_t*>(out.data()),
+                              index_map.defined() ? index_map.data_as<int32_t>() : nullptr};
     const int64_t chunks = ceil_div(xv.cols, int64_t{kArgmaxChunk});
     if (chunks >= 2 && xv.rows <= kArgmaxSplitRows) {
       // Few long rows (a vocabulary): spread each row over chunks, then merge.
@@ -163,7 +173,7 @@ void argmax(Context& ctx, const Tensor& x, const Tensor& out) {
       argmax_chunk_kernel<<<grid, kArgmaxThreads, 0, stream_of(ctx)>>>(p, part_v, part_i);
       DSPARK_CUDA_CHECK_LAUNCH();
       argmax_merge_kernel<<<static_cast<unsigned>(xv.rows), 32, 0, stream_of(ctx)>>>(
-          part_v, part_i, static_cast<int>(chunks), p.index);
+          part_v, part_i, static_cast<int>(chunks), p.index, p.map);
       DSPARK_CUDA_CHECK_LAUNCH();
       return;
     }
