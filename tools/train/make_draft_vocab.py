@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes a draft vocabulary for `dspark ... --draft-vocab FILE`: the N most frequent token ids of
-the target's own outputs (regen shards: the response tokens, loss_mask = 1) and/or of texts
+the target's own outputs (regen shards: the response tokens, loss_mask = 1; with
+--include-prompts the prompt tokens too) and/or of texts
 tokenized with the target's tokenizer.json. A DSpark / DFlash drafter then drafts greedy rounds
 over these ids only: its LM head and Markov w2 shrink to N rows (output is unchanged; tokens
 outside the list are never drafted). EAGLE-3 ships a 32k draft vocabulary chosen the same way.
@@ -45,7 +46,7 @@ def read_tensors(path: str, names: set) -> dict:
     return out
 
 
-def count_regen(dirs: list, counts: np.ndarray) -> int:
+def count_regen(dirs: list, counts: np.ndarray, prompts: bool) -> int:
     total = 0
     for d in dirs:
         shards = sorted(glob.glob(os.path.join(d, "shard_*.safetensors")))
@@ -54,13 +55,14 @@ def count_regen(dirs: list, counts: np.ndarray) -> int:
         for path in shards:
             t = read_tensors(path, {"tokens", "loss_mask"})
             tokens = t["tokens"].astype(np.int64).ravel()
-            keep = t["loss_mask"].astype(bool).ravel()
+            keep = t["loss_mask"].astype(bool).ravel() | prompts
             sel = tokens[keep]
             if sel.size and (sel.min() < 0 or sel.max() >= counts.size):
                 raise ValueError(f"{path}: token ids outside [0, {counts.size})")
             np.add.at(counts, sel, 1)
             total += int(sel.size)
-            print(f"{path}: {sel.size} response tokens", file=sys.stderr)
+            kind = "prompt + response" if prompts else "response"
+            print(f"{path}: {sel.size} {kind} tokens", file=sys.stderr)
     return total
 
 
@@ -90,6 +92,8 @@ def main() -> int:
     ap.add_argument("--vocab-size", type=int, help="the target's vocabulary (default: from the "
                     "regen meta.json)")
     ap.add_argument("--regen", nargs="*", default=[], help="dspark regen output directories")
+    ap.add_argument("--include-prompts", action="store_true",
+                    help="also count the prompt tokens of the regen shards (drafts often copy them)")
     ap.add_argument("--jsonl", help="a JSONL corpus to tokenize")
     ap.add_argument("--tokenizer", help="tokenizer.json for --jsonl")
     ap.add_argument("--field", default="response", help="the JSONL field holding text")
@@ -111,7 +115,7 @@ def main() -> int:
         ap.error("--jsonl needs --tokenizer")
 
     counts = np.zeros(vocab, dtype=np.int64)
-    total = count_regen(a.regen, counts)
+    total = count_regen(a.regen, counts, a.include_prompts)
     if a.jsonl:
         total += count_jsonl(a.jsonl, a.tokenizer, a.field, counts)
     if total == 0:
@@ -126,7 +130,8 @@ def main() -> int:
     chosen = list(dict.fromkeys(always + [int(i) for i in order]))[: a.size]
     covered = int(counts[chosen].sum())
     out = {"token_ids": chosen, "size": len(chosen), "vocab_size": vocab,
-           "counted_tokens": total, "coverage": covered / total,
+           "counted_tokens": total, "distinct_counted": int((counts > 0).sum()),
+           "coverage": covered / total,
            "sources": {"regen": a.regen, "jsonl": a.jsonl}}
     with open(a.out, "w", encoding="utf-8") as f:
         json.dump(out, f)
