@@ -12,11 +12,15 @@ model="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 drafter="$root/models/SmolLM2-135M-Instruct-DSpark"
 [ -f "$model" ] || bash "$root/scripts/fetch_default_model.sh"
 draft=ngram
+vocab=()
 if [ -f "$drafter/config.json" ]; then
   draft=$drafter
+  # Its draft vocabulary (8,192 frequent ids, tools/train/TRAINING.md): output unchanged, cheaper
+  # draft steps.
+  [ -f "$drafter/draft_vocab.json" ] && vocab=(--draft-vocab "$drafter/draft_vocab.json")
 else
   echo "make run: no trained DSpark drafter in $drafter: using prompt lookup (ngram)"
 fi
 args=()
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then args=(-p "$1"); shift; fi
-exec "$bin" demo -m "$model" --draft "$draft" "${args[@]}" "$@"
+exec "$bin" demo -m "$model" --draft "$draft" "${vocab[@]}" "${args[@]}" "$@"
