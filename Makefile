@@ -30,8 +30,14 @@ test: build
 	$(MAKE) --no-print-directory asan-test
 
 # The unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only).
+# Compiled at -Og -g1 (not RelWithDebInfo's -O2 -g) and with precompiled headers (DSPARK_PCH):
+# a third of the compile time. The sanitizers check every access at any optimisation level
+# (fewer are optimised away at -Og), and -g1 keeps the file:line (inlined frames included) of their
+# stack traces; only local-variable debug info is left out. docs/build.md has the measurements.
+ASAN_CXX_FLAGS ?= -Og -g1 -DNDEBUG
 asan-test: setup
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSPARK_SANITIZE=ON \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(ASAN_CXX_FLAGS)" -DDSPARK_PCH=ON \
 	  -DDSPARK_CUDA=OFF -DDSPARK_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target dspark_unit_tests dspark
 	@bash scripts/setup_python.sh $(PYENV)
