@@ -15,7 +15,6 @@ endif()
 
 if(DSPARK_WITH_CUDA)
   # Hopper machine code (wgmma needs sm_90a) plus PTX that other GPUs JIT-compile at load.
-  # CI (.ci/run) passes sm_90a alone to save compile time; every other build keeps both.
   set(CMAKE_CUDA_ARCHITECTURES OFF)
   set(DSPARK_CUDA_GENCODE
       "-gencode=arch=compute_90a,code=sm_90a" "-gencode=arch=compute_80,code=compute_80"
