@@ -35,9 +35,11 @@ namespace {
 using device::FloatKind;
 
 using attn::AttentionArgs;
+using attn::CtaQueries;
 using attn::kLog2e;
 using attn::kMaxRows;
 using attn::kMaxSplits;
+using attn::row_of_token;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -136,13 +138,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
   __shared__ int s_row, s_seg_end, s_kmin, s_kmax;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int kv_head = blockIdx.y / p.head_chunks;
-  const int chunk = blockIdx.y - kv_head * p.head_chunks;
-  const int h_begin = kv_head * p.group + chunk * p.heads_per_cta;
-  const int nh = min(p.heads_per_cta, p.group - chunk * p.heads_per_cta);
-  const int split = blockIdx.z;
-  int t = blockIdx.x * p.tokens_per_cta;
-  const int t_end = min(p.n_tokens, t + p.tokens_per_cta);
+  const CtaQueries cq = cta_queries(p);
+  const int kv_head = cq.kv_head, h_begin = cq.h_begin, nh = cq.nh, split = cq.split;
+  const int t_end = cq.t_end;
+  int t = cq.t_begin;
 
   // Padding columns of K and V stay zero (q is zero there too, but must not meet NaN garbage).
   for (int idx = threadIdx.x; idx < kKeyTile * (2 * kD + 1); idx += kThreads) s_k[idx] = 0.0f;
@@ -150,16 +149,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
   while (t < t_end) {
     __syncthreads();  // the previous segment is done with the shared arrays
     if (threadIdx.x == 0) {
-      int lo = 0, hi = p.n_rows - 1;  // the last row whose first query is <= t
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (p.q_indptr[mid] <= t)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      s_row = lo;
-      s_seg_end = min(t_end, p.q_indptr[lo + 1]);
+      const int r = row_of_token(p.q_indptr, p.n_rows, t);
+      s_row = r;
+      s_seg_end = min(t_end, p.q_indptr[r + 1]);
     }
     __syncthreads();
     const int row = s_row, seg_end = s_seg_end;

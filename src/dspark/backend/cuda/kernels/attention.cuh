@@ -49,6 +49,37 @@ struct AttentionArgs {
   float* part;  // n_splits > 1: [n_tokens, n_heads, n_splits, head_dim + 2] (acc..., max, sum)
 };
 
+// The query rows a CTA owns (grid: x = token tiles, y = KV head x head chunks, z = key splits):
+// heads [h_begin, h_begin + nh) of KV head kv_head, tokens [t_begin, t_end).
+struct CtaQueries {
+  int kv_head, h_begin, nh, split, t_begin, t_end;
+};
+template <typename TKV>
+__device__ __forceinline__ CtaQueries cta_queries(const AttentionArgs<TKV>& p) {
+  CtaQueries q;
+  q.kv_head = blockIdx.y / p.head_chunks;
+  const int chunk = blockIdx.y - q.kv_head * p.head_chunks;
+  q.h_begin = q.kv_head * p.group + chunk * p.heads_per_cta;
+  q.nh = min(p.heads_per_cta, p.group - chunk * p.heads_per_cta);
+  q.split = blockIdx.z;
+  q.t_begin = blockIdx.x * p.tokens_per_cta;
+  q.t_end = min(p.n_tokens, q.t_begin + p.tokens_per_cta);
+  return q;
+}
+
+// The row of token t: the last row whose first query is <= t (a binary search over q_indptr).
+__device__ __forceinline__ int row_of_token(const int32_t* q_indptr, int n_rows, int t) {
+  int lo = 0, hi = n_rows - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (q_indptr[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 // The tensor-core kernel: launches it and returns true when the call fits (K/V and q of the same
 // 16-bit dtype, head_dim 64 / 128 / 256, 16-byte aligned rows, the path enabled); returns false,
 // doing nothing, otherwise. Same grid, outputs and partial results as the CUDA-core kernel.

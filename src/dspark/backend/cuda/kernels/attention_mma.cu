@@ -19,7 +19,6 @@
 // pos + 1 : kv_len), lo = window ? pos - window + 1 : 0; a row that sees no key writes zeros.
 #include <atomic>
 #include <climits>
-#include <cstdlib>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/mma.cuh"
@@ -77,13 +76,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int kv_head = blockIdx.y / p.head_chunks;
-  const int chunk = blockIdx.y - kv_head * p.head_chunks;
-  const int h_begin = kv_head * p.group + chunk * p.heads_per_cta;
-  const int nh = min(p.heads_per_cta, p.group - chunk * p.heads_per_cta);
-  const int split = blockIdx.z;
-  int t = blockIdx.x * p.tokens_per_cta;
-  const int t_end = min(p.n_tokens, t + p.tokens_per_cta);
+  const CtaQueries cq = cta_queries(p);
+  const int kv_head = cq.kv_head, h_begin = cq.h_begin, nh = cq.nh, split = cq.split;
+  const int t_end = cq.t_end;
+  int t = cq.t_begin;
 
   bool waited = false;
   while (t < t_end) {
@@ -93,15 +89,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     // the wait, the CTA's query rows into registers (n_q is only known after the barrier).
     if (threadIdx.x < kMaxRows) {
       const int i = threadIdx.x;
-      int lo = 0, hi = p.n_rows - 1;  // the last row whose first query is <= t
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (p.q_indptr[mid] <= t)
-          lo = mid;
-        else
-          hi = mid - 1;
-      }
-      const int row_i = lo;
+      const int row_i = row_of_token(p.q_indptr, p.n_rows, t);
       const int q_end = p.q_indptr[row_i + 1];
       const int page0 = p.page_indptr[row_i], page1 = p.page_indptr[row_i + 1];
       const int kv_len = p.kv_lens[row_i];
@@ -349,13 +337,16 @@ template <typename T, int HD>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   constexpr size_t kSmem = Layout<HD>::kBytes;
   if constexpr (kSmem > 48 * 1024) {
-    static const bool configured = [] {  // once per kernel (and not during a graph capture)
+    // Once per kernel and device (the attribute is per device; a bit per device id < 64).
+    static std::atomic<uint64_t> configured{0};
+    const int device = current_device();
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit == 0 || (configured.load(std::memory_order_relaxed) & bit) == 0) {
       DSPARK_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<T, HD>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(kSmem)));
-      return true;
-    }();
-    (void)configured;
+      configured.fetch_or(bit, std::memory_order_relaxed);
+    }
   }
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
   launch_pdl(attention_mma_kernel<T, HD>, grid, dim3(kThreads), kSmem, stream_of(ctx), a);
@@ -363,10 +354,7 @@ void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
 
 // On by default; DSPARK_ATTENTION_MMA=0 (read once) or set_mma_attention(false) turns it off.
 std::atomic<int>& enabled_flag() {
-  static std::atomic<int> flag = [] {
-    const char* env = std::getenv("DSPARK_ATTENTION_MMA");
-    return (env && env[0] == '0') ? 0 : 1;
-  }();
+  static std::atomic<int> flag = env_switch("DSPARK_ATTENTION_MMA", true) ? 1 : 0;
   return flag;
 }
 

@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -126,6 +128,34 @@ class ScratchUpload {
   std::vector<char> staged_;
   size_t reserved_end_ = 0;
 };
+
+// The initial state of a process-wide on/off switch of a CUDA path: the environment variable
+// `name` set to "0" turns it off, "1" on; unset or anything else gives `default_on`.
+inline bool env_switch(const char* name, bool default_on) {
+  const char* env = std::getenv(name);
+  if (env && env[0] == '0') return false;
+  if (env && env[0] == '1') return true;
+  return default_on;
+}
+
+inline int current_device() {
+  int device = 0;
+  DSPARK_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+// Compute capability major of the current device, queried once per device (launch paths ask).
+inline int compute_major() {
+  constexpr int kCached = 64;
+  static std::atomic<int> cache[kCached] = {};  // 0: not asked yet
+  const int device = current_device();
+  int major = device < kCached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (major == 0) {
+    DSPARK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (device < kCached) cache[device].store(major, std::memory_order_relaxed);
+  }
+  return major;
+}
 
 // Multiprocessor count of the current device (a cheap attribute query).
 inline int sm_count() {

@@ -17,7 +17,6 @@
 // bitwise the same at every M <= kGemvMaxRows: a verify batch computes exactly the logits a
 // one-token decode step would (batch invariance).
 #include <atomic>
-#include <cstdlib>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
@@ -173,10 +172,7 @@ void launch_tiles(int64_t m, const GemvParams<TW, TY>& p, cudaStream_t stream) {
 // Off by default (in a real forward it measured slower than cuBLASLt, see docs/perf-notes.md);
 // DSPARK_CUDA_GEMV=1 (read once) or set_small_m_linear(true) turns it on.
 std::atomic<int>& enabled_flag() {
-  static std::atomic<int> flag = [] {
-    const char* env = std::getenv("DSPARK_CUDA_GEMV");
-    return (env && env[0] == '1') ? 1 : 0;
-  }();
+  static std::atomic<int> flag = env_switch("DSPARK_CUDA_GEMV", false) ? 1 : 0;
   return flag;
 }
 

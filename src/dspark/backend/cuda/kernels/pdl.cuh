@@ -14,10 +14,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
 
-#include "dspark/backend/cuda/check.h"
+#include "dspark/backend/cuda/kernels/common.cuh"
 
 namespace dspark::cuda {
 
@@ -35,15 +34,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // Whether launch_pdl asks for programmatic serialisation on the current device.
 inline bool pdl_enabled() {
-  static const bool env_on = [] {
-    const char* env = std::getenv("DSPARK_CUDA_PDL");
-    return !(env && env[0] == '0');
-  }();
-  if (!env_on) return false;
-  int device = 0, major = 0;
-  DSPARK_CUDA_CHECK(cudaGetDevice(&device));
-  DSPARK_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major >= 9;
+  static const bool env_on = env_switch("DSPARK_CUDA_PDL", true);
+  return env_on && compute_major() >= 9;
 }
 
 template <typename... Params, typename... Args>
