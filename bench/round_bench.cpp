@@ -113,30 +113,18 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
 
 // Forwards to a draft source and profiles its propose() calls only (op profiler on around them):
 // the ops of the draft step, apart from the target's verify forward.
-class ProfiledProposals final : public DraftSource {
+class ProfiledProposals final : public ForwardingDraftSource {
  public:
-  explicit ProfiledProposals(DraftSource& inner) : inner_(inner) {}
-  std::string name() const override { return inner_.name(); }
-  std::vector<int> target_taps() const override { return inner_.target_taps(); }
-  void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) override {
-    inner_.begin(ctx, row, prompt);
-  }
-  void commit(Context& ctx, std::span<const RowUpdate> updates,
-              std::span<const Tensor> taps) override {
-    inner_.commit(ctx, updates, taps);
-  }
+  using ForwardingDraftSource::ForwardingDraftSource;
   void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override {
     set_op_profiling(true);
-    inner_.propose(ctx, requests, out);
+    inner().propose(ctx, requests, out);
     set_op_profiling(false);
     ++proposals_;
   }
-  void release(RowId row) override { inner_.release(row); }
-  DraftStats stats() const override { return inner_.stats(); }
   int64_t proposals() const { return proposals_; }
 
  private:
-  DraftSource& inner_;
   int64_t proposals_ = 0;
 };
 

@@ -38,36 +38,26 @@ TEST(DraftVocab, ReadsJsonListsSortedAndUnique) {
 
 // Forwards to a DSpark source; checks every draft against the list and keeps a copy of the
 // source's record after each proposal.
-class Recorder final : public DraftSource {
+class Recorder final : public ForwardingDraftSource {
  public:
-  Recorder(DSparkSource& inner, std::set<int32_t> allowed)
-      : inner_(inner), allowed_(std::move(allowed)) {}
-  std::string name() const override { return inner_.name(); }
-  std::vector<int> target_taps() const override { return inner_.target_taps(); }
-  void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) override {
-    inner_.begin(ctx, row, prompt);
-  }
-  void commit(Context& ctx, std::span<const RowUpdate> updates,
-              std::span<const Tensor> taps) override {
-    inner_.commit(ctx, updates, taps);
-  }
+  Recorder(DSparkSource& source, std::set<int32_t> allowed)
+      : ForwardingDraftSource(source), source_(source), allowed_(std::move(allowed)) {}
   void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override {
-    inner_.propose(ctx, requests, out);
+    source_.propose(ctx, requests, out);
     for (int32_t t : out.tokens) {
       if (!allowed_.empty()) {
         EXPECT_TRUE(allowed_.contains(t)) << "draft " << t;
       }
     }
     drafted += static_cast<int64_t>(out.tokens.size());
-    records.push_back(inner_.record());
+    records.push_back(source_.record());
   }
-  void release(RowId row) override { inner_.release(row); }
 
   std::vector<DSparkRecord> records;
   int64_t drafted = 0;
 
  private:
-  DSparkSource& inner_;
+  DSparkSource& source_;
   std::set<int32_t> allowed_;
 };
 

@@ -43,7 +43,7 @@ struct RowUpdate {
 
 struct ProposeRequest {
   RowId row = 0;
-  int max_tokens = 0;  // the source may propose fewer, including none
+  int max_tokens = 0;       // the source may propose fewer, including none
   SamplingParams sampling;  // the request's processing; greedy drafts give q = one-hot
   uint64_t seed = 0;
 };
@@ -86,6 +86,33 @@ class DraftSource {
   virtual void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) = 0;
   virtual void release(RowId row) = 0;
   virtual DraftStats stats() const { return {}; }
+};
+
+// A source that passes every call to `inner` (which must outlive it): the base of decorators
+// that watch or time one call, e.g. propose() (benchmarks, tests).
+class ForwardingDraftSource : public DraftSource {
+ public:
+  explicit ForwardingDraftSource(DraftSource& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  std::vector<int> target_taps() const override { return inner_.target_taps(); }
+  void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) override {
+    inner_.begin(ctx, row, prompt);
+  }
+  void commit(Context& ctx, std::span<const RowUpdate> updates,
+              std::span<const Tensor> taps) override {
+    inner_.commit(ctx, updates, taps);
+  }
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override {
+    inner_.propose(ctx, requests, out);
+  }
+  void release(RowId row) override { inner_.release(row); }
+  DraftStats stats() const override { return inner_.stats(); }
+
+ protected:
+  DraftSource& inner() const { return inner_; }
+
+ private:
+  DraftSource& inner_;
 };
 
 }  // namespace dspark
