@@ -8,21 +8,29 @@
 //     target forward (Model::set_cuda_graphs), next to the eager figures of the same run; and
 //     target forwards of 1 and k + 1 tokens back to back at the fixed context (no engine, one
 //     synchronisation at the end), eager vs graphs: device time per forward including the gaps
-//     between kernels, when the host runs ahead.
+//     between kernels, when the host runs ahead; and with --draft the rounds again with graphs
+//     (the target's forwards and a DSpark drafter's greedy rounds replayed), as a multiple of the
+//     graphed decode step.
 // Every row also reports the host (CPU) time per target forward: from entering Model::forward to
 // the end of enqueueing (ForwardStats::step_host_ms; prefill chunks excluded).
 // Random weights are fine: costs do not depend on values (acceptance does, and is not measured
 // here; random drafts are rejected, so every round drafts the full gamma).
 //
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--rounds 32]
-//               [--verify-k 1,16,32] [--graphs] [--profile-ops] [--device cuda] [--json FILE]
+//               [--verify-k 1,16,32] [--graphs] [--trace] [--profile-ops] [--device cuda]
+//               [--json FILE]
 // --profile-ops: device time per op (linear, paged_attention, rms_norm, ...) of eager forwards of
 // 1 and k + 1 tokens at the fixed context (backend/op_profile.h), and with --draft of the draft
 // step alone, as tables and in the JSON.
+// --trace (a bench built with CUPTI, bench/kernel_trace.h): with --graphs, the graphed decode
+// step's and the graphed round's device timeline from a separate traced run: device ops, busy and
+// idle time, the gaps between ops (the host gaps), host time blocked in synchronisation and not,
+// and the kernels by device time.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 
 #include <fmt/format.h>
@@ -35,7 +43,9 @@
 #include "dspark/backend/op_profile.h"
 #include "dspark/core/buffer.h"
 #include "dspark/engine/speculative.h"
+#include "dspark/spec/dspark/dspark_source.h"
 #include "dspark/spec/source_factory.h"
+#include "kernel_trace.h"
 
 namespace dspark::bench {
 namespace {
@@ -65,11 +75,14 @@ struct PhaseMs {
   double rounds = 0;
   double host_ms_per_forward = 0;  // target forwards of the measured run (decode / verify)
   ForwardStats stats;              // of the measured run
+  std::vector<TraceSpan> trace;    // with a trace: the measured run's device timeline
 };
 
 // Per-round means over `rounds` rounds after a warm-up request.
+// With `trace`, the measured run is recorded through CUPTI (kernel_trace.h), which slows launches:
+// its times are for the timeline only.
 PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
-                const std::vector<int32_t>& prompt, int rounds) {
+                const std::vector<int32_t>& prompt, int rounds, bool trace = false) {
   SpecConfig cfg;
   cfg.gamma = gamma;
   auto run = [&](int n_rounds) {
@@ -81,11 +94,16 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
     return out[0].spec;
   };
   // Warm-up: kernel selection, buffers, and with graphs every capture the measured run needs
-  // (one per forward shape and attention split count: the same rounds at the same context, twice,
-  // since the first forward of a split count runs eagerly and the second captures).
+  // (one per forward shape and attention split count: the same rounds at the same context, at
+  // least twice, since the first forward of a split count runs eagerly and the second captures;
+  // again while a run still captured something, at most 4 runs: a capture inside the measured run
+  // would add its instantiation to the round times).
   if (target.cuda_graphs()) {
-    run(rounds);
-    run(rounds);
+    for (int i = 0; i < 4; ++i) {
+      const int64_t captured = target.forward_stats().graph_captures;
+      run(rounds);
+      if (i >= 1 && target.forward_stats().graph_captures == captured) break;
+    }
   } else {
     run(2);
   }
@@ -96,9 +114,15 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   r.prompt = prompt;
   r.options.eos_token_ids = {};
   r.options.max_tokens = rounds * (gamma + 1) + 1;
+  ctx.synchronize();
+  if (trace) kernel_trace_start();
   auto out = generate_speculative(target, ctx, source, {std::move(r)}, fixed);
+  ctx.synchronize();
+  std::vector<TraceSpan> spans;
+  if (trace) spans = kernel_trace_stop();
   const SpecTelemetry& t = out[0].spec;
   PhaseMs m;
+  m.trace = std::move(spans);
   m.stats = target.forward_stats();
   if (m.stats.step_forwards > 0)
     m.host_ms_per_forward = m.stats.step_host_ms / static_cast<double>(m.stats.step_forwards);
@@ -145,6 +169,48 @@ void print_op_profile(const std::string& title, const std::vector<OpTime>& ops, 
   std::printf(
       "%s (profiled: %.3f ms each)\n%s", title.c_str(), total / per,
       format_table({"op", "calls", "us per call", "ms per forward", "share"}, op_rows).c_str());
+}
+
+// Traces the measurement twice, with `rounds` and 2 x `rounds` rounds, and prints / stores the
+// difference per round: the prefill and the warm-up cancel out. Host time not blocked = the
+// longer run's wall time per round minus the time per round its thread spent blocked in CUDA
+// synchronisation. The `top` kernels by device time per round follow.
+void report_trace(const std::string& title, const std::function<PhaseMs(int)>& traced_run,
+                  int rounds, nlohmann::json& j, size_t top) {
+  const PhaseMs a = traced_run(rounds), b = traced_run(2 * rounds);
+  const double units = b.rounds - a.rounds;
+  const TimelineTotals t = summarize_timeline(b.trace).per_unit(summarize_timeline(a.trace), units);
+  const double host_ms = b.round - t.sync_ms;
+  j = {{"device_ops_per_round", t.ops},
+       {"graph_ops_per_round", t.graph_ops},
+       {"window_ms", t.window_ms},
+       {"busy_ms", t.busy_ms},
+       {"idle_ms", t.idle_ms()},
+       {"mean_gap_us", t.mean_gap_us()},
+       {"max_gap_us_longer_run", t.max_gap_us},
+       {"gaps_over_5us_per_round", t.gaps_over_5us},
+       {"host_blocked_ms", t.sync_ms},
+       {"host_not_blocked_ms", host_ms},
+       {"traced_round_ms", b.round},
+       {"rounds_difference", units}};
+  std::printf(
+      "%s, per round (difference of %.0f and %.0f traced rounds): %.0f device ops (%.0f from "
+      "graphs), busy %.3f of %.3f ms, idle %.3f ms; gap between ops mean %.2f us, %.1f gaps > 5 "
+      "us (largest %.1f us); host blocked %.3f ms, not blocked %.3f ms (traced round %.3f ms)\n",
+      title.c_str(), a.rounds, b.rounds, t.ops, t.graph_ops, t.busy_ms, t.window_ms, t.idle_ms(),
+      t.mean_gap_us(), t.gaps_over_5us, t.max_gap_us, t.sync_ms, host_ms, b.round);
+  const std::vector<KernelTime> kernels = kernel_times(b.trace, &a.trace);
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < std::min(top, kernels.size()); ++i) {
+    const KernelTime& k = kernels[i];
+    const std::string name = k.name.size() > 64 ? k.name.substr(0, 61) + "..." : k.name;
+    j["kernels"].push_back(
+        {{"name", k.name}, {"calls_per_round", k.calls / units}, {"ms_per_round", k.ms / units}});
+    rows.push_back({name, fmt::format("{:.1f}", k.calls / units),
+                    fmt::format("{:.2f}", 1e3 * k.ms / k.calls),
+                    fmt::format("{:.3f}", k.ms / units)});
+  }
+  std::printf("%s", format_table({"kernel", "calls", "us per call", "ms per round"}, rows).c_str());
 }
 
 // `n` target forwards of `width` tokens (all logits) back to back at a fixed context (the KV is
@@ -208,7 +274,7 @@ int main_impl(int argc, char** argv) {
   std::string draft_vocab;
   std::string model, draft = "none", device_name = "cuda", json_file, verify_list = "1,16,32";
   int gamma = 16, context = 1024, rounds = 32;
-  bool graphs = false, profile_ops = false;
+  bool graphs = false, profile_ops = false, trace = false;
   CLI::App app{"bench_round: speculative round phases vs a plain decode step"};
   app.add_option("-m,--model", model, "target model directory")->required();
   app.add_option("--draft", draft, "draft source (as dspark generate --draft)");
@@ -219,11 +285,24 @@ int main_impl(int argc, char** argv) {
   app.add_option("--verify-k", verify_list, "verify widths (drafted tokens) to time");
   app.add_flag("--graphs", graphs,
                "also time decode and verify with CUDA-graph replay of the target forward");
+  app.add_flag("--trace", trace,
+               "also record the decode step's and the round's device timeline (CUPTI): idle "
+               "gaps between kernels, host time blocked, kernel times");
   app.add_option("--device", device_name, "cpu | cuda | cuda:N");
   app.add_option("--json", json_file, "also write the JSON result here");
   app.add_flag("--profile-ops", profile_ops,
                "also time every op of eager forwards of 1 and k + 1 tokens (device time per op)");
   CLI11_PARSE(app, argc, argv);
+  if (trace && !kernel_trace_available()) {
+    std::fprintf(stderr, "error: --trace needs a bench built with CUPTI\n");
+    return 2;
+  }
+  if (trace && (!graphs || device_name == "cpu")) {
+    std::fprintf(stderr,
+                 "error: --trace traces the graphed decode step and round: it needs "
+                 "--graphs and a CUDA device\n");
+    return 2;
+  }
 
   const Device device = parse_device(device_name);
   Context ctx(device);
@@ -263,6 +342,7 @@ int main_impl(int argc, char** argv) {
     rows.push_back({fmt::format("verify {} drafts", k), fmt::format("{:.3f}", v.verify),
                     fmt::format("{:.2f}", v.verify / plain.round), host_cell(v)});
   }
+  double graphed_decode_ms = 0;
   if (graphs) {
     target->set_cuda_graphs(true);
     auto graph_json = [](const PhaseMs& p, double ms) {
@@ -274,6 +354,7 @@ int main_impl(int argc, char** argv) {
                             {"graph_fallbacks", p.stats.graph_fallbacks}};
     };
     const PhaseMs g = measure(*target, ctx, nullptr, 0, prompt, rounds);
+    graphed_decode_ms = g.round;
     const double g_gbs = step_bytes / (g.round * 1e-3) / 1e9;
     j["graphs"]["decode_step_ms"] = g.round;
     j["graphs"]["decode_gbs"] = g_gbs;
@@ -281,6 +362,11 @@ int main_impl(int argc, char** argv) {
         bandwidth > 0 ? g_gbs * 1e9 / bandwidth : 0.0;
     j["graphs"]["decode"] = graph_json(g, g.round);
     j["graphs"]["decode_speedup"] = plain.round / g.round;
+    if (trace)
+      report_trace(
+          "decode step (graphs, traced)",
+          [&](int n) { return measure(*target, ctx, nullptr, 0, prompt, n, true); }, rounds,
+          j["graphs"]["decode_trace"], 16);
     rows.push_back({"decode step (graphs)", fmt::format("{:.3f}", g.round),
                     fmt::format("{:.2f}", g.round / plain.round),
                     fmt::format("{:.0f} GB/s, {}, {} of {} replayed", g_gbs, host_cell(g),
@@ -358,6 +444,45 @@ int main_impl(int argc, char** argv) {
                     fmt::format("{:.2f}", s.rest / plain.round), ""});
     rows.push_back({"full round", fmt::format("{:.3f}", s.round),
                     fmt::format("{:.2f}", s.round / plain.round), ""});
+    if (graphs) {  // the same rounds with the target's (and a DSpark drafter's) graphs
+      target->set_cuda_graphs(true);
+      const auto* dspark = dynamic_cast<const DSparkSource*>(created.source.get());
+      const PhaseMs gs = measure(*target, ctx, created.source.get(), gamma, prompt, rounds);
+      const DSparkStats ds = dspark ? dspark->dspark_stats() : DSparkStats{};
+      if (trace)
+        report_trace(
+            "DSpark round (graphs, traced)",
+            [&](int n) {
+              return measure(*target, ctx, created.source.get(), gamma, prompt, n, true);
+            },
+            rounds, j["graphs"]["round_trace"], 24);
+      target->set_cuda_graphs(false);
+      const double dec = graphed_decode_ms;
+      j["graphs"]["draft"] = {{"draft_ms", gs.draft},
+                              {"verify_ms", gs.verify},
+                              {"rest_ms", gs.rest},
+                              {"round_ms", gs.round},
+                              {"rounds", gs.rounds},
+                              {"draft_over_decode", gs.draft / dec},
+                              {"round_over_decode", gs.round / dec},
+                              {"drafter_graph_replays", ds.n_graph_replays},
+                              {"drafter_graph_captures", ds.n_graph_captures},
+                              {"drafter_graph_fallbacks", ds.n_graph_fallbacks},
+                              {"drafter_rounds", ds.n_rounds}};
+      const std::string replayed =
+          dspark ? fmt::format("drafter: {} of {} rounds replayed (whole run)", ds.n_graph_replays,
+                               ds.n_rounds)
+                 : std::string("drafter eager");
+      rows.push_back({fmt::format("draft step ({} x{}, graphs)", created.kind, gamma),
+                      fmt::format("{:.3f}", gs.draft), fmt::format("{:.2f}", gs.draft / dec),
+                      replayed});
+      rows.push_back({"  verify (graphs)", fmt::format("{:.3f}", gs.verify),
+                      fmt::format("{:.2f}", gs.verify / dec), ""});
+      rows.push_back({"  rest (graphs)", fmt::format("{:.3f}", gs.rest),
+                      fmt::format("{:.2f}", gs.rest / dec), ""});
+      rows.push_back({"full round (graphs)", fmt::format("{:.3f}", gs.round),
+                      fmt::format("{:.2f}", gs.round / dec), "x graphed decode step"});
+    }
     if (profile_ops) {  // the ops of the draft step alone (eager, as measured above)
       (void)take_op_profile();
       ProfiledProposals profiled(*created.source);

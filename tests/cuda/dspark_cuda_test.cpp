@@ -203,5 +203,96 @@ std::vector<test::LosslessCase> lossless_cases() {
 INSTANTIATE_TEST_SUITE_P(Layouts, DSparkCudaLossless, ::testing::ValuesIn(lossless_cases()),
                          lossless_name);
 
+// ---- CUDA graphs of the drafter's greedy rounds ---------------------------------------------
+
+struct GraphCase {
+  std::string target, layout, markov;
+  int gamma = 4;
+  bool draft_vocab = false;
+};
+
+std::string graph_case_name(const ::testing::TestParamInfo<GraphCase>& info) {
+  const GraphCase& c = info.param;
+  return fmt::format("{}_{}_{}_g{}{}", c.target, c.layout, c.markov, c.gamma,
+                     c.draft_vocab ? "_vocab" : "");
+}
+
+class DSparkCudaGraphs : public ::testing::TestWithParam<GraphCase> {};
+
+// With the target's graphs on, the drafter's greedy rounds are captured and replayed: the same
+// tokens and the same acceptance as eager rounds (f32: a replay runs the eager kernels on the
+// bucket's buffers), batched rows finishing at different times (several buckets), no failed
+// capture, and replays that were not captures. The RNN head bakes its state zeros in.
+TEST_P(DSparkCudaGraphs, ReplayedRoundsEqualEagerRounds) {
+  DSPARK_REQUIRE_CUDA();
+  const GraphCase& c = GetParam();
+  const auto target_dir = test::data_dir() / "models" / c.target;
+  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no " << c.target;
+  Context ctx(test::kTestGpu);
+  auto target = load_model(target_dir, test::kTestGpu, DType::f32);
+  const auto dir = temp_dir("graphs");
+  test::TinyDrafterSpec spec;
+  spec.layout = c.layout;
+  spec.markov = c.markov;
+  spec.block_size = c.gamma;
+  spec.seed = static_cast<uint32_t>(c.gamma + 300);
+  test::write_tiny_drafter(dir, spec, target->config());
+  const auto prompts = test::lossless_prompts(target->config().vocab_size);
+
+  DSparkSourceOptions opt;
+  opt.block_size = c.gamma;
+  opt.kv_tokens = 4096;
+  if (c.draft_vocab)
+    for (int32_t id = 0; id < target->config().vocab_size; id += 2) opt.draft_vocab.push_back(id);
+  struct Run {
+    std::vector<RequestOutput> out;
+    DSparkStats stats;
+  };
+  auto run = [&](bool graphs) {
+    target->set_cuda_graphs(graphs);
+    auto source = load_dspark_source(dir, *target, opt);
+    std::vector<RequestInput> reqs;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      GenerateOptions o;
+      o.max_tokens = 24 + 6 * static_cast<int>(i);  // rows finish at different rounds
+      o.eos_token_ids = {};
+      reqs.push_back(RequestInput{prompts[i], o, nullptr, {}});
+    }
+    SpecConfig cfg;
+    cfg.gamma = c.gamma;
+    Run r;
+    r.out = generate_speculative(*target, ctx, source.get(), std::move(reqs), cfg);
+    r.stats = source->dspark_stats();
+    return r;
+  };
+  const Run eager = run(false);
+  const Run graphed = run(true);
+  target->set_cuda_graphs(false);
+  ASSERT_EQ(eager.out.size(), graphed.out.size());
+  for (size_t i = 0; i < eager.out.size(); ++i) {
+    EXPECT_EQ(graphed.out[i].result.tokens, eager.out[i].result.tokens) << "prompt " << i;
+    EXPECT_EQ(graphed.out[i].spec.drafted, eager.out[i].spec.drafted) << "prompt " << i;
+    EXPECT_EQ(graphed.out[i].spec.accepted, eager.out[i].spec.accepted) << "prompt " << i;
+  }
+  EXPECT_EQ(eager.stats.n_graph_replays, 0);
+  EXPECT_EQ(graphed.stats.n_graph_fallbacks, 0);
+  EXPECT_GT(graphed.stats.n_graph_captures, 0);
+  EXPECT_GT(graphed.stats.n_graph_replays, graphed.stats.n_graph_captures);
+  EXPECT_EQ(graphed.stats.n_rounds, eager.stats.n_rounds);
+  std::printf("[ graphs ] %s %s %s gamma=%d vocab=%d rounds=%lld replays=%lld captures=%lld\n",
+              c.target.c_str(), c.layout.c_str(), c.markov.c_str(), c.gamma, c.draft_vocab ? 1 : 0,
+              static_cast<long long>(graphed.stats.n_rounds),
+              static_cast<long long>(graphed.stats.n_graph_replays),
+              static_cast<long long>(graphed.stats.n_graph_captures));
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, DSparkCudaGraphs,
+                         ::testing::Values(GraphCase{"qwen3", "deepspec", "vanilla", 7, false},
+                                           GraphCase{"qwen3", "deepspec", "vanilla", 16, true},
+                                           GraphCase{"qwen3", "specforge", "rnn", 7, false},
+                                           GraphCase{"llama3", "deepspec", "gated", 4, false},
+                                           GraphCase{"llama3", "dflash", "none", 7, false}),
+                         graph_case_name);
+
 }  // namespace
 }  // namespace dspark

@@ -13,12 +13,12 @@
 #include <chrono>
 #include <cmath>
 #include <map>
-#include <set>
 
 #include <fmt/format.h>
 
 #include "dspark/backend/cuda/blas.h"
 #include "dspark/backend/cuda/graph.h"
+#include "dspark/backend/graph_set.h"
 #include "dspark/model/layers.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
@@ -135,23 +135,16 @@ class LlamaFamilyModel final : public Model {
     }
     bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
   };
-  struct GraphExec {
-    cuda::Graph graph;
-    const void* scratch = nullptr;  // ctx.scratch_data() baked into the graph (split attention)
-  };
   struct GraphBucket {
     DeviceIndices meta;  // slots: tokens, positions, slots, q_indptr, page_indptr, kv_lens,
                          // logit indices, page indices (capacity grows; graphs then recaptured)
     ActivationArena arena;
     Activations act;
-    std::map<int, GraphExec> execs;  // by attention split count
-    std::set<int> warmed;            // split counts run eagerly once with these buffers
-    std::map<int, int> failures;     // failed captures by split count
+    GraphSet graphs;  // by attention split count
     uint64_t last_use = 0;
   };
   static constexpr int64_t kGraphMaxTokens = ForwardStats::kStepTokens;  // larger: eager
   static constexpr size_t kGraphMaxBuckets = 16;
-  static constexpr int kGraphMaxFailures = 2;
   bool graph_eligible(const Context& ctx, const ForwardBatch& b) const;
   GraphBucket& graph_bucket(Context& ctx, PagedKvCache& kv, const ForwardBatch& b);
   ForwardOutput forward_graphed(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
@@ -443,14 +436,7 @@ LlamaFamilyModel::GraphBucket& LlamaFamilyModel::graph_bucket(Context& ctx, Page
   key.blas_workspace = ctx.blas().workspace();
   auto it = graph_buckets_.find(key);
   if (it == graph_buckets_.end()) {
-    if (graph_buckets_.size() >= kGraphMaxBuckets) {
-      // Evict the least recently used bucket; its buffers may still be read by queued work.
-      auto lru = std::min_element(
-          graph_buckets_.begin(), graph_buckets_.end(),
-          [](const auto& x, const auto& y) { return x.second->last_use < y.second->last_use; });
-      ctx.synchronize();
-      graph_buckets_.erase(lru);
-    }
+    evict_lru_bucket(ctx, graph_buckets_, kGraphMaxBuckets);
     auto bucket = std::make_unique<GraphBucket>();
     const int64_t n = key.n_tokens, rows = key.n_rows, m = key.n_logits;
     bucket->meta = DeviceIndices(device_, {n, n, n, rows + 1, rows + 1, rows, m,
@@ -471,7 +457,7 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
     // Graphs bake the metadata buffer's address: a larger one means capturing again.
     ctx.synchronize();
     g.meta.grow(kPages, 2 * n_pages);
-    g.execs.clear();
+    g.graphs.clear();
   }
   // One copy of all metadata from pinned memory, in the order of the slots.
   g.meta.stage(ctx, {&b.tokens, &h.positions, &h.kv.slots, &b.row_indptr, &h.kv.page_indptr,
@@ -485,40 +471,15 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
       static_cast<int64_t>(b.seqs.size()), n_pages, kv.shape().page_size);
 
   // Only a split attention reads the context's scratch (its partial results).
-  const void* scratch = n_splits > 1 ? ctx.scratch_data() : nullptr;
-  auto it = g.execs.find(n_splits);
-  if (it != g.execs.end() && it->second.scratch != scratch) {
-    g.execs.erase(it);  // the context's scratch moved: the graph points at freed memory
-    it = g.execs.end();
-  }
-  if (it == g.execs.end()) {
-    // The first forward of a split count runs eagerly on the bucket's buffers: it creates the
-    // cuBLASLt plans and grows the context's scratch, which capture may not do.
-    if (!g.warmed.contains(n_splits) || g.failures[n_splits] >= kGraphMaxFailures) {
-      enqueue(ctx, kv, b, v, g.act);
-      g.warmed.insert(n_splits);
-      return output(b, g.act);
-    }
-    try {
-      cuda::Graph graph = cuda::Graph::capture(ctx, [&] { enqueue(ctx, kv, b, v, g.act); });
-      it = g.execs
-               .emplace(n_splits,
-                        GraphExec{std::move(graph), n_splits > 1 ? ctx.scratch_data() : nullptr})
-               .first;
-      ++stats_.graph_captures;
-    } catch (const Error& e) {
-      ++g.failures[n_splits];
-      ++stats_.graph_fallbacks;
-      fmt::print(stderr,
-                 "warning: CUDA graph capture failed ({} tokens, {} rows, {} splits), running "
-                 "eagerly: {}\n",
-                 b.tokens.size(), b.seqs.size(), n_splits, e.what());
-      enqueue(ctx, kv, b, v, g.act);
-      return output(b, g.act);
-    }
-  }
-  it->second.graph.launch(ctx);
-  ++stats_.graph_replays;
+  const void* baked[] = {n_splits > 1 ? ctx.scratch_data() : nullptr};
+  const GraphSet::Outcome outcome =
+      g.graphs.run(ctx, n_splits, baked, [&] { enqueue(ctx, kv, b, v, g.act); });
+  count_graph_outcome(outcome, stats_.graph_replays, stats_.graph_captures, stats_.graph_fallbacks);
+  if (outcome == GraphSet::Outcome::fallback)
+    fmt::print(stderr,
+               "warning: CUDA graph capture failed ({} tokens, {} rows, {} splits), running "
+               "eagerly: {}\n",
+               b.tokens.size(), b.seqs.size(), n_splits, g.graphs.last_error());
   return output(b, g.act);
 }
 

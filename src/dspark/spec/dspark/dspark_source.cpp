@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "dspark/backend/cuda/blas.h"
+#include "dspark/backend/cuda/graph.h"
 #include "dspark/core/philox.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/ops/activation.h"
@@ -233,12 +237,119 @@ void DSparkSource::project_context(Context& ctx, const std::vector<SeqId>& seqs,
   }
 }
 
+int64_t DSparkSource::RoundShape::conf_offset() const {
+  return align_up((steps + 1) * rows, kReadbackAlign);
+}
+
+int64_t DSparkSource::RoundShape::readback_elems() const {
+  return conf_offset() + steps * rows;
+}
+
+DSparkSource::RoundBuffers DSparkSource::take_round_buffers(Context& ctx, const RoundShape& s,
+                                                            ActivationArena& arena) const {
+  const int64_t M = s.rows * s.block, SR = s.steps * s.rows, d = dims_.hidden;
+  const int64_t inter = config_.backbone.intermediate_size;
+  const int64_t vocab = config_.backbone.vocab_size;
+  struct Item {
+    Tensor* t;
+    DType dtype;
+    Shape shape;
+  };
+  RoundBuffers b;
+  std::vector<Item> items = {{&b.x, DType::f32, Shape{M, d}},
+                             {&b.xn, dtype_, Shape{M, d}},
+                             {&b.scratch.qkv, dtype_, Shape{M, dims_.qkv_width()}},
+                             {&b.scratch.q_tmp, dtype_, Shape{M, dims_.q_width()}},
+                             {&b.scratch.k_tmp, dtype_, Shape{M, dims_.kv_width()}},
+                             {&b.scratch.attn, dtype_, Shape{M, dims_.q_width()}},
+                             {&b.proj, DType::f32, Shape{M, d}},
+                             {&b.gate_up, dtype_, Shape{M, 2 * inter}},
+                             {&b.mlp, dtype_, Shape{M, inter}},
+                             {&b.hd, dtype_, Shape{SR, d}},
+                             {&b.logits, DType::f32, Shape{SR, s.cols}},
+                             {&b.readback, DType::i32, Shape{s.readback_elems()}}};
+  if (s.sampled) items.push_back({&b.probs, DType::f32, Shape{SR, vocab}});
+  size_t bytes = 0;
+  for (const Item& it : items) bytes += ActivationArena::bytes_for(it.dtype, it.shape);
+  arena.begin(ctx.device(), bytes);
+  for (const Item& it : items) *it.t = arena.take(it.dtype, it.shape);
+  return b;
+}
+
+void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundMeta& m,
+                                 const RoundBuffers& b, ActivationArena& head_arena,
+                                 std::span<const SamplingParams> params) {
+  const int64_t R = s.rows, S = s.steps;
+  // ---- the backbone over all rows' blocks ----
+  const RmsNormParams norm{dims_.rms_norm_eps, false};
+  gather_rows(ctx, embed_, m.tokens, b.x);
+  rms_norm(ctx, b.x, weights_.layers.front().norm_in, b.xn, norm);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dims_.head_dim));
+  for (size_t l = 0; l < weights_.layers.size(); ++l) {
+    const DrafterLayerWeights& lw = weights_.layers[l];
+    const AttentionParams attn{scale, false, config_.backbone.layer_window[l], 0.0f};
+    attention_block(ctx, lw.attn, dims_, rope_, m.forward, kv_.k_pages(static_cast<int>(l)),
+                    kv_.v_pages(static_cast<int>(l)), attn, b.xn, b.scratch, b.proj);
+    add_rms_norm(ctx, b.x, b.proj, lw.norm_post, b.xn, norm);
+    mlp_block(ctx, lw.mlp, b.xn, b.gate_up, b.mlp, b.proj);
+    const bool last = l + 1 == weights_.layers.size();
+    add_rms_norm(ctx, b.x, b.proj,
+                 last ? weights_.norm.view() : weights_.layers[l + 1].norm_in.view(), b.xn, norm);
+  }
+  gather_rows(ctx, b.xn, m.draft_rows, b.hd);
+  linear(ctx, b.hd, s.short_vocab ? lm_head_short_.view() : lm_head_, Tensor{}, b.logits);
+  if (options_.record) {  // eager rounds only (never captured)
+    record_.rows = static_cast<int>(R);
+    record_.block_rows = static_cast<int>(s.block);
+    record_.steps = static_cast<int>(S);
+    record_.hidden = to_f32_vector(b.xn);
+    record_.base_logits = to_f32_vector(b.logits);
+  }
+
+  // ---- the sequential head: tokens (+ q, confidence logits) on the device ----
+  auto* rb = static_cast<int32_t*>(b.readback.data());
+  ctx.copy_async(rb, m.anchors.data(), static_cast<size_t>(R) * sizeof(int32_t));
+  HeadRound round;
+  round.rows = static_cast<int>(R);
+  round.steps = static_cast<int>(S);
+  round.hidden = b.hd;
+  round.logits = b.logits;
+  round.tokens = b.readback.slice(0, 0, (S + 1) * R);
+  round.params = params;
+  round.confidence = Tensor(rb + s.conf_offset(), DType::f32, Shape{S * R, 1}, b.readback.device());
+  if (s.short_vocab) {
+    round.vocab_ids = vocab_ids_;
+    round.markov_w2 = w2_short_;
+  }
+  if (s.sampled) {
+    round.uniforms = m.uniforms;
+    round.probs = b.probs;
+  }
+  head_.run(ctx, round, head_arena);
+}
+
+DSparkSource::GraphBucket& DSparkSource::graph_bucket(Context& ctx, const RoundShape& s) {
+  GraphKey key{s.rows, s.steps, s.cols, &ctx, ctx.blas().workspace()};
+  auto it = graph_buckets_.find(key);
+  if (it == graph_buckets_.end()) {
+    evict_lru_bucket(ctx, graph_buckets_, kGraphMaxBuckets);
+    auto bucket = std::make_unique<GraphBucket>();
+    const int64_t R = s.rows, M = R * s.block;
+    bucket->meta = DeviceIndices(ctx.device(), {M, M, M, R + 1, R + 1, R, s.steps * R, R,
+                                                std::max<int64_t>(kv_.shape().num_pages, 1)});
+    bucket->buffers = take_round_buffers(ctx, s, bucket->arena);
+    it = graph_buckets_.emplace(key, std::move(bucket)).first;
+  }
+  it->second->last_use = ++graph_tick_;
+  return *it->second;
+}
+
 void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) {
   const auto t0 = Clock::now();
   const size_t n_req = requests.size();
   const int L = block_rows_, offset = config_.draft_row_offset();
   const int D = L - offset;
-  const int64_t vocab = config_.backbone.vocab_size, d = dims_.hidden;
+  const int64_t vocab = config_.backbone.vocab_size;
 
   std::vector<size_t> active;
   int steps = 0;
@@ -261,12 +372,16 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   }
   DSPARK_CHECK(!any_sampled || base == 0,
                "dspark: a sampled proposal must be the only one in `out`");
-  const auto R = static_cast<int64_t>(active.size());
-  const int64_t S = steps, M = R * L;
+  RoundShape shape;
+  shape.rows = static_cast<int64_t>(active.size());
+  shape.steps = steps;
+  shape.block = L;
   // A draft vocabulary cuts the LM head and w2 (greedy rounds; sampled ones need q over all V).
-  const bool short_vocab = !options_.draft_vocab.empty() && !any_sampled;
-  if (short_vocab) prepare_draft_vocab(ctx);
-  const int64_t cols = short_vocab ? vocab_ids_->numel() : vocab;  // logits columns
+  shape.short_vocab = !options_.draft_vocab.empty() && !any_sampled;
+  shape.sampled = any_sampled;
+  if (shape.short_vocab) prepare_draft_vocab(ctx);
+  shape.cols = shape.short_vocab ? vocab_ids_->numel() : vocab;
+  const int64_t R = shape.rows, S = shape.steps, M = R * L;
 
   // ---- host metadata: blocks [pending, mask x (L-1)] at positions P..P+L-1 ----
   std::vector<int32_t> tokens(static_cast<size_t>(M)), positions(static_cast<size_t>(M));
@@ -315,112 +430,76 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     stats_.propose_ms += ms_since(t0);
     return;
   }
-  meta_.clear();
-  const int s_tokens = meta_.add(tokens);
-  const int s_positions = meta_.add(positions);
-  const int s_slots = meta_.add(plan->slots);
-  const int s_q_indptr = meta_.add(q_indptr);
-  const int s_page_indptr = meta_.add(plan->page_indptr);
-  const int s_page_indices = meta_.add(plan->page_indices);
-  const int s_kv_lens = meta_.add(plan->kv_lens);
-  const int s_draft_rows = meta_.add(draft_rows);
-  const int s_anchors = meta_.add(anchors);
-  const int s_uniforms = meta_.add(uniform_bits);
-  meta_.upload(ctx);
-  const ForwardMeta meta{meta_.view(s_positions),    meta_.view(s_slots),
-                         meta_.view(s_q_indptr),     meta_.view(s_page_indptr),
-                         meta_.view(s_page_indices), meta_.view(s_kv_lens)};
 
-  // ---- activations (one grow-only arena) ----
-  const int64_t inter = config_.backbone.intermediate_size;
-  struct Item {
-    Tensor* t;
-    DType dtype;
-    Shape shape;
-  };
-  Tensor x, xn, proj, gate_up, mlp, hd, logits, probs;
-  AttentionScratch scratch;
-  std::vector<Item> items = {{&x, DType::f32, Shape{M, d}},
-                             {&xn, dtype_, Shape{M, d}},
-                             {&scratch.qkv, dtype_, Shape{M, dims_.qkv_width()}},
-                             {&scratch.q_tmp, dtype_, Shape{M, dims_.q_width()}},
-                             {&scratch.k_tmp, dtype_, Shape{M, dims_.kv_width()}},
-                             {&scratch.attn, dtype_, Shape{M, dims_.q_width()}},
-                             {&proj, DType::f32, Shape{M, d}},
-                             {&gate_up, dtype_, Shape{M, 2 * inter}},
-                             {&mlp, dtype_, Shape{M, inter}},
-                             {&hd, dtype_, Shape{S * R, d}},
-                             {&logits, DType::f32, Shape{S * R, cols}}};
-  if (any_sampled) items.push_back({&probs, DType::f32, Shape{S * R, vocab}});
-  size_t bytes = 0;
-  for (const Item& it : items) bytes += ActivationArena::bytes_for(it.dtype, it.shape);
-  arena_.begin(ctx.device(), bytes);
-  for (const Item& it : items) *it.t = arena_.take(it.dtype, it.shape);
-
-  // ---- the backbone over all rows' blocks ----
-  const RmsNormParams norm{dims_.rms_norm_eps, false};
-  gather_rows(ctx, embed_, meta_.view(s_tokens), x);
-  rms_norm(ctx, x, weights_.layers.front().norm_in, xn, norm);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dims_.head_dim));
-  for (size_t l = 0; l < weights_.layers.size(); ++l) {
-    const DrafterLayerWeights& lw = weights_.layers[l];
-    const AttentionParams attn{scale, false, config_.backbone.layer_window[l], 0.0f};
-    attention_block(ctx, lw.attn, dims_, rope_, meta, kv_.k_pages(static_cast<int>(l)),
-                    kv_.v_pages(static_cast<int>(l)), attn, xn, scratch, proj);
-    add_rms_norm(ctx, x, proj, lw.norm_post, xn, norm);
-    mlp_block(ctx, lw.mlp, xn, gate_up, mlp, proj);
-    const bool last = l + 1 == weights_.layers.size();
-    add_rms_norm(ctx, x, proj, last ? weights_.norm.view() : weights_.layers[l + 1].norm_in.view(),
-                 xn, norm);
+  // ---- the device work: replayed from a graph, or enqueued eagerly ----
+  const bool graphed = ctx.is_cuda() && target_.cuda_graphs() && !any_sampled && !options_.record;
+  RoundBuffers bufs;
+  if (graphed) {
+    enum Slot {
+      kTokens,
+      kPositions,
+      kSlots,
+      kQIndptr,
+      kPageIndptr,
+      kKvLens,
+      kDraftRows,
+      kAnchors,
+      kPages
+    };
+    GraphBucket& g = graph_bucket(ctx, shape);
+    g.meta.stage(ctx, {&tokens, &positions, &plan->slots, &q_indptr, &plan->page_indptr,
+                       &plan->kv_lens, &draft_rows, &anchors, &plan->page_indices});
+    const RoundMeta m{
+        g.meta.view(kTokens), g.meta.view(kDraftRows), g.meta.view(kAnchors), Tensor{},
+        ForwardMeta{g.meta.view(kPositions), g.meta.view(kSlots), g.meta.view(kQIndptr),
+                    g.meta.view(kPageIndptr), g.meta.view(kPages), g.meta.view(kKvLens)}};
+    const int n_splits = cuda::paged_attention_splits(
+        M, dims_.n_heads, dims_.n_kv_heads, R, static_cast<int64_t>(plan->page_indices.size()),
+        kv_.shape().page_size);
+    const void* baked[] = {ctx.scratch_data(), head_.state_zeros()};
+    const GraphSet::Outcome outcome = g.graphs.run(ctx, n_splits, baked, [&] {
+      enqueue_round(ctx, shape, m, g.buffers, g.head_arena, params);
+    });
+    count_graph_outcome(outcome, dstats_.n_graph_replays, dstats_.n_graph_captures,
+                        dstats_.n_graph_fallbacks);
+    if (outcome == GraphSet::Outcome::fallback)
+      fmt::print(stderr,
+                 "warning: CUDA graph capture of a draft round failed ({} rows, {} drafts), "
+                 "running eagerly: {}\n",
+                 R, S, g.graphs.last_error());
+    bufs = g.buffers;
+  } else {
+    meta_.clear();
+    const int s_tokens = meta_.add(tokens);
+    const int s_positions = meta_.add(positions);
+    const int s_slots = meta_.add(plan->slots);
+    const int s_q_indptr = meta_.add(q_indptr);
+    const int s_page_indptr = meta_.add(plan->page_indptr);
+    const int s_page_indices = meta_.add(plan->page_indices);
+    const int s_kv_lens = meta_.add(plan->kv_lens);
+    const int s_draft_rows = meta_.add(draft_rows);
+    const int s_anchors = meta_.add(anchors);
+    const int s_uniforms = meta_.add(uniform_bits);
+    meta_.upload(ctx);
+    const RoundMeta m{
+        meta_.view(s_tokens), meta_.view(s_draft_rows), meta_.view(s_anchors),
+        any_sampled ? Tensor(meta_.view(s_uniforms).data(), DType::f32, Shape{S * R}, ctx.device())
+                    : Tensor{},
+        ForwardMeta{meta_.view(s_positions), meta_.view(s_slots), meta_.view(s_q_indptr),
+                    meta_.view(s_page_indptr), meta_.view(s_page_indices), meta_.view(s_kv_lens)}};
+    bufs = take_round_buffers(ctx, shape, arena_);
+    enqueue_round(ctx, shape, m, bufs, head_arena_, params);
   }
   // The block's K/V leave the cache again (the work is already enqueued in stream order).
   for (int64_t a = 0; a < R; ++a) kv_.rollback_to(seqs[a], lengths[a]);
-  gather_rows(ctx, xn, meta_.view(s_draft_rows), hd);
-  linear(ctx, hd, short_vocab ? lm_head_short_.view() : lm_head_, Tensor{}, logits);
-  if (options_.record) {
-    record_.rows = static_cast<int>(R);
-    record_.block_rows = L;
-    record_.steps = static_cast<int>(S);
-    record_.hidden = to_f32_vector(xn);
-    record_.base_logits = to_f32_vector(logits);
-  }
-
-  // ---- the sequential head: tokens (+ q, confidence logits) on the device ----
-  const bool has_conf = config_.confidence_head;
-  const int64_t tok_elems = (S + 1) * R;
-  const int64_t conf_at = align_up(tok_elems, kReadbackAlign);
-  const size_t rb_bytes = static_cast<size_t>(conf_at + S * R) * sizeof(int32_t);
-  if (readback_.bytes() < rb_bytes || readback_.device() != ctx.device()) {
-    ctx.synchronize();
-    readback_ = Buffer(ctx.device(), rb_bytes + rb_bytes / 2);
-  }
-  auto* rb = static_cast<int32_t*>(readback_.data());
-  const Tensor tok_t(rb, DType::i32, Shape{tok_elems}, ctx.device());
-  const Tensor conf_t(rb + conf_at, DType::f32, Shape{S * R, 1}, ctx.device());
-  ctx.copy_async(rb, meta_.view(s_anchors).data(), static_cast<size_t>(R) * sizeof(int32_t));
-
-  HeadRound round;
-  round.rows = static_cast<int>(R);
-  round.steps = static_cast<int>(S);
-  round.hidden = hd;
-  round.logits = logits;
-  round.tokens = tok_t;
-  round.params = params;
-  round.confidence = conf_t;
-  if (short_vocab) {
-    round.vocab_ids = vocab_ids_;
-    round.markov_w2 = w2_short_;
-  }
-  if (any_sampled) {
-    round.uniforms = Tensor(meta_.view(s_uniforms).data(), DType::f32, Shape{S * R}, ctx.device());
-    round.probs = probs;
-  }
-  head_.run(ctx, round);
 
   // ---- the round's one device->host read: tokens, then confidence logits ----
-  const int64_t read_elems = (has_conf ? conf_at + S * R : tok_elems) - R;
+  const bool has_conf = config_.confidence_head;
+  const int64_t conf_at = shape.conf_offset();
+  const int64_t read_elems = (has_conf ? shape.readback_elems() : (S + 1) * R) - R;
   host_read_.resize(static_cast<size_t>(read_elems));
-  ctx.copy_async(host_read_.data(), rb + R, static_cast<size_t>(read_elems) * sizeof(int32_t));
+  ctx.copy_async(host_read_.data(), static_cast<const int32_t*>(bufs.readback.data()) + R,
+                 static_cast<size_t>(read_elems) * sizeof(int32_t));
   ctx.synchronize();
   ++dstats_.n_device_reads;
   auto token_at = [&](int64_t a, int64_t s) { return host_read_[static_cast<size_t>(s * R + a)]; };
@@ -429,8 +508,9 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     std::memcpy(&v, &host_read_[static_cast<size_t>(conf_at - R + s * R + a)], sizeof(float));
     return sigmoid(v);
   };
+  const int64_t cols = shape.cols;
   if (options_.record) {
-    record_.logits = to_f32_vector(logits);
+    record_.logits = to_f32_vector(bufs.logits);
     record_.tokens.assign(static_cast<size_t>(R * S), 0);
     record_.confidence.clear();
     if (has_conf) record_.confidence.assign(static_cast<size_t>(R * S), 0.0f);
@@ -484,7 +564,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     ctx.copy_async(idx.data(), q_rows.data(), q_rows.size() * sizeof(int32_t));
     const Tensor q =
         ensure(q_, DType::f32, n_drafts * vocab, ctx.device()).reshape(Shape{n_drafts, vocab});
-    gather_rows(ctx, probs, idx, q);
+    gather_rows(ctx, bufs.probs, idx, q);
     out.q = q;
   }
   ++dstats_.n_rounds;

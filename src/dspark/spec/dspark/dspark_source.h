@@ -18,13 +18,20 @@
 // Proposal::q undefined.
 // Capacity: a commit that does not fit the drafter's KV cache throws out_of_memory; a round whose
 // blocks do not fit proposes nothing (counted in DSparkStats::n_kv_full).
+// CUDA graphs: while the target's graphs are on (Model::cuda_graphs), greedy rounds on CUDA are
+// captured and replayed (backend/graph_set.h), one bucket per (rows, drafts, logit columns) with
+// its own metadata and activation buffers, one graph per attention split count; what a replayed
+// round does on the host is the plan, one metadata copy, the launch and the one read.
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
+#include "dspark/backend/graph_set.h"
 #include "dspark/core/buffer.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/layers.h"
@@ -65,11 +72,14 @@ struct DSparkStats {
   int64_t n_rows_projected = 0;  // context rows projected into the drafter KV cache
   int64_t last_commit_rows_committed = 0;
   int64_t last_commit_rows_projected = 0;
-  int64_t n_rounds = 0;        // propose calls that ran the backbone
-  int64_t n_block_rows = 0;    // block rows through the backbone
-  int64_t n_pruned = 0;        // drafts dropped by the thresholds
-  int64_t n_device_reads = 0;  // device->host reads by propose (one per round)
-  int64_t n_kv_full = 0;       // rounds without drafts because the block did not fit the KV cache
+  int64_t n_rounds = 0;          // propose calls that ran the backbone
+  int64_t n_block_rows = 0;      // block rows through the backbone
+  int64_t n_pruned = 0;          // drafts dropped by the thresholds
+  int64_t n_device_reads = 0;    // device->host reads by propose (one per round)
+  int64_t n_kv_full = 0;         // rounds without drafts because the block did not fit the KV cache
+  int64_t n_graph_replays = 0;   // rounds run by launching a captured CUDA graph
+  int64_t n_graph_captures = 0;  // of them, the launches right after a capture
+  int64_t n_graph_fallbacks = 0;  // captures that failed (the round then ran eagerly)
 };
 
 // Host copies kept when DSparkSourceOptions::record is set.
@@ -130,6 +140,47 @@ class DSparkSource final : public DraftSource {
                        const std::vector<int32_t>& tap_rows, const std::vector<int32_t>& positions,
                        std::span<const Tensor> taps);
 
+  // One round: R rows of L block rows, S drafts each, `cols` logit columns.
+  struct RoundShape {
+    int64_t rows = 0, steps = 0, block = 0, cols = 0;
+    bool short_vocab = false, sampled = false;
+    int64_t conf_offset() const;     // of the confidence logits in the readback (elements)
+    int64_t readback_elems() const;  // i32 tokens [(S + 1) R] | pad | f32 logits [S R]
+  };
+  // The device metadata a round's kernels read.
+  struct RoundMeta {
+    Tensor tokens, draft_rows, anchors, uniforms;
+    ForwardMeta forward;
+  };
+  // A round's activations and its readback area, carved from one arena.
+  struct RoundBuffers {
+    Tensor x, xn, proj, gate_up, mlp, hd, logits, probs, readback;
+    AttentionScratch scratch;
+  };
+  RoundBuffers take_round_buffers(Context& ctx, const RoundShape& s, ActivationArena& arena) const;
+  // Enqueues the round's kernels: backbone, LM head, sequential head, tokens into the readback.
+  void enqueue_round(Context& ctx, const RoundShape& s, const RoundMeta& m, const RoundBuffers& b,
+                     ActivationArena& head_arena, std::span<const SamplingParams> params);
+
+  // ---- CUDA graphs of greedy rounds ----
+  struct GraphKey {
+    int64_t rows = 0, steps = 0, cols = 0;
+    const Context* ctx = nullptr;
+    const void* blas_workspace = nullptr;
+    auto tie() const { return std::tie(rows, steps, cols, ctx, blas_workspace); }
+    bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
+  };
+  struct GraphBucket {
+    DeviceIndices meta;  // tokens, positions, slots, q_indptr, page_indptr, kv_lens, draft rows,
+                         // anchors, page indices
+    ActivationArena arena, head_arena;
+    RoundBuffers buffers;
+    GraphSet graphs;  // by attention split count
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kGraphMaxBuckets = 8;
+  GraphBucket& graph_bucket(Context& ctx, const RoundShape& s);
+
   DrafterConfig config_;
   DrafterWeights weights_;
   Model& target_;
@@ -149,8 +200,9 @@ class DSparkSource final : public DraftSource {
   std::unordered_map<RowId, Row> rows_;
 
   PackedIndices meta_;
-  ActivationArena arena_;
-  Buffer readback_;      // i32 tokens [(S+1) R] | pad | f32 confidence logits [S R]
+  ActivationArena arena_, head_arena_;  // eager rounds
+  std::map<GraphKey, std::unique_ptr<GraphBucket>> graph_buckets_;
+  uint64_t graph_tick_ = 0;
   OwnedTensor q_;        // f32 [n drafts, V]: the proposal's q (compacted)
   OwnedTensor q_index_;  // i32, grow-only
   std::vector<int32_t> host_read_;

@@ -13,7 +13,8 @@ SequentialHead::SequentialHead(const DrafterConfig& config, const DrafterWeights
                                DType dtype)
     : config_(config), w_(weights), dtype_(dtype) {}
 
-SequentialHead::Scratch SequentialHead::prepare(Context& ctx, int rows, int steps, int64_t vocab) {
+SequentialHead::Scratch SequentialHead::prepare(Context& ctx, ActivationArena& arena, int rows,
+                                                int steps, int64_t vocab) {
   const int64_t R = rows, S = steps;
   const int64_t d = config_.backbone.hidden_size, r = config_.markov_rank;
   const MarkovHeadType type = markov_enabled_ ? config_.markov_head : MarkovHeadType::none;
@@ -40,8 +41,8 @@ SequentialHead::Scratch SequentialHead::prepare(Context& ctx, int rows, int step
   if (conf_markov) items.push_back({&s.conf_features, dtype_, Shape{S * R, d + r}});
   size_t bytes = 0;
   for (const Item& it : items) bytes += ActivationArena::bytes_for(it.dtype, it.shape);
-  arena_.begin(ctx.device(), std::max<size_t>(bytes, 256));
-  for (const Item& it : items) *it.t = arena_.take(it.dtype, it.shape);
+  arena.begin(ctx.device(), std::max<size_t>(bytes, 256));
+  for (const Item& it : items) *it.t = arena.take(it.dtype, it.shape);
   return s;
 }
 
@@ -64,7 +65,7 @@ void SequentialHead::select(Context& ctx, const HeadRound& round, int64_t begin,
   sample_from_probs(ctx, q, round.uniforms.slice(0, begin, end), out);
 }
 
-void SequentialHead::run(Context& ctx, const HeadRound& round) {
+void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& arena) {
   const int64_t R = round.rows, S = round.steps;
   DSPARK_CHECK(R > 0 && S > 0, "sequential head: empty round ({} rows, {} steps)", R, S);
   DSPARK_CHECK(static_cast<int64_t>(round.params.size()) == R,
@@ -73,7 +74,8 @@ void SequentialHead::run(Context& ctx, const HeadRound& round) {
   const MarkovHeadType type = markov_enabled_ ? config_.markov_head : MarkovHeadType::none;
   DSPARK_CHECK(!round.vocab_ids.defined() || !round.probs.defined(),
                "sequential head: a draft vocabulary is for greedy rounds only");
-  const Scratch sc = prepare(ctx, static_cast<int>(R), static_cast<int>(S), round.logits.size(1));
+  const Scratch sc =
+      prepare(ctx, arena, static_cast<int>(R), static_cast<int>(S), round.logits.size(1));
   const Tensor& w2 = round.markov_w2.defined() ? round.markov_w2 : w_.markov_w2.view();
 
   if (type == MarkovHeadType::none) {

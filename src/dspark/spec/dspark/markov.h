@@ -49,8 +49,12 @@ struct HeadRound {
 class SequentialHead {
  public:
   SequentialHead(const DrafterConfig& config, const DrafterWeights& weights, DType dtype);
-  // Enqueues the whole round on ctx's stream.
-  void run(Context& ctx, const HeadRound& round);
+  // Enqueues the whole round on ctx's stream; its scratch comes from `arena` (the caller's: a
+  // CUDA graph of the round keeps reading the arena's buffer).
+  void run(Context& ctx, const HeadRound& round, ActivationArena& arena);
+  // The device zeros the RNN head copies into its state each round (null before the first RNN
+  // round): a captured round reads them, so they must not move under a graph.
+  const void* state_zeros() const { return zeros_.data(); }
   // false: the sequential head adds no bias (z_k = U_k, as the DFlash row) -- an ablation of a
   // DSpark checkpoint; the confidence head keeps its w1[x_{k-1}] feature.
   void set_markov_enabled(bool enabled) { markov_enabled_ = enabled; }
@@ -64,13 +68,12 @@ class SequentialHead {
     Tensor bias;           // f32 [R, V]
     Tensor conf_features;  // [S * R, d + r] activation dtype (confidence with Markov)
   };
-  Scratch prepare(Context& ctx, int rows, int steps, int64_t vocab);
+  Scratch prepare(Context& ctx, ActivationArena& arena, int rows, int steps, int64_t vocab);
   void select(Context& ctx, const HeadRound& round, int64_t begin, int64_t end);
 
   const DrafterConfig& config_;
   const DrafterWeights& w_;
   DType dtype_;
-  ActivationArena arena_;
   Buffer zeros_;  // device zeros for the RNN state reset (copied device-to-device per round)
   bool markov_enabled_ = true;
 };
