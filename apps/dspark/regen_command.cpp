@@ -1,7 +1,8 @@
 // dspark regen: the target regenerates the responses to a prompt set (drafter training data or
 // held-out evaluation), many rows at once, and writes shards of tokens, loss masks and tapped
 // hidden states (engine/regen.h). With --draft the generation is speculative (same greedy output)
-// and meta.json carries tau and the acceptance by position.
+// and meta.json carries tau and the acceptance by position. --taps none --all-target-weights:
+// tokens only, plus every target weight for a training script that runs the target itself.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -36,6 +37,8 @@ struct RegenArgs {
   int batch = 64;
   std::string taps;
   bool no_final_hidden = false;
+  std::string hidden_dtype = "bf16";
+  bool all_target_weights = false;
   bool chat = false;
   std::string chat_template;
   std::string system;
@@ -174,6 +177,7 @@ int run_regen_command(const RegenArgs& a) {
   o.batch = a.batch;
   o.tap_layers = parse_taps(a.taps);
   o.final_hidden = !o.tap_layers.empty() && !a.no_final_hidden;
+  o.hidden_dtype = a.hidden_dtype == "f32" ? DType::f32 : DType::bf16;
   o.shard_tokens = a.shard_tokens;
   o.tap_chunk_tokens = a.tap_chunk;
   o.max_seconds = a.max_seconds;
@@ -211,7 +215,9 @@ int run_regen_command(const RegenArgs& a) {
   o.gamma = source ? (a.gamma ? *a.gamma : default_gamma) : 0;
 
   if (rendered) rendered->close();
-  if (!o.tap_layers.empty())
+  if (a.all_target_weights)
+    write_target_model(*tm.model, ctx, a.model_dir, out / "target_weights.safetensors");
+  else if (!o.tap_layers.empty())
     write_target_weights(*tm.model, ctx, out / "target_weights.safetensors");
   auto detok = [&](const std::vector<int32_t>& ids) { return tm.tokenizer.decode(ids, true); };
   auto log = [](const std::string& line) {
@@ -274,6 +280,14 @@ Command add_regen_command(CLI::App& app) {
                   "embedding); none: no hidden states");
   sub->add_flag("--no-final-hidden", args->no_final_hidden,
                 "Do not store the final-normed hidden states (stored with --taps by default)");
+  sub->add_option("--hidden-dtype", args->hidden_dtype,
+                  "dtype of the stored taps and final hidden states (f32: parity checks)")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  sub->add_flag("--all-target-weights", args->all_target_weights,
+                "Write every weight of the target (all layers, rope table, config) to "
+                "target_weights.safetensors, also without --taps: for a training script that "
+                "runs the target itself (tools/train/target_forward.py)");
   sub->add_flag("--chat", args->chat, "Render prompts through the chat template");
   sub->add_option(
       "--chat-template", args->chat_template,

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 
@@ -13,8 +15,13 @@
 
 #include "dspark/core/buffer.h"
 #include "dspark/core/error.h"
+#include "dspark/io/gguf.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/model/gguf_model.h"
+#include "dspark/model/layers.h"
+#include "dspark/model/weight_source.h"
 #include "dspark/ops/activation.h"
+#include "dspark/ops/rope.h"
 
 namespace dspark {
 namespace {
@@ -24,15 +31,15 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// `t` ([n, H] on the device, any float dtype) as bf16 bits on the host.
-std::vector<uint16_t> to_host_bf16(Context& ctx, const Tensor& t) {
-  std::vector<uint16_t> host(static_cast<size_t>(t.numel()));
-  Tensor dst(host.data(), DType::bf16, t.shape(), Device::cpu());
-  if (t.dtype() == DType::bf16) {
+// `t` ([n, H] on the device, any float dtype) as raw `dtype` values on the host.
+std::vector<std::byte> to_host(Context& ctx, const Tensor& t, DType dtype) {
+  std::vector<std::byte> host(static_cast<size_t>(t.numel()) * dtype_size(dtype));
+  Tensor dst(host.data(), dtype, t.shape(), Device::cpu());
+  if (t.dtype() == dtype) {
     ctx.synchronize();
     copy_tensor(dst, t);
   } else {
-    OwnedTensor tmp(DType::bf16, t.shape(), t.device());
+    OwnedTensor tmp(dtype, t.shape(), t.device());
     convert(ctx, t, tmp);
     ctx.synchronize();
     copy_tensor(dst, tmp);
@@ -41,12 +48,9 @@ std::vector<uint16_t> to_host_bf16(Context& ctx, const Tensor& t) {
 }
 
 std::vector<float> to_host_f32(Context& ctx, const Tensor& t) {
+  const std::vector<std::byte> bytes = to_host(ctx, t, DType::f32);
   std::vector<float> host(static_cast<size_t>(t.numel()));
-  Tensor dst(host.data(), DType::f32, t.shape(), Device::cpu());
-  OwnedTensor tmp(DType::f32, t.shape(), t.device());
-  convert(ctx, t, tmp);
-  ctx.synchronize();
-  copy_tensor(dst, tmp);
+  std::memcpy(host.data(), bytes.data(), bytes.size());
   return host;
 }
 
@@ -104,14 +108,15 @@ void write_shard(Model& model, Context& ctx, const RegenOptions& o, const Pendin
   const int64_t H = model.config().hidden_size;
   if (!o.tap_layers.empty() || o.final_hidden) {
     const auto t0 = Clock::now();
-    rows = compute_taps(model, ctx, full, o.tap_layers, o.final_hidden, o.tap_chunk_tokens);
+    rows = compute_taps(model, ctx, full, o.tap_layers, o.final_hidden, o.tap_chunk_tokens,
+                        o.hidden_dtype);
     taps_s += seconds_since(t0);
     if (!o.tap_layers.empty())
-      tensors.emplace_back("taps", Tensor(rows.taps.data(), DType::bf16,
+      tensors.emplace_back("taps", Tensor(rows.taps.data(), o.hidden_dtype,
                                           Shape{T, static_cast<int64_t>(o.tap_layers.size()), H}));
     if (o.final_hidden)
       tensors.emplace_back("final_hidden",
-                           Tensor(rows.final_hidden.data(), DType::bf16, Shape{T, H}));
+                           Tensor(rows.final_hidden.data(), o.hidden_dtype, Shape{T, H}));
   }
   const std::map<std::string, std::string> meta = {
       {"format", "dspark-regen/1"},
@@ -129,21 +134,26 @@ void write_shard(Model& model, Context& ctx, const RegenOptions& o, const Pendin
 }  // namespace
 
 TapRows compute_taps(Model& model, Context& ctx, const std::vector<std::vector<int32_t>>& sequences,
-                     const std::vector<int>& tap_layers, bool final_hidden, int chunk_tokens) {
+                     const std::vector<int>& tap_layers, bool final_hidden, int chunk_tokens,
+                     DType dtype) {
   DSPARK_CHECK_KIND(invalid_input, chunk_tokens > 0, "regen: tap chunk must be > 0 tokens");
+  DSPARK_CHECK_KIND(invalid_input, dtype == DType::bf16 || dtype == DType::f32,
+                    "regen: hidden states are stored as bf16 or f32, not {}", dtype_name(dtype));
   const int H = static_cast<int>(model.config().hidden_size);
   const int m = static_cast<int>(tap_layers.size());
   TapRows out;
   out.n_taps = m;
   out.hidden = H;
+  out.dtype = dtype;
+  const auto es = static_cast<int64_t>(dtype_size(dtype));
   int64_t total = 0, longest = 0;
   for (const auto& s : sequences) {
     DSPARK_CHECK_KIND(invalid_input, !s.empty(), "regen: an empty sequence has no taps");
     total += static_cast<int64_t>(s.size());
     longest = std::max<int64_t>(longest, static_cast<int64_t>(s.size()));
   }
-  out.taps.resize(static_cast<size_t>(total * m * H));
-  if (final_hidden) out.final_hidden.resize(static_cast<size_t>(total * H));
+  out.taps.resize(static_cast<size_t>(total * m * H * es));
+  if (final_hidden) out.final_hidden.resize(static_cast<size_t>(total * H * es));
   if (sequences.empty()) return out;
 
   // Chunks of whole sequences of at most max(chunk_tokens, longest) tokens; the scratch cache
@@ -183,13 +193,14 @@ TapRows compute_taps(Model& model, Context& ctx, const std::vector<std::vector<i
     const ForwardOutput f = model.forward(ctx, kv, b);
     const auto n = static_cast<int64_t>(b.tokens.size());
     for (int j = 0; j < m; ++j) {
-      const std::vector<uint16_t> rows = to_host_bf16(ctx, f.taps[static_cast<size_t>(j)]);
+      const std::vector<std::byte> rows = to_host(ctx, f.taps[static_cast<size_t>(j)], dtype);
       for (int64_t i = 0; i < n; ++i)
-        std::copy_n(rows.data() + i * H, H, out.taps.data() + ((row0 + i) * m + j) * H);
+        std::copy_n(rows.data() + i * H * es, H * es,
+                    out.taps.data() + ((row0 + i) * m + j) * H * es);
     }
     if (final_hidden) {
-      const std::vector<uint16_t> rows = to_host_bf16(ctx, f.final_hidden);
-      std::copy(rows.begin(), rows.end(), out.final_hidden.begin() + row0 * H);
+      const std::vector<std::byte> rows = to_host(ctx, f.final_hidden, dtype);
+      std::copy(rows.begin(), rows.end(), out.final_hidden.begin() + row0 * H * es);
     }
     for (SeqId q : b.seqs) kv.release(q);
     row0 += n;
@@ -327,6 +338,7 @@ RegenSummary run_regen(Model& model, Context& ctx, DraftSource* source,
       {"stopped_early", sum.stopped_early},
       {"tap_layers", o.tap_layers},
       {"final_hidden", o.final_hidden},
+      {"hidden_dtype", std::string(dtype_name(o.hidden_dtype))},
       {"hidden_size", model.config().hidden_size},
       {"num_layers", model.config().num_layers},
       {"vocab_size", model.config().vocab_size},
@@ -345,22 +357,156 @@ RegenSummary run_regen(Model& model, Context& ctx, DraftSource* source,
   return sum;
 }
 
-void write_target_weights(Model& model, Context& ctx, const std::filesystem::path& file) {
+namespace {
+
+// The tensors of a target weights file and the host memory behind them (moving a vector or an
+// OwnedTensor keeps its data where it is, so the views stay valid as the lists grow).
+struct WeightFile {
+  std::vector<std::vector<float>> f32;
+  std::vector<OwnedTensor> owned;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  bool tied = false;
+
+  void add_f32(std::string name, std::vector<float> values, const Shape& shape) {
+    f32.push_back(std::move(values));
+    tensors.emplace_back(std::move(name), Tensor(f32.back().data(), DType::f32, shape));
+  }
+  void add(std::string name, OwnedTensor t) {
+    owned.push_back(std::move(t));
+    tensors.emplace_back(std::move(name), owned.back().view());
+  }
+};
+
+WeightFile shared_weights(Model& model, Context& ctx) {
   const Tensor embed = model.embedding_table();
   const Tensor head = model.lm_head();
   const Tensor norm = model.final_norm();
-  const bool tied = head.data() == embed.data();
-  std::vector<float> e = to_host_f32(ctx, embed);
-  std::vector<float> h = tied ? std::vector<float>{} : to_host_f32(ctx, head);
-  std::vector<float> n = to_host_f32(ctx, norm);
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  tensors.emplace_back("embed_tokens", Tensor(e.data(), DType::f32, embed.shape()));
-  if (!tied) tensors.emplace_back("lm_head", Tensor(h.data(), DType::f32, head.shape()));
-  tensors.emplace_back("final_norm", Tensor(n.data(), DType::f32, norm.shape()));
+  WeightFile w;
+  w.tied = head.data() == embed.data();
+  w.add_f32("embed_tokens", to_host_f32(ctx, embed), embed.shape());
+  if (!w.tied) w.add_f32("lm_head", to_host_f32(ctx, head), head.shape());
+  w.add_f32("final_norm", to_host_f32(ctx, norm), norm.shape());
+  return w;
+}
+
+void write_weight_file(const WeightFile& w, const std::filesystem::path& file,
+                       std::map<std::string, std::string> meta) {
+  meta["format"] = "dspark-target-weights/1";
+  meta["tied"] = w.tied ? "true" : "false";
   const std::filesystem::path tmp = file.string() + ".tmp";
-  write_safetensors(tmp, tensors,
-                    {{"format", "dspark-target-weights/1"}, {"tied", tied ? "true" : "false"}});
+  write_safetensors(tmp, w.tensors, meta);
   std::filesystem::rename(tmp, file);
+}
+
+// The weights `model` was loaded from: a GGUF file (dequantized, Hugging Face names) or a
+// safetensors checkpoint. The files are on the heap: `source` refers to them, and the struct moves.
+struct OpenedWeights {
+  std::unique_ptr<GgufFile> gguf;
+  std::unique_ptr<SafeTensors> st;
+  std::unique_ptr<WeightSource> source;
+};
+
+OpenedWeights open_weights(const std::filesystem::path& path, const ModelConfig& config) {
+  OpenedWeights w;
+  if (const std::optional<std::filesystem::path> g = resolve_gguf_model(path)) {
+    w.gguf = std::make_unique<GgufFile>(GgufFile::open(*g));
+    w.source = std::make_unique<GgufWeights>(*w.gguf, config);
+  } else {
+    w.st = std::make_unique<SafeTensors>(SafeTensors::open(path));
+    w.source = std::make_unique<SafeTensorsWeights>(*w.st);
+  }
+  return w;
+}
+
+}  // namespace
+
+void write_target_weights(Model& model, Context& ctx, const std::filesystem::path& file) {
+  write_weight_file(shared_weights(model, ctx), file, {});
+}
+
+void write_target_model(Model& model, Context& ctx, const std::filesystem::path& model_path,
+                        const std::filesystem::path& file) {
+  const ModelConfig& c = model.config();
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool mistral = c.architecture == "MistralForCausalLM";
+  DSPARK_CHECK_KIND(unsupported,
+                    qwen2 || mistral || c.architecture == "LlamaForCausalLM" ||
+                        c.architecture == "Qwen3ForCausalLM",
+                    "regen: the target's weights can be written for the Llama family only, not {}",
+                    c.architecture);
+  // The family's traits (model/llama_family.cpp): which optional tensors the model uses.
+  const bool qkv_bias = qwen2 || c.attention_bias;
+  const bool o_bias = c.attention_bias && !qwen2 && !mistral;
+  const bool qk_norm = c.architecture == "Qwen3ForCausalLM" || c.qk_norm;
+  const DType dtype = model.activation_dtype();
+
+  WeightFile w = shared_weights(model, ctx);
+  const OpenedWeights opened = open_weights(model_path, c);
+  const WeightLoader loader(*opened.source, Device::cpu(), dtype);
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
+  const int64_t qw = int64_t{c.num_heads} * hd, kvw = int64_t{c.num_kv_heads} * hd;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    const std::string a = p + "self_attn.", m = p + "mlp.";
+    for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight"})
+      w.add(p + norm, loader.load(p + norm, Shape{h}, DType::f32));
+    for (const auto& [name, rows] :
+         {std::pair{"q_proj", qw}, std::pair{"k_proj", kvw}, std::pair{"v_proj", kvw}}) {
+      w.add(a + name + ".weight", loader.load(a + name + ".weight", Shape{rows, h}));
+      if (qkv_bias)
+        w.add(a + name + ".bias", loader.load(a + name + ".bias", Shape{rows}, DType::f32));
+    }
+    if (qk_norm) {
+      for (const char* norm : {"q_norm.weight", "k_norm.weight"})
+        w.add(a + norm, loader.load(a + norm, Shape{hd}, DType::f32));
+    }
+    w.add(a + "o_proj.weight", loader.load(a + "o_proj.weight", Shape{h, qw}));
+    if (o_bias) w.add(a + "o_proj.bias", loader.load(a + "o_proj.bias", Shape{h}, DType::f32));
+    w.add(m + "gate_proj.weight", loader.load(m + "gate_proj.weight", Shape{inter, h}));
+    w.add(m + "up_proj.weight", loader.load(m + "up_proj.weight", Shape{inter, h}));
+    w.add(m + "down_proj.weight", loader.load(m + "down_proj.weight", Shape{h, inter}));
+  }
+  // The rotation table, built like the family's (config, then GGUF rope_freqs divisors).
+  RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
+                                    c.rope_scaling, c.max_position_embeddings);
+  const auto n_freq = static_cast<int64_t>(table.inv_freq.size());
+  if (loader.contains("rope_freqs.weight")) {
+    const std::vector<float> factors =
+        to_vector<float>(loader.load("rope_freqs.weight", Shape{n_freq}, DType::f32).view());
+    for (size_t i = 0; i < table.inv_freq.size(); ++i) table.inv_freq[i] /= factors[i];
+  }
+  w.add("rope_inv_freq", OwnedTensor::from_vector(table.inv_freq, Shape{n_freq}, Device::cpu()));
+
+  std::vector<int> window = c.layer_window;
+  if (window.empty()) window.assign(static_cast<size_t>(c.num_layers), 0);
+  const nlohmann::json config = {
+      {"architecture", c.architecture},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_layers", c.num_layers},
+      {"num_heads", c.num_heads},
+      {"num_kv_heads", c.num_kv_heads},
+      {"head_dim", c.head_dim},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"partial_rotary_factor", c.partial_rotary_factor},
+      {"rope_scaling",
+       {{"type", c.rope_scaling.type},
+        {"factor", c.rope_scaling.factor},
+        {"low_freq_factor", c.rope_scaling.low_freq_factor},
+        {"high_freq_factor", c.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}}},
+      {"tie_word_embeddings", w.tied},
+      {"qkv_bias", qkv_bias},
+      {"o_bias", o_bias},
+      {"qk_norm", qk_norm},
+      {"layer_window", window},
+      {"weight_dtype", std::string(dtype_name(dtype))},
+  };
+  write_weight_file(w, file,
+                    {{"config", config.dump()},
+                     {"rope_attention_scaling", fmt::format("{:.9g}", table.attention_scaling)}});
 }
 
 }  // namespace dspark

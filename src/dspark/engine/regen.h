@@ -15,10 +15,15 @@
 //   prompt_lens   i32  [S]
 //   taps          bf16 [T, m, H]   outputs of the tap layers, in the order given (when m > 0)
 //   final_hidden  bf16 [T, H]      after the final norm (when asked for)
+// (taps and final_hidden in f32 instead with RegenOptions::hidden_dtype = f32: parity checks.)
+// Without taps and final hidden states a shard holds only the first four: a training script that
+// runs the target itself (tools/train/target_forward.py, on write_target_model's file) needs no
+// more, ~5 bytes per token instead of ~7 KB for SmolLM2's 5 taps.
 // metadata: "format" = "dspark-regen/1", "tap_layers" (JSON list), "hidden_size",
 // "num_layers", "vocab_size", "ids" (JSON list of the sequences' prompt ids).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -40,15 +45,16 @@ struct RegenPrompt {
 };
 
 struct RegenOptions {
-  GenerateOptions generate;        // max_tokens, eos_token_ids, sampling (greedy by default)
-  int batch = 64;                  // rows decoded together at most
-  int gamma = 0;                   // drafts per round with a draft source
-  std::vector<int> tap_layers;     // empty: no taps
-  bool final_hidden = false;       // store the final-normed hidden state of every token
-  int64_t shard_tokens = 1 << 20;  // tokens per shard (at least one sequence per shard)
-  int tap_chunk_tokens = 8192;     // tokens per tap forward (bounds activation memory)
-  double max_seconds = 0;          // > 0: admit no new prompt after this long (partial run)
-  double progress_seconds = 10;    // progress line interval (0: none)
+  GenerateOptions generate;          // max_tokens, eos_token_ids, sampling (greedy by default)
+  int batch = 64;                    // rows decoded together at most
+  int gamma = 0;                     // drafts per round with a draft source
+  std::vector<int> tap_layers;       // empty: no taps
+  bool final_hidden = false;         // store the final-normed hidden state of every token
+  DType hidden_dtype = DType::bf16;  // of the stored taps and final hidden states (bf16 or f32)
+  int64_t shard_tokens = 1 << 20;    // tokens per shard (at least one sequence per shard)
+  int tap_chunk_tokens = 8192;       // tokens per tap forward (bounds activation memory)
+  double max_seconds = 0;            // > 0: admit no new prompt after this long (partial run)
+  double progress_seconds = 10;      // progress line interval (0: none)
 };
 
 // One generated sequence (also the line written to responses.jsonl).
@@ -72,19 +78,22 @@ struct RegenSummary {
   SpecTelemetry spec;          // merged over all sequences
 };
 
-// Host copy of the taps of a batch of sequences (bf16 bits), token-major like the shards.
+// Host copy of the taps of a batch of sequences (raw values of `dtype`), token-major like the
+// shards.
 struct TapRows {
   int n_taps = 0;
   int hidden = 0;
-  std::vector<uint16_t> taps;          // [T, n_taps, hidden]
-  std::vector<uint16_t> final_hidden;  // [T, hidden] (empty unless asked for)
+  DType dtype = DType::bf16;
+  std::vector<std::byte> taps;          // [T, n_taps, hidden]
+  std::vector<std::byte> final_hidden;  // [T, hidden] (empty unless asked for)
 };
 
 // The taps (and final hidden states) of every token of `sequences`, from prefill forwards of at
 // most `chunk_tokens` tokens each (a sequence longer than that is its own forward) in a scratch KV
-// cache. Rows of sequence s follow those of sequence s - 1.
+// cache, converted to `dtype` (bf16 or f32). Rows of sequence s follow those of sequence s - 1.
 TapRows compute_taps(Model& model, Context& ctx, const std::vector<std::vector<int32_t>>& sequences,
-                     const std::vector<int>& tap_layers, bool final_hidden, int chunk_tokens);
+                     const std::vector<int>& tap_layers, bool final_hidden, int chunk_tokens,
+                     DType dtype = DType::bf16);
 
 // Generates the responses of `prompts` and writes shards, responses.jsonl and meta.json under
 // `out_dir` (created). `source` null: plain decoding. `log` receives progress lines.
@@ -97,5 +106,25 @@ RegenSummary run_regen(Model& model, Context& ctx, DraftSource* source,
 // Writes the target's frozen weights a drafter shares (f32): embed_tokens [V, H], lm_head [V, H]
 // (absent when tied to the embedding), final_norm [H], to `file` (metadata "tied": "true"/"false").
 void write_target_weights(Model& model, Context& ctx, const std::filesystem::path& file);
+
+// write_target_weights' tensors plus everything else a training script needs to run the target
+// itself (tools/train/target_forward.py), exactly as the Llama family holds it after loading: the
+// weights are re-read from `model_path` (the directory or GGUF file `model` was loaded from:
+// dequantized, q/k rows in Hugging Face order) and converted the way the family's loader converts
+// them. Added tensors, under their Hugging Face names (l = 0 .. layers - 1; "E" = the engine
+// dtype, the model's activation dtype: f32 on the CPU, bf16 on CUDA by default):
+//   model.layers.l.input_layernorm.weight, post_attention_layernorm.weight   f32 [H]
+//   model.layers.l.self_attn.{q,k,v,o}_proj.weight                           E
+//   model.layers.l.self_attn.{q,k,v,o}_proj.bias     f32, when the family uses them (Qwen2 ...)
+//   model.layers.l.self_attn.{q,k}_norm.weight       f32 [head_dim], Qwen3
+//   model.layers.l.mlp.{gate,up,down}_proj.weight                            E
+//   rope_inv_freq  f32 [rotary_dim / 2]: the frequencies the model rotates with (scaling and GGUF
+//                  rope_freqs applied); metadata "rope_attention_scaling" multiplies cos and sin.
+// Metadata "config": JSON with architecture, vocab_size, hidden_size, intermediate_size,
+// num_layers, num_heads, num_kv_heads, head_dim, rms_norm_eps, rope_theta, partial_rotary_factor,
+// rope_scaling (type, factor, llama3's fields), tie_word_embeddings, qkv_bias, o_bias, qk_norm,
+// layer_window (per layer, 0 = full attention), weight_dtype.
+void write_target_model(Model& model, Context& ctx, const std::filesystem::path& model_path,
+                        const std::filesystem::path& file);
 
 }  // namespace dspark
