@@ -4,12 +4,21 @@ written by `dspark regen` and exports it in the DeepSpec layout (config.json + m
 bf16) that `dspark generate --draft DIR` loads.
 
 Data (docs in src/dspark/engine/regen.h): per sequence the tokens (prompt + the target's own
-greedy response), a loss mask (response tokens), the target's tapped hidden states (layer outputs
+response), a loss mask (response tokens), the target's tapped hidden states (layer outputs
 `target_layer_ids`, HF hidden_states[l+1]) and its final-normed hidden state, plus
 target_weights.safetensors (the target's embedding / LM head / final norm exactly as dspark holds
 them after loading, e.g. dequantized from GGUF): the drafter's embedding and LM head are these,
 frozen, and the target's distribution at every position is softmax(final_hidden . lm_head^T), so
 the TV term uses the real target distribution (not one-hot).
+
+The hidden states come either from the shards (regen --taps L1,L2,..: ~7 KB per token for
+SmolLM2) or, when the shards hold only tokens (regen --taps none), from the target's forward run
+here on every batch (target_forward.py, frozen, no grad; bf16 on cuda) on the weights that
+`regen --all-target-weights` writes to target_weights.safetensors: then only the tokens are in
+memory and the data can be many times larger. Several --data directories (e.g. greedy and sampled
+responses to the same prompts) are trained on together; the held-out sequences are the first
+directory's responses to a random subset of its prompts, and no response to those prompts (in any
+directory) is trained on.
 
 Training example (DSpark paper, DESIGN.md section 1, drafter-formats.md): an anchor t (a response
 token, the "pending" token at inference); context rows are the taps of tokens 0..t-1 at positions
@@ -28,7 +37,8 @@ Reported on held-out sequences: teacher-forced greedy tau (1 + mean accepted pre
 what greedy verification accepts when the drafts match the data), the same without the Markov
 bias, the analytic tau 1 + sum_j prod_{i<=j} (1 - TV_i), and acceptance by position.
 
-    python3 tools/train/train.py --data REGEN_DIR --out DRAFTER_DIR --minutes 5 [--device cuda]
+    python3 tools/train/train.py --data REGEN_DIR [REGEN_DIR...] --out DRAFTER_DIR --minutes 5 \
+        [--device cuda] [--taps 1,8,14,20,27] [--target-weights FILE]
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "dspark_ref"))
 import dspark_ref as ref  # noqa: E402  (independent reference: RoPE tables, parity check)
+from target_forward import TargetModel  # noqa: E402  (the target's forward, no stored taps)
 
 
 def log(msg: str) -> None:
@@ -60,57 +71,140 @@ def log(msg: str) -> None:
 
 
 class RegenData:
-    """All shards of one or more regen directories, concatenated (token-major)."""
+    """All shards of one or more regen directories, concatenated (token-major). With stored hidden
+    states (regen --taps) their taps and final hidden states are loaded too; without (regen
+    --taps none, or on_the_fly) only tokens, loss masks and offsets: the target's forward
+    (target_forward.py) computes the hidden states of each batch."""
 
-    def __init__(self, dirs: list, device: torch.device):
+    def __init__(self, dirs: list, device: torch.device, on_the_fly: bool = False):
         tokens, mask, taps, final, starts, lens, plens = [], [], [], [], [], [], []
+        self.seq_prompt, self.seq_dir = [], []  # per sequence: prompt id, index of its directory
         base = 0
         self.meta = None
-        for d in dirs:
+        shards, tap_sets = [], set()
+        for i, d in enumerate(dirs):
             with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
                 meta = json.load(f)
             if self.meta is None:
                 self.meta = meta
-            elif meta["tap_layers"] != self.meta["tap_layers"]:
-                raise ValueError(f"{d}: taps {meta['tap_layers']} != {self.meta['tap_layers']}")
-            for path in sorted(glob.glob(os.path.join(d, "shard_*.safetensors"))):
-                f, _ = st_io.read(path)
-                if "taps" not in f or "final_hidden" not in f:
-                    raise ValueError(f"{path}: regen without --taps (no hidden states)")
-                t = f["tokens"].long()
-                off = f["seq_offsets"].long()
-                tokens.append(t)
-                mask.append(f["loss_mask"].bool())
+            for k in ("hidden_size", "num_layers", "vocab_size"):
+                if meta[k] != self.meta[k]:
+                    raise ValueError(f"{d}: {k} {meta[k]} != {self.meta[k]} of {dirs[0]}")
+            tap_sets.add(tuple(meta["tap_layers"]))
+            shards += [(i, p) for p in sorted(glob.glob(os.path.join(d, "shard_*.safetensors")))]
+        if not shards:
+            raise ValueError(f"no shards under {dirs}")
+        self.stored = not on_the_fly and all(
+            {"taps", "final_hidden"} <= set(st_io.keys(p)) for _, p in shards)
+        if self.stored and len(tap_sets) > 1:
+            raise ValueError(f"{dirs}: different tap layers {sorted(tap_sets)}")
+        names = None if self.stored else {"tokens", "loss_mask", "seq_offsets", "prompt_lens"}
+        for i, path in shards:
+            f, meta = st_io.read(path, names)
+            t = f["tokens"].long()
+            off = f["seq_offsets"].long()
+            tokens.append(t)
+            mask.append(f["loss_mask"].bool())
+            if self.stored:
                 tp = f["taps"]
                 taps.append(tp.reshape(tp.shape[0], -1))
                 final.append(f["final_hidden"])
-                plens.append(f["prompt_lens"].long())
-                starts.append(off[:-1] + base)
-                lens.append(off[1:] - off[:-1])
-                base += t.numel()
-                del f
-        if not tokens:
-            raise ValueError(f"no shards under {dirs}")
+            plens.append(f["prompt_lens"].long())
+            starts.append(off[:-1] + base)
+            lens.append(off[1:] - off[:-1])
+            ids = json.loads(meta.get("ids", "[]"))
+            n = off.numel() - 1
+            self.seq_prompt += ids if len(ids) == n else [f"{path}:{j}" for j in range(n)]
+            self.seq_dir += [i] * n
+            base += t.numel()
+            del f
         self.tap_layers = list(self.meta["tap_layers"])
         self.hidden = int(self.meta["hidden_size"])
         self.num_layers = int(self.meta["num_layers"])
         self.vocab = int(self.meta["vocab_size"])
         self.tokens = torch.cat(tokens).to(device)
         self.loss_mask = torch.cat(mask).to(device)
-        self.taps = torch.cat(taps).to(device)
-        self.final = torch.cat(final).to(device)
+        self.taps = torch.cat(taps).to(device) if self.stored else None
+        self.final = torch.cat(final).to(device) if self.stored else None
         self.starts = torch.cat(starts)
         self.lens = torch.cat(lens)
         self.prompt_lens = torch.cat(plens)
         self.n_seq = self.starts.numel()
         self.n_tokens = self.tokens.numel()
         self.device = device
+        self.target = None  # target_forward.TargetModel when the hidden states are computed
+        self.target_s, self.target_tokens, self._events = 0.0, 0, []
 
-    def load_target_weights(self, d: str, device) -> tuple:
-        f, _ = st_io.read(os.path.join(d, "target_weights.safetensors"))
+    def use_target(self, target, tap_layers: list) -> None:
+        """Hidden states from `target`'s forward from now on, for these tap layers."""
+        if target.hidden_size != self.hidden or target.num_layers != self.num_layers:
+            raise ValueError(f"target weights: hidden {target.hidden_size}, {target.num_layers} "
+                             f"layers; the shards: hidden {self.hidden}, {self.num_layers} layers")
+        self.target, self.tap_layers = target, list(tap_layers)
+
+    def batch(self, starts, n_max: int) -> tuple:
+        """Tokens [B, n_max] of the sequences starting at `starts` (right-padded with whatever
+        follows), their taps [B, n_max, m*H] and final hidden states [B, n_max, H]."""
+        idx = (starts.view(-1, 1) + torch.arange(n_max, device=starts.device)).clamp(
+            max=self.n_tokens - 1)
+        toks = self.tokens[idx]
+        if self.target is None:
+            return toks, self.taps[idx], self.final[idx]
+        cuda = toks.device.type == "cuda"
+        if cuda:  # timed with events: no synchronisation until target_stats()
+            ev = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            ev[0].record()
+        t0 = time.perf_counter()
+        taps, final = self.target.hidden(toks, self.tap_layers)
+        if cuda:
+            ev[1].record()
+            self._events.append(ev)
+        else:
+            self.target_s += time.perf_counter() - t0
+        self.target_tokens += toks.numel()
+        return toks, taps.flatten(2), final
+
+    def target_stats(self) -> dict:
+        """Time spent in the target's forward so far (padded tokens, seconds, tokens/s)."""
+        for a, b in self._events:
+            b.synchronize()
+            self.target_s += a.elapsed_time(b) / 1000.0
+        self._events.clear()
+        return {"tokens": self.target_tokens, "seconds": round(self.target_s, 3),
+                "tok_per_s": round(self.target_tokens / max(self.target_s, 1e-9))}
+
+    def target_report(self) -> str:
+        if self.target is None:
+            return ""
+        st = self.target_stats()
+        return f"; target forward {st['seconds']:.1f} s, {st['tok_per_s']} tok/s"
+
+    def load_target_weights(self, path: str, device) -> tuple:
+        f, _ = st_io.read(path, {"embed_tokens", "lm_head"})
         embed = f["embed_tokens"].float()
         head = f["lm_head"].float() if "lm_head" in f else embed
         return embed.to(device), head.to(device)
+
+
+def default_taps(num_layers: int) -> list:
+    """5 taps spread from layer 1 to L-3 (DFlash's spread; never the last layer); shallow targets
+    (L < 10, the test models) tap 0 .. L-2. The same rule as pipeline.sh."""
+    lo, hi = (1, num_layers - 3) if num_layers >= 10 else (0, num_layers - 2)
+    n = min(5, hi - lo + 1)
+    return sorted({round(lo + i * (hi - lo) / max(1, n - 1)) for i in range(n)})
+
+
+def split_by_prompt(data: RegenData, fraction: float, val_max: int, rng) -> tuple:
+    """(val sequence ids, train sequence ids): held-out prompts drawn among those of the first
+    data directory (its sequences are the held-out ones); every sequence of a held-out prompt in
+    any directory (other samples of it) is left out of training."""
+    first = sorted({p for p, d in zip(data.seq_prompt, data.seq_dir) if d == 0})
+    n_val = max(4, int(round(fraction * len(first))))
+    n_val = min(n_val, val_max, max(1, len(first) // 4))
+    held = set(rng.permutation(np.array(first, dtype=object))[:n_val].tolist())
+    val = [i for i, (p, d) in enumerate(zip(data.seq_prompt, data.seq_dir)) if d == 0 and p in held]
+    train = [i for i, p in enumerate(data.seq_prompt) if p not in held]
+    return np.array(val, dtype=np.int64), np.array(train, dtype=np.int64)
 
 
 def sample_batch(data: RegenData, seq_ids, anchors: int, gamma: int, rng: np.random.Generator):
@@ -268,25 +362,28 @@ class Drafter(torch.nn.Module):
 
 
 def gather_rows(data: RegenData, starts, lens, anchor, gamma):
-    """Flattened (valid rows) indices: b, a, k and the global token index of t+k."""
+    """Block rows (b, a, k): `valid`, the global token index of t+k, and the position t+k
+    within the batch's padded rows (for the batch's final hidden states)."""
     B, A = anchor.shape
     k = torch.arange(gamma, device=anchor.device)
     pos = anchor.unsqueeze(-1) + k  # position t+k: hidden used as the target distribution
     valid = (anchor.unsqueeze(-1) >= 0) & (pos + 1 < lens.view(B, 1, 1))
     gidx = starts.view(B, 1, 1) + pos.clamp(min=0)
     valid &= data.loss_mask[(gidx + 1).clamp(max=data.n_tokens - 1)]
-    return valid, gidx
+    return valid, gidx, pos.clamp(min=0)
 
 
-def block_loss(model, data, h, valid, gidx, gamma, weights, lm_head, chunk_rows=8192):
-    """Loss and statistics over the valid rows (chunked over rows to bound the [rows, V] memory).
+def block_loss(model, data, h, valid, gidx, pos, final, gamma, weights, lm_head, chunk_rows=8192):
+    """Loss and statistics over the valid rows (chunked over rows to bound the [rows, V] memory);
+    final [B, N, H]: the batch's final hidden states (target distributions).
     Returns (loss, stats dict of tensors [gamma] summed)."""
     kk = torch.arange(gamma, device=h.device).expand_as(valid)[valid]
     hv = h[valid]
     g = gidx[valid]
     prev = data.tokens[g]
     y = data.tokens[g + 1]
-    fin = data.final[g]
+    b = torch.arange(valid.shape[0], device=h.device).view(-1, 1, 1).expand_as(valid)[valid]
+    fin = final[b, pos[valid]]
     n = hv.shape[0]
     total = h.new_zeros((), dtype=torch.float32)
     wsum = weights[kk].sum()
@@ -429,12 +526,12 @@ def parity_check(cfg, tensors, data: RegenData, embed, lm_head, gamma, mask_id) 
     tgt.embed, tgt.lm_head, tgt.num_layers = embed.double().cpu(), lm_head.double().cpu(), data.num_layers
     dr = ref.Drafter.from_tensors(cfg, {k: v.double() for k, v in tensors.items()}, tgt)
     s = data.n_seq - 1
-    st, n, p = int(data.starts[s]), int(data.lens[s]), int(data.prompt_lens[s])
+    n, p = int(data.lens[s]), int(data.prompt_lens[s])
     t = min(n - 2, p + (n - p) // 2)
     if t < p:
         return 0.0
-    taps = data.taps[st: st + n].double().cpu()
-    toks = data.tokens[st: st + n].cpu()
+    toks, taps, _ = data.batch(data.starts[s: s + 1].to(data.device), n)
+    taps, toks = taps[0].double().cpu(), toks[0].cpu()
     ctx = ref.features_from_taps(dr, taps[:t])
     blk = ref.draft_block(dr, ctx, int(toks[t]), gamma)
 
@@ -489,12 +586,11 @@ def evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast):
         for i in range(0, len(val_ids), batch):
             ids = val_ids[i: i + batch]
             starts, lens, n_max, anchor = sample_batch(data, ids, 0, args.gamma, rng)
-            idx = (starts.view(-1, 1) + torch.arange(n_max, device=starts.device)).clamp(
-                max=data.n_tokens - 1)
-            h = model.block_hidden(data.taps[idx], data.tokens[idx], anchor, lens, args.gamma,
-                                   mask_id)
-            valid, gidx = gather_rows(data, starts, lens, anchor, args.gamma)
-            loss, st = block_loss(model, data, h, valid, gidx, args.gamma, weights, lm_head)
+            toks, taps, final = data.batch(starts, n_max)
+            h = model.block_hidden(taps, toks, anchor, lens, args.gamma, mask_id)
+            valid, gidx, pos = gather_rows(data, starts, lens, anchor, args.gamma)
+            loss, st = block_loss(model, data, h, valid, gidx, pos, final, args.gamma, weights,
+                                  lm_head)
             loss_sum += float(loss)
             n_batches += 1
             L, _ = accepted_prefix(valid, st.pop("match_rows"))
@@ -545,7 +641,18 @@ def main() -> int:
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--weight-decay", type=float, default=0.01)
-    ap.add_argument("--val-fraction", type=float, default=0.03)
+    ap.add_argument("--val-fraction", type=float, default=0.03,
+                    help="held-out share of the first --data directory's prompts")
+    ap.add_argument("--val-max", type=int, default=256, help="held-out prompts at most")
+    ap.add_argument("--target-weights", default="",
+                    help="target_weights.safetensors [the first --data directory's]; written "
+                         "with --all-target-weights it lets shards without hidden states train")
+    ap.add_argument("--taps", default="",
+                    help="tap layers when the target's forward computes the hidden states "
+                         "[stored shards: theirs; else 5 spread over the depth, as pipeline.sh]")
+    ap.add_argument("--on-the-fly", action="store_true",
+                    help="compute taps / final hidden states with the target's forward even when "
+                         "the shards hold them (default: only when they do not)")
     ap.add_argument("--eval-every", type=float, default=60.0, help="seconds between evaluations")
     ap.add_argument("--log-every", type=float, default=10.0, help="seconds between log lines")
     ap.add_argument("--mask-token-id", type=int, default=-1,
@@ -563,11 +670,26 @@ def main() -> int:
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
     t0 = time.time()
-    data = RegenData(args.data, device)
-    embed, lm_head = data.load_target_weights(args.data[0], device)
+    data = RegenData(args.data, device, on_the_fly=args.on_the_fly)
+    tw = args.target_weights or os.path.join(args.data[0], "target_weights.safetensors")
+    if data.stored:
+        if args.taps and [int(t) for t in args.taps.split(",")] != data.tap_layers:
+            raise SystemExit(f"--taps {args.taps}: the shards hold taps {data.tap_layers} "
+                             "(--on-the-fly computes others)")
+        embed, lm_head = data.load_target_weights(tw, device)
+        source = "stored in the shards"
+    else:
+        target = TargetModel(tw, device)
+        taps = [int(t) for t in args.taps.split(",")] if args.taps else default_taps(
+            data.num_layers)
+        data.use_target(target, taps)
+        embed, lm_head = target.embed, target.lm_head
+        source = (f"computed by the target's forward ({tw}: weights {target.weight_dtype}, "
+                  f"compute {str(target.dtype).replace('torch.', '')})")
     log(f"data: {data.n_seq} sequences, {data.n_tokens} tokens "
-        f"({int(data.loss_mask.sum())} response), taps {data.tap_layers} of {data.num_layers} "
-        f"layers, hidden {data.hidden}, vocab {data.vocab}; loaded in {time.time() - t0:.1f} s")
+        f"({int(data.loss_mask.sum())} response) from {len(args.data)} directories, taps "
+        f"{data.tap_layers} of {data.num_layers} layers, hidden {data.hidden}, vocab {data.vocab}; "
+        f"hidden states {source}; loaded in {time.time() - t0:.1f} s")
     if args.mask_token_id >= 0:
         mask_id = args.mask_token_id
     else:
@@ -582,10 +704,10 @@ def main() -> int:
     model = Drafter(cfg, embed, lm_head).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"trainable parameters: {n_params / 1e6:.2f} M ({2 * n_params / 2**20:.1f} MiB bf16)")
-    perm = rng.permutation(data.n_seq)
-    n_val = max(4, int(round(args.val_fraction * data.n_seq)))
-    n_val = min(n_val, max(1, data.n_seq // 4))
-    val_ids, train_ids = np.sort(perm[:n_val]), perm[n_val:]
+    val_ids, train_ids = split_by_prompt(data, args.val_fraction, args.val_max, rng)
+    n_val = len(val_ids)
+    log(f"held out: {n_val} sequences (prompts of {args.data[0]}); training on "
+        f"{len(train_ids)} sequences")
     weights = torch.exp(-torch.arange(args.gamma, device=device, dtype=torch.float32) / args.gamma)
 
     def autocast():
@@ -619,14 +741,14 @@ def main() -> int:
         ids = np.sort(order[cursor: cursor + args.batch])
         cursor += args.batch
         starts, lens, n_max, anchor = sample_batch(data, ids, args.anchors, args.gamma, rng)
-        idx = (starts.view(-1, 1) + torch.arange(n_max, device=device)).clamp(max=data.n_tokens - 1)
         with autocast():
-            h = model.block_hidden(data.taps[idx], data.tokens[idx], anchor, lens, args.gamma,
-                                   mask_id)
-            valid, gidx = gather_rows(data, starts, lens, anchor, args.gamma)
+            toks, taps, final = data.batch(starts, n_max)
+            h = model.block_hidden(taps, toks, anchor, lens, args.gamma, mask_id)
+            valid, gidx, pos = gather_rows(data, starts, lens, anchor, args.gamma)
             if not bool(valid.any()):  # no response position in this batch
                 continue
-            loss, st = block_loss(model, data, h, valid, gidx, args.gamma, weights, lm_head)
+            loss, st = block_loss(model, data, h, valid, gidx, pos, final, args.gamma, weights,
+                                  lm_head)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -639,7 +761,7 @@ def main() -> int:
             rows = st["rows"].clamp(min=1)
             log(f"step {step} {now - t_start:.0f}/{budget:.0f} s lr {lr:.2e} loss {float(loss.detach()):.4f} "
                 f"|g| {float(gn.detach()):.2f} match@k {[round(x, 2) for x in (st['match'] / rows).tolist()]} "
-                f"{tokens_seen / (now - t_start):.0f} rows/s")
+                f"{tokens_seen / (now - t_start):.0f} rows/s{data.target_report()}")
         if now - t_eval >= args.eval_every:
             t_eval = now
             ev = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast)
@@ -652,7 +774,7 @@ def main() -> int:
     history.append({"step": step, "seconds": train_s, **final})
     log(f"final: {step} steps in {train_s:.0f} s; held-out tau_greedy {final['tau_greedy']:.3f} "
         f"(no markov {final['tau_greedy_no_markov']:.3f}, analytic {final['tau_analytic_uniform']:.3f}), "
-        f"match@k {final['match_by_position']}")
+        f"match@k {final['match_by_position']}{data.target_report()}")
 
     extra = {"steps": step, "train_seconds": round(train_s, 1), "sequences": int(data.n_seq),
              "tokens": int(data.n_tokens), "val_sequences": int(n_val),
@@ -666,7 +788,10 @@ def main() -> int:
     metrics = {"config": {k: v for k, v in vars(args).items()}, "drafter": cfg,
                "params": n_params, "steps": step, "train_seconds": train_s,
                "data": {"sequences": int(data.n_seq), "tokens": int(data.n_tokens),
-                        "response_tokens": int(data.loss_mask.sum()), "val_sequences": int(n_val)},
+                        "response_tokens": int(data.loss_mask.sum()), "val_sequences": int(n_val),
+                        "directories": list(args.data), "hidden_states_stored": data.stored,
+                        "tap_layers": data.tap_layers},
+               "target_forward": data.target_stats(),
                "parity_rel_err": err, "final": final, "history": history}
     with open(os.path.join(args.out, "train_metrics.json"), "w", encoding="utf-8") as f:
         json.dump(metrics, f, indent=2)
