@@ -17,6 +17,27 @@ The split is by source item (a docstring or a template instance is never in both
 JSON lines {"id": ..., "prompt": ..., "source": "stdlib:<module>" | "template:<kind>"}.
 
     python3 tools/train/make_prompts.py --out tools/train/data --train 6000 --test 128
+
+--extend N writes a larger training set (--extend-out, default DIR/train_large.jsonl; not
+committed: generate it where it is used) and leaves the committed files alone: the committed
+train.jsonl first, then new prompts, never from a source item of DIR/test.jsonl or
+DIR/calib.jsonl (a docstring quoted by a held-out prompt, the function it documents, a held-out
+templated prompt), from
+
+  * every stdlib docstring under each of its instruction templates (plus more templates);
+  * the Python Language Reference help texts that `help()` shows (pydoc_data.topics, ~465 KB in
+    3.11; part of the Python documentation, PSF License Version 2), cut into sections of
+    <= --max-doc-chars characters, with instructions (explain, summarize, example, quiz, ...);
+  * the source code of pure-Python stdlib functions (5-40 lines, docstring removed; PSF License
+    Version 2) with instructions (explain, comment, test, review, translate);
+  * more templated questions;
+
+interleaved (round robin over the sources, each in its seeded shuffled order) so that any prefix
+of the file mixes them. Deterministic for one --seed and one Python version (recorded in
+train_large_info.json, as prompts_info.json records it).
+
+    python3 tools/train/make_prompts.py --out tools/train/data --extend 30000 \
+        --extend-out /tmp/prompts/train_large.jsonl
 """
 
 from __future__ import annotations
@@ -61,6 +82,31 @@ CLASS_TEMPLATES = [
 MODULE_TEMPLATES = [
     "What is the Python module `{name}` used for? Its documentation begins:\n\n{doc}",
     "Give an overview of the `{name}` module from this documentation:\n\n{doc}",
+]
+
+# --extend only (new lists, so that the committed sets come out unchanged).
+EXTRA_DOC_TEMPLATES = [
+    "Write a unit test for `{name}` based on its documentation:\n\n{doc}",
+    "What mistakes do people make when using `{name}`? Its documentation:\n\n{doc}",
+    "Explain `{name}` to someone who knows JavaScript but not Python. Documentation:\n\n{doc}",
+    "Give two practical use cases for `{name}`, described here:\n\n{doc}",
+]
+
+TOPIC_TEMPLATES = [
+    "Explain this part of the Python language reference in simple terms:\n\n{doc}",
+    "Summarize the following section of the Python documentation:\n\n{doc}",
+    "Write a short code example that illustrates the rules described here:\n\n{doc}",
+    "What are the key points of this Python language reference section?\n\n{doc}",
+    "Write three quiz questions, with answers, about this text:\n\n{doc}",
+]
+
+CODE_TEMPLATES = [
+    "Explain what this Python function does:\n\n```python\n{code}\n```",
+    "Add a docstring and comments to this Python function:\n\n```python\n{code}\n```",
+    "Write unit tests for this Python function:\n\n```python\n{code}\n```",
+    "Review this Python code and suggest improvements:\n\n```python\n{code}\n```",
+    "Rewrite this Python function in JavaScript:\n\n```python\n{code}\n```",
+    "Explain this code line by line for a beginner:\n\n```python\n{code}\n```",
 ]
 
 # ---- self-authored templated questions -----------------------------------------------------------
@@ -226,13 +272,12 @@ def signature(obj) -> str:
     return sig if len(sig) < 120 else ""
 
 
-def stdlib_items(max_chars: int) -> list:
-    """(source, kind, qualified name, signature, doc) for public stdlib objects with docs."""
+def walk_stdlib():
+    """(qualified module name, kind, qualified name, object) of every public stdlib module, class,
+    method and function (sorted walk; one level of submodules of packages)."""
     names = sorted(
         n for n in sys.stdlib_module_names if not n.startswith("_") and n not in SKIP_MODULES
     )
-    seen_docs = set()
-    items = []
     devnull = open(os.devnull, "w")
     for mod_name in names:
         try:
@@ -259,10 +304,7 @@ def stdlib_items(max_chars: int) -> list:
                 except BaseException:  # noqa: BLE001
                     continue
         for qual, m in mods:
-            doc = clean_doc(m.__doc__ or "", max_chars)
-            if doc and doc not in seen_docs:
-                seen_docs.add(doc)
-                items.append((f"stdlib:{qual}", "module", qual, "", doc))
+            yield qual, "module", qual, m
             for attr in sorted(vars(m)):
                 if attr.startswith("_"):
                     continue
@@ -270,23 +312,27 @@ def stdlib_items(max_chars: int) -> list:
                 if getattr(obj, "__module__", None) != m.__name__:
                     continue
                 if inspect.isclass(obj):
-                    kinds = [("class", f"{qual}.{attr}", obj)]
+                    yield qual, "class", f"{qual}.{attr}", obj
                     for meth in sorted(vars(obj)):
                         if not meth.startswith("_"):
                             f = getattr(obj, meth, None)
                             if inspect.isfunction(f) or inspect.ismethoddescriptor(f):
-                                kinds.append(("function", f"{qual}.{attr}.{meth}", f))
+                                yield qual, "function", f"{qual}.{attr}.{meth}", f
                 elif inspect.isfunction(obj) or inspect.isbuiltin(obj):
-                    kinds = [("function", f"{qual}.{attr}", obj)]
-                else:
-                    continue
-                for kind, name, o in kinds:
-                    d = clean_doc(getattr(o, "__doc__", None) or "", max_chars)
-                    if not d or d in seen_docs:
-                        continue
-                    seen_docs.add(d)
-                    items.append((f"stdlib:{qual}", kind, name, signature(o), d))
+                    yield qual, "function", f"{qual}.{attr}", obj
     devnull.close()
+
+
+def stdlib_items(max_chars: int) -> list:
+    """(source, kind, qualified name, signature, doc) for public stdlib objects with docs."""
+    seen_docs = set()
+    items = []
+    for qual, kind, name, obj in walk_stdlib():
+        d = clean_doc(getattr(obj, "__doc__", None) or "", max_chars)
+        if not d or d in seen_docs:
+            continue
+        seen_docs.add(d)
+        items.append((f"stdlib:{qual}", kind, name, "" if kind == "module" else signature(obj), d))
     return items
 
 
@@ -301,6 +347,161 @@ def doc_prompt(rng: random.Random, item) -> str:
     return t.format(name=name, sig=sig, doc=doc)
 
 
+# ---- --extend: a larger training set -------------------------------------------------------------
+
+
+def topic_sections(max_chars: int) -> list:
+    """(source, text) sections of the language reference help texts (pydoc_data.topics), cut at
+    paragraph boundaries into pieces of <= max_chars characters (>= 200)."""
+    from pydoc_data.topics import topics
+
+    out = []
+    for name in sorted(topics):
+        piece = ""
+        for para in topics[name].strip().split("\n\n"):
+            if piece and len(piece) + len(para) + 2 > max_chars:
+                if len(piece) >= 200:
+                    out.append((f"pydoc:{name}", piece))
+                piece = ""
+            if len(para) > max_chars:  # a long paragraph (grammar, table): its head only
+                para = clean_doc(para, max_chars) or para[:max_chars]
+            piece = f"{piece}\n\n{para}" if piece else para
+        if len(piece) >= 200:
+            out.append((f"pydoc:{name}", piece))
+    return out
+
+
+def strip_docstring(source: str) -> str | None:
+    """The function's source without its docstring (None when it does not parse alone)."""
+    import ast
+    import textwrap
+
+    src = textwrap.dedent(source)
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return None
+    fn = tree.body[0] if tree.body else None
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None),
+                                                             ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        if len(body) == 1:
+            return None  # nothing but a docstring
+        lines = src.splitlines()
+        first, last = body[0].lineno - 1, body[0].end_lineno
+        src = "\n".join(lines[:first] + lines[last:])
+    return src.rstrip()
+
+
+def code_items(exclude_names: set) -> list:
+    """(source, name, code) of pure-Python stdlib functions and methods of 5-40 lines
+    (docstring removed, <= 1500 characters), none named in exclude_names."""
+    out, seen = [], set()
+    for qual, kind, name, obj in walk_stdlib():
+        if kind != "function" or not inspect.isfunction(obj) or name in exclude_names:
+            continue
+        try:
+            src = inspect.getsource(obj)
+        except (OSError, TypeError):
+            continue
+        code = strip_docstring(src)
+        if not code or not 5 <= code.count("\n") + 1 <= 40 or len(code) > 1500 or code in seen:
+            continue
+        seen.add(code)
+        out.append((f"code:{qual}", name, code))
+    return out
+
+
+def extend(args) -> int:
+    """Writes args.extend training prompts (the committed train.jsonl first) to args.extend_out."""
+    def read(name):
+        with open(os.path.join(args.out, name), encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
+
+    base = read("train.jsonl")
+    held = [r["prompt"] for r in read("test.jsonl") + read("calib.jsonl")]
+    held_text = "\n\x00".join(held)
+    rng = random.Random(args.seed + 1)
+    items = stdlib_items(args.max_doc_chars)
+    held_items = [it for it in items if it[4] in held_text]
+    held_names = {it[2] for it in held_items}
+    train_items = [it for it in items if it[4] not in held_text]
+    seen = set(held) | {r["prompt"] for r in base}
+
+    def fresh(prompt: str) -> str | None:
+        prompt = re.sub(r" at 0x[0-9a-f]+", "", prompt)  # object addresses in signatures
+        if prompt in seen:
+            return None
+        seen.add(prompt)
+        return prompt
+
+    # Each source: a list of (prompt, source) in its own shuffled order.
+    docs = []
+    for it in train_items:
+        _, kind, name, sig, doc = it
+        ts = MODULE_TEMPLATES if kind == "module" else CLASS_TEMPLATES if kind == "class" else \
+            DOC_TEMPLATES + EXTRA_DOC_TEMPLATES
+        for t in ts:
+            docs.append((t.format(name=name, sig=sig, doc=doc), it[0]))
+    topics = [(t.format(doc=text), src) for src, text in topic_sections(args.max_doc_chars)
+              for t in TOPIC_TEMPLATES]
+    codes = [(t.format(code=code), src) for src, name, code in code_items(held_names)
+             for t in CODE_TEMPLATES]
+    for pool in (docs, topics, codes):
+        rng.shuffle(pool)
+
+    def templates():
+        for _ in range(1000 * args.extend):
+            kind = rng.choice(TEMPLATE_KINDS)
+            yield templated(rng, kind), f"template:{kind}"
+
+    # Round robin over `order` (docstrings 3, templated, code, topics 1 each per round), each
+    # source until it runs out.
+    sources = {"doc": iter(docs), "code": iter(codes), "topic": iter(topics),
+               "template": templates()}
+    order = ["doc", "doc", "template", "code", "topic", "doc"]
+    counts = {k: 0 for k in sources}
+    rows = [{"prompt": r["prompt"], "source": r["source"]} for r in base]
+    live = list(order)
+    while len(rows) < args.extend and live:
+        for kind in list(live):
+            if len(rows) >= args.extend:
+                break
+            for prompt, src in sources[kind]:
+                p = fresh(prompt)
+                if p is not None:
+                    rows.append({"prompt": p, "source": src})
+                    counts[kind] += 1
+                    break
+            else:
+                live = [k for k in live if k != kind]
+    os.makedirs(os.path.dirname(os.path.abspath(args.extend_out)), exist_ok=True)
+    with open(args.extend_out, "w", encoding="utf-8") as f:
+        for i, r in enumerate(rows):
+            line = {"id": f"train-{i:06d}", "prompt": r["prompt"], "source": r["source"]}
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    info = {
+        "seed": args.seed, "python": sys.version.split()[0], "prompts": len(rows),
+        "from_committed_train": len(base), "new": counts,
+        "available": {"doc": len(docs), "code": len(codes), "topic": len(topics)},
+        "held_out_docstrings_excluded": len(held_items),
+        "licences": {"stdlib": "PSF-2.0 (Python standard library docstrings and source code)",
+                     "pydoc": "PSF-2.0 (Python documentation: pydoc_data.topics)",
+                     "template": "self-authored (repository licence)"},
+    }
+    info_file = os.path.splitext(args.extend_out)[0] + "_info.json"
+    with open(info_file, "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
+        f.write("\n")
+    print(json.dumps(info))
+    if len(rows) < args.extend:
+        print(f"only {len(rows)} distinct prompts (asked for {args.extend})", file=sys.stderr)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,7 +514,15 @@ def main() -> int:
                     help="share of stdlib-docstring prompts (the rest are templated)")
     ap.add_argument("--max-doc-chars", type=int, default=700)
     ap.add_argument("--seed", type=int, default=20260529)
+    ap.add_argument("--extend", type=int, default=0,
+                    help="write this many training prompts to --extend-out instead (the "
+                         "committed sets under --out stay as they are)")
+    ap.add_argument("--extend-out", default="", help="[--out/train_large.jsonl]")
     args = ap.parse_args()
+    if args.extend:
+        warnings.simplefilter("ignore")
+        args.extend_out = args.extend_out or os.path.join(args.out, "train_large.jsonl")
+        return extend(args)
     warnings.simplefilter("ignore")  # deprecation notes of stdlib modules imported for their docs
     if args.test < 64:
         ap.error("--test must be >= 64")

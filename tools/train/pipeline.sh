@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # The whole drafter training run on the GPU machine, one command, every step time-boxed:
 #
-#   build (CUDA, only the dspark target) -> prompts (committed tools/train/data) -> dspark regen
-#   (target responses + taps, cuda) -> train.py (PyTorch, cuda) -> export (DeepSpec layout) ->
-#   dspark calibrate -> held-out evaluation (greedy, gamma 7): plain, DSpark, DSpark without
-#   thresholds, Markov head off (plain DFlash), prompt lookup -> metrics.json
+#   build (CUDA, only the dspark target) -> prompts (committed tools/train/data, or a larger set
+#   generated here with make_prompts.py --extend) -> dspark regen, once per REGEN_SAMPLES entry
+#   (the target's responses, cuda; tokens only by default) -> train.py (PyTorch, cuda; computes the
+#   target's taps / final hidden states with its own forward of the target, target_forward.py) ->
+#   export (DeepSpec layout) -> dspark calibrate -> held-out evaluation (greedy, gamma 7): plain,
+#   DSpark, DSpark without thresholds, Markov head off (plain DFlash), prompt lookup -> metrics.json
 #
 #   bash tools/train/pipeline.sh
+#   # large data, split over two device calls (10-minute limit per call):
+#   STAGES=regen,train TRAIN_PROMPTS_N=30000 REGEN_SAMPLES="0:0,0.8:1" REGEN_SECONDS=200 \
+#     TRAIN_MINUTES=4 OUT=... WORK=/tmp/dspark-train bash tools/train/pipeline.sh
+#   STAGES=calibrate,eval SKIP_BUILD=1 OUT=... WORK=/tmp/dspark-train bash tools/train/pipeline.sh
 #
 # Everything worth keeping lands under $OUT (default: ./train-out): drafter/ (config.json,
 # model.safetensors, dspark_thresholds.json, train_metrics.json), logs/*.log, eval/*/meta.json +
-# responses.jsonl, steps.json (per-step status and seconds) and metrics.json. The regen shards
-# (GBs) stay in $WORK (default: /tmp/dspark-train), outside $OUT.
+# responses.jsonl, regen_meta_*.json, steps.json (per-step status and seconds) and metrics.json.
+# The regen shards and the target's weights stay in $WORK (default: /tmp/dspark-train), outside
+# $OUT.
 #
 # Environment (defaults in brackets):
 #   MODEL          target [.carry/model/SmolLM2-135M-Instruct.Q4_1.gguf, else models/...]
@@ -19,10 +26,26 @@
 #   DEVICE [cuda]  BUILD [build-train-gpu]  JOBS [16]  SKIP_BUILD [unset: build]
 #   DSPARK         a dspark binary to use instead of building
 #   TAPS           target layers [5 spread over the depth: 1 .. L-3]
-#   REGEN_SECONDS [90]  REGEN_BATCH [256]  REGEN_MAX_TOKENS [256]  REGEN_LIMIT [0 = all]
+#   HIDDEN [computed]: computed = regen stores tokens only (~5 bytes/token) plus the target's
+#                  weights (--all-target-weights), train.py runs the target to get the taps and
+#                  final hidden states of each batch; stored = regen stores them (~7 KB/token for
+#                  SmolLM2: 1 M tokens ~ 7 GB), the pipeline of 2026-11-29
+#   TRAIN_PROMPTS_N [0]: 0 = the committed tools/train/data/train.jsonl (6000 prompts); N > 6000 =
+#                  make_prompts.py --extend N here ($WORK/prompts/train_large.jsonl: the 6000,
+#                  then more stdlib docstrings x templates, stdlib code, language-reference texts,
+#                  templated questions; never a held-out source item)
+#   REGEN_SAMPLES [0:0]: comma list of TEMPERATURE:SEED, one regen run each into its own shard
+#                  directory, all trained on (0 = greedy; e.g. "0:0,0.8:1,0.8:2"). With E entries,
+#                  entry i starts at prompt i*N/E (wrapping), so a time-limited run spreads its
+#                  responses over as many distinct prompts as it can. The held-out sequences of
+#                  train.py come from the first entry (keep it greedy, like the evaluation)
+#   REGEN_SECONDS [90]: time budget of the whole regen stage, shared by the entries (each gets
+#                  what is left / entries left)  REGEN_BATCH [256]  REGEN_MAX_TOKENS [256]
+#   REGEN_LIMIT [0 = all]: prompts per entry
 #   TRAIN_MINUTES [4.5]  TRAIN_ARGS (extra train.py flags, e.g. "--layers 1 --markov-rank 64")
 #   EVAL_MAX_TOKENS [256]  EVAL_LIMIT [0 = all 128]  CALIB_LIMIT [0 = all 256]  GAMMA [7]
-#   T_BUILD [240] T_REGEN [180] T_TRAIN [TRAIN_MINUTES*60+90] T_CALIB [90] T_EVAL [90]: timeouts (s)
+#   T_BUILD [240] T_REGEN [per entry: its budget + 80] T_TRAIN [TRAIN_MINUTES*60+90] T_CALIB [90]
+#   T_EVAL [90]: timeouts (s)
 #   STAGES [all]: a comma list of regen,train,calibrate,eval to run part of the pipeline (the
 #                 device tool limits one command to 10 minutes: run "regen,train" then
 #                 "calibrate,eval" with the same OUT and WORK outside the tool's $OUT)
@@ -42,17 +65,21 @@ REGEN_SECONDS="${REGEN_SECONDS:-90}"
 REGEN_BATCH="${REGEN_BATCH:-256}"
 REGEN_MAX_TOKENS="${REGEN_MAX_TOKENS:-256}"
 REGEN_LIMIT="${REGEN_LIMIT:-0}"
+REGEN_SAMPLES="${REGEN_SAMPLES:-0:0}"
+HIDDEN="${HIDDEN:-computed}"
+TRAIN_PROMPTS_N="${TRAIN_PROMPTS_N:-0}"
 TRAIN_MINUTES="${TRAIN_MINUTES:-4.5}"
 EVAL_MAX_TOKENS="${EVAL_MAX_TOKENS:-256}"
 EVAL_LIMIT="${EVAL_LIMIT:-0}"
 CALIB_LIMIT="${CALIB_LIMIT:-0}"
 T_BUILD="${T_BUILD:-240}"
-T_REGEN="${T_REGEN:-$((REGEN_SECONDS + 80))}"
+T_REGEN="${T_REGEN:-}"
 T_TRAIN="${T_TRAIN:-$(python3 -c "print(int(${TRAIN_MINUTES} * 60 + 90))")}"
 T_CALIB="${T_CALIB:-90}"
 T_EVAL="${T_EVAL:-90}"
 mkdir -p "$OUT/logs" "$OUT/eval" "$WORK"
 data="$repo/tools/train/data"
+case "$HIDDEN" in computed | stored) ;; *) echo "HIDDEN must be computed or stored"; exit 2 ;; esac
 
 if [ -z "${MODEL:-}" ]; then
   for m in "$repo"/.carry/model/*.gguf "$repo"/models/SmolLM2-135M-Instruct.Q4_1.gguf; do
@@ -156,21 +183,62 @@ print(','.join(str(t) for t in sorted({round(lo + i * (hi - lo) / max(1, n - 1))
 fi
 echo "taps: $TAPS" | tee -a "$OUT/logs/environment.txt"
 
-# ---- 3. regen -------------------------------------------------------------------------------------
+# ---- 3. regen: one run per REGEN_SAMPLES entry --------------------------------------------------
 if stage regen; then
-rm -rf "$WORK/regen"
-step regen "$T_REGEN" "$DSPARK" regen -m "$MODEL" --prompts "$data/train.jsonl" --out "$WORK/regen" \
-  --device "$DEVICE" --batch "$REGEN_BATCH" --max-tokens "$REGEN_MAX_TOKENS" --taps "$TAPS" \
-  --limit "$REGEN_LIMIT" --max-seconds "$REGEN_SECONDS" "${chat_args[@]}" || exit 5
-cp "$WORK/regen/meta.json" "$OUT/regen_meta.json"
+rm -rf "$WORK"/regen "$WORK"/regen_* "$WORK/prompts"
+mkdir -p "$WORK/prompts"
+train_prompts="$data/train.jsonl"
+if [ "$TRAIN_PROMPTS_N" -gt 0 ]; then
+  step prompts_large 300 python3 tools/train/make_prompts.py --out "$data" \
+    --extend "$TRAIN_PROMPTS_N" --extend-out "$WORK/prompts/train_large.jsonl" || exit 4
+  cp "$WORK/prompts/train_large_info.json" "$OUT/" || true
+  train_prompts="$WORK/prompts/train_large.jsonl"
+fi
+IFS=',' read -r -a samples <<<"$REGEN_SAMPLES"
+n_samples=${#samples[@]}
+regen_start=$(date +%s)
+: >"$WORK/regen_dirs.txt"
+for i in "${!samples[@]}"; do
+  temp=${samples[$i]%%:*}
+  seed=${samples[$i]#*:}
+  [ "$seed" = "${samples[$i]}" ] && seed=$i
+  # Entry i starts at prompt i*N/E of the list (wrapping).
+  prompts="$WORK/prompts/entry_$i.jsonl"
+  python3 - "$train_prompts" "$prompts" "$i" "$n_samples" <<'PY' || exit 4
+import sys
+src, dst, i, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+lines = open(src, encoding="utf-8").readlines()
+k = i * len(lines) // n
+open(dst, "w", encoding="utf-8").writelines(lines[k:] + lines[:k])
+PY
+  left=$((REGEN_SECONDS - ($(date +%s) - regen_start)))
+  budget=$((left / (n_samples - i)))
+  [ "$budget" -ge 5 ] || budget=5
+  if [ "$HIDDEN" = stored ]; then
+    hidden_args=(--taps "$TAPS")
+  else
+    hidden_args=(--taps none)
+    [ "$i" -eq 0 ] && hidden_args+=(--all-target-weights)
+  fi
+  dir="$WORK/regen_$i"
+  step "regen_$i" "${T_REGEN:-$((budget + 80))}" "$DSPARK" regen -m "$MODEL" --prompts "$prompts" \
+    --out "$dir" --device "$DEVICE" --batch "$REGEN_BATCH" --max-tokens "$REGEN_MAX_TOKENS" \
+    --limit "$REGEN_LIMIT" --max-seconds "$budget" --temperature "$temp" --seed "$seed" \
+    "${hidden_args[@]}" "${chat_args[@]}" || exit 5
+  cp "$dir/meta.json" "$OUT/regen_meta_$i.json"
+  echo "$dir" >>"$WORK/regen_dirs.txt"
+done
 fi
 
 # ---- 4. train + export ----------------------------------------------------------------------------
 if stage train; then
 rm -rf "$OUT/drafter"
+[ -s "$WORK/regen_dirs.txt" ] || { echo "no regen output in $WORK (run the regen stage)"; exit 6; }
+mapfile -t regen_dirs <"$WORK/regen_dirs.txt"
 # shellcheck disable=SC2086
-step train "$T_TRAIN" python3 tools/train/train.py --data "$WORK/regen" --out "$OUT/drafter" \
-  --device "$DEVICE" --minutes "$TRAIN_MINUTES" --gamma "$GAMMA" ${TRAIN_ARGS:-} || exit 6
+step train "$T_TRAIN" python3 tools/train/train.py --data "${regen_dirs[@]}" --out "$OUT/drafter" \
+  --device "$DEVICE" --minutes "$TRAIN_MINUTES" --gamma "$GAMMA" --taps "$TAPS" ${TRAIN_ARGS:-} ||
+  exit 6
 fi
 
 # ---- 5. calibrate (held-out calibration prompts, rendered through the chat template) --------------
