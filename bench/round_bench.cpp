@@ -17,8 +17,8 @@
 // here; random drafts are rejected, so every round drafts the full gamma).
 //
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--rounds 32]
-//               [--verify-k 1,16,32] [--graphs] [--trace] [--profile-ops] [--device cuda]
-//               [--json FILE]
+//               [--verify-k 1,16,32] [--graphs] [--trace] [--blocking-sync] [--profile-ops]
+//               [--device cuda] [--json FILE]
 // --profile-ops: device time per op (linear, paged_attention, rms_norm, ...) of eager forwards of
 // 1 and k + 1 tokens at the fixed context (backend/op_profile.h), and with --draft of the draft
 // step alone, as tables and in the JSON.
@@ -26,9 +26,12 @@
 // step's and the graphed round's device timeline from a separate traced run: device ops, busy and
 // idle time, the gaps between ops (the host gaps), host time blocked in synchronisation and not,
 // and the kernels by device time.
+// --blocking-sync: waiting host threads sleep (cudaDeviceScheduleBlockingSync), so the CPU time per
+// graphed round it reports is the engine's own host work, not spinning in synchronisation.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -76,7 +79,14 @@ struct PhaseMs {
   double host_ms_per_forward = 0;  // target forwards of the measured run (decode / verify)
   ForwardStats stats;              // of the measured run
   std::vector<TraceSpan> trace;    // with a trace: the measured run's device timeline
+  double cpu_ms_per_round = 0;     // CPU time of this thread (the engine's) per round
 };
+
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
 
 // Per-round means over `rounds` rounds after a warm-up request.
 // With `trace`, the measured run is recorded through CUPTI (kernel_trace.h), which slows launches:
@@ -116,8 +126,10 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   r.options.max_tokens = rounds * (gamma + 1) + 1;
   ctx.synchronize();
   if (trace) kernel_trace_start();
+  const double cpu0 = thread_cpu_ms();
   auto out = generate_speculative(target, ctx, source, {std::move(r)}, fixed);
   ctx.synchronize();
+  const double cpu_ms = thread_cpu_ms() - cpu0;
   std::vector<TraceSpan> spans;
   if (trace) spans = kernel_trace_stop();
   const SpecTelemetry& t = out[0].spec;
@@ -128,6 +140,7 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
     m.host_ms_per_forward = m.stats.step_host_ms / static_cast<double>(m.stats.step_forwards);
   m.rounds = static_cast<double>(t.rounds);
   if (t.rounds == 0) return m;
+  m.cpu_ms_per_round = cpu_ms / static_cast<double>(t.rounds);  // the prefill included
   m.draft = t.draft_ms / t.rounds;
   m.verify = t.verify_ms / t.rounds;
   m.rest = t.rest_ms / t.rounds;
@@ -274,7 +287,7 @@ int main_impl(int argc, char** argv) {
   std::string draft_vocab;
   std::string model, draft = "none", device_name = "cuda", json_file, verify_list = "1,16,32";
   int gamma = 16, context = 1024, rounds = 32;
-  bool graphs = false, profile_ops = false, trace = false;
+  bool graphs = false, profile_ops = false, trace = false, blocking_sync = false;
   CLI::App app{"bench_round: speculative round phases vs a plain decode step"};
   app.add_option("-m,--model", model, "target model directory")->required();
   app.add_option("--draft", draft, "draft source (as dspark generate --draft)");
@@ -288,6 +301,9 @@ int main_impl(int argc, char** argv) {
   app.add_flag("--trace", trace,
                "also record the decode step's and the round's device timeline (CUPTI): idle "
                "gaps between kernels, host time blocked, kernel times");
+  app.add_flag("--blocking-sync", blocking_sync,
+               "CUDA: waiting host threads sleep instead of spinning, so the CPU time per round "
+               "reported is the host's own work (slower rounds: each wait wakes up late)");
   app.add_option("--device", device_name, "cpu | cuda | cuda:N");
   app.add_option("--json", json_file, "also write the JSON result here");
   app.add_flag("--profile-ops", profile_ops,
@@ -305,6 +321,7 @@ int main_impl(int argc, char** argv) {
   }
 
   const Device device = parse_device(device_name);
+  if (blocking_sync && device.is_cuda()) cuda::set_blocking_sync(device.index);
   Context ctx(device);
   const DType dtype = device.is_cuda() ? DType::bf16 : DType::f32;
   const double bandwidth = device.is_cuda() ? cuda::measure_copy_bandwidth(device.index) : 0.0;
@@ -468,7 +485,9 @@ int main_impl(int argc, char** argv) {
                               {"drafter_graph_replays", ds.n_graph_replays},
                               {"drafter_graph_captures", ds.n_graph_captures},
                               {"drafter_graph_fallbacks", ds.n_graph_fallbacks},
-                              {"drafter_rounds", ds.n_rounds}};
+                              {"drafter_rounds", ds.n_rounds},
+                              {"cpu_ms_per_round", gs.cpu_ms_per_round},
+                              {"blocking_sync", blocking_sync}};
       const std::string replayed =
           dspark ? fmt::format("drafter: {} of {} rounds replayed (whole run)", ds.n_graph_replays,
                                ds.n_rounds)
@@ -480,8 +499,11 @@ int main_impl(int argc, char** argv) {
                       fmt::format("{:.2f}", gs.verify / dec), ""});
       rows.push_back({"  rest (graphs)", fmt::format("{:.3f}", gs.rest),
                       fmt::format("{:.2f}", gs.rest / dec), ""});
-      rows.push_back({"full round (graphs)", fmt::format("{:.3f}", gs.round),
-                      fmt::format("{:.2f}", gs.round / dec), "x graphed decode step"});
+      rows.push_back(
+          {"full round (graphs)", fmt::format("{:.3f}", gs.round),
+           fmt::format("{:.2f}", gs.round / dec),
+           fmt::format("x graphed decode step; CPU {:.3f} ms per round{}", gs.cpu_ms_per_round,
+                       blocking_sync ? " (blocking sync)" : " (spinning waits)")});
     }
     if (profile_ops) {  // the ops of the draft step alone (eager, as measured above)
       (void)take_op_profile();

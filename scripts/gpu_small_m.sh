@@ -6,7 +6,7 @@
 # Environment: CTEST_ARGS (e.g. "-R CudaGemv"), LINEAR_ARGS (bench_linear flags), VERIFY (verify
 # widths, default 1,4,16,32), ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g.
 # --profile-ops), ROUNDS (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR /
-# SKIP_ROUND (skip those).
+# SKIP_ROUND (skip those), ROUND_TIMEOUT (seconds per bench_round run, default 150).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
 export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON
@@ -42,17 +42,19 @@ round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 --r
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})
 # ROUNDS: cublas (default linear path), small_m (DSPARK_CUDA_GEMV=1), cuda_core_attn (cublas with
 # the CUDA-core attention kernel: DSPARK_ATTENTION_MMA=0), vocab32k (cublas with a 32k draft
-# vocabulary for the drafter: --draft-vocab).
+# vocabulary for the drafter: --draft-vocab), small_m_vocab32k (both), nopdl_vocab32k (vocab32k
+# with programmatic dependent launch off: DSPARK_CUDA_PDL=0).
 for r in ${ROUNDS-small_m cublas}; do
   (
-    export DSPARK_CUDA_GEMV=$([ "$r" = small_m ] && echo 1 || echo 0)
+    export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
     [ "$r" = cuda_core_attn ] && export DSPARK_ATTENTION_MMA=0
+    [[ "$r" == nopdl* ]] && export DSPARK_CUDA_PDL=0
     extra=()
-    if [ "$r" = vocab32k ]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)
+    if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)
       python3 -c "import json; json.dump(list(range(32768)), open('$models/vocab32k.json', 'w'))"
       extra=(--draft-vocab "$models/vocab32k.json")
     fi
-    run 150 "round_$r" "${round[@]}" "${extra[@]}" --json "$out/round_$r.json"
+    run "${ROUND_TIMEOUT:-150}" "round_$r" "${round[@]}" "${extra[@]}" --json "$out/round_$r.json"
   )
 done
 echo "session done ($(( $(date +%s) - t0 )) s)"

@@ -23,7 +23,9 @@ void fail_cublas(cublasStatus_t status, const char* expr, const char* file, int 
 }
 }  // namespace detail
 
-bool built_with_cuda() { return true; }
+bool built_with_cuda() {
+  return true;
+}
 
 int device_count() {
   int n = 0;
@@ -41,9 +43,13 @@ void require_device(int index) {
                     index, n);
 }
 
-void set_device(int index) { DSPARK_CUDA_CHECK(cudaSetDevice(index)); }
+void set_device(int index) {
+  DSPARK_CUDA_CHECK(cudaSetDevice(index));
+}
 
-std::string device_name(int index) { return device_info(index).name; }
+std::string device_name(int index) {
+  return device_info(index).name;
+}
 
 DeviceInfo device_info(int index) {
   cudaDeviceProp prop{};
@@ -63,20 +69,31 @@ void* malloc_device(size_t bytes) {
   DSPARK_CUDA_CHECK(cudaMalloc(&p, bytes));
   return p;
 }
-void free_device(void* ptr) noexcept { (void)cudaFree(ptr); }
+void free_device(void* ptr) noexcept {
+  (void)cudaFree(ptr);
+}
 void* malloc_host_pinned(size_t bytes) {
   void* p = nullptr;
   DSPARK_CUDA_CHECK(cudaMallocHost(&p, bytes));
   return p;
 }
-void free_host_pinned(void* ptr) noexcept { (void)cudaFreeHost(ptr); }
+void free_host_pinned(void* ptr) noexcept {
+  (void)cudaFreeHost(ptr);
+}
 void memcpy_sync(void* dst, const void* src, size_t bytes) {
   DSPARK_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 void memset_sync(void* dst, int value, size_t bytes) {
   DSPARK_CUDA_CHECK(cudaMemset(dst, value, bytes));
 }
-void device_synchronize() { DSPARK_CUDA_CHECK(cudaDeviceSynchronize()); }
+void device_synchronize() {
+  DSPARK_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void set_blocking_sync(int device) {
+  set_device(device);
+  DSPARK_CUDA_CHECK(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
+}
 
 double measure_copy_bandwidth(int device, size_t bytes) {
   set_device(device);
@@ -135,13 +152,16 @@ void Stream::memset_async(void* dst, int value, size_t bytes) const {
 
 Event::Event(bool timing) {
   cudaEvent_t e = nullptr;
-  DSPARK_CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
+  DSPARK_CUDA_CHECK(
+      cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
   handle_ = e;
 }
 Event::~Event() {
   if (handle_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(handle_));
 }
-Event::Event(Event&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+Event::Event(Event&& other) noexcept : handle_(other.handle_) {
+  other.handle_ = nullptr;
+}
 Event& Event::operator=(Event&& other) noexcept {
   if (this != &other) {
     if (handle_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(handle_));

@@ -32,6 +32,10 @@ void free_host_pinned(void* ptr) noexcept;
 void memcpy_sync(void* dst, const void* src, size_t bytes);  // any direction (unified addressing)
 void memset_sync(void* dst, int value, size_t bytes);
 void device_synchronize();
+// Host threads that wait for the device (stream / event synchronisation) sleep instead of
+// spinning (cudaDeviceScheduleBlockingSync), so that their CPU time is the host's own work. Call
+// before anything else uses `device` (throws device when it is already initialised differently).
+void set_blocking_sync(int device);
 // Device-to-device copy bandwidth in bytes/s counting bytes read + written (median of several
 // copies of `bytes`), the roofline reference of the benchmarks.
 double measure_copy_bandwidth(int device, size_t bytes = size_t{1} << 30);

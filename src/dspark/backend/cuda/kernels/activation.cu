@@ -5,6 +5,7 @@
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -37,6 +38,8 @@ struct Add {
 template <typename Op, typename TA, typename TB, typename TO>
 __global__ void binary_kernel(Operand<const TA> a, Operand<const TB> b, Operand<TO> out,
                               int64_t cols, Op op) {
+  pdl_wait();  // a programmatic dependent (pdl.cuh): the next kernel may launch from here on
+  pdl_launch_dependents();
   const int64_t r = blockIdx.x;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * kThreads * kItemsPerThread;
   const int64_t end = std::min<int64_t>(cols, begin + kThreads * kItemsPerThread);
@@ -72,10 +75,10 @@ void launch_binary(Context& ctx, const Tensor& a, const Tensor& b, const Tensor&
       dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
         const auto pa = operand<TA>(a);
         const auto pb = operand<TB>(b);
-        binary_kernel<<<grid_for(ov), kThreads, 0, stream_of(ctx)>>>(
-            Operand<const device_t<TA>>{pa.data, pa.stride},
-            Operand<const device_t<TB>>{pb.data, pb.stride}, operand<TO>(out), ov.cols, op);
-        DSPARK_CUDA_CHECK_LAUNCH();
+        launch_pdl(binary_kernel<Op, device_t<TA>, device_t<TB>, device_t<TO>>, grid_for(ov),
+                   dim3(kThreads), 0, stream_of(ctx),
+                   Operand<const device_t<TA>>{pa.data, pa.stride},
+                   Operand<const device_t<TB>>{pb.data, pb.stride}, operand<TO>(out), ov.cols, op);
       });
     });
   });

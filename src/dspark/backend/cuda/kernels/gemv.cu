@@ -24,6 +24,7 @@
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/gemv.h"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -32,6 +33,7 @@ constexpr int kWarps = 8;       // split-K ways per CTA
 constexpr int kRows = 16;       // output rows per CTA (the MMA's M)
 constexpr int kChunk = 32;      // K elements per chunk (64 bytes per weight row)
 constexpr int kSplitAlign = 4;  // chunks per warp are a multiple of this
+constexpr int kPrefetch = 4;    // chunks per warp and row prefetched into L2 before pdl_wait()
 
 template <typename TW, typename TY>
 struct GemvParams {
@@ -100,6 +102,18 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvParams<TW, TY> p)
   const int64_t end = min(begin + per_warp, chunks);
   const int64_t end_full = min(end, full);
 
+  // Launched as a programmatic dependent (pdl.cuh): the weights were written before the forward,
+  // so the first chunks of each row go into L2 while the kernel before still runs (one lane per
+  // 128-byte line: two chunks); x is only read after pdl_wait().
+  if (c == 0) {
+    for (int64_t q = begin; q < min(begin + kPrefetch, end_full); q += 2) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + q * kChunk));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + q * kChunk));
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+
   float acc[NT][4];
 #pragma unroll
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
@@ -157,8 +171,7 @@ template <typename TW, typename TY, int NT>
 void launch(const GemvParams<TW, TY>& p, cudaStream_t stream) {
   constexpr int kUnroll = NT <= 2 ? 4 : 2;
   const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, kRows));
-  gemv_kernel<TW, TY, NT, kUnroll><<<blocks, kWarps * 32, 0, stream>>>(p);
-  DSPARK_CUDA_CHECK_LAUNCH();
+  launch_pdl(gemv_kernel<TW, TY, NT, kUnroll>, dim3(blocks), dim3(kWarps * 32), 0, stream, p);
 }
 
 template <typename TW, typename TY, int NT = 1>

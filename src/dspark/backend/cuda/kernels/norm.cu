@@ -10,6 +10,7 @@
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -51,6 +52,8 @@ __device__ __forceinline__ void write_scaled(TO* out, int64_t c0, const float (&
 template <typename TX, typename TO>
 __global__ void rms_norm_kernel(NormParams<float, TX, TO> p) {
   __shared__ float s_red[32];
+  pdl_wait();  // a programmatic dependent (pdl.cuh): the next kernel may launch from here on
+  pdl_launch_dependents();
   const TX* x = p.x + blockIdx.x * p.x_stride;
   TO* out = p.out + blockIdx.x * p.out_stride;
   constexpr int kW = device::kVecWidth<TX>;
@@ -88,6 +91,8 @@ __global__ void rms_norm_kernel(NormParams<float, TX, TO> p) {
 template <typename TR, typename TX, typename TO>
 __global__ void add_rms_norm_kernel(NormParams<TR, TX, TO> p) {
   __shared__ float s_red[32];
+  pdl_wait();
+  pdl_launch_dependents();
   TR* res = p.residual + blockIdx.x * p.residual_stride;
   const TX* x = p.x + blockIdx.x * p.x_stride;
   TO* out = p.out + blockIdx.x * p.out_stride;
@@ -169,9 +174,8 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
       p.eps = params.eps;
       constexpr int kW = device::kVecWidth<DX>;
       p.vectorized = rows_aligned16(p.x, xv.stride, sizeof(DX), xv.cols, kW);
-      rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads_for(xv.cols, kW), 0,
-                        stream_of(ctx)>>>(p);
-      DSPARK_CUDA_CHECK_LAUNCH();
+      launch_pdl(rms_norm_kernel<DX, device_t<TO>>, dim3(static_cast<unsigned>(xv.rows)),
+                 dim3(threads_for(xv.cols, kW)), 0, stream_of(ctx), p);
     });
   });
 }
@@ -199,9 +203,8 @@ void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const T
         p.vectorized = device::kVecWidth<DR> == kW &&
                        rows_aligned16(p.x, xv.stride, sizeof(DX), xv.cols, kW) &&
                        rows_aligned16(p.residual, rv.stride, sizeof(DR), xv.cols, kW);
-        add_rms_norm_kernel<<<static_cast<unsigned>(xv.rows), threads_for(xv.cols, kW), 0,
-                              stream_of(ctx)>>>(p);
-        DSPARK_CUDA_CHECK_LAUNCH();
+        launch_pdl(add_rms_norm_kernel<DR, DX, device_t<TO>>, dim3(static_cast<unsigned>(xv.rows)),
+                   dim3(threads_for(xv.cols, kW)), 0, stream_of(ctx), p);
       });
     });
   });

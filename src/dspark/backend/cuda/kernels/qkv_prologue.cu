@@ -41,8 +41,10 @@ template <typename T, typename TP, int NC>
 __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParams<T, TP> p) {
   constexpr int kD = NC * 32, kHalf = kD / 2;
   __shared__ float s_cos[kMaxHalf], s_sin[kMaxHalf];
-  // The attention kernel that follows may start now: it reads its metadata, then waits for this
-  // grid (kernels/pdl.cuh).
+  // A programmatic dependent itself (after the QKV projection, e.g. the small-M kernel); the
+  // attention kernel that follows may start once this grid has waited: it reads its metadata,
+  // then waits for this grid (kernels/pdl.cuh).
+  pdl_wait();
   pdl_launch_dependents();
   const int64_t token = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -141,16 +143,18 @@ void qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
       const cudaStream_t stream = stream_of(ctx);
       switch (a.head_dim) {
         case 64:
-          qkv_prologue_kernel<device_t<T>, device_t<TP>, 2><<<grid, kWarps * 32, 0, stream>>>(p);
+          launch_pdl(qkv_prologue_kernel<device_t<T>, device_t<TP>, 2>, grid, dim3(kWarps * 32), 0,
+                     stream, p);
           break;
         case 128:
-          qkv_prologue_kernel<device_t<T>, device_t<TP>, 4><<<grid, kWarps * 32, 0, stream>>>(p);
+          launch_pdl(qkv_prologue_kernel<device_t<T>, device_t<TP>, 4>, grid, dim3(kWarps * 32), 0,
+                     stream, p);
           break;
         default:
-          qkv_prologue_kernel<device_t<T>, device_t<TP>, 8><<<grid, kWarps * 32, 0, stream>>>(p);
+          launch_pdl(qkv_prologue_kernel<device_t<T>, device_t<TP>, 8>, grid, dim3(kWarps * 32), 0,
+                     stream, p);
           break;
       }
-      DSPARK_CUDA_CHECK_LAUNCH();
     });
   });
 }
