@@ -51,6 +51,84 @@ TEST(DSparkCudaHeadCells, SigmoidGateAndRnnCellMatchCpu) {
   }
 }
 
+// The fused greedy step of the vanilla Markov head against a double-precision host reference:
+// z += w2 . w1[prev], next = argmax z (through an index map), several steps in a row (each
+// reads the tokens the previous launch wrote, and the per-row arrival counters must be reset),
+// over split chunk counts, vectorised and scalar rank paths, f32 and bf16 weights.
+TEST(DSparkCudaHeadCells, MarkovGreedyStepMatchesReference) {
+  DSPARK_REQUIRE_CUDA();
+  Context gpu(test::kTestGpu);
+  struct Shape3 {
+    int64_t rows, cols, r;
+  };
+  const int64_t vocab = 300;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (const Shape3 sh :
+         {Shape3{1, 100, 64}, Shape3{3, 4099, 96}, Shape3{2, 32785, 256}, Shape3{1, 777, 100}}) {
+      for (bool with_map : {false, true}) {
+        const std::string what = fmt::format("{} rows {} cols {} r {} map {}", dtype_name(dtype),
+                                             sh.rows, sh.cols, sh.r, with_map);
+        // Tokens index w1: the map's ids are < vocab, unmapped columns are ids themselves.
+        const int64_t w1_rows = with_map ? vocab : sh.cols;
+        const auto w1 = test::random_pair(dtype, Shape{w1_rows, sh.r}, 21, 1.0f);
+        const auto w2 = test::random_pair(dtype, Shape{sh.cols, sh.r}, 22, 0.5f);
+        const auto z0 = test::random_pair(DType::f32, Shape{sh.rows, sh.cols}, 23, 3.0f);
+        std::vector<int32_t> map;
+        for (int64_t j = 0; j < sh.cols; ++j)
+          map.push_back(static_cast<int32_t>((3 * j + 1) % vocab));
+        const OwnedTensor map_gpu = OwnedTensor::from_vector(map, Shape{sh.cols}, test::kTestGpu);
+        // tokens [(steps + 1) * rows]: the anchors, then each step's tokens.
+        constexpr int kSteps = 3;
+        std::vector<int32_t> tokens = test::random_ints(static_cast<size_t>(sh.rows), 0,
+                                                        static_cast<int32_t>(w1_rows - 1), 24);
+        tokens.resize(static_cast<size_t>((kSteps + 1) * sh.rows), -1);
+        const OwnedTensor tok_gpu = OwnedTensor::from_vector(
+            tokens, Shape{static_cast<int64_t>(tokens.size())}, test::kTestGpu);
+        const OwnedTensor z_gpu = OwnedTensor::copy_of(z0.gpu, test::kTestGpu);
+        const std::vector<float> hw1 = test::read(w1.cpu), hw2 = test::read(w2.cpu);
+        std::vector<float> hz = test::read(z0.cpu);
+        const Tensor index_map = with_map ? map_gpu.view() : Tensor{};
+        for (int step = 0; step < kSteps; ++step) {
+          const Tensor prev = tok_gpu->slice(0, step * sh.rows, (step + 1) * sh.rows);
+          const Tensor next = tok_gpu->slice(0, (step + 1) * sh.rows, (step + 2) * sh.rows);
+          ASSERT_TRUE(markov_greedy_step(gpu, w1.gpu, w2.gpu, prev, z_gpu, next, index_map))
+              << what;
+          gpu.synchronize();
+          const std::vector<int32_t> got = to_vector<int32_t>(tok_gpu.view());
+          const std::vector<float> gz = test::read(z_gpu);
+          for (int64_t i = 0; i < sh.rows; ++i) {
+            // The reference: the token the kernel read (the previous step's, on the device).
+            const int32_t x = got[static_cast<size_t>(step * sh.rows + i)];
+            ASSERT_GE(x, 0) << what;
+            int64_t best = 0;
+            for (int64_t j = 0; j < sh.cols; ++j) {
+              double dot = 0;
+              for (int64_t k = 0; k < sh.r; ++k)
+                dot += static_cast<double>(hw2[static_cast<size_t>(j * sh.r + k)]) *
+                       hw1[static_cast<size_t>(x * sh.r + k)];
+              float& zr = hz[static_cast<size_t>(i * sh.cols + j)];
+              zr = static_cast<float>(zr + dot);
+              EXPECT_NEAR(gz[static_cast<size_t>(i * sh.cols + j)], zr, 1e-4 * (1 + std::abs(zr)))
+                  << what << " step " << step << " row " << i << " col " << j;
+              // The kernel's own argmax of its z (ties -> the smallest column).
+              if (gz[static_cast<size_t>(i * sh.cols + j)] >
+                  gz[static_cast<size_t>(i * sh.cols + best)])
+                best = j;
+            }
+            const int32_t want =
+                with_map ? map[static_cast<size_t>(best)] : static_cast<int32_t>(best);
+            EXPECT_EQ(got[static_cast<size_t>((step + 1) * sh.rows + i)], want)
+                << what << " step " << step << " row " << i;
+            // Use the host z as it now is on the device (the next step builds on it).
+            for (int64_t j = 0; j < sh.cols; ++j)
+              hz[static_cast<size_t>(i * sh.cols + j)] = gz[static_cast<size_t>(i * sh.cols + j)];
+          }
+        }
+      }
+    }
+  }
+}
+
 // ---- forward vs the reference (bf16) ------------------------------------------------------------
 
 struct Case {

@@ -47,4 +47,36 @@ void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const 
   }
 }
 
+bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
+                        const Tensor& z, const Tensor& next, const Tensor& index_map) {
+  constexpr const char* kOp = "markov_greedy_step";
+  check_rank(kOp, "w1", w1, 2);
+  check_rank(kOp, "w2", w2, 2);
+  check_float(kOp, "w1", w1);
+  check_float(kOp, "w2", w2);
+  check_rank(kOp, "z", z, 2);
+  check_dtype(kOp, "z", z, DType::f32);
+  check_rows_contiguous(kOp, "z", z);
+  const int64_t n = z.size(0), cols = z.size(1);
+  DSPARK_CHECK(w2.size(0) == cols && w2.size(1) == w1.size(1),
+               "{}: w1 {} and w2 {} do not fit logits with {} columns", kOp, w1.shape().str(),
+               w2.shape().str(), cols);
+  check_vector(kOp, "prev", prev, DType::i32, n);
+  check_vector(kOp, "next", next, DType::i32, n);
+  for (const auto& [name, t] :
+       {std::pair{"w1", &w1}, {"w2", &w2}, {"z", &z}, {"prev", &prev}, {"next", &next}})
+    check_on_device(kOp, name, *t, ctx);
+  if (index_map.defined()) {
+    check_vector(kOp, "index_map", index_map, DType::i32, cols);
+    check_on_device(kOp, "index_map", index_map, ctx);
+  }
+  if (!ctx.is_cuda() || n == 0 || cols == 0) return false;
+#if DSPARK_WITH_CUDA
+  const OpProfileScope scope(ctx, "markov_greedy_step");
+  return cuda::markov_greedy_step(ctx, w1, w2, prev, z, next, index_map);
+#else
+  return false;
+#endif
+}
+
 }  // namespace dspark

@@ -20,4 +20,16 @@ void sigmoid_gate(Context& ctx, const Tensor& gate, const Tensor& x, const Tenso
 // Any float dtypes, rows contiguous (row strides may be wider); out must not overlap proj.
 void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const Tensor& out);
 
+// One greedy step of the vanilla Markov head (Eq 5) for n rows, as one CUDA launch:
+//   z[i, :] += w2 . w1[prev[i]]        (f32 sums of the weights' products)
+//   next[i] = argmax z[i, :]           (ties -> smallest column; index_map[column] when given)
+// w1: [V, r], w2: [C, r] (same float dtype, contiguous); z: f32 [n, C] rows contiguous (the
+// corrected logits, updated in place); prev, next: i32 [n] (may be slices of one token buffer);
+// index_map: i32 [C] or undefined. Returns false, having done nothing, where the fused kernel
+// does not apply (the CPU, DSPARK_MARKOV_FUSED=0, mixed dtypes, r > 8192, more than 16384 rows):
+// the caller then runs gather_rows + linear + add + argmax, the same math up to the f32 order of
+// the dot products' sums.
+bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
+                        const Tensor& z, const Tensor& next, const Tensor& index_map);
+
 }  // namespace dspark

@@ -66,5 +66,8 @@ void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Te
 
 void sigmoid_gate(Context& ctx, const Tensor& gate, const Tensor& x, const Tensor& out);
 void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const Tensor& out);
+// false: the fused kernel does not apply (see ops/head_cells.h), nothing was launched.
+bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
+                        const Tensor& z, const Tensor& next, const Tensor& index_map);
 
 }  // namespace dspark::cuda

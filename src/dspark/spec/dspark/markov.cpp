@@ -97,6 +97,11 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
       const Tensor prev = round.tokens.slice(0, s * R, (s + 1) * R);
       const Tensor h = round.hidden.rows(s * R, (s + 1) * R);
       Tensor latent = sc.latent;
+      // Greedy vanilla steps on CUDA: gather, projection, add and argmax in one launch.
+      if (type == MarkovHeadType::vanilla && !round.probs.defined() &&
+          markov_greedy_step(ctx, w_.markov_w1, w2, prev, round.logits.rows(s * R, (s + 1) * R),
+                             round.tokens.slice(0, (s + 1) * R, (s + 2) * R), round.vocab_ids))
+        continue;
       switch (type) {
         case MarkovHeadType::vanilla:
           gather_rows(ctx, w_.markov_w1, prev, sc.features);
