@@ -28,7 +28,8 @@ void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const 
 // index_map: i32 [C] or undefined. Returns false, having done nothing, where the fused kernel
 // does not apply (the CPU, DSPARK_MARKOV_FUSED=0, mixed dtypes, r > 8192, more than 16384 rows):
 // the caller then runs gather_rows + linear + add + argmax, the same math up to the f32 order of
-// the dot products' sums.
+// the dot products' sums. The kernel's per-row arrival counters are per device: one stream at a
+// time may run it on a device (the engine's; a captured graph keeps their address).
 bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
                         const Tensor& z, const Tensor& next, const Tensor& index_map);
 
