@@ -19,6 +19,7 @@
 #include "dspark/io/safetensors.h"
 #include "dspark/model/gguf_model.h"
 #include "dspark/model/layers.h"
+#include "dspark/model/llama_family.h"
 #include "dspark/model/weight_source.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/rope.h"
@@ -427,17 +428,11 @@ void write_target_weights(Model& model, Context& ctx, const std::filesystem::pat
 void write_target_model(Model& model, Context& ctx, const std::filesystem::path& model_path,
                         const std::filesystem::path& file) {
   const ModelConfig& c = model.config();
-  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
-  const bool mistral = c.architecture == "MistralForCausalLM";
-  DSPARK_CHECK_KIND(unsupported,
-                    qwen2 || mistral || c.architecture == "LlamaForCausalLM" ||
-                        c.architecture == "Qwen3ForCausalLM",
+  const std::optional<LlamaFamilyTensors> family = llama_family_tensors(c);
+  DSPARK_CHECK_KIND(unsupported, family.has_value(),
                     "regen: the target's weights can be written for the Llama family only, not {}",
                     c.architecture);
-  // The family's traits (model/llama_family.cpp): which optional tensors the model uses.
-  const bool qkv_bias = qwen2 || c.attention_bias;
-  const bool o_bias = c.attention_bias && !qwen2 && !mistral;
-  const bool qk_norm = c.architecture == "Qwen3ForCausalLM" || c.qk_norm;
+  const auto [qkv_bias, o_bias, qk_norm] = *family;
   const DType dtype = model.activation_dtype();
 
   WeightFile w = shared_weights(model, ctx);
@@ -466,15 +461,8 @@ void write_target_model(Model& model, Context& ctx, const std::filesystem::path&
     w.add(m + "up_proj.weight", loader.load(m + "up_proj.weight", Shape{inter, h}));
     w.add(m + "down_proj.weight", loader.load(m + "down_proj.weight", Shape{h, inter}));
   }
-  // The rotation table, built like the family's (config, then GGUF rope_freqs divisors).
-  RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
-                                    c.rope_scaling, c.max_position_embeddings);
+  const RopeTable table = llama_family_rope_table(c, loader);
   const auto n_freq = static_cast<int64_t>(table.inv_freq.size());
-  if (loader.contains("rope_freqs.weight")) {
-    const std::vector<float> factors =
-        to_vector<float>(loader.load("rope_freqs.weight", Shape{n_freq}, DType::f32).view());
-    for (size_t i = 0; i < table.inv_freq.size(); ++i) table.inv_freq[i] /= factors[i];
-  }
   w.add("rope_inv_freq", OwnedTensor::from_vector(table.inv_freq, Shape{n_freq}, Device::cpu()));
 
   std::vector<int> window = c.layer_window;

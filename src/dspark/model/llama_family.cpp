@@ -37,6 +37,22 @@ struct FamilyTraits {
   bool qk_norm = false;                    // Qwen3
 };
 
+constexpr FamilyTraits kLlama{false, true, false};
+constexpr FamilyTraits kQwen2{true, false, false};
+constexpr FamilyTraits kQwen3{false, true, true};
+constexpr FamilyTraits kMistral{false, false, false};
+constexpr std::pair<const char*, FamilyTraits> kArchitectures[] = {
+    {"LlamaForCausalLM", kLlama},
+    {"Qwen2ForCausalLM", kQwen2},
+    {"Qwen3ForCausalLM", kQwen3},
+    {"MistralForCausalLM", kMistral}};
+
+LlamaFamilyTensors tensors_of(const FamilyTraits& t, const ModelConfig& c) {
+  return LlamaFamilyTensors{t.qkv_bias_always || c.attention_bias,
+                            t.o_bias_with_attention_bias && c.attention_bias,
+                            t.qk_norm || c.qk_norm};
+}
+
 struct LayerWeights {
   OwnedTensor norm_in;    // [H] f32 (input_layernorm)
   OwnedTensor norm_post;  // [H] f32 (post_attention_layernorm)
@@ -183,9 +199,7 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
                         static_cast<float>(c.rms_norm_eps)};
   const int64_t h = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
   const int64_t qw = dims_.q_width(), kvw = dims_.kv_width();
-  const bool qkv_bias = traits.qkv_bias_always || c.attention_bias;
-  const bool o_bias = traits.o_bias_with_attention_bias && c.attention_bias;
-  const bool qk_norm = traits.qk_norm || c.qk_norm;
+  const auto [qkv_bias, o_bias, qk_norm] = tensors_of(traits, c);
 
   WeightLoader w(weights, device, dtype);
   embed_ = w.load("model.embed_tokens.weight", Shape{c.vocab_size, h});
@@ -220,17 +234,7 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     lw.mlp.down = w.load(m + "down_proj.weight", Shape{h, inter});
   }
 
-  RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
-                                    c.rope_scaling, c.max_position_embeddings);
-  // GGUF files of Llama 3.x store the llama3 frequency scaling as per-frequency divisors
-  // (`rope_freqs.weight`, [rotary_dim / 2]) instead of rope-scaling metadata.
-  if (w.contains(kRopeFreqsName)) {
-    const auto n = static_cast<int64_t>(table.inv_freq.size());
-    const std::vector<float> factors =
-        to_vector<float>(w.load(kRopeFreqsName, Shape{n}, DType::f32).view());
-    for (int64_t i = 0; i < n; ++i)
-      table.inv_freq[static_cast<size_t>(i)] /= factors[static_cast<size_t>(i)];
-  }
+  const RopeTable table = llama_family_rope_table(c, w);
   rope_.inv_freq = OwnedTensor::from_vector(
       table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())}, device);
   rope_.attention_scaling = table.attention_scaling;
@@ -491,11 +495,27 @@ std::unique_ptr<Model> create(const ModelConfig& config, const WeightSource& wei
 
 }  // namespace
 
+std::optional<LlamaFamilyTensors> llama_family_tensors(const ModelConfig& config) {
+  for (const auto& [name, traits] : kArchitectures)
+    if (config.architecture == name) return tensors_of(traits, config);
+  return std::nullopt;
+}
+
+RopeTable llama_family_rope_table(const ModelConfig& c, const WeightLoader& weights) {
+  RopeTable table = make_rope_table(c.head_dim, c.rope_theta, c.partial_rotary_factor,
+                                    c.rope_scaling, c.max_position_embeddings);
+  if (weights.contains(kRopeFreqsName)) {
+    const auto n = static_cast<int64_t>(table.inv_freq.size());
+    const std::vector<float> factors =
+        to_vector<float>(weights.load(kRopeFreqsName, Shape{n}, DType::f32).view());
+    for (int64_t i = 0; i < n; ++i)
+      table.inv_freq[static_cast<size_t>(i)] /= factors[static_cast<size_t>(i)];
+  }
+  return table;
+}
+
 std::vector<std::pair<std::string, ModelFactory>> llama_family_architectures() {
-  constexpr FamilyTraits kLlama{false, true, false};
-  constexpr FamilyTraits kQwen2{true, false, false};
-  constexpr FamilyTraits kQwen3{false, true, true};
-  constexpr FamilyTraits kMistral{false, false, false};
+  static_assert(std::size(kArchitectures) == 4, "one factory per architecture below");
   return {{"LlamaForCausalLM", &create<kLlama>},
           {"Qwen2ForCausalLM", &create<kQwen2>},
           {"Qwen3ForCausalLM", &create<kQwen3>},
