@@ -12,6 +12,10 @@
 #   # large data, split over two device calls (10-minute limit per call):
 #   STAGES=regen,train TRAIN_PROMPTS_N=30000 REGEN_SAMPLES="0:0,0.8:1" REGEN_SECONDS=200 \
 #     TRAIN_MINUTES=4 OUT=... WORK=/tmp/dspark-train bash tools/train/pipeline.sh
+#   # optionally more training from where that call stopped (same WORK on the warm machine; a
+#   # fresh one needs STAGES=regen,train again), then calibration and evaluation:
+#   STAGES=train INIT_DRAFTER=.../drafter TRAIN_MINUTES=8 SKIP_BUILD=1 OUT=... WORK=... \
+#     bash tools/train/pipeline.sh
 #   STAGES=calibrate,eval SKIP_BUILD=1 OUT=... WORK=/tmp/dspark-train bash tools/train/pipeline.sh
 #
 # Everything worth keeping lands under $OUT (default: ./train-out): drafter/ (config.json,
@@ -43,6 +47,15 @@
 #                  what is left / entries left)  REGEN_BATCH [256]  REGEN_MAX_TOKENS [256]
 #   REGEN_LIMIT [0 = all]: prompts per entry
 #   TRAIN_MINUTES [4.5]  TRAIN_ARGS (extra train.py flags, e.g. "--layers 1 --markov-rank 64")
+#   INIT_DRAFTER   an exported drafter directory (e.g. $OUT/drafter of an earlier call): train.py
+#                  --init DIR continues from its weights (same drafter flags, taps and gamma; fresh
+#                  optimizer and schedule over TRAIN_MINUTES; its held-out prompts stay held out).
+#                  $OUT/drafter itself is first moved to $OUT/drafter_init (the train stage
+#                  rewrites $OUT/drafter)
+#   EVAL_SIM [1]:  after the evaluations, train.py --eval-only measures the drafter's simulated
+#                  greedy tau on the plain run's responses to the held-out prompts, by prompt
+#                  source (needs $WORK/regen_0/target_weights.safetensors, HIDDEN=computed);
+#                  0: skip
 #   EVAL_MAX_TOKENS [256]  EVAL_LIMIT [0 = all 128]  CALIB_LIMIT [0 = all 256]  GAMMA [7]
 #   T_BUILD [240] T_REGEN [per entry: its budget + 80] T_TRAIN [TRAIN_MINUTES*60+90] T_CALIB [90]
 #   T_EVAL [90]: timeouts (s)
@@ -232,12 +245,26 @@ fi
 
 # ---- 4. train + export ----------------------------------------------------------------------------
 if stage train; then
+init_args=()
+if [ -n "${INIT_DRAFTER:-}" ]; then
+  [ -f "$INIT_DRAFTER/config.json" ] || { echo "INIT_DRAFTER=$INIT_DRAFTER: no config.json"; exit 6; }
+  if [ "$(realpath "$INIT_DRAFTER")" = "$(realpath -m "$OUT/drafter")" ]; then
+    rm -rf "$OUT/drafter_init"
+    mv "$OUT/drafter" "$OUT/drafter_init"
+    INIT_DRAFTER="$OUT/drafter_init"
+  fi
+  init_args=(--init "$INIT_DRAFTER")
+fi
 rm -rf "$OUT/drafter"
 [ -s "$WORK/regen_dirs.txt" ] || { echo "no regen output in $WORK (run the regen stage)"; exit 6; }
 mapfile -t regen_dirs <"$WORK/regen_dirs.txt"
+# The first regen entry's prompt file (ids and sources): held-out tau by prompt source.
+prompts_args=()
+[ -f "$WORK/prompts/entry_0.jsonl" ] && prompts_args=(--prompts-file "$WORK/prompts/entry_0.jsonl")
 # shellcheck disable=SC2086
 step train "$T_TRAIN" python3 tools/train/train.py --data "${regen_dirs[@]}" --out "$OUT/drafter" \
-  --device "$DEVICE" --minutes "$TRAIN_MINUTES" --gamma "$GAMMA" --taps "$TAPS" ${TRAIN_ARGS:-} ||
+  --device "$DEVICE" --minutes "$TRAIN_MINUTES" --gamma "$GAMMA" --taps "$TAPS" \
+  ${init_args[@]+"${init_args[@]}"} ${prompts_args[@]+"${prompts_args[@]}"} ${TRAIN_ARGS:-} ||
   exit 6
 fi
 
@@ -265,6 +292,17 @@ evaluate dspark --draft "$OUT/drafter" --gamma "$GAMMA"
 evaluate dspark_unpruned --draft "$OUT/drafter" --gamma "$GAMMA" --no-thresholds
 evaluate dflash --draft "$OUT/drafter" --gamma "$GAMMA" --no-thresholds --no-markov
 evaluate ngram --draft ngram --gamma "$GAMMA"
+# The simulated tau of the drafter on the same held-out responses (plain run), by prompt source,
+# next to the engine's (eval_summary.py --prompts).
+tw="$WORK/regen_0/target_weights.safetensors"
+if [ "${EVAL_SIM:-1}" != 0 ] && [ "$HIDDEN" = computed ] && [ -f "$tw" ] &&
+  [ -f "$OUT/eval/plain/meta.json" ]; then
+  step eval_sim "$T_EVAL" python3 tools/train/train.py --eval-only --init "$OUT/drafter" \
+    --data "$OUT/eval/plain" --target-weights "$tw" --device "$DEVICE" \
+    --prompts-file "$data/test.jsonl" --out "$OUT/eval_sim" || true
+fi
 
 python3 tools/train/eval_summary.py --eval "$OUT/eval" --drafter "$OUT/drafter" \
-  --steps "$steps_file" --out "$OUT/metrics.json" | tee "$OUT/logs/summary.log"
+  --prompts "$data/test.jsonl" --sim "$OUT/eval_sim/eval_metrics.json" --steps "$steps_file" \
+  --out "$OUT/metrics.json" |
+  tee "$OUT/logs/summary.log"

@@ -35,10 +35,23 @@ target detached. The embedding and LM head are frozen.
 
 Reported on held-out sequences: teacher-forced greedy tau (1 + mean accepted prefix, exactly
 what greedy verification accepts when the drafts match the data), the same without the Markov
-bias, the analytic tau 1 + sum_j prod_{i<=j} (1 - TV_i), and acceptance by position.
+bias, the analytic tau 1 + sum_j prod_{i<=j} (1 - TV_i), and acceptance by position; with
+--prompts-file (the regen runs' prompt files: id -> source), the greedy tau by prompt source family
+(template, stdlib, code, pydoc) and template kind. The final metrics are those of the exported
+(bf16-rounded) weights.
+
+--init DIR continues from an exported drafter (every trainable tensor; its config must describe
+the drafter this run builds, else a one-line refusal naming the fields; optimizer, warm-up and
+schedule start fresh; its held-out prompts, train_metrics.json val_prompts, stay held out; the
+export records init_from and cumulative steps). --eval-only --init DIR only evaluates DIR (shape
+from its config) on every sequence of --data (e.g. regen output of the test prompts) or, with
+--eval-held-out, on the training split's held-out sequences, and writes OUT/eval_metrics.json.
 
     python3 tools/train/train.py --data REGEN_DIR [REGEN_DIR...] --out DRAFTER_DIR --minutes 5 \
-        [--device cuda] [--taps 1,8,14,20,27] [--target-weights FILE]
+        [--device cuda] [--taps 1,8,14,20,27] [--target-weights FILE] [--init DRAFTER_DIR] \
+        [--prompts-file PROMPTS.jsonl]
+    python3 tools/train/train.py --eval-only --init DRAFTER_DIR --data REGEN_DIR \
+        [--target-weights FILE] [--prompts-file PROMPTS.jsonl] [--out DIR]
 """
 
 from __future__ import annotations
@@ -132,8 +145,18 @@ class RegenData:
         self.n_seq = self.starts.numel()
         self.n_tokens = self.tokens.numel()
         self.device = device
+        self.seq_source = None  # per sequence: its prompt's source (set_sources), or None
         self.target = None  # target_forward.TargetModel when the hidden states are computed
         self.target_s, self.target_tokens, self._events = 0.0, 0, []
+
+    def set_sources(self, sources: dict) -> int:
+        """Each sequence's source from {prompt id: source} (read_prompt_sources); returns how many
+        sequences have one (none: no per-source metrics)."""
+        self.seq_source = [sources.get(p) for p in self.seq_prompt]
+        n = sum(s is not None for s in self.seq_source)
+        if n == 0:
+            self.seq_source = None
+        return n
 
     def use_target(self, target, tap_layers: list) -> None:
         """Hidden states from `target`'s forward from now on, for these tap layers."""
@@ -194,14 +217,18 @@ def default_taps(num_layers: int) -> list:
     return sorted({round(lo + i * (hi - lo) / max(1, n - 1)) for i in range(n)})
 
 
-def split_by_prompt(data: RegenData, fraction: float, val_max: int, rng) -> tuple:
+def split_by_prompt(data: RegenData, fraction: float, val_max: int, rng, held_prompts=None) -> tuple:
     """(val sequence ids, train sequence ids): held-out prompts drawn among those of the first
     data directory (its sequences are the held-out ones); every sequence of a held-out prompt in
-    any directory (other samples of it) is left out of training."""
+    any directory (other samples of it) is left out of training. `held_prompts` (a run continued
+    with --init: the prompt ids its source run held out) replaces the draw, so that no held-out
+    prompt of this run was trained on before even when the data covers other prompts."""
     first = sorted({p for p, d in zip(data.seq_prompt, data.seq_dir) if d == 0})
     n_val = max(4, int(round(fraction * len(first))))
     n_val = min(n_val, val_max, max(1, len(first) // 4))
     held = set(rng.permutation(np.array(first, dtype=object))[:n_val].tolist())
+    if held_prompts is not None:
+        held = set(held_prompts)
     val = [i for i, (p, d) in enumerate(zip(data.seq_prompt, data.seq_dir)) if d == 0 and p in held]
     train = [i for i, p in enumerate(data.seq_prompt) if p not in held]
     return np.array(val, dtype=np.int64), np.array(train, dtype=np.int64)
@@ -514,6 +541,111 @@ def export(model: Drafter, cfg: dict, out_dir: str, extra: dict) -> dict:
     return tensors
 
 
+# ---- --init: continue from an exported drafter --------------------------------------------------
+
+# Config fields that must agree between an --init drafter and this run, with the flag (or data
+# property) that sets each here.
+INIT_FIELDS = {
+    "architectures": "Qwen3DSparkModel", "hidden_size": "the target's hidden size",
+    "num_hidden_layers": "--layers", "num_attention_heads": "--head-dim",
+    "num_key_value_heads": "--kv-heads", "head_dim": "--head-dim",
+    "intermediate_size": "--intermediate", "hidden_act": "silu", "rms_norm_eps": "1e-6",
+    "attention_bias": "no bias", "rope_theta": "--rope-theta", "rope_parameters": "--rope-theta",
+    "vocab_size": "the target's vocabulary", "block_size": "--gamma",
+    "mask_token_id": "--mask-token-id", "target_layer_ids": "--taps",
+    "num_target_layers": "the target's layers", "markov_rank": "--markov-rank",
+    "markov_head_type": "vanilla", "enable_confidence_head": "true",
+    "confidence_head_with_markov": "true",
+}
+
+
+def read_init(init_dir: str) -> tuple:
+    """(config.json, train_metrics.json or {}) of an exported drafter directory."""
+    path = os.path.join(init_dir, "config.json")
+    if not os.path.isfile(path) or not os.path.isfile(os.path.join(init_dir, "model.safetensors")):
+        raise SystemExit(f"--init {init_dir}: not an exported drafter (config.json + "
+                         "model.safetensors)")
+    with open(path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    metrics = {}
+    mpath = os.path.join(init_dir, "train_metrics.json")
+    if os.path.isfile(mpath):
+        with open(mpath, encoding="utf-8") as f:
+            metrics = json.load(f)
+    return cfg, metrics
+
+
+def init_from_config(args, init_cfg: dict) -> None:
+    """--eval-only: the drafter's shape is the --init directory's (its flags here are ignored)."""
+    args.layers = int(init_cfg.get("num_hidden_layers", args.layers))
+    args.markov_rank = int(init_cfg.get("markov_rank", args.markov_rank))
+    args.head_dim = int(init_cfg.get("head_dim", 0))
+    args.kv_heads = int(init_cfg.get("num_key_value_heads", 0))
+    args.intermediate = int(init_cfg.get("intermediate_size", 0))
+    args.rope_theta = float(init_cfg.get("rope_theta", args.rope_theta))
+    args.gamma = int(init_cfg.get("block_size", args.gamma))
+
+
+def check_init_config(cfg: dict, init_cfg: dict, init_dir: str) -> None:
+    """Refuses (one line) when the --init drafter's config does not describe the drafter this run
+    builds: every field of INIT_FIELDS must be equal."""
+    bad = []
+    for k, how in INIT_FIELDS.items():
+        mine, theirs = cfg.get(k), init_cfg.get(k)
+        if isinstance(mine, float) or isinstance(theirs, float):
+            same = theirs is not None and mine is not None and float(mine) == float(theirs)
+        else:
+            same = mine == theirs
+        if not same:
+            bad.append(f"{k} {json.dumps(theirs)} != {json.dumps(mine)} ({how})")
+    if bad:
+        raise SystemExit(f"--init {init_dir}: config.json does not fit this run (its value != "
+                         f"this run's): " + "; ".join(bad))
+
+
+@torch.no_grad()
+def load_init(model: Drafter, init_dir: str) -> int:
+    """Copies every trainable tensor from init_dir/model.safetensors into the model (export()'s
+    names, inverted through export_tensors: its values are views of the parameters). Refuses
+    missing, unexpected or misshapen tensors. Returns the number of tensors loaded."""
+    path = os.path.join(init_dir, "model.safetensors")
+    tensors, _ = st_io.read(path)
+    dst = export_tensors(model)
+    missing = sorted(set(dst) - set(tensors))
+    extra = sorted(set(tensors) - set(dst))
+    if missing or extra:
+        raise SystemExit(f"--init {init_dir}: model.safetensors does not match the drafter: "
+                         f"missing {missing[:6]}{' ...' if len(missing) > 6 else ''}, unexpected "
+                         f"{extra[:6]}{' ...' if len(extra) > 6 else ''}")
+    for k, v in dst.items():
+        if tuple(tensors[k].shape) != tuple(v.shape):
+            raise SystemExit(f"--init {init_dir}: {k} has shape {tuple(tensors[k].shape)}, the "
+                             f"drafter's is {tuple(v.shape)}")
+        v.copy_(tensors[k].to(v.dtype))
+    return len(dst)
+
+
+def init_record(init_dir: str, init_cfg: dict) -> dict:
+    """The `init_from` entry of a continued run: the source's own training record (steps,
+    seconds, sequences, its held-out tau) and its cumulative steps / seconds."""
+    src = init_cfg.get("dspark_training", {}) or {}
+    prev = src.get("init_from") or {}
+    return {"dir": os.path.abspath(init_dir),
+            "steps": src.get("steps"), "train_seconds": src.get("train_seconds"),
+            "sequences": src.get("sequences"), "val_tau_greedy": src.get("val_tau_greedy"),
+            "cumulative_steps": int(src.get("steps") or 0) + int(prev.get("cumulative_steps") or 0),
+            "cumulative_train_seconds": round(float(src.get("train_seconds") or 0.0) + float(
+                prev.get("cumulative_train_seconds") or 0.0), 1)}
+
+
+@torch.no_grad()
+def round_to_bf16(model: Drafter) -> None:
+    """The trainable parameters as export() writes them (bf16), kept in their dtype: the final
+    evaluation then measures the exported drafter, the one --init loads again."""
+    for p in model.parameters():
+        p.copy_(p.to(torch.bfloat16).to(p.dtype))
+
+
 @torch.no_grad()
 def parity_check(cfg, tensors, data: RegenData, embed, lm_head, gamma, mask_id) -> float:
     """The exported (bf16) weights through this script's training forward vs the independent
@@ -553,14 +685,15 @@ def parity_check(cfg, tensors, data: RegenData, embed, lm_head, gamma, mask_id) 
 # ---- main -----------------------------------------------------------------------------------------
 
 
-def chain_tau(anchor, lens, prompt_lens, L):
+def chain_rounds(anchor, lens, prompt_lens, L):
     """Greedy speculative decoding along each sequence, from its accepted prefix lengths L[b, a]
     at every anchor a (anchor[b, a] = t, all response positions): the first round's anchor is the
     first response token; a round accepting L(t) drafts emits L(t) + 1 tokens and the next anchor
-    is t + L(t) + 1. Returns (tokens emitted, rounds) summed over the batch (tau = ratio)."""
-    emitted, rounds = 0, 0
+    is t + L(t) + 1. Returns [(tokens emitted, rounds)] per sequence of the batch."""
+    out = []
     anchor, L = anchor.cpu().numpy(), L.cpu().numpy()
     for b in range(anchor.shape[0]):
+        emitted, rounds = 0, 0
         acc = {int(t): int(l) for t, l in zip(anchor[b], L[b]) if t >= 0}
         t, end = int(prompt_lens[b]), int(lens[b]) - 1
         while t < end and t in acc:
@@ -568,18 +701,86 @@ def chain_tau(anchor, lens, prompt_lens, L):
             emitted += step
             rounds += 1
             t += step
-    return emitted, rounds
+        out.append((emitted, rounds))
+    return out
 
 
-def evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast):
+# ---- held-out metrics by prompt source ----------------------------------------------------------
+
+
+def read_prompt_sources(files: list) -> dict:
+    """{prompt id: source} from prompt files (JSON lines with "id" and "source", as written by
+    make_prompts.py: "template:<kind>", "stdlib:<module>", "code:<module>", "pydoc:<topic>");
+    lines without a source are skipped. An id without "id" is its line number, as dspark regen
+    numbers them."""
+    out = {}
+    for path in files:
+        with open(path, encoding="utf-8") as f:
+            n = 0
+            for line in f:
+                if not line.strip():
+                    continue
+                j = json.loads(line)
+                pid = j.get("id", n)
+                pid = pid if isinstance(pid, str) else json.dumps(pid)
+                n += 1
+                if isinstance(j.get("source"), str):
+                    out[pid] = j["source"]
+    return out
+
+
+def source_groups(source: str | None) -> list:
+    """The groups a sequence counts in: its source family (the part before ':'), and for templated
+    questions also the template kind ("template:arith"); "unknown" without a source."""
+    if not source:
+        return ["unknown"]
+    family = source.split(":", 1)[0]
+    return [family, source] if family == "template" and source != family else [family]
+
+
+def tau_by_source(sources: list, rounds: list, rounds_nm: list) -> dict:
+    """{group: {sequences, tau_greedy, tau_greedy_no_markov, rounds}} over held-out sequences with
+    sources[i] and chain_rounds results rounds[i] (Markov on) / rounds_nm[i] (off); families first
+    (most sequences first), each template kind after the families."""
+    acc = {}
+    for src, (e, r), (en, rn) in zip(sources, rounds, rounds_nm):
+        for g in source_groups(src):
+            a = acc.setdefault(g, [0, 0, 0, 0, 0])
+            a[0] += 1
+            a[1] += e
+            a[2] += r
+            a[3] += en
+            a[4] += rn
+    order = sorted(acc, key=lambda g: (":" in g, -acc[g][0], g))
+    return {g: {"sequences": acc[g][0], "tau_greedy": round(acc[g][1] / max(1, acc[g][2]), 4),
+                "tau_greedy_no_markov": round(acc[g][3] / max(1, acc[g][4]), 4),
+                "rounds": acc[g][2]} for g in order}
+
+
+def format_by_source(by_source: dict) -> str:
+    """One short line: "template 3.91/120 (arith 4.52/30, ...), stdlib 3.10/80" (tau/sequences)."""
+    fam = [g for g in by_source if ":" not in g]
+    parts = []
+    for g in fam:
+        s = f"{g} {by_source[g]['tau_greedy']:.2f}/{by_source[g]['sequences']}"
+        kinds = [k for k in by_source if k.startswith(g + ":")]
+        if kinds:
+            s += " (" + ", ".join(f"{k.split(':', 1)[1]} {by_source[k]['tau_greedy']:.2f}/"
+                                  f"{by_source[k]['sequences']}" for k in kinds) + ")"
+        parts.append(s)
+    return ", ".join(parts)
+
+
+def evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast, per_sequence=False):
     """Held-out metrics with EVERY response position as an anchor: per-position statistics over
     uniform anchors, and tau of greedy speculative decoding simulated along each sequence
-    (chain_tau; uniform-anchor averages overweight the easy stretches that decoding crosses in
-    few rounds)."""
+    (chain_rounds; uniform-anchor averages overweight the easy stretches that decoding crosses in
+    few rounds); by prompt source when the sequences' sources are known (data.seq_source), and
+    per sequence with `per_sequence`."""
     model.eval()
     rng = np.random.default_rng(1234)
     agg = None
-    em, rd, em_nm, rd_nm = 0, 0, 0, 0
+    seq_rounds, seq_rounds_nm = [], []  # chain_rounds per held-out sequence, in val_ids order
     loss_sum, n_batches = 0.0, 0
     batch = max(1, args.eval_batch)
     with torch.no_grad(), autocast():
@@ -596,15 +797,15 @@ def evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast):
             L, _ = accepted_prefix(valid, st.pop("match_rows"))
             Ln, _ = accepted_prefix(valid, st.pop("match_rows_nm"))
             plens = data.prompt_lens[ids].tolist()
-            e, r = chain_tau(anchor, lens, plens, L)
-            em, rd = em + e, rd + r
-            e, r = chain_tau(anchor, lens, plens, Ln)
-            em_nm, rd_nm = em_nm + e, rd_nm + r
+            seq_rounds += chain_rounds(anchor, lens, plens, L)
+            seq_rounds_nm += chain_rounds(anchor, lens, plens, Ln)
             agg = st if agg is None else {k: agg[k] + st[k] for k in agg}
     model.train()
+    em, rd = sum(e for e, _ in seq_rounds), sum(r for _, r in seq_rounds)
+    em_nm, rd_nm = sum(e for e, _ in seq_rounds_nm), sum(r for _, r in seq_rounds_nm)
     rows = agg["rows"].clamp(min=1)
     accept = (agg["accept"] / rows).tolist()
-    return {
+    out = {
         "loss": loss_sum / max(1, n_batches),
         "tau_greedy": em / max(1, rd),
         "tau_greedy_no_markov": em_nm / max(1, rd_nm),
@@ -616,13 +817,66 @@ def evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast):
         "ce_by_position": [round(x, 4) for x in (agg["ce"] / rows).tolist()],
         "rounds": rd,
     }
+    if data.seq_source is not None:  # --prompts-file: tau by prompt source
+        out["tau_by_source"] = tau_by_source([data.seq_source[i] for i in val_ids], seq_rounds,
+                                             seq_rounds_nm)
+    if per_sequence:
+        out["per_sequence"] = [
+            {"prompt": data.seq_prompt[i], "source": None if data.seq_source is None else
+             data.seq_source[i], "emitted": e, "rounds": r, "emitted_no_markov": en,
+             "rounds_no_markov": rn}
+            for i, (e, r), (en, rn) in zip(val_ids.tolist(), seq_rounds, seq_rounds_nm)]
+    return out
+
+
+def by_source_suffix(ev: dict) -> str:
+    """The short per-source part of an eval log line (empty without sources)."""
+    return f"; by source (tau/n): {format_by_source(ev['tau_by_source'])}" \
+        if "tau_by_source" in ev else ""
+
+
+def log_by_source(ev: dict) -> None:
+    """One line per source group (families, then template kinds)."""
+    for g, v in ev.get("tau_by_source", {}).items():
+        log(f"  {g:<18} tau_greedy {v['tau_greedy']:.3f} (no markov "
+            f"{v['tau_greedy_no_markov']:.3f}), {v['sequences']} sequences, {v['rounds']} rounds")
+
+
+def eval_only(args, model, data, val_ids, weights, lm_head, mask_id, autocast, cfg,
+              init_from) -> int:
+    """--eval-only: the --init drafter's held-out metrics (per source, per sequence), logged and
+    written to OUT/eval_metrics.json when --out is given."""
+    t0 = time.time()
+    ev = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast,
+                  per_sequence=True)
+    log(f"eval-only {args.init}: {len(val_ids)} sequences in {time.time() - t0:.1f} s; tau_greedy "
+        f"{ev['tau_greedy']:.4f} (no markov {ev['tau_greedy_no_markov']:.4f}, analytic "
+        f"{ev['tau_analytic_uniform']:.4f}) loss {ev['loss']:.4f}, {ev['rounds']} rounds; match@k "
+        f"{ev['match_by_position']}{data.target_report()}")
+    log_by_source(ev)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        res = {"init": os.path.abspath(args.init), "init_from": init_from, "drafter": cfg,
+               "data": {"directories": list(args.data), "sequences": int(data.n_seq),
+                        "evaluated": int(len(val_ids)),
+                        "selection": "held-out split" if args.eval_held_out else "all",
+                        "prompts_files": list(args.prompts_file),
+                        "hidden_states_stored": data.stored, "tap_layers": data.tap_layers},
+               "device": str(args.device), "target_forward": data.target_stats(), "eval": ev}
+        path = os.path.join(args.out, "eval_metrics.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(res, f, indent=2)
+            f.write("\n")
+        log(f"wrote {path}")
+    return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", required=True, nargs="+", help="regen output directories")
-    ap.add_argument("--out", required=True, help="drafter directory to write")
+    ap.add_argument("--out", default="",
+                    help="drafter directory to write (--eval-only: where eval_metrics.json goes)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--minutes", type=float, default=5.0, help="training time budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time)")
@@ -659,7 +913,30 @@ def main() -> int:
                     help="default: the least frequent token id of the data (ties: lowest id)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--untrained", action="store_true", help="export the initial weights (tests)")
+    ap.add_argument("--init", default="",
+                    help="start from this exported drafter (config.json + model.safetensors) "
+                         "instead of random weights; its config must fit the run (same drafter "
+                         "flags, taps, gamma, target); optimizer and schedule start fresh, and "
+                         "its held-out prompts (train_metrics.json) stay held out")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="with --init: only evaluate that drafter (its config gives the shape; "
+                         "the drafter flags are ignored) on every sequence of --data, or on the "
+                         "training split's held-out ones with --eval-held-out")
+    ap.add_argument("--eval-held-out", action="store_true",
+                    help="--eval-only: the held-out sequences a training run on this --data "
+                         "would use (the --init run's held-out prompts when it lists them)")
+    ap.add_argument("--prompts-file", nargs="+", default=[],
+                    help="the prompt files of the regen runs (JSON lines with id and source, as "
+                         "make_prompts.py writes them): held-out tau by source family "
+                         "(template, stdlib, code, pydoc) and template kind")
     args = ap.parse_args()
+    if args.eval_only and not args.init:
+        raise SystemExit("--eval-only needs --init DIR (the drafter to evaluate)")
+    if not args.eval_only and not args.out:
+        raise SystemExit("--out DIR is required (the drafter directory to write)")
+    init_cfg, init_metrics = read_init(args.init) if args.init else (None, None)
+    if args.eval_only:
+        init_from_config(args, init_cfg)
 
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -672,6 +949,7 @@ def main() -> int:
     t0 = time.time()
     data = RegenData(args.data, device, on_the_fly=args.on_the_fly)
     tw = args.target_weights or os.path.join(args.data[0], "target_weights.safetensors")
+    init_taps = list(init_cfg.get("target_layer_ids", [])) if init_cfg else []
     if data.stored:
         if args.taps and [int(t) for t in args.taps.split(",")] != data.tap_layers:
             raise SystemExit(f"--taps {args.taps}: the shards hold taps {data.tap_layers} "
@@ -680,8 +958,8 @@ def main() -> int:
         source = "stored in the shards"
     else:
         target = TargetModel(tw, device)
-        taps = [int(t) for t in args.taps.split(",")] if args.taps else default_taps(
-            data.num_layers)
+        taps = [int(t) for t in args.taps.split(",")] if args.taps else (
+            init_taps or default_taps(data.num_layers))
         data.use_target(target, taps)
         embed, lm_head = target.embed, target.lm_head
         source = (f"computed by the target's forward ({tw}: weights {target.weight_dtype}, "
@@ -690,12 +968,20 @@ def main() -> int:
         f"({int(data.loss_mask.sum())} response) from {len(args.data)} directories, taps "
         f"{data.tap_layers} of {data.num_layers} layers, hidden {data.hidden}, vocab {data.vocab}; "
         f"hidden states {source}; loaded in {time.time() - t0:.1f} s")
+    if args.prompts_file:
+        n_src = data.set_sources(read_prompt_sources(args.prompts_file))
+        log(f"prompt sources ({', '.join(args.prompts_file)}): {n_src} of {data.n_seq} "
+            f"sequences" + ("" if n_src else ": no prompt id matches, no per-source metrics"))
     if args.mask_token_id >= 0:
         mask_id = args.mask_token_id
+    elif init_cfg and "mask_token_id" in init_cfg:  # the --init drafter's (learned with it)
+        mask_id = int(init_cfg["mask_token_id"])
     else:
         counts = torch.bincount(data.tokens, minlength=data.vocab)
         mask_id = int(torch.argmin(counts))
     cfg = drafter_config(args, data, mask_id)
+    if init_cfg is not None:
+        check_init_config(cfg, init_cfg, args.init)
     log(f"drafter: {cfg['num_hidden_layers']} layers, d {cfg['hidden_size']}, heads "
         f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']}x{cfg['head_dim']}, "
         f"intermediate {cfg['intermediate_size']}, markov rank {cfg['markov_rank']}, "
@@ -704,10 +990,36 @@ def main() -> int:
     model = Drafter(cfg, embed, lm_head).to(device)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"trainable parameters: {n_params / 1e6:.2f} M ({2 * n_params / 2**20:.1f} MiB bf16)")
-    val_ids, train_ids = split_by_prompt(data, args.val_fraction, args.val_max, rng)
+    init_from = None
+    if args.init:
+        n_loaded = load_init(model, args.init)
+        init_from = init_record(args.init, init_cfg)
+        log(f"init: {n_loaded} tensors from {args.init} (trained {init_from['steps']} steps, "
+            f"{init_from['train_seconds']} s on {init_from['sequences']} sequences; cumulative "
+            f"{init_from['cumulative_steps']} steps; held-out tau {init_from['val_tau_greedy']})")
+    all_seqs = args.eval_only and not args.eval_held_out  # no split needed
+    held_prompts = None if all_seqs else (init_metrics or {}).get("val_prompts")
+    if held_prompts is not None:
+        first = {p for p, d in zip(data.seq_prompt, data.seq_dir) if d == 0}
+        n_there = len(first & set(held_prompts))
+        if n_there == 0:
+            log(f"warning: none of the {len(held_prompts)} held-out prompts of {args.init} is in "
+                "the data: a new draw (the held-out tau may include prompts it trained on)")
+            held_prompts = None
+        else:
+            log(f"held-out prompts: the {len(held_prompts)} of {args.init} ({n_there} in the data)")
+    elif args.init and not all_seqs:
+        log(f"warning: {args.init} lists no held-out prompts (train_metrics.json val_prompts): a "
+            "new draw (the held-out tau may include prompts it trained on)")
+    val_ids, train_ids = split_by_prompt(data, args.val_fraction, args.val_max, rng, held_prompts)
+    if all_seqs:
+        val_ids = np.arange(data.n_seq, dtype=np.int64)
     n_val = len(val_ids)
+    # Recorded for a later --init run (those of the --init drafter absent from this data too).
+    val_prompts = sorted({data.seq_prompt[i] for i in val_ids.tolist()} | set(held_prompts or []))
     log(f"held out: {n_val} sequences (prompts of {args.data[0]}); training on "
-        f"{len(train_ids)} sequences")
+        f"{len(train_ids)} sequences" if not args.eval_only else
+        f"evaluating {n_val} sequences ({'the held-out split' if args.eval_held_out else 'all'})")
     weights = torch.exp(-torch.arange(args.gamma, device=device, dtype=torch.float32) / args.gamma)
 
     def autocast():
@@ -715,12 +1027,16 @@ def main() -> int:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return torch.autocast("cpu", enabled=False)
 
+    if args.eval_only:
+        return eval_only(args, model, data, val_ids, weights, lm_head, mask_id, autocast, cfg,
+                         init_from)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                             betas=(0.9, 0.95))
     budget = args.minutes * 60.0
     history = []
     first = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast)
-    log(f"eval (untrained): tau_greedy {first['tau_greedy']:.3f} loss {first['loss']:.4f}")
+    log(f"eval ({'init' if args.init else 'untrained'}): tau_greedy {first['tau_greedy']:.3f} "
+        f"loss {first['loss']:.4f}{by_source_suffix(first)}")
     history.append({"step": 0, "seconds": 0.0, **first})
     step, t_start = 0, time.time()
     t_log = t_eval = t_start
@@ -768,17 +1084,23 @@ def main() -> int:
             history.append({"step": step, "seconds": now - t_start, **ev})
             log(f"eval step {step}: tau_greedy {ev['tau_greedy']:.3f} (no markov "
                 f"{ev['tau_greedy_no_markov']:.3f}, analytic {ev['tau_analytic_uniform']:.3f}) loss "
-                f"{ev['loss']:.4f}")
+                f"{ev['loss']:.4f}{by_source_suffix(ev)}")
     train_s = time.time() - t_start
+    round_to_bf16(model)  # the final metrics are the exported drafter's
     final = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast)
     history.append({"step": step, "seconds": train_s, **final})
     log(f"final: {step} steps in {train_s:.0f} s; held-out tau_greedy {final['tau_greedy']:.3f} "
         f"(no markov {final['tau_greedy_no_markov']:.3f}, analytic {final['tau_analytic_uniform']:.3f}), "
         f"match@k {final['match_by_position']}{data.target_report()}")
+    log_by_source(final)
 
     extra = {"steps": step, "train_seconds": round(train_s, 1), "sequences": int(data.n_seq),
              "tokens": int(data.n_tokens), "val_sequences": int(n_val),
              "val_tau_greedy": round(final["tau_greedy"], 4), "seed": args.seed}
+    if init_from is not None:
+        extra["init_from"] = init_from
+        extra["cumulative_steps"] = init_from["cumulative_steps"] + step
+        extra["cumulative_train_seconds"] = round(init_from["cumulative_train_seconds"] + train_s, 1)
     tensors = export(model, cfg, args.out, extra)
     err = parity_check(cfg, tensors, data, embed, lm_head, args.gamma, mask_id)
     log(f"export: {args.out} ({sum(v.numel() for v in tensors.values()) * 2 / 2**20:.1f} MiB); "
@@ -792,7 +1114,12 @@ def main() -> int:
                         "directories": list(args.data), "hidden_states_stored": data.stored,
                         "tap_layers": data.tap_layers},
                "target_forward": data.target_stats(),
-               "parity_rel_err": err, "final": final, "history": history}
+               "parity_rel_err": err, "final": final, "history": history,
+               "val_prompts": val_prompts}
+    if init_from is not None:
+        metrics["init_from"] = init_from
+        metrics["cumulative_steps"] = extra["cumulative_steps"]
+        metrics["cumulative_train_seconds"] = extra["cumulative_train_seconds"]
     with open(os.path.join(args.out, "train_metrics.json"), "w", encoding="utf-8") as f:
         json.dump(metrics, f, indent=2)
         f.write("\n")
