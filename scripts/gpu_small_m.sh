@@ -43,16 +43,20 @@ round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 --r
 # ROUNDS: cublas (default linear path), small_m (DSPARK_CUDA_GEMV=1), cuda_core_attn (cublas with
 # the CUDA-core attention kernel: DSPARK_ATTENTION_MMA=0), vocab32k (cublas with a 32k draft
 # vocabulary for the drafter: --draft-vocab), small_m_vocab32k (both), nopdl_vocab32k (vocab32k
-# with programmatic dependent launch off: DSPARK_CUDA_PDL=0).
+# with programmatic dependent launch off: DSPARK_CUDA_PDL=0), nomerge_vocab32k (vocab32k with the
+# attention's split merge in the separate combine kernel: DSPARK_ATTN_MERGE=0), blocking_vocab32k
+# (vocab32k with --blocking-sync: CPU time per round and per phase).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
     [ "$r" = cuda_core_attn ] && export DSPARK_ATTENTION_MMA=0
     [[ "$r" == nopdl* ]] && export DSPARK_CUDA_PDL=0
+    [[ "$r" == nomerge* ]] && export DSPARK_ATTN_MERGE=0
     extra=()
+    [[ "$r" == blocking* ]] && extra+=(--blocking-sync)
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)
       python3 -c "import json; json.dump(list(range(32768)), open('$models/vocab32k.json', 'w'))"
-      extra=(--draft-vocab "$models/vocab32k.json")
+      extra+=(--draft-vocab "$models/vocab32k.json")
     fi
     run "${ROUND_TIMEOUT:-150}" "round_$r" "${round[@]}" "${extra[@]}" --json "$out/round_$r.json"
   )

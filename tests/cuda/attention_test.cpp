@@ -1,7 +1,8 @@
 // kv_write and paged_attention: CUDA vs CPU on randomly paged caches (shuffled pages, odd page
 // sizes): decode, 1-32-query verify, long causal prefill, non-causal blocks, GQA, sliding window,
-// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys);
-// both kernels (tensor cores for 16-bit caches, CUDA cores otherwise).
+// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys,
+// merged by the last split CTA; each scenario runs twice and must repeat bit for bit); both kernels
+// (tensor cores for 16-bit caches, CUDA cores otherwise).
 #include "dspark/ops/attention.h"
 
 #include <algorithm>
@@ -78,6 +79,14 @@ void run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype, DType q_dtyp
 
   // Rows that see no key must be exactly zero on the GPU.
   const std::vector<float> got = read(out.gpu);
+
+  // A second launch gives the same bits: the split merge is deterministic (the last split CTA to
+  // arrive merges in split order), and every arrival counter is back at zero after a launch
+  // (a counter left non-zero would skip or repeat a merge here).
+  const Pair again = zeros_pair(q_dtype, Shape{n_tokens, s.n_heads, s.head_dim});
+  paged_attention(ctx.gpu, q_view(qkv.gpu), kv_gpu, qi.gpu, qp.gpu, params, again.gpu);
+  ctx.gpu.synchronize();
+  EXPECT_EQ(read(again.gpu), got) << what << ": a second launch differs";
   const int64_t per_token = s.n_heads * s.head_dim;
   for (int64_t r = 0; r < n_rows; ++r) {
     for (int32_t t = q_indptr[static_cast<size_t>(r)]; t < q_indptr[static_cast<size_t>(r) + 1];

@@ -14,7 +14,9 @@
 //    lanes over head_dim (head_dim / 32 registers per lane and row);
 //  - when there are too few CTAs to fill the GPU (decode), the key tiles are dealt round-robin to
 //    `n_splits` CTAs per query tile (grid.z); each writes (unnormalised output, max, sum) into
-//    scratch and a second kernel merges the splits (flash-decoding).
+//    scratch, and the last of them to finish (an arrival counter per query tile) merges the
+//    splits (flash-decoding without a second kernel; DSPARK_ATTN_MERGE=0, or a launch with more
+//    tiles than the counters cover, merges in a separate combine kernel).
 // Masking per query row: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ? pos + 1 :
 // kv_len), lo = window ? pos - window + 1 : 0. A row that sees no key writes zeros.
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/arrival_counters.h"
 #include "dspark/backend/cuda/kernels/attention.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
@@ -40,6 +43,10 @@ using attn::kLog2e;
 using attn::kMaxRows;
 using attn::kMaxSplits;
 using attn::row_of_token;
+
+// Query tiles the merge's arrival counters cover; a split launch with more tiles (rare: splits
+// are chosen only when the tiles alone cannot fill the GPU) uses the combine kernel.
+constexpr size_t kMergeTiles = 4096;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -281,6 +288,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
     }
     t = seg_end;
   }
+  if (p.n_splits > 1 && p.counters != nullptr) attn::merge_splits_if_last(p, cq);
 }
 
 struct CombineArgs {
@@ -292,41 +300,16 @@ struct CombineArgs {
   int n_heads, n_splits, head_dim;
 };
 
-// One warp per (token, head): merges the splits' partial softmax states. Lane s reads split s's
-// max and sum (n_splits <= 32), so the loads are issued together rather than one dependent round
-// trip per split; the sums are still added in split order (the same values as a sequential loop).
-static_assert(kMaxSplits <= 32);
+// One warp per (token, head): merges the splits' partial softmax states (the path without
+// arrival counters).
 __global__ void combine_splits_kernel(CombineArgs p) {
   pdl_wait();  // launched as a programmatic dependent of the attention kernel
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + (threadIdx.x >> 5);
-  const int lane = threadIdx.x & 31;
   if (item >= p.n_items) return;
-  const int64_t stride = p.head_dim + 2;
-  const float* part = p.part + item * p.n_splits * stride;
-  const bool mine = lane < p.n_splits;
-  const float ms = mine ? part[lane * stride + p.head_dim] : -INFINITY;
-  const float ls = mine ? part[lane * stride + p.head_dim + 1] : 0.0f;
-  const float m = device::warp_max(ms);
-  const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;  // this lane's split
-  float w[kMaxSplits];  // every split's weight, in every lane (before lanes diverge over d)
-  float l = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) {
-    w[s] = __shfl_sync(device::kFullMask, weight, s);
-    const float term = __shfl_sync(device::kFullMask, ls * weight, s);
-    if (s < p.n_splits) l += term;
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
   const int64_t tok = item / p.n_heads, h = item - tok * p.n_heads;
-  const int64_t base = tok * p.out_stride_token + h * p.out_stride_head;
-  for (int d = lane; d < p.head_dim; d += 32) {
-    float o = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) {
-      if (s < p.n_splits && w[s] > 0.0f) o += part[s * stride + d] * w[s];
-    }
-    device::store_float(p.out, base + d, p.out_kind, o * inv);
-  }
+  attn::merge_split_item(p.part + item * p.n_splits * (p.head_dim + 2), p.n_splits, p.head_dim,
+                         p.out, p.out_kind, tok * p.out_stride_token + h * p.out_stride_head,
+                         static_cast<int>(threadIdx.x & 31));
 }
 
 template <typename TKV, int NC>
@@ -433,9 +416,13 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
                                                   kv.page_indices.numel(), page_size);
   grid.z = static_cast<unsigned>(n_splits);
   float* part = nullptr;
+  unsigned* counters = nullptr;  // the last split CTA of each query tile merges (no combine)
   if (n_splits > 1) {
     part = static_cast<float*>(ctx.scratch(static_cast<size_t>(n_tokens * n_heads * n_splits) *
                                            static_cast<size_t>(head_dim + 2) * sizeof(float)));
+    static const bool merge_in_kernel = env_switch("DSPARK_ATTN_MERGE", true);
+    if (merge_in_kernel && int64_t{grid.x} * grid.y <= kMergeTiles)
+      counters = arrival_counters(ctx, ArrivalPool::attention_merge, kMergeTiles);
   }
 
   dispatch_float(kp.dtype(), [&]<typename TKV>(TypeTag<TKV>) {
@@ -478,6 +465,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
                a.head_stride % kW == 0;
     a.n_splits = static_cast<int>(n_splits);
     a.part = part;
+    a.counters = counters;
     if (attn::launch_attention_mma<DKV>(ctx, a, grid)) return;  // tensor cores when they fit
     if (head_dim <= 32)
       launch_attention<DKV, 1>(ctx, a, grid);
@@ -489,7 +477,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
       launch_attention<DKV, 8>(ctx, a, grid);
   });
 
-  if (n_splits > 1) {
+  if (n_splits > 1 && counters == nullptr) {
     CombineArgs c{part,
                   out.data(),
                   float_kind(out.dtype()),

@@ -11,6 +11,7 @@
 
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/reduce.cuh"
 
 namespace dspark::cuda::attn {
 
@@ -47,6 +48,10 @@ struct AttentionArgs {
   bool vec_kv;  // K/V rows 16-byte aligned: vector loads
   int n_splits;
   float* part;  // n_splits > 1: [n_tokens, n_heads, n_splits, head_dim + 2] (acc..., max, sum)
+  // n_splits > 1: one arrival counter per query tile (grid.x * grid.y, zero between launches);
+  // the tile's last split CTA to finish merges the splits (merge_splits_if_last). Null: the
+  // separate combine kernel merges them.
+  unsigned* counters;
 };
 
 // The query rows a CTA owns (grid: x = token tiles, y = KV head x head chunks, z = key splits):
@@ -78,6 +83,65 @@ __device__ __forceinline__ int row_of_token(const int32_t* q_indptr, int n_rows,
       hi = mid - 1;
   }
   return lo;
+}
+
+// Merges the n_splits partial softmax states (acc..., max, sum; max in log2 units) of one
+// (token, head) into out[base .. base + head_dim), in one warp. Lane s reads split s's max and
+// sum (n_splits <= 32), so the loads are issued together rather than one dependent round trip
+// per split; the sums are still added in split order (the values of a sequential loop). The
+// partials are read through L2 (__ldcg): other CTAs wrote them in this launch.
+static_assert(kMaxSplits <= 32);
+__device__ __forceinline__ void merge_split_item(const float* part, int n_splits, int head_dim,
+                                                 void* out, device::FloatKind out_kind,
+                                                 int64_t base, int lane) {
+  const int64_t stride = head_dim + 2;
+  const bool mine = lane < n_splits;
+  const float ms = mine ? __ldcg(part + lane * stride + head_dim) : -INFINITY;
+  const float ls = mine ? __ldcg(part + lane * stride + head_dim + 1) : 0.0f;
+  const float m = device::warp_max(ms);
+  const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;  // this lane's split
+  float w[kMaxSplits];  // every split's weight, in every lane (before lanes diverge over d)
+  float l = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kMaxSplits; ++s) {
+    w[s] = __shfl_sync(device::kFullMask, weight, s);
+    const float term = __shfl_sync(device::kFullMask, ls * weight, s);
+    if (s < n_splits) l += term;
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int d = lane; d < head_dim; d += 32) {
+    float o = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxSplits; ++s) {
+      if (s < n_splits && w[s] > 0.0f) o += __ldcg(part + s * stride + d) * w[s];
+    }
+    device::store_float(out, base + d, out_kind, o * inv);
+  }
+}
+
+// The end of a split CTA (n_splits > 1, counters set), called by every thread after its
+// partials are written: the last of the query tile's n_splits CTAs to arrive merges the tile's
+// (token, head) rows, one warp per row, and resets the tile's counter. The merge gives the
+// combine kernel's values bit for bit (the same merge_split_item).
+template <typename TKV>
+__device__ void merge_splits_if_last(const AttentionArgs<TKV>& p, const CtaQueries& cq) {
+  __shared__ bool s_last;
+  const unsigned tile = blockIdx.x + gridDim.x * blockIdx.y;
+  __threadfence();  // this thread's partials, before the CTA's arrival
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(p.counters + tile, 1u) == gridDim.z - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int n_items = (cq.t_end - cq.t_begin) * cq.nh;
+  for (int i = warp; i < n_items; i += n_warps) {
+    const int64_t tok = cq.t_begin + i / cq.nh, h = cq.h_begin + i % cq.nh;
+    merge_split_item(p.part + (tok * p.n_heads + h) * p.n_splits * (p.head_dim + 2), p.n_splits,
+                     p.head_dim, p.out, p.out_kind,
+                     tok * p.out_stride_token + h * p.out_stride_head, lane);
+  }
+  if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
 }
 
 // The tensor-core kernel: launches it and returns true when the call fits (K/V and q of the same

@@ -13,8 +13,9 @@
 //    cache dtype, as the MMA's A operand straight from the S registers) times V accumulates O in
 //    f32 (head_dim / 8 MMAs).
 //  - At the end the 4 warps' (max, sum, O) meet in shared memory and are merged in warp order; the
-//    CTA writes the normalised rows, or with split keys the partial state (O, max, sum) that
-//    combine_splits_kernel (attention.cu) merges.
+//    CTA writes the normalised rows, or with split keys the partial state (O, max, sum), which
+//    the tile's last split CTA merges (merge_splits_if_last, attention.cuh) or, without arrival
+//    counters, combine_splits_kernel (attention.cu).
 // Masking per row is the op's: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ?
 // pos + 1 : kv_len), lo = window ? pos - window + 1 : 0; a row that sees no key writes zeros.
 #include <atomic>
@@ -331,6 +332,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     t = seg_end;
   }
   if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
+  if (p.n_splits > 1 && p.counters != nullptr) merge_splits_if_last(p, cq);
 }
 
 template <typename T, int HD>

@@ -8,12 +8,11 @@
 // argmax_better is a total order, so the winner does not depend on the split or arrival order.
 #include <cuda_runtime.h>
 
-#include <mutex>
-
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/arrival_counters.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 
@@ -120,24 +119,6 @@ __global__ void __launch_bounds__(kThreads) markov_step_kernel(StepParams<T> p) 
   }
 }
 
-// Zeroed arrival counters per device, allocated once (a captured graph keeps the address).
-unsigned* arrival_counters(const Context& ctx) {
-  static std::mutex mutex;
-  static void* per_device[64] = {};
-  const int device = ctx.device().index;
-  DSPARK_CHECK(device >= 0 && device < 64, "markov_greedy_step: device {}", device);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (per_device[device] == nullptr) {
-    DSPARK_CHECK(!ctx.capturing(), "markov_greedy_step: first use inside a graph capture");
-    const size_t bytes = static_cast<size_t>(kMaxRows) * sizeof(unsigned);
-    void* p = nullptr;
-    DSPARK_CUDA_CHECK(cudaMalloc(&p, bytes));
-    DSPARK_CUDA_CHECK(cudaMemset(p, 0, bytes));
-    per_device[device] = p;
-  }
-  return static_cast<unsigned*>(per_device[device]);
-}
-
 }  // namespace
 
 bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
@@ -147,7 +128,9 @@ bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const 
   if (!enabled || w1.dtype() != w2.dtype() || rows > kMaxRows || cols >= INT32_MAX ||
       !w1.is_contiguous() || !w2.is_contiguous() || r > 8192)
     return false;
-  unsigned* counters = arrival_counters(ctx);
+  unsigned* counters =
+      arrival_counters(ctx, ArrivalPool::markov_step, static_cast<size_t>(kMaxRows));
+  if (counters == nullptr) return false;  // first use inside a capture: the separate ops
   const int64_t chunks = ceil_div(cols, int64_t{kCols});
   auto* part_v = static_cast<float*>(
       ctx.scratch(static_cast<size_t>(rows * chunks) * (sizeof(float) + sizeof(int))));
