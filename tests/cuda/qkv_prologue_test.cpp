@@ -2,7 +2,8 @@
 // kv_write) on the same inputs: q out, and the whole K and V page pools (slots no token writes must
 // stay as they were; padding slots, -1, in the CUDA-only test). Head dims 64 / 128 / 256 (the fused
 // kernel) and 96 (CUDA runs the unfused ops), with and without Qwen3-style q/k norms, GQA, 1 to
-// 17 tokens, f32 and bf16 activations; and the switch (fused off == fused on within rounding).
+// 17 tokens, f32 and bf16 activations; the K/V-only form (no q heads); and the switch (fused off
+// == fused on within rounding).
 #include "dspark/ops/qkv_prologue.h"
 
 #include "dspark/ops/rope.h"
@@ -38,7 +39,7 @@ Inputs make_inputs(DType dtype, int64_t n, int heads, int kv_heads, int hd, uint
   in.slots = vector_pair(slots, Shape{n});
   in.k_pages = random_pair(dtype, Shape{8, 16, kv_heads, hd}, seed + 4);  // old contents
   in.v_pages = random_pair(dtype, Shape{8, 16, kv_heads, hd}, seed + 5);
-  in.q_out = zeros_pair(dtype, Shape{n, heads * int64_t{hd}});
+  if (heads > 0) in.q_out = zeros_pair(dtype, Shape{n, heads * int64_t{hd}});  // else K/V only
   in.k_tmp = zeros_pair(dtype, Shape{n, kv_heads * int64_t{hd}});
   return in;
 }
@@ -61,7 +62,7 @@ QkvPrologueArgs args_of(const Inputs& in, bool gpu, int heads, int kv_heads, int
   a.slots = side(in.slots);
   a.k_pages = side(in.k_pages);
   a.v_pages = side(in.v_pages);
-  a.q_out = side(in.q_out);
+  if (heads > 0) a.q_out = side(in.q_out);
   a.k_tmp = side(in.k_tmp);
   return a;
 }
@@ -87,6 +88,31 @@ TEST(CudaQkvPrologue, MatchesCpu) {
           expect_close(in.k_pages.gpu, in.k_pages.cpu, tol, what + ": k pages");
           expect_equal(in.v_pages.gpu, in.v_pages.cpu, what + ": v pages");
         }
+      }
+    }
+  }
+}
+
+// K/V only (no q heads: a DSpark drafter's context rows): the fused kernel vs the CPU's unfused
+// ops, with and without the k norm.
+TEST(CudaQkvPrologue, KvOnlyMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 700;
+  for (int hd : {64, 128}) {
+    for (bool norms : {true, false}) {
+      for (int64_t n : {1, 17}) {
+        constexpr int kKvHeads = 8;
+        const Inputs in = make_inputs(DType::bf16, n, 0, kKvHeads, hd, seed);
+        seed += 10;
+        const Tensor qc = qkv_prologue(ctx.cpu, args_of(in, false, 0, kKvHeads, hd, norms));
+        const Tensor qg = qkv_prologue(ctx.gpu, args_of(in, true, 0, kKvHeads, hd, norms));
+        ctx.gpu.synchronize();
+        const std::string what = "K/V only, head_dim " + std::to_string(hd) +
+                                 (norms ? " norms" : "") + " n=" + std::to_string(n);
+        EXPECT_FALSE(qc.defined() || qg.defined()) << what;
+        expect_close(in.k_pages.gpu, in.k_pages.cpu, tolerance(DType::bf16), what + ": k pages");
+        expect_equal(in.v_pages.gpu, in.v_pages.cpu, what + ": v pages");
       }
     }
   }

@@ -48,7 +48,7 @@ Tensor unfused(Context& ctx, const QkvPrologueArgs& a) {
     rope(ctx, h3, a.positions, a.inv_freq, a.attention_scaling);
     return h3;
   };
-  const Tensor q = prepare(0, a.n_heads, a.q_norm, a.q_out);
+  const Tensor q = a.n_heads > 0 ? prepare(0, a.n_heads, a.q_norm, a.q_out) : Tensor{};
   const Tensor k = prepare(a.n_heads, a.n_kv_heads, a.k_norm, a.k_tmp);
   kv_write(ctx, k, heads_of(a.qkv, a.n_heads + a.n_kv_heads, a.n_kv_heads, hd), a.slots, a.k_pages,
            a.v_pages);
@@ -67,17 +67,20 @@ bool fused_qkv_prologue_enabled() {
 
 Tensor qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
   constexpr const char* kOp = "qkv_prologue";
-  DSPARK_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.head_dim > 0,
-               "{}: heads ({}, {}) and head_dim ({}) must be positive", kOp, a.n_heads,
-               a.n_kv_heads, a.head_dim);
+  DSPARK_CHECK(a.n_heads >= 0 && a.n_kv_heads > 0 && a.head_dim > 0,
+               "{}: heads ({}, {}) and head_dim ({}) must be positive (q heads: 0 or more)", kOp,
+               a.n_heads, a.n_kv_heads, a.head_dim);
   check_rank(kOp, "qkv", a.qkv, 2);
   check_float(kOp, "qkv", a.qkv);
   check_rows_contiguous(kOp, "qkv", a.qkv);
   const int64_t n = a.qkv.size(0), hd = a.head_dim;
   check_shape(kOp, "qkv", a.qkv, Shape{n, (a.n_heads + 2 * int64_t{a.n_kv_heads}) * hd});
-  check_dtype(kOp, "q_out", a.q_out, a.qkv.dtype());
-  check_shape(kOp, "q_out", a.q_out, Shape{n, a.n_heads * hd});
-  check_contiguous(kOp, "q_out", a.q_out);
+  const bool has_q = a.n_heads > 0;  // else K/V only: q_out unused
+  if (has_q) {
+    check_dtype(kOp, "q_out", a.q_out, a.qkv.dtype());
+    check_shape(kOp, "q_out", a.q_out, Shape{n, a.n_heads * hd});
+    check_contiguous(kOp, "q_out", a.q_out);
+  }
   check_dtype(kOp, "k_tmp", a.k_tmp, a.qkv.dtype());
   check_shape(kOp, "k_tmp", a.k_tmp, Shape{n, a.n_kv_heads * hd});
   check_contiguous(kOp, "k_tmp", a.k_tmp);
@@ -89,9 +92,10 @@ Tensor qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
   check_vector(kOp, "positions", a.positions, DType::i32, n);
   check_vector(kOp, "inv_freq", a.inv_freq, DType::f32, -1);
   check_vector(kOp, "slots", a.slots, DType::i32, n);
-  for (const Tensor* t : {&a.qkv, &a.q_out, &a.k_tmp, &a.positions, &a.inv_freq, &a.slots})
+  for (const Tensor* t : {&a.qkv, &a.k_tmp, &a.positions, &a.inv_freq, &a.slots})
     check_on_device(kOp, "argument", *t, ctx);
-  const Tensor q_view = a.q_out.reshape(Shape{n, a.n_heads, hd});
+  if (has_q) check_on_device(kOp, "q_out", a.q_out, ctx);
+  const Tensor q_view = has_q ? a.q_out.reshape(Shape{n, a.n_heads, hd}) : Tensor{};
   if (n == 0) return q_view;
   const bool fusable = (hd == 64 || hd == 128 || hd == 256) && 2 * a.inv_freq.numel() == hd &&
                        a.k_pages.dim() == 4 && a.k_pages.size(2) == a.n_kv_heads &&

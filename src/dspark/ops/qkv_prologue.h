@@ -2,7 +2,9 @@
 // heads get their per-head RMSNorm (when q_norm / k_norm are given: Qwen3, Gemma 3) and RoPE, and
 // k and v go into the paged cache at `slots` (slot < 0: padding, not written; CUDA only - the CPU's
 // kv_write refuses it). Returns q [n, n_heads, head_dim]: a view of q_out, or - on the unfused
-// path without a q norm - of qkv itself, rotated in place (qkv may be modified).
+// path without a q norm - of qkv itself, rotated in place (qkv may be modified). With n_heads 0
+// (K/V only: a drafter's context rows, whose queries are never needed) qkv is [n, 2 * n_kv_heads
+// * head_dim], q_out and q_norm are unused and the result is an undefined tensor.
 // Defined as, and on the CPU computed by, the unfused ops: rms_norm of a copy (q_out / k_tmp) when
 // there is a norm, rope, kv_write. On CUDA one kernel does it all (one launch instead of up to
 // seven) when head_dim is 64, 128 or 256 and the rotation covers the whole head (rotary_dim ==

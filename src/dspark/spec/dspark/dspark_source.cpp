@@ -15,6 +15,7 @@
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
+#include "dspark/ops/qkv_prologue.h"
 #include "dspark/ops/rope.h"
 #include "dspark/ops/speculative.h"
 #include "dspark/spec/dspark/draft_vocab.h"
@@ -31,13 +32,6 @@ constexpr int64_t kReadbackAlign = 64;  // elements: keeps the confidence logits
 
 int64_t align_up(int64_t v, int64_t a) {
   return (v + a - 1) / a * a;
-}
-
-// Columns [col, col + heads * head_dim) of a [n, width] buffer seen as [n, heads, head_dim].
-Tensor heads_view(const Tensor& t, int64_t col, int heads, int head_dim) {
-  return Tensor(static_cast<char*>(t.data()) + col * static_cast<int64_t>(t.element_size()),
-                t.dtype(), Shape{t.size(0), heads, head_dim}, Shape{t.stride(0), head_dim, 1},
-                t.device());
 }
 
 // Grows `t` (contents discarded) to hold at least `numel` elements; returns the first `numel`.
@@ -223,13 +217,23 @@ void DSparkSource::project_context(Context& ctx, const std::vector<SeqId>& seqs,
     const Tensor w_kv = a.qkv->rows(qw, qw + 2 * kvw);
     const Tensor b_kv = a.qkv_bias->defined() ? a.qkv_bias->slice(0, qw, qw + 2 * kvw) : Tensor{};
     linear(ctx, c, w_kv, b_kv, kv);
-    convert(ctx, kv.slice(1, 0, kvw), k_tmp);
-    rms_norm(ctx, k_tmp.reshape(Shape{n * dims_.n_kv_heads, dims_.head_dim}), a.k_norm,
-             k_tmp.reshape(Shape{n * dims_.n_kv_heads, dims_.head_dim}), norm);
-    const Tensor k = k_tmp.reshape(Shape{n, dims_.n_kv_heads, dims_.head_dim});
-    rope(ctx, k, pos, rope_.inv_freq, rope_.attention_scaling);
-    kv_write(ctx, k, heads_view(kv, kvw, dims_.n_kv_heads, dims_.head_dim), slots,
-             kv_.k_pages(static_cast<int>(l)), kv_.v_pages(static_cast<int>(l)));
+    // k_norm, RoPE at the rows' absolute positions and the K/V write: one kernel on CUDA (the
+    // prologue without query heads).
+    QkvPrologueArgs pro;
+    pro.qkv = kv;
+    pro.n_heads = 0;
+    pro.n_kv_heads = dims_.n_kv_heads;
+    pro.head_dim = dims_.head_dim;
+    if (a.k_norm->defined()) pro.k_norm = a.k_norm.view();
+    pro.norm = norm;
+    pro.positions = pos;
+    pro.inv_freq = rope_.inv_freq;
+    pro.attention_scaling = rope_.attention_scaling;
+    pro.slots = slots;
+    pro.k_pages = kv_.k_pages(static_cast<int>(l));
+    pro.v_pages = kv_.v_pages(static_cast<int>(l));
+    pro.k_tmp = k_tmp;
+    qkv_prologue(ctx, pro);
   }
   if (options_.record) {
     record_.n_context_rows = n;

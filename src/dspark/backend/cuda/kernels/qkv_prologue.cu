@@ -137,7 +137,7 @@ void qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
       p.slots = static_cast<const int32_t*>(a.slots.data());
       p.k_pages = device_ptr<TP>(a.k_pages);
       p.v_pages = device_ptr<TP>(a.v_pages);
-      p.q_out = device_ptr<T>(a.q_out);
+      p.q_out = a.n_heads > 0 ? device_ptr<T>(a.q_out) : nullptr;  // none: K/V only
       const dim3 grid(static_cast<unsigned>(n),
                       static_cast<unsigned>((a.n_heads + 2 * a.n_kv_heads + kWarps - 1) / kWarps));
       const cudaStream_t stream = stream_of(ctx);
