@@ -27,7 +27,9 @@
 // idle time, the gaps between ops (the host gaps), host time blocked in synchronisation and not,
 // and the kernels by device time.
 // --blocking-sync: waiting host threads sleep (cudaDeviceScheduleBlockingSync), so the CPU time per
-// graphed round it reports is the engine's own host work, not spinning in synchronisation.
+// graphed round it reports is the engine's own host work, not spinning in synchronisation: the
+// difference of two runs (R and 2R rounds, so the prefill and setup cancel), and per phase of the
+// round (draft / verify / rest, SpecConfig::cpu_times).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,6 +47,7 @@
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/backend/op_profile.h"
 #include "dspark/core/buffer.h"
+#include "dspark/core/thread_cpu_time.h"
 #include "dspark/engine/speculative.h"
 #include "dspark/spec/dspark/dspark_source.h"
 #include "dspark/spec/source_factory.h"
@@ -79,22 +82,21 @@ struct PhaseMs {
   double host_ms_per_forward = 0;  // target forwards of the measured run (decode / verify)
   ForwardStats stats;              // of the measured run
   std::vector<TraceSpan> trace;    // with a trace: the measured run's device timeline
-  double cpu_ms_per_round = 0;     // CPU time of this thread (the engine's) per round
+  double cpu_ms = 0;               // CPU time of this thread (the engine's) in the whole run
+  double cpu_ms_per_round = 0;     // cpu_ms / rounds (the prefill included)
+  // With cpu_times: the engine thread's CPU time per round in each phase (SpecTelemetry).
+  double draft_cpu = 0, verify_cpu = 0, rest_cpu = 0;
 };
-
-double thread_cpu_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
-}
 
 // Per-round means over `rounds` rounds after a warm-up request.
 // With `trace`, the measured run is recorded through CUPTI (kernel_trace.h), which slows launches:
 // its times are for the timeline only.
 PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
-                const std::vector<int32_t>& prompt, int rounds, bool trace = false) {
+                const std::vector<int32_t>& prompt, int rounds, bool trace = false,
+                bool cpu_times = false) {
   SpecConfig cfg;
   cfg.gamma = gamma;
+  cfg.cpu_times = cpu_times;
   auto run = [&](int n_rounds) {
     RequestInput r;
     r.prompt = prompt;
@@ -140,7 +142,11 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
     m.host_ms_per_forward = m.stats.step_host_ms / static_cast<double>(m.stats.step_forwards);
   m.rounds = static_cast<double>(t.rounds);
   if (t.rounds == 0) return m;
+  m.cpu_ms = cpu_ms;
   m.cpu_ms_per_round = cpu_ms / static_cast<double>(t.rounds);  // the prefill included
+  m.draft_cpu = t.draft_cpu_ms / t.rounds;
+  m.verify_cpu = t.verify_cpu_ms / t.rounds;
+  m.rest_cpu = t.rest_cpu_ms / t.rounds;
   m.draft = t.draft_ms / t.rounds;
   m.verify = t.verify_ms / t.rounds;
   m.rest = t.rest_ms / t.rounds;
@@ -473,6 +479,23 @@ int main_impl(int argc, char** argv) {
               return measure(*target, ctx, created.source.get(), gamma, prompt, n, true);
             },
             rounds, j["graphs"]["round_trace"], 24);
+      // Host CPU per round: two runs (rounds and 2 x rounds) with the engine's per-phase CPU
+      // clocks, differenced so that the prefill and the setup cancel out. Only meaningful with
+      // --blocking-sync (spinning waits burn CPU while the device works).
+      double cpu_round = gs.cpu_ms_per_round;
+      PhaseMs cpu2;
+      if (blocking_sync) {
+        const PhaseMs cpu1 =
+            measure(*target, ctx, created.source.get(), gamma, prompt, rounds, false, true);
+        cpu2 = measure(*target, ctx, created.source.get(), gamma, prompt, 2 * rounds, false, true);
+        if (cpu2.rounds > cpu1.rounds)
+          cpu_round = (cpu2.cpu_ms - cpu1.cpu_ms) / (cpu2.rounds - cpu1.rounds);
+        j["graphs"]["cpu_per_round_ms"] = {{"total", cpu_round},
+                                           {"draft", cpu2.draft_cpu},
+                                           {"verify", cpu2.verify_cpu},
+                                           {"rest", cpu2.rest_cpu},
+                                           {"rounds", {cpu1.rounds, cpu2.rounds}}};
+      }
       target->set_cuda_graphs(false);
       const double dec = graphed_decode_ms;
       j["graphs"]["draft"] = {{"draft_ms", gs.draft},
@@ -486,7 +509,7 @@ int main_impl(int argc, char** argv) {
                               {"drafter_graph_captures", ds.n_graph_captures},
                               {"drafter_graph_fallbacks", ds.n_graph_fallbacks},
                               {"drafter_rounds", ds.n_rounds},
-                              {"cpu_ms_per_round", gs.cpu_ms_per_round},
+                              {"cpu_ms_per_round", cpu_round},
                               {"blocking_sync", blocking_sync}};
       const std::string replayed =
           dspark ? fmt::format("drafter: {} of {} rounds replayed (whole run)", ds.n_graph_replays,
@@ -499,11 +522,15 @@ int main_impl(int argc, char** argv) {
                       fmt::format("{:.2f}", gs.verify / dec), ""});
       rows.push_back({"  rest (graphs)", fmt::format("{:.3f}", gs.rest),
                       fmt::format("{:.2f}", gs.rest / dec), ""});
-      rows.push_back(
-          {"full round (graphs)", fmt::format("{:.3f}", gs.round),
-           fmt::format("{:.2f}", gs.round / dec),
-           fmt::format("x graphed decode step; CPU {:.3f} ms per round{}", gs.cpu_ms_per_round,
-                       blocking_sync ? " (blocking sync)" : " (spinning waits)")});
+      rows.push_back({"full round (graphs)", fmt::format("{:.3f}", gs.round),
+                      fmt::format("{:.2f}", gs.round / dec),
+                      fmt::format("x graphed decode step; CPU {:.3f} ms per round{}", cpu_round,
+                                  blocking_sync ? " (blocking sync)" : " (spinning waits)")});
+      if (blocking_sync)
+        rows.push_back({"  CPU per round: draft / verify / rest",
+                        fmt::format("{:.3f}", cpu2.draft_cpu + cpu2.verify_cpu + cpu2.rest_cpu), "",
+                        fmt::format("{:.3f} / {:.3f} / {:.3f} ms (engine thread, blocking sync)",
+                                    cpu2.draft_cpu, cpu2.verify_cpu, cpu2.rest_cpu)});
     }
     if (profile_ops) {  // the ops of the draft step alone (eager, as measured above)
       (void)take_op_profile();

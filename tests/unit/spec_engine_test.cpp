@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "common/test_util.h"
 #include "dspark/engine/generate.h"
@@ -152,6 +153,38 @@ TEST(SpecEngine, PrefixCacheReusesPromptPagesAndStaysLossless) {
     for (auto& [id, o] : off.take_finished()) EXPECT_EQ(o.spec.prefix_reused, 0);
   }
   EXPECT_EQ(off.kv().cached_pages(), 0);
+}
+
+// SpecConfig::cpu_times: the engine thread's CPU time per round phase is measured only when asked
+// (it costs clock reads), is positive then, stays within the run's CPU time, and is in the JSON.
+TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {
+  auto model = fixture("qwen3");
+  if (!model) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  NgramSource source(NgramConfig{1, 3});
+  auto run = [&](bool cpu_times) {
+    SpecConfig cfg;
+    cfg.gamma = 3;
+    cfg.cpu_times = cpu_times;
+    return generate_speculative(*model, ctx, &source,
+                                {RequestInput{{1, 2, 3, 4, 1, 2, 3, 4}, greedy(24), nullptr, {}}},
+                                cfg)[0]
+        .spec;
+  };
+  const SpecTelemetry off = run(false);
+  EXPECT_GT(off.rounds, 0);
+  EXPECT_EQ(off.draft_cpu_ms + off.verify_cpu_ms + off.rest_cpu_ms, 0.0);
+  EXPECT_FALSE(off.to_json().contains("cpu_timings_ms"));
+
+  const SpecTelemetry on = run(true);
+  EXPECT_GT(on.verify_cpu_ms, 0.0);  // the target's CPU forwards run on this thread's clock
+  EXPECT_GE(on.draft_cpu_ms, 0.0);
+  EXPECT_GE(on.rest_cpu_ms, 0.0);
+  // CPU time of a phase can exceed its wall time only through other threads, which this clock
+  // does not count: the forward's worker threads are not the engine thread.
+  EXPECT_LE(on.draft_cpu_ms + on.verify_cpu_ms + on.rest_cpu_ms,
+            on.draft_ms + on.verify_ms + on.rest_ms + 1.0);
+  EXPECT_TRUE(on.to_json().contains("cpu_timings_ms"));
 }
 
 }  // namespace

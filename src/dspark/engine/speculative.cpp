@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 
+#include "dspark/core/thread_cpu_time.h"
 #include "dspark/ops/sampling.h"
 
 namespace dspark {
@@ -207,6 +208,8 @@ void SpeculativeEngine::prefill_step() {
 
 void SpeculativeEngine::decode_round() {
   const auto t0 = Clock::now();
+  const bool cpu_times = config_.cpu_times;
+  const double c0 = cpu_times ? thread_cpu_ms() : 0.0;
   std::vector<Row*> rows;
   std::vector<ProposeRequest> requests;
   for (auto& r : rows_) {
@@ -238,6 +241,7 @@ void SpeculativeEngine::decode_round() {
                  "draft source proposed {} tokens, {} allowed", proposal.count(i),
                  requests[i].max_tokens);
   const auto t1 = Clock::now();
+  const double c1 = cpu_times ? thread_cpu_ms() : 0.0;
 
   // The verify batch: [pending, drafts] per row, logits for every token.
   ForwardBatch batch;
@@ -264,6 +268,7 @@ void SpeculativeEngine::decode_round() {
   ForwardOutput fo = target_.forward(ctx_, kv_, batch);
   const VerifyResult vr = verifier_.verify(ctx_, fo.logits, proposal, params, seeds, positions);
   const auto t2 = Clock::now();
+  const double c2 = cpu_times ? thread_cpu_ms() : 0.0;
 
   // Commit: the target keeps [pending, accepted drafts]; the rest of its KV is dropped.
   std::vector<RowUpdate> updates(rows.size());
@@ -299,10 +304,14 @@ void SpeculativeEngine::decode_round() {
   const double draft_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const double verify_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
   const double rest_ms = ms_since(t2);
+  const double c3 = cpu_times ? thread_cpu_ms() : 0.0;
   for (Row* r : rows) {
     r->spec.draft_ms += draft_ms;
     r->spec.verify_ms += verify_ms;
     r->spec.rest_ms += rest_ms;
+    r->spec.draft_cpu_ms += c1 - c0;
+    r->spec.verify_cpu_ms += c2 - c1;
+    r->spec.rest_cpu_ms += c3 - c2;
   }
 }
 

@@ -32,6 +32,9 @@ struct SpecConfig {
   // Reuse the target KV of prompt prefixes seen before (PagedKvCache prefix pages). Applies only
   // when the draft source needs no target taps (they would be missing for the reused tokens).
   bool prefix_cache = false;
+  // Also measure the engine thread's CPU time per phase of each decode round
+  // (SpecTelemetry::draft_cpu_ms, ...; four clock reads per round): for benchmarks.
+  bool cpu_times = false;
 };
 
 struct RequestInput {

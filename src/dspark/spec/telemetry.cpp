@@ -35,6 +35,9 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   verify_ms += o.verify_ms;
   rest_ms += o.rest_ms;
   prefill_ms += o.prefill_ms;
+  draft_cpu_ms += o.draft_cpu_ms;
+  verify_cpu_ms += o.verify_cpu_ms;
+  rest_cpu_ms += o.rest_cpu_ms;
   prefix_reused += o.prefix_reused;
 }
 
@@ -42,7 +45,7 @@ nlohmann::json SpecTelemetry::to_json() const {
   nlohmann::json rate = nlohmann::json::array();
   for (size_t j = 0; j < drafted_at.size(); ++j)
     rate.push_back(drafted_at[j] > 0 ? static_cast<double>(accepted_at[j]) / drafted_at[j] : 0.0);
-  return nlohmann::json{
+  nlohmann::json j{
       {"rounds", rounds},
       {"drafted", drafted},
       {"accepted", accepted},
@@ -55,6 +58,10 @@ nlohmann::json SpecTelemetry::to_json() const {
       {"prefix_reused", prefix_reused},
       {"timings_ms",
        {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
+  if (draft_cpu_ms + verify_cpu_ms + rest_cpu_ms > 0)
+    j["cpu_timings_ms"] = {
+        {"draft", draft_cpu_ms}, {"verify", verify_cpu_ms}, {"rest", rest_cpu_ms}};
+  return j;
 }
 
 }  // namespace dspark

@@ -20,7 +20,10 @@ struct SpecTelemetry {
   double verify_ms = 0;              // target forward + verification (includes the one device read)
   double rest_ms = 0;                // commit, KV rollback, emission, host bookkeeping
   double prefill_ms = 0;             // prompt forwards, first token and the source's prompt commit
-  int64_t prefix_reused = 0;         // prompt tokens whose target KV came from the prefix cache
+  // The engine thread's CPU time in the same three phases of the decode rounds, when
+  // SpecConfig::cpu_times is on (zero otherwise).
+  double draft_cpu_ms = 0, verify_cpu_ms = 0, rest_cpu_ms = 0;
+  int64_t prefix_reused = 0;  // prompt tokens whose target KV came from the prefix cache
 
   void record_round(int n_drafted, int n_accepted);
   double tau() const { return rounds > 0 ? static_cast<double>(emitted) / rounds : 0.0; }
