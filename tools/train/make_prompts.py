@@ -6,8 +6,9 @@ machine, with licences that permit it:
     Version 2, a permissive licence that allows copying and derived works), turned into
     instructions ("Explain what this function does", "Summarize", "Write an example", ...);
   * self-authored templated questions (arithmetic and word problems, programming tasks,
-    explanations of concepts, comparisons, advice lists, rewriting): written for dspark, same
-    licence as the repository.
+    explanations of concepts, comparisons, advice lists, rewriting) and, for --extend only, the
+    open-ended prose prompts built from prose_lists.py: written for dspark, same licence as the
+    repository.
 
 Deterministic: one --seed drives every choice; the stdlib walk is sorted. Different Python versions
 have slightly different docstrings, which is why the generated files are committed
@@ -30,11 +31,22 @@ templated prompt), from
     <= --max-doc-chars characters, with instructions (explain, summarize, example, quiz, ...);
   * the source code of pure-Python stdlib functions (5-40 lines, docstring removed; PSF License
     Version 2) with instructions (explain, comment, test, review, translate);
-  * more templated questions;
+  * more templated questions (none of the kinds explain / compare / advice / write that uses a
+    held-out item, see below);
+  * open-ended prose (self-authored, prose_lists.py): explanations of ~550 concepts, comparisons
+    of ~180 pairs, advice on ~180 activities, poems / stories / descriptions of ~200 topics
+    (make_prompts.py's lists and new ones, under many more phrasings than templated()), and kinds
+    of their own: story (character x place x situation), howto (how an everyday thing works),
+    dayinlife (a profession), email (recipient x matter), plan (step-by-step, for a goal),
+    proscons (a choice), whatif (a hypothetical), dialogue (two characters x subject); sources
+    "template:<kind>". No entry of any list is used that a held-out templated prompt uses (an
+    entry occurring in one, a pair when both sides do), nor any entry containing one;
 
-interleaved (round robin over the sources, each in its seeded shuffled order) so that any prefix
-of the file mixes them. Deterministic for one --seed and one Python version (recorded in
-train_large_info.json, as prompts_info.json records it).
+interleaved so that any prefix of the file mixes them: the prose pool takes --prose-fraction
+(0.22) of the new prompts, a round robin over the other sources (each in its seeded shuffled
+order) the rest. Deterministic for one --seed and one Python version (recorded in
+train_large_info.json, as prompts_info.json records it, with the counts per source and template
+kind, the prose prompts available and the held-out items excluded).
 
     python3 tools/train/make_prompts.py --out tools/train/data --extend 30000 \
         --extend-out /tmp/prompts/train_large.jsonl
@@ -415,6 +427,186 @@ def code_items(exclude_names: set) -> list:
     return out
 
 
+# ---- --extend: open-ended prose (self-authored lists of prose_lists.py) -------------------------
+
+# The kinds of templated() whose subject is a concept / pair / activity / topic (prose answers).
+PROSE_TEMPLATE_KINDS = ["explain", "compare", "advice", "write"]
+
+# Share of each kind among the prose prompts (weights; a kind that runs out drops out and the
+# others share its part). explain / compare / advice / write: make_prompts.py's lists and
+# prose_lists.py's under more phrasings; the other kinds only exist here.
+PROSE_WEIGHTS = {
+    "explain": 18, "write": 13, "compare": 8, "advice": 10, "story": 14, "howto": 5,
+    "dayinlife": 4, "email": 8, "plan": 4, "proscons": 4, "whatif": 3, "dialogue": 10,
+}
+
+
+def prose_lists():
+    """The module prose_lists.py next to this file."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module("prose_lists")
+
+
+def phrase_re(items) -> re.Pattern | None:
+    """Matches any of `items` as a whole phrase (not inside a longer word), ignoring case."""
+    alts = sorted({i.strip() for i in items if i.strip()}, key=lambda s: (-len(s), s))
+    if not alts:
+        return None
+    return re.compile(r"(?<!\w)(?:" + "|".join(re.escape(a) for a in alts) + r")(?!\w)", re.I)
+
+
+def prose_entry_lists() -> dict:
+    """{list name: entries} of every self-authored list that fills a prose prompt (pairs as
+    (x, y) tuples): make_prompts.py's four (old_*) and prose_lists.py's."""
+    P = prose_lists()
+    return {
+        "old_concepts": CONCEPTS, "old_pairs": PAIRS, "old_activities": ACTIVITIES,
+        "old_topics": TOPICS, "concepts": P.CONCEPTS, "pairs": P.PAIRS,
+        "activities": P.ACTIVITIES, "topics": P.TOPICS, "characters": P.CHARACTERS,
+        "places": P.PLACES, "situations": P.SITUATIONS, "things": P.THINGS,
+        "professions": P.PROFESSIONS,
+        "recipients": [r for rs, _ in P.EMAIL_GROUPS for r in rs],
+        "matters": [m for _, ms in P.EMAIL_GROUPS for m in ms], "goals": P.GOALS,
+        "choices": P.CHOICES, "hypotheticals": P.HYPOTHETICALS,
+        "dialogue_subjects": P.DIALOGUE_SUBJECTS,
+    }
+
+
+def held_out_prose_items(held_templated: list) -> dict:
+    """{list name: entries} that a held-out templated prompt uses: an entry that occurs as a whole
+    phrase (ignoring case) in one of `held_templated` (the prompts of test.jsonl and calib.jsonl
+    with a "template:*" source); a pair when both its sides occur in one prompt."""
+    def occurs(phrase: str, text: str) -> bool:  # both lower case
+        at = text.find(phrase)
+        while at >= 0:
+            end = at + len(phrase)
+            if not (at and (text[at - 1].isalnum() or text[at - 1] == "_")) and \
+                    not (end < len(text) and (text[end].isalnum() or text[end] == "_")):
+                return True
+            at = text.find(phrase, at + 1)
+        return False
+
+    prompts = [p.lower() for p in held_templated]
+    text = "\n".join(prompts)  # a line break is no word character: phrases stay apart
+    out = {}
+    for name, entries in prose_entry_lists().items():
+        hits = []
+        for e in entries:
+            sides = [s.strip().lower() for s in (e if isinstance(e, tuple) else (e,))]
+            if not all(occurs(s, text) for s in sides):
+                continue
+            if len(sides) == 1 or any(all(occurs(s, p) for s in sides) for p in prompts):
+                hits.append(e)
+        out[name] = hits
+    return out
+
+
+def prose_pool(rng: random.Random, held_templated: list):
+    """Open-ended prose prompts for --extend: (candidates, banned, info). `candidates` yields
+    (prompt, "template:<kind>"), kinds drawn by PROSE_WEIGHTS; explain / compare / advice /
+    write / howto / dayinlife / email / plan / proscons / whatif are every (entry, phrasing) in a
+    shuffled order, story (character x place x situation) and dialogue (two characters x subject)
+    are drawn at random. `banned` matches every held-out item (held_out_prose_items; a pair: each
+    side): no entry that contains one is used, no candidate contains one."""
+    P = prose_lists()
+    held = held_out_prose_items(held_templated)
+    banned = phrase_re(s for es in held.values() for e in es
+                       for s in (e if isinstance(e, tuple) else (e,)))
+
+    def usable(e) -> bool:
+        return banned is None or not any(banned.search(s) for s in (e if isinstance(e, tuple)
+                                                                     else (e,)))
+
+    templates = {
+        "explain": P.EXPLAIN_TEMPLATES, "compare": P.COMPARE_TEMPLATES,
+        "advice": P.ADVICE_TEMPLATES, "write": P.WRITE_TEMPLATES, "story": P.STORY_TEMPLATES,
+        "howto": P.HOWTO_TEMPLATES, "dayinlife": P.DAYINLIFE_TEMPLATES,
+        "email": P.EMAIL_TEMPLATES, "plan": P.PLAN_TEMPLATES,
+        "proscons": P.PROSCONS_TEMPLATES, "whatif": P.WHATIF_TEMPLATES,
+        "dialogue": P.DIALOGUE_TEMPLATES,
+    }
+    for kind, ts in templates.items():  # the fixed words never carry a held-out item
+        for t in ts:
+            if banned is not None and banned.search(re.sub(r"\{\w+\}", "|", t)):
+                raise ValueError(f"prose template {t!r} contains a held-out item")
+    excluded = {}
+
+    def keep(name: str, entries: list) -> list:
+        kept = [e for e in entries if usable(e)]
+        excluded[name] = excluded.get(name, 0) + len(entries) - len(kept)
+        return kept
+
+    concepts = keep("concepts", CONCEPTS + P.CONCEPTS)
+    pairs = keep("pairs", PAIRS + P.PAIRS)
+    activities = keep("activities", ACTIVITIES + P.ACTIVITIES)
+    topics = keep("topics", TOPICS + P.TOPICS)
+    characters = keep("characters", P.CHARACTERS)
+    places = keep("places", P.PLACES)
+    situations = keep("situations", P.SITUATIONS)
+    subjects = keep("dialogue_subjects", P.DIALOGUE_SUBJECTS)
+    groups = [(keep("recipients", rs), keep("matters", ms)) for rs, ms in P.EMAIL_GROUPS]
+
+    def each(kind: str, values: list, key: str) -> list:
+        return [t.format(**{key: v}) for v in values for t in templates[kind]]
+
+    enum = {
+        "explain": each("explain", concepts, "c"),
+        "compare": [t.format(x=x, y=y) for x, y in pairs for t in templates["compare"]],
+        "advice": [t.format(a=a, n=rng.randint(3, 7)) for a in activities
+                   for t in templates["advice"]],
+        "write": each("write", topics, "t"),
+        "howto": each("howto", keep("things", P.THINGS), "t"),
+        "dayinlife": each("dayinlife", keep("professions", P.PROFESSIONS), "job"),
+        "email": [t.format(r=r, m=m) for rs, ms in groups for r in rs for m in ms
+                  for t in templates["email"]],
+        "plan": each("plan", keep("goals", P.GOALS), "g"),
+        "proscons": each("proscons", keep("choices", P.CHOICES), "x"),
+        "whatif": each("whatif", keep("hypotheticals", P.HYPOTHETICALS), "h"),
+    }
+    for kind in enum:
+        enum[kind] = list(dict.fromkeys(enum[kind]))
+        rng.shuffle(enum[kind])
+    sizes = {k: len(v) for k, v in enum.items()}
+    sizes["story"] = len(characters) * len(places) * len(situations) * len(templates["story"])
+    sizes["dialogue"] = len(characters) * (len(characters) - 1) * len(subjects) * \
+        len(templates["dialogue"])
+    info = {
+        "held_out_items": {k: len(v) for k, v in held.items() if v},
+        "entries_excluded": {k: v for k, v in excluded.items() if v},
+        "candidates_by_kind": sizes,
+    }
+
+    def candidates():
+        its = {k: iter(v) for k, v in enum.items()}
+        drawn = {"story": 0, "dialogue": 0}
+        live = [k for k in PROSE_WEIGHTS if sizes[k]]
+        while live:
+            kind = rng.choices(live, weights=[PROSE_WEIGHTS[k] for k in live])[0]
+            if kind in its:
+                p = next(its[kind], None)
+            elif drawn[kind] >= sizes[kind]:  # as many draws as combinations: enough
+                p = None
+            elif kind == "story":
+                p = rng.choice(templates["story"]).format(
+                    ch=rng.choice(characters), p=rng.choice(places), s=rng.choice(situations))
+            else:
+                a, b = rng.sample(characters, 2)
+                p = rng.choice(templates["dialogue"]).format(ch=a, b=b,
+                                                             subj=rng.choice(subjects))
+            if p is None:
+                live.remove(kind)
+                continue
+            if kind in drawn:
+                drawn[kind] += 1
+            if banned is not None and banned.search(p):  # across the joins of entries: never
+                continue
+            yield p, f"template:{kind}"
+
+    return candidates(), banned, info
+
+
 def extend(args) -> int:
     """Writes args.extend training prompts (the committed train.jsonl first) to args.extend_out."""
     def read(name):
@@ -422,7 +614,8 @@ def extend(args) -> int:
             return [json.loads(line) for line in f]
 
     base = read("train.jsonl")
-    held = [r["prompt"] for r in read("test.jsonl") + read("calib.jsonl")]
+    held_rows = read("test.jsonl") + read("calib.jsonl")
+    held = [r["prompt"] for r in held_rows]
     held_text = "\n\x00".join(held)
     rng = random.Random(args.seed + 1)
     items = stdlib_items(args.max_doc_chars)
@@ -453,44 +646,92 @@ def extend(args) -> int:
     for pool in (docs, topics, codes):
         rng.shuffle(pool)
 
+    # Open-ended prose (its own random stream, so that the other sources draw as before).
+    held_templated = [r["prompt"] for r in held_rows if r["source"].startswith("template:")]
+    prose, banned, prose_info = prose_pool(random.Random(args.seed + 2), held_templated)
+    template_skipped = set()
+
     def templates():
         for _ in range(1000 * args.extend):
             kind = rng.choice(TEMPLATE_KINDS)
-            yield templated(rng, kind), f"template:{kind}"
+            p = templated(rng, kind)
+            if kind in PROSE_TEMPLATE_KINDS and banned is not None and banned.search(p):
+                template_skipped.add(p)  # uses a held-out concept / pair / activity / topic
+                continue
+            yield p, f"template:{kind}"
+
+    def take(source):
+        for prompt, src in source:
+            p = fresh(prompt)
+            if p is not None:
+                return p, src
+        return None
 
     # Round robin over `order` (docstrings 3, templated, code, topics 1 each per round), each
     # source until it runs out.
     sources = {"doc": iter(docs), "code": iter(codes), "topic": iter(topics),
                "template": templates()}
     order = ["doc", "doc", "template", "code", "topic", "doc"]
+
+    def round_robin():
+        live = list(order)
+        while live:
+            for kind in list(live):
+                got = take(sources[kind])
+                if got is None:
+                    live = [k for k in live if k != kind]
+                else:
+                    yield kind, got
+
+    # The prose pool takes a slot whenever it holds less than --prose-fraction of the new prompts
+    # (the first, then about every 1/fraction-th); the round robin fills the others, so its
+    # sources keep their proportions. Either one, once it runs out, leaves the rest to the other.
     counts = {k: 0 for k in sources}
+    counts["prose"] = 0
     rows = [{"prompt": r["prompt"], "source": r["source"]} for r in base]
-    live = list(order)
-    while len(rows) < args.extend and live:
-        for kind in list(live):
-            if len(rows) >= args.extend:
-                break
-            for prompt, src in sources[kind]:
-                p = fresh(prompt)
-                if p is not None:
-                    rows.append({"prompt": p, "source": src})
-                    counts[kind] += 1
-                    break
-            else:
-                live = [k for k in live if k != kind]
+    rr, rr_live, prose_live = round_robin(), True, args.prose_fraction > 0
+    while len(rows) < args.extend and (rr_live or prose_live):
+        new = len(rows) - len(base)
+        got = None
+        if prose_live and (counts["prose"] < args.prose_fraction * (new + 1) or not rr_live):
+            got = take(prose)
+            if got is None:
+                prose_live = False
+                continue
+            kind = "prose"
+        else:
+            kind, got = next(rr, (None, None))
+            if got is None:
+                rr_live = False
+                continue
+        rows.append({"prompt": got[0], "source": got[1]})
+        counts[kind] += 1
     os.makedirs(os.path.dirname(os.path.abspath(args.extend_out)), exist_ok=True)
     with open(args.extend_out, "w", encoding="utf-8") as f:
         for i, r in enumerate(rows):
             line = {"id": f"train-{i:06d}", "prompt": r["prompt"], "source": r["source"]}
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    by_kind = {}
+    for r in rows[len(base):]:
+        if r["source"].startswith("template:"):
+            by_kind[r["source"]] = by_kind.get(r["source"], 0) + 1
+    prose_available = sum(prose_info["candidates_by_kind"].values())
     info = {
         "seed": args.seed, "python": sys.version.split()[0], "prompts": len(rows),
         "from_committed_train": len(base), "new": counts,
-        "available": {"doc": len(docs), "code": len(codes), "topic": len(topics)},
+        "new_templated_by_kind": dict(sorted(by_kind.items())),
+        "available": {"doc": len(docs), "code": len(codes), "topic": len(topics),
+                      "prose": prose_available},
+        "prose_fraction": args.prose_fraction,
+        "prose_available_by_kind": prose_info["candidates_by_kind"],
         "held_out_docstrings_excluded": len(held_items),
+        "held_out_prose_items": prose_info["held_out_items"],
+        "prose_entries_excluded": prose_info["entries_excluded"],
+        "templated_prose_skipped": len(template_skipped),
         "licences": {"stdlib": "PSF-2.0 (Python standard library docstrings and source code)",
                      "pydoc": "PSF-2.0 (Python documentation: pydoc_data.topics)",
-                     "template": "self-authored (repository licence)"},
+                     "template": "self-authored (repository licence)",
+                     "prose": "self-authored (tools/train/prose_lists.py; repository licence)"},
     }
     info_file = os.path.splitext(args.extend_out)[0] + "_info.json"
     with open(info_file, "w", encoding="utf-8") as f:
@@ -518,6 +759,9 @@ def main() -> int:
                     help="write this many training prompts to --extend-out instead (the "
                          "committed sets under --out stay as they are)")
     ap.add_argument("--extend-out", default="", help="[--out/train_large.jsonl]")
+    ap.add_argument("--prose-fraction", type=float, default=0.22,
+                    help="--extend: share of the new prompts taken from the open-ended prose "
+                         "pool (prose_lists.py)")
     args = ap.parse_args()
     if args.extend:
         warnings.simplefilter("ignore")
