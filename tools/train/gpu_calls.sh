@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The drafter training run as device-tool calls on one warm GPU machine (tools/train/TRAINING.md,
+# run 3): each call is one step, the state between calls lives in /tmp of that machine, and what
+# comes back fits the tool's limits (at most 8 files of at most 16 MiB under $OUT: the drafter's
+# model.safetensors in 15 MiB parts plus one archive of the small files).
+#
+#   bash tools/train/gpu_calls.sh regen      # build + ctest -L cuda, then the regen stage
+#   bash tools/train/gpu_calls.sh train      # train (again: continue from the last drafter)
+#   bash tools/train/gpu_calls.sh finish     # calibrate, evaluate, bench_spec new vs bundled
+#   # here: bash tools/train/gpu_calls.sh unpack /work/.device/N DEST  (rebuilds DEST/drafter)
+#
+# The target must already be on the machine (MODEL; TRAINING.md: "Getting the GGUF onto the GPU
+# machine first"). Environment (defaults in brackets):
+#   MODEL [/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf]   PO [/tmp/po: the pipeline's OUT]
+#   WORK [/tmp/dspark-train]   KEEP [/tmp/dspark-keep: the latest drafter, across calls]
+#   BUILD [build-gpu]   SKIP_CHECK=1 (regen: build, no ctest)   CTEST_ARGS (regen: for ctest -L cuda)
+#   DSPARK (a dspark binary: no build; finish needs $BUILD/bin/bench_spec for its benchmark)
+#   TRAIN_PROMPTS_N [70000]   REGEN_SECONDS [300]   TRAIN_MINUTES [7.4]
+#   TRAIN_ARGS ["--eval-every 120 --markov-rank 64"]   FRESH=1 (train: from scratch even when
+#   KEEP holds a drafter)   BENCH_PROMPTS [64]   DEVICE [cuda]
+set -uo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+step="${1:-}"
+MODEL="${MODEL:-/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf}"
+PO="${PO:-/tmp/po}"
+WORK="${WORK:-/tmp/dspark-train}"
+KEEP="${KEEP:-/tmp/dspark-keep}"
+BUILD="${BUILD:-build-gpu}"
+DEVICE="${DEVICE:-cuda}"
+OUT="${OUT:-$repo/gpu-calls-out}"
+export TRAIN_ARGS="${TRAIN_ARGS:---eval-every 120 --markov-rank 64}"
+mkdir -p "$OUT"
+
+pipeline() {  # STAGES, then extra VAR=value settings
+  local stages=$1
+  shift
+  env STAGES="$stages" MODEL="$MODEL" OUT="$PO" WORK="$WORK" BUILD="$BUILD" DEVICE="$DEVICE" \
+    ${DSPARK:+DSPARK=$DSPARK} SKIP_BUILD=1 "$@" bash tools/train/pipeline.sh
+}
+
+# The drafter dir $1 as $OUT/drafter_part_* (15 MiB pieces of model.safetensors) plus the small
+# files and the pipeline's logs / metrics in $OUT/results.tgz.
+pack() {
+  local d=$1
+  split -b 15M -d "$d/model.safetensors" "$OUT/drafter_part_" || return 1
+  tar czf "$OUT/results.tgz" -C "$PO" --exclude ./drafter/model.safetensors . || return 1
+  ls -la "$OUT"
+}
+
+case "$step" in
+  regen)
+    [ -e "$MODEL" ] || { echo "no target at $MODEL (transfer it first)"; exit 2; }
+    if [ -z "${DSPARK:-}" ]; then  # build dspark + bench_spec (+ the CUDA tests, run them)
+      ctest_args=${CTEST_ARGS:-}
+      [ -n "${SKIP_CHECK:-}" ] && ctest_args="-R ^no-test-has-this-name$"
+      DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_spec" CTEST_ARGS="$ctest_args" \
+        OUT=/tmp/gpu-check bash scripts/gpu_check.sh "$BUILD" | tail -n 12
+      cp /tmp/gpu-check/ctest.log "$OUT/" 2>/dev/null
+      [ -x "$BUILD/bin/dspark" ] || { echo "no $BUILD/bin/dspark"; exit 3; }
+    fi
+    rm -rf "$PO" "$KEEP"
+    pipeline regen TRAIN_PROMPTS_N="${TRAIN_PROMPTS_N:-70000}" REGEN_SAMPLES=0:0 \
+      REGEN_SECONDS="${REGEN_SECONDS:-300}" >"$OUT/regen.log" 2>&1
+    rc=$?
+    grep -v '^\s*$' "$OUT/regen.log" | tail -n 8
+    exit "$rc"
+    ;;
+  train)
+    init=()
+    if [ -z "${FRESH:-}" ] && [ -f "$KEEP/drafter/config.json" ]; then
+      init=(INIT_DRAFTER="$KEEP/drafter")
+      echo "continuing from $KEEP/drafter"
+    fi
+    pipeline train TRAIN_MINUTES="${TRAIN_MINUTES:-7.4}" "${init[@]}" >"$OUT/train.log" 2>&1
+    rc=$?
+    grep -E "eval step|final:|export:|exit" "$OUT/train.log" | tail -n 12
+    [ "$rc" -eq 0 ] || exit "$rc"
+    [ -f "$PO/drafter/model.safetensors" ] || { echo "no drafter in $PO/drafter"; exit 6; }
+    rm -rf "$KEEP/drafter" && mkdir -p "$KEEP" && cp -r "$PO/drafter" "$KEEP/drafter"
+    pack "$KEEP/drafter"
+    ;;
+  finish)
+    [ -f "$KEEP/drafter/config.json" ] || { echo "no trained drafter in $KEEP"; exit 2; }
+    rm -rf "$PO/drafter" && cp -r "$KEEP/drafter" "$PO/drafter"
+    pipeline calibrate,eval >"$OUT/eval.log" 2>&1
+    tail -n 12 "$PO/logs/summary.log" 2>/dev/null
+    cp "$PO/drafter/dspark_thresholds.json" "$KEEP/drafter/" 2>/dev/null
+    bench="$repo/$BUILD/bin/bench_spec"
+    lib="$repo/$BUILD/deps-root/usr/lib/x86_64-linux-gnu"
+    export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
+    for d in "$KEEP/drafter" models/SmolLM2-135M-Instruct-DSpark; do
+      name=$([ "$d" = "$KEEP/drafter" ] && echo new || echo bundled)
+      [ -x "$bench" ] || break
+      "$bench" -m "$MODEL" --draft "$d" --gamma 7 --prompts tools/train/data/test.jsonl \
+        --n-prompts "${BENCH_PROMPTS:-64}" -n 256 --chat --eos --device "$DEVICE" \
+        --json "$PO/bench_spec_$name.json" >"$PO/logs/bench_spec_$name.log" 2>&1
+      echo "bench_spec $name: exit $?"
+      grep -E "^\| |greedy mismatches" "$PO/logs/bench_spec_$name.log" | tail -n 4
+    done
+    pack "$KEEP/drafter"
+    ;;
+  unpack)  # here: DIR (the call's files) DEST
+    src=${2:?files directory}
+    dest=${3:?destination}
+    mkdir -p "$dest" && tar xzf "$src/results.tgz" -C "$dest" || exit 1
+    cat "$src"/drafter_part_* >"$dest/drafter/model.safetensors" || exit 1
+    ls -la "$dest/drafter"
+    ;;
+  *)
+    sed -n 2,20p "$0"
+    exit 2
+    ;;
+esac
