@@ -4,6 +4,7 @@
 # comes back fits the tool's limits (at most 8 files of at most 16 MiB under $OUT: the drafter's
 # model.safetensors in 15 MiB parts plus one archive of the small files).
 #
+#   bash tools/train/gpu_calls.sh build      # build dspark + bench_spec only (no ctest, no regen)
 #   bash tools/train/gpu_calls.sh regen      # build + ctest -L cuda, then the regen stage
 #   bash tools/train/gpu_calls.sh train      # train (again: continue from the last drafter)
 #   bash tools/train/gpu_calls.sh finish     # calibrate, evaluate, bench_spec new vs bundled
@@ -17,7 +18,10 @@
 #   DSPARK (a dspark binary: no build; finish needs $BUILD/bin/bench_spec for its benchmark)
 #   TRAIN_PROMPTS_N [70000]   REGEN_SECONDS [300]   TRAIN_MINUTES [7.4]
 #   TRAIN_ARGS ["--eval-every 120 --markov-rank 64"]   FRESH=1 (train: from scratch even when
-#   KEEP holds a drafter)   BENCH_PROMPTS [64]   DEVICE [cuda]
+#   KEEP holds a drafter)   INIT (train, when KEEP holds no drafter: start from this exported
+#   drafter, e.g. the bundled one)   TRAIN_SCHEDULE (minutes: one cosine learning-rate schedule
+#   over several train calls; each call continues it where the last stopped, $KEEP/minutes_done)
+#   BENCH_PROMPTS [64]   DEVICE [cuda]   BENCH_BUNDLED [1]: finish also benchmarks the bundled one
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
@@ -48,16 +52,23 @@ pack() {
   ls -la "$OUT"
 }
 
+build_tools() {  # dspark + bench_spec in $BUILD; the CUDA tests too unless SKIP_CHECK
+  local ctest_args=${CTEST_ARGS:-}
+  [ -n "${SKIP_CHECK:-}" ] && ctest_args="-R ^no-test-has-this-name$"
+  DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_spec" CTEST_ARGS="$ctest_args" \
+    OUT=/tmp/gpu-check bash scripts/gpu_check.sh "$BUILD" | tail -n 12
+  cp /tmp/gpu-check/ctest.log "$OUT/" 2>/dev/null
+  [ -x "$BUILD/bin/dspark" ] || { echo "no $BUILD/bin/dspark"; return 3; }
+}
+
 case "$step" in
+  build)
+    SKIP_CHECK=1 build_tools
+    ;;
   regen)
     [ -e "$MODEL" ] || { echo "no target at $MODEL (transfer it first)"; exit 2; }
     if [ -z "${DSPARK:-}" ]; then  # build dspark + bench_spec (+ the CUDA tests, run them)
-      ctest_args=${CTEST_ARGS:-}
-      [ -n "${SKIP_CHECK:-}" ] && ctest_args="-R ^no-test-has-this-name$"
-      DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_spec" CTEST_ARGS="$ctest_args" \
-        OUT=/tmp/gpu-check bash scripts/gpu_check.sh "$BUILD" | tail -n 12
-      cp /tmp/gpu-check/ctest.log "$OUT/" 2>/dev/null
-      [ -x "$BUILD/bin/dspark" ] || { echo "no $BUILD/bin/dspark"; exit 3; }
+      build_tools || exit 3
     fi
     rm -rf "$PO" "$KEEP"
     pipeline regen TRAIN_PROMPTS_N="${TRAIN_PROMPTS_N:-70000}" REGEN_SAMPLES=0:0 \
@@ -71,13 +82,28 @@ case "$step" in
     if [ -z "${FRESH:-}" ] && [ -f "$KEEP/drafter/config.json" ]; then
       init=(INIT_DRAFTER="$KEEP/drafter")
       echo "continuing from $KEEP/drafter"
+    elif [ -n "${INIT:-}" ]; then
+      init=(INIT_DRAFTER="$INIT")
+      echo "starting from $INIT"
+      rm -f "$KEEP/minutes_done"
     fi
-    pipeline train TRAIN_MINUTES="${TRAIN_MINUTES:-7.4}" "${init[@]}" >"$OUT/train.log" 2>&1
+    minutes="${TRAIN_MINUTES:-7.4}"
+    sched=()
+    if [ -n "${TRAIN_SCHEDULE:-}" ]; then
+      [ -n "${FRESH:-}" ] && rm -f "$KEEP/minutes_done"
+      done_min=$(cat "$KEEP/minutes_done" 2>/dev/null || echo 0)
+      sched=(TRAIN_ARGS="$TRAIN_ARGS --schedule-minutes $TRAIN_SCHEDULE --schedule-start $done_min")
+      echo "schedule: $done_min of $TRAIN_SCHEDULE minutes done, this call $minutes"
+    fi
+    pipeline train TRAIN_MINUTES="$minutes" "${init[@]}" "${sched[@]}" >"$OUT/train.log" 2>&1
     rc=$?
     grep -E "eval step|final:|export:|exit" "$OUT/train.log" | tail -n 12
     [ "$rc" -eq 0 ] || exit "$rc"
     [ -f "$PO/drafter/model.safetensors" ] || { echo "no drafter in $PO/drafter"; exit 6; }
     rm -rf "$KEEP/drafter" && mkdir -p "$KEEP" && cp -r "$PO/drafter" "$KEEP/drafter"
+    if [ -n "${TRAIN_SCHEDULE:-}" ]; then
+      python3 -c "print(${done_min} + ${minutes})" >"$KEEP/minutes_done"
+    fi
     pack "$KEEP/drafter"
     ;;
   finish)
@@ -89,7 +115,9 @@ case "$step" in
     bench="$repo/$BUILD/bin/bench_spec"
     lib="$repo/$BUILD/deps-root/usr/lib/x86_64-linux-gnu"
     export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
-    for d in "$KEEP/drafter" models/SmolLM2-135M-Instruct-DSpark; do
+    drafters=("$KEEP/drafter")
+    [ "${BENCH_BUNDLED:-1}" = 1 ] && drafters+=(models/SmolLM2-135M-Instruct-DSpark)
+    for d in "${drafters[@]}"; do
       name=$([ "$d" = "$KEEP/drafter" ] && echo new || echo bundled)
       [ -x "$bench" ] || break
       "$bench" -m "$MODEL" --draft "$d" --gamma 7 --prompts tools/train/data/test.jsonl \

@@ -37,7 +37,8 @@
 #   TRAIN_PROMPTS_N [0]: 0 = the committed tools/train/data/train.jsonl (6000 prompts); N > 6000 =
 #                  make_prompts.py --extend N here ($WORK/prompts/train_large.jsonl: the 6000,
 #                  then more stdlib docstrings x templates, stdlib code, language-reference texts,
-#                  templated questions; never a held-out source item)
+#                  templated questions, open-ended prose; never a held-out source item)
+#   PROSE_FRACTION [make_prompts.py's 0.22]: share of the extension taken from the prose pool
 #   REGEN_SAMPLES [0:0]: comma list of TEMPERATURE:SEED, one regen run each into its own shard
 #                  directory, all trained on (0 = greedy; e.g. "0:0,0.8:1,0.8:2"). With E entries,
 #                  entry i starts at prompt i*N/E (wrapping), so a time-limited run spreads its
@@ -203,7 +204,8 @@ mkdir -p "$WORK/prompts"
 train_prompts="$data/train.jsonl"
 if [ "$TRAIN_PROMPTS_N" -gt 0 ]; then
   step prompts_large 300 python3 tools/train/make_prompts.py --out "$data" \
-    --extend "$TRAIN_PROMPTS_N" --extend-out "$WORK/prompts/train_large.jsonl" || exit 4
+    --extend "$TRAIN_PROMPTS_N" --extend-out "$WORK/prompts/train_large.jsonl" \
+    ${PROSE_FRACTION:+--prose-fraction "$PROSE_FRACTION"} || exit 4
   cp "$WORK/prompts/train_large_info.json" "$OUT/" || true
   train_prompts="$WORK/prompts/train_large.jsonl"
 fi

@@ -880,6 +880,12 @@ def main() -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--minutes", type=float, default=5.0, help="training time budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time)")
+    ap.add_argument("--schedule-minutes", type=float, default=0.0,
+                    help="length of the cosine learning-rate schedule in minutes when it spans "
+                         "several calls (0: --minutes)")
+    ap.add_argument("--schedule-start", type=float, default=0.0,
+                    help="minutes of --schedule-minutes already trained by earlier calls (with "
+                         "--init: this call continues the schedule from there)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--markov-rank", type=int, default=96)
     ap.add_argument("--head-dim", type=int, default=0)
@@ -1033,6 +1039,11 @@ def main() -> int:
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay,
                             betas=(0.9, 0.95))
     budget = args.minutes * 60.0
+    schedule = (args.schedule_minutes or args.minutes) * 60.0
+    sched_start = args.schedule_start * 60.0
+    if args.schedule_minutes and sched_start + budget > schedule + 1e-6:
+        sys.exit(f"--schedule-start {args.schedule_start} + --minutes {args.minutes} runs past "
+                 f"--schedule-minutes {args.schedule_minutes}")
     history = []
     first = evaluate(model, data, val_ids, args, weights, lm_head, mask_id, autocast)
     log(f"eval ({'init' if args.init else 'untrained'}): tau_greedy {first['tau_greedy']:.3f} "
@@ -1047,7 +1058,7 @@ def main() -> int:
         el = time.time() - t_start
         if (args.max_steps and step >= args.max_steps) or (not args.max_steps and el >= budget):
             break
-        frac = step / args.max_steps if args.max_steps else el / budget
+        frac = step / args.max_steps if args.max_steps else (sched_start + el) / schedule
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
         lr *= args.min_lr_ratio + (1 - args.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
         for gopt in opt.param_groups:
