@@ -42,7 +42,8 @@ bias, the analytic tau 1 + sum_j prod_{i<=j} (1 - TV_i), and acceptance by posit
 
 --init DIR continues from an exported drafter (every trainable tensor; its config must describe
 the drafter this run builds, else a one-line refusal naming the fields; optimizer, warm-up and
-schedule start fresh; its held-out prompts, train_metrics.json val_prompts, stay held out; the
+schedule start fresh, unless --schedule-minutes/--schedule-start place this call inside one
+longer schedule; its held-out prompts, train_metrics.json val_prompts, stay held out; the
 export records init_from and cumulative steps). --eval-only --init DIR only evaluates DIR (shape
 from its config) on every sequence of --data (e.g. regen output of the test prompts) or, with
 --eval-held-out, on the training split's held-out sequences, and writes OUT/eval_metrics.json.
