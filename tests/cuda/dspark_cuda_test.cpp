@@ -300,7 +300,9 @@ class DSparkCudaGraphs : public ::testing::TestWithParam<GraphCase> {};
 // With the target's graphs on, the drafter's greedy rounds are captured and replayed: the same
 // tokens and the same acceptance as eager rounds (f32: a replay runs the eager kernels on the
 // bucket's buffers), batched rows finishing at different times (several buckets), no failed
-// capture, and replays that were not captures. The RNN head bakes its state zeros in.
+// capture, and replays that were not captures. The RNN head bakes its state zeros in. The same
+// for the context commits (a wrong replayed commit changes the drafter's K/V, hence its drafts and
+// the accepted counts).
 TEST_P(DSparkCudaGraphs, ReplayedRoundsEqualEagerRounds) {
   DSPARK_REQUIRE_CUDA();
   const GraphCase& c = GetParam();
@@ -357,11 +359,22 @@ TEST_P(DSparkCudaGraphs, ReplayedRoundsEqualEagerRounds) {
   EXPECT_GT(graphed.stats.n_graph_captures, 0);
   EXPECT_GT(graphed.stats.n_graph_replays, graphed.stats.n_graph_captures);
   EXPECT_EQ(graphed.stats.n_rounds, eager.stats.n_rounds);
-  std::printf("[ graphs ] %s %s %s gamma=%d vocab=%d rounds=%lld replays=%lld captures=%lld\n",
-              c.target.c_str(), c.layout.c_str(), c.markov.c_str(), c.gamma, c.draft_vocab ? 1 : 0,
-              static_cast<long long>(graphed.stats.n_rounds),
-              static_cast<long long>(graphed.stats.n_graph_replays),
-              static_cast<long long>(graphed.stats.n_graph_captures));
+  // The context commits too (padded row counts, one bucket per count and tap set).
+  EXPECT_EQ(eager.stats.n_commit_graph_replays, 0);
+  EXPECT_EQ(graphed.stats.n_commit_graph_fallbacks, 0);
+  EXPECT_GT(graphed.stats.n_commit_graph_captures, 0);
+  EXPECT_GT(graphed.stats.n_commit_graph_replays, graphed.stats.n_commit_graph_captures);
+  EXPECT_EQ(graphed.stats.n_rows_projected, eager.stats.n_rows_projected);
+  std::printf(
+      "[ graphs ] %s %s %s gamma=%d vocab=%d rounds=%lld replays=%lld captures=%lld "
+      "commits=%lld commit replays=%lld captures=%lld\n",
+      c.target.c_str(), c.layout.c_str(), c.markov.c_str(), c.gamma, c.draft_vocab ? 1 : 0,
+      static_cast<long long>(graphed.stats.n_rounds),
+      static_cast<long long>(graphed.stats.n_graph_replays),
+      static_cast<long long>(graphed.stats.n_graph_captures),
+      static_cast<long long>(graphed.stats.n_commits),
+      static_cast<long long>(graphed.stats.n_commit_graph_replays),
+      static_cast<long long>(graphed.stats.n_commit_graph_captures));
 }
 
 INSTANTIATE_TEST_SUITE_P(Heads, DSparkCudaGraphs,

@@ -21,7 +21,10 @@
 // CUDA graphs: while the target's graphs are on (Model::cuda_graphs), greedy rounds on CUDA are
 // captured and replayed (backend/graph_set.h), one bucket per (rows, drafts, logit columns) with
 // its own metadata and activation buffers, one graph per attention split count; what a replayed
-// round does on the host is the plan, one metadata copy, the launch and the one read.
+// round does on the host is the plan, one metadata copy, the launch and the one read. Context
+// commits of up to kCommitGraphMaxRows rows are graphed the same way (dspark_commit.cpp): on
+// CUDA their row count is padded up a short ladder (padding rows write no K/V), one bucket per
+// padded count and tap tensor set.
 #pragma once
 
 #include <filesystem>
@@ -80,6 +83,10 @@ struct DSparkStats {
   int64_t n_graph_replays = 0;   // rounds run by launching a captured CUDA graph
   int64_t n_graph_captures = 0;  // of them, the launches right after a capture
   int64_t n_graph_fallbacks = 0;  // captures that failed (the round then ran eagerly)
+  // The context commits, likewise (CUDA, target graphs on, at most kCommitGraphMaxRows rows).
+  int64_t n_commit_graph_replays = 0;
+  int64_t n_commit_graph_captures = 0;
+  int64_t n_commit_graph_fallbacks = 0;
 };
 
 // Host copies kept when DSparkSourceOptions::record is set.
@@ -139,6 +146,37 @@ class DSparkSource final : public DraftSource {
   void project_context(Context& ctx, const std::vector<SeqId>& seqs, const std::vector<int>& n_new,
                        const std::vector<int32_t>& tap_rows, const std::vector<int32_t>& positions,
                        std::span<const Tensor> taps);
+
+  // ---- the context commit's device work (dspark_commit.cpp) ----
+  struct CommitMeta {
+    Tensor tap_rows, positions, slots;  // i32 [n]; slot -1: a padding row (no K/V write)
+  };
+  struct CommitBuffers {
+    Tensor concat, c_raw, c, kv, k_tmp;
+  };
+  CommitBuffers take_commit_buffers(Context& ctx, int64_t n, ActivationArena& arena) const;
+  // gather taps -> fc -> hidden_norm -> per layer: K/V GEMM, k_norm + RoPE + K/V write.
+  void enqueue_commit(Context& ctx, const CommitMeta& m, const CommitBuffers& b,
+                      std::span<const Tensor> taps);
+  struct CommitKey {
+    int64_t rows = 0;               // padded
+    std::vector<const void*> taps;  // the tap tensors' addresses and rows: a graph bakes them
+    std::vector<int64_t> tap_rows;
+    const Context* ctx = nullptr;
+    const void* blas_workspace = nullptr;
+    auto tie() const { return std::tie(rows, taps, tap_rows, ctx, blas_workspace); }
+    bool operator<(const CommitKey& o) const { return tie() < o.tie(); }
+  };
+  struct CommitBucket {
+    DeviceIndices meta;  // tap rows, positions, slots
+    ActivationArena arena;
+    CommitBuffers buffers;
+    GraphSet graphs;  // one variant (no attention)
+    uint64_t last_use = 0;
+  };
+  static constexpr int64_t kCommitGraphMaxRows = 64;
+  static constexpr size_t kCommitMaxBuckets = 16;
+  CommitBucket& commit_bucket(Context& ctx, int64_t rows, std::span<const Tensor> taps);
 
   // One round: R rows of L block rows, S drafts each, `cols` logit columns.
   struct RoundShape {
@@ -202,7 +240,9 @@ class DSparkSource final : public DraftSource {
   PackedIndices meta_;
   ActivationArena arena_, head_arena_;  // eager rounds
   std::map<GraphKey, std::unique_ptr<GraphBucket>> graph_buckets_;
+  std::map<CommitKey, std::unique_ptr<CommitBucket>> commit_buckets_;
   uint64_t graph_tick_ = 0;
+  std::vector<int32_t> commit_rows_, commit_positions_, commit_slots_;  // padded, reused
   OwnedTensor q_;        // f32 [n drafts, V]: the proposal's q (compacted)
   OwnedTensor q_index_;  // i32, grow-only
   std::vector<int32_t> host_read_;
