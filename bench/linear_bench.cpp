@@ -5,7 +5,10 @@
 // exceed the L2 cache several times, so every call reads its weight from HBM as in a real step.
 //
 //   bench_linear [--shapes 6144x4096,4096x4096,24576x4096,4096x12288,151936x4096]
-//                [--m 1,2,4,8,16,17,32,33,48] [--dtype bf16] [--iters 200] [--json FILE]
+//                [--m 1,2,4,8,16,17,32,33,48] [--dtype bf16] [--iters 200] [--autotune N]
+//                [--json FILE]
+// --autotune N adds cuBLASLt with autotuned plans (backend/cuda/lt_plans.h: the fastest of up to N
+// heuristic candidates per shape) and lists what each shape's autotuning chose.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
 // (fused QKV, o, fused gate/up, down) and its LM head.
 #include <algorithm>
@@ -51,12 +54,14 @@ int main(int argc, char** argv) {
   using namespace dspark::bench;
   std::string shapes_list = "6144x4096,4096x4096,24576x4096,4096x12288,151936x4096";
   std::string m_list = "1,2,4,8,16,17,32,33,48", dtype_name_arg = "bf16", json_file;
-  int iters = 200;
+  int iters = 200, autotune = 0;
   CLI::App app{"bench_linear: small-M tensor-core linear vs cuBLASLt on CUDA"};
   app.add_option("--shapes", shapes_list, "comma-separated NxK weight shapes");
   app.add_option("--m", m_list, "comma-separated token counts (rows of x)");
   app.add_option("--dtype", dtype_name_arg, "bf16 or f16");
   app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
+  app.add_option("--autotune", autotune, "also time autotuned cuBLASLt plans (N candidates)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
 
@@ -90,6 +95,12 @@ int main(int argc, char** argv) {
         const OwnedTensor y = OwnedTensor::zeros(dtype, Shape{m, s.n}, Device::cuda(0));
         cuda::set_small_m_linear(false);
         const double cublas_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
+        double tuned_ms = 0.0;
+        if (autotune > 1) {
+          cuda::set_linear_autotune(autotune);
+          tuned_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
+          cuda::set_linear_autotune(0);
+        }
         cuda::set_small_m_linear(true);
         const double ours_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
         const double ours_gbs = bytes / (ours_ms * 1e-3) / 1e9;
@@ -104,20 +115,49 @@ int main(int argc, char** argv) {
                                 {"cublas_ms", cublas_ms},
                                 {"cublas_gbs", cublas_gbs},
                                 {"cublas_fraction_of_copy", cublas_gbs * 1e9 / copy_bw}});
+        if (autotune > 1) {
+          const double tuned_gbs = bytes / (tuned_ms * 1e-3) / 1e9;
+          j["results"].back()["cublas_autotuned_ms"] = tuned_ms;
+          j["results"].back()["cublas_autotuned_gbs"] = tuned_gbs;
+        }
         rows.push_back(
             {fmt::format("{}x{}", s.n, s.k), std::to_string(m),
              fmt::format("{:.1f}", ours_ms * 1e3),
              fmt::format("{:.0f} ({:.0f}%)", ours_gbs, 100 * ours_gbs * 1e9 / copy_bw),
              fmt::format("{:.1f}", cublas_ms * 1e3),
-             fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw)});
+             fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw),
+             autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-")});
       }
     }
     std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
                 info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
     std::printf("%s", format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)",
-                                    "cuBLASLt us", "cuBLASLt GB/s (of copy)"},
+                                    "cuBLASLt us", "cuBLASLt GB/s (of copy)", "autotuned us"},
                                    rows)
                           .c_str());
+    if (autotune > 1) {  // what autotuning chose per shape (timed there after an L2 flush)
+      j["autotune"] = nlohmann::json::array();
+      for (const cuda::LinearPlanRecord& r : cuda::linear_plan_log()) {
+        std::printf(
+            "autotune M=%lld N=%lld K=%lld: %d candidates, first %.1f us (split-K %d), "
+            "chosen #%d %.1f us (algo %d, tile %u, split-K %d, reduction %u)\n",
+            static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k),
+            r.candidates, r.heuristic_us, r.heuristic_splitk, r.chosen, r.chosen_us, r.algo_id,
+            r.tile, r.splitk, r.reduction);
+        j["autotune"].push_back({{"m", r.m},
+                                 {"n", r.n},
+                                 {"k", r.k},
+                                 {"candidates", r.candidates},
+                                 {"chosen", r.chosen},
+                                 {"heuristic_us", r.heuristic_us},
+                                 {"chosen_us", r.chosen_us},
+                                 {"algo_id", r.algo_id},
+                                 {"tile", r.tile},
+                                 {"splitk", r.splitk},
+                                 {"reduction", r.reduction},
+                                 {"heuristic_splitk", r.heuristic_splitk}});
+      }
+    }
     if (!json_file.empty()) std::ofstream(json_file) << j.dump(2) << "\n";
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_linear: %s\n", e.what());

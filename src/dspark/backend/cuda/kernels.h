@@ -4,7 +4,9 @@
 // exactly the op's arguments (see ops/<op>.h for the documented shapes).
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "dspark/backend/context.h"
 #include "dspark/core/tensor.h"
@@ -33,6 +35,26 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // set_small_m_linear(true). Process-wide; for benchmarks and tests.
 void set_small_m_linear(bool enabled);
 bool small_m_linear_enabled();
+// linear's cuBLASLt algorithm per shape (backend/cuda/lt_plans.h): 0 (the default unless the
+// environment has DSPARK_LT_AUTOTUNE=N) takes the heuristic's first candidate; N > 1 times up to N
+// candidates when a shape is first seen (outside graph capture; each call after an L2 flush) and
+// keeps the fastest. Setting it forgets every cached plan. Process-wide; for benchmarks and tests.
+void set_linear_autotune(int candidates);
+int linear_autotune();
+// One autotuned plan: what was timed and what was kept.
+struct LinearPlanRecord {
+  int64_t m, n, k;
+  int candidates;  // heuristic candidates timed
+  int chosen;      // the fastest one's index (0: the heuristic's first)
+  double heuristic_us, chosen_us;
+  int32_t algo_id;
+  uint32_t tile;
+  int32_t splitk;
+  uint32_t reduction;  // cublasLtReductionScheme_t of the chosen one
+  int32_t heuristic_splitk;
+};
+// Every plan autotuned since the process started, in order.
+std::vector<LinearPlanRecord> linear_plan_log();
 // paged_attention on tensor cores (kernels/attention_mma.cu) for 16-bit caches with head_dim
 // 64 / 128 / 256: on by default; off when the environment has DSPARK_ATTENTION_MMA=0 or after
 // set_mma_attention(false) (every call then runs the CUDA-core kernel). Process-wide.

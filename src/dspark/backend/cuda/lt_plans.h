@@ -1,0 +1,60 @@
+// cuBLASLt plans of linear (kernels/matmul.cu): descriptors, layouts and algorithm of one GEMM
+// shape, built once and cached process-wide. By default the algorithm is the heuristic's first
+// candidate. With autotuning on (set_linear_autotune / DSPARK_LT_AUTOTUNE=N) a new plan times up
+// to N of the heuristic's candidates on the call's own buffers, each call after an L2 flush (the
+// weights come from HBM as in a decode step), and keeps the fastest; every autotuned plan is logged
+// (linear_plan_log, and one line on stderr). DSPARK_LT_REDUCTION_MASK restricts the candidates'
+// split-K reduction schemes (cublasLtReductionScheme_t bits; 0: no split-K reduction at all).
+// CUDA-only, internal to backend/cuda.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <tuple>
+
+#include "dspark/core/dtype.h"
+
+namespace dspark::cuda {
+
+struct GemmKey {
+  int device;
+  int64_t m, n, k, ld_x, ld_y;
+  int x_dtype, y_dtype;
+  uint32_t align_x, align_w, align_y;
+  auto tie() const {
+    return std::tie(device, m, n, k, ld_x, ld_y, x_dtype, y_dtype, align_x, align_w, align_y);
+  }
+  bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
+};
+
+// Descriptors and algorithm of one GEMM shape; host objects, destroyed with the cache entry.
+struct GemmPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace_bytes = 0;
+
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan&) = delete;
+  GemmPlan& operator=(const GemmPlan&) = delete;
+  ~GemmPlan();
+};
+
+// Runs the plan's GEMM once with `algo` on the call's buffers (asynchronously); false when
+// cuBLASLt refuses the algorithm. Used to time candidates.
+using RunCandidate = std::function<bool(const GemmPlan& plan, const cublasLtMatmulAlgo_t& algo,
+                                        size_t workspace_bytes)>;
+
+// The cached plan of `key`, made on first use. `stream` and `run` are only used to autotune a
+// new plan (never while a graph is being captured: `capturing`).
+std::shared_ptr<const GemmPlan> find_plan(const GemmKey& key, cublasLtHandle_t handle,
+                                          DType x_dtype, DType y_dtype, size_t workspace_bytes,
+                                          cudaStream_t stream, bool capturing,
+                                          const RunCandidate& run);
+
+}  // namespace dspark::cuda
