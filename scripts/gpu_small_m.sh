@@ -47,7 +47,8 @@ round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 --r
 # attention's split merge in the separate combine kernel: DSPARK_ATTN_MERGE=0), blocking_vocab32k
 # (vocab32k with --blocking-sync: CPU time per round and per phase), autotune_vocab32k (vocab32k
 # with cuBLASLt plans autotuned over 16 candidates: DSPARK_LT_AUTOTUNE=16), noreduce_vocab32k
-# (vocab32k without split-K reduce kernels: DSPARK_LT_REDUCTION_MASK=0).
+# (vocab32k without split-K reduce kernels: DSPARK_LT_REDUCTION_MASK=0), merge16_vocab32k
+# (vocab32k with every attention tile merged by its last split CTA: DSPARK_ATTN_MERGE_ROWS=16).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -56,6 +57,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == nomerge* ]] && export DSPARK_ATTN_MERGE=0
     [[ "$r" == autotune* ]] && export DSPARK_LT_AUTOTUNE=16
     [[ "$r" == noreduce* ]] && export DSPARK_LT_REDUCTION_MASK=0
+    [[ "$r" == merge16* ]] && export DSPARK_ATTN_MERGE_ROWS=16
     extra=()
     [[ "$r" == blocking* ]] && extra+=(--blocking-sync)
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

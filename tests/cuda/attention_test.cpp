@@ -1,14 +1,16 @@
 // kv_write and paged_attention: CUDA vs CPU on randomly paged caches (shuffled pages, odd page
 // sizes): decode, 1-32-query verify, long causal prefill, non-causal blocks, GQA, sliding window,
 // soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys,
-// merged by the last split CTA; each scenario runs twice and must repeat bit for bit); both kernels
-// (tensor cores for 16-bit caches, CUDA cores otherwise).
+// merged by the last split CTA or the combine kernel, with the same bits; each scenario runs twice
+// and must repeat bit for bit); both kernels (tensor cores for 16-bit caches, CUDA cores
+// otherwise).
 #include "dspark/ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
+#include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/op_profile.h"
 
@@ -27,8 +29,10 @@ struct Scenario {
   float softcap = 0.0f;
 };
 
-// A cache holding every row's keys on shuffled pages, plus queries; runs both backends.
-void run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype, DType q_dtype, uint32_t seed) {
+// A cache holding every row's keys on shuffled pages, plus queries; runs both backends and
+// returns the GPU's output.
+std::vector<float> run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype, DType q_dtype,
+                                uint32_t seed) {
   const int64_t n_rows = static_cast<int64_t>(s.kv_lens.size());
   std::vector<int32_t> page_indptr{0}, kv_lens, q_indptr{0}, q_pos;
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -96,10 +100,15 @@ void run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype, DType q_dtyp
       if (s.causal) hi = std::min(hi, pos + 1);
       const int lo = s.window > 0 ? std::max(0, pos - s.window + 1) : 0;
       if (hi > lo) continue;
-      for (int64_t i = 0; i < per_token; ++i)
-        ASSERT_EQ(got[static_cast<size_t>(t * per_token + i)], 0.0f) << what << " token " << t;
+      for (int64_t i = 0; i < per_token; ++i) {
+        if (got[static_cast<size_t>(t * per_token + i)] != 0.0f) {
+          ADD_FAILURE() << what << " token " << t << ": a row that sees no key is not zero";
+          return got;
+        }
+      }
     }
   }
+  return got;
 }
 
 std::vector<Scenario> scenarios() {
@@ -196,6 +205,52 @@ TEST(CudaAttention, ModelShapes) {
 }
 
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
+// The split merge by the last split CTA (set_attention_merge_rows) against the combine kernel:
+// the same bits, for decode tiles (a warp per row) and for 16-row tiles (the two-phase merge),
+// on both kernels (bf16: tensor cores, f32: CUDA cores), at the Qwen3-8B head layout over a
+// long context (split keys: checked) and with a few small rows.
+TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int saved = cuda::attention_merge_rows();
+  auto qwen = [](std::string name, std::vector<int> kv_lens, std::vector<int> n_q) {
+    return Scenario{.name = std::move(name),
+                    .kv_lens = std::move(kv_lens),
+                    .n_q = std::move(n_q),
+                    .n_heads = 32,
+                    .n_kv_heads = 8,
+                    .head_dim = 128};
+  };
+  std::vector<Scenario> v{qwen("8b decode", {1024}, {1}), qwen("8b verify 17", {1041}, {17}),
+                          qwen("8b verify 5 + 9", {700, 1300}, {5, 9})};
+  Scenario block = qwen("8b draft block", {1040}, {16});
+  block.causal = false;
+  v.push_back(block);
+  v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});
+  uint32_t seed = 1700;
+  for (const Scenario& s : v) {
+    int64_t n_tokens = 0, pages = 0;
+    for (size_t r = 0; r < s.kv_lens.size(); ++r) {
+      n_tokens += s.n_q[r];
+      pages += (s.kv_lens[r] + s.page_size - 1) / s.page_size;
+    }
+    EXPECT_GT(
+        cuda::paged_attention_splits(n_tokens, s.n_heads, s.n_kv_heads,
+                                     static_cast<int64_t>(s.kv_lens.size()), pages, s.page_size),
+        1)
+        << s.name << ": no split keys, nothing to merge";
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      cuda::set_attention_merge_rows(0);
+      const std::vector<float> combine = run_scenario(ctx, s, dtype, dtype, seed);
+      cuda::set_attention_merge_rows(16);
+      const std::vector<float> last_cta = run_scenario(ctx, s, dtype, dtype, seed);
+      EXPECT_EQ(last_cta, combine) << s.name << " " << name_of(dtype);
+      seed += 10;
+    }
+  }
+  cuda::set_attention_merge_rows(saved);
+}
+
 // Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256
 // (the profiler records it), the CUDA-core one for f32, other head dims or with the switch off;
 // both match the CPU (run_scenario).

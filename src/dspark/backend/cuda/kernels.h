@@ -60,6 +60,11 @@ std::vector<LinearPlanRecord> linear_plan_log();
 // set_mma_attention(false) (every call then runs the CUDA-core kernel). Process-wide.
 void set_mma_attention(bool enabled);
 bool mma_attention_enabled();
+// paged_attention with split keys: query tiles of at most this many rows (0..16) are merged by
+// their last split CTA, bigger ones by the separate combine kernel (same values either way). 4 by
+// default (decode); DSPARK_ATTN_MERGE=0 gives 0, DSPARK_ATTN_MERGE_ROWS=N gives N. Process-wide.
+void set_attention_merge_rows(int rows);
+int attention_merge_rows();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void convert(Context& ctx, const Tensor& src, const Tensor& out);

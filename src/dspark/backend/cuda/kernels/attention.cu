@@ -15,11 +15,14 @@
 //  - when there are too few CTAs to fill the GPU (decode), the key tiles are dealt round-robin to
 //    `n_splits` CTAs per query tile (grid.z); each writes (unnormalised output, max, sum) into
 //    scratch, and the splits are merged (flash-decoding): by the last of them to finish (an
-//    arrival counter per query tile) when the tile has at most 4 rows (decode), else - or with
-//    DSPARK_ATTN_MERGE=0, or more tiles than the counters cover - by a separate combine kernel.
+//    arrival counter per query tile) when the tile has at most attention_merge_rows() rows (4 by
+//    default: decode), else - or with more tiles than the counters cover - by a separate combine
+//    kernel.
 // Masking per query row: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ? pos + 1 :
 // kv_len), lo = window ? pos - window + 1 : 0. A row that sees no key writes zeros.
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
@@ -47,8 +50,18 @@ using attn::row_of_token;
 // Query tiles the merge's arrival counters cover; a split launch with more tiles (rare: splits
 // are chosen only when the tiles alone cannot fill the GPU) uses the combine kernel.
 constexpr size_t kMergeTiles = 4096;
-// Query rows of a tile up to which its last split CTA merges them (one per warp of either kernel).
-constexpr int64_t kMergeRowsPerTile = 4;
+// Query rows of a tile up to which its last split CTA merges them instead of the combine kernel:
+// 4 (one per warp: decode) unless the environment says otherwise - DSPARK_ATTN_MERGE=0 gives 0
+// (always the combine kernel), DSPARK_ATTN_MERGE_ROWS=N gives N (16: every tile) - or
+// set_attention_merge_rows was called.
+std::atomic<int>& merge_rows_flag() {
+  static std::atomic<int> rows = [] {
+    if (!env_switch("DSPARK_ATTN_MERGE", true)) return 0;
+    const char* v = std::getenv("DSPARK_ATTN_MERGE_ROWS");
+    return v != nullptr && *v != '\0' ? std::clamp(std::atoi(v), 0, attn::kMaxRows) : 4;
+  }();
+  return rows;
+}
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -290,7 +303,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
     }
     t = seg_end;
   }
-  if (p.n_splits > 1 && p.counters != nullptr) attn::merge_splits_if_last(p, cq);
+  if (p.n_splits > 1 && p.counters != nullptr) attn::merge_splits_if_last(p, cq, smem);
 }
 
 struct CombineArgs {
@@ -317,6 +330,7 @@ __global__ void combine_splits_kernel(CombineArgs p) {
 template <typename TKV, int NC>
 void launch_attention(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid) {
   constexpr size_t kSmem = attention_smem_bytes<NC>();
+  static_assert(kSmem >= attn::kMergeSmemBytes, "the split merge reuses the dynamic smem");
   if constexpr (kSmem > 48 * 1024) {
     DSPARK_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<TKV, NC>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -422,14 +436,14 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
   if (n_splits > 1) {
     part = static_cast<float*>(ctx.scratch(static_cast<size_t>(n_tokens * n_heads * n_splits) *
                                            static_cast<size_t>(head_dim + 2) * sizeof(float)));
-    // The last CTA merges its tile's rows one per warp, after its own work: that pays when a
-    // tile has at most one row per warp (decode: one token x the GQA group). Bigger tiles (verify,
-    // draft blocks) would serialise several merges in one CTA, which cost more than the combine
+    // The last CTA merges its tile's rows after its own work: that pays when a tile has at most
+    // one row per warp (decode: one token x the GQA group). For bigger tiles (verify, draft
+    // blocks) a merge of the rows one after the other in each warp cost more than the combine
     // kernel (H200, Qwen3-8B shape, context 1,024: graphed verify of 16 drafts 5.75 -> 6.20 ms,
-    // decode 5.11 -> 5.07 ms with the in-kernel merge for every shape).
-    static const bool merge_in_kernel = env_switch("DSPARK_ATTN_MERGE", true);
+    // decode 5.11 -> 5.07 ms with the in-kernel merge for every shape); the merge of such tiles
+    // is now spread over the whole CTA (attention.cuh), not timed yet: hence 4 by default.
     const int64_t tile_rows = std::min(tokens_per_cta, n_tokens) * heads_per_cta;
-    if (merge_in_kernel && tile_rows <= kMergeRowsPerTile &&
+    if (tile_rows <= attention_merge_rows() &&
         int64_t{grid.x} * grid.y <= static_cast<int64_t>(kMergeTiles))
       counters = arrival_counters(ctx, ArrivalPool::attention_merge, kMergeTiles);
   }
@@ -502,6 +516,14 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
                dim3(static_cast<unsigned>(ceil_div(c.n_items, kCombineWarps))),
                dim3(kCombineWarps * 32), 0, stream_of(ctx), c);
   }
+}
+
+void set_attention_merge_rows(int rows) {
+  merge_rows_flag().store(std::clamp(rows, 0, attn::kMaxRows));
+}
+
+int attention_merge_rows() {
+  return merge_rows_flag().load();
 }
 
 }  // namespace dspark::cuda

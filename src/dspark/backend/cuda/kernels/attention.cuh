@@ -119,12 +119,22 @@ __device__ __forceinline__ void merge_split_item(const float* part, int n_splits
   }
 }
 
+// Bytes of the kernels' dynamic shared memory that the merge below reuses once the CTA's own work
+// is done: every row's split weights and 1 / sum. Both launchers assert that they have as much.
+inline constexpr size_t kMergeSmemBytes = sizeof(float) * kMaxRows * (kMaxSplits + 1);
+
 // The end of a split CTA (n_splits > 1, counters set), called by every thread after its
 // partials are written: the last of the query tile's n_splits CTAs to arrive merges the tile's
-// (token, head) rows, one warp per row, and resets the tile's counter. The merge gives the
-// combine kernel's values bit for bit (the same merge_split_item).
+// (token, head) rows and resets the tile's counter. The merge gives the combine kernel's values
+// bit for bit (the same operations in the same order as merge_split_item). With at most one row
+// per warp (decode), each warp merges its row. With more rows (verify, draft blocks), merging
+// them one after the other in each warp made a long serial tail, so the work is split in two:
+// one warp per row computes the splits' weights and 1 / sum into shared memory (`smem`: the
+// kernel's dynamic shared memory, free by then, kMergeSmemBytes), then every thread of the CTA
+// takes (row, column) items, so the partials' loads of all rows are in flight together.
 template <typename TKV>
-__device__ void merge_splits_if_last(const AttentionArgs<TKV>& p, const CtaQueries& cq) {
+__device__ void merge_splits_if_last(const AttentionArgs<TKV>& p, const CtaQueries& cq,
+                                     float* smem) {
   __shared__ bool s_last;
   const unsigned tile = blockIdx.x + gridDim.x * blockIdx.y;
   __threadfence();  // this thread's partials, before the CTA's arrival
@@ -135,11 +145,49 @@ __device__ void merge_splits_if_last(const AttentionArgs<TKV>& p, const CtaQueri
   __threadfence();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
   const int n_items = (cq.t_end - cq.t_begin) * cq.nh;
-  for (int i = warp; i < n_items; i += n_warps) {
+  const int64_t stride = p.head_dim + 2;
+  auto part_of = [&](int i) {
     const int64_t tok = cq.t_begin + i / cq.nh, h = cq.h_begin + i % cq.nh;
-    merge_split_item(p.part + (tok * p.n_heads + h) * p.n_splits * (p.head_dim + 2), p.n_splits,
-                     p.head_dim, p.out, p.out_kind,
-                     tok * p.out_stride_token + h * p.out_stride_head, lane);
+    return p.part + (tok * p.n_heads + h) * p.n_splits * stride;
+  };
+  auto out_base = [&](int i) {
+    const int64_t tok = cq.t_begin + i / cq.nh, h = cq.h_begin + i % cq.nh;
+    return tok * p.out_stride_token + h * p.out_stride_head;
+  };
+  if (n_items <= n_warps) {
+    if (warp < n_items)
+      merge_split_item(part_of(warp), p.n_splits, p.head_dim, p.out, p.out_kind, out_base(warp),
+                       lane);
+  } else {
+    float* s_w = smem;                            // [kMaxRows][kMaxSplits]: split s's weight
+    float* s_inv = smem + kMaxRows * kMaxSplits;  // [kMaxRows]: 1 / sum
+    for (int i = warp; i < n_items; i += n_warps) {
+      const float* part = part_of(i);
+      const bool mine = lane < p.n_splits;
+      const float ms = mine ? __ldcg(part + lane * stride + p.head_dim) : -INFINITY;
+      const float ls = mine ? __ldcg(part + lane * stride + p.head_dim + 1) : 0.0f;
+      const float m = device::warp_max(ms);
+      const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;
+      float l = 0.0f;
+#pragma unroll
+      for (int s = 0; s < kMaxSplits; ++s) {
+        const float term = __shfl_sync(device::kFullMask, ls * weight, s);
+        if (s < p.n_splits) l += term;
+      }
+      s_w[i * kMaxSplits + lane] = weight;
+      if (lane == 0) s_inv[i] = l > 0.0f ? 1.0f / l : 0.0f;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_items * p.head_dim; idx += blockDim.x) {
+      const int i = idx / p.head_dim, d = idx - i * p.head_dim;
+      const float* part = part_of(i);
+      const float* w = s_w + i * kMaxSplits;
+      float o = 0.0f;
+      for (int s = 0; s < p.n_splits; ++s) {
+        if (w[s] > 0.0f) o += __ldcg(part + s * stride + d) * w[s];
+      }
+      device::store_float(p.out, out_base(i) + d, p.out_kind, o * s_inv[i]);
+    }
   }
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
 }

@@ -332,12 +332,14 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     t = seg_end;
   }
   if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
-  if (p.n_splits > 1 && p.counters != nullptr) merge_splits_if_last(p, cq);
+  if (p.n_splits > 1 && p.counters != nullptr)
+    merge_splits_if_last(p, cq, reinterpret_cast<float*>(smem_raw));
 }
 
 template <typename T, int HD>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   constexpr size_t kSmem = Layout<HD>::kBytes;
+  static_assert(kSmem >= kMergeSmemBytes, "the split merge reuses the dynamic smem");
   if constexpr (kSmem > 48 * 1024) {
     // Once per kernel and device (the attribute is per device; a bit per device id < 64).
     static std::atomic<uint64_t> configured{0};
