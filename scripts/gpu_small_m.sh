@@ -4,8 +4,8 @@
 # the opt-in kernel (DSPARK_CUDA_GEMV=1) and without it, eager and graphs, in one call.
 #   bash scripts/gpu_small_m.sh        (carry .carry/debs; logs and JSON under $OUT)
 # Environment: CTEST_ARGS (e.g. "-R CudaGemv"), LINEAR_ARGS (bench_linear flags), VERIFY (verify
-# widths, default 1,4,16,32), ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g.
-# --profile-ops), ROUNDS (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR /
+# widths, default 1,4,16,32), CONTEXT / BATCH (bench_round's lists, default 1024 / 1),
+# ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g. --profile-ops), ROUNDS (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR /
 # SKIP_ROUND (skip those), ROUND_TIMEOUT (seconds per bench_round run, default 150).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
@@ -38,7 +38,8 @@ for s in qwen3-8b qwen3-8b-dspark-b16; do
     --shape "$s" --out "$models/$s" --tokenizer "$models/tok" 2>&1 | tail -n 1
 done
 echo "synth done ($(( $(date +%s) - t0 )) s)"
-round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context 1024 --rounds 32
+round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context "${CONTEXT:-1024}"
+  --batch "${BATCH:-1}" --rounds 32
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})
 # ROUNDS: cublas (default linear path), small_m (DSPARK_CUDA_GEMV=1), cuda_core_attn (cublas with
 # the CUDA-core attention kernel: DSPARK_ATTENTION_MMA=0), vocab32k (cublas with a 32k draft

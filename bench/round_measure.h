@@ -1,0 +1,90 @@
+// bench_round's measurements (round_bench.cpp wires them to the command line): speculative rounds
+// through the real engine for B rows at a fixed context, with the round's phases, CPU clocks and
+// an optional device timeline; target forwards back to back; the op profile of a draft step.
+#pragma once
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dspark/backend/context.h"
+#include "dspark/backend/op_profile.h"
+#include "dspark/model/model.h"
+#include "dspark/spec/draft_source.h"
+#include "kernel_trace.h"
+
+namespace dspark::bench {
+
+// Proposes exactly max_tokens random tokens per row: fixes the verify width.
+class RandomDraftSource final : public DraftSource {
+ public:
+  explicit RandomDraftSource(int vocab) : dist_(0, vocab - 1) {}
+  std::string name() const override { return "random"; }
+  void begin(Context&, RowId, std::span<const int32_t>) override {}
+  void commit(Context&, std::span<const RowUpdate>, std::span<const Tensor>) override {}
+  void propose(Context&, std::span<const ProposeRequest> requests, Proposal& out) override;
+  void release(RowId) override {}
+
+ private:
+  std::mt19937 gen_{3};
+  std::uniform_int_distribution<int32_t> dist_;
+};
+
+struct PhaseMs {
+  double draft = 0, verify = 0, rest = 0, round = 0;
+  double rounds = 0;
+  double host_ms_per_forward = 0;  // target forwards of the measured run (decode / verify)
+  ForwardStats stats;              // of the measured run
+  std::vector<TraceSpan> trace;    // with a trace: the measured run's device timeline
+  double cpu_ms = 0;               // CPU time of this thread (the engine's) in the whole run
+  double cpu_ms_per_round = 0;     // cpu_ms / rounds (the prefill included)
+  // With cpu_times: the engine thread's CPU time per round in each phase (SpecTelemetry).
+  double draft_cpu = 0, verify_cpu = 0, rest_cpu = 0;
+};
+
+// Per-round means over `rounds` rounds of one request per prompt (all rows decode in every round:
+// no end of sequence, the same max_tokens) after a warm-up run. With `trace`, the measured run is
+// recorded through CUPTI (kernel_trace.h), which slows launches: its times are for the timeline.
+PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
+                const std::vector<std::vector<int32_t>>& prompts, int rounds, bool trace = false,
+                bool cpu_times = false);
+
+// Forwards to a draft source and profiles its propose() calls only (op profiler on around them):
+// the ops of the draft step, apart from the target's verify forward.
+class ProfiledProposals final : public ForwardingDraftSource {
+ public:
+  using ForwardingDraftSource::ForwardingDraftSource;
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override;
+  int64_t proposals() const { return proposals_; }
+
+ private:
+  int64_t proposals_ = 0;
+};
+
+// Prints the op profile `ops` (take_op_profile) per `per` calls of what was profiled, and stores
+// it under j.
+void print_op_profile(const std::string& title, const std::vector<OpTime>& ops, double per,
+                      nlohmann::json& j);
+
+// Traces the measurement twice, with `rounds` and 2 x `rounds` rounds, and prints / stores the
+// difference per round: the prefill and the warm-up cancel out. Host time not blocked = the
+// longer run's wall time per round minus the time per round its thread spent blocked in CUDA
+// synchronisation. The `top` kernels by device time per round follow.
+void report_trace(const std::string& title, const std::function<PhaseMs(int)>& traced_run,
+                  int rounds, nlohmann::json& j, size_t top);
+
+// `n` target forwards of `width` tokens per row (all logits), one row per prompt, back to back
+// at a fixed context (the KV is rolled back after each forward, a host-only operation), one
+// synchronisation at the end: the time per forward when the host runs ahead of the GPU, i.e.
+// device time including the gaps between kernels, plus the host time per forward.
+struct LoopMs {
+  double ms = 0, host_ms = 0;
+  ForwardStats stats;
+};
+LoopMs forward_loop(Model& target, Context& ctx, const std::vector<std::vector<int32_t>>& prompts,
+                    int width, int n);
+
+}  // namespace dspark::bench
