@@ -5,8 +5,9 @@
 #   bash scripts/gpu_small_m.sh        (carry .carry/debs; logs and JSON under $OUT)
 # Environment: CTEST_ARGS (e.g. "-R CudaGemv"), LINEAR_ARGS (bench_linear flags), VERIFY (verify
 # widths, default 1,4,16,32), CONTEXT / BATCH (bench_round's lists, default 1024 / 1),
-# ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g. --profile-ops), ROUNDS (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR /
-# SKIP_ROUND (skip those), ROUND_TIMEOUT (seconds per bench_round run, default 150).
+# ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g. --profile-ops), ROUNDS
+# (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR / SKIP_ROUND (skip those),
+# ROUND_TIMEOUT (seconds per bench_round run, default 150).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
 export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON
