@@ -225,20 +225,21 @@ GemmPlan::~GemmPlan() {
   if (op) (void)cublasLtMatmulDescDestroy(op);
 }
 
-std::shared_ptr<const GemmPlan> find_plan(const GemmKey& key, cublasLtHandle_t handle,
-                                          DType x_dtype, DType y_dtype, size_t workspace_bytes,
-                                          cudaStream_t stream, bool capturing,
-                                          const RunCandidate& run) {
+std::shared_ptr<const GemmPlan> cached_plan(const GemmKey& key) {
+  std::lock_guard lock(cache_mutex());
+  const auto it = plan_cache().find(key);
+  return it == plan_cache().end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const GemmPlan> create_plan(const GemmKey& key, cublasLtHandle_t handle,
+                                            DType x_dtype, DType y_dtype, size_t workspace_bytes,
+                                            cudaStream_t stream, bool capturing,
+                                            const RunCandidate& run) {
   constexpr size_t kMaxPlans = 4096;
-  {
-    std::lock_guard lock(cache_mutex());
-    if (auto it = plan_cache().find(key); it != plan_cache().end()) return it->second;
-  }
   auto plan = make_plan(key, handle, x_dtype, y_dtype, workspace_bytes, stream, capturing, run);
   std::lock_guard lock(cache_mutex());
   if (plan_cache().size() >= kMaxPlans) plan_cache().clear();  // shared_ptr keeps plans alive
-  plan_cache().emplace(key, plan);
-  return plan;
+  return plan_cache().emplace(key, plan).first->second;        // another thread's plan if it won
 }
 
 void set_linear_autotune(int candidates) {

@@ -50,11 +50,13 @@ struct GemmPlan {
 using RunCandidate = std::function<bool(const GemmPlan& plan, const cublasLtMatmulAlgo_t& algo,
                                         size_t workspace_bytes)>;
 
-// The cached plan of `key`, made on first use. `stream` and `run` are only used to autotune a
-// new plan (never while a graph is being captured: `capturing`).
-std::shared_ptr<const GemmPlan> find_plan(const GemmKey& key, cublasLtHandle_t handle,
-                                          DType x_dtype, DType y_dtype, size_t workspace_bytes,
-                                          cudaStream_t stream, bool capturing,
-                                          const RunCandidate& run);
+// The cached plan of `key`, or null (the per-call fast path: no allocation).
+std::shared_ptr<const GemmPlan> cached_plan(const GemmKey& key);
+// Makes the plan of `key` and caches it. `stream` and `run` are only used to autotune it (never
+// while a graph is being captured: `capturing`).
+std::shared_ptr<const GemmPlan> create_plan(const GemmKey& key, cublasLtHandle_t handle,
+                                            DType x_dtype, DType y_dtype, size_t workspace_bytes,
+                                            cudaStream_t stream, bool capturing,
+                                            const RunCandidate& run);
 
 }  // namespace dspark::cuda

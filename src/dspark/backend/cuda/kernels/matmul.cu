@@ -79,13 +79,16 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
                     pointer_alignment(y.data())};
   const auto handle = static_cast<cublasLtHandle_t>(blas.handle());
   const float alpha = 1.0f, beta = 0.0f;
-  auto run = [&](const GemmPlan& plan, const cublasLtMatmulAlgo_t& algo, size_t) {
-    return cublasLtMatmul(handle, plan.op, &alpha, w.data(), plan.a, x.data(), plan.b, &beta,
-                          y.data(), plan.d, y.data(), plan.d, &algo, blas.workspace(),
-                          blas.workspace_bytes(), stream_of(ctx)) == CUBLAS_STATUS_SUCCESS;
-  };
-  const auto plan = find_plan(key, handle, x.dtype(), y.dtype(), blas.workspace_bytes(),
-                              stream_of(ctx), ctx.capturing(), run);
+  std::shared_ptr<const GemmPlan> plan = cached_plan(key);
+  if (!plan) {  // first call of this shape: make the plan (and autotune it when asked)
+    auto run = [&](const GemmPlan& p, const cublasLtMatmulAlgo_t& algo, size_t) {
+      return cublasLtMatmul(handle, p.op, &alpha, w.data(), p.a, x.data(), p.b, &beta, y.data(),
+                            p.d, y.data(), p.d, &algo, blas.workspace(), blas.workspace_bytes(),
+                            stream_of(ctx)) == CUBLAS_STATUS_SUCCESS;
+    };
+    plan = create_plan(key, handle, x.dtype(), y.dtype(), blas.workspace_bytes(), stream_of(ctx),
+                       ctx.capturing(), run);
+  }
   DSPARK_CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &alpha, w.data(), plan->a, x.data(), plan->b,
                                      &beta, y.data(), plan->d, y.data(), plan->d, &plan->algo,
                                      blas.workspace(), blas.workspace_bytes(), stream_of(ctx)));
