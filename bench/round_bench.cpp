@@ -110,13 +110,28 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
   double graphed_decode_ms = 0;
   if (o.graphs) {
     target.set_cuda_graphs(true);
-    auto graph_json = [](const PhaseMs& p, double ms) {
-      return nlohmann::json{{"ms", ms},
-                            {"host_ms_per_forward", p.host_ms_per_forward},
-                            {"forwards", p.stats.forwards},
-                            {"graph_replays", p.stats.graph_replays},
-                            {"graph_captures", p.stats.graph_captures},
-                            {"graph_fallbacks", p.stats.graph_fallbacks}};
+    // Host time per replayed step forward, and its metadata staging and graph launch.
+    auto per_replay = [](const ForwardStats& s, double total) {
+      return s.step_replays > 0 ? total / static_cast<double>(s.step_replays) : 0.0;
+    };
+    auto graph_json = [&](const PhaseMs& p, double ms) {
+      return nlohmann::json{
+          {"ms", ms},
+          {"host_ms_per_forward", p.host_ms_per_forward},
+          {"host_ms_per_replay", per_replay(p.stats, p.stats.step_replay_host_ms)},
+          {"stage_ms_per_replay", per_replay(p.stats, p.stats.step_stage_ms)},
+          {"launch_ms_per_replay", per_replay(p.stats, p.stats.step_launch_ms)},
+          {"forwards", p.stats.forwards},
+          {"graph_replays", p.stats.graph_replays},
+          {"graph_captures", p.stats.graph_captures},
+          {"graph_fallbacks", p.stats.graph_fallbacks}};
+    };
+    auto replay_cell = [&](const PhaseMs& p) {
+      return fmt::format("replays: host {:.3f} ms (stage {:.3f}, launch {:.3f}), {} of {}",
+                         per_replay(p.stats, p.stats.step_replay_host_ms),
+                         per_replay(p.stats, p.stats.step_stage_ms),
+                         per_replay(p.stats, p.stats.step_launch_ms), p.stats.graph_replays,
+                         p.stats.step_forwards);
     };
     const PhaseMs g = measure(target, ctx, nullptr, 0, prompts, o.rounds);
     graphed_decode_ms = g.round;
@@ -133,19 +148,17 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
           "decode step (graphs, traced)",
           [&](int n) { return measure(target, ctx, nullptr, 0, prompts, n, true); }, o.rounds,
           j["graphs"]["decode_trace"], 16);
-    rows.push_back(
-        {"decode step (graphs)", fmt::format("{:.3f}", g.round),
-         fmt::format("{:.2f}", g.round / plain.round),
-         fmt::format("{:.0f} tok/s, {:.0f} GB/s, {}, {} of {} replayed", batch / (g.round * 1e-3),
-                     g_gbs, host_cell(g), g.stats.graph_replays, g.stats.step_forwards)});
+    rows.push_back({"decode step (graphs)", fmt::format("{:.3f}", g.round),
+                    fmt::format("{:.2f}", g.round / plain.round),
+                    fmt::format("{:.0f} tok/s, {:.0f} GB/s, {}; {}", batch / (g.round * 1e-3),
+                                g_gbs, host_cell(g), replay_cell(g))});
     for (int k : widths) {
       const PhaseMs v = measure(target, ctx, &random_source, k, prompts, o.rounds);
       j["graphs"]["verify_ms"][std::to_string(k)] = v.verify;
       j["graphs"]["verify"][std::to_string(k)] = graph_json(v, v.verify);
       rows.push_back({fmt::format("verify {} drafts (graphs)", k), fmt::format("{:.3f}", v.verify),
                       fmt::format("{:.2f}", v.verify / plain.round),
-                      fmt::format("{}, {} of {} replayed", host_cell(v), v.stats.graph_replays,
-                                  v.stats.step_forwards)});
+                      fmt::format("{}; {}", host_cell(v), replay_cell(v))});
     }
     // Back-to-back forwards (no engine, no per-step synchronisation): device-bound time.
     std::vector<int> loop_widths = {1};

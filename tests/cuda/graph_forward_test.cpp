@@ -174,6 +174,12 @@ class GraphForwardCuda : public ::testing::Test {
     EXPECT_EQ(s.graph_captures, want_captures);
     EXPECT_EQ(s.graph_replays, want_replays);
     EXPECT_EQ(eager->forward_stats().graph_replays, 0);
+    // Host time of the pure replays (not the capturing launches): staged and launched within it.
+    EXPECT_EQ(s.step_replays, s.graph_replays - s.graph_captures);
+    EXPECT_EQ(eager->forward_stats().step_replays, 0);
+    EXPECT_GT(s.step_launch_ms, 0.0);
+    EXPECT_GT(s.step_stage_ms, 0.0);
+    EXPECT_GE(s.step_replay_host_ms, s.step_stage_ms + s.step_launch_ms);
   }
 
   std::filesystem::path dir_;

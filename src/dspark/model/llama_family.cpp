@@ -182,6 +182,11 @@ class LlamaFamilyModel final : public Model {
   Activations act_;
 
   bool graphs_enabled_ = cuda::graphs_enabled_by_env();
+  struct ReplayTimes {  // the last forward_graphed, when it replayed a graph
+    bool replayed = false;
+    double stage_ms = 0, launch_ms = 0;
+  };
+  ReplayTimes last_replay_;
   std::map<GraphKey, std::unique_ptr<GraphBucket>> graph_buckets_;
   uint64_t graph_tick_ = 0;
   ForwardStats stats_;
@@ -327,7 +332,14 @@ ForwardOutput LlamaFamilyModel::forward(Context& ctx, PagedKvCache& kv, const Fo
   if (static_cast<int64_t>(b.tokens.size()) <= ForwardStats::kStepTokens) {
     ++stats_.step_forwards;
     stats_.step_host_ms += ms;
+    if (last_replay_.replayed) {
+      ++stats_.step_replays;
+      stats_.step_replay_host_ms += ms;
+      stats_.step_stage_ms += last_replay_.stage_ms;
+      stats_.step_launch_ms += last_replay_.launch_ms;
+    }
   }
+  last_replay_ = {};
   return out;
 }
 
@@ -464,8 +476,10 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
     g.graphs.clear();
   }
   // One copy of all metadata from pinned memory, in the order of the slots.
+  const auto t_stage = std::chrono::steady_clock::now();
   g.meta.stage(ctx, {&b.tokens, &h.positions, &h.kv.slots, &b.row_indptr, &h.kv.page_indptr,
                      &h.kv.kv_lens, &b.logit_indices, &h.kv.page_indices});
+  const auto t_staged = std::chrono::steady_clock::now();
   const ForwardViews v{
       g.meta.view(kTokens), g.meta.view(kLogits),
       ForwardMeta{g.meta.view(kPositions), g.meta.view(kSlots), g.meta.view(kQIndptr),
@@ -478,6 +492,11 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
   const void* baked[] = {n_splits > 1 ? ctx.scratch_data() : nullptr};
   const GraphSet::Outcome outcome =
       g.graphs.run(ctx, n_splits, baked, [&] { enqueue(ctx, kv, b, v, g.act); });
+  if (outcome == GraphSet::Outcome::replayed) {
+    using Ms = std::chrono::duration<double, std::milli>;
+    last_replay_ = {true, Ms(t_staged - t_stage).count(),
+                    Ms(std::chrono::steady_clock::now() - t_staged).count()};
+  }
   count_graph_outcome(outcome, stats_.graph_replays, stats_.graph_captures, stats_.graph_fallbacks);
   if (outcome == GraphSet::Outcome::fallback)
     fmt::print(stderr,

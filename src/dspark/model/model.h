@@ -50,6 +50,10 @@ struct ForwardStats {
   // The same for decode / verify-sized forwards only (prefill chunks are larger).
   int64_t step_forwards = 0;
   double step_host_ms = 0;
+  // Of those, the ones replayed from a CUDA graph: their host time, and within it the metadata
+  // staging (pinned copy, fence) and the graph launch (bench_round reports them per replay).
+  int64_t step_replays = 0;
+  double step_replay_host_ms = 0, step_stage_ms = 0, step_launch_ms = 0;
 };
 
 class Model {
