@@ -111,6 +111,16 @@ std::vector<float> run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype
   return got;
 }
 
+// A scenario with Qwen3-8B's attention layout (32 heads, 8 KV heads, head_dim 128).
+Scenario qwen3_8b(std::string name, std::vector<int> kv_lens, std::vector<int> n_q) {
+  return Scenario{.name = std::move(name),
+                  .kv_lens = std::move(kv_lens),
+                  .n_q = std::move(n_q),
+                  .n_heads = 32,
+                  .n_kv_heads = 8,
+                  .head_dim = 128};
+}
+
 std::vector<Scenario> scenarios() {
   std::vector<Scenario> v;
   v.push_back({.name = "decode", .kv_lens = {1, 37, 300}, .n_q = {1, 1, 1}});
@@ -173,18 +183,10 @@ TEST(CudaAttention, ModelShapes) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
   std::vector<Scenario> v;
-  auto with = [](std::string name, std::vector<int> kv_lens, std::vector<int> n_q) {
-    return Scenario{.name = std::move(name),
-                    .kv_lens = std::move(kv_lens),
-                    .n_q = std::move(n_q),
-                    .n_heads = 32,
-                    .n_kv_heads = 8,
-                    .head_dim = 128};
-  };
-  v.push_back(with("8b decode", {1024, 700}, {1, 1}));
-  v.push_back(with("8b verify 17", {1041}, {17}));
-  v.push_back(with("8b verify 33, two rows", {530, 1057}, {33, 33}));
-  Scenario block = with("8b draft block", {1040}, {16});
+  v.push_back(qwen3_8b("8b decode", {1024, 700}, {1, 1}));
+  v.push_back(qwen3_8b("8b verify 17", {1041}, {17}));
+  v.push_back(qwen3_8b("8b verify 33, two rows", {530, 1057}, {33, 33}));
+  Scenario block = qwen3_8b("8b draft block", {1040}, {16});
   block.causal = false;
   v.push_back(block);
   v.push_back({.name = "head_dim 256 window softcap",
@@ -213,17 +215,10 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
   const int saved = cuda::attention_merge_rows();
-  auto qwen = [](std::string name, std::vector<int> kv_lens, std::vector<int> n_q) {
-    return Scenario{.name = std::move(name),
-                    .kv_lens = std::move(kv_lens),
-                    .n_q = std::move(n_q),
-                    .n_heads = 32,
-                    .n_kv_heads = 8,
-                    .head_dim = 128};
-  };
-  std::vector<Scenario> v{qwen("8b decode", {1024}, {1}), qwen("8b verify 17", {1041}, {17}),
-                          qwen("8b verify 5 + 9", {700, 1300}, {5, 9})};
-  Scenario block = qwen("8b draft block", {1040}, {16});
+  std::vector<Scenario> v{qwen3_8b("8b decode", {1024}, {1}),
+                          qwen3_8b("8b verify 17", {1041}, {17}),
+                          qwen3_8b("8b verify 5 + 9", {700, 1300}, {5, 9})};
+  Scenario block = qwen3_8b("8b draft block", {1040}, {16});
   block.causal = false;
   v.push_back(block);
   v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});

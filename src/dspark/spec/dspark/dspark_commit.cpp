@@ -90,8 +90,10 @@ void DSparkSource::enqueue_commit(Context& ctx, const CommitMeta& meta, const Co
 
 DSparkSource::CommitBucket& DSparkSource::commit_bucket(Context& ctx, int64_t rows,
                                                         std::span<const Tensor> taps) {
-  CommitKey key;
+  CommitKey& key = commit_key_;  // reused: no allocation per round once its vectors have grown
   key.rows = rows;
+  key.taps.clear();
+  key.tap_rows.clear();
   for (const Tensor& t : taps) {
     key.taps.push_back(t.data());
     key.tap_rows.push_back(t.shape()[0]);
@@ -104,7 +106,7 @@ DSparkSource::CommitBucket& DSparkSource::commit_bucket(Context& ctx, int64_t ro
     auto bucket = std::make_unique<CommitBucket>();
     bucket->meta = DeviceIndices(ctx.device(), {rows, rows, rows});
     bucket->buffers = take_commit_buffers(ctx, rows, bucket->arena);
-    it = commit_buckets_.emplace(std::move(key), std::move(bucket)).first;
+    it = commit_buckets_.emplace(key, std::move(bucket)).first;
   }
   it->second->last_use = ++graph_tick_;
   return *it->second;

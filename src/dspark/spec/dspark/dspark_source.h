@@ -243,6 +243,7 @@ class DSparkSource final : public DraftSource {
   std::map<CommitKey, std::unique_ptr<CommitBucket>> commit_buckets_;
   uint64_t graph_tick_ = 0;
   std::vector<int32_t> commit_rows_, commit_positions_, commit_slots_;  // padded, reused
+  CommitKey commit_key_;                                                // lookup key, reused
   OwnedTensor q_;        // f32 [n drafts, V]: the proposal's q (compacted)
   OwnedTensor q_index_;  // i32, grow-only
   std::vector<int32_t> host_read_;
