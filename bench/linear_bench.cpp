@@ -6,7 +6,9 @@
 //
 //   bench_linear [--shapes 6144x4096,4096x4096,24576x4096,4096x12288,151936x4096]
 //                [--m 1,2,4,8,16,17,32,33,48] [--dtype bf16] [--iters 200] [--autotune N]
-//                [--json FILE]
+//                [--fp8] [--json FILE]
+// --fp8 adds the FP8 weight path (ops/linear_fp8.h: E4M3 codes with per-row scales, the drafter's
+// --draft-fp8) on the same shapes; its GB/s counts the bytes it reads (1 per weight + the scales).
 // --autotune N adds cuBLASLt with autotuned plans (backend/cuda/lt_plans.h: the fastest of up to N
 // heuristic candidates per shape) and lists what each shape's autotuning chose.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
@@ -25,18 +27,17 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
+#include "dspark/ops/linear_fp8.h"
 #include "dspark/ops/matmul.h"
 
 namespace dspark::bench {
 namespace {
 
-// Mean device milliseconds of one linear call, over `iters` calls cycling through `weights`.
-double time_calls(Context& ctx, const std::vector<OwnedTensor>& weights, const Tensor& x,
-                  const Tensor& y, int iters) {
-  auto call = [&](int i) {
-    linear(ctx, x, weights[static_cast<size_t>(i) % weights.size()].view(), Tensor{}, y);
-  };
-  for (int i = 0; i < static_cast<int>(weights.size()); ++i) call(i);  // warm-up, plans
+// Mean device milliseconds of one call, over `iters` calls of call(i) (i cycles through `copies`
+// weight copies).
+template <typename Call>
+double time_loop(Context& ctx, size_t copies, int iters, Call call) {
+  for (int i = 0; i < static_cast<int>(copies); ++i) call(i);  // warm-up, plans
   ctx.synchronize();
   cuda::Event start, stop;
   start.record(ctx.stream());
@@ -44,6 +45,14 @@ double time_calls(Context& ctx, const std::vector<OwnedTensor>& weights, const T
   stop.record(ctx.stream());
   stop.synchronize();
   return static_cast<double>(stop.elapsed_ms_since(start)) / iters;
+}
+
+// Mean device milliseconds of one linear call, over `iters` calls cycling through `weights`.
+double time_calls(Context& ctx, const std::vector<OwnedTensor>& weights, const Tensor& x,
+                  const Tensor& y, int iters) {
+  return time_loop(ctx, weights.size(), iters, [&](int i) {
+    linear(ctx, x, weights[static_cast<size_t>(i) % weights.size()].view(), Tensor{}, y);
+  });
 }
 
 }  // namespace
@@ -55,6 +64,7 @@ int main(int argc, char** argv) {
   std::string shapes_list = "6144x4096,4096x4096,24576x4096,4096x12288,151936x4096";
   std::string m_list = "1,2,4,8,16,17,32,33,48", dtype_name_arg = "bf16", json_file;
   int iters = 200, autotune = 0;
+  bool fp8 = false;
   CLI::App app{"bench_linear: small-M tensor-core linear vs cuBLASLt on CUDA"};
   app.add_option("--shapes", shapes_list, "comma-separated NxK weight shapes");
   app.add_option("--m", m_list, "comma-separated token counts (rows of x)");
@@ -62,6 +72,7 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
   app.add_option("--autotune", autotune, "also time autotuned cuBLASLt plans (N candidates)")
       ->check(CLI::Range(0, 64));
+  app.add_flag("--fp8", fp8, "also time the FP8 weight path (bf16 only)");
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
 
@@ -90,6 +101,12 @@ int main(int argc, char** argv) {
       for (size_t c = 0; c < copies; ++c)
         weights.push_back(random_16bit_tensor(dtype, Shape{s.n, s.k}, static_cast<uint32_t>(c + 1),
                                               Device::cuda(0)));
+      std::vector<OwnedTensor> w8, scales;  // --fp8: E4M3 codes of every copy
+      for (size_t c = 0; fp8 && c < copies; ++c) {
+        w8.emplace_back(DType::u8, Shape{s.n, s.k}, Device::cuda(0));
+        scales.emplace_back(DType::f32, Shape{s.n}, Device::cuda(0));
+        quantize_rows_fp8(ctx, weights[c], w8.back(), scales.back());
+      }
       for (int64_t m : ms) {
         const OwnedTensor x = random_16bit_tensor(dtype, Shape{m, s.k}, 99, Device::cuda(0));
         const OwnedTensor y = OwnedTensor::zeros(dtype, Shape{m, s.n}, Device::cuda(0));
@@ -115,6 +132,18 @@ int main(int argc, char** argv) {
                                 {"cublas_ms", cublas_ms},
                                 {"cublas_gbs", cublas_gbs},
                                 {"cublas_fraction_of_copy", cublas_gbs * 1e9 / copy_bw}});
+        std::string fp8_cell = "-";
+        if (fp8) {
+          const double fp8_ms = time_loop(ctx, copies, iters, [&](int i) {
+            const size_t c = static_cast<size_t>(i) % copies;
+            linear_fp8(ctx, x, w8[c], scales[c], Tensor{}, y);
+          });
+          const double fp8_gbs = static_cast<double>(s.n * (s.k + 4)) / (fp8_ms * 1e-3) / 1e9;
+          j["results"].back()["fp8_ms"] = fp8_ms;
+          j["results"].back()["fp8_gbs"] = fp8_gbs;
+          j["results"].back()["fp8_fraction_of_copy"] = fp8_gbs * 1e9 / copy_bw;
+          fp8_cell = fmt::format("{:.1f} ({:.0f}%)", fp8_ms * 1e3, 100 * fp8_gbs * 1e9 / copy_bw);
+        }
         if (autotune > 1) {
           const double tuned_gbs = bytes / (tuned_ms * 1e-3) / 1e9;
           j["results"].back()["cublas_autotuned_ms"] = tuned_ms;
@@ -126,15 +155,16 @@ int main(int argc, char** argv) {
              fmt::format("{:.0f} ({:.0f}%)", ours_gbs, 100 * ours_gbs * 1e9 / copy_bw),
              fmt::format("{:.1f}", cublas_ms * 1e3),
              fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw),
-             autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-")});
+             autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-"), fp8_cell});
       }
     }
     std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
                 info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
-    std::printf("%s", format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)",
-                                    "cuBLASLt us", "cuBLASLt GB/s (of copy)", "autotuned us"},
-                                   rows)
-                          .c_str());
+    std::printf("%s",
+                format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)", "cuBLASLt us",
+                              "cuBLASLt GB/s (of copy)", "autotuned us", "FP8 us (of copy)"},
+                             rows)
+                    .c_str());
     if (autotune > 1) {  // what autotuning chose per shape (timed there after an L2 flush)
       j["autotune"] = nlohmann::json::array();
       for (const cuda::LinearPlanRecord& r : cuda::linear_plan_log()) {

@@ -67,6 +67,7 @@ struct Options {
   std::string model, draft = "none", draft_vocab, device_name = "cuda", json_file;
   std::string verify_list = "1,16,32", context_list = "1024", batch_list = "1";
   int gamma = 16, rounds = 32;
+  bool draft_fp8 = false;
   bool graphs = false, profile_ops = false, trace = false, blocking_sync = false;
 };
 
@@ -203,6 +204,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
     const int gamma = o.gamma;
     const PhaseMs s = measure(target, ctx, created->source.get(), gamma, prompts, o.rounds);
     j["draft"] = {{"source", o.draft},
+                  {"fp8_weights", o.draft_fp8},
                   {"kind", created->kind},
                   {"gamma", gamma},
                   {"draft_ms", s.draft},
@@ -308,6 +310,7 @@ int main_impl(int argc, char** argv) {
   app.add_option("-m,--model", o.model, "target model directory")->required();
   app.add_option("--draft", o.draft, "draft source (as dspark generate --draft)");
   app.add_option("--draft-vocab", o.draft_vocab, "as dspark generate --draft-vocab");
+  app.add_flag("--draft-fp8", o.draft_fp8, "as dspark generate --draft-fp8");
   app.add_option("--gamma", o.gamma, "drafts per round for --draft")->check(CLI::Range(1, 64));
   app.add_option("--context", o.context_list,
                  "prompt (context) length per row; a comma list measures each (e.g. 512,4096)");
@@ -369,6 +372,7 @@ int main_impl(int argc, char** argv) {
     DraftOptions d;
     d.draft = o.draft;
     d.draft_vocab = o.draft_vocab;
+    d.draft_fp8 = o.draft_fp8;
     // The drafter's own KV: every row of the largest configuration, through the longest run
     // (--blocking-sync measures 2 x --rounds rounds).
     const int64_t per_row = *std::max_element(contexts.begin(), contexts.end()) +

@@ -38,6 +38,7 @@ struct Args {
   std::string model;
   std::string draft = "ngram";
   std::string draft_vocab;
+  bool draft_fp8 = false;
   int gamma = 4;
   int ngram_min = 1, ngram_max = 4;
   std::string device = "cpu";
@@ -95,6 +96,7 @@ int main_impl(int argc, char** argv) {
   app.add_option("--draft", a.draft,
                  "draft source: none | ngram | model:DIR | DIR (as dspark generate)");
   app.add_option("--draft-vocab", a.draft_vocab, "as dspark generate --draft-vocab");
+  app.add_flag("--draft-fp8", a.draft_fp8, "as dspark generate --draft-fp8");
   app.add_option("--gamma", a.gamma, "drafts per round")->check(CLI::Range(0, 64));
   app.add_option("--ngram-min", a.ngram_min)->check(CLI::Range(1, 16));
   app.add_option("--ngram-max", a.ngram_max)->check(CLI::Range(1, 16));
@@ -160,6 +162,7 @@ int main_impl(int argc, char** argv) {
   DraftOptions draft_options;
   draft_options.draft = a.draft;
   draft_options.draft_vocab = a.draft_vocab;
+  draft_options.draft_fp8 = a.draft_fp8;
   draft_options.ngram = NgramConfig{a.ngram_min, a.ngram_max};
   draft_options.draft_model_kv_tokens = a.max_tokens * 2 + 4096;
   CreatedSource created = create_draft_source(draft_options, *target);

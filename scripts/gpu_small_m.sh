@@ -50,7 +50,9 @@ round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context "${CONTE
 # (vocab32k with --blocking-sync: CPU time per round and per phase), autotune_vocab32k (vocab32k
 # with cuBLASLt plans autotuned over 16 candidates: DSPARK_LT_AUTOTUNE=16), noreduce_vocab32k
 # (vocab32k without split-K reduce kernels: DSPARK_LT_REDUCTION_MASK=0), merge16_vocab32k
-# (vocab32k with every attention tile merged by its last split CTA: DSPARK_ATTN_MERGE_ROWS=16).
+# (vocab32k with every attention tile merged by its last split CTA: DSPARK_ATTN_MERGE_ROWS=16),
+# steps_vocab32k (vocab32k with one Markov launch per step instead of the whole-loop kernel:
+# DSPARK_MARKOV_LOOP=0), fp8_vocab32k (vocab32k with the drafter's weights in FP8: --draft-fp8).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -60,7 +62,9 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == autotune* ]] && export DSPARK_LT_AUTOTUNE=16
     [[ "$r" == noreduce* ]] && export DSPARK_LT_REDUCTION_MASK=0
     [[ "$r" == merge16* ]] && export DSPARK_ATTN_MERGE_ROWS=16
+    [[ "$r" == steps* ]] && export DSPARK_MARKOV_LOOP=0
     extra=()
+    [[ "$r" == fp8* ]] && extra+=(--draft-fp8)
     [[ "$r" == blocking* ]] && extra+=(--blocking-sync)
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)
       python3 -c "import json; json.dump(list(range(32768)), open('$models/vocab32k.json', 'w'))"

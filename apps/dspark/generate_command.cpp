@@ -32,6 +32,7 @@ struct GenerateArgs {
   // Speculative decoding.
   std::string draft = "none";
   std::string draft_vocab;
+  bool draft_fp8 = false;
   std::optional<int> gamma;
   int ngram_min = 1, ngram_max = 4;
 };
@@ -55,6 +56,7 @@ int run_generate(const GenerateArgs& a) {
   DraftOptions draft_options;
   draft_options.draft = a.draft;
   draft_options.draft_vocab = a.draft_vocab;
+  draft_options.draft_fp8 = a.draft_fp8;
   draft_options.ngram = NgramConfig{a.ngram_min, a.ngram_max};
   draft_options.draft_model_kv_tokens = std::max(4096, 2 * a.max_tokens + 4096);
   CreatedSource created = create_draft_source(draft_options, *tm.model);
@@ -169,6 +171,10 @@ Command add_generate_command(CLI::App& app) {
   sub->add_option("--draft-vocab", args->draft_vocab,
                   "A DSpark/DFlash drafter drafts greedy rounds over only these token ids (a JSON "
                   "list, e.g. from tools/train/make_draft_vocab.py)");
+  sub->add_flag(
+      "--draft-fp8", args->draft_fp8,
+      "A DSpark/DFlash drafter's projections and LM head in FP8 (E4M3, per-row scales; CUDA, "
+      "bf16): about half the bytes per draft step, same output (the target verifies)");
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(number_in(0, 64, false, "in [0, 64]"));

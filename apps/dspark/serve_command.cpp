@@ -141,6 +141,10 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--draft-vocab", c.engine.draft_vocab,
                   "A DSpark/DFlash drafter drafts greedy rounds over only these token ids (a JSON "
                   "list, e.g. from tools/train/make_draft_vocab.py)");
+  sub->add_flag(
+      "--draft-fp8", c.engine.draft_fp8,
+      "A DSpark/DFlash drafter's projections and LM head in FP8 (E4M3, per-row scales; CUDA, "
+      "bf16): about half the bytes per draft step, same output (the target verifies)");
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(int_in(0, 64));

@@ -129,6 +129,94 @@ TEST(DSparkCudaHeadCells, MarkovGreedyStepMatchesReference) {
   }
 }
 
+// The whole greedy loop in one launch against the same double reference, teacher-forced on the
+// tokens the kernel chose: every step's z within 1e-4 relative, and every token the argmax of the
+// kernel's own z row (ties -> the smallest column) through the map. Two launches in a row (the
+// grid barrier's counters must be back at zero), rows 1..16, odd ranks (zero-padded in shared
+// memory), vocabularies from 100 to 32k columns; a slice too large for shared memory is refused.
+TEST(DSparkCudaHeadCells, MarkovGreedyLoopMatchesReference) {
+  DSPARK_REQUIRE_CUDA();
+  Context gpu(test::kTestGpu);
+  struct Case {
+    DType dtype;
+    int64_t rows, cols, r;
+  };
+  const int64_t vocab = 300;
+  const int64_t steps = 5;
+  for (const Case c : {Case{DType::f32, 1, 100, 64}, Case{DType::f32, 3, 4099, 96},
+                       Case{DType::f32, 2, 16001, 256}, Case{DType::bf16, 1, 777, 100},
+                       Case{DType::bf16, 1, 32768, 256}, Case{DType::bf16, 16, 32768, 256},
+                       Case{DType::bf16, 4, 5000, 37}}) {
+    for (bool with_map : {false, true}) {
+      const std::string what = fmt::format("{} rows {} cols {} r {} map {}", dtype_name(c.dtype),
+                                           c.rows, c.cols, c.r, with_map);
+      const int64_t w1_rows = with_map ? vocab : c.cols;
+      const auto w1 = test::random_pair(c.dtype, Shape{w1_rows, c.r}, 31, 1.0f);
+      const auto w2 = test::random_pair(c.dtype, Shape{c.cols, c.r}, 32, 0.5f);
+      const auto z0 = test::random_pair(DType::f32, Shape{steps * c.rows, c.cols}, 33, 3.0f);
+      std::vector<int32_t> map;
+      for (int64_t j = 0; j < c.cols; ++j) map.push_back(static_cast<int32_t>((3 * j + 1) % vocab));
+      const OwnedTensor map_gpu = OwnedTensor::from_vector(map, Shape{c.cols}, test::kTestGpu);
+      const Tensor index_map = with_map ? map_gpu.view() : Tensor{};
+      std::vector<int32_t> tokens =
+          test::random_ints(static_cast<size_t>(c.rows), 0, static_cast<int32_t>(w1_rows - 1), 34);
+      tokens.resize(static_cast<size_t>((steps + 1) * c.rows), -1);
+      const std::vector<float> hw1 = test::read(w1.cpu), hw2 = test::read(w2.cpu);
+      std::vector<int32_t> first;
+      for (int launch = 0; launch < 2; ++launch) {
+        const OwnedTensor tok_gpu = OwnedTensor::from_vector(
+            tokens, Shape{static_cast<int64_t>(tokens.size())}, test::kTestGpu);
+        const OwnedTensor z_gpu = OwnedTensor::copy_of(z0.gpu, test::kTestGpu);
+        ASSERT_TRUE(
+            markov_greedy_loop(gpu, w1.gpu, w2.gpu, tok_gpu, z_gpu, c.rows, steps, index_map))
+            << what;
+        gpu.synchronize();
+        const std::vector<int32_t> got = to_vector<int32_t>(tok_gpu.view());
+        const std::vector<float> gz = test::read(z_gpu);
+        const std::vector<float> hz = test::read(z0.cpu);
+        if (launch == 1) {
+          EXPECT_EQ(got, first) << what << ": the second launch differs";
+          continue;
+        }
+        first = got;
+        for (int64_t s = 0; s < steps; ++s) {
+          for (int64_t i = 0; i < c.rows; ++i) {
+            const int32_t x = got[static_cast<size_t>(s * c.rows + i)];
+            ASSERT_GE(x, 0) << what;
+            ASSERT_LT(x, w1_rows) << what;
+            const size_t row = static_cast<size_t>((s * c.rows + i) * c.cols);
+            int64_t best = 0;
+            for (int64_t j = 0; j < c.cols; ++j) {
+              double dot = 0;
+              for (int64_t k = 0; k < c.r; ++k)
+                dot += static_cast<double>(hw2[static_cast<size_t>(j * c.r + k)]) *
+                       hw1[static_cast<size_t>(x * c.r + k)];
+              const double want = hz[row + static_cast<size_t>(j)] + dot;
+              ASSERT_NEAR(gz[row + static_cast<size_t>(j)], want, 1e-4 * (1 + std::abs(want)))
+                  << what << " step " << s << " row " << i << " col " << j;
+              if (gz[row + static_cast<size_t>(j)] > gz[row + static_cast<size_t>(best)]) best = j;
+            }
+            const int32_t want =
+                with_map ? map[static_cast<size_t>(best)] : static_cast<int32_t>(best);
+            EXPECT_EQ(got[static_cast<size_t>((s + 1) * c.rows + i)], want)
+                << what << " step " << s << " row " << i;
+          }
+        }
+      }
+    }
+  }
+  // A full 152k-column w2 in bf16 does not fit the shared memory of the multiprocessors: refused,
+  // nothing written (the caller runs the per-step kernel).
+  const int64_t cols = 151936, r = 256;
+  const auto w = test::random_pair(DType::bf16, Shape{cols, r}, 35, 0.5f);
+  const OwnedTensor z(DType::f32, Shape{2, cols}, test::kTestGpu);
+  const OwnedTensor tok =
+      OwnedTensor::from_vector(std::vector<int32_t>{5, -1, -1}, Shape{3}, test::kTestGpu);
+  EXPECT_FALSE(markov_greedy_loop(gpu, w.gpu, w.gpu, tok, z, 1, 2, Tensor{}));
+  gpu.synchronize();
+  EXPECT_EQ(to_vector<int32_t>(tok.view()), (std::vector<int32_t>{5, -1, -1}));
+}
+
 // ---- forward vs the reference (bf16) ------------------------------------------------------------
 
 struct Case {
@@ -145,6 +233,22 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 class DSparkCudaForward : public ::testing::TestWithParam<Case> {};
 
+// Case c's tiny target in bf16 (null when tests/data lacks it) and a tiny drafter of c's layout
+// for it, written to `dir` with `seed`.
+std::unique_ptr<Model> bf16_target_with_drafter(const Case& c, uint32_t seed,
+                                                const std::filesystem::path& dir) {
+  const auto target_dir = test::data_dir() / "models" / c.target;
+  if (!std::filesystem::exists(target_dir / "config.json")) return nullptr;
+  auto target = load_model(target_dir, test::kTestGpu, DType::bf16);
+  test::TinyDrafterSpec spec;
+  spec.layout = c.layout;
+  spec.markov = c.markov;
+  spec.block_size = c.gamma;
+  spec.seed = seed;
+  test::write_tiny_drafter(dir, spec, target->config());
+  return target;
+}
+
 // Tolerances (bf16 weights, activations and target taps vs a double reference fed with the same
 // bf16 target's taps): relative RMS <= 3e-2 for context features and hidden states, <= 5e-2 for
 // the logits, confidences within 3e-2, and every decisive greedy token (reference top-2 gap
@@ -153,18 +257,11 @@ class DSparkCudaForward : public ::testing::TestWithParam<Case> {};
 TEST_P(DSparkCudaForward, MatchesReferenceInBf16) {
   DSPARK_REQUIRE_CUDA();
   const Case& c = GetParam();
-  const auto target_dir = test::data_dir() / "models" / c.target;
-  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no " << c.target;
-  Context ctx(test::kTestGpu);
-  auto target = load_model(target_dir, test::kTestGpu, DType::bf16);
-  test::TinyDrafterSpec spec;
-  spec.layout = c.layout;
-  spec.markov = c.markov;
-  spec.block_size = c.gamma;
-  spec.seed = static_cast<uint32_t>(c.gamma + 7);
   const auto dir = temp_dir("drafter");
-  test::write_tiny_drafter(dir, spec, target->config());
-  const test::ReferenceDrafter ref(dir, target_dir);
+  auto target = bf16_target_with_drafter(c, static_cast<uint32_t>(c.gamma + 7), dir);
+  if (target == nullptr) GTEST_SKIP() << "no " << c.target;
+  Context ctx(test::kTestGpu);
+  const test::ReferenceDrafter ref(dir, test::data_dir() / "models" / c.target);
   DSparkSourceOptions opt;
   opt.block_size = c.gamma;
   opt.record = true;
@@ -205,6 +302,53 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DSparkCudaForward,
                                            Case{"llama3", "specforge", "rnn", 4},
                                            Case{"llama3", "deepspec", "gated", 16}),
                          case_name);
+
+// FP8 drafter weights (DSparkSourceOptions::fp8_weights: the projections and the LM head in E4M3
+// with per-row scales) against the same double reference as above (full-precision weights): the
+// quantization error of 3 mantissa bits on top of bf16's, so relative RMS <= 0.1 for hidden
+// states, logits and confidences, and every greedy token whose reference top-2 gap exceeds half
+// the logits' RMS identical (at least one such token over the cases). The context features (fc, not
+// quantized) keep the bf16 bound. With and without a draft vocabulary (its cut LM head, or the
+// whole head, quantized).
+TEST(DSparkCudaFp8, MatchesReferenceWithinFp8Error) {
+  DSPARK_REQUIRE_CUDA();
+  int64_t decisive = 0;
+  for (const Case& c :
+       {Case{"qwen3", "deepspec", "vanilla", 7}, Case{"llama3", "dflash", "none", 16}}) {
+    const auto dir = temp_dir("fp8");
+    auto target = bf16_target_with_drafter(c, static_cast<uint32_t>(c.gamma + 11), dir);
+    if (target == nullptr) GTEST_SKIP() << "no " << c.target;
+    Context ctx(test::kTestGpu);
+    const test::ReferenceDrafter ref(dir, test::data_dir() / "models" / c.target);
+    for (bool vocab : {false, true}) {
+      DSparkSourceOptions opt;
+      opt.block_size = c.gamma;
+      opt.record = true;
+      opt.fp8_weights = true;
+      if (vocab)  // every id: the cut head is the whole head, quantized through the cut path
+        for (int32_t id = 0; id < target->config().vocab_size; ++id) opt.draft_vocab.push_back(id);
+      auto source = load_dspark_source(dir, *target, opt);
+      std::vector<std::vector<int32_t>> prompts = {{3, 1, 4, 1, 5, 9, 2, 6, 5, 3}};
+      const test::DriveStats st =
+          test::drive_and_compare(*target, ctx, *source, ref, prompts, 3, {0, 2, 100}, true, 0.5);
+      std::printf(
+          "[ dspark   ] cuda fp8 %s vocab=%d: features %.2e hidden %.2e base %.2e z %.2e conf "
+          "%.2e decisive tokens %lld/%lld (all %lld/%lld)\n",
+          case_name({c, 0}).c_str(), vocab ? 1 : 0, st.features, st.hidden, st.base, st.corrected,
+          st.confidence, static_cast<long long>(st.tokens_decisive_equal),
+          static_cast<long long>(st.tokens_decisive), static_cast<long long>(st.tokens_equal),
+          static_cast<long long>(st.tokens));
+      EXPECT_LE(st.features, 3e-2);
+      EXPECT_LE(st.hidden, 0.1);
+      EXPECT_LE(st.base, 0.1);
+      EXPECT_LE(st.corrected, 0.1);
+      EXPECT_LE(st.confidence, 0.1);
+      EXPECT_EQ(st.tokens_decisive_equal, st.tokens_decisive);
+      decisive += st.tokens_decisive;
+    }
+  }
+  EXPECT_GT(decisive, 0);  // some tokens were compared (a random tiny drafter has few)
+}
 
 // ---- the published-layout fixtures in bf16 ------------------------------------------------------
 

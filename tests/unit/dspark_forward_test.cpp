@@ -116,5 +116,24 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DSparkForward, ::testing::ValuesIn(cases()), case_name);
 
+// FP8 drafter weights are a CUDA + bf16 path: on the CPU the option is refused with an error that
+// names it, before any round runs.
+TEST(DSparkForwardFp8, RefusedOnTheCpu) {
+  const auto target_dir = test::data_dir() / "models" / "qwen3";
+  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
+  auto target = load_model(target_dir, Device::cpu(), DType::f32);
+  const auto dir = test::per_test_temp_dir("dspark_forward", "fp8");
+  test::TinyDrafterSpec spec;
+  test::write_tiny_drafter(dir, spec, target->config());
+  DSparkSourceOptions opt;
+  opt.fp8_weights = true;
+  try {
+    auto source = load_dspark_source(dir, *target, opt);
+    FAIL() << "FP8 drafter weights were accepted on the CPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--draft-fp8"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dspark

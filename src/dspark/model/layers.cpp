@@ -8,6 +8,7 @@
 #include "dspark/io/safetensors.h"
 #include "dspark/model/weight_source.h"
 #include "dspark/ops/activation.h"
+#include "dspark/ops/linear_fp8.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/qkv_prologue.h"
@@ -226,7 +227,7 @@ void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDim
                      const AttentionScratch& scratch, const Tensor& out) {
   const int64_t n = xn.size(0);
   const int hd = dims.head_dim;
-  linear(ctx, xn, w.qkv, w.qkv_bias.view(), scratch.qkv);
+  project(ctx, xn, w.qkv, w.qkv_scale.view(), w.qkv_bias.view(), scratch.qkv);
 
   // Per-head norms (when the weights have them), RoPE, and the K/V write: one kernel on CUDA.
   QkvPrologueArgs pro;
@@ -250,15 +251,15 @@ void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDim
   const PagedKv kv{k_pages, v_pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
   const Tensor attn = scratch.attn.reshape(Shape{n, dims.n_heads, hd});
   paged_attention(ctx, q, kv, meta.q_indptr, meta.positions, params, attn);
-  linear(ctx, scratch.attn, w.o, w.o_bias.view(), out);
+  project(ctx, scratch.attn, w.o, w.o_scale.view(), w.o_bias.view(), out);
 }
 
 void mlp_block(Context& ctx, const MlpWeights& w, const Tensor& xn, const Tensor& gate_up,
                const Tensor& act, const Tensor& out) {
   const int64_t inter = act.size(1);
-  linear(ctx, xn, w.gate_up, Tensor{}, gate_up);
+  project(ctx, xn, w.gate_up, w.gate_up_scale.view(), Tensor{}, gate_up);
   swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);
-  linear(ctx, act, w.down, Tensor{}, out);
+  project(ctx, act, w.down, w.down_scale.view(), Tensor{}, out);
 }
 
 }  // namespace dspark

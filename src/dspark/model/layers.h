@@ -139,18 +139,22 @@ struct AttentionDims {
   int qkv_width() const { return q_width() + 2 * kv_width(); }
 };
 
+// A projection whose `*_scale` is defined holds E4M3 codes with per-row scales instead of the
+// engine dtype (ops/linear_fp8.h: a drafter's weights, CUDA); empty scales: plain weights.
 struct AttentionWeights {
-  OwnedTensor qkv;       // [qkv_width, hidden] engine dtype (q, k, v rows fused)
-  OwnedTensor qkv_bias;  // [qkv_width] f32, or empty
-  OwnedTensor q_norm;    // [head_dim] f32, or empty (per-head RMSNorm before RoPE, Qwen3)
-  OwnedTensor k_norm;    // [head_dim] f32, or empty
-  OwnedTensor o;         // [hidden, q_width]
-  OwnedTensor o_bias;    // [hidden] f32, or empty
+  OwnedTensor qkv;                 // [qkv_width, hidden] engine dtype (q, k, v rows fused)
+  OwnedTensor qkv_bias;            // [qkv_width] f32, or empty
+  OwnedTensor q_norm;              // [head_dim] f32, or empty (per-head RMSNorm before RoPE, Qwen3)
+  OwnedTensor k_norm;              // [head_dim] f32, or empty
+  OwnedTensor o;                   // [hidden, q_width]
+  OwnedTensor o_bias;              // [hidden] f32, or empty
+  OwnedTensor qkv_scale, o_scale;  // [qkv_width] / [hidden] f32, or empty
 };
 
 struct MlpWeights {
-  OwnedTensor gate_up;  // [2 * intermediate, hidden] (gate rows then up rows)
-  OwnedTensor down;     // [hidden, intermediate]
+  OwnedTensor gate_up;                    // [2 * intermediate, hidden] (gate rows then up rows)
+  OwnedTensor down;                       // [hidden, intermediate]
+  OwnedTensor gate_up_scale, down_scale;  // f32 per row, or empty (see AttentionWeights)
 };
 
 // The device views of one forward's metadata that every layer reads.

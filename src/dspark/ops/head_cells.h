@@ -33,4 +33,18 @@ void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const 
 bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
                         const Tensor& z, const Tensor& next, const Tensor& index_map);
 
+// Every greedy step of the vanilla Markov head for n rows and S steps, as one CUDA launch (step s
+// reads the tokens step s - 1 wrote, as markov_greedy_step would in S launches):
+//   z[s n + i, :] += w2 . w1[tokens[s n + i]];   tokens[(s + 1) n + i] = argmax z[s n + i, :]
+// (through index_map when given). z: f32 [S n, C] rows contiguous; tokens: i32 [(S + 1) n] with
+// the anchors in [0, n); w1, w2, index_map as for markov_greedy_step. One grid of at most one CTA
+// per multiprocessor keeps its columns of w2 in shared memory for the whole loop and meets at a
+// grid barrier once per step. Returns false, having done nothing, where it does not apply (the
+// CPU, DSPARK_MARKOV_LOOP=0 or DSPARK_MARKOV_FUSED=0, mixed dtypes, more than 64 rows, a w2
+// slice that does not fit one multiprocessor's shared memory - e.g. a full 152k vocabulary in
+// bf16): the caller then runs markov_greedy_step per step. Its grid barrier's counters are per
+// device (one stream at a time, as for markov_greedy_step).
+bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& tokens,
+                        const Tensor& z, int64_t rows, int64_t steps, const Tensor& index_map);
+
 }  // namespace dspark

@@ -45,11 +45,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   check_on_device(kOp, "x", x, ctx);
   check_on_device(kOp, "w", w, ctx);
   check_on_device(kOp, "y", y, ctx);
-  if (bias.defined()) {
-    check_float(kOp, "bias", bias);
-    check_vector(kOp, "bias", bias, bias.dtype(), n);
-    check_on_device(kOp, "bias", bias, ctx);
-  }
+  check_optional_vector(kOp, "bias", bias, n, ctx);
   if (m == 0 || n == 0) return;
   if (ctx.is_cuda()) {
     const bool same_16 = x.dtype() == w.dtype() && x.dtype() != DType::f32;

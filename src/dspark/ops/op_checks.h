@@ -36,6 +36,15 @@ inline void check_vector(const char* op, const char* name, const Tensor& t, DTyp
                name, t.stride(0));
 }
 
+// An optional (possibly undefined) float vector of `n` elements on ctx's device, e.g. a bias.
+inline void check_optional_vector(const char* op, const char* name, const Tensor& t, int64_t n,
+                                  const Context& ctx) {
+  if (!t.defined()) return;
+  check_float(op, name, t);
+  check_vector(op, name, t, t.dtype(), n);
+  check_on_device(op, name, t, ctx);
+}
+
 // `t` viewed as [rows, cols] with cols = the last dim: rank 1 -> [1, n]; rank 2 as is; higher ranks
 // when the leading dims collapse into one strided dim. The last dim must be contiguous.
 inline Tensor as_rows(const char* op, const char* name, const Tensor& t) {

@@ -181,6 +181,7 @@ void EngineWorker::load(Engine& e) {
   DraftOptions draft;
   draft.draft = config_.draft;
   draft.draft_vocab = config_.draft_vocab;
+  draft.draft_fp8 = config_.draft_fp8;
   draft.ngram = config_.ngram;
   // The drafter's own cache holds the same rows (plus per-row page rounding and draft slack).
   draft.draft_model_kv_tokens =

@@ -37,6 +37,7 @@ struct EngineWorkerConfig {
   std::string device = "cpu";
   std::string draft = "none";  // source_factory.h: none, ngram, model:DIR, DIR
   std::string draft_vocab;     // --draft-vocab FILE (DraftOptions::draft_vocab)
+  bool draft_fp8 = false;      // --draft-fp8 (DraftOptions::draft_fp8)
   std::optional<int> gamma;    // default: the source's natural length
   NgramConfig ngram;
   int max_batch = 32;    // live rows at most

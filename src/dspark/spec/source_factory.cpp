@@ -26,6 +26,8 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
   auto no_vocab = [&](const char* kind) {
     DSPARK_CHECK_KIND(invalid_input, o.draft_vocab.empty(),
                       "--draft-vocab applies to DSpark / DFlash drafters, not to {}", kind);
+    DSPARK_CHECK_KIND(invalid_input, !o.draft_fp8,
+                      "--draft-fp8 applies to DSpark / DFlash drafters, not to {}", kind);
   };
   if (o.draft == "ngram") {
     no_vocab("prompt lookup (ngram)");
@@ -45,6 +47,7 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
     DSparkSourceOptions options;
     options.kv_tokens = o.draft_model_kv_tokens;
     if (!o.draft_vocab.empty()) options.draft_vocab = read_draft_vocab(o.draft_vocab);
+    options.fp8_weights = o.draft_fp8;
     return CreatedSource{make_draft_source(dir, target, options), dflash ? "dflash" : "dspark",
                          cfg.drafts_per_block(cfg.block_size)};
   }

@@ -23,6 +23,9 @@ struct DraftOptions {
   // --draft-vocab FILE: a DSpark / DFlash drafter drafts greedy rounds over these token ids only
   // (spec/dspark/draft_vocab.h); empty: the whole vocabulary. Refused for other sources.
   std::string draft_vocab;
+  // --draft-fp8: a DSpark / DFlash drafter's projections and LM head in FP8 (E4M3, per-row scales;
+  // CUDA, bf16). Refused for other sources.
+  bool draft_fp8 = false;
 };
 
 struct CreatedSource {

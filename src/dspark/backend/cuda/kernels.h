@@ -96,5 +96,12 @@ void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const 
 // false: the fused kernel does not apply (see ops/head_cells.h), nothing was launched.
 bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
                         const Tensor& z, const Tensor& next, const Tensor& index_map);
+bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& tokens,
+                        const Tensor& z, int64_t rows, int64_t steps, const Tensor& index_map);
+
+// FP8 weights with per-row scales (ops/linear_fp8.h); the ops layer checked the shapes.
+void quantize_rows_fp8(Context& ctx, const Tensor& w, const Tensor& w8, const Tensor& scale);
+void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& scale,
+                const Tensor& bias, const Tensor& y);
 
 }  // namespace dspark::cuda

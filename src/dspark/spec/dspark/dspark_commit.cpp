@@ -12,6 +12,7 @@
 
 #include "dspark/backend/cuda/blas.h"
 #include "dspark/ops/embedding.h"
+#include "dspark/ops/linear_fp8.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/qkv_prologue.h"
@@ -67,7 +68,8 @@ void DSparkSource::enqueue_commit(Context& ctx, const CommitMeta& meta, const Co
     // The k/v rows of the fused q/k/v weight: one GEMM for both.
     const Tensor w_kv = a.qkv->rows(qw, qw + 2 * kvw);
     const Tensor b_kv = a.qkv_bias->defined() ? a.qkv_bias->slice(0, qw, qw + 2 * kvw) : Tensor{};
-    linear(ctx, b.c, w_kv, b_kv, b.kv);
+    const Tensor s_kv = a.qkv_scale->defined() ? a.qkv_scale->slice(0, qw, qw + 2 * kvw) : Tensor{};
+    project(ctx, b.c, w_kv, s_kv, b_kv, b.kv);
     // k_norm, RoPE at the rows' absolute positions and the K/V write: one kernel on CUDA (the
     // prologue without query heads).
     QkvPrologueArgs pro;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include "dspark/io/safetensors.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
+#include "dspark/ops/linear_fp8.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/qkv_prologue.h"
@@ -84,9 +86,44 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
   rope_.inv_freq = OwnedTensor::from_vector(
       table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())}, target.device());
   rope_.attention_scaling = table.attention_scaling;
+  if (options_.fp8_weights) quantize_backbone_fp8();
 }
 
 DSparkSource::~DSparkSource() = default;
+
+namespace {
+
+// E4M3 codes and per-row scales of w, on w's device (ops/linear_fp8.h).
+std::pair<OwnedTensor, OwnedTensor> to_fp8(Context& ctx, const Tensor& w) {
+  OwnedTensor w8(DType::u8, w.shape(), w.device());
+  OwnedTensor scale(DType::f32, Shape{w.size(0)}, w.device());
+  quantize_rows_fp8(ctx, w, w8, scale);
+  return {std::move(w8), std::move(scale)};
+}
+
+}  // namespace
+
+void DSparkSource::quantize_backbone_fp8() {
+  DSPARK_CHECK_KIND(invalid_input, target_.device().is_cuda() && dtype_ == DType::bf16,
+                    "dspark: FP8 drafter weights (--draft-fp8) need a CUDA device and bf16 "
+                    "activations, the target runs {} on {}",
+                    dtype_name(dtype_), target_.device().name());
+  Context ctx(target_.device());
+  std::vector<OwnedTensor> originals;  // freed once the quantization ran
+  auto quantize = [&](OwnedTensor& w, OwnedTensor& scale) {
+    auto [w8, s] = to_fp8(ctx, w);
+    originals.push_back(std::move(w));
+    w = std::move(w8);
+    scale = std::move(s);
+  };
+  for (DrafterLayerWeights& l : weights_.layers) {
+    quantize(l.attn.qkv, l.attn.qkv_scale);
+    quantize(l.attn.o, l.attn.o_scale);
+    quantize(l.mlp.gate_up, l.mlp.gate_up_scale);
+    quantize(l.mlp.down, l.mlp.down_scale);
+  }
+  ctx.synchronize();
+}
 
 void DSparkSource::prepare_draft_vocab(Context& ctx) {
   if (vocab_ids_->defined()) return;
@@ -95,6 +132,12 @@ void DSparkSource::prepare_draft_vocab(Context& ctx) {
   vocab_ids_ = OwnedTensor::from_vector(ids, Shape{n}, ctx.device());
   lm_head_short_ = OwnedTensor(lm_head_.dtype(), Shape{n, lm_head_.size(1)}, ctx.device());
   gather_rows(ctx, lm_head_, vocab_ids_, lm_head_short_);
+  if (options_.fp8_weights) {
+    auto [w8, scale] = to_fp8(ctx, lm_head_short_);
+    ctx.synchronize();  // the rows are read before the bf16 copy is freed
+    lm_head_short_ = std::move(w8);
+    lm_head_short_scale_ = std::move(scale);
+  }
   if (weights_.markov_w2->defined()) {
     const Tensor& w2 = weights_.markov_w2;
     w2_short_ = OwnedTensor(w2.dtype(), Shape{n, w2.size(1)}, ctx.device());
@@ -230,7 +273,14 @@ void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundM
                  last ? weights_.norm.view() : weights_.layers[l + 1].norm_in.view(), b.xn, norm);
   }
   gather_rows(ctx, b.xn, m.draft_rows, b.hd);
-  linear(ctx, b.hd, s.short_vocab ? lm_head_short_.view() : lm_head_, Tensor{}, b.logits);
+  if (s.short_vocab) {
+    project(ctx, b.hd, lm_head_short_, lm_head_short_scale_.view(), Tensor{}, b.logits);
+  } else if (options_.fp8_weights) {
+    if (!lm_head8_->defined()) std::tie(lm_head8_, lm_head8_scale_) = to_fp8(ctx, lm_head_);
+    linear_fp8(ctx, b.hd, lm_head8_, lm_head8_scale_, Tensor{}, b.logits);
+  } else {
+    linear(ctx, b.hd, lm_head_, Tensor{}, b.logits);
+  }
   if (options_.record) {  // eager rounds only (never captured)
     record_.rows = static_cast<int>(R);
     record_.block_rows = static_cast<int>(s.block);

@@ -67,6 +67,12 @@ struct DSparkSourceOptions {
   // outside the list are never drafted. Sampled rounds use the whole vocabulary (their q must
   // cover it). spec/dspark/draft_vocab.h reads the list from a file.
   std::vector<int32_t> draft_vocab;
+  // The backbone's projections (q/k/v, o, gate/up, down) and the LM head rows it drafts with in
+  // FP8 (E4M3 codes, one scale per row: ops/linear_fp8.h), quantized once from the checkpoint's
+  // weights: about half the bytes a draft step reads. The target still verifies every draft, so
+  // the output is unchanged; only acceptance may move. CUDA with bf16 activations only; fc, norms
+  // and the Markov / confidence heads stay in the engine dtype.
+  bool fp8_weights = false;
 };
 
 struct DSparkStats {
@@ -231,6 +237,10 @@ class DSparkSource final : public DraftSource {
   // head's and w2's rows of those ids.
   OwnedTensor vocab_ids_, lm_head_short_, w2_short_;
   void prepare_draft_vocab(Context& ctx);
+  // FP8 drafting (options_.fp8_weights): the per-row scales of lm_head_short_ (then E4M3 codes),
+  // and the whole LM head's codes and scales, made on the first round that drafts over it.
+  OwnedTensor lm_head_short_scale_, lm_head8_, lm_head8_scale_;
+  void quantize_backbone_fp8();
   AttentionDims dims_;
   RopeOnDevice rope_;
   PagedKvCache kv_;

@@ -93,7 +93,12 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
       }
       ctx.copy_async(sc.features.data(), zeros_.data(), bytes);
     }
-    for (int64_t s = 0; s < S; ++s) {
+    // Greedy vanilla rounds on CUDA: every step in one launch when w2's columns fit the GPU's
+    // shared memory (a draft vocabulary), else one launch per step below.
+    const bool looped = type == MarkovHeadType::vanilla && !round.probs.defined() &&
+                        markov_greedy_loop(ctx, w_.markov_w1, w2, round.tokens, round.logits, R, S,
+                                           round.vocab_ids);
+    for (int64_t s = 0; s < S && !looped; ++s) {
       const Tensor prev = round.tokens.slice(0, s * R, (s + 1) * R);
       const Tensor h = round.hidden.rows(s * R, (s + 1) * R);
       Tensor latent = sc.latent;

@@ -1,7 +1,7 @@
 // Arrival counters for kernels whose last CTA to finish a piece of work merges it (the Markov
-// step's argmax chunks, the attention's key splits): each CTA of a piece adds 1 to the piece's
-// counter after writing its partial result; the one that sees count - 1 merges and sets the
-// counter back to 0, so the buffer is all zeros between launches. Private to
+// step's argmax chunks, the attention's key splits; the Markov loop's grid barrier): each CTA of a
+// piece adds 1 to the piece's counter after writing its partial result; the one that sees count - 1
+// merges and sets the counter back to 0, so the buffer is all zeros between launches. Private to
 // backend/cuda/kernels.
 #pragma once
 
@@ -12,7 +12,7 @@
 namespace dspark::cuda {
 
 // One buffer per kernel family (two families never share a counter).
-enum class ArrivalPool { markov_step, attention_merge, count };
+enum class ArrivalPool { markov_step, attention_merge, markov_loop, count };
 
 // The zeroed counters of `pool` on ctx's device: `n` of them, allocated on first use and kept for
 // the process (a captured graph keeps the address; `n` must be the same on every call of a

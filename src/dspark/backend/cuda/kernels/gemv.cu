@@ -24,16 +24,18 @@
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/gemv.h"
+#include "dspark/backend/cuda/kernels/gemv_tile.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
 namespace {
 
-constexpr int kWarps = 8;       // split-K ways per CTA
-constexpr int kRows = 16;       // output rows per CTA (the MMA's M)
-constexpr int kChunk = 32;      // K elements per chunk (64 bytes per weight row)
-constexpr int kSplitAlign = 4;  // chunks per warp are a multiple of this
-constexpr int kPrefetch = 4;    // chunks per warp and row prefetched into L2 before pdl_wait()
+using gemv_tile::kRows;
+using gemv_tile::kSplitAlign;
+using gemv_tile::kWarps;
+using gemv_tile::load_stream;
+using gemv_tile::word;
+constexpr int kChunk = 32;  // K elements per chunk (64 bytes per weight row)
 
 template <typename TW, typename TY>
 struct GemvParams {
@@ -44,20 +46,6 @@ struct GemvParams {
   device::FloatKind bias_kind;
   int64_t m, n, k, ldx, ldy;
 };
-
-// Weights are read exactly once: stream them past L1 (ld.global.nc with no L1 allocation) and let
-// L2 fetch 256 bytes at a time (a lane's four unrolled chunks of one row are 256 contiguous bytes).
-__device__ __forceinline__ uint4 load_stream(const void* p) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
-  return r;
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
 
 // The two MMA steps of one 32-element chunk: a / b hold weight rows g and g + 8, x[t] token rows
 // g + 8t (see the header comment for the k permutation).
@@ -95,22 +83,12 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvParams<TW, TY> p)
   // depends on K only, never on M or U: that is what keeps the summation order, so the results,
   // the same for every M.
   static_assert(kSplitAlign % U == 0);
-  const int64_t chunks = (p.k + kChunk - 1) / kChunk, full = p.k / kChunk;
-  const int64_t per_warp =
-      ((chunks + kWarps - 1) / kWarps + kSplitAlign - 1) / kSplitAlign * kSplitAlign;
-  const int64_t begin = warp * per_warp;
-  const int64_t end = min(begin + per_warp, chunks);
-  const int64_t end_full = min(end, full);
+  const gemv_tile::ChunkRange range = gemv_tile::warp_chunks(p.k, kChunk, warp);
+  const int64_t begin = range.begin, end = range.end, end_full = range.end_full;
 
-  // Launched as a programmatic dependent (pdl.cuh): the weights were written before the forward,
-  // so the first chunks of each row go into L2 while the kernel before still runs (one lane per
-  // 128-byte line: two chunks); x is only read after pdl_wait().
-  if (c == 0) {
-    for (int64_t q = begin; q < min(begin + kPrefetch, end_full); q += 2) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + q * kChunk));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + q * kChunk));
-    }
-  }
+  // Launched as a programmatic dependent (pdl.cuh): the first chunks of each row go into L2 while
+  // the kernel before still runs; x is only read after pdl_wait().
+  if (c == 0) gemv_tile::prefetch_rows(wa, wb, range, kChunk * sizeof(TW));
   pdl_wait();
   pdl_launch_dependents();
 
@@ -146,25 +124,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(GemvParams<TW, TY> p)
     mma_chunk<TW, NT>(acc, a, b, xv);
   }
 
-  // acc[t]: (row g, tokens 8t + 2c, 8t + 2c + 1), (row g + 8, same tokens).
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    partial[warp][g][8 * t + 2 * c] = acc[t][0];
-    partial[warp][g][8 * t + 2 * c + 1] = acc[t][1];
-    partial[warp][g + 8][8 * t + 2 * c] = acc[t][2];
-    partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][3];
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < kRows * p.m; i += kWarps * 32) {
-    const int r = i % kRows, token = i / kRows;
-    const int64_t row = row0 + r;
-    if (row >= p.n) continue;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += partial[w][r][token];
+  gemv_tile::reduce_warps<NT>(partial, acc, row0, p.n, p.m, [&](int64_t row, int token, float sum) {
     if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
     p.y[token * p.ldy + row] = device::from_float<TY>(sum);
-  }
+  });
 }
 
 template <typename TW, typename TY, int NT>

@@ -1,0 +1,101 @@
+// FP8 weights on CUDA against the CPU (ops/linear_fp8.h): the per-row quantization gives the same
+// codes and scales, and the tensor-core projection the CPU reference's results (f32 output:
+// relative RMS 1e-4, summation order and the MMA's accumulation; bf16 output: 1e-2), for M from 1
+// to 130 (several launches of 64 rows), odd N, K with a partial last chunk, a bias, and strided x /
+// y rows; a row's result does not depend on M (bitwise).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "cuda_consistency.h"
+#include "dspark/ops/linear_fp8.h"
+
+namespace dspark {
+namespace {
+
+struct Quantized {
+  test::Pair w8, scale;
+};
+
+Quantized quantize_both(test::Contexts& c, const test::Pair& w) {
+  const Shape shape = w.cpu->shape();
+  Quantized q{test::zeros_pair(DType::u8, shape), test::zeros_pair(DType::f32, Shape{shape[0]})};
+  quantize_rows_fp8(c.cpu, w.cpu, q.w8.cpu, q.scale.cpu);
+  quantize_rows_fp8(c.gpu, w.gpu, q.w8.gpu, q.scale.gpu);
+  c.gpu.synchronize();
+  return q;
+}
+
+TEST(CudaLinearFp8, QuantizationMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  test::Contexts c;
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    const int64_t n = 37, k = 300;
+    OwnedTensor host = test::random_tensor(dtype, Shape{n, k}, 3, 0.05f);
+    // A zero row and a row of huge values.
+    std::vector<float> v = to_f32_vector(host);
+    for (int64_t j = 0; j < k; ++j) v[static_cast<size_t>(4 * k + j)] = 0.0f;
+    for (int64_t j = 0; j < k; ++j) v[static_cast<size_t>(9 * k + j)] *= 1e6f;
+    const test::Pair w = test::values_pair(v, dtype, Shape{n, k});
+    const Quantized q = quantize_both(c, w);
+    EXPECT_EQ(to_vector<uint8_t>(q.w8.gpu.view()), to_vector<uint8_t>(q.w8.cpu.view()))
+        << dtype_name(dtype);
+    test::expect_equal(q.scale.gpu, q.scale.cpu, std::string(dtype_name(dtype)) + " scales");
+  }
+}
+
+TEST(CudaLinearFp8, ProjectionMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  test::Contexts c;
+  struct Shape3 {
+    int64_t m, n, k;
+  };
+  for (const Shape3 sh : {Shape3{1, 16, 64}, Shape3{5, 37, 96}, Shape3{16, 300, 4096},
+                          Shape3{17, 64, 208}, Shape3{64, 40, 512}, Shape3{130, 33, 144}}) {
+    const test::Pair w = test::random_pair(DType::bf16, Shape{sh.n, sh.k}, 11, 0.05f);
+    const Quantized q = quantize_both(c, w);
+    const test::Pair bias = test::random_pair(DType::f32, Shape{sh.n}, 12);
+    // x and y as column slices of wider buffers (row strides a multiple of 8 elements).
+    const test::Pair xw = test::random_pair(DType::bf16, Shape{sh.m, sh.k + 16}, 13);
+    const Tensor x_cpu = test::columns(xw.cpu, 8, sh.k), x_gpu = test::columns(xw.gpu, 8, sh.k);
+    for (DType ydt : {DType::f32, DType::bf16}) {
+      const std::string what =
+          fmt::format("m {} n {} k {} y {}", sh.m, sh.n, sh.k, dtype_name(ydt));
+      const test::Pair yw = test::zeros_pair(ydt, Shape{sh.m, sh.n + 8});
+      const Tensor y_cpu = test::columns(yw.cpu, 0, sh.n), y_gpu = test::columns(yw.gpu, 0, sh.n);
+      linear_fp8(c.cpu, x_cpu, q.w8.cpu, q.scale.cpu, bias.cpu, y_cpu);
+      linear_fp8(c.gpu, x_gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y_gpu);
+      c.gpu.synchronize();
+      test::expect_close(OwnedTensor::copy_of(y_gpu, Device::cpu()),
+                         OwnedTensor::copy_of(y_cpu, Device::cpu()),
+                         ydt == DType::f32 ? 1e-4 : 1e-2, what);
+    }
+    // Batch invariance: each row alone gives the bits it had in the batch.
+    const test::Pair y_all = test::zeros_pair(DType::f32, Shape{sh.m, sh.n});
+    linear_fp8(c.gpu, x_gpu, q.w8.gpu, q.scale.gpu, Tensor{}, y_all.gpu);
+    const test::Pair y_one = test::zeros_pair(DType::f32, Shape{1, sh.n});
+    for (int64_t i = 0; i < sh.m; i += std::max<int64_t>(1, sh.m / 4)) {
+      linear_fp8(c.gpu, x_gpu.slice(0, i, i + 1), q.w8.gpu, q.scale.gpu, Tensor{}, y_one.gpu);
+      c.gpu.synchronize();
+      test::expect_equal(y_one.gpu,
+                         OwnedTensor::copy_of(y_all.gpu->slice(0, i, i + 1), test::kTestGpu),
+                         fmt::format("m {} n {} k {}: row {} alone", sh.m, sh.n, sh.k, i));
+    }
+  }
+}
+
+TEST(CudaLinearFp8, RefusesWhatTheKernelCannotRead) {
+  DSPARK_REQUIRE_CUDA();
+  Context gpu(test::kTestGpu);
+  const OwnedTensor w8 = OwnedTensor::zeros(DType::u8, Shape{16, 40}, test::kTestGpu);
+  const OwnedTensor scale = OwnedTensor::zeros(DType::f32, Shape{16}, test::kTestGpu);
+  const OwnedTensor x = OwnedTensor::zeros(DType::bf16, Shape{2, 40}, test::kTestGpu);
+  const OwnedTensor y = OwnedTensor::zeros(DType::f32, Shape{2, 16}, test::kTestGpu);
+  EXPECT_THROW(linear_fp8(gpu, x, w8, scale, Tensor{}, y), Error);  // K % 16 != 0
+  const OwnedTensor w8b = OwnedTensor::zeros(DType::u8, Shape{16, 48}, test::kTestGpu);
+  const OwnedTensor xf = OwnedTensor::zeros(DType::f32, Shape{2, 48}, test::kTestGpu);
+  EXPECT_THROW(linear_fp8(gpu, xf, w8b, scale, Tensor{}, y), Error);  // x must be bf16
+}
+
+}  // namespace
+}  // namespace dspark
