@@ -69,6 +69,7 @@ struct Options {
   int gamma = 16, rounds = 32;
   bool draft_fp8 = false;
   bool graphs = false, profile_ops = false, trace = false, blocking_sync = false;
+  bool graphs_only = false;  // with graphs: no eager verify widths, no back-to-back loops
 };
 
 // One (context, batch) configuration: `batch` rows of `context` random tokens each, every
@@ -101,7 +102,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                   fmt::format("{:.0f} tok/s, {:.0f} GB/s, {}", tok_s, gbs, host_cell(plain))});
 
   RandomDraftSource random_source(target.config().vocab_size);
-  for (int k : widths) {
+  for (int k : o.graphs_only ? std::vector<int>{} : widths) {
     const PhaseMs v = measure(target, ctx, &random_source, k, prompts, o.rounds);
     j["verify_ms"][std::to_string(k)] = v.verify;
     j["verify_host_ms_per_forward"][std::to_string(k)] = v.host_ms_per_forward;
@@ -164,6 +165,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
     // Back-to-back forwards (no engine, no per-step synchronisation): device-bound time.
     std::vector<int> loop_widths = {1};
     for (int k : widths) loop_widths.push_back(k + 1);
+    if (o.graphs_only) loop_widths.clear();
     for (int w : loop_widths) {
       target.set_cuda_graphs(false);
       const LoopMs e = forward_loop(target, ctx, prompts, w, o.rounds);
@@ -320,6 +322,10 @@ int main_impl(int argc, char** argv) {
   app.add_option("--verify-k", o.verify_list, "verify widths (drafted tokens per row) to time");
   app.add_flag("--graphs", o.graphs,
                "also time decode and verify with CUDA-graph replay of the target forward");
+  app.add_flag("--graphs-only", o.graphs_only,
+               "with --graphs: time verify widths with graphs only and skip the back-to-back "
+               "forward loops (the eager decode step stays, as the reference): a third of the "
+               "forwards, for context x batch sweeps");
   app.add_flag("--trace", o.trace,
                "also record the decode step's and the round's device timeline (CUPTI): idle "
                "gaps between kernels, host time blocked, kernel times");
@@ -333,6 +339,10 @@ int main_impl(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (o.trace && !kernel_trace_available()) {
     std::fprintf(stderr, "error: --trace needs a bench built with CUPTI\n");
+    return 2;
+  }
+  if (o.graphs_only && !o.graphs) {
+    std::fprintf(stderr, "error: --graphs-only needs --graphs\n");
     return 2;
   }
   if (o.trace && (!o.graphs || o.device_name == "cpu")) {

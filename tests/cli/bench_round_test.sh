@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench_round on the CPU with the tiny golden target: a sweep of --context x --batch measures every
 # combination (JSON "runs", with batch, context, decode tok/s = batch / step time, the verify
-# width and, with --draft, the round), a single combination keeps the flat JSON layout, and bad
-# lists are refused with exit code 2 and one error line. The bench binary sits next to dspark
+# width and, with --draft, the round), a single combination keeps the flat JSON layout,
+# --graphs-only drops the eager verify widths and the back-to-back loops, and bad lists (or
+# --graphs-only without --graphs) are refused with exit code 2 and one error line. The bench binary sits next to dspark
 # (DSPARK_BUILD_BENCH); without it the test is skipped.
 #   bash tests/cli/bench_round_test.sh <path-to-dspark> <repo-root>
 set -uo pipefail
@@ -50,7 +51,19 @@ if "runs" in d or d.get("batch") != 2 or d.get("context") != 32 or d.get("decode
     sys.exit(1)
 PY
 
-for bad in "--batch 0" "--batch 1,x" "--context 0" "--verify-k a"; do
+"$BENCH" -m "$M" --device cpu --context 32 --rounds 2 --verify-k 1,2 --graphs --graphs-only \
+  --json "$TMP/quick.json" >"$TMP/quick.out" 2>&1 || fail "graphs-only exited $?"
+python3 - "$TMP/quick.json" <<'PY' || FAILED=1
+import json, sys
+d = json.load(open(sys.argv[1]))
+ok = ("verify_ms" not in d and "forward_loop" not in d and d.get("decode_step_ms", 0) > 0
+      and sorted(d.get("graphs", {}).get("verify_ms", {})) == ["1", "2"])
+if not ok:
+    print("FAIL: --graphs-only layout", sorted(d), sorted(d.get("graphs", {})))
+    sys.exit(1)
+PY
+
+for bad in "--batch 0" "--batch 1,x" "--context 0" "--verify-k a" "--graphs-only"; do
   # shellcheck disable=SC2086
   "$BENCH" -m "$M" --device cpu $bad >"$TMP/bad.out" 2>&1
   rc=$?
