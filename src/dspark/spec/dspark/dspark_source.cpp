@@ -108,6 +108,12 @@ void DSparkSource::quantize_backbone_fp8() {
                     "dspark: FP8 drafter weights (--draft-fp8) need a CUDA device and bf16 "
                     "activations, the target runs {} on {}",
                     dtype_name(dtype_), target_.device().name());
+  const int64_t inter = config_.backbone.intermediate_size;
+  DSPARK_CHECK_KIND(
+      invalid_input, dims_.hidden % 16 == 0 && dims_.q_width() % 16 == 0 && inter % 16 == 0,
+      "dspark: FP8 drafter weights (--draft-fp8) need hidden ({}), attention ({}) and "
+      "MLP ({}) widths that are multiples of 16",
+      dims_.hidden, dims_.q_width(), inter);
   Context ctx(target_.device());
   std::vector<OwnedTensor> originals;  // freed once the quantization ran
   auto quantize = [&](OwnedTensor& w, OwnedTensor& scale) {
@@ -275,8 +281,7 @@ void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundM
   gather_rows(ctx, b.xn, m.draft_rows, b.hd);
   if (s.short_vocab) {
     project(ctx, b.hd, lm_head_short_, lm_head_short_scale_.view(), Tensor{}, b.logits);
-  } else if (options_.fp8_weights) {
-    if (!lm_head8_->defined()) std::tie(lm_head8_, lm_head8_scale_) = to_fp8(ctx, lm_head_);
+  } else if (options_.fp8_weights) {  // quantized by propose before the round (no allocation here)
     linear_fp8(ctx, b.hd, lm_head8_, lm_head8_scale_, Tensor{}, b.logits);
   } else {
     linear(ctx, b.hd, lm_head_, Tensor{}, b.logits);
@@ -363,6 +368,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   shape.short_vocab = !options_.draft_vocab.empty() && !any_sampled;
   shape.sampled = any_sampled;
   if (shape.short_vocab) prepare_draft_vocab(ctx);
+  if (!shape.short_vocab && options_.fp8_weights && !lm_head8_->defined())
+    std::tie(lm_head8_, lm_head8_scale_) = to_fp8(ctx, lm_head_);
   shape.cols = shape.short_vocab ? vocab_ids_->numel() : vocab;
   const int64_t R = shape.rows, S = shape.steps, M = R * L;
 
