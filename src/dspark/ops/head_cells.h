@@ -43,7 +43,9 @@ bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const 
 // CPU, DSPARK_MARKOV_LOOP=0 or DSPARK_MARKOV_FUSED=0, mixed dtypes, more than 64 rows, a w2
 // slice that does not fit one multiprocessor's shared memory - e.g. a full 152k vocabulary in
 // bf16): the caller then runs markov_greedy_step per step. Its grid barrier's counters are per
-// device (one stream at a time, as for markov_greedy_step).
+// device (one stream at a time, as for markov_greedy_step). The barrier needs every CTA resident
+// at once: the grid is sized to the device's multiprocessor count, so a process limited to fewer
+// SMs (MPS with an active-thread percentage below 100) must set DSPARK_MARKOV_LOOP=0.
 bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& tokens,
                         const Tensor& z, int64_t rows, int64_t steps, const Tensor& index_map);
 
