@@ -1,5 +1,6 @@
 # Sourced by the GPU-machine session scripts (gpu_session.sh, gpu_diag.sh, gpu_small_m.sh): sets
-# `repo` (and cds there), `out` ($OUT, or gpu-session-logs), `t0`, and defines
+# `repo` (and cds there), `out` ($OUT, or gpu-session-logs), `t0`, packs $out at exit when it
+# holds more than 8 files (pack_out), and defines
 #   run SECONDS NAME CMD...   a time-boxed step: log in $out/NAME.log, its last ${TAIL:-14}
 #                             non-JSON lines and the exit status echoed.
 set -uo pipefail
@@ -8,6 +9,20 @@ cd "$repo"
 out="${OUT:-$repo/gpu-session-logs}"
 mkdir -p "$out"
 t0=$(date +%s)
+
+# The device tool returns at most 8 files from $OUT: when a session leaves more, the loose ones
+# are packed into one gpu-out-PID.tar.gz at exit (unpack with `tar xzf`), so that no log or JSON
+# is dropped (a nested session script packs into its own archive).
+pack_out() {
+  local n
+  n=$(find "$out" -maxdepth 1 -type f | wc -l)
+  if [ "$n" -gt 8 ]; then
+    (cd "$out" && find . -maxdepth 1 -type f ! -name 'gpu-out-*.tar.gz' -printf '%P\n' |
+      tar czf "gpu-out-$$.tar.gz" -T - --remove-files) &&
+      echo "packed the files of $out into gpu-out-$$.tar.gz"
+  fi
+}
+trap pack_out EXIT
 
 run() {  # seconds name cmd...
   local limit=$1 name=$2
