@@ -2,7 +2,8 @@
 # The draft vocabulary end to end: tools/train/make_draft_vocab.py counts the tokens of a regen
 # shard (a synthetic one: its counts are known) and writes the most frequent ids; dspark generate
 # --draft <drafter fixture> --draft-vocab FILE then gives exactly the plain greedy tokens; a bad
-# file or a source without a drafter exits non-zero with one error line.
+# file, a source without a drafter (for --draft-vocab or --draft-fp8) or --draft-fp8 on the CPU
+# exits non-zero with one error line.
 #   bash tests/cli/draft_vocab_test.sh <path-to-dspark> <repo-root>
 set -euo pipefail
 DSPARK=$1
@@ -87,4 +88,7 @@ echo "[]" >"$TMP/empty.json"
 expect_error "outside the vocabulary" --draft "$DRAFTER" --draft-vocab "$TMP/big.json"
 expect_error "non-empty list" --draft "$DRAFTER" --draft-vocab "$TMP/empty.json"
 expect_error "applies to DSpark" --draft ngram --draft-vocab "$TMP/v.json"
+# --draft-fp8: refused for other sources, and on the CPU (FP8 drafter weights are CUDA + bf16).
+expect_error "draft-fp8 applies to DSpark" --draft ngram --draft-fp8
+expect_error "need a CUDA device" --draft "$DRAFTER" --draft-fp8 --device cpu
 echo "draft_vocab_test: ok"
