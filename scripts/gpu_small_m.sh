@@ -52,7 +52,9 @@ round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context "${CONTE
 # (vocab32k without split-K reduce kernels: DSPARK_LT_REDUCTION_MASK=0), merge16_vocab32k
 # (vocab32k with every attention tile merged by its last split CTA: DSPARK_ATTN_MERGE_ROWS=16),
 # steps_vocab32k (vocab32k with one Markov launch per step instead of the whole-loop kernel:
-# DSPARK_MARKOV_LOOP=0), fp8_vocab32k (vocab32k with the drafter's weights in FP8: --draft-fp8).
+# DSPARK_MARKOV_LOOP=0), fp8_vocab32k (vocab32k with the drafter's weights in FP8: --draft-fp8),
+# fp8rt2_vocab32k (fp8_vocab32k with two 16-row tiles per CTA in the FP8 kernel:
+# DSPARK_FP8_ROW_TILES=2).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -65,6 +67,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == steps* ]] && export DSPARK_MARKOV_LOOP=0
     extra=()
     [[ "$r" == fp8* ]] && extra+=(--draft-fp8)
+    [[ "$r" == fp8rt2* ]] && export DSPARK_FP8_ROW_TILES=2
     [[ "$r" == blocking* ]] && extra+=(--blocking-sync)
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)
       python3 -c "import json; json.dump(list(range(32768)), open('$models/vocab32k.json', 'w'))"

@@ -2,12 +2,13 @@
 // codes and scales, and the tensor-core projection the CPU reference's results (f32 output:
 // relative RMS 1e-4, summation order and the MMA's accumulation; bf16 output: 1e-2), for M from 1
 // to 130 (several launches of 64 rows), odd N, K with a partial last chunk, a bias, and strided x /
-// y rows; a row's result does not depend on M (bitwise).
+// y rows; a row's result does not depend on M (bitwise), nor on the row tiles per CTA.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
 
 #include "cuda_consistency.h"
+#include "dspark/backend/cuda/kernels.h"
 #include "dspark/ops/linear_fp8.h"
 
 namespace dspark {
@@ -82,6 +83,35 @@ TEST(CudaLinearFp8, ProjectionMatchesCpu) {
                          fmt::format("m {} n {} k {}: row {} alone", sh.m, sh.n, sh.k, i));
     }
   }
+}
+
+// Two 16-row tiles per CTA (set_fp8_row_tiles(2), M <= 16) give the bits of one tile per CTA:
+// each row's sums run in the same order.
+TEST(CudaLinearFp8, TwoRowTilesPerCtaGiveTheSameBits) {
+  DSPARK_REQUIRE_CUDA();
+  test::Contexts c;
+  for (const int64_t m : {1, 7, 16}) {
+    for (const int64_t n : {16, 40, 4096}) {
+      const int64_t k = 4096 + 64 + 16;  // whole chunks and a partial one
+      const test::Pair w = test::random_pair(DType::bf16, Shape{n, k}, 21, 0.05f);
+      const Quantized q = quantize_both(c, w);
+      const test::Pair x = test::random_pair(DType::bf16, Shape{m, k}, 22);
+      const test::Pair bias = test::random_pair(DType::f32, Shape{n}, 23);
+      const test::Pair y1 = test::zeros_pair(DType::f32, Shape{m, n});
+      const test::Pair y2 = test::zeros_pair(DType::f32, Shape{m, n});
+      cuda::set_fp8_row_tiles(1);
+      linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y1.gpu);
+      cuda::set_fp8_row_tiles(2);
+      linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y2.gpu);
+      cuda::set_fp8_row_tiles(1);
+      c.gpu.synchronize();
+      const std::string what = fmt::format("m {} n {} k {}", m, n, k);
+      test::expect_equal(y2.gpu, y1.gpu, what + ": two row tiles vs one");
+      linear_fp8(c.cpu, x.cpu, q.w8.cpu, q.scale.cpu, bias.cpu, y1.cpu);
+      test::expect_close(y2.gpu, y1.cpu, 1e-4, what + ": two row tiles vs the CPU");
+    }
+  }
+  EXPECT_THROW(cuda::set_fp8_row_tiles(3), Error);
 }
 
 TEST(CudaLinearFp8, RefusesWhatTheKernelCannotRead) {

@@ -103,5 +103,8 @@ bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const 
 void quantize_rows_fp8(Context& ctx, const Tensor& w, const Tensor& w8, const Tensor& scale);
 void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& scale,
                 const Tensor& bias, const Tensor& y);
+// 16-row weight tiles per CTA of linear_fp8 for M <= 16: 1 (default) or 2 (also
+// DSPARK_FP8_ROW_TILES=2); the same results either way. Process-wide; for benchmarks and tests.
+void set_fp8_row_tiles(int tiles);
 
 }  // namespace dspark::cuda

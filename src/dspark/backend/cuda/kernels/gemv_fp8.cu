@@ -14,6 +14,8 @@
 // restores the value, so the MMA sees normal numbers only. NaN codes are never produced.
 #include <cuda_fp8.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
@@ -87,15 +89,22 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, c
   }
 }
 
-template <typename TY, int NT, int U>
+// RT: 16-row tiles per CTA (each warp walks its K range for all of them, loading x once per chunk
+// for the RT tiles); NT: token tiles of 8 (M <= 8 * NT); U: chunks in flight per lane.
+template <typename TY, int NT, int U, int RT>
 __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) {
-  __shared__ float partial[kWarps][kRows][8 * NT];
+  __shared__ float partial[kWarps][kRows * RT][8 * NT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows * RT;
   const int64_t last = p.n - 1;  // rows past N / tokens past M read a valid row, never stored
-  const uint8_t* wa = p.w + min(row0 + g, last) * p.k + c * 16;
-  const uint8_t* wb = p.w + min(row0 + g + 8, last) * p.k + c * 16;
+  const uint8_t* wa[RT];
+  const uint8_t* wb[RT];
+#pragma unroll
+  for (int rt = 0; rt < RT; ++rt) {
+    wa[rt] = p.w + min(row0 + kRows * rt + g, last) * p.k + c * 16;
+    wb[rt] = p.w + min(row0 + kRows * rt + g + 8, last) * p.k + c * 16;
+  }
   const __nv_bfloat16* xs[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t)
@@ -104,20 +113,29 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) 
   static_assert(kSplitAlign % U == 0);
   const gemv_tile::ChunkRange range = gemv_tile::warp_chunks(p.k, kChunk, warp);
   const int64_t begin = range.begin, end = range.end, end_full = range.end_full;
-  if (c == 0) gemv_tile::prefetch_rows(wa, wb, range, kChunk);
+  if (c == 0) {
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) gemv_tile::prefetch_rows(wa[rt], wb[rt], range, kChunk);
+  }
   pdl_wait();
   pdl_launch_dependents();
 
-  float acc[NT][4];
+  float acc[RT][NT][4];
 #pragma unroll
-  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+  for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      acc[rt][t][0] = acc[rt][t][1] = acc[rt][t][2] = acc[rt][t][3] = 0.0f;
   int64_t ch = begin;
   for (; ch + U <= end_full; ch += U) {
-    uint4 a[U], b[U], xv[U][NT][2];
+    uint4 a[U][RT], b[U][RT], xv[U][NT][2];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      a[u] = load_stream(wa + (ch + u) * kChunk);
-      b[u] = load_stream(wb + (ch + u) * kChunk);
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) {
+        a[u][rt] = load_stream(wa[rt] + (ch + u) * kChunk);
+        b[u][rt] = load_stream(wb[rt] + (ch + u) * kChunk);
+      }
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const auto* px = reinterpret_cast<const uint4*>(xs[t] + (ch + u) * kChunk);
@@ -126,13 +144,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) 
       }
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) mma_chunk<NT>(acc, a[u], b[u], xv[u]);
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt) mma_chunk<NT>(acc[rt], a[u][rt], b[u][rt], xv[u]);
   }
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (; ch < end; ++ch) {  // K % 16 == 0: a lane's 16 elements are all inside or all outside
     const bool in = ch * kChunk + c * 16 < p.k;
-    const uint4 a = in ? load_stream(wa + ch * kChunk) : zero;
-    const uint4 b = in ? load_stream(wb + ch * kChunk) : zero;
     uint4 xv[NT][2];
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
@@ -140,21 +158,45 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) 
       xv[t][0] = in ? __ldg(px) : zero;
       xv[t][1] = in ? __ldg(px + 1) : zero;
     }
-    mma_chunk<NT>(acc, a, b, xv);
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt) {
+      const uint4 a = in ? load_stream(wa[rt] + ch * kChunk) : zero;
+      const uint4 b = in ? load_stream(wb[rt] + ch * kChunk) : zero;
+      mma_chunk<NT>(acc[rt], a, b, xv);
+    }
   }
 
-  gemv_tile::reduce_warps<NT>(partial, acc, row0, p.n, p.m, [&](int64_t row, int token, float sum) {
-    sum *= p.scale[row];
-    if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
-    p.y[token * p.ldy + row] = device::from_float<TY>(sum);
-  });
+  gemv_tile::reduce_warps<NT, RT>(partial, acc, row0, p.n, p.m,
+                                  [&](int64_t row, int token, float sum) {
+                                    sum *= p.scale[row];
+                                    if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
+                                    p.y[token * p.ldy + row] = device::from_float<TY>(sum);
+                                  });
+}
+
+// 16-row tiles per CTA for M <= 16 (DSPARK_FP8_ROW_TILES, 1 or 2; read once; set_fp8_row_tiles):
+// 2 gives each warp twice the chunks per launch and loads x once for both tiles. The results are
+// the same bits either way (each row's sums run in the same order).
+std::atomic<int>& row_tiles_flag() {
+  static std::atomic<int> flag = [] {
+    const char* env = std::getenv("DSPARK_FP8_ROW_TILES");
+    return env != nullptr && env[0] == '2' ? 2 : 1;
+  }();
+  return flag;
 }
 
 template <typename TY, int NT>
 void launch(const Fp8Params<TY>& p, cudaStream_t stream) {
+  if constexpr (NT <= 2) {
+    if (row_tiles_flag().load() == 2) {
+      const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, int64_t{2 * kRows}));
+      launch_pdl(gemv_fp8_kernel<TY, NT, 2, 2>, dim3(blocks), dim3(kWarps * 32), 0, stream, p);
+      return;
+    }
+  }
   constexpr int kUnroll = NT <= 2 ? 4 : 2;
-  const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, kRows));
-  launch_pdl(gemv_fp8_kernel<TY, NT, kUnroll>, dim3(blocks), dim3(kWarps * 32), 0, stream, p);
+  const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, int64_t{kRows}));
+  launch_pdl(gemv_fp8_kernel<TY, NT, kUnroll, 1>, dim3(blocks), dim3(kWarps * 32), 0, stream, p);
 }
 
 template <typename TY, int NT = 1>
@@ -224,6 +266,11 @@ void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& s
       }
     }
   });
+}
+
+void set_fp8_row_tiles(int tiles) {
+  DSPARK_CHECK(tiles == 1 || tiles == 2, "set_fp8_row_tiles: 1 or 2, got {}", tiles);
+  row_tiles_flag().store(tiles);
 }
 
 }  // namespace dspark::cuda
