@@ -1,7 +1,8 @@
 // FP8 (E4M3) weights with per-row scales (contract: ops/linear_fp8.h): the per-row quantization,
 // and y[M, N] = x[M, K] . (e4m3(w8) * scale)^T for bf16 x on tensor cores.
 //
-// The projection follows gemv.cu (a CTA owns 16 weight rows, the MMA's M; tokens are its N in
+// The projection follows gemv.cu (a CTA owns 16 weight rows, the MMA's M - or two such tiles,
+// DSPARK_FP8_ROW_TILES=2, at M <= 16; tokens are its N in
 // tiles of 8; the CTA's 8 warps split K evenly, by K only) with 64-element chunks: lane
 // (g = lane / 4, c = lane % 4) loads 16 bytes (16 codes, physical k = chunk * 64 + c * 16 .. + 15)
 // of weight rows g and g + 8, and 32 bytes of each token row g + 8t at the same k. MMA step s
