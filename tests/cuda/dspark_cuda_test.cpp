@@ -51,6 +51,16 @@ TEST(DSparkCudaHeadCells, SigmoidGateAndRnnCellMatchCpu) {
   }
 }
 
+// w2[j] . w1[x] in double (host copies of [cols, r] and [V, r]): the Markov bias of column j.
+double markov_dot(const std::vector<float>& w1, const std::vector<float>& w2, int32_t x, int64_t j,
+                  int64_t r) {
+  double dot = 0;
+  for (int64_t k = 0; k < r; ++k)
+    dot += static_cast<double>(w2[static_cast<size_t>(j * r + k)]) *
+           w1[static_cast<size_t>(x * r + k)];
+  return dot;
+}
+
 // The fused greedy step of the vanilla Markov head against a double-precision host reference:
 // z += w2 . w1[prev], next = argmax z (through an index map), several steps in a row (each
 // reads the tokens the previous launch wrote, and the per-row arrival counters must be reset),
@@ -102,10 +112,7 @@ TEST(DSparkCudaHeadCells, MarkovGreedyStepMatchesReference) {
             ASSERT_GE(x, 0) << what;
             int64_t best = 0;
             for (int64_t j = 0; j < sh.cols; ++j) {
-              double dot = 0;
-              for (int64_t k = 0; k < sh.r; ++k)
-                dot += static_cast<double>(hw2[static_cast<size_t>(j * sh.r + k)]) *
-                       hw1[static_cast<size_t>(x * sh.r + k)];
+              const double dot = markov_dot(hw1, hw2, x, j, sh.r);
               float& zr = hz[static_cast<size_t>(i * sh.cols + j)];
               zr = static_cast<float>(zr + dot);
               EXPECT_NEAR(gz[static_cast<size_t>(i * sh.cols + j)], zr, 1e-4 * (1 + std::abs(zr)))
@@ -187,11 +194,8 @@ TEST(DSparkCudaHeadCells, MarkovGreedyLoopMatchesReference) {
             const size_t row = static_cast<size_t>((s * c.rows + i) * c.cols);
             int64_t best = 0;
             for (int64_t j = 0; j < c.cols; ++j) {
-              double dot = 0;
-              for (int64_t k = 0; k < c.r; ++k)
-                dot += static_cast<double>(hw2[static_cast<size_t>(j * c.r + k)]) *
-                       hw1[static_cast<size_t>(x * c.r + k)];
-              const double want = hz[row + static_cast<size_t>(j)] + dot;
+              const double want =
+                  hz[row + static_cast<size_t>(j)] + markov_dot(hw1, hw2, x, j, c.r);
               ASSERT_NEAR(gz[row + static_cast<size_t>(j)], want, 1e-4 * (1 + std::abs(want)))
                   << what << " step " << s << " row " << i << " col " << j;
               if (gz[row + static_cast<size_t>(j)] > gz[row + static_cast<size_t>(best)]) best = j;

@@ -13,6 +13,8 @@
 // every step; here w2 is read once per round and a step costs one barrier.
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
@@ -170,12 +172,23 @@ __global__ void __launch_bounds__(kThreads, 1) markov_loop_kernel(LoopParams<T> 
   }
 }
 
-// The largest dynamic shared memory one CTA may use on the current device.
+// The largest dynamic shared memory one CTA may use on the current device, queried once per
+// device; the first call for a device also lets kernel<T> use all of it (so a round's launch
+// makes no attribute calls).
+template <typename T>
 int max_dynamic_smem() {
-  int device = 0, bytes = 0;
-  DSPARK_CUDA_CHECK(cudaGetDevice(&device));
-  DSPARK_CUDA_CHECK(
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  constexpr int kCached = 64;
+  static std::atomic<int> cache[kCached] = {};  // 0: not asked yet
+  const int device = current_device();
+  int bytes = device < kCached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (bytes == 0) {
+    DSPARK_CUDA_CHECK(
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    bytes -= static_cast<int>(kStaticSmem);
+    DSPARK_CUDA_CHECK(cudaFuncSetAttribute(markov_loop_kernel<T>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    if (device < kCached) cache[device].store(bytes, std::memory_order_relaxed);
+  }
   return bytes;
 }
 
@@ -203,7 +216,7 @@ bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const 
     const size_t w_bytes = static_cast<size_t>(cta_cols * w_stride) * sizeof(D);
     const size_t e_offset = (w_bytes + 15) / 16 * 16;
     const size_t smem = e_offset + static_cast<size_t>(rows * rp) * sizeof(float);
-    if (smem + kStaticSmem > static_cast<size_t>(max_dynamic_smem())) return;  // does not fit
+    if (smem > static_cast<size_t>(max_dynamic_smem<D>())) return;  // does not fit
     unsigned* sync = arrival_counters(ctx, ArrivalPool::markov_loop, 2);
     if (sync == nullptr) return;  // first use inside a capture: the per-step kernel
     auto* part_v = static_cast<float*>(
@@ -227,10 +240,6 @@ bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const 
                           static_cast<int>(rows),
                           static_cast<int>(steps),
                           r % kW == 0 && device::is_aligned16(w2.data())};
-    if (smem > 48 * 1024)
-      DSPARK_CUDA_CHECK(cudaFuncSetAttribute(markov_loop_kernel<D>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(smem)));
     // At most one CTA per multiprocessor, each fits an idle one: the whole grid becomes
     // resident once the kernels before it finish, which the barrier needs.
     launch_pdl(markov_loop_kernel<D>, dim3(static_cast<unsigned>(n_ctas)), dim3(kThreads), smem,
