@@ -4,11 +4,13 @@
 // also enqueued eagerly, where the host's per-call work can dominate short calls), the K/V bytes
 // read per second and that as a fraction of the copy bandwidth measured in the same run. Each
 // configuration cycles through enough copies of its cache (one per "layer") to exceed the L2 cache
-// several times, so every call reads its K/V from HBM as in a real step.
+// several times, so every call reads its K/V from HBM as in a real step. --decode 1,2 repeats every
+// configuration with the tensor-core kernel's decode variants (cuda::set_attention_decode; 2 =
+// the early variant, DSPARK_ATTN_DECODE=2), one row each, in the same process.
 //
 //   bench_attention [--heads 32] [--kv-heads 8] [--head-dim 128] [--contexts 1024,4096,16384]
 //                   [--queries 1,17,33] [--rows 1] [--non-causal] [--dtype bf16] [--iters 100]
-//                   [--json FILE]
+//                   [--decode 1] [--json FILE]
 // Defaults: the Qwen3-8B attention (32 heads, 8 KV heads, head_dim 128); --queries are the new
 // tokens per row (1 = decode, 17 = verify of 16 drafts); --non-causal times a drafter's block.
 #include <algorithm>
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
   using namespace dspark::bench;
   Shape4 s{32, 8, 128};
   std::string contexts_list = "1024,4096,16384", queries_list = "1,17,33", dtype_arg = "bf16";
+  std::string decode_list;  // empty: the process's setting (DSPARK_ATTN_DECODE), no column
   std::string json_file;
   int rows = 1, iters = 100;
   bool non_causal = false;
@@ -101,6 +104,9 @@ int main(int argc, char** argv) {
   app.add_flag("--non-causal", non_causal, "every query sees the whole row (a drafter's block)");
   app.add_option("--dtype", dtype_arg, "cache / query dtype: bf16 or f16");
   app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
+  app.add_option("--decode", decode_list,
+                 "comma-separated decode variants of the tensor-core kernel to time (1 default, 2 "
+                 "early); default: the environment's (DSPARK_ATTN_DECODE)");
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
 
@@ -123,6 +129,14 @@ int main(int argc, char** argv) {
                         {"copy_bandwidth_gbs", copy_bw / 1e9},
                         {"results", nlohmann::json::array()}};
     std::vector<std::vector<std::string>> table;
+    std::vector<int> variants;  // 0: leave the process's setting alone
+    for (const std::string& v : split_list(decode_list)) {
+      variants.push_back(std::stoi(v));
+      DSPARK_CHECK(variants.back() == 1 || variants.back() == 2, "--decode: 1 or 2, got {}", v);
+    }
+    const bool variant_column = !variants.empty();
+    if (variants.empty()) variants.push_back(0);
+    const int saved_variant = cuda::attention_decode();
     for (const std::string& cs : split_list(contexts_list)) {
       for (const std::string& qs : split_list(queries_list)) {
         const int context = std::stoi(cs), nq = std::stoi(qs);
@@ -160,30 +174,37 @@ int main(int argc, char** argv) {
         AttentionParams params;
         params.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
         params.causal = !non_causal;
-        double ms[2], eager_ms = 0;  // ms[0]: CUDA-core, ms[1]: tensor-core (graphed)
-        for (int mma = 0; mma < 2; ++mma) {
-          cuda::set_mma_attention(mma == 1);
-          ms[mma] = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages, d_lens, d_qi,
-                               d_qp, params, iters, true);
+        for (int variant : variants) {
+          if (variant != 0) cuda::set_attention_decode(variant);
+          double ms[2], eager_ms = 0;  // ms[0]: CUDA-core, ms[1]: tensor-core (graphed)
+          for (int mma = 0; mma < 2; ++mma) {
+            cuda::set_mma_attention(mma == 1);
+            ms[mma] = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages, d_lens, d_qi,
+                                 d_qp, params, iters, true);
+          }
+          cuda::set_mma_attention(true);
+          eager_ms = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages, d_lens, d_qi,
+                                d_qp, params, iters, false);
+          auto gbs = [&](double t) { return kv_read / (t * 1e-3) / 1e9; };
+          j["results"].push_back({{"context", context},
+                                  {"queries", nq},
+                                  {"decode_variant", cuda::attention_decode()},
+                                  {"kv_bytes", kv_read},
+                                  {"mma_us", ms[1] * 1e3},
+                                  {"mma_fraction_of_copy", gbs(ms[1]) * 1e9 / copy_bw},
+                                  {"mma_eager_us", eager_ms * 1e3},
+                                  {"cuda_core_us", ms[0] * 1e3},
+                                  {"cuda_core_fraction_of_copy", gbs(ms[0]) * 1e9 / copy_bw}});
+          table.push_back(
+              {std::to_string(context), std::to_string(nq), fmt::format("{:.1f}", kv_read / 1e6),
+               fmt::format("{:.1f}", ms[1] * 1e3),
+               fmt::format("{:.0f} ({:.0f}%)", gbs(ms[1]), 100 * gbs(ms[1]) * 1e9 / copy_bw),
+               fmt::format("{:.1f}", eager_ms * 1e3), fmt::format("{:.1f}", ms[0] * 1e3),
+               fmt::format("{:.0f} ({:.0f}%)", gbs(ms[0]), 100 * gbs(ms[0]) * 1e9 / copy_bw)});
+          if (variant_column)
+            table.back().insert(table.back().begin() + 2, std::to_string(cuda::attention_decode()));
         }
-        cuda::set_mma_attention(true);
-        eager_ms = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages, d_lens, d_qi,
-                              d_qp, params, iters, false);
-        auto gbs = [&](double t) { return kv_read / (t * 1e-3) / 1e9; };
-        j["results"].push_back({{"context", context},
-                                {"queries", nq},
-                                {"kv_bytes", kv_read},
-                                {"mma_us", ms[1] * 1e3},
-                                {"mma_fraction_of_copy", gbs(ms[1]) * 1e9 / copy_bw},
-                                {"mma_eager_us", eager_ms * 1e3},
-                                {"cuda_core_us", ms[0] * 1e3},
-                                {"cuda_core_fraction_of_copy", gbs(ms[0]) * 1e9 / copy_bw}});
-        table.push_back(
-            {std::to_string(context), std::to_string(nq), fmt::format("{:.1f}", kv_read / 1e6),
-             fmt::format("{:.1f}", ms[1] * 1e3),
-             fmt::format("{:.0f} ({:.0f}%)", gbs(ms[1]), 100 * gbs(ms[1]) * 1e9 / copy_bw),
-             fmt::format("{:.1f}", eager_ms * 1e3), fmt::format("{:.1f}", ms[0] * 1e3),
-             fmt::format("{:.0f} ({:.0f}%)", gbs(ms[0]), 100 * gbs(ms[0]) * 1e9 / copy_bw)});
+        cuda::set_attention_decode(saved_variant);
       }
     }
     std::printf(
@@ -191,10 +212,10 @@ int main(int argc, char** argv) {
         "%.0f GB/s\n",
         info.name.c_str(), std::string(dtype_name(dtype)).c_str(), s.heads, s.kv_heads, s.head_dim,
         rows, non_causal ? "non-causal" : "causal", copy_bw / 1e9);
-    std::printf("%s", format_table({"context", "queries", "KV MB", "tensor-core us",
-                                    "GB/s (of copy)", "eager us", "CUDA-core us", "GB/s (of copy)"},
-                                   table)
-                          .c_str());
+    std::vector<std::string> header{"context",        "queries",  "KV MB",        "tensor-core us",
+                                    "GB/s (of copy)", "eager us", "CUDA-core us", "GB/s (of copy)"};
+    if (variant_column) header.insert(header.begin() + 2, "decode variant");
+    std::printf("%s", format_table(header, table).c_str());
     if (!json_file.empty()) std::ofstream(json_file) << j.dump(2) << "\n";
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention: %s\n", e.what());

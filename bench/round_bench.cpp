@@ -34,7 +34,8 @@
 // --blocking-sync: waiting host threads sleep (cudaDeviceScheduleBlockingSync), so the CPU time per
 // graphed round it reports is the engine's own host work, not spinning in synchronisation: the
 // difference of two runs (R and 2R rounds, so the prefill and setup cancel), and per phase of the
-// round (draft / verify / rest, SpecConfig::cpu_times).
+// round (draft / verify / rest, SpecConfig::cpu_times) and of the verify phase (batch build,
+// target forward, verifier launch, readback wait + acceptance).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -254,6 +255,20 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                                            {"verify", cpu2.verify_cpu},
                                            {"rest", cpu2.rest_cpu},
                                            {"rounds", {cpu1.rounds, cpu2.rounds}}};
+        // The verify phase in parts (CPU of the engine thread per round), next to the wall
+        // times of the target forward's replays (ForwardStats) and of the readback wait.
+        const ForwardStats& fs = cpu2.stats;
+        const double replays = static_cast<double>(std::max<int64_t>(fs.step_replays, 1));
+        j["graphs"]["cpu_per_round_ms"]["verify_parts"] = {
+            {"batch", cpu2.verify_batch_cpu},
+            {"forward", cpu2.verify_forward_cpu},
+            {"verifier_launch", cpu2.verify_launch_cpu},
+            {"readback", cpu2.verify_read_cpu},
+            {"readback_wait_wall", cpu2.verify_wait},
+            {"forward_replays", fs.step_replays},
+            {"forward_wall_per_replay", fs.step_replay_host_ms / replays},
+            {"forward_stage_wall_per_replay", fs.step_stage_ms / replays},
+            {"forward_launch_wall_per_replay", fs.step_launch_ms / replays}};
       }
       target.set_cuda_graphs(false);
       const double dec = graphed_decode_ms;
@@ -290,6 +305,23 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                         fmt::format("{:.3f}", cpu2.draft_cpu + cpu2.verify_cpu + cpu2.rest_cpu), "",
                         fmt::format("{:.3f} / {:.3f} / {:.3f} ms (engine thread, blocking sync)",
                                     cpu2.draft_cpu, cpu2.verify_cpu, cpu2.rest_cpu)});
+      if (o.blocking_sync)
+        rows.push_back(
+            {"    verify CPU: batch / forward / verifier launch / readback",
+             fmt::format("{:.3f}", cpu2.verify_batch_cpu + cpu2.verify_forward_cpu +
+                                       cpu2.verify_launch_cpu + cpu2.verify_read_cpu),
+             "",
+             fmt::format(
+                 "{:.3f} / {:.3f} / {:.3f} / {:.3f} ms (readback: wait {:.3f} ms wall "
+                 "+ acceptance; forward replay {:.3f} ms wall: stage {:.3f}, launch {:.3f})",
+                 cpu2.verify_batch_cpu, cpu2.verify_forward_cpu, cpu2.verify_launch_cpu,
+                 cpu2.verify_read_cpu, cpu2.verify_wait,
+                 cpu2.stats.step_replay_host_ms /
+                     static_cast<double>(std::max<int64_t>(cpu2.stats.step_replays, 1)),
+                 cpu2.stats.step_stage_ms /
+                     static_cast<double>(std::max<int64_t>(cpu2.stats.step_replays, 1)),
+                 cpu2.stats.step_launch_ms /
+                     static_cast<double>(std::max<int64_t>(cpu2.stats.step_replays, 1)))});
     }
     if (o.profile_ops) {  // the ops of the draft step alone (eager, as measured above)
       (void)take_op_profile();

@@ -79,6 +79,11 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   m.draft_cpu = t.draft_cpu_ms / t.rounds;
   m.verify_cpu = t.verify_cpu_ms / t.rounds;
   m.rest_cpu = t.rest_cpu_ms / t.rounds;
+  m.verify_batch_cpu = t.verify_batch_cpu_ms / t.rounds;
+  m.verify_forward_cpu = t.verify_forward_cpu_ms / t.rounds;
+  m.verify_launch_cpu = t.verify_launch_cpu_ms / t.rounds;
+  m.verify_read_cpu = t.verify_read_cpu_ms / t.rounds;
+  m.verify_wait = t.verify_wait_ms / t.rounds;
   m.draft = t.draft_ms / t.rounds;
   m.verify = t.verify_ms / t.rounds;
   m.rest = t.rest_ms / t.rounds;

@@ -43,6 +43,10 @@ struct PhaseMs {
   double cpu_ms_per_round = 0;     // cpu_ms / rounds (the prefill included)
   // With cpu_times: the engine thread's CPU time per round in each phase (SpecTelemetry).
   double draft_cpu = 0, verify_cpu = 0, rest_cpu = 0;
+  // verify_cpu in parts (SpecTelemetry::verify_batch_cpu_ms, ...): batch build, target forward,
+  // verifier enqueue, readback wait + acceptance; and the wait's wall time.
+  double verify_batch_cpu = 0, verify_forward_cpu = 0, verify_launch_cpu = 0, verify_read_cpu = 0;
+  double verify_wait = 0;
 };
 
 // Per-round means over `rounds` rounds of one request per prompt (all rows decode in every round:

@@ -53,8 +53,11 @@ round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context "${CONTE
 # (vocab32k with every attention tile merged by its last split CTA: DSPARK_ATTN_MERGE_ROWS=16),
 # steps_vocab32k (vocab32k with one Markov launch per step instead of the whole-loop kernel:
 # DSPARK_MARKOV_LOOP=0), fp8_vocab32k (vocab32k with the drafter's weights in FP8: --draft-fp8),
-# fp8rt2_vocab32k (fp8_vocab32k with two 16-row tiles per CTA in the FP8 kernel:
-# DSPARK_FP8_ROW_TILES=2).
+# fp8s2_vocab32k / fp8s4_vocab32k (fp8_vocab32k with the FP8 stream kernel, stages of 2 / 4
+# chunks: DSPARK_FP8_STREAM=2 / 4; fp8t_vocab32k forces the tile kernel: DSPARK_FP8_STREAM=0);
+# a name containing "noearly" takes the previous attention path instead of the early variant
+# (copies before the PDL wait; DSPARK_ATTN_DECODE=1), one containing "trace" adds --trace (CUPTI
+# timeline per kernel), one containing "blocking" --blocking-sync.
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -67,8 +70,12 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == steps* ]] && export DSPARK_MARKOV_LOOP=0
     extra=()
     [[ "$r" == fp8* ]] && extra+=(--draft-fp8)
-    [[ "$r" == fp8rt2* ]] && export DSPARK_FP8_ROW_TILES=2
-    [[ "$r" == blocking* ]] && extra+=(--blocking-sync)
+    [[ "$r" == fp8s2* ]] && export DSPARK_FP8_STREAM=2
+    [[ "$r" == fp8s4* ]] && export DSPARK_FP8_STREAM=4
+    [[ "$r" == fp8t_* ]] && export DSPARK_FP8_STREAM=0
+    [[ "$r" == *noearly* ]] && export DSPARK_ATTN_DECODE=1
+    [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
+    [[ "$r" == *trace* ]] && extra+=(--trace)
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)
       python3 -c "import json; json.dump(list(range(32768)), open('$models/vocab32k.json', 'w'))"
       extra+=(--draft-vocab "$models/vocab32k.json")

@@ -3,16 +3,20 @@
 // soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys,
 // merged by the last split CTA or the combine kernel, with the same bits; each scenario runs twice
 // and must repeat bit for bit); both kernels (tensor cores for 16-bit caches, CUDA cores
-// otherwise).
+// otherwise); the tensor-core kernel's early decode variant (set_attention_decode(2)) against the
+// default one and after a qkv_prologue that writes the step's K/V.
 #include "dspark/ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/op_profile.h"
+#include "dspark/ops/qkv_prologue.h"
+#include "dspark/ops/rope.h"
 
 #include "cuda/cuda_consistency.h"
 
@@ -244,6 +248,136 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
     }
   }
   cuda::set_attention_merge_rows(saved);
+}
+
+// The early decode variant (DSPARK_ATTN_DECODE=2, set_attention_decode): the CPU within tolerance
+// and a repeat launch bit for bit (run_scenario), and the default kernel bit for bit, at decode
+// over contexts that are and are not multiples of the 64-key tile, two rows, sliding windows,
+// pages of 5, verify, a drafter's block and head_dim 64 / 256 (the variant takes every call of
+// the tensor-core kernel; its shared-memory split merge, decode tiles only).
+TEST(CudaAttention, EarlyDecodeVariantEqualsDefault) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int saved = cuda::attention_decode();
+  std::vector<Scenario> v;
+  for (int len : {1, 63, 64, 65, 130, 1000, 1025, 3001})
+    v.push_back(qwen3_8b("8b decode " + std::to_string(len), {len}, {1}));
+  v.push_back(qwen3_8b("8b decode, two rows", {700, 1300}, {1, 1}));
+  Scenario window = qwen3_8b("8b decode, window 100", {1000}, {1});
+  window.window = 100;
+  v.push_back(window);
+  Scenario window2 = qwen3_8b("8b decode, window 300, two rows", {2049, 513}, {1, 1});
+  window2.window = 300;
+  v.push_back(window2);
+  Scenario odd_pages = qwen3_8b("8b decode, pages of 5", {999}, {1});
+  odd_pages.page_size = 5;
+  v.push_back(odd_pages);
+  v.push_back(qwen3_8b("8b verify 17", {1041}, {17}));
+  Scenario block = qwen3_8b("8b draft block", {1040}, {16});
+  block.causal = false;
+  v.push_back(block);
+  v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});
+  v.push_back({.name = "head_dim 64 decode", .kv_lens = {777}, .n_q = {1}, .head_dim = 64});
+  v.push_back({.name = "head_dim 256 window softcap",
+               .kv_lens = {600, 90},
+               .n_q = {1, 3},
+               .n_heads = 8,
+               .n_kv_heads = 4,
+               .head_dim = 256,
+               .window = 128,
+               .softcap = 50.0f});
+  uint32_t seed = 2100;
+  for (const Scenario& s : v) {
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      cuda::set_attention_decode(1);
+      const std::vector<float> base = run_scenario(ctx, s, dtype, dtype, seed);
+      cuda::set_attention_decode(2);
+      const std::vector<float> early = run_scenario(ctx, s, dtype, dtype, seed);
+      EXPECT_EQ(early, base) << s.name << " " << name_of(dtype);
+      seed += 10;
+    }
+  }
+  cuda::set_attention_decode(saved);
+}
+
+// The early variant copies K/V before its programmatic-dependent wait, except the step's own
+// keys. Here qkv_prologue (the fused kernel, itself a programmatic dependent) writes q and the new
+// token's K/V right before paged_attention, as in a decoder layer, over a slot that held K = 0,
+// V = 1000: a copy of that slot made before the wait would be far off the CPU's result.
+TEST(CudaAttention, EarlyDecodeVariantWaitsForTheStepsKv) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int saved = cuda::attention_decode();
+  cuda::set_attention_decode(2);
+  constexpr int kHeads = 32, kKvHeads = 8, kHd = 128, kPage = 16;
+  constexpr DType kDtype = DType::bf16;
+  const RopeTable table = make_rope_table(kHd, 1e6, 1.0, RopeScaling{}, 131072);
+  const Pair inv_freq =
+      vector_pair(table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())});
+  uint32_t seed = 2500;
+  for (int context : {64, 1023, 1024, 4100}) {
+    const int kv_len = context + 1, row_pages = (kv_len + kPage - 1) / kPage;
+    const int64_t n_pages = row_pages + 2;
+    std::vector<int32_t> pages(static_cast<size_t>(n_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::mt19937 gen(seed);
+    std::shuffle(pages.begin(), pages.end(), gen);
+    pages.resize(static_cast<size_t>(row_pages));
+    const int32_t slot = pages[static_cast<size_t>(context / kPage)] * kPage + context % kPage;
+    const Shape page_shape{n_pages, kPage, kKvHeads, kHd};
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> k_old(static_cast<size_t>(page_shape.numel()));
+    std::vector<float> v_old(k_old.size());
+    for (size_t i = 0; i < k_old.size(); ++i) {
+      k_old[i] = normal(gen);
+      v_old[i] = normal(gen);
+    }
+    for (int64_t i = 0; i < kKvHeads * kHd; ++i) {
+      k_old[static_cast<size_t>(slot * kKvHeads * kHd + i)] = 0.0f;
+      v_old[static_cast<size_t>(slot * kKvHeads * kHd + i)] = 1000.0f;
+    }
+    const Pair k_pages = values_pair(k_old, kDtype, page_shape);
+    const Pair v_pages = values_pair(v_old, kDtype, page_shape);
+    const Pair qkv = random_pair(kDtype, Shape{1, (kHeads + 2 * kKvHeads) * kHd}, seed + 1);
+    const Pair q_out = zeros_pair(kDtype, Shape{1, kHeads * kHd});
+    const Pair k_tmp = zeros_pair(kDtype, Shape{1, kKvHeads * kHd});
+    const Pair pos = vector_pair(std::vector<int32_t>{context}, Shape{1});
+    const Pair slots = vector_pair(std::vector<int32_t>{slot}, Shape{1});
+    const Pair p_indptr = vector_pair(std::vector<int32_t>{0, row_pages}, Shape{2});
+    const Pair p_indices = vector_pair(pages, Shape{row_pages});
+    const Pair lens = vector_pair(std::vector<int32_t>{kv_len}, Shape{1});
+    const Pair q_indptr = vector_pair(std::vector<int32_t>{0, 1}, Shape{2});
+    const Pair out = zeros_pair(kDtype, Shape{1, kHeads, kHd});
+    AttentionParams params;
+    params.scale = 1.0f / std::sqrt(static_cast<float>(kHd));
+    auto step = [&](Context& c, bool gpu) {
+      auto side = [gpu](const Pair& p) { return gpu ? p.gpu.view() : p.cpu.view(); };
+      QkvPrologueArgs a;
+      a.qkv = side(qkv);
+      a.n_heads = kHeads;
+      a.n_kv_heads = kKvHeads;
+      a.head_dim = kHd;
+      a.norm = RmsNormParams{1e-6f, false};
+      a.positions = side(pos);
+      a.inv_freq = side(inv_freq);
+      a.attention_scaling = table.attention_scaling;
+      a.slots = side(slots);
+      a.k_pages = side(k_pages);
+      a.v_pages = side(v_pages);
+      a.q_out = side(q_out);
+      a.k_tmp = side(k_tmp);
+      const Tensor q = qkv_prologue(c, a);
+      const PagedKv kv{side(k_pages), side(v_pages), side(p_indptr), side(p_indices), side(lens)};
+      paged_attention(c, q, kv, side(q_indptr), side(pos), params, side(out));
+    };
+    step(ctx.cpu, false);
+    step(ctx.gpu, true);
+    ctx.gpu.synchronize();
+    expect_close(out.gpu, out.cpu, tolerance(kDtype),
+                 "prologue + early attention, context " + std::to_string(context));
+    seed += 10;
+  }
+  cuda::set_attention_decode(saved);
 }
 
 // Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256

@@ -2,7 +2,7 @@
 // codes and scales, and the tensor-core projection the CPU reference's results (f32 output:
 // relative RMS 1e-4, summation order and the MMA's accumulation; bf16 output: 1e-2), for M from 1
 // to 130 (several launches of 64 rows), odd N, K with a partial last chunk, a bias, and strided x /
-// y rows; a row's result does not depend on M (bitwise), nor on the row tiles per CTA.
+// y rows; a row's result does not depend on M (bitwise), nor on the kernel (tile or stream).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -85,33 +85,41 @@ TEST(CudaLinearFp8, ProjectionMatchesCpu) {
   }
 }
 
-// Two 16-row tiles per CTA (set_fp8_row_tiles(2), M <= 16) give the bits of one tile per CTA:
-// each row's sums run in the same order.
-TEST(CudaLinearFp8, TwoRowTilesPerCtaGiveTheSameBits) {
+// The stream kernel (set_fp8_stream(2 | 4 [, 2 row tiles]), M <= 16) gives the bits of the tile
+// kernel (set_fp8_stream(0)): each row's sums run in the same order. N from one tile to more tiles
+// than two CTAs per SM can take at once (several tiles per CTA); K with whole stages, a chunk range
+// that does not fill a stage and a partial last chunk, and K so short that some warps get nothing.
+TEST(CudaLinearFp8, StreamKernelGivesTheBitsOfTheTileKernel) {
   DSPARK_REQUIRE_CUDA();
   test::Contexts c;
-  for (const int64_t m : {1, 7, 16}) {
-    for (const int64_t n : {16, 40, 4096}) {
-      const int64_t k = 4096 + 64 + 16;  // whole chunks and a partial one
+  for (const int64_t k : {int64_t{4096 + 64 + 16}, int64_t{512}}) {
+    for (const int64_t n : {16, 40, 4096, 2 * 132 * 2 * 16 + 24}) {
       const test::Pair w = test::random_pair(DType::bf16, Shape{n, k}, 21, 0.05f);
       const Quantized q = quantize_both(c, w);
-      const test::Pair x = test::random_pair(DType::bf16, Shape{m, k}, 22);
       const test::Pair bias = test::random_pair(DType::f32, Shape{n}, 23);
-      const test::Pair y1 = test::zeros_pair(DType::f32, Shape{m, n});
-      const test::Pair y2 = test::zeros_pair(DType::f32, Shape{m, n});
-      cuda::set_fp8_row_tiles(1);
-      linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y1.gpu);
-      cuda::set_fp8_row_tiles(2);
-      linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y2.gpu);
-      cuda::set_fp8_row_tiles(1);
-      c.gpu.synchronize();
-      const std::string what = fmt::format("m {} n {} k {}", m, n, k);
-      test::expect_equal(y2.gpu, y1.gpu, what + ": two row tiles vs one");
-      linear_fp8(c.cpu, x.cpu, q.w8.cpu, q.scale.cpu, bias.cpu, y1.cpu);
-      test::expect_close(y2.gpu, y1.cpu, 1e-4, what + ": two row tiles vs the CPU");
+      for (const int64_t m : {1, 7, 16}) {
+        const test::Pair x = test::random_pair(DType::bf16, Shape{m, k}, 22);
+        const test::Pair y0 = test::zeros_pair(DType::f32, Shape{m, n});
+        cuda::set_fp8_stream(0);
+        linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y0.gpu);
+        linear_fp8(c.cpu, x.cpu, q.w8.cpu, q.scale.cpu, bias.cpu, y0.cpu);
+        for (const auto& [stages, tiles] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+          const test::Pair y = test::zeros_pair(DType::f32, Shape{m, n});
+          cuda::set_fp8_stream(stages, tiles);
+          linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y.gpu);
+          cuda::set_fp8_stream_default();
+          c.gpu.synchronize();
+          const std::string what =
+              fmt::format("m {} n {} k {} stages of {} x {} tiles", m, n, k, stages, tiles);
+          test::expect_equal(y.gpu, y0.gpu, what + ": stream vs tile kernel");
+          test::expect_close(y.gpu, y0.cpu, 1e-4, what + ": stream kernel vs the CPU");
+        }
+      }
     }
   }
-  EXPECT_THROW(cuda::set_fp8_row_tiles(3), Error);
+  cuda::set_fp8_stream_default();
+  EXPECT_THROW(cuda::set_fp8_stream(3), Error);
+  EXPECT_THROW(cuda::set_fp8_stream(4, 2), Error);
 }
 
 TEST(CudaLinearFp8, RefusesWhatTheKernelCannotRead) {

@@ -174,6 +174,9 @@ TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {
   const SpecTelemetry off = run(false);
   EXPECT_GT(off.rounds, 0);
   EXPECT_EQ(off.draft_cpu_ms + off.verify_cpu_ms + off.rest_cpu_ms, 0.0);
+  EXPECT_EQ(off.verify_batch_cpu_ms + off.verify_forward_cpu_ms + off.verify_launch_cpu_ms +
+                off.verify_read_cpu_ms + off.verify_wait_ms,
+            0.0);
   EXPECT_FALSE(off.to_json().contains("cpu_timings_ms"));
 
   const SpecTelemetry on = run(true);
@@ -185,6 +188,16 @@ TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {
   EXPECT_LE(on.draft_cpu_ms + on.verify_cpu_ms + on.rest_cpu_ms,
             on.draft_ms + on.verify_ms + on.rest_ms + 1.0);
   EXPECT_TRUE(on.to_json().contains("cpu_timings_ms"));
+  // The verify phase's parts add up to it; on the CPU the forward is most of it.
+  EXPECT_NEAR(on.verify_batch_cpu_ms + on.verify_forward_cpu_ms + on.verify_launch_cpu_ms +
+                  on.verify_read_cpu_ms,
+              on.verify_cpu_ms, 1e-6);
+  EXPECT_GT(on.verify_forward_cpu_ms, 0.0);
+  EXPECT_GE(on.verify_batch_cpu_ms, 0.0);
+  EXPECT_GE(on.verify_launch_cpu_ms, 0.0);
+  EXPECT_GE(on.verify_read_cpu_ms, 0.0);
+  EXPECT_GE(on.verify_wait_ms, 0.0);
+  EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("verify_forward"));
 }
 
 }  // namespace

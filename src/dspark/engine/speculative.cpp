@@ -42,6 +42,8 @@ SpeculativeEngine::SpeculativeEngine(Model& target, Context& ctx, DraftSource* s
                     "gamma must be in [0, 64] (got {})", config.gamma);
   DSPARK_CHECK_KIND(invalid_input, config.prefill_chunk > 0, "prefill_chunk must be > 0");
   if (source_) taps_ = source_->target_taps();
+  verifier_.set_cpu_clock(config_.cpu_times);
+  verifier_.prepare(ctx_);  // pinned readback staging now, not in the first round
 }
 
 SpeculativeEngine::~SpeculativeEngine() = default;
@@ -210,8 +212,11 @@ void SpeculativeEngine::decode_round() {
   const auto t0 = Clock::now();
   const bool cpu_times = config_.cpu_times;
   const double c0 = cpu_times ? thread_cpu_ms() : 0.0;
-  std::vector<Row*> rows;
-  std::vector<ProposeRequest> requests;
+  RoundScratch& s = round_;
+  std::vector<Row*>& rows = s.rows;
+  std::vector<ProposeRequest>& requests = s.requests;
+  rows.clear();
+  requests.clear();
   for (auto& r : rows_) {
     if (r->done || r->pending < 0 || r->prefilled < static_cast<int>(r->prompt.size())) continue;
     rows.push_back(r.get());
@@ -226,7 +231,8 @@ void SpeculativeEngine::decode_round() {
   }
   if (rows.empty()) return;
 
-  Proposal proposal;
+  Proposal& proposal = s.proposal;
+  proposal.clear();
   const bool any_drafts = source_ && std::any_of(requests.begin(), requests.end(),
                                                  [](const auto& q) { return q.max_tokens > 0; });
   if (any_drafts) {
@@ -244,45 +250,52 @@ void SpeculativeEngine::decode_round() {
   const double c1 = cpu_times ? thread_cpu_ms() : 0.0;
 
   // The verify batch: [pending, drafts] per row, logits for every token.
-  ForwardBatch batch;
-  batch.row_indptr.push_back(0);
-  batch.tap_layers = taps_;
-  std::vector<SamplingParams> params;
-  std::vector<uint64_t> seeds;
-  std::vector<int32_t> positions, length_before;
+  ForwardBatch& batch = s.batch;
+  batch.tokens.clear();
+  batch.row_indptr.assign(1, 0);
+  batch.seqs.clear();
+  batch.tap_layers = taps_;  // same size every round: no allocation
+  s.params.clear();
+  s.seeds.clear();
+  s.positions.clear();
+  s.length_before.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& r = *rows[i];
     const int len = kv_.length(r.seq);
-    length_before.push_back(len);
+    s.length_before.push_back(len);
     batch.tokens.push_back(r.pending);
     batch.tokens.insert(batch.tokens.end(), proposal.tokens.begin() + proposal.indptr[i],
                         proposal.tokens.begin() + proposal.indptr[i + 1]);
     batch.row_indptr.push_back(static_cast<int32_t>(batch.tokens.size()));
     batch.seqs.push_back(r.seq);
-    params.push_back(r.options.sampling);
-    seeds.push_back(r.options.seed);
-    positions.push_back(len + 1);
+    s.params.push_back(r.options.sampling);
+    s.seeds.push_back(r.options.seed);
+    s.positions.push_back(len + 1);
   }
   batch.logit_indices.resize(batch.tokens.size());
   for (size_t t = 0; t < batch.tokens.size(); ++t) batch.logit_indices[t] = static_cast<int32_t>(t);
+  const double cb = cpu_times ? thread_cpu_ms() : 0.0;
   ForwardOutput fo = target_.forward(ctx_, kv_, batch);
-  const VerifyResult vr = verifier_.verify(ctx_, fo.logits, proposal, params, seeds, positions);
+  const double cf = cpu_times ? thread_cpu_ms() : 0.0;
+  VerifyResult& vr = s.verified;
+  verifier_.verify(ctx_, fo.logits, proposal, s.params, s.seeds, s.positions, vr);
   const auto t2 = Clock::now();
   const double c2 = cpu_times ? thread_cpu_ms() : 0.0;
 
   // Commit: the target keeps [pending, accepted drafts]; the rest of its KV is dropped.
-  std::vector<RowUpdate> updates(rows.size());
+  std::vector<RowUpdate>& updates = s.updates;
+  updates.assign(rows.size(), RowUpdate{});
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& r = *rows[i];
     const int n_acc = vr.n_accepted[i];
-    kv_.rollback_to(r.seq, length_before[i] + 1 + n_acc);
+    kv_.rollback_to(r.seq, s.length_before[i] + 1 + n_acc);
     r.kept.assign(1, r.pending);
     r.kept.insert(r.kept.end(), proposal.tokens.begin() + proposal.indptr[i],
                   proposal.tokens.begin() + proposal.indptr[i] + n_acc);
     RowUpdate& u = updates[i];
     u.row = r.id;
     u.kept_tokens = r.kept;
-    u.first_position = length_before[i];
+    u.first_position = s.length_before[i];
     u.tap_offset = batch.row_indptr[i];
     u.pending = vr.next_token[i];
     u.n_drafted = proposal.count(i);
@@ -291,7 +304,7 @@ void SpeculativeEngine::decode_round() {
   if (source_) source_->commit(ctx_, updates, fo.taps);
 
   // Emit one token at a time: accepted drafts, then the target's token.
-  std::vector<int32_t> burst;
+  std::vector<int32_t>& burst = s.burst;
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& r = *rows[i];
     const int n_acc = vr.n_accepted[i];
@@ -305,13 +318,22 @@ void SpeculativeEngine::decode_round() {
   const double verify_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
   const double rest_ms = ms_since(t2);
   const double c3 = cpu_times ? thread_cpu_ms() : 0.0;
+  // The verifier's clock read between enqueueing and waiting (none when it enqueued nothing).
+  const double ce = verifier_.enqueued_cpu_ms() > 0 ? verifier_.enqueued_cpu_ms() : c2;
+  const double wait_ms = verifier_.wait_ms();
   for (Row* r : rows) {
     r->spec.draft_ms += draft_ms;
     r->spec.verify_ms += verify_ms;
     r->spec.rest_ms += rest_ms;
+    if (!cpu_times) continue;
     r->spec.draft_cpu_ms += c1 - c0;
     r->spec.verify_cpu_ms += c2 - c1;
     r->spec.rest_cpu_ms += c3 - c2;
+    r->spec.verify_batch_cpu_ms += cb - c1;
+    r->spec.verify_forward_cpu_ms += cf - cb;
+    r->spec.verify_launch_cpu_ms += ce - cf;
+    r->spec.verify_read_cpu_ms += c2 - ce;
+    r->spec.verify_wait_ms += wait_ms;
   }
 }
 

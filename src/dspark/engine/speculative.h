@@ -33,7 +33,8 @@ struct SpecConfig {
   // when the draft source needs no target taps (they would be missing for the reused tokens).
   bool prefix_cache = false;
   // Also measure the engine thread's CPU time per phase of each decode round
-  // (SpecTelemetry::draft_cpu_ms, ...; four clock reads per round): for benchmarks.
+  // (SpecTelemetry::draft_cpu_ms, ..., and the verify phase's parts verify_batch_cpu_ms, ...;
+  // seven clock reads per round): for benchmarks.
   bool cpu_times = false;
 };
 
@@ -93,6 +94,21 @@ class SpeculativeEngine {
   std::vector<std::pair<RowId, RequestOutput>> finished_;
   RowId next_id_ = 0;
   OwnedTensor sampled_;  // i32 [rows] first tokens after prefill
+  // decode_round's per-round host arrays, kept between rounds (cleared, not freed): a round in
+  // steady state allocates none of them.
+  struct RoundScratch {
+    std::vector<Row*> rows;
+    std::vector<ProposeRequest> requests;
+    Proposal proposal;
+    ForwardBatch batch;
+    std::vector<SamplingParams> params;
+    std::vector<uint64_t> seeds;
+    std::vector<int32_t> positions, length_before;
+    VerifyResult verified;
+    std::vector<RowUpdate> updates;
+    std::vector<int32_t> burst;
+  };
+  RoundScratch round_;
 };
 
 // Runs the requests as one batch to completion (results in input order).

@@ -44,6 +44,11 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 //   row r are q[q_indptr[r] .. q_indptr[r+1])); q_pos: i32 [n_tokens] absolute positions;
 //   out: [n_tokens, n_heads, head_dim] any float dtype. Softmax in f32. A query that sees no key
 //   gets zeros.
+// On CUDA (by default; not with DSPARK_ATTN_DECODE=1: backend/cuda/kernels.h) the kernel
+// reads the K/V of a row's keys below min(kv_len - its queries, their q_pos) - everything but this
+// step's tokens - before the kernel that precedes it in the stream has finished (programmatic
+// dependent launch): those keys must have been written before that kernel started, as the
+// engine's forwards do (the step's K/V are written by the layer's qkv_prologue, right before).
 void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
                      const Tensor& q_pos, const AttentionParams& params, const Tensor& out);
 

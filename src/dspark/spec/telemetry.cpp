@@ -38,6 +38,11 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   draft_cpu_ms += o.draft_cpu_ms;
   verify_cpu_ms += o.verify_cpu_ms;
   rest_cpu_ms += o.rest_cpu_ms;
+  verify_batch_cpu_ms += o.verify_batch_cpu_ms;
+  verify_forward_cpu_ms += o.verify_forward_cpu_ms;
+  verify_launch_cpu_ms += o.verify_launch_cpu_ms;
+  verify_read_cpu_ms += o.verify_read_cpu_ms;
+  verify_wait_ms += o.verify_wait_ms;
   prefix_reused += o.prefix_reused;
 }
 
@@ -59,8 +64,14 @@ nlohmann::json SpecTelemetry::to_json() const {
       {"timings_ms",
        {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
   if (draft_cpu_ms + verify_cpu_ms + rest_cpu_ms > 0)
-    j["cpu_timings_ms"] = {
-        {"draft", draft_cpu_ms}, {"verify", verify_cpu_ms}, {"rest", rest_cpu_ms}};
+    j["cpu_timings_ms"] = {{"draft", draft_cpu_ms},
+                           {"verify", verify_cpu_ms},
+                           {"rest", rest_cpu_ms},
+                           {"verify_batch", verify_batch_cpu_ms},
+                           {"verify_forward", verify_forward_cpu_ms},
+                           {"verify_launch", verify_launch_cpu_ms},
+                           {"verify_read", verify_read_cpu_ms},
+                           {"verify_wait_wall", verify_wait_ms}};
   return j;
 }
 

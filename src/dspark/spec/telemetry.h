@@ -23,6 +23,13 @@ struct SpecTelemetry {
   // The engine thread's CPU time in the same three phases of the decode rounds, when
   // SpecConfig::cpu_times is on (zero otherwise).
   double draft_cpu_ms = 0, verify_cpu_ms = 0, rest_cpu_ms = 0;
+  // verify_cpu_ms split (cpu_times only; the four add up to it): building the verify batch; the
+  // target's Model::forward (validation, KV plan, metadata staging, graph launch or eager
+  // enqueue); the verifier enqueueing its kernels and the readback; waiting for the readback (the
+  // device's forward and acceptance; with blocking sync the thread sleeps, so this is the cost of
+  // the wait itself) and the host acceptance loop. verify_wait_ms: the wall time of that last part.
+  double verify_batch_cpu_ms = 0, verify_forward_cpu_ms = 0, verify_launch_cpu_ms = 0,
+         verify_read_cpu_ms = 0, verify_wait_ms = 0;
   int64_t prefix_reused = 0;  // prompt tokens whose target KV came from the prefix cache
 
   void record_round(int n_drafted, int n_accepted);

@@ -1,5 +1,10 @@
 #include "dspark/spec/verifier.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "dspark/core/thread_cpu_time.h"
 #include "dspark/ops/sampling.h"
 #include "dspark/ops/softmax.h"
 #include "dspark/ops/speculative.h"
@@ -17,10 +22,53 @@ Tensor ensure(OwnedTensor& t, DType dtype, int64_t numel, Device device) {
 
 }  // namespace
 
+void* Verifier::HostStaging::get(Device device, size_t bytes) {
+  bytes = std::max<size_t>(bytes, 8);
+  if (device.is_cuda()) {
+    // Callers make sure no copy from / to the old buffer is still queued.
+    if (pinned.bytes() < bytes) pinned = cuda::PinnedBuffer(std::max<size_t>(2 * bytes, 4096));
+    return pinned.data();
+  }
+  if (plain.size() * sizeof(uint64_t) < bytes) plain.resize((bytes + 7) / 8);
+  return plain.data();
+}
+
+void Verifier::prepare(Context& ctx) {
+  if (ctx.is_cuda()) (void)read_.get(ctx.device(), 2048 * sizeof(int32_t));
+}
+
 VerifyResult Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
                               std::span<const SamplingParams> params,
-                              std::span<const uint64_t> seeds,
-                              std::span<const int32_t> positions) {
+                              std::span<const uint64_t> seeds, std::span<const int32_t> positions) {
+  VerifyResult r;
+  verify(ctx, target_logits, proposal, params, seeds, positions, r);
+  return r;
+}
+
+const int32_t* Verifier::read_back(Context& ctx, const Tensor& t) {
+  using Clock = std::chrono::steady_clock;
+  const bool cuda = ctx.is_cuda();
+  const int32_t* host = static_cast<const int32_t*>(t.data());
+  if (cuda) {
+    auto* staging = static_cast<int32_t*>(read_.get(ctx.device(), t.nbytes()));
+    ctx.copy_async(staging, t.data(), t.nbytes());
+    host = staging;
+  }
+  Clock::time_point wait_start;
+  if (cpu_clock_) {
+    enqueued_cpu_ms_ = thread_cpu_ms();
+    wait_start = Clock::now();
+  }
+  if (cuda) ctx.synchronize();  // the round's one wait for the device
+  upload_in_flight_ = false;
+  if (cpu_clock_)
+    wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count();
+  return host;
+}
+
+void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
+                      std::span<const SamplingParams> params, std::span<const uint64_t> seeds,
+                      std::span<const int32_t> positions, VerifyResult& r) {
   const int64_t n = static_cast<int64_t>(proposal.indptr.size()) - 1;
   DSPARK_CHECK(n >= 0 && static_cast<int64_t>(params.size()) == n &&
                    static_cast<int64_t>(seeds.size()) == n &&
@@ -32,34 +80,48 @@ VerifyResult Verifier::verify(Context& ctx, const Tensor& target_logits, const P
   DSPARK_CHECK(target_logits.dim() == 2 && target_logits.size(0) == n_drafts + n,
                "verify: {} logits rows for {} drafts in {} requests",
                target_logits.dim() == 2 ? target_logits.size(0) : -1, n_drafts, n);
-  if (n == 0) return {};
+  r.n_accepted.clear();
+  r.next_token.clear();
+  enqueued_cpu_ms_ = 0;  // set by read_back (with the clock on)
+  wait_ms_ = 0;
+  if (n == 0) return;
 
   bool all_greedy = !proposal.q.defined();
   for (const auto& p : params) all_greedy = all_greedy && p.greedy();
-  if (all_greedy) return verify_greedy(ctx, target_logits, proposal);
+  if (all_greedy) {
+    verify_greedy(ctx, target_logits, proposal, r);
+    return;
+  }
 
   const Device device = ctx.device();
   const int64_t vocab = target_logits.size(1);
   const int64_t rows = n_drafts + n;
 
   // p: each logits row processed with its request's parameters.
-  std::vector<SamplingParams> row_params(static_cast<size_t>(rows));
+  row_params_.assign(static_cast<size_t>(rows), SamplingParams{});
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = proposal.indptr[i] + i; j <= proposal.indptr[i + 1] + i; ++j)
-      row_params[static_cast<size_t>(j)] = params[static_cast<size_t>(i)];
+      row_params_[static_cast<size_t>(j)] = params[static_cast<size_t>(i)];
   Tensor p = ensure(probs_, DType::f32, rows * vocab, device).reshape(Shape{rows, vocab});
-  process_logits(ctx, target_logits, row_params, p);
+  process_logits(ctx, target_logits, row_params_, p);
 
-  // One packed upload: [tokens | indptr | positions | n_accepted | next_token].
-  std::vector<int32_t> host;
-  host.reserve(static_cast<size_t>(n_drafts + 4 * n + 1));
-  host.insert(host.end(), proposal.tokens.begin(), proposal.tokens.end());
-  host.insert(host.end(), proposal.indptr.begin(), proposal.indptr.end());
-  host.insert(host.end(), positions.begin(), positions.end());
-  Tensor packed = ensure(packed_, DType::i32, static_cast<int64_t>(host.size()) + 2 * n, device);
-  ctx.copy_async(packed.data(), host.data(), host.size() * sizeof(int32_t));
+  // One packed upload: [tokens | indptr | positions | n_accepted | next_token], and the seeds,
+  // from host staging (8-byte aligned after the i32 part).
+  const int64_t n_index = n_drafts + 2 * n + 1;
+  const size_t seeds_at = (static_cast<size_t>(n_index) * sizeof(int32_t) + 7) / 8 * 8;
+  if (upload_in_flight_) ctx.synchronize();  // a failed verify left its upload queued
+  auto* staging = static_cast<char*>(upload_.get(device, seeds_at + seeds.size_bytes()));
+  auto* host = reinterpret_cast<int32_t*>(staging);
+  std::memcpy(host, proposal.tokens.data(), static_cast<size_t>(n_drafts) * sizeof(int32_t));
+  std::memcpy(host + n_drafts, proposal.indptr.data(),
+              static_cast<size_t>(n + 1) * sizeof(int32_t));
+  std::memcpy(host + n_drafts + n + 1, positions.data(), positions.size_bytes());
+  std::memcpy(staging + seeds_at, seeds.data(), seeds.size_bytes());
+  Tensor packed = ensure(packed_, DType::i32, n_index + 2 * n, device);
+  ctx.copy_async(packed.data(), host, static_cast<size_t>(n_index) * sizeof(int32_t));
   Tensor seed_t = ensure(seeds_, DType::i64, n, device);
-  ctx.copy_async(seed_t.data(), seeds.data(), seeds.size() * sizeof(uint64_t));
+  ctx.copy_async(seed_t.data(), staging + seeds_at, seeds.size_bytes());
+  upload_in_flight_ = device.is_cuda();
 
   int64_t at = 0;
   auto take = [&](int64_t count) {
@@ -73,21 +135,18 @@ VerifyResult Verifier::verify(Context& ctx, const Tensor& target_logits, const P
   Tensor out = take(2 * n);
   speculative_accept(ctx, p, proposal.q, tokens, indptr, seed_t, pos, out.slice(0, 0, n),
                      out.slice(0, n, 2 * n));
-  const std::vector<int32_t> result = to_vector<int32_t>(out);  // the round's one device read
-  VerifyResult r;
-  r.n_accepted.assign(result.begin(), result.begin() + n);
-  r.next_token.assign(result.begin() + n, result.end());
-  return r;
+  const int32_t* result = read_back(ctx, out);  // the round's one device read
+  r.n_accepted.assign(result, result + n);
+  r.next_token.assign(result + n, result + 2 * n);
 }
 
-VerifyResult Verifier::verify_greedy(Context& ctx, const Tensor& target_logits,
-                                     const Proposal& proposal) {
+void Verifier::verify_greedy(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
+                             VerifyResult& r) {
   const int64_t n = static_cast<int64_t>(proposal.indptr.size()) - 1;
   const int64_t rows = target_logits.size(0);
   Tensor best = ensure(packed_, DType::i32, rows, ctx.device());
   argmax(ctx, target_logits, best);
-  const std::vector<int32_t> target = to_vector<int32_t>(best);  // the round's one device read
-  VerifyResult r;
+  const int32_t* target = read_back(ctx, best);  // the round's one device read
   r.n_accepted.resize(static_cast<size_t>(n));
   r.next_token.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -99,7 +158,6 @@ VerifyResult Verifier::verify_greedy(Context& ctx, const Tensor& target_logits,
     r.n_accepted[i] = j;
     r.next_token[i] = target[row0 + j];
   }
-  return r;
 }
 
 }  // namespace dspark

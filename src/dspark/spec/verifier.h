@@ -3,7 +3,7 @@
 // or CUDA. Greedy requests accept the longest prefix of drafts equal to the target's argmax and
 // then emit the target's own argmax; sampled requests use speculative sampling
 // (ops/speculative.h), so emitted tokens are distributed exactly as the target's.
-// The Verifier object only caches device workspace between calls.
+// The Verifier object only caches device workspace and host staging between calls.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/graph.h"
 #include "dspark/core/buffer.h"
 #include "dspark/spec/draft_source.h"
 
@@ -31,13 +32,47 @@ class Verifier {
   VerifyResult verify(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
                       std::span<const SamplingParams> params, std::span<const uint64_t> seeds,
                       std::span<const int32_t> positions);
+  // The same into `out`, whose vectors keep their storage from call to call (the engine's rounds).
+  void verify(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
+              std::span<const SamplingParams> params, std::span<const uint64_t> seeds,
+              std::span<const int32_t> positions, VerifyResult& out);
+
+  // Allocates the host staging of the readback ahead (pinned on CUDA: enough for 2,048 logits
+  // rows), so that the first verify does not pay for it. Optional.
+  void prepare(Context& ctx);
+
+  // For SpecConfig::cpu_times: with the clock on, every verify reads this thread's CPU clock once,
+  // after enqueueing its device work and its one readback and before waiting for them
+  // (enqueued_cpu_ms; 0 when it enqueued nothing), and times that wait (wait_ms, wall). Off: no
+  // clock reads.
+  void set_cpu_clock(bool on) { cpu_clock_ = on; }
+  double enqueued_cpu_ms() const { return enqueued_cpu_ms_; }
+  double wait_ms() const { return wait_ms_; }
 
  private:
-  VerifyResult verify_greedy(Context& ctx, const Tensor& target_logits, const Proposal& proposal);
+  void verify_greedy(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
+                     VerifyResult& out);
+  // Enqueues the copy of `t` (i32, contiguous, on ctx's device) to host staging, waits for it and
+  // returns the host values (valid until the next verify). On the CPU: t's own data, no copy.
+  const int32_t* read_back(Context& ctx, const Tensor& t);
+
+  // Grow-only host memory for the uploads and the readback (8-byte aligned): pinned on CUDA, so
+  // that copies to and from it are plain DMA on the context's stream (no driver bounce buffer; a
+  // device->host copy to pageable memory also waits inside the copy call); plain on the CPU.
+  struct HostStaging {
+    cuda::PinnedBuffer pinned;
+    std::vector<uint64_t> plain;
+    void* get(Device device, size_t bytes);
+  };
 
   OwnedTensor probs_;   // f32 [rows, vocab]
   OwnedTensor packed_;  // i32 staging for the index inputs and outputs
   OwnedTensor seeds_;   // i64 [n]
+  HostStaging upload_, read_;
+  bool upload_in_flight_ = false;  // a copy from upload_ may not have run yet
+  std::vector<SamplingParams> row_params_;
+  bool cpu_clock_ = false;
+  double enqueued_cpu_ms_ = 0, wait_ms_ = 0;
 };
 
 }  // namespace dspark

@@ -65,6 +65,15 @@ bool mma_attention_enabled();
 // default (decode); DSPARK_ATTN_MERGE=0 gives 0, DSPARK_ATTN_MERGE_ROWS=N gives N. Process-wide.
 void set_attention_merge_rows(int rows);
 int attention_merge_rows();
+// paged_attention on tensor cores, decode variant: 2 (default), the early variant (K/V of the
+// keys below each row's new tokens copied before the programmatic-dependent wait, the page ids of
+// later tiles looked up during the math, and the split merge of decode tiles through shared
+// memory), or 1, the previous path (the same bits). 1 when the environment has
+// DSPARK_ATTN_DECODE=1 (read once) or after set_attention_decode(1). Process-wide; the early
+// variant needs the K/V below a row's new tokens to be written before the kernel that precedes
+// paged_attention started (ops/attention.h).
+void set_attention_decode(int variant);
+int attention_decode();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void convert(Context& ctx, const Tensor& src, const Tensor& out);
@@ -103,8 +112,14 @@ bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const 
 void quantize_rows_fp8(Context& ctx, const Tensor& w, const Tensor& w8, const Tensor& scale);
 void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& scale,
                 const Tensor& bias, const Tensor& y);
-// 16-row weight tiles per CTA of linear_fp8 for M <= 16: 1 (default) or 2 (also
-// DSPARK_FP8_ROW_TILES=2); the same results either way. Process-wide; for benchmarks and tests.
-void set_fp8_row_tiles(int tiles);
+// linear_fp8's kernel for M <= 16: 0 = one CTA per 16-row tile, 2 or 4 = the stream kernel with
+// that many 64-byte chunks per pipeline stage (also DSPARK_FP8_STREAM), and 1 or 2 row tiles per
+// stream step (2 only with stages of 2; DSPARK_FP8_STREAM_TILES); the same results either way.
+// Process-wide; for benchmarks and tests. set_fp8_stream_default() restores the choice by M
+// (gemv_fp8.cu); fp8_stream() returns the setting (opaque) for set_fp8_stream_raw.
+void set_fp8_stream(int chunks_per_stage, int row_tiles = 1);
+void set_fp8_stream_default();
+int fp8_stream();
+void set_fp8_stream_raw(int setting);
 
 }  // namespace dspark::cuda

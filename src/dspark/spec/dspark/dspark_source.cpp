@@ -487,15 +487,24 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   const bool has_conf = config_.confidence_head;
   const int64_t conf_at = shape.conf_offset();
   const int64_t read_elems = (has_conf ? shape.readback_elems() : (S + 1) * R) - R;
-  host_read_.resize(static_cast<size_t>(read_elems));
-  ctx.copy_async(host_read_.data(), static_cast<const int32_t*>(bufs.readback.data()) + R,
-                 static_cast<size_t>(read_elems) * sizeof(int32_t));
+  const size_t read_bytes = static_cast<size_t>(read_elems) * sizeof(int32_t);
+  int32_t* host_read = nullptr;
+  if (ctx.is_cuda()) {
+    // The previous round's copy into it has run (that round synchronised after it).
+    if (host_read_pinned_.bytes() < read_bytes)
+      host_read_pinned_ = cuda::PinnedBuffer(std::max<size_t>(2 * read_bytes, 4096));
+    host_read = static_cast<int32_t*>(host_read_pinned_.data());
+  } else {
+    host_read_.resize(static_cast<size_t>(read_elems));
+    host_read = host_read_.data();
+  }
+  ctx.copy_async(host_read, static_cast<const int32_t*>(bufs.readback.data()) + R, read_bytes);
   ctx.synchronize();
   ++dstats_.n_device_reads;
-  auto token_at = [&](int64_t a, int64_t s) { return host_read_[static_cast<size_t>(s * R + a)]; };
+  auto token_at = [&](int64_t a, int64_t s) { return host_read[static_cast<size_t>(s * R + a)]; };
   auto conf_at_fn = [&](int64_t a, int64_t s) {
     float v;
-    std::memcpy(&v, &host_read_[static_cast<size_t>(conf_at - R + s * R + a)], sizeof(float));
+    std::memcpy(&v, &host_read[static_cast<size_t>(conf_at - R + s * R + a)], sizeof(float));
     return sigmoid(v);
   };
   const int64_t cols = shape.cols;

@@ -256,6 +256,10 @@ class DSparkSource final : public DraftSource {
   CommitKey commit_key_;                                                // lookup key, reused
   OwnedTensor q_;        // f32 [n drafts, V]: the proposal's q (compacted)
   OwnedTensor q_index_;  // i32, grow-only
+  // The round's readback: pinned on CUDA (the copy is plain DMA and the host then waits once, in
+  // the stream synchronisation; a copy to pageable memory waits inside the copy call, through
+  // the driver's bounce buffer), plain on the CPU. Grow-only.
+  cuda::PinnedBuffer host_read_pinned_;
   std::vector<int32_t> host_read_;
 
   DraftStats stats_;

@@ -17,7 +17,10 @@
 //    scratch, and the splits are merged (flash-decoding): by the last of them to finish (an
 //    arrival counter per query tile) when the tile has at most attention_merge_rows() rows (4 by
 //    default: decode), else - or with more tiles than the counters cover - by a separate combine
-//    kernel.
+//    kernel;
+//  - the tensor-core kernel runs its early variant by default (attention_mma.cu: K/V copied
+//    before the PDL wait, decode splits merged in shared memory); DSPARK_ATTN_DECODE=1
+//    (set_attention_decode(1)) selects the previous path, for A/B measurements.
 // Masking per query row: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ? pos + 1 :
 // kv_len), lo = window ? pos - window + 1 : 0. A row that sees no key writes zeros.
 #include <algorithm>
@@ -61,6 +64,17 @@ std::atomic<int>& merge_rows_flag() {
     return v != nullptr && *v != '\0' ? std::clamp(std::atoi(v), 0, attn::kMaxRows) : 4;
   }();
   return rows;
+}
+// The tensor-core kernel's decode variant (attention_mma.cu): 2 = early (K/V copies before the PDL
+// wait, merge through shared memory; the default since 2026-11-30: bench_attention decode at 1k
+// 13.9 -> 9.2 us, 16k 42.9 -> 32.0 us on the H200), 1 = the previous path (DSPARK_ATTN_DECODE=1,
+// read once, or set_attention_decode(1)).
+std::atomic<int>& decode_variant_flag() {
+  static std::atomic<int> variant = [] {
+    const char* v = std::getenv("DSPARK_ATTN_DECODE");
+    return v != nullptr && std::atoi(v) == 1 ? 1 : 2;
+  }();
+  return variant;
 }
 
 constexpr int kWarps = 4;
@@ -433,9 +447,13 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
   grid.z = static_cast<unsigned>(n_splits);
   float* part = nullptr;
   unsigned* counters = nullptr;  // the last split CTA of each query tile merges (no combine)
+  const bool early = attention_decode() == 2;
   if (n_splits > 1) {
+    // Partial rows of head_dim + 2 floats (acc..., max, sum); the early variant's shared-memory
+    // merge pads them to head_dim + 4 (16-byte aligned).
+    const int64_t part_row = head_dim + (early ? 4 : 2);
     part = static_cast<float*>(ctx.scratch(static_cast<size_t>(n_tokens * n_heads * n_splits) *
-                                           static_cast<size_t>(head_dim + 2) * sizeof(float)));
+                                           static_cast<size_t>(part_row) * sizeof(float)));
     // The last CTA merges its tile's rows after its own work: that pays when a tile has at most
     // one row per warp (decode: one token x the GQA group). For bigger tiles (verify, draft
     // blocks) a merge of the rows one after the other in each warp cost more than the combine
@@ -489,6 +507,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
     a.n_splits = static_cast<int>(n_splits);
     a.part = part;
     a.counters = counters;
+    a.early = early;
     if (attn::launch_attention_mma<DKV>(ctx, a, grid)) return;  // tensor cores when they fit
     if (head_dim <= 32)
       launch_attention<DKV, 1>(ctx, a, grid);
@@ -524,6 +543,14 @@ void set_attention_merge_rows(int rows) {
 
 int attention_merge_rows() {
   return merge_rows_flag().load();
+}
+
+void set_attention_decode(int variant) {
+  decode_variant_flag().store(variant == 2 ? 2 : 1);
+}
+
+int attention_decode() {
+  return decode_variant_flag().load();
 }
 
 }  // namespace dspark::cuda

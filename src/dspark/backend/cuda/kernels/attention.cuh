@@ -52,6 +52,11 @@ struct AttentionArgs {
   // the tile's last split CTA to finish merges the splits (merge_splits_if_last). Null: the
   // separate combine kernel merges them.
   unsigned* counters;
+  // The tensor-core kernel's opt-in decode variant (DSPARK_ATTN_DECODE=2, attention_mma.cu):
+  // K/V below the rows' new tokens copied before pdl_wait, and with counters and at most one row
+  // per warp, partial rows of head_dim + 4 floats merged through shared memory (`part` then holds
+  // [n_tokens, n_heads, n_splits, head_dim + 4]). The CUDA-core kernel ignores it.
+  bool early;
 };
 
 // The query rows a CTA owns (grid: x = token tiles, y = KV head x head chunks, z = key splits):
@@ -90,14 +95,17 @@ __device__ __forceinline__ int row_of_token(const int32_t* q_indptr, int n_rows,
 // sum (n_splits <= 32), so the loads are issued together rather than one dependent round trip
 // per split; the sums are still added in split order (the values of a sequential loop). The
 // partials are read through L2 (__ldcg): other CTAs wrote them in this launch.
+// merge_split_item_from: the same with split s's row at load(s * stride + i) (the early decode
+// variant reads them from shared memory, attention_mma.cu).
 static_assert(kMaxSplits <= 32);
-__device__ __forceinline__ void merge_split_item(const float* part, int n_splits, int head_dim,
-                                                 void* out, device::FloatKind out_kind,
-                                                 int64_t base, int lane) {
-  const int64_t stride = head_dim + 2;
+template <typename Load>
+__device__ __forceinline__ void merge_split_item_from(Load load, int64_t stride, int n_splits,
+                                                      int head_dim, void* out,
+                                                      device::FloatKind out_kind, int64_t base,
+                                                      int lane) {
   const bool mine = lane < n_splits;
-  const float ms = mine ? __ldcg(part + lane * stride + head_dim) : -INFINITY;
-  const float ls = mine ? __ldcg(part + lane * stride + head_dim + 1) : 0.0f;
+  const float ms = mine ? load(lane * stride + head_dim) : -INFINITY;
+  const float ls = mine ? load(lane * stride + head_dim + 1) : 0.0f;
   const float m = device::warp_max(ms);
   const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;  // this lane's split
   float w[kMaxSplits];  // every split's weight, in every lane (before lanes diverge over d)
@@ -113,10 +121,16 @@ __device__ __forceinline__ void merge_split_item(const float* part, int n_splits
     float o = 0.0f;
 #pragma unroll
     for (int s = 0; s < kMaxSplits; ++s) {
-      if (s < n_splits && w[s] > 0.0f) o += __ldcg(part + s * stride + d) * w[s];
+      if (s < n_splits && w[s] > 0.0f) o += load(s * stride + d) * w[s];
     }
     device::store_float(out, base + d, out_kind, o * inv);
   }
+}
+__device__ __forceinline__ void merge_split_item(const float* part, int n_splits, int head_dim,
+                                                 void* out, device::FloatKind out_kind,
+                                                 int64_t base, int lane) {
+  merge_split_item_from([part](int64_t i) { return __ldcg(part + i); }, head_dim + 2, n_splits,
+                        head_dim, out, out_kind, base, lane);
 }
 
 // Bytes of the kernels' dynamic shared memory that the merge below reuses once the CTA's own work

@@ -18,6 +18,22 @@
 //    counters, combine_splits_kernel (attention.cu).
 // Masking per row is the op's: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ?
 // pos + 1 : kv_len), lo = window ? pos - window + 1 : 0; a row that sees no key writes zeros.
+//
+// The early variant (the default; DSPARK_ATTN_DECODE=1 or cuda::set_attention_decode(1) for the
+// previous path; kEarly below; same tiles, splits and arithmetic, so the same bits). The previous
+// path's first K/V byte arrives after the wait for the kernel before it plus two dependent round
+// trips (q and the page ids, then K/V), and a decode CTA at 1k context owns a single tile, so
+// that latency is its whole fixed cost. The variant:
+//  - copies the first two tiles of its key range (page ids and K/V) before pdl_wait(), i.e. while
+//    the kernel before it (qkv_prologue) still runs, except the keys from the row's first new
+//    token on (this step's K/V, which that kernel writes): those and q follow right after the
+//    wait. This needs the K/V below a row's new tokens to be written before the kernel preceding
+//    paged_attention started (ops/attention.h; the engine's forwards and drafts do that);
+//  - past the first two tiles, looks the page ids of the tile after next up during this tile's
+//    math (shared s_off), instead of one dependent round trip per tile before its copy;
+//  - for decode tiles merged by their last split CTA (at most one row per warp), releases the
+//    partials with one acq_rel atomic after a barrier and merges them from shared memory after
+//    one cp.async round trip (merge_splits_smem), instead of head_dim / 32 + 1 dependent L2 reads.
 #include <atomic>
 #include <climits>
 #include <type_traits>
@@ -60,7 +76,60 @@ __device__ __forceinline__ uint32_t ld32(const T* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// `a += 1` at GPU scope with acquire-release semantics, by one thread after a barrier: releases
+// the writes of the whole CTA (the barrier orders them before it) and acquires those of the CTAs
+// that added before (what cooperative groups' grid sync and CUTLASS's semaphores rely on).
+__device__ __forceinline__ unsigned atomic_inc_acq_rel(unsigned* a) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(a) : "memory");
+  return old;
+}
+
+// The end of a split CTA in the decode variant (kEarly, arrival counters set, at most one query
+// row per warp; partial rows of HD + 4 floats, 16-byte aligned). Versus merge_splits_if_last
+// (attention.cuh): the CTA's partials are released by one acq_rel atomic of thread 0 after a
+// barrier instead of a fence in every thread plus a relaxed atomic, and the last CTA copies all
+// of the tile's partial rows into shared memory at once (cp.async, one round trip) instead of
+// reading them from L2 one head_dim slice after the other; then each warp merges its row with
+// merge_split_item's operations in merge_split_item's order, so the outputs have the same bits.
 template <typename T, int HD>
+__device__ void merge_splits_smem(const AttentionArgs<T>& p, const CtaQueries& cq, float* smem) {
+  constexpr int kStride = HD + 4;
+  static_assert(kStride % 4 == 0);
+  static_assert(sizeof(float) * kWarps * kMaxSplits * kStride <= Layout<HD>::kBytes);
+  __shared__ bool s_last;
+  const unsigned tile = blockIdx.x + gridDim.x * blockIdx.y;
+  __syncthreads();  // every thread's partials are written (and the shared arrays are free)
+  if (threadIdx.x == 0) s_last = atomic_inc_acq_rel(p.counters + tile) == gridDim.z - 1;
+  __syncthreads();
+  if (!s_last) return;
+  const int n_items = (cq.t_end - cq.t_begin) * cq.nh;  // <= kWarps (the launcher's condition)
+  const int n_splits = p.n_splits;
+  const int chunks = n_splits * kStride / 4;  // 16-byte chunks of one row's partials
+  for (int idx = threadIdx.x; idx < n_items * chunks; idx += kThreads) {
+    const int i = idx / chunks, ch = idx - i * chunks;
+    const int64_t tok = cq.t_begin + i / cq.nh, h = cq.h_begin + i % cq.nh;
+    device::cp_async16(smem + static_cast<int64_t>(i) * n_splits * kStride + ch * 4,
+                       p.part + (tok * p.n_heads + h) * n_splits * kStride + ch * 4);
+  }
+  device::cp_async_commit();
+  device::cp_async_wait<0>();
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (warp < n_items) {
+    // merge_split_item (attention.cuh) with the partials in shared memory.
+    const float* part = smem + warp * n_splits * kStride;
+    const int64_t tok = cq.t_begin + warp / cq.nh, h = cq.h_begin + warp % cq.nh;
+    const int64_t base = tok * p.out_stride_token + h * p.out_stride_head;
+    merge_split_item_from([part](int64_t i) { return part[i]; }, kStride, n_splits, HD, p.out,
+                          p.out_kind, base, lane);
+  }
+  if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
+}
+
+// kEarly: the early decode variant (the default; the file comment); without it this is the
+// previous path.
+template <typename T, int HD, bool kEarly>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T> p) {
   using L = Layout<HD>;
   constexpr int kLd = L::kLd;
@@ -74,6 +143,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   __shared__ int s_lo[kMaxRows], s_hi[kMaxRows];
   __shared__ float s_m[kWarps][kMaxRows], s_l[kWarps][kMaxRows];
   __shared__ int s_seg_end, s_page0;
+  __shared__ int s_fresh[kEarly ? kMaxRows : 1];  // kEarly: per row, the first key of this step
+  // kEarly: per stage, the offsets (page, slot, KV head) of the keys of the tile copied into it;
+  // -1: no visible key.
+  __shared__ int64_t s_off[kEarly ? 2 * kTileKeys : 1];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -81,6 +154,12 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   const int kv_head = cq.kv_head, h_begin = cq.h_begin, nh = cq.nh, split = cq.split;
   const int t_end = cq.t_end;
   int t = cq.t_begin;
+  // kEarly, when the tile's last split CTA merges at most one row per warp: partial rows of
+  // HD + 4 floats (16-byte aligned for merge_splits_smem); else HD + 2 (what the other merges
+  // read).
+  const bool smem_merge = kEarly && p.n_splits > 1 && p.counters != nullptr &&
+                          min(p.tokens_per_cta, p.n_tokens) * p.heads_per_cta <= kWarps;
+  const int64_t part_stride = smem_merge ? HD + 4 : HD + 2;
 
   bool waited = false;
   while (t < t_end) {
@@ -109,25 +188,36 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         s_seg_end = seg_end_i;
         s_page0 = page0;
       }
+      if constexpr (kEarly) {
+        // The row's new tokens are its last keys, at their positions: the kernel before this one
+        // may write the keys from here on, not the ones below (ops/attention.h).
+        const int n_new = q_end - p.q_indptr[row_i];
+        s_fresh[i] = i < (seg_end_i - t) * nh ? max(0, min(kv_len - n_new, pos)) : INT_MAX;
+      }
     }
-    if (!waited) {
-      pdl_wait();  // q and the K/V cache are written by the kernels before this one
-      pdl_launch_dependents();
-      waited = true;
+    if constexpr (!kEarly) {
+      if (!waited) {
+        pdl_wait();  // q and the K/V cache are written by the kernels before this one
+        pdl_launch_dependents();
+        waited = true;
+      }
     }
     constexpr int kQIters = (kMaxRows * kChunks + kThreads - 1) / kThreads;
     uint4 qv[kQIters];
+    auto load_q = [&] {
 #pragma unroll
-    for (int it = 0; it < kQIters; ++it) {
-      const int idx = threadIdx.x + it * kThreads;
-      const int i = idx / kChunks, cc = idx - i * kChunks;
-      qv[it] = make_uint4(0, 0, 0, 0);
-      if (idx < kMaxRows * kChunks && t + i / nh < t_end) {
-        const int64_t tok = t + i / nh, h = h_begin + i % nh;
-        qv[it] = *reinterpret_cast<const uint4*>(
-            static_cast<const T*>(p.q) + tok * p.q_stride_token + h * p.q_stride_head + cc * 8);
+      for (int it = 0; it < kQIters; ++it) {
+        const int idx = threadIdx.x + it * kThreads;
+        const int i = idx / kChunks, cc = idx - i * kChunks;
+        qv[it] = make_uint4(0, 0, 0, 0);
+        if (idx < kMaxRows * kChunks && t + i / nh < t_end) {
+          const int64_t tok = t + i / nh, h = h_begin + i % nh;
+          qv[it] = *reinterpret_cast<const uint4*>(
+              static_cast<const T*>(p.q) + tok * p.q_stride_token + h * p.q_stride_head + cc * 8);
+        }
       }
-    }
+    };
+    if constexpr (!kEarly) load_q();  // kEarly: after the wait, below
     __syncthreads();
     const int seg_end = s_seg_end;
     if (seg_end <= t) break;  // malformed q_indptr: never loop forever
@@ -142,6 +232,11 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       }
     }
     if (kmin >= kmax) kmin = kmax = 0;
+    int fresh = INT_MAX;  // kEarly: keys >= fresh may be written by the kernel before this one
+    if constexpr (kEarly) {
+#pragma unroll
+      for (int i = 0; i < kMaxRows; ++i) fresh = min(fresh, s_fresh[i]);
+    }
     const int32_t* row_pages = p.page_indices + s_page0;
     const int tile0 = kmin / kTileKeys;
     const int n_tiles = kmax > kmin ? (kmax - 1) / kTileKeys + 1 - tile0 : 0;
@@ -186,8 +281,65 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       device::cp_async_commit();
     };
 
-    if (begin < end) issue(begin, 0);
-      // The query rows, zero past n_q (visible to all warps after the loop's first barrier).
+    // kEarly: the offset of key j's row (-1 if no row sees it), and the copies of the chunks of
+    // tile `tile` (offsets in s_off[stage]) whose keys are in [key_lo, key_hi) into `stage` (zero:
+    // the chunks without a key are filled with zeros).
+    auto key_offset = [&](int j) -> int64_t {
+      if (j < kmin || j >= kmax) return -1;
+      return static_cast<int64_t>(row_pages[j / p.page_size]) * p.page_stride +
+             static_cast<int64_t>(j % p.page_size) * p.slot_stride +
+             static_cast<int64_t>(kv_head) * p.head_stride;
+    };
+    auto copy = [&](int tile, int stage, int key_lo, int key_hi, bool zero) {
+      constexpr int kIters = kTileKeys * kChunks / kThreads;
+      T* dk = s_k + stage * kTileKeys * kLd;
+      T* dv = s_v + stage * kTileKeys * kLd;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        const int idx = threadIdx.x + it * kThreads;
+        const int jj = idx / kChunks, cc = idx % kChunks, j = tile * kTileKeys + jj;
+        const int64_t off = s_off[stage * kTileKeys + jj];
+        T* sk = dk + jj * kLd + cc * 8;
+        T* sv = dv + jj * kLd + cc * 8;
+        if (off >= 0) {
+          if (j >= key_lo && j < key_hi) {
+            device::cp_async16(sk, p.k_pages + off + cc * 8);
+            device::cp_async16(sv, p.v_pages + off + cc * 8);
+          }
+        } else if (zero) {
+          *reinterpret_cast<uint4*>(sk) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(sv) = make_uint4(0, 0, 0, 0);
+        }
+      }
+    };
+    if constexpr (kEarly) {
+      // The first two tiles (both stages) are copied before the wait, except the keys the kernel
+      // before this one may write (this step's tokens: from `fresh` on, first segment only),
+      // which follow right after it, together with q.
+      static_assert(kThreads == 2 * kTileKeys);
+      const int split_key = waited ? INT_MAX : fresh;
+      const int tile_t = begin + static_cast<int>(threadIdx.x) / kTileKeys;
+      s_off[threadIdx.x] =
+          tile_t < end ? key_offset(tile_t * kTileKeys + static_cast<int>(threadIdx.x) % kTileKeys)
+                       : -1;
+      __syncthreads();
+      if (begin < end) copy(begin, 0, INT_MIN, split_key, true);
+      if (begin + 1 < end) copy(begin + 1, 1, INT_MIN, split_key, true);
+      if (!waited) {
+        pdl_wait();  // q and this step's K/V are written by the kernel before this one
+        pdl_launch_dependents();
+        waited = true;
+      }
+      load_q();
+      if (split_key != INT_MAX) {
+        if (begin < end) copy(begin, 0, split_key, INT_MAX, false);
+        if (begin + 1 < end) copy(begin + 1, 1, split_key, INT_MAX, false);
+      }
+      device::cp_async_commit();  // one group: the first two tiles
+    } else {
+      if (begin < end) issue(begin, 0);
+    }
+    // The query rows, zero past n_q (visible to all warps after the loop's first barrier).
 #pragma unroll
     for (int it = 0; it < kQIters; ++it) {
       const int idx = threadIdx.x + it * kThreads;
@@ -205,13 +357,28 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
 
     for (int tile = begin; tile < end; ++tile) {
       const int stage = (tile - begin) & 1;
-      if (tile + 1 < end) {
-        issue(tile + 1, stage ^ 1);
-        device::cp_async_wait<1>();
+      if constexpr (kEarly) {
+        // In flight: this tile's copies and, past the first two tiles, the next tile's.
+        if (tile == begin || tile + 1 >= end)
+          device::cp_async_wait<0>();
+        else
+          device::cp_async_wait<1>();
       } else {
-        device::cp_async_wait<0>();
+        if (tile + 1 < end) {
+          issue(tile + 1, stage ^ 1);
+          device::cp_async_wait<1>();
+        } else {
+          device::cp_async_wait<0>();
+        }
       }
       __syncthreads();
+      // kEarly: the key offsets of the tile after next (copied into this stage after this tile's
+      // math): loaded now, stored below, so the page lookup overlaps the math.
+      int64_t next_off = -1;
+      if constexpr (kEarly) {
+        if (tile + 2 < end && threadIdx.x < kTileKeys)
+          next_off = key_offset((tile + 2) * kTileKeys + static_cast<int>(threadIdx.x));
+      }
       const int kw0 = tile * kTileKeys + warp * kWarpKeys;  // this warp's first key
       const T* kt = s_k + (stage * kTileKeys + warp * kWarpKeys) * kLd;
       const T* vt = s_v + (stage * kTileKeys + warp * kWarpKeys) * kLd;
@@ -271,7 +438,17 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
             device::pack2_bits(vb[(2 * c + 8) * kLd + col], vb[(2 * c + 9) * kLd + col]);
         device::mma<T>(o[dt], pa[0], pa[1], pa[2], pa[3], b0, b1);
       }
+      if constexpr (kEarly) {
+        if (tile + 2 < end && threadIdx.x < kTileKeys)
+          s_off[stage * kTileKeys + threadIdx.x] = next_off;
+      }
       __syncthreads();  // everyone is done with this stage before it is refilled
+      if constexpr (kEarly) {
+        if (tile + 2 < end) {  // refill this stage with the tile after next
+          copy(tile + 2, stage, INT_MIN, INT_MAX, true);
+          device::cp_async_commit();
+        }
+      }
     }
 
     // Merge the warps: each scales its O rows to the CTA's max, then they are added in warp order.
@@ -321,7 +498,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         device::store_float(p.out, tok * p.out_stride_token + h * p.out_stride_head + d, p.out_kind,
                             acc * inv);
       } else {
-        float* part = p.part + ((tok * p.n_heads + h) * p.n_splits + split) * (HD + 2);
+        float* part = p.part + ((tok * p.n_heads + h) * p.n_splits + split) * part_stride;
         part[d] = acc;
         if (d == 0) {
           part[HD] = mx;
@@ -332,11 +509,17 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     t = seg_end;
   }
   if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
+  if constexpr (kEarly) {
+    if (smem_merge) {
+      merge_splits_smem<T, HD>(p, cq, reinterpret_cast<float*>(smem_raw));
+      return;
+    }
+  }
   if (p.n_splits > 1 && p.counters != nullptr)
     merge_splits_if_last(p, cq, reinterpret_cast<float*>(smem_raw));
 }
 
-template <typename T, int HD>
+template <typename T, int HD, bool kEarly>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   constexpr size_t kSmem = Layout<HD>::kBytes;
   static_assert(kSmem >= kMergeSmemBytes, "the split merge reuses the dynamic smem");
@@ -346,14 +529,14 @@ void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
     const int device = current_device();
     const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
     if (bit == 0 || (configured.load(std::memory_order_relaxed) & bit) == 0) {
-      DSPARK_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<T, HD>,
+      DSPARK_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<T, HD, kEarly>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(kSmem)));
       configured.fetch_or(bit, std::memory_order_relaxed);
     }
   }
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
-  launch_pdl(attention_mma_kernel<T, HD>, grid, dim3(kThreads), kSmem, stream_of(ctx), a);
+  launch_pdl(attention_mma_kernel<T, HD, kEarly>, grid, dim3(kThreads), kSmem, stream_of(ctx), a);
 }
 
 // On by default; DSPARK_ATTENTION_MMA=0 (read once) or set_mma_attention(false) turns it off.
@@ -377,13 +560,13 @@ bool launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& a, dim3 grid) 
       return false;
     switch (a.head_dim) {
       case 64:
-        launch<TKV, 64>(ctx, a, grid);
+        a.early ? launch<TKV, 64, true>(ctx, a, grid) : launch<TKV, 64, false>(ctx, a, grid);
         return true;
       case 128:
-        launch<TKV, 128>(ctx, a, grid);
+        a.early ? launch<TKV, 128, true>(ctx, a, grid) : launch<TKV, 128, false>(ctx, a, grid);
         return true;
       case 256:
-        launch<TKV, 256>(ctx, a, grid);
+        a.early ? launch<TKV, 256, true>(ctx, a, grid) : launch<TKV, 256, false>(ctx, a, grid);
         return true;
       default:
         return false;

@@ -1,13 +1,25 @@
 // FP8 (E4M3) weights with per-row scales (contract: ops/linear_fp8.h): the per-row quantization,
 // and y[M, N] = x[M, K] . (e4m3(w8) * scale)^T for bf16 x on tensor cores.
 //
-// The projection follows gemv.cu (a CTA owns 16 weight rows, the MMA's M - or two such tiles,
-// DSPARK_FP8_ROW_TILES=2, at M <= 16; tokens are its N in
-// tiles of 8; the CTA's 8 warps split K evenly, by K only) with 64-element chunks: lane
-// (g = lane / 4, c = lane % 4) loads 16 bytes (16 codes, physical k = chunk * 64 + c * 16 .. + 15)
-// of weight rows g and g + 8, and 32 bytes of each token row g + 8t at the same k. MMA step s
-// (0..3) takes the codes' word s: bytes (0, 2) become the bf16 pair of logical k (2c, 2c + 1),
-// bytes (1, 3) that of (2c + 8, 2c + 9); the tokens' bf16 pairs are permuted the same way (prmt).
+// The projection follows gemv.cu (a 16-row weight tile, the MMA's M, is summed by the 8 warps of
+// a CTA, which split K evenly, by K only; tokens are the MMA's N in tiles of 8) with 64-element
+// chunks: lane (g = lane / 4, c = lane % 4) loads 16 bytes (16 codes, physical k = chunk * 64 +
+// c * 16 .. + 15) of weight rows g and g + 8, and 32 bytes of each token row g + 8t at the same k.
+// MMA step s (0..3) takes the codes' word s: bytes (0, 2) become the bf16 pair of logical k (2c,
+// 2c + 1), bytes (1, 3) that of (2c + 8, 2c + 9); the tokens' bf16 pairs are permuted the same way
+// (prmt).
+//
+// Two kernels with the same arithmetic in the same order (so the same bits):
+//  - tile: one CTA per 16-row tile; each warp loads U chunks, then computes them.
+//  - stream (M <= 16): at most two CTAs per SM, each walking row tiles blockIdx.x, + gridDim.x, ..
+//    A warp's weight loads run one stage (U chunks) ahead of its math, across tile boundaries, and
+//    the first stage is loaded before pdl_wait() (weights are never written by a forward), so the
+//    memory system never waits for a CTA to end, start or sum its warps. x is loaded just before
+//    its MMAs (the same K range of x for every tile of a warp: L1 hits after the first tile). The
+//    warps' sums go through a double-buffered shared array (one barrier per tile). Optionally a
+//    step covers two row tiles, which share x's loads.
+//  DSPARK_FP8_STREAM / DSPARK_FP8_STREAM_TILES (read once; set_fp8_stream) choose; the measured
+//  default is in stream_choice().
 //
 // An E4M3 code becomes bf16 exactly with bit moves: sign to bit 15, exponent and mantissa to bits
 // 4..10, which reads as the value times 2^-120 (bf16's exponent bias is 127, E4M3's 7; codes with
@@ -90,114 +102,241 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, c
   }
 }
 
-// RT: 16-row tiles per CTA (each warp walks its K range for all of them, loading x once per chunk
-// for the RT tiles); NT: token tiles of 8 (M <= 8 * NT); U: chunks in flight per lane.
-template <typename TY, int NT, int U, int RT>
-__global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) {
-  __shared__ float partial[kWarps][kRows * RT][8 * NT];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, c = lane & 3;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows * RT;
-  const int64_t last = p.n - 1;  // rows past N / tokens past M read a valid row, never stored
-  const uint8_t* wa[RT];
-  const uint8_t* wb[RT];
-#pragma unroll
-  for (int rt = 0; rt < RT; ++rt) {
-    wa[rt] = p.w + min(row0 + kRows * rt + g, last) * p.k + c * 16;
-    wb[rt] = p.w + min(row0 + kRows * rt + g + 8, last) * p.k + c * 16;
-  }
-  const __nv_bfloat16* xs[NT];
+// xs[t]: this lane's offset (c * 16) in token row g + 8t of x (rows past M read row M - 1, whose
+// results are never stored).
+template <int NT, typename TY>
+__device__ __forceinline__ void x_rows(const Fp8Params<TY>& p, const __nv_bfloat16* (&xs)[NT]) {
+  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
 #pragma unroll
   for (int t = 0; t < NT; ++t)
     xs[t] = p.x + min(static_cast<int64_t>(g + 8 * t), p.m - 1) * p.ldx + c * 16;
+}
+
+// x[t][0..1]: the 16 bf16 of token row g + 8t at chunk ch (xs[t] holds the lane's offset).
+template <int NT>
+__device__ __forceinline__ void load_x(uint4 (&xv)[NT][2], const __nv_bfloat16* const (&xs)[NT],
+                                       int64_t ch) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const auto* px = reinterpret_cast<const uint4*>(xs[t] + ch * kChunk);
+    xv[t][0] = __ldg(px);
+    xv[t][1] = __ldg(px + 1);
+  }
+}
+
+// One chunk that may reach past K (K % 16 == 0: a lane's 16 elements are all inside or all
+// outside); wa / wb point at the lane's offset of weight rows g and g + 8.
+template <int NT>
+__device__ __forceinline__ void mma_partial_chunk(float (&acc)[NT][4], const uint8_t* wa,
+                                                  const uint8_t* wb,
+                                                  const __nv_bfloat16* const (&xs)[NT], int64_t ch,
+                                                  int64_t k) {
+  const int c = threadIdx.x & 3;
+  const bool in = ch * kChunk + c * 16 < k;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 xv[NT][2];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const auto* px = reinterpret_cast<const uint4*>(xs[t] + ch * kChunk);
+    xv[t][0] = in ? __ldg(px) : zero;
+    xv[t][1] = in ? __ldg(px + 1) : zero;
+  }
+  const uint4 a = in ? load_stream(wa + ch * kChunk) : zero;
+  const uint4 b = in ? load_stream(wb + ch * kChunk) : zero;
+  mma_chunk<NT>(acc, a, b, xv);
+}
+
+// The epilogue: the row's scale, then its bias.
+template <typename TY>
+struct Store {
+  const float* scale;
+  const void* bias;
+  device::FloatKind bias_kind;
+  TY* y;
+  int64_t ldy;
+  __device__ explicit Store(const Fp8Params<TY>& p)
+      : scale(p.scale), bias(p.bias), bias_kind(p.bias_kind), y(p.y), ldy(p.ldy) {}
+  __device__ __forceinline__ void operator()(int64_t row, int token, float sum) const {
+    sum *= scale[row];
+    if (bias) sum += device::load_float(bias, row, bias_kind);
+    y[token * ldy + row] = device::from_float<TY>(sum);
+  }
+};
+
+// NT: token tiles of 8 (M <= 8 * NT); U: chunks in flight per lane.
+template <typename TY, int NT, int U>
+__global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) {
+  __shared__ float partial[kWarps][kRows][8 * NT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t last = p.n - 1;  // rows past N / tokens past M read a valid row, never stored
+  const uint8_t* wa = p.w + min(row0 + g, last) * p.k + c * 16;
+  const uint8_t* wb = p.w + min(row0 + g + 8, last) * p.k + c * 16;
+  const __nv_bfloat16* xs[NT];
+  x_rows<NT>(p, xs);
 
   static_assert(kSplitAlign % U == 0);
   const gemv_tile::ChunkRange range = gemv_tile::warp_chunks(p.k, kChunk, warp);
   const int64_t begin = range.begin, end = range.end, end_full = range.end_full;
-  if (c == 0) {
-#pragma unroll
-    for (int rt = 0; rt < RT; ++rt) gemv_tile::prefetch_rows(wa[rt], wb[rt], range, kChunk);
-  }
+  if (c == 0) gemv_tile::prefetch_rows(wa, wb, range, kChunk);
   pdl_wait();
   pdl_launch_dependents();
 
-  float acc[RT][NT][4];
+  float acc[NT][4];
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-      acc[rt][t][0] = acc[rt][t][1] = acc[rt][t][2] = acc[rt][t][3] = 0.0f;
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
   int64_t ch = begin;
   for (; ch + U <= end_full; ch += U) {
-    uint4 a[U][RT], b[U][RT], xv[U][NT][2];
+    uint4 a[U], b[U], xv[U][NT][2];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt) {
-        a[u][rt] = load_stream(wa[rt] + (ch + u) * kChunk);
-        b[u][rt] = load_stream(wb[rt] + (ch + u) * kChunk);
-      }
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        const auto* px = reinterpret_cast<const uint4*>(xs[t] + (ch + u) * kChunk);
-        xv[u][t][0] = __ldg(px);
-        xv[u][t][1] = __ldg(px + 1);
-      }
+      a[u] = load_stream(wa + (ch + u) * kChunk);
+      b[u] = load_stream(wb + (ch + u) * kChunk);
+      load_x<NT>(xv[u], xs, ch + u);
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt) mma_chunk<NT>(acc[rt], a[u][rt], b[u][rt], xv[u]);
+    for (int u = 0; u < U; ++u) mma_chunk<NT>(acc, a[u], b[u], xv[u]);
   }
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (; ch < end; ++ch) {  // K % 16 == 0: a lane's 16 elements are all inside or all outside
-    const bool in = ch * kChunk + c * 16 < p.k;
-    uint4 xv[NT][2];
+  for (; ch < end; ++ch) mma_partial_chunk<NT>(acc, wa, wb, xs, ch, p.k);
+
+  gemv_tile::reduce_warps<NT>(partial, acc, row0, p.n, p.m, Store<TY>{p});
+}
+
+// The stream kernel (see the top): 2 CTAs per SM at most (__launch_bounds__ keeps it within 128
+// registers); gridDim.x <= the number of blocks of RT row tiles (16 RT rows), which it walks.
+// Stage j of a warp is chunks begin + jU .. begin + jU + U - 1 of the RT tiles of some block;
+// `groups` stages per block, then the chunks of the warp's range that do not fill a stage (only
+// where K is not a multiple of 8 * 64 * U / 2), unpipelined. RT > 1 loads x once for RT tiles.
+template <typename TY, int NT, int U, int RT>
+__global__ void __launch_bounds__(kWarps * 32, 2) gemv_fp8_stream_kernel(Fp8Params<TY> p) {
+  __shared__ float partial[2][RT][kWarps][kRows][8 * NT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t blocks = (p.n + kRows * RT - 1) / (kRows * RT), last = p.n - 1;
+  const __nv_bfloat16* xs[NT];
+  x_rows<NT>(p, xs);
+  static_assert(kSplitAlign % U == 0);
+  const gemv_tile::ChunkRange range = gemv_tile::warp_chunks(p.k, kChunk, warp);
+  const int64_t groups = max(int64_t{0}, (range.end_full - range.begin) / U);
+  const int64_t first_left = range.begin + groups * U;  // first chunk not in a stage
+  // Weight row g (+ 8) of tile rt of a block, at this lane's offset of chunk `ch`.
+  auto row = [&](int64_t block, int rt, int half, int64_t ch) {
+    return p.w + min(block * kRows * RT + kRows * rt + g + 8 * half, last) * p.k + c * 16 +
+           ch * kChunk;
+  };
+  auto load_stage = [&](int64_t block, int64_t j, uint4(&a)[U][RT], uint4(&b)[U][RT]) {
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      const auto* px = reinterpret_cast<const uint4*>(xs[t] + ch * kChunk);
-      xv[t][0] = in ? __ldg(px) : zero;
-      xv[t][1] = in ? __ldg(px + 1) : zero;
+    for (int rt = 0; rt < RT; ++rt) {
+      const uint8_t* pa = row(block, rt, 0, range.begin + j * U);
+      const uint8_t* pb = row(block, rt, 1, range.begin + j * U);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        a[u][rt] = load_stream(pa + u * kChunk);
+        b[u][rt] = load_stream(pb + u * kChunk);
+      }
+    }
+  };
+
+  int64_t block = blockIdx.x;
+  uint4 a[U][RT], b[U][RT];
+  if (groups > 0) load_stage(block, 0, a, b);  // weights: before the wait
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int buf = 0; block < blocks; block += gridDim.x, buf ^= 1) {
+    float acc[RT][NT][4];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+        acc[rt][t][0] = acc[rt][t][1] = acc[rt][t][2] = acc[rt][t][3] = 0.0f;
+    for (int64_t j = 0; j < groups; ++j) {
+      // The next stage: this block's, else the next block's first (none after the last).
+      const bool more = j + 1 < groups;
+      const int64_t next_block = more ? block : block + gridDim.x;
+      uint4 na[U][RT], nb[U][RT];
+      if (more || next_block < blocks) load_stage(next_block, more ? j + 1 : 0, na, nb);
+      const int64_t ch = range.begin + j * U;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        uint4 xv[NT][2];
+        load_x<NT>(xv, xs, ch + u);
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) mma_chunk<NT>(acc[rt], a[u][rt], b[u][rt], xv);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int rt = 0; rt < RT; ++rt) {
+          a[u][rt] = na[u][rt];
+          b[u][rt] = nb[u][rt];
+        }
     }
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt) {
-      const uint4 a = in ? load_stream(wa[rt] + ch * kChunk) : zero;
-      const uint4 b = in ? load_stream(wb[rt] + ch * kChunk) : zero;
-      mma_chunk<NT>(acc[rt], a, b, xv);
+      const uint8_t* wa = row(block, rt, 0, 0);
+      const uint8_t* wb = row(block, rt, 1, 0);
+      for (int64_t ch = first_left; ch < range.end; ++ch)
+        mma_partial_chunk<NT>(acc[rt], wa, wb, xs, ch, p.k);
     }
+    // One barrier per row tile: partial[buf] is written again two blocks later, after every
+    // thread has passed the next block's barriers, so after it has read this block's sums.
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+      gemv_tile::reduce_warps<NT>(partial[buf][rt], acc[rt], block * kRows * RT + kRows * rt, p.n,
+                                  p.m, Store<TY>{p});
   }
-
-  gemv_tile::reduce_warps<NT, RT>(partial, acc, row0, p.n, p.m,
-                                  [&](int64_t row, int token, float sum) {
-                                    sum *= p.scale[row];
-                                    if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
-                                    p.y[token * p.ldy + row] = device::from_float<TY>(sum);
-                                  });
 }
 
-// 16-row tiles per CTA for M <= 16 (DSPARK_FP8_ROW_TILES, 1 or 2; read once; set_fp8_row_tiles):
-// 2 gives each warp twice the chunks per launch and loads x once for both tiles. The results are
-// the same bits either way (each row's sums run in the same order).
-std::atomic<int>& row_tiles_flag() {
+// Which kernel for M <= 16 (DSPARK_FP8_STREAM: 0 = tile, 2 or 4 = stream with that many chunks
+// per stage; DSPARK_FP8_STREAM_TILES: 1 or 2 row tiles per stream step; read once;
+// set_fp8_stream). Unset: the measured default (2026-11-30, H200, bench_linear --fp8): the stream
+// kernel with stages of 4 for M <= 8 (59-85% of the copy bandwidth where the tile kernel had
+// 47-72%); for M 9..16, where x's loads (twice the weight bytes, half cache lines) keep L1 busy,
+// stages of 2 over two row tiles when that still gives every CTA slot a block (N >= 32 x 2 x
+// SMs: 66-68% vs 62-65% at 24576 and 32768 rows), else the tile kernel.
+struct StreamChoice {
+  int stages, row_tiles;
+};
+constexpr int kStreamDefault = -1;
+std::atomic<int>& fp8_stream_flag() {  // stages * 16 + row_tiles, or kStreamDefault
   static std::atomic<int> flag = [] {
-    const char* env = std::getenv("DSPARK_FP8_ROW_TILES");
-    return env != nullptr && env[0] == '2' ? 2 : 1;
+    const char* env = std::getenv("DSPARK_FP8_STREAM");
+    const char* tiles = std::getenv("DSPARK_FP8_STREAM_TILES");
+    if (env == nullptr || env[0] == '\0') return kStreamDefault;
+    const int stages = env[0] == '2' ? 2 : env[0] == '4' ? 4 : 0;
+    return stages * 16 + (stages == 2 && tiles != nullptr && tiles[0] == '2' ? 2 : 1);
   }();
   return flag;
+}
+StreamChoice stream_choice(int64_t m, int64_t n) {
+  const int f = fp8_stream_flag().load();
+  if (f != kStreamDefault) return StreamChoice{f / 16, f % 16};
+  if (m <= 8) return StreamChoice{4, 1};
+  return n >= 2 * kRows * 2 * static_cast<int64_t>(sm_count()) ? StreamChoice{2, 2}
+                                                               : StreamChoice{0, 1};
+}
+
+template <typename TY, int NT, int U, int RT>
+void launch_stream(const Fp8Params<TY>& p, cudaStream_t stream) {
+  const int64_t blocks = ceil_div(p.n, int64_t{kRows * RT});
+  const auto grid =
+      static_cast<unsigned>(std::min<int64_t>(blocks, 2 * static_cast<int64_t>(sm_count())));
+  launch_pdl(gemv_fp8_stream_kernel<TY, NT, U, RT>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
 }
 
 template <typename TY, int NT>
 void launch(const Fp8Params<TY>& p, cudaStream_t stream) {
   if constexpr (NT <= 2) {
-    if (row_tiles_flag().load() == 2) {
-      const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, int64_t{2 * kRows}));
-      launch_pdl(gemv_fp8_kernel<TY, NT, 2, 2>, dim3(blocks), dim3(kWarps * 32), 0, stream, p);
-      return;
-    }
+    const StreamChoice sc = stream_choice(p.m, p.n);
+    if (sc.stages == 2 && sc.row_tiles == 2) return launch_stream<TY, NT, 2, 2>(p, stream);
+    if (sc.stages == 2) return launch_stream<TY, NT, 2, 1>(p, stream);
+    if (sc.stages == 4) return launch_stream<TY, NT, 4, 1>(p, stream);
   }
   constexpr int kUnroll = NT <= 2 ? 4 : 2;
-  const unsigned blocks = static_cast<unsigned>(ceil_div(p.n, int64_t{kRows}));
-  launch_pdl(gemv_fp8_kernel<TY, NT, kUnroll, 1>, dim3(blocks), dim3(kWarps * 32), 0, stream, p);
+  launch_pdl(gemv_fp8_kernel<TY, NT, kUnroll>,
+             dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{kRows}))), dim3(kWarps * 32), 0,
+             stream, p);
 }
 
 template <typename TY, int NT = 1>
@@ -269,9 +408,22 @@ void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& s
   });
 }
 
-void set_fp8_row_tiles(int tiles) {
-  DSPARK_CHECK(tiles == 1 || tiles == 2, "set_fp8_row_tiles: 1 or 2, got {}", tiles);
-  row_tiles_flag().store(tiles);
+void set_fp8_stream(int chunks_per_stage, int row_tiles) {
+  DSPARK_CHECK(chunks_per_stage == 0 || chunks_per_stage == 2 || chunks_per_stage == 4,
+               "set_fp8_stream: 0, 2 or 4 chunks per stage, got {}", chunks_per_stage);
+  DSPARK_CHECK(row_tiles == 1 || (row_tiles == 2 && chunks_per_stage == 2),
+               "set_fp8_stream: 1 row tile, or 2 with stages of 2 chunks, got {}", row_tiles);
+  fp8_stream_flag().store(chunks_per_stage * 16 + row_tiles);
+}
+
+int fp8_stream() {
+  return fp8_stream_flag().load();
+}
+void set_fp8_stream_raw(int setting) {
+  fp8_stream_flag().store(setting);
+}
+void set_fp8_stream_default() {
+  fp8_stream_flag().store(kStreamDefault);
 }
 
 }  // namespace dspark::cuda

@@ -53,29 +53,25 @@ __device__ __forceinline__ void prefetch_rows(const void* a, const void* b, cons
   }
 }
 
-// acc[rt][t] (lane g = lane / 4, c = lane % 4): (row 16 rt + g, tokens 8t + 2c, 8t + 2c + 1),
-// (row 16 rt + g + 8, same tokens) of the CTA's RT row tiles. Stores every warp's acc, then each
-// (row, token) of the CTA sums the warps in warp order and calls out(row, token, sum) for rows
-// < n and tokens < m.
-template <int NT, int RT, typename Out>
-__device__ __forceinline__ void reduce_warps(float (&partial)[kWarps][kRows * RT][8 * NT],
-                                             const float (&acc)[RT][NT][4], int64_t row0, int64_t n,
+// acc[t] (lane g = lane / 4, c = lane % 4): (row g, tokens 8t + 2c, 8t + 2c + 1), (row g + 8, same
+// tokens). Stores every warp's acc, then each (row, token) of the CTA sums the warps in warp order
+// and calls out(row, token, sum) for rows < n and tokens < m.
+template <int NT, typename Out>
+__device__ __forceinline__ void reduce_warps(float (&partial)[kWarps][kRows][8 * NT],
+                                             const float (&acc)[NT][4], int64_t row0, int64_t n,
                                              int64_t m, Out out) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
 #pragma unroll
-  for (int rt = 0; rt < RT; ++rt) {
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      partial[warp][kRows * rt + g][8 * t + 2 * c] = acc[rt][t][0];
-      partial[warp][kRows * rt + g][8 * t + 2 * c + 1] = acc[rt][t][1];
-      partial[warp][kRows * rt + g + 8][8 * t + 2 * c] = acc[rt][t][2];
-      partial[warp][kRows * rt + g + 8][8 * t + 2 * c + 1] = acc[rt][t][3];
-    }
+  for (int t = 0; t < NT; ++t) {
+    partial[warp][g][8 * t + 2 * c] = acc[t][0];
+    partial[warp][g][8 * t + 2 * c + 1] = acc[t][1];
+    partial[warp][g + 8][8 * t + 2 * c] = acc[t][2];
+    partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][3];
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kRows * RT * m; i += kWarps * 32) {
-    const int r = i % (kRows * RT), token = i / (kRows * RT);
+  for (int i = threadIdx.x; i < kRows * m; i += kWarps * 32) {
+    const int r = i % kRows, token = i / kRows;
     const int64_t row = row0 + r;
     if (row >= n) continue;
     float sum = 0.0f;
@@ -83,14 +79,6 @@ __device__ __forceinline__ void reduce_warps(float (&partial)[kWarps][kRows * RT
     for (int w = 0; w < kWarps; ++w) sum += partial[w][r][token];
     out(row, token, sum);
   }
-}
-
-// One row tile per CTA (acc[t] as acc[0][t] above).
-template <int NT, typename Out>
-__device__ __forceinline__ void reduce_warps(float (&partial)[kWarps][kRows][8 * NT],
-                                             const float (&acc)[NT][4], int64_t row0, int64_t n,
-                                             int64_t m, Out out) {
-  reduce_warps<NT, 1>(partial, reinterpret_cast<const float(&)[1][NT][4]>(acc), row0, n, m, out);
 }
 
 }  // namespace dspark::cuda::gemv_tile
