@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "dspark/core/thread_cpu_time.h"
 #include "dspark/ops/sampling.h"
@@ -112,11 +111,11 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   if (upload_in_flight_) ctx.synchronize();  // a failed verify left its upload queued
   auto* staging = static_cast<char*>(upload_.get(device, seeds_at + seeds.size_bytes()));
   auto* host = reinterpret_cast<int32_t*>(staging);
-  std::memcpy(host, proposal.tokens.data(), static_cast<size_t>(n_drafts) * sizeof(int32_t));
-  std::memcpy(host + n_drafts, proposal.indptr.data(),
-              static_cast<size_t>(n + 1) * sizeof(int32_t));
-  std::memcpy(host + n_drafts + n + 1, positions.data(), positions.size_bytes());
-  std::memcpy(staging + seeds_at, seeds.data(), seeds.size_bytes());
+  // (std::copy: a round without drafts has empty, possibly null, sources.)
+  std::copy(proposal.tokens.begin(), proposal.tokens.begin() + n_drafts, host);
+  std::copy(proposal.indptr.begin(), proposal.indptr.begin() + n + 1, host + n_drafts);
+  std::copy(positions.begin(), positions.end(), host + n_drafts + n + 1);
+  std::copy(seeds.begin(), seeds.end(), reinterpret_cast<uint64_t*>(staging + seeds_at));
   Tensor packed = ensure(packed_, DType::i32, n_index + 2 * n, device);
   ctx.copy_async(packed.data(), host, static_cast<size_t>(n_index) * sizeof(int32_t));
   Tensor seed_t = ensure(seeds_, DType::i64, n, device);
