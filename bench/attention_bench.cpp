@@ -5,8 +5,9 @@
 // read per second and that as a fraction of the copy bandwidth measured in the same run. Each
 // configuration cycles through enough copies of its cache (one per "layer") to exceed the L2 cache
 // several times, so every call reads its K/V from HBM as in a real step. --decode 1,2 repeats every
-// configuration with the tensor-core kernel's decode variants (cuda::set_attention_decode; 2 =
-// the early variant, DSPARK_ATTN_DECODE=2), one row each, in the same process.
+// configuration with the tensor-core kernel's decode variants (cuda::set_attention_decode; 1 =
+// the previous path, DSPARK_ATTN_DECODE=1; 2 = the early variant, the default), one row each, in
+// the same process.
 //
 //   bench_attention [--heads 32] [--kv-heads 8] [--head-dim 128] [--contexts 1024,4096,16384]
 //                   [--queries 1,17,33] [--rows 1] [--non-causal] [--dtype bf16] [--iters 100]
@@ -105,8 +106,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_arg, "cache / query dtype: bf16 or f16");
   app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
   app.add_option("--decode", decode_list,
-                 "comma-separated decode variants of the tensor-core kernel to time (1 default, 2 "
-                 "early); default: the environment's (DSPARK_ATTN_DECODE)");
+                 "comma-separated decode variants of the tensor-core kernel to time (1 previous "
+                 "path, 2 early); default: the process's setting (DSPARK_ATTN_DECODE)");
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
 

@@ -305,23 +305,22 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                         fmt::format("{:.3f}", cpu2.draft_cpu + cpu2.verify_cpu + cpu2.rest_cpu), "",
                         fmt::format("{:.3f} / {:.3f} / {:.3f} ms (engine thread, blocking sync)",
                                     cpu2.draft_cpu, cpu2.verify_cpu, cpu2.rest_cpu)});
-      if (o.blocking_sync)
+      if (o.blocking_sync) {  // the parts as stored in the JSON above
+        const nlohmann::json& vp = j["graphs"]["cpu_per_round_ms"]["verify_parts"];
+        auto at = [&](const char* key) { return vp[key].get<double>(); };
         rows.push_back(
             {"    verify CPU: batch / forward / verifier launch / readback",
-             fmt::format("{:.3f}", cpu2.verify_batch_cpu + cpu2.verify_forward_cpu +
-                                       cpu2.verify_launch_cpu + cpu2.verify_read_cpu),
+             fmt::format("{:.3f}",
+                         at("batch") + at("forward") + at("verifier_launch") + at("readback")),
              "",
-             fmt::format(
-                 "{:.3f} / {:.3f} / {:.3f} / {:.3f} ms (readback: wait {:.3f} ms wall "
-                 "+ acceptance; forward replay {:.3f} ms wall: stage {:.3f}, launch {:.3f})",
-                 cpu2.verify_batch_cpu, cpu2.verify_forward_cpu, cpu2.verify_launch_cpu,
-                 cpu2.verify_read_cpu, cpu2.verify_wait,
-                 cpu2.stats.step_replay_host_ms /
-                     static_cast<double>(std::max<int64_t>(cpu2.stats.step_replays, 1)),
-                 cpu2.stats.step_stage_ms /
-                     static_cast<double>(std::max<int64_t>(cpu2.stats.step_replays, 1)),
-                 cpu2.stats.step_launch_ms /
-                     static_cast<double>(std::max<int64_t>(cpu2.stats.step_replays, 1)))});
+             fmt::format("{:.3f} / {:.3f} / {:.3f} / {:.3f} ms (readback: wait {:.3f} ms wall "
+                         "+ acceptance; forward replay {:.3f} ms wall: stage {:.3f}, launch "
+                         "{:.3f})",
+                         at("batch"), at("forward"), at("verifier_launch"), at("readback"),
+                         at("readback_wait_wall"), at("forward_wall_per_replay"),
+                         at("forward_stage_wall_per_replay"),
+                         at("forward_launch_wall_per_replay"))});
+      }
     }
     if (o.profile_ops) {  // the ops of the draft step alone (eager, as measured above)
       (void)take_op_profile();
