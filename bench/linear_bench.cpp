@@ -10,8 +10,10 @@
 // --fp8 adds the FP8 weight path (ops/linear_fp8.h: E4M3 codes with per-row scales, the drafter's
 // --draft-fp8) on the same shapes; its GB/s counts the bytes it reads (1 per weight + the scales).
 // At M <= 16 it times both FP8 kernels (backend/cuda/kernels/gemv_fp8.cu): the tile kernel and the
-// stream kernel with pipeline stages of 2 and 4 chunks (DSPARK_FP8_STREAM 0 / 2 / 4), and with
-// stages of 2 chunks of two row tiles (DSPARK_FP8_STREAM=2 DSPARK_FP8_STREAM_TILES=2).
+// stream kernel per (chunks per stage, row tiles) = "sUxRT" (DSPARK_FP8_STREAM=U
+// DSPARK_FP8_STREAM_TILES=RT): s2, s4, s2x2 on the balanced grid, and s4, s2x2 with one CTA per
+// slot ("slots", DSPARK_FP8_BALANCE=0); and the x-in-registers kernel (DSPARK_FP8_STREAM=x;
+// K <= 4096, else the default kernel).
 // --autotune N adds cuBLASLt with autotuned plans (backend/cuda/lt_plans.h: the fastest of up to N
 // heuristic candidates per shape) and lists what each shape's autotuning chose.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
@@ -20,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -89,6 +92,7 @@ int main(int argc, char** argv) {
     const cuda::DeviceInfo info = cuda::device_info(0);
     const double copy_bw = cuda::measure_copy_bandwidth(0);
     const int fp8_stream_setting = cuda::fp8_stream();
+    const bool fp8_balanced_setting = cuda::fp8_balanced();
     Context ctx(Device::cuda(0));
 
     nlohmann::json j = {{"device_name", info.name},
@@ -136,51 +140,66 @@ int main(int argc, char** argv) {
                                 {"cublas_ms", cublas_ms},
                                 {"cublas_gbs", cublas_gbs},
                                 {"cublas_fraction_of_copy", cublas_gbs * 1e9 / copy_bw}});
-        // The FP8 kernels for M <= 16 (cuda::set_fp8_stream): the tile kernel and the stream
-        // kernel with stages of 2 and 4 chunks, and stages of 2 over two row tiles; larger M has
-        // the tile kernel only.
-        constexpr int kVariants = 4;
+        // The FP8 kernels for M <= 16 (cuda::set_fp8_stream): the tile kernel, and the stream
+        // kernel per (chunks per stage, row tiles), with the balanced grid and (the last two)
+        // with one CTA per slot (cuda::set_fp8_balanced(false)); larger M has the tile kernel
+        // only.
+        struct Fp8Variant {
+          int stages, row_tiles;
+          bool balanced;
+        };
+        static constexpr Fp8Variant kFp8Variants[] = {{0, 1, true}, {2, 1, true}, {4, 1, true},
+                                                      {2, 2, true}, {8, 1, true}, {4, 1, false},
+                                                      {2, 2, false}};
+        constexpr int kVariants = static_cast<int>(std::size(kFp8Variants));
         std::vector<std::string> fp8_cells(kVariants, "-");
-        const int stages[kVariants] = {0, 2, 4, 2}, row_tiles[kVariants] = {1, 1, 1, 2};
         for (int v = 0; fp8 && v < (m <= 16 ? kVariants : 1); ++v) {
-          cuda::set_fp8_stream(stages[v], row_tiles[v]);
+          const Fp8Variant& fv = kFp8Variants[v];
+          cuda::set_fp8_stream(fv.stages, fv.row_tiles);
+          cuda::set_fp8_balanced(fv.balanced);
           const double fp8_ms = time_loop(ctx, copies, iters, [&](int i) {
             const size_t c = static_cast<size_t>(i) % copies;
             linear_fp8(ctx, x, w8[c], scales[c], Tensor{}, y);
           });
           const double fp8_gbs = static_cast<double>(s.n * (s.k + 4)) / (fp8_ms * 1e-3) / 1e9;
-          const std::string key =
-              v == 0 ? "fp8" : fmt::format("fp8_stream{}x{}", stages[v], row_tiles[v]);
+          const std::string key = v == 0 ? "fp8"
+                                  : fv.stages == 8
+                                      ? "fp8_xreg"
+                                      : fmt::format("fp8_stream{}x{}{}", fv.stages, fv.row_tiles,
+                                                    fv.balanced ? "" : "_slots");
           j["results"].back()[key + "_ms"] = fp8_ms;
           j["results"].back()[key + "_gbs"] = fp8_gbs;
           j["results"].back()[key + "_fraction_of_copy"] = fp8_gbs * 1e9 / copy_bw;
           fp8_cells[static_cast<size_t>(v)] =
               fmt::format("{:.1f} ({:.0f}%)", fp8_ms * 1e3, 100 * fp8_gbs * 1e9 / copy_bw);
         }
+        cuda::set_fp8_balanced(fp8_balanced_setting);
         cuda::set_fp8_stream_raw(fp8_stream_setting);
         if (autotune > 1) {
           const double tuned_gbs = bytes / (tuned_ms * 1e-3) / 1e9;
           j["results"].back()["cublas_autotuned_ms"] = tuned_ms;
           j["results"].back()["cublas_autotuned_gbs"] = tuned_gbs;
         }
-        rows.push_back(
-            {fmt::format("{}x{}", s.n, s.k), std::to_string(m),
-             fmt::format("{:.1f}", ours_ms * 1e3),
-             fmt::format("{:.0f} ({:.0f}%)", ours_gbs, 100 * ours_gbs * 1e9 / copy_bw),
-             fmt::format("{:.1f}", cublas_ms * 1e3),
-             fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw),
-             autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-"), fp8_cells[0],
-             fp8_cells[1], fp8_cells[2], fp8_cells[3]});
+        std::vector<std::string> row = {
+            fmt::format("{}x{}", s.n, s.k),
+            std::to_string(m),
+            fmt::format("{:.1f}", ours_ms * 1e3),
+            fmt::format("{:.0f} ({:.0f}%)", ours_gbs, 100 * ours_gbs * 1e9 / copy_bw),
+            fmt::format("{:.1f}", cublas_ms * 1e3),
+            fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw),
+            autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-")};
+        row.insert(row.end(), fp8_cells.begin(), fp8_cells.end());
+        rows.push_back(std::move(row));
       }
     }
     std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
                 info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
-    std::printf("%s",
-                format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)", "cuBLASLt us",
-                              "cuBLASLt GB/s (of copy)", "autotuned us", "FP8 tile us (of copy)",
-                              "FP8 stream 2", "FP8 stream 4", "FP8 stream 2 x 2 tiles"},
-                             rows)
-                    .c_str());
+    std::printf("%s", format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)",
+                                    "cuBLASLt us", "cuBLASLt GB/s (of copy)", "autotuned us",
+                                    "FP8 tile us (of copy)", "FP8 s2", "FP8 s4", "FP8 s2x2",
+                                    "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
+                                   rows)
+                          .c_str());
     if (autotune > 1) {  // what autotuning chose per shape (timed there after an L2 flush)
       j["autotune"] = nlohmann::json::array();
       for (const cuda::LinearPlanRecord& r : cuda::linear_plan_log()) {

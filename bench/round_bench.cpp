@@ -31,6 +31,10 @@
 // step's and the graphed round's device timeline from a separate traced run: device ops, busy and
 // idle time, the gaps between ops (the host gaps), host time blocked in synchronisation and not,
 // and the kernels by device time.
+// With --draft and --graphs, the graphed rounds run once more with the device synchronised after
+// each commit: "draft step alone" is then the drafter's propose on an idle device (in the normal
+// round, the commit's context projection, enqueued asynchronously, still runs when the next draft
+// phase starts and is counted there), and its rest phase holds the commit's device time.
 // --blocking-sync: waiting host threads sleep (cudaDeviceScheduleBlockingSync), so the CPU time per
 // graphed round it reports is the engine's own host work, not spinning in synchronisation: the
 // difference of two runs (R and 2R rounds, so the prefill and setup cancel), and per phase of the
@@ -230,6 +234,10 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
       target.set_cuda_graphs(true);
       const auto* dspark = dynamic_cast<const DSparkSource*>(created->source.get());
       const PhaseMs gs = measure(target, ctx, created->source.get(), gamma, prompts, o.rounds);
+      // The draft step alone: the same graphed rounds with the device idle when propose starts
+      // (SyncedCommits), and the commit's device time in the rest phase.
+      SyncedCommits synced(*created->source);
+      const PhaseMs alone = measure(target, ctx, &synced, gamma, prompts, o.rounds);
       const DSparkStats ds = dspark ? dspark->dspark_stats() : DSparkStats{};
       if (o.trace)
         report_trace(
@@ -279,6 +287,9 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                               {"rounds", gs.rounds},
                               {"draft_over_decode", gs.draft / dec},
                               {"round_over_decode", gs.round / dec},
+                              {"draft_alone_ms", alone.draft},
+                              {"draft_alone_over_decode", alone.draft / dec},
+                              {"commit_synced_ms", alone.rest},
                               {"drafter_graph_replays", ds.n_graph_replays},
                               {"drafter_graph_captures", ds.n_graph_captures},
                               {"drafter_graph_fallbacks", ds.n_graph_fallbacks},
@@ -292,6 +303,10 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
       rows.push_back({fmt::format("draft step ({} x{}, graphs)", created->kind, gamma),
                       fmt::format("{:.3f}", gs.draft), fmt::format("{:.2f}", gs.draft / dec),
                       replayed});
+      rows.push_back({"  draft step alone (graphs, device idle before)",
+                      fmt::format("{:.3f}", alone.draft), fmt::format("{:.2f}", alone.draft / dec),
+                      fmt::format("the commit's device work not included: rest with it {:.3f} ms",
+                                  alone.rest)});
       rows.push_back({"  verify (graphs)", fmt::format("{:.3f}", gs.verify),
                       fmt::format("{:.2f}", gs.verify / dec), ""});
       rows.push_back({"  rest (graphs)", fmt::format("{:.3f}", gs.rest),

@@ -99,6 +99,12 @@ void ProfiledProposals::propose(Context& ctx, std::span<const ProposeRequest> re
   ++proposals_;
 }
 
+void SyncedCommits::commit(Context& ctx, std::span<const RowUpdate> updates,
+                           std::span<const Tensor> taps) {
+  inner().commit(ctx, updates, taps);
+  ctx.synchronize();
+}
+
 void print_op_profile(const std::string& title, const std::vector<OpTime>& ops, double per,
                       nlohmann::json& j) {
   double total = 0;

@@ -68,6 +68,17 @@ class ProfiledProposals final : public ForwardingDraftSource {
   int64_t proposals_ = 0;
 };
 
+// Forwards to a draft source and waits for the device at the end of every commit(), so that the
+// engine's draft phase (propose) starts on an idle device: its time is the draft step alone, and
+// the rest phase holds the commit's device work (the context projection of the committed rows),
+// which otherwise runs asynchronously into the next draft phase.
+class SyncedCommits final : public ForwardingDraftSource {
+ public:
+  using ForwardingDraftSource::ForwardingDraftSource;
+  void commit(Context& ctx, std::span<const RowUpdate> updates,
+              std::span<const Tensor> taps) override;
+};
+
 // Prints the op profile `ops` (take_op_profile) per `per` calls of what was profiled, and stores
 // it under j.
 void print_op_profile(const std::string& title, const std::vector<OpTime>& ops, double per,

@@ -12,12 +12,27 @@ set(DSPARK_PCH_HEADERS
     <algorithm> <cmath> <cstdint> <cstring> <filesystem> <fstream> <functional> <map> <memory>
     <optional> <span> <string> <string_view> <unordered_map> <vector> <fmt/format.h>)
 
-function(dspark_precompile_headers target)
-  if(NOT DSPARK_PCH)
-    return()
-  endif()
+function(dspark_add_pch target)
   set(headers ${DSPARK_PCH_HEADERS} ${ARGN})
   list(TRANSFORM headers PREPEND "$<$<COMPILE_LANGUAGE:CXX>:")
   list(TRANSFORM headers APPEND ">")
   target_precompile_headers(${target} PRIVATE ${headers})
+endfunction()
+
+function(dspark_precompile_headers target)
+  if(DSPARK_PCH)
+    dspark_add_pch(${target} ${ARGN})
+  endif()
+endfunction()
+
+# The test suites (dspark_unit_tests, dspark_cuda_tests) get their precompiled header also without
+# DSPARK_PCH (option DSPARK_PCH_TESTS, default ON): the missing-include check matters for the
+# library and the CLI, which stay without it; in the suites the header saves the parsing of gtest
+# and the standard headers in every test file (docs/build.md).
+option(DSPARK_PCH_TESTS "Precompile the common headers of the test suites" ON)
+
+function(dspark_precompile_test_headers target)
+  if(DSPARK_PCH OR DSPARK_PCH_TESTS)
+    dspark_add_pch(${target} ${ARGN})
+  endif()
 endfunction()

@@ -7,7 +7,7 @@
 # widths, default 1,4,16,32), CONTEXT / BATCH (bench_round's lists, default 1024 / 1),
 # ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g. --profile-ops), ROUNDS
 # (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR / SKIP_ROUND (skip those),
-# ROUND_TIMEOUT (seconds per bench_round run, default 150).
+# ROUND_TIMEOUT (seconds per bench_round run, default 150), GRID (one run per context x batch).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
 export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON
@@ -39,9 +39,17 @@ for s in qwen3-8b qwen3-8b-dspark-b16; do
     --shape "$s" --out "$models/$s" --tokenizer "$models/tok" 2>&1 | tail -n 1
 done
 echo "synth done ($(( $(date +%s) - t0 )) s)"
-round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context "${CONTEXT:-1024}"
-  --batch "${BATCH:-1}" --rounds 32
+round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --rounds 32
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})
+# GRID=1: one bench_round run per (context, batch) of the CONTEXT and BATCH lists, each with its own
+# ROUND_TIMEOUT and its own log and JSON (round_NAME_cC_bB), so that a timeout loses one
+# combination only; otherwise one run measures every combination in turn.
+if [ -n "${GRID:-}" ]; then
+  shapes=()
+  for c in ${CONTEXT//,/ }; do for b in ${BATCH//,/ }; do shapes+=("$c $b"); done; done
+else
+  shapes=("${CONTEXT:-1024} ${BATCH:-1}")
+fi
 # ROUNDS: cublas (default linear path), small_m (DSPARK_CUDA_GEMV=1), cuda_core_attn (cublas with
 # the CUDA-core attention kernel: DSPARK_ATTENTION_MMA=0), vocab32k (cublas with a 32k draft
 # vocabulary for the drafter: --draft-vocab), small_m_vocab32k (both), nopdl_vocab32k (vocab32k
@@ -54,7 +62,9 @@ round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --context "${CONTE
 # steps_vocab32k (vocab32k with one Markov launch per step instead of the whole-loop kernel:
 # DSPARK_MARKOV_LOOP=0), fp8_vocab32k (vocab32k with the drafter's weights in FP8: --draft-fp8),
 # fp8s2_vocab32k / fp8s4_vocab32k (fp8_vocab32k with the FP8 stream kernel, stages of 2 / 4
-# chunks: DSPARK_FP8_STREAM=2 / 4; fp8t_vocab32k forces the tile kernel: DSPARK_FP8_STREAM=0);
+# chunks: DSPARK_FP8_STREAM=2 / 4; fp8t_vocab32k forces the tile kernel: DSPARK_FP8_STREAM=0;
+# fp8x_vocab32k the x-in-registers kernel where K <= 4096 (the default since session 5):
+# DSPARK_FP8_STREAM=x);
 # a name containing "noearly" takes the previous attention path instead of the early variant
 # (copies before the PDL wait; DSPARK_ATTN_DECODE=1), one containing "trace" adds --trace (CUPTI
 # timeline per kernel), one containing "blocking" --blocking-sync.
@@ -73,6 +83,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == fp8s2* ]] && export DSPARK_FP8_STREAM=2
     [[ "$r" == fp8s4* ]] && export DSPARK_FP8_STREAM=4
     [[ "$r" == fp8t_* ]] && export DSPARK_FP8_STREAM=0
+    [[ "$r" == fp8x_* ]] && export DSPARK_FP8_STREAM=x
     [[ "$r" == *noearly* ]] && export DSPARK_ATTN_DECODE=1
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace)
@@ -80,7 +91,13 @@ for r in ${ROUNDS-small_m cublas}; do
       python3 -c "import json; json.dump(list(range(32768)), open('$models/vocab32k.json', 'w'))"
       extra+=(--draft-vocab "$models/vocab32k.json")
     fi
-    run "${ROUND_TIMEOUT:-150}" "round_$r" "${round[@]}" "${extra[@]}" --json "$out/round_$r.json"
+    for shape in "${shapes[@]}"; do
+      read -r c b <<<"$shape"
+      name="round_$r"
+      [ -n "${GRID:-}" ] && name="round_${r}_c${c}_b${b}"
+      run "${ROUND_TIMEOUT:-150}" "$name" "${round[@]}" --context "$c" --batch "$b" "${extra[@]}" \
+        --json "$out/$name.json"
+    done
   )
 done
 echo "session done ($(( $(date +%s) - t0 )) s)"

@@ -93,7 +93,7 @@ TEST(CudaLinearFp8, StreamKernelGivesTheBitsOfTheTileKernel) {
   DSPARK_REQUIRE_CUDA();
   test::Contexts c;
   for (const int64_t k : {int64_t{4096 + 64 + 16}, int64_t{512}}) {
-    for (const int64_t n : {16, 40, 4096, 2 * 132 * 2 * 16 + 24}) {
+    for (const int64_t n : {16, 40, 4096, 2 * 132 * 2 * 16 + 24, 5 * 132 * 2 * 16 + 40}) {
       const test::Pair w = test::random_pair(DType::bf16, Shape{n, k}, 21, 0.05f);
       const Quantized q = quantize_both(c, w);
       const test::Pair bias = test::random_pair(DType::f32, Shape{n}, 23);
@@ -103,14 +103,21 @@ TEST(CudaLinearFp8, StreamKernelGivesTheBitsOfTheTileKernel) {
         cuda::set_fp8_stream(0);
         linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y0.gpu);
         linear_fp8(c.cpu, x.cpu, q.w8.cpu, q.scale.cpu, bias.cpu, y0.cpu);
-        for (const auto& [stages, tiles] : {std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+        struct Variant {
+          int stages, tiles;
+          bool balanced;
+        };
+        for (const Variant v : {Variant{2, 1, true}, Variant{4, 1, true}, Variant{2, 2, true},
+                                Variant{2, 2, false}}) {
           const test::Pair y = test::zeros_pair(DType::f32, Shape{m, n});
-          cuda::set_fp8_stream(stages, tiles);
+          cuda::set_fp8_stream(v.stages, v.tiles);
+          cuda::set_fp8_balanced(v.balanced);
           linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y.gpu);
           cuda::set_fp8_stream_default();
+          cuda::set_fp8_balanced(true);
           c.gpu.synchronize();
-          const std::string what =
-              fmt::format("m {} n {} k {} stages of {} x {} tiles", m, n, k, stages, tiles);
+          const std::string what = fmt::format("m {} n {} k {} stages of {} x {} tiles{}", m, n, k,
+                                               v.stages, v.tiles, v.balanced ? "" : ", slots");
           test::expect_equal(y.gpu, y0.gpu, what + ": stream vs tile kernel");
           test::expect_close(y.gpu, y0.cpu, 1e-4, what + ": stream kernel vs the CPU");
         }
@@ -120,6 +127,37 @@ TEST(CudaLinearFp8, StreamKernelGivesTheBitsOfTheTileKernel) {
   cuda::set_fp8_stream_default();
   EXPECT_THROW(cuda::set_fp8_stream(3), Error);
   EXPECT_THROW(cuda::set_fp8_stream(4, 2), Error);
+  EXPECT_THROW(cuda::set_fp8_stream(8, 2), Error);
+}
+
+// The x-in-registers kernel splits K differently from the tile kernel: the CPU's results to f32
+// rounding; K up to its limit (16 warps x 4 chunks of 64), with a partial chunk and warps that get
+// nothing, and K past it (the default kernel then).
+TEST(CudaLinearFp8, XregKernelMatchesTheCpu) {
+  DSPARK_REQUIRE_CUDA();
+  test::Contexts c;
+  for (const int64_t k : {int64_t{4096}, int64_t{1040}, int64_t{64}, int64_t{4096 + 16}}) {
+    for (const int64_t n : {16, 40, 4096 + 24, 3 * 132 * 16 + 8}) {
+      const test::Pair w = test::random_pair(DType::bf16, Shape{n, k}, 31, 0.05f);
+      const Quantized q = quantize_both(c, w);
+      const test::Pair bias = test::random_pair(DType::f32, Shape{n}, 33);
+      for (const int64_t m : {1, 7, 16}) {
+        const test::Pair x = test::random_pair(DType::bf16, Shape{m, k}, 32);
+        const test::Pair y = test::zeros_pair(DType::f32, Shape{m, n});
+        const test::Pair yb = test::zeros_pair(DType::bf16, Shape{m, n});
+        cuda::set_fp8_stream(8, 1);
+        linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, bias.gpu, y.gpu);
+        linear_fp8(c.gpu, x.gpu, q.w8.gpu, q.scale.gpu, Tensor{}, yb.gpu);
+        cuda::set_fp8_stream_default();
+        linear_fp8(c.cpu, x.cpu, q.w8.cpu, q.scale.cpu, bias.cpu, y.cpu);
+        linear_fp8(c.cpu, x.cpu, q.w8.cpu, q.scale.cpu, Tensor{}, yb.cpu);
+        c.gpu.synchronize();
+        const std::string what = fmt::format("x in registers, m {} n {} k {}", m, n, k);
+        test::expect_close(y.gpu, y.cpu, 1e-4, what);
+        test::expect_close(yb.gpu, yb.cpu, 1e-2, what + ", bf16 out");
+      }
+    }
+  }
 }
 
 TEST(CudaLinearFp8, RefusesWhatTheKernelCannotRead) {

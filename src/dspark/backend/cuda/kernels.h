@@ -114,12 +114,18 @@ void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& s
                 const Tensor& bias, const Tensor& y);
 // linear_fp8's kernel for M <= 16: 0 = one CTA per 16-row tile, 2 or 4 = the stream kernel with
 // that many 64-byte chunks per pipeline stage (also DSPARK_FP8_STREAM), and 1 or 2 row tiles per
-// stream step (2 only with stages of 2; DSPARK_FP8_STREAM_TILES); the same results either way.
-// Process-wide; for benchmarks and tests. set_fp8_stream_default() restores the choice by M
-// (gemv_fp8.cu); fp8_stream() returns the setting (opaque) for set_fp8_stream_raw.
+// stream step (2 only with stages of 2; DSPARK_FP8_STREAM_TILES): the same results either way;
+// 8 = the x-in-registers kernel (DSPARK_FP8_STREAM=x; K <= 4096, else the default), whose split
+// of K differs (results equal to rounding). Process-wide; for benchmarks and tests.
+// set_fp8_stream_default() restores the choice by M and N (gemv_fp8.cu); fp8_stream() returns
+// the setting (opaque) for set_fp8_stream_raw. set_fp8_balanced(false) (DSPARK_FP8_BALANCE=0)
+// gives the stream kernel one CTA per slot (2 per SM) instead of a grid where every CTA walks the
+// same number of row blocks.
 void set_fp8_stream(int chunks_per_stage, int row_tiles = 1);
 void set_fp8_stream_default();
 int fp8_stream();
 void set_fp8_stream_raw(int setting);
+void set_fp8_balanced(bool balanced);
+bool fp8_balanced();
 
 }  // namespace dspark::cuda

@@ -18,8 +18,13 @@
 //    its MMAs (the same K range of x for every tile of a warp: L1 hits after the first tile). The
 //    warps' sums go through a double-buffered shared array (one barrier per tile). Optionally a
 //    step covers two row tiles, which share x's loads.
+// And a third with its own split of K (results equal to rounding, not in bits; a row's result
+// still does not depend on M within it):
+//  - x in registers (M <= 16, K <= 4096): one CTA of 16 warps per SM walks row tiles; warp w owns
+//    4 chunks of K for the whole launch and holds their x in registers, so no tile reads x again;
+//    weights come through shared memory by cp.async, one tile ahead (gemv_fp8_xreg_kernel).
 //  DSPARK_FP8_STREAM / DSPARK_FP8_STREAM_TILES (read once; set_fp8_stream) choose; the measured
-//  default is in stream_choice().
+//  default is in default_choice().
 //
 // An E4M3 code becomes bf16 exactly with bit moves: sign to bit 15, exponent and mantissa to bits
 // 4..10, which reads as the value times 2^-120 (bf16's exponent bias is 127, E4M3's 7; codes with
@@ -99,6 +104,37 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, c
       device::mma<__nv_bfloat16>(acc[t], a0, a1, a2, a3, prmt(x01, x23, 0x5410),
                                  prmt(x01, x23, 0x7632));
     }
+  }
+}
+
+// x[t][0..1] in place as mma_chunk's B operands: word 2i / 2i + 1 of the pair (x01, x23) of step
+// s = 2 * (half) + i become prmt(x01, x23, 0x5410) / prmt(x01, x23, 0x7632).
+template <int NT>
+__device__ __forceinline__ void permute_x(uint4 (&x)[NT][2]) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint4& v = x[t][h];
+      const uint32_t a0 = prmt(v.x, v.y, 0x5410), a1 = prmt(v.x, v.y, 0x7632);
+      const uint32_t b0 = prmt(v.z, v.w, 0x5410), b1 = prmt(v.z, v.w, 0x7632);
+      v = make_uint4(a0, a1, b0, b1);
+    }
+}
+
+// mma_chunk with x already permuted (permute_x): the same products in the same order.
+template <int NT>
+__device__ __forceinline__ void mma_chunk_permuted(float (&acc)[NT][4], const uint4& a,
+                                                   const uint4& b, const uint4 (&x)[NT][2]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    uint32_t a0, a1, a2, a3;
+    e4m3x4_to_bf16(word(a, s), a0, a2);
+    e4m3x4_to_bf16(word(b, s), a1, a3);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      device::mma<__nv_bfloat16>(acc[t], a0, a1, a2, a3, word(x[t][s / 2], 2 * (s % 2)),
+                                 word(x[t][s / 2], 2 * (s % 2) + 1));
   }
 }
 
@@ -288,47 +324,211 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_fp8_stream_kernel(Fp8Para
   }
 }
 
+// The x-in-registers kernel (M <= 16, K <= kXWarps * kXChunks * 64): one CTA of 16 warps per SM
+// walks row tiles (16 rows) like the stream kernel, but warp w owns chunks w * kXChunks .. + 3 of
+// K for the whole launch, so it loads its x (all tokens, 16 KB per warp at M = 16 and K = 4096)
+// into registers once, and no tile reads x again (the stream kernel's x loads are twice its weight
+// bytes at M = 16). Weights go global -> shared with cp.async, each lane copying exactly the 16
+// bytes it later reads (no barrier for them), one row tile ahead, the first before pdl_wait(). The
+// 16 warps' sums meet in a double-buffered shared array (one barrier per tile), in warp order. A
+// different split of K than the tile kernel's: results agree with it to rounding, not in bits.
+constexpr int kXWarps = 16;
+constexpr int kXChunks = 4;
+constexpr int64_t kXMaxK = int64_t{kXWarps} * kXChunks * kChunk;
+// Ring stages of the launched kernel: one row tile ahead. Three (two ahead, 128 KB of shared
+// memory at M = 16) measured slower: draft step 0.825 vs 0.764 ms, bench_linear 1-14% slower
+// (2026-11-30, session 5, call 5).
+constexpr int kXRing = 2;
+
+// 16 bytes global -> shared, or 16 zero bytes when !in (cp.async's source size 0).
+__device__ __forceinline__ void cp_async16_or_zero(void* smem, const void* gmem, bool in) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(in ? 16 : 0)
+               : "memory");
+}
+
+template <int NT, int S>
+struct XregSmem {
+  // Weight ring of S tiles: [warp][stage][chunk][row half][lane] (16 bytes each); then the warps'
+  // sums.
+  static constexpr size_t kRing = size_t{kXWarps} * S * kXChunks * 2 * 32 * sizeof(uint4);
+  static constexpr size_t kPartial = size_t{2} * kXWarps * kRows * 8 * NT * sizeof(float);
+  static constexpr size_t kBytes = kRing + kPartial;
+};
+
+// S: ring stages (S - 1 row tiles in flight ahead of the one computed); launched with kXRing.
+template <typename TY, int NT, int S>
+__global__ void __launch_bounds__(kXWarps * 32, 1) gemv_fp8_xreg_kernel(Fp8Params<TY> p) {
+  extern __shared__ uint4 xreg_smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t tiles = (p.n + kRows - 1) / kRows, last = p.n - 1;
+  uint4* ring = xreg_smem + static_cast<size_t>(warp) * S * kXChunks * 2 * 32 + lane;
+  auto slot = [&](int stage, int u, int half) {
+    return ring + ((stage * kXChunks + u) * 2 + half) * 32;
+  };
+  // A lane's 16 elements of chunk u are all inside K or all outside (K % 16 == 0).
+  auto inside = [&](int u) { return (warp * kXChunks + u) * int64_t{kChunk} + c * 16 < p.k; };
+  auto issue = [&](int64_t tile, int stage) {
+#pragma unroll
+    for (int u = 0; u < kXChunks; ++u) {
+      const bool in = inside(u);
+      const int64_t off = in ? (warp * kXChunks + u) * int64_t{kChunk} + c * 16 : 0;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = min(tile * kRows + g + 8 * half, last);
+        cp_async16_or_zero(slot(stage, u, half), p.w + row * p.k + off, in);
+      }
+    }
+    device::cp_async_commit();
+  };
+  int64_t tile = blockIdx.x;
+#pragma unroll
+  for (int j = 0; j < S - 1; ++j) {  // weights: before the wait (an empty group past the end)
+    if (tile + j * gridDim.x < tiles) {
+      issue(tile + j * gridDim.x, j);
+    } else {
+      device::cp_async_commit();
+    }
+  }
+  pdl_wait();
+  pdl_launch_dependents();
+  const __nv_bfloat16* xs[NT];
+  x_rows<NT>(p, xs);
+  uint4 xr[kXChunks][NT][2];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int u = 0; u < kXChunks; ++u) {
+    const bool in = inside(u);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const auto* px = reinterpret_cast<const uint4*>(xs[t] + (warp * kXChunks + u) * kChunk);
+      xr[u][t][0] = in ? __ldg(px) : zero;
+      xr[u][t][1] = in ? __ldg(px + 1) : zero;
+    }
+    permute_x<NT>(xr[u]);
+  }
+  auto* partial = reinterpret_cast<float(*)[kXWarps][kRows][8 * NT]>(
+      reinterpret_cast<char*>(xreg_smem) + XregSmem<NT, S>::kRing);
+  const Store<TY> out{p};
+  for (int it = 0; tile < tiles; tile += gridDim.x, ++it) {
+    const int stage = it % S, buf = it & 1;
+    // Into the stage computed in the previous iteration (this lane's own bytes, read before it
+    // passed that iteration's barrier); an empty group past the end keeps the count.
+    if (tile + (S - 1) * gridDim.x < tiles) {
+      issue(tile + (S - 1) * gridDim.x, (it + S - 1) % S);
+    } else {
+      device::cp_async_commit();
+    }
+    device::cp_async_wait<S - 1>();
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kXChunks; ++u)
+      mma_chunk_permuted<NT>(acc, *slot(stage, u, 0), *slot(stage, u, 1), xr[u]);
+    // partial[buf] is written again two tiles later, after every thread has passed the next
+    // tile's barrier, so after it has read this tile's sums.
+    gemv_tile::reduce_warps<NT, kXWarps>(partial[buf], acc, tile * kRows, p.n, p.m, out);
+  }
+}
+
+// Lets the x-in-registers kernel use its dynamic shared memory, once per device.
+template <typename TY, int NT, int S>
+void allow_xreg_smem() {
+  constexpr int kCached = 64;
+  static std::atomic<bool> done[kCached] = {};
+  const int device = current_device();
+  if (device < kCached && done[device].load(std::memory_order_relaxed)) return;
+  DSPARK_CUDA_CHECK(cudaFuncSetAttribute(gemv_fp8_xreg_kernel<TY, NT, S>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(XregSmem<NT, S>::kBytes)));
+  if (device < kCached) done[device].store(true, std::memory_order_relaxed);
+}
+
+template <typename TY, int NT, int S>
+void launch_xreg(const Fp8Params<TY>& p, cudaStream_t stream) {
+  allow_xreg_smem<TY, NT, S>();
+  const int64_t tiles = ceil_div(p.n, int64_t{kRows}), slots = sm_count();
+  const auto grid = static_cast<unsigned>(ceil_div(tiles, ceil_div(tiles, slots)));
+  launch_pdl(gemv_fp8_xreg_kernel<TY, NT, S>, dim3(grid), dim3(kXWarps * 32),
+             XregSmem<NT, S>::kBytes, stream, p);
+}
+
 // Which kernel for M <= 16 (DSPARK_FP8_STREAM: 0 = tile, 2 or 4 = stream with that many chunks
-// per stage; DSPARK_FP8_STREAM_TILES: 1 or 2 row tiles per stream step; read once;
-// set_fp8_stream). Unset: the measured default (2026-11-30, H200, bench_linear --fp8): the stream
-// kernel with stages of 4 for M <= 8 (59-85% of the copy bandwidth where the tile kernel had
-// 47-72%); for M 9..16, where x's loads (twice the weight bytes, half cache lines) keep L1 busy,
-// stages of 2 over two row tiles when that still gives every CTA slot a block (N >= 32 x 2 x
-// SMs: 66-68% vs 62-65% at 24576 and 32768 rows), else the tile kernel.
+// per stage, x = x in registers; DSPARK_FP8_STREAM_TILES: 1 or 2 row tiles per stream step; read
+// once; set_fp8_stream). Unset: the measured default (2026-11-30, H200; docs/perf-notes.md,
+// session 5):
+//  - K <= 4096: the x-in-registers kernel (bench_linear --fp8: 86-93% of the copy bandwidth at
+//    M 1..8 and 24576 / 32768 rows, vs 79-84% for the stream kernel; at M = 16 within +-8% of the
+//    best other kernel per shape; in the DSpark round, the draft step 0.803 -> 0.764 ms);
+//  - else, M <= 8: the stream kernel with stages of 4 (59-85% vs the tile kernel's 47-72%);
+//  - else (M 9..16, where x's loads, twice the weight bytes in half cache lines, keep L1 busy):
+//    stages of 2 over two row tiles when that still gives every CTA slot a block (N >= 32 x 2 x
+//    SMs), stages of 2 when every row tile gets its own CTA slot (4096 x 12288: 18.4 vs 21.3 us),
+//    else the tile kernel.
 struct StreamChoice {
   int stages, row_tiles;
 };
 constexpr int kStreamDefault = -1;
+constexpr int kXregStages = 8;  // the setting's "stages" value for the x-in-registers kernel
+// The settings' valid (stages, row tiles) pairs (each one instantiated in launch()).
+constexpr bool valid_stream(int stages, int row_tiles) {
+  return ((stages == 0 || stages == 4 || stages == kXregStages) && row_tiles == 1) ||
+         (stages == 2 && (row_tiles == 1 || row_tiles == 2));
+}
 std::atomic<int>& fp8_stream_flag() {  // stages * 16 + row_tiles, or kStreamDefault
   static std::atomic<int> flag = [] {
     const char* env = std::getenv("DSPARK_FP8_STREAM");
     const char* tiles = std::getenv("DSPARK_FP8_STREAM_TILES");
     if (env == nullptr || env[0] == '\0') return kStreamDefault;
-    const int stages = env[0] == '2' ? 2 : env[0] == '4' ? 4 : 0;
-    return stages * 16 + (stages == 2 && tiles != nullptr && tiles[0] == '2' ? 2 : 1);
+    const int stages = env[0] == '2' ? 2 : env[0] == '4' ? 4 : env[0] == 'x' ? kXregStages : 0;
+    const int rt = tiles != nullptr && tiles[0] == '2' ? 2 : 1;
+    return stages * 16 + (valid_stream(stages, rt) ? rt : 1);
   }();
   return flag;
 }
-StreamChoice stream_choice(int64_t m, int64_t n) {
-  const int f = fp8_stream_flag().load();
-  if (f != kStreamDefault) return StreamChoice{f / 16, f % 16};
+// The stream kernel's grid: by default as many CTAs as give each the same number of blocks
+// (ceil(blocks / ceil(blocks / slots)), slots = 2 per SM), so that no CTA walks one block more
+// than the others; DSPARK_FP8_BALANCE=0 (or set_fp8_balanced(false)): every slot, min(blocks,
+// slots), as before.
+std::atomic<bool>& fp8_balanced_flag() {
+  static std::atomic<bool> flag = [] {
+    const char* env = std::getenv("DSPARK_FP8_BALANCE");
+    return !(env != nullptr && env[0] == '0');
+  }();
+  return flag;
+}
+StreamChoice default_choice(int64_t m, int64_t n, int64_t k) {
+  if (k <= kXMaxK) return StreamChoice{kXregStages, 1};
   if (m <= 8) return StreamChoice{4, 1};
-  return n >= 2 * kRows * 2 * static_cast<int64_t>(sm_count()) ? StreamChoice{2, 2}
-                                                               : StreamChoice{0, 1};
+  const int64_t slots = 2 * static_cast<int64_t>(sm_count());
+  if (n >= 2 * kRows * slots) return StreamChoice{2, 2};
+  return n <= kRows * slots ? StreamChoice{2, 1} : StreamChoice{0, 1};
+}
+// The setting, else the default; the x-in-registers kernel only where K fits (else the default).
+StreamChoice stream_choice(int64_t m, int64_t n, int64_t k) {
+  const int f = fp8_stream_flag().load();
+  if (f == kStreamDefault) return default_choice(m, n, k);
+  const StreamChoice sc{f / 16, f % 16};
+  return sc.stages == kXregStages && k > kXMaxK ? default_choice(m, n, k) : sc;
 }
 
 template <typename TY, int NT, int U, int RT>
 void launch_stream(const Fp8Params<TY>& p, cudaStream_t stream) {
   const int64_t blocks = ceil_div(p.n, int64_t{kRows * RT});
-  const auto grid =
-      static_cast<unsigned>(std::min<int64_t>(blocks, 2 * static_cast<int64_t>(sm_count())));
+  const int64_t slots = 2 * static_cast<int64_t>(sm_count());
+  const int64_t per_cta = ceil_div(blocks, slots);
+  const auto grid = static_cast<unsigned>(fp8_balanced_flag().load() ? ceil_div(blocks, per_cta)
+                                                                     : std::min(blocks, slots));
   launch_pdl(gemv_fp8_stream_kernel<TY, NT, U, RT>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
 }
 
 template <typename TY, int NT>
 void launch(const Fp8Params<TY>& p, cudaStream_t stream) {
   if constexpr (NT <= 2) {
-    const StreamChoice sc = stream_choice(p.m, p.n);
+    const StreamChoice sc = stream_choice(p.m, p.n, p.k);
+    if (sc.stages == kXregStages) return launch_xreg<TY, NT, kXRing>(p, stream);
     if (sc.stages == 2 && sc.row_tiles == 2) return launch_stream<TY, NT, 2, 2>(p, stream);
     if (sc.stages == 2) return launch_stream<TY, NT, 2, 1>(p, stream);
     if (sc.stages == 4) return launch_stream<TY, NT, 4, 1>(p, stream);
@@ -409,11 +609,18 @@ void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& s
 }
 
 void set_fp8_stream(int chunks_per_stage, int row_tiles) {
-  DSPARK_CHECK(chunks_per_stage == 0 || chunks_per_stage == 2 || chunks_per_stage == 4,
-               "set_fp8_stream: 0, 2 or 4 chunks per stage, got {}", chunks_per_stage);
-  DSPARK_CHECK(row_tiles == 1 || (row_tiles == 2 && chunks_per_stage == 2),
-               "set_fp8_stream: 1 row tile, or 2 with stages of 2 chunks, got {}", row_tiles);
+  DSPARK_CHECK(valid_stream(chunks_per_stage, row_tiles),
+               "set_fp8_stream: (chunks per stage, row tiles) must be (0, 1), (2, 1), (2, 2), "
+               "(4, 1) or (8, 1) (x in registers), got ({}, {})",
+               chunks_per_stage, row_tiles);
   fp8_stream_flag().store(chunks_per_stage * 16 + row_tiles);
+}
+
+void set_fp8_balanced(bool balanced) {
+  fp8_balanced_flag().store(balanced);
+}
+bool fp8_balanced() {
+  return fp8_balanced_flag().load();
 }
 
 int fp8_stream() {

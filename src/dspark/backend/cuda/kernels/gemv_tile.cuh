@@ -55,9 +55,9 @@ __device__ __forceinline__ void prefetch_rows(const void* a, const void* b, cons
 
 // acc[t] (lane g = lane / 4, c = lane % 4): (row g, tokens 8t + 2c, 8t + 2c + 1), (row g + 8, same
 // tokens). Stores every warp's acc, then each (row, token) of the CTA sums the warps in warp order
-// and calls out(row, token, sum) for rows < n and tokens < m.
-template <int NT, typename Out>
-__device__ __forceinline__ void reduce_warps(float (&partial)[kWarps][kRows][8 * NT],
+// and calls out(row, token, sum) for rows < n and tokens < m. W: the CTA's warps.
+template <int NT, int W = kWarps, typename Out>
+__device__ __forceinline__ void reduce_warps(float (&partial)[W][kRows][8 * NT],
                                              const float (&acc)[NT][4], int64_t row0, int64_t n,
                                              int64_t m, Out out) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -70,13 +70,13 @@ __device__ __forceinline__ void reduce_warps(float (&partial)[kWarps][kRows][8 *
     partial[warp][g + 8][8 * t + 2 * c + 1] = acc[t][3];
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < kRows * m; i += kWarps * 32) {
+  for (int i = threadIdx.x; i < kRows * m; i += W * 32) {
     const int r = i % kRows, token = i / kRows;
     const int64_t row = row0 + r;
     if (row >= n) continue;
     float sum = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += partial[w][r][token];
+    for (int w = 0; w < W; ++w) sum += partial[w][r][token];
     out(row, token, sum);
   }
 }
