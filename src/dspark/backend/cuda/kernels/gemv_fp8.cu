@@ -459,7 +459,7 @@ void launch_xreg(const Fp8Params<TY>& p, cudaStream_t stream) {
 // per stage, x = x in registers; DSPARK_FP8_STREAM_TILES: 1 or 2 row tiles per stream step; read
 // once; set_fp8_stream). Unset: the measured default (2026-11-30, H200; docs/perf-notes.md,
 // session 5):
-//  - K <= 4096: the x-in-registers kernel (bench_linear --fp8: 86-93% of the copy bandwidth at
+//  - K <= 4096: the x-in-registers kernel (bench_linear --fp8: 86-95% of the copy bandwidth at
 //    M 1..8 and 24576 / 32768 rows, vs 79-84% for the stream kernel; at M = 16 within +-8% of the
 //    best other kernel per shape; in the DSpark round, the draft step 0.803 -> 0.764 ms);
 //  - else, M <= 8: the stream kernel with stages of 4 (59-85% vs the tile kernel's 47-72%);
