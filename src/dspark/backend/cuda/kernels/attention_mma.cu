@@ -523,18 +523,7 @@ template <typename T, int HD, bool kEarly>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   constexpr size_t kSmem = Layout<HD>::kBytes;
   static_assert(kSmem >= kMergeSmemBytes, "the split merge reuses the dynamic smem");
-  if constexpr (kSmem > 48 * 1024) {
-    // Once per kernel and device (the attribute is per device; a bit per device id < 64).
-    static std::atomic<uint64_t> configured{0};
-    const int device = current_device();
-    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-    if (bit == 0 || (configured.load(std::memory_order_relaxed) & bit) == 0) {
-      DSPARK_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<T, HD, kEarly>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(kSmem)));
-      configured.fetch_or(bit, std::memory_order_relaxed);
-    }
-  }
+  if constexpr (kSmem > 48 * 1024) allow_dynamic_smem<&attention_mma_kernel<T, HD, kEarly>>(kSmem);
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
   launch_pdl(attention_mma_kernel<T, HD, kEarly>, grid, dim3(kThreads), kSmem, stream_of(ctx), a);
 }

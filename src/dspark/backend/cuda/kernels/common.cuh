@@ -144,6 +144,19 @@ inline int current_device() {
   return device;
 }
 
+// Lets `kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize),
+// set once per kernel and device: the attribute is per device, and a launch path asks every time.
+template <auto* kernel>
+void allow_dynamic_smem(size_t bytes) {
+  static std::atomic<uint64_t> configured{0};  // a bit per device id < 64
+  const int device = current_device();
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (configured.load(std::memory_order_relaxed) & bit) != 0) return;
+  DSPARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
+  configured.fetch_or(bit, std::memory_order_relaxed);
+}
+
 // Compute capability major of the current device, queried once per device (launch paths ask).
 inline int compute_major() {
   constexpr int kCached = 64;

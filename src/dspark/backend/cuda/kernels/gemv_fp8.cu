@@ -88,6 +88,13 @@ __device__ __forceinline__ void e4m3x4_to_bf16(uint32_t q, uint32_t& lo, uint32_
   __builtin_memcpy(&lo, &vl, 4);
 }
 
+// The MMA's A fragment of step s (0..3) of a chunk: weight rows g (a) and g + 8 (b), as bf16.
+__device__ __forceinline__ void weight_step(const uint4& a, const uint4& b, int s, uint32_t& a0,
+                                            uint32_t& a1, uint32_t& a2, uint32_t& a3) {
+  e4m3x4_to_bf16(word(a, s), a0, a2);
+  e4m3x4_to_bf16(word(b, s), a1, a3);
+}
+
 // The four MMA steps of one 64-element chunk: a / b hold weight rows g and g + 8, x[t][0..1] the
 // 16 bf16 of token row g + 8t at the same k.
 template <int NT>
@@ -96,8 +103,7 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, c
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     uint32_t a0, a1, a2, a3;
-    e4m3x4_to_bf16(word(a, s), a0, a2);
-    e4m3x4_to_bf16(word(b, s), a1, a3);
+    weight_step(a, b, s, a0, a1, a2, a3);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       const uint32_t x01 = word(x[t][s / 2], 2 * (s % 2)), x23 = word(x[t][s / 2], 2 * (s % 2) + 1);
@@ -129,8 +135,7 @@ __device__ __forceinline__ void mma_chunk_permuted(float (&acc)[NT][4], const ui
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     uint32_t a0, a1, a2, a3;
-    e4m3x4_to_bf16(word(a, s), a0, a2);
-    e4m3x4_to_bf16(word(b, s), a1, a3);
+    weight_step(a, b, s, a0, a1, a2, a3);
 #pragma unroll
     for (int t = 0; t < NT; ++t)
       device::mma<__nv_bfloat16>(acc[t], a0, a1, a2, a3, word(x[t][s / 2], 2 * (s % 2)),
@@ -433,22 +438,9 @@ __global__ void __launch_bounds__(kXWarps * 32, 1) gemv_fp8_xreg_kernel(Fp8Param
   }
 }
 
-// Lets the x-in-registers kernel use its dynamic shared memory, once per device.
-template <typename TY, int NT, int S>
-void allow_xreg_smem() {
-  constexpr int kCached = 64;
-  static std::atomic<bool> done[kCached] = {};
-  const int device = current_device();
-  if (device < kCached && done[device].load(std::memory_order_relaxed)) return;
-  DSPARK_CUDA_CHECK(cudaFuncSetAttribute(gemv_fp8_xreg_kernel<TY, NT, S>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(XregSmem<NT, S>::kBytes)));
-  if (device < kCached) done[device].store(true, std::memory_order_relaxed);
-}
-
 template <typename TY, int NT, int S>
 void launch_xreg(const Fp8Params<TY>& p, cudaStream_t stream) {
-  allow_xreg_smem<TY, NT, S>();
+  allow_dynamic_smem<&gemv_fp8_xreg_kernel<TY, NT, S>>(XregSmem<NT, S>::kBytes);
   const int64_t tiles = ceil_div(p.n, int64_t{kRows}), slots = sm_count();
   const auto grid = static_cast<unsigned>(ceil_div(tiles, ceil_div(tiles, slots)));
   launch_pdl(gemv_fp8_xreg_kernel<TY, NT, S>, dim3(grid), dim3(kXWarps * 32),
