@@ -4,7 +4,8 @@
 // merged by the last split CTA or the combine kernel, with the same bits; each scenario runs twice
 // and must repeat bit for bit); both kernels (tensor cores for 16-bit caches, CUDA cores
 // otherwise); the tensor-core kernel's early decode variant (set_attention_decode(2)) against the
-// default one and after a qkv_prologue that writes the step's K/V.
+// default one and after a qkv_prologue that writes the step's K/V; its opt-in cluster variant
+// (set_attention_cluster) against the combine kernel.
 #include "dspark/ops/attention.h"
 
 #include <algorithm>
@@ -211,6 +212,17 @@ TEST(CudaAttention, ModelShapes) {
 }
 
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
+// The key splits paged_attention picks for the scenario on this GPU.
+int splits_of(const Scenario& s) {
+  int64_t n_tokens = 0, pages = 0;
+  for (size_t r = 0; r < s.kv_lens.size(); ++r) {
+    n_tokens += s.n_q[r];
+    pages += (s.kv_lens[r] + s.page_size - 1) / s.page_size;
+  }
+  return cuda::paged_attention_splits(n_tokens, s.n_heads, s.n_kv_heads,
+                                      static_cast<int64_t>(s.kv_lens.size()), pages, s.page_size);
+}
+
 // The split merge by the last split CTA (set_attention_merge_rows) against the combine kernel:
 // the same bits, for decode tiles (a warp per row) and for 16-row tiles (the two-phase merge),
 // on both kernels (bf16: tensor cores, f32: CUDA cores), at the Qwen3-8B head layout over a
@@ -228,16 +240,7 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
   v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});
   uint32_t seed = 1700;
   for (const Scenario& s : v) {
-    int64_t n_tokens = 0, pages = 0;
-    for (size_t r = 0; r < s.kv_lens.size(); ++r) {
-      n_tokens += s.n_q[r];
-      pages += (s.kv_lens[r] + s.page_size - 1) / s.page_size;
-    }
-    EXPECT_GT(
-        cuda::paged_attention_splits(n_tokens, s.n_heads, s.n_kv_heads,
-                                     static_cast<int64_t>(s.kv_lens.size()), pages, s.page_size),
-        1)
-        << s.name << ": no split keys, nothing to merge";
+    EXPECT_GT(splits_of(s), 1) << s.name << ": no split keys, nothing to merge";
     for (DType dtype : {DType::bf16, DType::f32}) {
       cuda::set_attention_merge_rows(0);
       const std::vector<float> combine = run_scenario(ctx, s, dtype, dtype, seed);
@@ -248,6 +251,89 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
     }
   }
   cuda::set_attention_merge_rows(saved);
+}
+
+// The cluster variant (DSPARK_ATTN_CLUSTER=1, set_attention_cluster; sm_90): split launches whose
+// tiles the row policy leaves to the combine kernel (more than attention_merge_rows() = 4 rows)
+// merge their splits in a thread-block cluster of the tile's split CTAs instead. Against the
+// combine kernel bit for bit at the same split count (up to 8; above, the variant caps the count
+// at 8 and only the CPU tolerance of run_scenario applies), with no combine launch on tensor cores
+// (op profile), for 16 and 17 queries per row, 1 and 3 rows (tiles crossing rows: several
+// segments per cluster), causal and not, 2..9 splits, Qwen3-8B's layout, head_dim 64 and 256
+// (window, soft-cap), MHA on pages of 5 and an MQA tile of 16 heads; f32 (the CUDA-core kernel)
+// still takes the combine kernel, at the capped count.
+TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const bool saved = cuda::attention_cluster();
+  const int saved_rows = cuda::attention_merge_rows();
+  cuda::set_attention_merge_rows(4);
+  std::vector<Scenario> v;
+  for (int len : {100, 300, 1041})
+    v.push_back(qwen3_8b("8b verify 16, context " + std::to_string(len), {len}, {16}));
+  v.push_back(qwen3_8b("8b verify 17, context 500", {500}, {17}));
+  for (int len : {480, 1040}) {
+    Scenario block = qwen3_8b("8b draft block, context " + std::to_string(len), {len}, {16});
+    block.causal = false;
+    v.push_back(block);
+  }
+  v.push_back(qwen3_8b("8b verify 16, three rows", {700, 1300, 90}, {16, 16, 16}));
+  Scenario blocks = qwen3_8b("8b blocks of 17, three rows", {400, 1000, 64}, {17, 17, 17});
+  blocks.causal = false;
+  v.push_back(blocks);
+  v.push_back({.name = "head_dim 64 verify 16", .kv_lens = {400}, .n_q = {16}});
+  v.push_back({.name = "head_dim 64 verify 16, long", .kv_lens = {900}, .n_q = {16}});
+  // 8 heads over 4 KV heads: tiles of 2 heads x 8 tokens (crossing the rows).
+  Scenario wide{.name = "head_dim 256, window, softcap", .kv_lens = {600, 90}, .n_q = {9, 3}};
+  wide.n_kv_heads = 4;
+  wide.head_dim = 256;
+  wide.window = 128;
+  wide.softcap = 50.0f;
+  v.push_back(wide);
+  Scenario mha{.name = "mha, pages of 5", .kv_lens = {300, 77}, .n_q = {17, 9}};
+  mha.n_heads = mha.n_kv_heads = 4;  // tiles of 16 tokens x 1 head
+  mha.page_size = 5;
+  v.push_back(mha);
+  v.push_back(
+      {.name = "mqa 20 heads", .kv_lens = {500}, .n_q = {16}, .n_heads = 20, .n_kv_heads = 1});
+  // Runs the scenario with the variant on or off; returns the combine kernel's launches.
+  auto run = [&](const Scenario& s, DType dtype, uint32_t seed, bool cluster,
+                 std::vector<float>& got) {
+    cuda::set_attention_cluster(cluster);
+    (void)take_op_profile();
+    set_op_profiling(true);
+    got = run_scenario(ctx, s, dtype, dtype, seed);
+    set_op_profiling(false);
+    int64_t calls = 0;
+    for (const OpTime& t : take_op_profile())
+      if (t.op == "paged_attention_combine") calls += t.calls;
+    return calls;
+  };
+  uint32_t seed = 2600;
+  for (const Scenario& s : v) {
+    cuda::set_attention_cluster(false);
+    const int splits = splits_of(s);
+    cuda::set_attention_cluster(true);
+    const int cluster_splits = splits_of(s);
+    EXPECT_GT(splits, 1) << s.name << ": no split keys, nothing to merge";
+    EXPECT_EQ(cluster_splits, std::min(splits, 8)) << s.name;
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      std::vector<float> combine, cluster;
+      EXPECT_GT(run(s, dtype, seed, false, combine), 0) << s.name << " " << name_of(dtype);
+      const int64_t calls = run(s, dtype, seed, true, cluster);
+      if (dtype == DType::f32) {
+        EXPECT_GT(calls, 0) << s.name << ": the CUDA-core kernel's splits need the combine kernel";
+      } else {
+        EXPECT_EQ(calls, 0) << s.name << " " << name_of(dtype) << ": a combine launch";
+      }
+      if (splits <= 8) {
+        EXPECT_EQ(cluster, combine) << s.name << " " << name_of(dtype);
+      }
+      seed += 10;
+    }
+  }
+  cuda::set_attention_cluster(saved);
+  cuda::set_attention_merge_rows(saved_rows);
 }
 
 // The early decode variant (DSPARK_ATTN_DECODE=2, set_attention_decode): the CPU within tolerance

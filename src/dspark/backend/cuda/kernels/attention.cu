@@ -20,7 +20,10 @@
 //    kernel;
 //  - the tensor-core kernel runs its early variant by default (attention_mma.cu: K/V copied
 //    before the PDL wait, decode splits merged in shared memory); DSPARK_ATTN_DECODE=1
-//    (set_attention_decode(1)) selects the previous path, for A/B measurements.
+//    (set_attention_decode(1)) selects the previous path, for A/B measurements;
+//  - opt-in (DSPARK_ATTN_CLUSTER=1, set_attention_cluster), the tensor-core kernel merges the
+//    splits of tiles left to the combine kernel inside a thread-block cluster of the tile's split
+//    CTAs (attention_mma.cu); such launches are capped at 8 splits (cluster_merge).
 // Masking per query row: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ? pos + 1 :
 // kv_len), lo = window ? pos - window + 1 : 0. A row that sees no key writes zeros.
 #include <algorithm>
@@ -75,6 +78,22 @@ std::atomic<int>& decode_variant_flag() {
     return v != nullptr && std::atoi(v) == 1 ? 1 : 2;
   }();
   return variant;
+}
+
+// The tensor-core kernel's cluster variant (attention_mma.cu): off by default;
+// DSPARK_ATTN_CLUSTER=1 (read once) or set_attention_cluster(true) turns it on. Not run on a GPU
+// yet.
+std::atomic<int>& cluster_flag() {
+  static std::atomic<int> on = env_switch("DSPARK_ATTN_CLUSTER", false) ? 1 : 0;
+  return on;
+}
+// Whether a split launch whose query tiles have `tile_rows` rows is merged by clusters: the
+// variant is on, the GPU runs the sm_90a code (the build's other target, compute_80 PTX, has no
+// clusters) and the row policy (merge_rows_flag) leaves such tiles to the combine kernel.
+// paged_attention_splits caps those launches at kMaxClusterSplits, on either kernel (it does not
+// know the dtype or head_dim): the launch and a graph's key then agree.
+bool cluster_merge(int64_t tile_rows) {
+  return cluster_flag().load() != 0 && tile_rows > merge_rows_flag().load() && compute_major() == 9;
 }
 
 constexpr int kWarps = 4;
@@ -357,6 +376,7 @@ void launch_attention(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid) {
 // The CTA tiling of the query rows (see the file comment).
 struct QueryTiling {
   int64_t heads_per_cta, tokens_per_cta, head_chunks, grid_x, grid_y;
+  int64_t tile_rows;  // query rows of a full tile: min(tokens_per_cta, n_tokens) x heads_per_cta
 };
 
 QueryTiling query_tiling(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads) {
@@ -367,13 +387,15 @@ QueryTiling query_tiling(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads) 
   t.head_chunks = ceil_div(group, t.heads_per_cta);
   t.grid_x = ceil_div(n_tokens, t.tokens_per_cta);
   t.grid_y = n_kv_heads * t.head_chunks;
+  t.tile_rows = std::min(t.tokens_per_cta, n_tokens) * t.heads_per_cta;
   return t;
 }
 
 }  // namespace
 
 // Split the keys over more CTAs when the query tiles alone cannot fill the GPU; the page count
-// bounds the keys per row, so short contexts are not split into empty pieces. (Declared in
+// bounds the keys per row, so short contexts are not split into empty pieces; at most
+// kMaxClusterSplits when the tiles are merged by clusters (cluster_merge). (Declared in
 // backend/cuda/graph.h: a captured forward is keyed by this count.)
 int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t n_rows,
                            int64_t total_pages, int64_t page_size) {
@@ -386,6 +408,8 @@ int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads
     const int64_t keys_per_row = total_pages * page_size / n_rows;
     const int64_t useful = ceil_div(keys_per_row, attn::kSplitKeys);
     n_splits = std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kMaxSplits);
+    if (n_splits > attn::kMaxClusterSplits && cluster_merge(tiling.tile_rows))
+      n_splits = attn::kMaxClusterSplits;
   }
   return static_cast<int>(n_splits);
 }
@@ -448,6 +472,10 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
   float* part = nullptr;
   unsigned* counters = nullptr;  // the last split CTA of each query tile merges (no combine)
   const bool early = attention_decode() == 2;
+  // The tensor-core kernel merges the splits in clusters (no combine); still allocated: the
+  // CUDA-core kernel, if it runs, writes partials for the combine kernel.
+  const bool cluster =
+      n_splits > 1 && n_splits <= attn::kMaxClusterSplits && cluster_merge(tiling.tile_rows);
   if (n_splits > 1) {
     // Partial rows of head_dim + 2 floats (acc..., max, sum); the early variant's shared-memory
     // merge pads them to head_dim + 4 (16-byte aligned).
@@ -460,12 +488,13 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
     // kernel (H200, Qwen3-8B shape, context 1,024: graphed verify of 16 drafts 5.75 -> 6.20 ms,
     // decode 5.11 -> 5.07 ms with the in-kernel merge for every shape); the merge of such tiles
     // is now spread over the whole CTA (attention.cuh), not timed yet: hence 4 by default.
-    const int64_t tile_rows = std::min(tokens_per_cta, n_tokens) * heads_per_cta;
-    if (tile_rows <= attention_merge_rows() &&
+    const int64_t tile_rows = tiling.tile_rows;
+    if (!cluster && tile_rows <= attention_merge_rows() &&
         int64_t{grid.x} * grid.y <= static_cast<int64_t>(kMergeTiles))
       counters = arrival_counters(ctx, ArrivalPool::attention_merge, kMergeTiles);
   }
 
+  bool cluster_merged = false;  // the tensor-core kernel's cluster variant ran: no combine
   dispatch_float(kp.dtype(), [&]<typename TKV>(TypeTag<TKV>) {
     using DKV = device_t<TKV>;
     AttentionArgs<DKV> a{};
@@ -508,7 +537,11 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
     a.part = part;
     a.counters = counters;
     a.early = early;
-    if (attn::launch_attention_mma<DKV>(ctx, a, grid)) return;  // tensor cores when they fit
+    a.cluster = cluster && counters == nullptr;
+    if (attn::launch_attention_mma<DKV>(ctx, a, grid)) {  // tensor cores when they fit
+      cluster_merged = a.cluster;
+      return;
+    }
     if (head_dim <= 32)
       launch_attention<DKV, 1>(ctx, a, grid);
     else if (head_dim <= 64)
@@ -519,7 +552,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
       launch_attention<DKV, 8>(ctx, a, grid);
   });
 
-  if (n_splits > 1 && counters == nullptr) {
+  if (n_splits > 1 && counters == nullptr && !cluster_merged) {
     CombineArgs c{part,
                   out.data(),
                   float_kind(out.dtype()),
@@ -551,6 +584,14 @@ void set_attention_decode(int variant) {
 
 int attention_decode() {
   return decode_variant_flag().load();
+}
+
+void set_attention_cluster(bool enabled) {
+  cluster_flag().store(enabled ? 1 : 0);
+}
+
+bool attention_cluster() {
+  return cluster_flag().load() != 0;
 }
 
 }  // namespace dspark::cuda

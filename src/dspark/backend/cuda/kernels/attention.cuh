@@ -22,6 +22,8 @@ inline constexpr int kMaxRows = 16;
 // Keys per split are a multiple of this (paged_attention_splits; the tensor-core kernel's tile).
 inline constexpr int kSplitKeys = 64;
 inline constexpr int kMaxSplits = 32;
+// The most splits of a cluster-merged launch (AttentionArgs::cluster): the portable cluster size.
+inline constexpr int kMaxClusterSplits = 8;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 template <typename TKV>
@@ -57,6 +59,12 @@ struct AttentionArgs {
   // per warp, partial rows of head_dim + 4 floats merged through shared memory (`part` then holds
   // [n_tokens, n_heads, n_splits, head_dim + 4]). The CUDA-core kernel ignores it.
   bool early;
+  // The tensor-core kernel's opt-in cluster variant (DSPARK_ATTN_CLUSTER=1, attention_mma.cu), set
+  // only with 2..kMaxClusterSplits splits and no counters: the split CTAs of a query tile form one
+  // cluster along grid.z and merge the splits through distributed shared memory (no `part`
+  // writes, no combine kernel). The CUDA-core kernel ignores it (its splits then need the combine
+  // kernel).
+  bool cluster;
 };
 
 // The query rows a CTA owns (grid: x = token tiles, y = KV head x head chunks, z = key splits):
@@ -95,23 +103,25 @@ __device__ __forceinline__ int row_of_token(const int32_t* q_indptr, int n_rows,
 // sum (n_splits <= 32), so the loads are issued together rather than one dependent round trip
 // per split; the sums are still added in split order (the values of a sequential loop). The
 // partials are read through L2 (__ldcg): other CTAs wrote them in this launch.
-// merge_split_item_from: the same with split s's row at load(s * stride + i) (the early decode
-// variant reads them from shared memory, attention_mma.cu).
+// merge_split_item_from: the same with element i of split s's row at load(s, i) (the early decode
+// variant reads them from its shared memory, the cluster variant from its cluster peers' shared
+// memory: attention_mma.cu), for n_splits <= kSplitsMax (a smaller bound only drops loop steps
+// that do nothing: the same values).
 static_assert(kMaxSplits <= 32);
-template <typename Load>
-__device__ __forceinline__ void merge_split_item_from(Load load, int64_t stride, int n_splits,
-                                                      int head_dim, void* out,
-                                                      device::FloatKind out_kind, int64_t base,
-                                                      int lane) {
+template <int kSplitsMax = kMaxSplits, typename Load>
+__device__ __forceinline__ void merge_split_item_from(Load load, int n_splits, int head_dim,
+                                                      void* out, device::FloatKind out_kind,
+                                                      int64_t base, int lane) {
+  static_assert(kSplitsMax <= kMaxSplits);
   const bool mine = lane < n_splits;
-  const float ms = mine ? load(lane * stride + head_dim) : -INFINITY;
-  const float ls = mine ? load(lane * stride + head_dim + 1) : 0.0f;
+  const float ms = mine ? load(lane, int64_t{head_dim}) : -INFINITY;
+  const float ls = mine ? load(lane, int64_t{head_dim} + 1) : 0.0f;
   const float m = device::warp_max(ms);
   const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;  // this lane's split
-  float w[kMaxSplits];  // every split's weight, in every lane (before lanes diverge over d)
+  float w[kSplitsMax];  // every split's weight, in every lane (before lanes diverge over d)
   float l = 0.0f;
 #pragma unroll
-  for (int s = 0; s < kMaxSplits; ++s) {
+  for (int s = 0; s < kSplitsMax; ++s) {
     w[s] = __shfl_sync(device::kFullMask, weight, s);
     const float term = __shfl_sync(device::kFullMask, ls * weight, s);
     if (s < n_splits) l += term;
@@ -120,8 +130,8 @@ __device__ __forceinline__ void merge_split_item_from(Load load, int64_t stride,
   for (int d = lane; d < head_dim; d += 32) {
     float o = 0.0f;
 #pragma unroll
-    for (int s = 0; s < kMaxSplits; ++s) {
-      if (s < n_splits && w[s] > 0.0f) o += load(s * stride + d) * w[s];
+    for (int s = 0; s < kSplitsMax; ++s) {
+      if (s < n_splits && w[s] > 0.0f) o += load(s, d) * w[s];
     }
     device::store_float(out, base + d, out_kind, o * inv);
   }
@@ -129,8 +139,10 @@ __device__ __forceinline__ void merge_split_item_from(Load load, int64_t stride,
 __device__ __forceinline__ void merge_split_item(const float* part, int n_splits, int head_dim,
                                                  void* out, device::FloatKind out_kind,
                                                  int64_t base, int lane) {
-  merge_split_item_from([part](int64_t i) { return __ldcg(part + i); }, head_dim + 2, n_splits,
-                        head_dim, out, out_kind, base, lane);
+  const int64_t stride = head_dim + 2;
+  merge_split_item_from(
+      [part, stride](int s, int64_t i) { return __ldcg(part + (s * stride + i)); }, n_splits,
+      head_dim, out, out_kind, base, lane);
 }
 
 // Bytes of the kernels' dynamic shared memory that the merge below reuses once the CTA's own work

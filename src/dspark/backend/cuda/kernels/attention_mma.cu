@@ -34,6 +34,29 @@
 //  - for decode tiles merged by their last split CTA (at most one row per warp), releases the
 //    partials with one acq_rel atomic after a barrier and merges them from shared memory after
 //    one cp.async round trip (merge_splits_smem), instead of head_dim / 32 + 1 dependent L2 reads.
+//
+// The cluster variant (opt-in: DSPARK_ATTN_CLUSTER=1 or cuda::set_attention_cluster(true); kCluster
+// below; NOT run on a GPU yet: it compiles, its test CudaAttention.ClusterMergeEqualsCombineKernel
+// has not run). Split launches whose tiles the row policy leaves to combine_splits_kernel (more
+// rows than attention_merge_rows(), 4 by default: verify, draft blocks) write every split's
+// partial rows to global memory and merge them in a second launch. Instead:
+//  - the launch (on sm_90, with 2..8 splits) makes the grid.z split CTAs of each query tile one
+//    thread-block cluster of {1, 1, n_splits}, together with the PDL attribute; with the variant
+//    on, paged_attention_splits caps such launches at 8 splits (the portable cluster size), so a
+//    graph's key is the count the launch uses;
+//  - per segment of the tile (segments depend on the tile only, so all CTAs of a cluster run the
+//    same ones), each CTA leaves its partial rows (acc..., max, sum: what it would write to
+//    `part`) in its shared memory after the warps' O tiles, in the K/V stages, then a cluster
+//    barrier; CTA r merges rows r, r + S, ... reading the S splits' rows from its peers' shared
+//    memory (merge_split_item_from, the combine kernel's operations in its order: the same bits as
+//    the combine kernel at the same split count) and writes the normalised rows; a second cluster
+//    barrier before the K/V stages are reused or the CTA exits, since peers read its rows;
+//  - no `part` writes, no combine launch, no arrival counters; shared memory does not grow.
+// Not covered by the variant: the CUDA-core kernel (its splits, capped the same way, still go
+// through the combine kernel), decode tiles merged by their last split CTA, launches without split
+// keys.
+#include <cooperative_groups.h>
+
 #include <atomic>
 #include <climits>
 #include <type_traits>
@@ -58,16 +81,19 @@ constexpr int kWarpKeys = kTileKeys / kWarps;  // keys per warp and tile: one k1
 static_assert(kWarpKeys == 16 && kMaxRows == 16);
 
 // Shared memory, in elements of the cache dtype: q [16][kLd], then K and V [2 stages][64][kLd].
-// After the key loop the warps' O tiles, [kWarps][16][kOutLd] f32, reuse the K/V stages.
+// After the key loop the warps' O tiles, [kWarps][16][kOutLd] f32, reuse the K/V stages, and in
+// the cluster variant the CTA's partial rows, [16][kPartLd] f32 (acc..., max, sum), follow them.
 template <int HD>
 struct Layout {
   static constexpr int kLd = HD + 8;
   static constexpr int kOutLd = HD + 4;
+  static constexpr int kPartLd = HD + 2;
+  static constexpr int kPart = kWarps * kMaxRows * kOutLd;  // in floats from the K stages
   static constexpr int kK = kMaxRows * kLd;
   static constexpr int kV = kK + 2 * kTileKeys * kLd;
   static constexpr int kElems = kV + 2 * kTileKeys * kLd;
   static constexpr size_t kBytes = static_cast<size_t>(kElems) * 2;
-  static_assert(kWarps * kMaxRows * kOutLd * 4 <= 4 * kTileKeys * kLd * 2);
+  static_assert((kPart + kMaxRows * kPartLd) * 4 <= 4 * kTileKeys * kLd * 2);
   static_assert(kBytes <= 227 * 1024);
 };
 
@@ -121,15 +147,46 @@ __device__ void merge_splits_smem(const AttentionArgs<T>& p, const CtaQueries& c
     const float* part = smem + warp * n_splits * kStride;
     const int64_t tok = cq.t_begin + warp / cq.nh, h = cq.h_begin + warp % cq.nh;
     const int64_t base = tok * p.out_stride_token + h * p.out_stride_head;
-    merge_split_item_from([part](int64_t i) { return part[i]; }, kStride, n_splits, HD, p.out,
-                          p.out_kind, base, lane);
+    merge_split_item_from([part](int s, int64_t i) { return part[s * int64_t{kStride} + i]; },
+                          n_splits, HD, p.out, p.out_kind, base, lane);
   }
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
 }
 
+// The cluster variant's merge of one segment's n_q rows (tokens from t, heads from h_begin), called
+// by every thread of every CTA of the cluster once its partial rows (acc..., max, sum; the values
+// the other paths write to `part`) are in s_part. The launch makes the n_splits CTAs of a query
+// tile one cluster of {1, 1, n_splits}, so cluster rank s is split s. CTA r merges rows r, r + S,
+// ... (S = n_splits), a warp per row, with merge_split_item_from reading split s's row from rank
+// s's shared memory: combine_splits_kernel's operations in its order, so the same bits. Every CTA
+// of a cluster runs the same segments (they depend on the query tile only), so the barriers pair
+// up.
+template <typename T, int HD>
+__device__ void merge_splits_cluster(const AttentionArgs<T>& p, float* s_part, int n_q, int t,
+                                     int nh, int h_begin) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Cluster = cooperative_groups::cluster_group;
+  constexpr int kPartLd = Layout<HD>::kPartLd;
+  Cluster::sync();  // every CTA's partial rows are written (arrive releases, wait acquires)
+  const int n_splits = p.n_splits, rank = static_cast<int>(Cluster::block_rank());
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = rank + warp * n_splits; i < n_q; i += kWarps * n_splits) {
+    float* row = s_part + i * kPartLd;
+    const int64_t tok = t + i / nh, h = h_begin + i % nh;
+    merge_split_item_from<kMaxClusterSplits>(
+        [row](int s, int64_t j) { return Cluster::map_shared_rank(row, s)[j]; }, n_splits, HD,
+        p.out, p.out_kind, tok * p.out_stride_token + h * p.out_stride_head, lane);
+  }
+  Cluster::sync();  // the peers have read this CTA's rows: its shared memory may be reused or freed
+#else
+  __trap();  // no clusters on this target (compute_80 PTX): launched on sm_90 only (cluster_merge)
+#endif
+}
+
 // kEarly: the early decode variant (the default; the file comment); without it this is the
-// previous path.
-template <typename T, int HD, bool kEarly>
+// previous path. kCluster: the cluster variant (opt-in; the file comment), launched with
+// n_splits > 1 only.
+template <typename T, int HD, bool kEarly, bool kCluster>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T> p) {
   using L = Layout<HD>;
   constexpr int kLd = L::kLd;
@@ -140,6 +197,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   T* s_k = s_q + L::kK;
   T* s_v = s_q + L::kV;
   float* s_o = reinterpret_cast<float*>(s_k);
+  float* s_part = s_o + L::kPart;  // kCluster: this segment's partial rows
   __shared__ int s_lo[kMaxRows], s_hi[kMaxRows];
   __shared__ float s_m[kWarps][kMaxRows], s_l[kWarps][kMaxRows];
   __shared__ int s_seg_end, s_page0;
@@ -497,6 +555,13 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
         device::store_float(p.out, tok * p.out_stride_token + h * p.out_stride_head + d, p.out_kind,
                             acc * inv);
+      } else if constexpr (kCluster) {
+        float* part = s_part + i * L::kPartLd;
+        part[d] = acc;
+        if (d == 0) {
+          part[HD] = mx;
+          part[HD + 1] = l;
+        }
       } else {
         float* part = p.part + ((tok * p.n_heads + h) * p.n_splits + split) * part_stride;
         part[d] = acc;
@@ -506,26 +571,66 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         }
       }
     }
+    if constexpr (kCluster) {
+      // Before the next segment's copies overwrite the K/V stages (and s_part).
+      if (p.n_splits > 1) merge_splits_cluster<T, HD>(p, s_part, n_q, t, nh, h_begin);
+    }
     t = seg_end;
   }
   if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
-  if constexpr (kEarly) {
-    if (smem_merge) {
-      merge_splits_smem<T, HD>(p, cq, reinterpret_cast<float*>(smem_raw));
-      return;
+  if constexpr (!kCluster) {
+    if constexpr (kEarly) {
+      if (smem_merge) {
+        merge_splits_smem<T, HD>(p, cq, reinterpret_cast<float*>(smem_raw));
+        return;
+      }
     }
+    if (p.n_splits > 1 && p.counters != nullptr)
+      merge_splits_if_last(p, cq, reinterpret_cast<float*>(smem_raw));
   }
-  if (p.n_splits > 1 && p.counters != nullptr)
-    merge_splits_if_last(p, cq, reinterpret_cast<float*>(smem_raw));
 }
 
+// launch_pdl (pdl.cuh) with the grid.z split CTAs of each query tile as one thread-block cluster.
 template <typename T, int HD, bool kEarly>
+void launch_pdl_cluster(dim3 grid, size_t smem, cudaStream_t stream, const AttentionArgs<T>& a) {
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = grid.z;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  DSPARK_CUDA_CHECK(cudaLaunchKernelEx(&config, attention_mma_kernel<T, HD, kEarly, true>, a));
+}
+
+template <typename T, int HD, bool kEarly, bool kCluster>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   constexpr size_t kSmem = Layout<HD>::kBytes;
   static_assert(kSmem >= kMergeSmemBytes, "the split merge reuses the dynamic smem");
-  if constexpr (kSmem > 48 * 1024) allow_dynamic_smem<&attention_mma_kernel<T, HD, kEarly>>(kSmem);
+  if constexpr (kSmem > 48 * 1024)
+    allow_dynamic_smem<&attention_mma_kernel<T, HD, kEarly, kCluster>>(kSmem);
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
-  launch_pdl(attention_mma_kernel<T, HD, kEarly>, grid, dim3(kThreads), kSmem, stream_of(ctx), a);
+  if constexpr (kCluster)
+    launch_pdl_cluster<T, HD, kEarly>(grid, kSmem, stream_of(ctx), a);
+  else
+    launch_pdl(attention_mma_kernel<T, HD, kEarly, false>, grid, dim3(kThreads), kSmem,
+               stream_of(ctx), a);
+}
+
+// The kernel of the call's variants: early (AttentionArgs::early) x cluster.
+template <typename T, int HD>
+void launch_variant(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
+  if (a.cluster)
+    a.early ? launch<T, HD, true, true>(ctx, a, grid) : launch<T, HD, false, true>(ctx, a, grid);
+  else
+    a.early ? launch<T, HD, true, false>(ctx, a, grid) : launch<T, HD, false, false>(ctx, a, grid);
 }
 
 // On by default; DSPARK_ATTENTION_MMA=0 (read once) or set_mma_attention(false) turns it off.
@@ -549,13 +654,13 @@ bool launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& a, dim3 grid) 
       return false;
     switch (a.head_dim) {
       case 64:
-        a.early ? launch<TKV, 64, true>(ctx, a, grid) : launch<TKV, 64, false>(ctx, a, grid);
+        launch_variant<TKV, 64>(ctx, a, grid);
         return true;
       case 128:
-        a.early ? launch<TKV, 128, true>(ctx, a, grid) : launch<TKV, 128, false>(ctx, a, grid);
+        launch_variant<TKV, 128>(ctx, a, grid);
         return true;
       case 256:
-        a.early ? launch<TKV, 256, true>(ctx, a, grid) : launch<TKV, 256, false>(ctx, a, grid);
+        launch_variant<TKV, 256>(ctx, a, grid);
         return true;
       default:
         return false;
