@@ -231,6 +231,10 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
   const int saved = cuda::attention_merge_rows();
+  // The combine kernel itself: the cluster variant (the default on sm_90) would merge the tiles
+  // that merge_rows 0 leaves to it, at a capped split count (its own test is below).
+  const bool saved_cluster = cuda::attention_cluster();
+  cuda::set_attention_cluster(false);
   std::vector<Scenario> v{qwen3_8b("8b decode", {1024}, {1}),
                           qwen3_8b("8b verify 17", {1041}, {17}),
                           qwen3_8b("8b verify 5 + 9", {700, 1300}, {5, 9})};
@@ -251,17 +255,18 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
     }
   }
   cuda::set_attention_merge_rows(saved);
+  cuda::set_attention_cluster(saved_cluster);
 }
 
-// The cluster variant (DSPARK_ATTN_CLUSTER=1, set_attention_cluster; sm_90): split launches whose
-// tiles the row policy leaves to the combine kernel (more than attention_merge_rows() = 4 rows)
-// merge their splits in a thread-block cluster of the tile's split CTAs instead. Against the
-// combine kernel bit for bit at the same split count (up to 8; above, the variant caps the count
-// at 8 and only the CPU tolerance of run_scenario applies), with no combine launch on tensor cores
-// (op profile), for 16 and 17 queries per row, 1 and 3 rows (tiles crossing rows: several
-// segments per cluster), causal and not, 2..9 splits, Qwen3-8B's layout, head_dim 64 and 256
-// (window, soft-cap), MHA on pages of 5 and an MQA tile of 16 heads; f32 (the CUDA-core kernel)
-// still takes the combine kernel, at the capped count.
+// The cluster variant (the default on sm_90; DSPARK_ATTN_CLUSTER=0 / set_attention_cluster(false)
+// off): split launches whose tiles the row policy leaves to the combine kernel (more than
+// attention_merge_rows() = 4 rows) merge their splits in a thread-block cluster of the tile's split
+// CTAs instead. Against the combine kernel bit for bit at the same split count (up to 8; above, the
+// variant caps the count at 8 and only the CPU tolerance of run_scenario applies), with no combine
+// launch on tensor cores (op profile), for 16 and 17 queries per row, 1 and 3 rows (tiles crossing
+// rows: several segments per cluster), causal and not, 2..9 splits, Qwen3-8B's layout, head_dim 64
+// and 256 (window, soft-cap), MHA on pages of 5 and an MQA tile of 16 heads; f32 (the CUDA-core
+// kernel) still takes the combine kernel, at the capped count.
 TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;

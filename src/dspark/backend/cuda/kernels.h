@@ -74,13 +74,13 @@ int attention_merge_rows();
 // paged_attention started (ops/attention.h).
 void set_attention_decode(int variant);
 int attention_decode();
-// paged_attention on tensor cores, cluster variant (opt-in; not run on a GPU yet): for launches
+// paged_attention on tensor cores, cluster variant (the default on sm_90): for launches
 // with split keys whose query tiles are left to the combine kernel (more rows than
 // attention_merge_rows(): verify, draft blocks), the split CTAs of a tile form one thread-block
 // cluster and merge the splits through distributed shared memory (the combine kernel's bits, no
 // combine launch). With it on (sm_90), paged_attention_splits caps such launches at 8 splits on
-// either kernel. Off by default; on when the environment has DSPARK_ATTN_CLUSTER=1 (read once) or
-// after set_attention_cluster(true). Process-wide.
+// either kernel. On by default; off when the environment has DSPARK_ATTN_CLUSTER=0 (read once) or
+// after set_attention_cluster(false). Process-wide.
 void set_attention_cluster(bool enabled);
 bool attention_cluster();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);

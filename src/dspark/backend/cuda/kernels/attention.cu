@@ -21,7 +21,8 @@
 //  - the tensor-core kernel runs its early variant by default (attention_mma.cu: K/V copied
 //    before the PDL wait, decode splits merged in shared memory); DSPARK_ATTN_DECODE=1
 //    (set_attention_decode(1)) selects the previous path, for A/B measurements;
-//  - opt-in (DSPARK_ATTN_CLUSTER=1, set_attention_cluster), the tensor-core kernel merges the
+//  - on sm_90 (by default; DSPARK_ATTN_CLUSTER=0 or set_attention_cluster(false) turns it off),
+//    the tensor-core kernel merges the
 //    splits of tiles left to the combine kernel inside a thread-block cluster of the tile's split
 //    CTAs (attention_mma.cu); such launches are capped at 8 splits (cluster_merge).
 // Masking per query row: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ? pos + 1 :
@@ -80,11 +81,10 @@ std::atomic<int>& decode_variant_flag() {
   return variant;
 }
 
-// The tensor-core kernel's cluster variant (attention_mma.cu): off by default;
-// DSPARK_ATTN_CLUSTER=1 (read once) or set_attention_cluster(true) turns it on. Not run on a GPU
-// yet.
+// The tensor-core kernel's cluster variant (attention_mma.cu): on by default;
+// DSPARK_ATTN_CLUSTER=0 (read once) or set_attention_cluster(false) turns it off.
 std::atomic<int>& cluster_flag() {
-  static std::atomic<int> on = env_switch("DSPARK_ATTN_CLUSTER", false) ? 1 : 0;
+  static std::atomic<int> on = env_switch("DSPARK_ATTN_CLUSTER", true) ? 1 : 0;
   return on;
 }
 // Whether a split launch whose query tiles have `tile_rows` rows is merged by clusters: the

@@ -59,7 +59,7 @@ struct AttentionArgs {
   // per warp, partial rows of head_dim + 4 floats merged through shared memory (`part` then holds
   // [n_tokens, n_heads, n_splits, head_dim + 4]). The CUDA-core kernel ignores it.
   bool early;
-  // The tensor-core kernel's opt-in cluster variant (DSPARK_ATTN_CLUSTER=1, attention_mma.cu), set
+  // The tensor-core kernel's cluster variant (default on sm_90; attention_mma.cu), set
   // only with 2..kMaxClusterSplits splits and no counters: the split CTAs of a query tile form one
   // cluster along grid.z and merge the splits through distributed shared memory (no `part`
   // writes, no combine kernel). The CUDA-core kernel ignores it (its splits then need the combine

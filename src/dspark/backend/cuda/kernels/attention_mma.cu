@@ -35,11 +35,11 @@
 //    partials with one acq_rel atomic after a barrier and merges them from shared memory after
 //    one cp.async round trip (merge_splits_smem), instead of head_dim / 32 + 1 dependent L2 reads.
 //
-// The cluster variant (opt-in: DSPARK_ATTN_CLUSTER=1 or cuda::set_attention_cluster(true); kCluster
-// below; NOT run on a GPU yet: it compiles, its test CudaAttention.ClusterMergeEqualsCombineKernel
-// has not run). Split launches whose tiles the row policy leaves to combine_splits_kernel (more
-// rows than attention_merge_rows(), 4 by default: verify, draft blocks) write every split's
-// partial rows to global memory and merge them in a second launch. Instead:
+// The cluster variant (the default on sm_90; DSPARK_ATTN_CLUSTER=0 or
+// cuda::set_attention_cluster(false) for the combine kernel; kCluster below). Split launches whose
+// tiles the row policy leaves to combine_splits_kernel (more rows than attention_merge_rows(), 4 by
+// default: verify, draft blocks) write every split's partial rows to global memory and merge them
+// in a second launch. Instead:
 //  - the launch (on sm_90, with 2..8 splits) makes the grid.z split CTAs of each query tile one
 //    thread-block cluster of {1, 1, n_splits}, together with the PDL attribute; with the variant
 //    on, paged_attention_splits caps such launches at 8 splits (the portable cluster size), so a
@@ -184,8 +184,8 @@ __device__ void merge_splits_cluster(const AttentionArgs<T>& p, float* s_part, i
 }
 
 // kEarly: the early decode variant (the default; the file comment); without it this is the
-// previous path. kCluster: the cluster variant (opt-in; the file comment), launched with
-// n_splits > 1 only.
+// previous path. kCluster: the cluster variant (the default on sm_90; the file comment), launched
+// with n_splits > 1 only.
 template <typename T, int HD, bool kEarly, bool kCluster>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T> p) {
   using L = Layout<HD>;
