@@ -19,7 +19,8 @@
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--batch 1] [--rounds 32]
 //               [--verify-k 1,16,32] [--graphs] [--trace] [--blocking-sync] [--profile-ops]
 //               [--device cuda] [--json FILE]
-// --batch B: B rows (requests) of --context random tokens each decode together; the decode step
+// --batch B: B rows (requests) of --context random tokens each decode together (all prefilled
+// before the first round: SpecConfig::prefill_first); the decode step
 // reports tok/s (B per step) and reads the weights once plus every row's K/V. --context and
 // --batch take comma lists (e.g. --context 512,4096,16384 --batch 1,4,16): every combination is
 // measured in turn with the model loaded once, one table each, and the JSON holds them under

@@ -27,6 +27,9 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   SpecConfig cfg;
   cfg.gamma = gamma;
   cfg.cpu_times = cpu_times;
+  // Every row starts decoding at once: with several rows, no measured round shares the device
+  // with another row's prefill chunks or runs at a smaller batch.
+  cfg.prefill_first = true;
   // One request per prompt, each of exactly `n_rounds` full rounds' tokens.
   auto requests = [&](int n_rounds) {
     std::vector<RequestInput> reqs;

@@ -155,6 +155,43 @@ TEST(SpecEngine, PrefixCacheReusesPromptPagesAndStaysLossless) {
   EXPECT_EQ(off.kv().cached_pages(), 0);
 }
 
+// SpecConfig::prefill_first: with prompts spanning several prefill chunks, no round runs until
+// every row is prefilled, so the first round drafts for both rows; without it the row prefilled
+// first starts decoding alone. Lossless either way.
+TEST(SpecEngine, PrefillFirstStartsEveryRowTogether) {
+  auto model = fixture("qwen3");
+  if (!model) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  const std::vector<int32_t> p1 = {5, 6, 7, 8, 5, 6, 7, 8}, p2 = {11, 12, 13, 11, 12, 13, 11, 12};
+  const auto plain1 = generate(*model, ctx, p1, greedy(12)).tokens;
+  const auto plain2 = generate(*model, ctx, p2, greedy(12)).tokens;
+  NgramSource ngram(NgramConfig{1, 3});
+  struct BatchSizes : ForwardingDraftSource {
+    using ForwardingDraftSource::ForwardingDraftSource;
+    std::vector<size_t> sizes;  // requests per propose call
+    void propose(Context& c, std::span<const ProposeRequest> requests, Proposal& out) override {
+      sizes.push_back(requests.size());
+      inner().propose(c, requests, out);
+    }
+  };
+  for (bool first : {false, true}) {
+    BatchSizes source(ngram);
+    SpecConfig cfg;
+    cfg.gamma = 3;
+    cfg.prefill_chunk = 4;  // two chunks per prompt
+    cfg.prefill_first = first;
+    const auto out = generate_speculative(
+        *model, ctx, &source,
+        {RequestInput{p1, greedy(12), nullptr, {}}, RequestInput{p2, greedy(12), nullptr, {}}},
+        cfg);
+    ASSERT_EQ(out.size(), 2u);
+    EXPECT_EQ(out[0].result.tokens, plain1) << "prefill_first " << first;
+    EXPECT_EQ(out[1].result.tokens, plain2) << "prefill_first " << first;
+    ASSERT_FALSE(source.sizes.empty());
+    EXPECT_EQ(source.sizes.front(), first ? 2u : 1u);
+  }
+}
+
 // SpecConfig::cpu_times: the engine thread's CPU time per round phase is measured only when asked
 // (it costs clock reads), is positive then, stays within the run's CPU time, and is in the JSON.
 TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {

@@ -130,7 +130,8 @@ void SpeculativeEngine::step() {
   // A prefill chunk, then a round for every row past its prefill: a long prompt being prefilled
   // in chunks does not stall the streams that are already decoding.
   if (prefill_pending) prefill_step();
-  decode_round();
+  // SpecConfig::prefill_first: the round waits until every row is prefilled.
+  if (!prefill_pending || !config_.prefill_first) decode_round();
   std::erase_if(rows_, [](const auto& r) { return r->done; });
 }
 

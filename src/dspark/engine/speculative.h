@@ -29,6 +29,11 @@ struct SpecConfig {
   int gamma = 4;            // drafts per row per round at most (>= 0)
   int page_size = 16;       // target KV page size
   int prefill_chunk = 512;  // prompt tokens per prefill forward, over all rows
+  // Finish every pending prefill before the next decode round (a step with prompt tokens left runs
+  // only a prefill chunk), so that the rows of one batch start decoding together and no round
+  // shares the device with prefill chunks: for benchmarks of the round at a fixed batch. Off: a
+  // long prompt being prefilled does not stall the rows already decoding (serving).
+  bool prefill_first = false;
   // Reuse the target KV of prompt prefixes seen before (PagedKvCache prefix pages). Applies only
   // when the draft source needs no target taps (they would be missing for the reused tokens).
   bool prefix_cache = false;
