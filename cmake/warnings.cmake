@@ -19,3 +19,18 @@ function(dspark_set_warnings target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()
 endfunction()
+
+# Code whose own speed does not matter (the test suites' files, the benchmarks' wiring and
+# measurement loops; the library they call keeps the build's flags) compiles at -O1 in Release
+# builds: about 30-40% less compile time than -O3 (tests/unit/chat_template_api_test.cpp: 14.3 s
+# against 20.7 s; bench/round_bench.cpp: 13.7 s against 23.6 s). GCC's flow-based warnings depend on
+# the optimisation level and give false positives at -O1 inside libstdc++ (GCC 12: -Warray-bounds
+# on a std::string copy in chat_template_api_test.cpp), so they are off there; the sanitizer build
+# compiles the test files with them on.
+set(DSPARK_QUICK_O1_FLAGS -O1 -Wno-array-bounds -Wno-stringop-overflow -Wno-stringop-overread
+                          -Wno-maybe-uninitialized)
+function(dspark_compile_quickly target)
+  target_compile_options(
+    ${target} PRIVATE
+    "$<$<AND:$<CONFIG:Release>,$<COMPILE_LANGUAGE:CXX>>:${DSPARK_QUICK_O1_FLAGS}>")
+endfunction()
