@@ -14,6 +14,8 @@
 // DSPARK_FP8_STREAM_TILES=RT): s2, s4, s2x2 on the balanced grid, and s4, s2x2 with one CTA per
 // slot ("slots", DSPARK_FP8_BALANCE=0); and the x-in-registers kernel (DSPARK_FP8_STREAM=x;
 // K <= 4096, else the default kernel).
+// At M = 1 it also times the one-row CUDA-core kernel (backend/cuda/kernels/gemv_m1.cu,
+// DSPARK_CUDA_GEMV_M1; opt-in): column "M=1 kernel".
 // --autotune N adds cuBLASLt with autotuned plans (backend/cuda/lt_plans.h: the fastest of up to N
 // heuristic candidates per shape) and lists what each shape's autotuning chose.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
@@ -129,6 +131,14 @@ int main(int argc, char** argv) {
         cuda::set_small_m_linear(true);
         const double ours_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
         const double ours_gbs = bytes / (ours_ms * 1e-3) / 1e9;
+        cuda::set_small_m_linear(false);
+        const bool m1_setting = cuda::m1_linear_enabled();
+        double m1_ms = 0.0;
+        if (m == 1) {
+          cuda::set_m1_linear(true);
+          m1_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
+        }
+        cuda::set_m1_linear(m1_setting);
         const double cublas_gbs = bytes / (cublas_ms * 1e-3) / 1e9;
         j["results"].push_back({{"n", s.n},
                                 {"k", s.k},
@@ -140,6 +150,12 @@ int main(int argc, char** argv) {
                                 {"cublas_ms", cublas_ms},
                                 {"cublas_gbs", cublas_gbs},
                                 {"cublas_fraction_of_copy", cublas_gbs * 1e9 / copy_bw}});
+        const double m1_gbs = m1_ms > 0 ? bytes / (m1_ms * 1e-3) / 1e9 : 0.0;
+        if (m1_ms > 0) {
+          j["results"].back()["m1_ms"] = m1_ms;
+          j["results"].back()["m1_gbs"] = m1_gbs;
+          j["results"].back()["m1_fraction_of_copy"] = m1_gbs * 1e9 / copy_bw;
+        }
         // The FP8 kernels for M <= 16 (cuda::set_fp8_stream): the tile kernel, and the stream
         // kernel per (chunks per stage, row tiles), with the balanced grid and (the last two)
         // with one CTA per slot (cuda::set_fp8_balanced(false)); larger M has the tile kernel
@@ -187,19 +203,22 @@ int main(int argc, char** argv) {
             fmt::format("{:.0f} ({:.0f}%)", ours_gbs, 100 * ours_gbs * 1e9 / copy_bw),
             fmt::format("{:.1f}", cublas_ms * 1e3),
             fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw),
-            autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-")};
+            autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-"),
+            m1_ms > 0 ? fmt::format("{:.1f} ({:.0f}%)", m1_ms * 1e3, 100 * m1_gbs * 1e9 / copy_bw)
+                      : std::string("-")};
         row.insert(row.end(), fp8_cells.begin(), fp8_cells.end());
         rows.push_back(std::move(row));
       }
     }
     std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
                 info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
-    std::printf("%s", format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)",
-                                    "cuBLASLt us", "cuBLASLt GB/s (of copy)", "autotuned us",
-                                    "FP8 tile us (of copy)", "FP8 s2", "FP8 s4", "FP8 s2x2",
-                                    "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
-                                   rows)
-                          .c_str());
+    std::printf("%s",
+                format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)", "cuBLASLt us",
+                              "cuBLASLt GB/s (of copy)", "autotuned us", "M=1 kernel us (of copy)",
+                              "FP8 tile us (of copy)", "FP8 s2", "FP8 s4", "FP8 s2x2",
+                              "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
+                             rows)
+                    .c_str());
     if (autotune > 1) {  // what autotuning chose per shape (timed there after an L2 flush)
       j["autotune"] = nlohmann::json::array();
       for (const cuda::LinearPlanRecord& r : cuda::linear_plan_log()) {

@@ -35,6 +35,12 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // set_small_m_linear(true). Process-wide; for benchmarks and tests.
 void set_small_m_linear(bool enabled);
 bool small_m_linear_enabled();
+// linear with one row of x on CUDA cores (kernels/gemv_m1.cu: 16-bit weights, K % 8 == 0, K <=
+// 16,384), for decode steps; tried before the small-M kernel and cuBLASLt. Opt-in and not yet run
+// on a GPU: off unless the environment has DSPARK_CUDA_GEMV_M1=1 (read once) or after
+// set_m1_linear(true). Process-wide; for benchmarks and tests.
+void set_m1_linear(bool enabled);
+bool m1_linear_enabled();
 // linear's cuBLASLt algorithm per shape (backend/cuda/lt_plans.h): 0 (the default unless the
 // environment has DSPARK_LT_AUTOTUNE=N) takes the heuristic's first candidate; N > 1 times up to N
 // candidates when a shape is first seen (outside graph capture; each call after an L2 flush) and
