@@ -234,7 +234,12 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
     if (o.graphs) {  // the same rounds with the target's (and a DSpark drafter's) graphs
       target.set_cuda_graphs(true);
       const auto* dspark = dynamic_cast<const DSparkSource*>(created->source.get());
-      const PhaseMs gs = measure(target, ctx, created->source.get(), gamma, prompts, o.rounds);
+      // With the engine's per-phase CPU clocks (seven clock reads per round): with spinning waits,
+      // the rounds' host work outside Context::synchronize is their CPU time minus the wall time
+      // spent inside it.
+      const PhaseMs gs =
+          measure(target, ctx, created->source.get(), gamma, prompts, o.rounds, false, true);
+      const double host_work = gs.draft_cpu + gs.verify_cpu + gs.rest_cpu - gs.sync_wait;
       // The draft step alone: the same graphed rounds with the device idle when propose starts
       // (SyncedCommits), and the commit's device time in the rest phase.
       SyncedCommits synced(*created->source);
@@ -296,7 +301,10 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                               {"drafter_graph_fallbacks", ds.n_graph_fallbacks},
                               {"drafter_rounds", ds.n_rounds},
                               {"cpu_ms_per_round", cpu_round},
-                              {"blocking_sync", o.blocking_sync}};
+                              {"blocking_sync", o.blocking_sync},
+                              {"round_cpu_ms", gs.draft_cpu + gs.verify_cpu + gs.rest_cpu},
+                              {"round_sync_wait_ms", gs.sync_wait},
+                              {"round_host_work_outside_waits_ms", host_work}};
       const std::string replayed =
           dspark ? fmt::format("drafter: {} of {} rounds replayed (whole run)", ds.n_graph_replays,
                                ds.n_rounds)
@@ -316,6 +324,13 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                       fmt::format("{:.2f}", gs.round / dec),
                       fmt::format("x graphed decode step; CPU {:.3f} ms per round{}", cpu_round,
                                   o.blocking_sync ? " (blocking sync)" : " (spinning waits)")});
+      if (!o.blocking_sync)  // spinning waits: their wall time is CPU time too
+        rows.push_back(
+            {"  host work per round outside waits", fmt::format("{:.3f}", host_work), "",
+             fmt::format("engine thread CPU {:.3f} ms in the rounds - {:.3f} ms inside "
+                         "synchronize (draft / verify / rest CPU {:.3f} / {:.3f} / {:.3f})",
+                         gs.draft_cpu + gs.verify_cpu + gs.rest_cpu, gs.sync_wait, gs.draft_cpu,
+                         gs.verify_cpu, gs.rest_cpu)});
       if (o.blocking_sync)
         rows.push_back({"  CPU per round: draft / verify / rest",
                         fmt::format("{:.3f}", cpu2.draft_cpu + cpu2.verify_cpu + cpu2.rest_cpu), "",

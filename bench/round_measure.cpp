@@ -110,6 +110,7 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   m.verify_launch_cpu = t.verify_launch_cpu_ms / t.rounds;
   m.verify_read_cpu = t.verify_read_cpu_ms / t.rounds;
   m.verify_wait = t.verify_wait_ms / t.rounds;
+  m.sync_wait = t.sync_wait_ms / t.rounds;
   m.draft = t.draft_ms / t.rounds;
   m.verify = t.verify_ms / t.rounds;
   m.rest = t.rest_ms / t.rounds;

@@ -235,6 +235,9 @@ TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {
   EXPECT_GE(on.verify_read_cpu_ms, 0.0);
   EXPECT_GE(on.verify_wait_ms, 0.0);
   EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("verify_forward"));
+  // Context::synchronize returns at once on the CPU: no wall time inside it.
+  EXPECT_EQ(on.sync_wait_ms, 0.0);
+  EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("sync_wait_wall"));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "dspark/backend/context.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "dspark/backend/cuda/blas.h"
@@ -39,7 +40,11 @@ cuda::BlasLt& Context::blas() const {
 }
 
 void Context::synchronize() const {
-  if (stream_) stream_->synchronize();
+  if (!stream_) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  stream_->synchronize();
+  sync_wall_ms_ +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void* Context::scratch(size_t bytes) {

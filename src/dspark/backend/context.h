@@ -32,6 +32,10 @@ class Context {
   cuda::BlasLt& blas() const;    // CUDA only
   // Waits for all work enqueued on this context.
   void synchronize() const;
+  // Wall milliseconds spent inside synchronize() on this context so far (CUDA; 0 on the CPU, where
+  // it returns at once): what a caller subtracts from its thread's CPU time to get its host work
+  // outside the waits when the waits spin (SpecTelemetry::sync_wait_ms).
+  double synchronize_wall_ms() const { return sync_wall_ms_; }
   // Device memory of at least `bytes`, valid until the next scratch() call; grows, never shrinks.
   // While capturing (below) it refuses to grow: growing synchronises and frees the old buffer.
   void* scratch(size_t bytes);
@@ -52,6 +56,7 @@ class Context {
   std::unique_ptr<cuda::BlasLt> blas_;
   Buffer scratch_;
   bool capturing_ = false;
+  mutable double sync_wall_ms_ = 0;
 };
 
 }  // namespace dspark

@@ -213,6 +213,7 @@ void SpeculativeEngine::decode_round() {
   const auto t0 = Clock::now();
   const bool cpu_times = config_.cpu_times;
   const double c0 = cpu_times ? thread_cpu_ms() : 0.0;
+  const double sync0 = cpu_times ? ctx_.synchronize_wall_ms() : 0.0;
   RoundScratch& s = round_;
   std::vector<Row*>& rows = s.rows;
   std::vector<ProposeRequest>& requests = s.requests;
@@ -322,6 +323,7 @@ void SpeculativeEngine::decode_round() {
   // The verifier's clock read between enqueueing and waiting (none when it enqueued nothing).
   const double ce = verifier_.enqueued_cpu_ms() > 0 ? verifier_.enqueued_cpu_ms() : c2;
   const double wait_ms = verifier_.wait_ms();
+  const double sync_ms = cpu_times ? ctx_.synchronize_wall_ms() - sync0 : 0.0;
   for (Row* r : rows) {
     r->spec.draft_ms += draft_ms;
     r->spec.verify_ms += verify_ms;
@@ -335,6 +337,7 @@ void SpeculativeEngine::decode_round() {
     r->spec.verify_launch_cpu_ms += ce - cf;
     r->spec.verify_read_cpu_ms += c2 - ce;
     r->spec.verify_wait_ms += wait_ms;
+    r->spec.sync_wait_ms += sync_ms;
   }
 }
 

@@ -43,6 +43,7 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   verify_launch_cpu_ms += o.verify_launch_cpu_ms;
   verify_read_cpu_ms += o.verify_read_cpu_ms;
   verify_wait_ms += o.verify_wait_ms;
+  sync_wait_ms += o.sync_wait_ms;
   prefix_reused += o.prefix_reused;
 }
 
@@ -71,7 +72,8 @@ nlohmann::json SpecTelemetry::to_json() const {
                            {"verify_forward", verify_forward_cpu_ms},
                            {"verify_launch", verify_launch_cpu_ms},
                            {"verify_read", verify_read_cpu_ms},
-                           {"verify_wait_wall", verify_wait_ms}};
+                           {"verify_wait_wall", verify_wait_ms},
+                           {"sync_wait_wall", sync_wait_ms}};
   return j;
 }
 

@@ -30,6 +30,11 @@ struct SpecTelemetry {
   // the wait itself) and the host acceptance loop. verify_wait_ms: the wall time of that last part.
   double verify_batch_cpu_ms = 0, verify_forward_cpu_ms = 0, verify_launch_cpu_ms = 0,
          verify_read_cpu_ms = 0, verify_wait_ms = 0;
+  // cpu_times only: wall time the engine thread spent in Context::synchronize during the rounds
+  // (the drafter's and the verifier's readback waits). With spinning waits (the CUDA default) that
+  // time is CPU time too, so draft + verify + rest CPU minus it is the rounds' host work outside
+  // the waits.
+  double sync_wait_ms = 0;
   int64_t prefix_reused = 0;  // prompt tokens whose target KV came from the prefix cache
 
   void record_round(int n_drafted, int n_accepted);
