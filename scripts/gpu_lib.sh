@@ -10,15 +10,17 @@ out="${OUT:-$repo/gpu-session-logs}"
 mkdir -p "$out"
 t0=$(date +%s)
 
-# The device tool returns at most 8 files from $OUT: when a session leaves more, the loose ones
-# are packed into one gpu-out-PID.tar.gz at exit (unpack with `tar xzf`), so that no log or JSON
-# is dropped (a nested session script packs into its own archive).
+# The device tool returns at most 8 files from $OUT, counting those in subfolders: when a session
+# leaves more under $out (subfolders included), everything but earlier archives is packed into one
+# gpu-out-PID.tar.gz at exit (unpack with `tar xzf`), so that no log or JSON is dropped (a nested
+# session script packs its own folder first).
 pack_out() {
   local n
-  n=$(find "$out" -maxdepth 1 -type f | wc -l)
+  n=$(find "$out" -type f | wc -l)
   if [ "$n" -gt 8 ]; then
-    (cd "$out" && find . -maxdepth 1 -type f ! -name 'gpu-out-*.tar.gz' -printf '%P\n' |
+    (cd "$out" && find . -type f ! -name 'gpu-out-*.tar.gz' -printf '%P\n' |
       tar czf "gpu-out-$$.tar.gz" -T - --remove-files) &&
+      find "$out" -mindepth 1 -type d -empty -delete &&
       echo "packed the files of $out into gpu-out-$$.tar.gz"
   fi
 }
