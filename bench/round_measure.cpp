@@ -35,7 +35,6 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   // prompt K/V and computes only the prompts' last page again, instead of every prompt (context
   // 16k x batch 16: 262k prompt tokens per run). Sources with taps prefill every run, as before.
   cfg.prefix_cache = true;
-  const int max_tokens = rounds * (gamma + 1) + 1;
   // One request per prompt, each of exactly `n_rounds` full rounds' tokens (n_rounds <= rounds).
   auto requests = [&](int n_rounds) {
     std::vector<RequestInput> reqs;
@@ -48,12 +47,10 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
     }
     return reqs;
   };
-  // The KV capacity generate_speculative would give one run: the cached prompt pages of the
+  // The KV capacity generate_speculative gives the longest run: the cached prompt pages of the
   // previous run are the ones the next run attaches, so a run never needs more.
-  int64_t kv_tokens = 0;
-  for (const std::vector<int32_t>& prompt : prompts)
-    kv_tokens += static_cast<int64_t>(prompt.size()) + max_tokens + gamma + 1 + cfg.page_size;
-  SpeculativeEngine engine(target, ctx, source, cfg, static_cast<int>(kv_tokens));
+  SpeculativeEngine engine(target, ctx, source, cfg,
+                           static_cast<int>(speculative_kv_tokens(requests(rounds), cfg)));
   // A run to completion; the first row's telemetry (every row runs the same rounds).
   auto run = [&](int n_rounds) {
     RowId first = -1;

@@ -2,7 +2,8 @@
 # `repo` (and cds there), `out` ($OUT, or gpu-session-logs), `t0`, packs $out at exit when it
 # holds more than 8 files (pack_out), and defines
 #   run SECONDS NAME CMD...   a time-boxed step: log in $out/NAME.log, its last ${TAIL:-14}
-#                             non-JSON lines and the exit status echoed.
+#                             non-JSON lines and the exit status echoed;
+#   random_checkpoints DIR SHAPE...  random-weight checkpoints for the benchmarks.
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -25,6 +26,19 @@ pack_out() {
   fi
 }
 trap pack_out EXIT
+
+# random_checkpoints DIR SHAPE...: tools/synth's random-weight checkpoints (with the Qwen3
+# tokenizer) in DIR/SHAPE, each written once per machine; prints synth's summary line.
+random_checkpoints() {
+  local dir=$1 s
+  shift
+  mkdir -p "$dir/tok"
+  [ -f "$dir/tok/tokenizer.json" ] || python3 -c "import lzma; open('$dir/tok/tokenizer.json', 'wb').write(lzma.open('tests/data/tokenizers/qwen3/tokenizer.json.xz').read())"
+  for s in "$@"; do
+    [ -f "$dir/$s/config.json" ] || timeout 200 python3 tools/synth/make_random_checkpoint.py \
+      --shape "$s" --out "$dir/$s" --tokenizer "$dir/tok" 2>&1 | tail -n 1
+  done
+}
 
 run() {  # seconds name cmd...
   local limit=$1 name=$2

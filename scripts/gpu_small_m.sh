@@ -32,12 +32,7 @@ for i in "${!attention_runs[@]}"; do
 done
 [ -n "${SKIP_ROUND:-}" ] && exit 0
 models=/tmp/dspark-models
-mkdir -p "$models/tok"
-python3 -c "import lzma; open('$models/tok/tokenizer.json','wb').write(lzma.open('tests/data/tokenizers/qwen3/tokenizer.json.xz').read())"
-for s in qwen3-8b qwen3-8b-dspark-b16; do
-  [ -f "$models/$s/config.json" ] || timeout 200 python3 tools/synth/make_random_checkpoint.py \
-    --shape "$s" --out "$models/$s" --tokenizer "$models/tok" 2>&1 | tail -n 1
-done
+random_checkpoints "$models" qwen3-8b qwen3-8b-dspark-b16
 echo "synth done ($(( $(date +%s) - t0 )) s)"
 round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --rounds 32
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})

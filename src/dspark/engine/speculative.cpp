@@ -353,13 +353,18 @@ void SpeculativeEngine::finish_row(Row& r) {
   finished_.emplace_back(r.id, RequestOutput{r.out->finish(), r.spec});
 }
 
-std::vector<RequestOutput> generate_speculative(Model& target, Context& ctx, DraftSource* source,
-                                                std::vector<RequestInput> requests,
-                                                const SpecConfig& config) {
+int64_t speculative_kv_tokens(std::span<const RequestInput> requests, const SpecConfig& config) {
   int64_t tokens = 0;
   for (const auto& r : requests)
     tokens += static_cast<int64_t>(r.prompt.size()) + std::max(0, r.options.max_tokens) +
               config.gamma + 1 + config.page_size;
+  return tokens;
+}
+
+std::vector<RequestOutput> generate_speculative(Model& target, Context& ctx, DraftSource* source,
+                                                std::vector<RequestInput> requests,
+                                                const SpecConfig& config) {
+  const int64_t tokens = speculative_kv_tokens(requests, config);
   DSPARK_CHECK_KIND(invalid_input, tokens < (int64_t{1} << 30), "requests too long");
   SpeculativeEngine engine(target, ctx, source, config, static_cast<int>(tokens));
   std::vector<RowId> ids;

@@ -10,7 +10,9 @@
 // (continuous batching); finished ones are collected with take_finished().
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -115,6 +117,10 @@ class SpeculativeEngine {
   };
   RoundScratch round_;
 };
+
+// Target KV tokens that hold every request at once (prompt + max_tokens + gamma + 1, plus a page of
+// slack each): the capacity generate_speculative gives its engine.
+int64_t speculative_kv_tokens(std::span<const RequestInput> requests, const SpecConfig& config);
 
 // Runs the requests as one batch to completion (results in input order).
 std::vector<RequestOutput> generate_speculative(Model& target, Context& ctx, DraftSource* source,

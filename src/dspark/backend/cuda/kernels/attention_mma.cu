@@ -590,26 +590,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   }
 }
 
-// launch_pdl (pdl.cuh) with the grid.z split CTAs of each query tile as one thread-block cluster.
-template <typename T, int HD, bool kEarly>
-void launch_pdl_cluster(dim3 grid, size_t smem, cudaStream_t stream, const AttentionArgs<T>& a) {
-  cudaLaunchAttribute attrs[2] = {};
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = 1;
-  attrs[1].val.clusterDim.y = 1;
-  attrs[1].val.clusterDim.z = grid.z;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = attrs;
-  config.numAttrs = 2;
-  DSPARK_CUDA_CHECK(cudaLaunchKernelEx(&config, attention_mma_kernel<T, HD, kEarly, true>, a));
-}
-
 template <typename T, int HD, bool kEarly, bool kCluster>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   constexpr size_t kSmem = Layout<HD>::kBytes;
@@ -617,11 +597,9 @@ void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   if constexpr (kSmem > 48 * 1024)
     allow_dynamic_smem<&attention_mma_kernel<T, HD, kEarly, kCluster>>(kSmem);
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
-  if constexpr (kCluster)
-    launch_pdl_cluster<T, HD, kEarly>(grid, kSmem, stream_of(ctx), a);
-  else
-    launch_pdl(attention_mma_kernel<T, HD, kEarly, false>, grid, dim3(kThreads), kSmem,
-               stream_of(ctx), a);
+  // The cluster variant: the grid.z split CTAs of each query tile form one cluster.
+  launch_pdl_cluster(attention_mma_kernel<T, HD, kEarly, kCluster>, grid, dim3(kThreads), kSmem,
+                     stream_of(ctx), dim3(1, 1, kCluster ? grid.z : 1), a);
 }
 
 // The kernel of the call's variants: early (AttentionArgs::early) x cluster.

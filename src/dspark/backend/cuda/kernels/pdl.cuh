@@ -38,20 +38,32 @@ inline bool pdl_enabled() {
   return env_on && compute_major() >= 9;
 }
 
+// launch_pdl with the grid's CTAs grouped into thread-block clusters of `cluster` CTAs (sm_90;
+// each dimension divides the grid's); a cluster of {1, 1, 1} is a plain launch_pdl.
 template <typename... Params, typename... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
+void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                        cudaStream_t stream, dim3 cluster, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = cluster.x;
+  attrs[1].val.clusterDim.y = cluster.y;
+  attrs[1].val.clusterDim.z = cluster.z;
+  config.attrs = attrs;
+  config.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
   DSPARK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <typename... Params, typename... Args>
+void launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+  launch_pdl_cluster(kernel, grid, block, smem, stream, dim3(1, 1, 1), std::forward<Args>(args)...);
 }
 
 }  // namespace dspark::cuda
