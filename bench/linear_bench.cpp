@@ -15,7 +15,10 @@
 // slot ("slots", DSPARK_FP8_BALANCE=0); and the x-in-registers kernel (DSPARK_FP8_STREAM=x;
 // K <= 4096, else the default kernel).
 // At M = 1 it also times the one-row CUDA-core kernel (backend/cuda/kernels/gemv_m1.cu,
-// DSPARK_CUDA_GEMV_M1; opt-in): column "M=1 kernel".
+// DSPARK_CUDA_GEMV_M1; opt-in): column "M=1 kernel". At every M it times the few-rows tensor-core
+// kernel (backend/cuda/kernels/gemv_rows.cu, DSPARK_CUDA_GEMV_ROWS; opt-in) with the cluster size
+// it picks ("rows kernel") and with each size forced ("rows, cluster 1 / 2 / 4 / 8"; a size that
+// does not fit shows cuBLASLt's time). The cuBLASLt column runs with every hand-written path off.
 // --autotune N adds cuBLASLt with autotuned plans (backend/cuda/lt_plans.h: the fastest of up to N
 // heuristic candidates per shape) and lists what each shape's autotuning chose.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
@@ -120,7 +123,12 @@ int main(int argc, char** argv) {
       for (int64_t m : ms) {
         const OwnedTensor x = random_16bit_tensor(dtype, Shape{m, s.k}, 99, Device::cuda(0));
         const OwnedTensor y = OwnedTensor::zeros(dtype, Shape{m, s.n}, Device::cuda(0));
+        // cuBLASLt: every hand-written 16-bit path off (restored below).
+        const bool m1_setting = cuda::m1_linear_enabled();
+        const bool rows_setting = cuda::rows_linear_enabled();
         cuda::set_small_m_linear(false);
+        cuda::set_m1_linear(false);
+        cuda::set_rows_linear(false);
         const double cublas_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
         double tuned_ms = 0.0;
         if (autotune > 1) {
@@ -132,13 +140,29 @@ int main(int argc, char** argv) {
         const double ours_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
         const double ours_gbs = bytes / (ours_ms * 1e-3) / 1e9;
         cuda::set_small_m_linear(false);
-        const bool m1_setting = cuda::m1_linear_enabled();
         double m1_ms = 0.0;
         if (m == 1) {
           cuda::set_m1_linear(true);
           m1_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
         }
+        // The few-rows kernel (gemv_rows.cu; opt-in) with its own cluster size, then each forced
+        // size (0 ms: that size does not fit, cuBLASLt ran instead and is not reported).
+        cuda::set_m1_linear(false);
+        const int rows_cluster_setting = cuda::rows_linear_cluster();
+        cuda::set_rows_linear(true);
+        const double rows_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
+        std::string rows_forced;
+        nlohmann::json rows_forced_json = nlohmann::json::object();
+        for (int cluster : {1, 2, 4, 8}) {
+          cuda::set_rows_linear_cluster(cluster);
+          const double forced_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
+          rows_forced_json[std::to_string(cluster)] = forced_ms;
+          rows_forced += fmt::format("{}{:.1f}", cluster == 1 ? "" : " / ", forced_ms * 1e3);
+        }
+        cuda::set_rows_linear_cluster(rows_cluster_setting);
+        cuda::set_rows_linear(rows_setting);
         cuda::set_m1_linear(m1_setting);
+        const double rows_gbs = bytes / (rows_ms * 1e-3) / 1e9;
         const double cublas_gbs = bytes / (cublas_ms * 1e-3) / 1e9;
         j["results"].push_back({{"n", s.n},
                                 {"k", s.k},
@@ -151,6 +175,10 @@ int main(int argc, char** argv) {
                                 {"cublas_gbs", cublas_gbs},
                                 {"cublas_fraction_of_copy", cublas_gbs * 1e9 / copy_bw}});
         const double m1_gbs = m1_ms > 0 ? bytes / (m1_ms * 1e-3) / 1e9 : 0.0;
+        j["results"].back()["rows_ms"] = rows_ms;
+        j["results"].back()["rows_gbs"] = rows_gbs;
+        j["results"].back()["rows_fraction_of_copy"] = rows_gbs * 1e9 / copy_bw;
+        j["results"].back()["rows_ms_by_cluster"] = rows_forced_json;
         if (m1_ms > 0) {
           j["results"].back()["m1_ms"] = m1_ms;
           j["results"].back()["m1_gbs"] = m1_gbs;
@@ -205,7 +233,9 @@ int main(int argc, char** argv) {
             fmt::format("{:.0f} ({:.0f}%)", cublas_gbs, 100 * cublas_gbs * 1e9 / copy_bw),
             autotune > 1 ? fmt::format("{:.1f}", tuned_ms * 1e3) : std::string("-"),
             m1_ms > 0 ? fmt::format("{:.1f} ({:.0f}%)", m1_ms * 1e3, 100 * m1_gbs * 1e9 / copy_bw)
-                      : std::string("-")};
+                      : std::string("-"),
+            fmt::format("{:.1f} ({:.0f}%)", rows_ms * 1e3, 100 * rows_gbs * 1e9 / copy_bw),
+            rows_forced};
         row.insert(row.end(), fp8_cells.begin(), fp8_cells.end());
         rows.push_back(std::move(row));
       }
@@ -215,6 +245,7 @@ int main(int argc, char** argv) {
     std::printf("%s",
                 format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)", "cuBLASLt us",
                               "cuBLASLt GB/s (of copy)", "autotuned us", "M=1 kernel us (of copy)",
+                              "rows kernel us (of copy)", "rows, cluster 1 / 2 / 4 / 8 us",
                               "FP8 tile us (of copy)", "FP8 s2", "FP8 s4", "FP8 s2x2",
                               "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
                              rows)

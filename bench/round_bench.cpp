@@ -240,6 +240,10 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
       const PhaseMs gs =
           measure(target, ctx, created->source.get(), gamma, prompts, o.rounds, false, true);
       const double host_work = gs.draft_cpu + gs.verify_cpu + gs.rest_cpu - gs.sync_wait;
+      // The same by phase (spinning waits): CPU in the phase minus its wall time in synchronize.
+      const double draft_work = gs.draft_cpu - gs.draft_sync_wait;
+      const double verify_work = gs.verify_cpu - gs.verify_sync_wait;
+      const double rest_work = host_work - draft_work - verify_work;
       // The draft step alone: the same graphed rounds with the device idle when propose starts
       // (SyncedCommits), and the commit's device time in the rest phase.
       SyncedCommits synced(*created->source);
@@ -286,25 +290,28 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
       }
       target.set_cuda_graphs(false);
       const double dec = graphed_decode_ms;
-      j["graphs"]["draft"] = {{"draft_ms", gs.draft},
-                              {"verify_ms", gs.verify},
-                              {"rest_ms", gs.rest},
-                              {"round_ms", gs.round},
-                              {"rounds", gs.rounds},
-                              {"draft_over_decode", gs.draft / dec},
-                              {"round_over_decode", gs.round / dec},
-                              {"draft_alone_ms", alone.draft},
-                              {"draft_alone_over_decode", alone.draft / dec},
-                              {"commit_synced_ms", alone.rest},
-                              {"drafter_graph_replays", ds.n_graph_replays},
-                              {"drafter_graph_captures", ds.n_graph_captures},
-                              {"drafter_graph_fallbacks", ds.n_graph_fallbacks},
-                              {"drafter_rounds", ds.n_rounds},
-                              {"cpu_ms_per_round", cpu_round},
-                              {"blocking_sync", o.blocking_sync},
-                              {"round_cpu_ms", gs.draft_cpu + gs.verify_cpu + gs.rest_cpu},
-                              {"round_sync_wait_ms", gs.sync_wait},
-                              {"round_host_work_outside_waits_ms", host_work}};
+      j["graphs"]["draft"] = {
+          {"draft_ms", gs.draft},
+          {"verify_ms", gs.verify},
+          {"rest_ms", gs.rest},
+          {"round_ms", gs.round},
+          {"rounds", gs.rounds},
+          {"draft_over_decode", gs.draft / dec},
+          {"round_over_decode", gs.round / dec},
+          {"draft_alone_ms", alone.draft},
+          {"draft_alone_over_decode", alone.draft / dec},
+          {"commit_synced_ms", alone.rest},
+          {"drafter_graph_replays", ds.n_graph_replays},
+          {"drafter_graph_captures", ds.n_graph_captures},
+          {"drafter_graph_fallbacks", ds.n_graph_fallbacks},
+          {"drafter_rounds", ds.n_rounds},
+          {"cpu_ms_per_round", cpu_round},
+          {"blocking_sync", o.blocking_sync},
+          {"round_cpu_ms", gs.draft_cpu + gs.verify_cpu + gs.rest_cpu},
+          {"round_sync_wait_ms", gs.sync_wait},
+          {"round_host_work_outside_waits_ms", host_work},
+          {"round_host_work_outside_waits_by_phase_ms",
+           {{"draft", draft_work}, {"verify", verify_work}, {"rest", rest_work}}}};
       const std::string replayed =
           dspark ? fmt::format("drafter: {} of {} rounds replayed (whole run)", ds.n_graph_replays,
                                ds.n_rounds)
@@ -328,9 +335,9 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
         rows.push_back(
             {"  host work per round outside waits", fmt::format("{:.3f}", host_work), "",
              fmt::format("engine thread CPU {:.3f} ms in the rounds - {:.3f} ms inside "
-                         "synchronize (draft / verify / rest CPU {:.3f} / {:.3f} / {:.3f})",
-                         gs.draft_cpu + gs.verify_cpu + gs.rest_cpu, gs.sync_wait, gs.draft_cpu,
-                         gs.verify_cpu, gs.rest_cpu)});
+                         "synchronize; by phase: draft / verify / rest {:.3f} / {:.3f} / {:.3f}",
+                         gs.draft_cpu + gs.verify_cpu + gs.rest_cpu, gs.sync_wait, draft_work,
+                         verify_work, rest_work)});
       if (o.blocking_sync)
         rows.push_back({"  CPU per round: draft / verify / rest",
                         fmt::format("{:.3f}", cpu2.draft_cpu + cpu2.verify_cpu + cpu2.rest_cpu), "",

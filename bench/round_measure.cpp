@@ -108,6 +108,8 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   m.verify_read_cpu = t.verify_read_cpu_ms / t.rounds;
   m.verify_wait = t.verify_wait_ms / t.rounds;
   m.sync_wait = t.sync_wait_ms / t.rounds;
+  m.draft_sync_wait = t.draft_sync_wait_ms / t.rounds;
+  m.verify_sync_wait = t.verify_sync_wait_ms / t.rounds;
   m.draft = t.draft_ms / t.rounds;
   m.verify = t.verify_ms / t.rounds;
   m.rest = t.rest_ms / t.rounds;

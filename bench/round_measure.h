@@ -48,6 +48,7 @@ struct PhaseMs {
   double verify_batch_cpu = 0, verify_forward_cpu = 0, verify_launch_cpu = 0, verify_read_cpu = 0;
   double verify_wait = 0;
   double sync_wait = 0;  // cpu_times: wall ms per round inside Context::synchronize
+  double draft_sync_wait = 0, verify_sync_wait = 0;  // the part of it in those phases
 };
 
 // Per-round means over `rounds` rounds of one request per prompt (all rows decode in every round:

@@ -63,7 +63,8 @@ fi
 # a name containing "noearly" takes the previous attention path instead of the early variant
 # (copies before the PDL wait; DSPARK_ATTN_DECODE=1), one containing "trace" adds --trace (CUPTI
 # timeline per kernel), one containing "blocking" --blocking-sync, one containing "gemvm1" the
-# one-row linear kernel for the target's decode steps (DSPARK_CUDA_GEMV_M1=1, opt-in).
+# one-row linear kernel for the target's decode steps (DSPARK_CUDA_GEMV_M1=1, opt-in), one
+# containing "gemvrows" the few-rows kernel for its verify steps (DSPARK_CUDA_GEMV_ROWS=1, opt-in).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -82,6 +83,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == fp8x_* ]] && export DSPARK_FP8_STREAM=x
     [[ "$r" == *noearly* ]] && export DSPARK_ATTN_DECODE=1
     [[ "$r" == *gemvm1* ]] && export DSPARK_CUDA_GEMV_M1=1
+    [[ "$r" == *gemvrows* ]] && export DSPARK_CUDA_GEMV_ROWS=1
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace)
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

@@ -1,9 +1,10 @@
 // The one-row CUDA-core linear path (backend/cuda/kernels/gemv_m1.cu: M == 1, 16-bit weights,
-// K % 8 == 0, K <= 16,384; opt-in) against the CPU on the same rounded inputs: K from one 16-byte
-// chunk up to the kernel's limit, so one to four chunks per lane and warps with a partial or empty
-// share of K; N below, at and above every row-tile size (4, 8, 16) and past the grid's first pass;
-// both output dtypes, with and without a bias. Then its own properties: the same bits on every
-// call (no atomics, a fixed summation order) and the switch (off: cuBLASLt, within rounding).
+// K % 8 == 0, K <= 16,384, N <= 65,536; the default) against the CPU on the same rounded inputs: K
+// from one 16-byte chunk up to the kernel's limit, so one to four chunks per lane and warps with a
+// partial or empty share of K; N below, at and above every row-tile size (4, 8, 16) and past the
+// grid's first pass; both output dtypes, with and without a bias. Then its own properties: the same
+// bits on every call (no atomics, a fixed summation order) and the switch (off: cuBLASLt, within
+// rounding).
 #include <cstring>
 
 #include "dspark/backend/cuda/kernels.h"
@@ -17,7 +18,7 @@ namespace {
 TEST(CudaGemvM1, OneRowMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
-  cuda::set_m1_linear(true);  // opt-in path
+  cuda::set_m1_linear(true);  // the default; on in case the environment turned it off
 #endif
   Contexts ctx;
   uint32_t seed = 9000;

@@ -10,6 +10,7 @@
 #include "dspark/ops/matmul.h"
 
 #include "cuda/cuda_consistency.h"
+#include "cuda/linear_paths.h"
 
 namespace dspark::test {
 namespace {
@@ -17,7 +18,8 @@ namespace {
 TEST(CudaGemv, SmallMMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
-  cuda::set_small_m_linear(true);  // opt-in path
+  const ScopedLinearPaths only_small_m(false, false);  // the paths tried before it off
+  cuda::set_small_m_linear(true);                      // opt-in path
 #endif
   Contexts ctx;
   uint32_t seed = 7000;
@@ -51,6 +53,7 @@ TEST(CudaGemv, SmallMMatchesCpu) {
 // Row r of an M-row call == the one-row call on row r, bit for bit, for every M the path takes.
 TEST(CudaGemv, BatchInvariant) {
   DSPARK_REQUIRE_CUDA();
+  const ScopedLinearPaths only_small_m(false, false);  // the paths tried before it off
   cuda::set_small_m_linear(true);
   Contexts ctx;
   constexpr int64_t kMaxM = 48, kN = 300, kK = 4096 + 8 * 5;
@@ -79,6 +82,7 @@ TEST(CudaGemv, BatchInvariant) {
 // kernel.
 TEST(CudaGemv, SwitchFallsBackToCublas) {
   DSPARK_REQUIRE_CUDA();
+  const ScopedLinearPaths only_small_m(false, false);  // the paths tried before it off
   Contexts ctx;
   const Pair x = random_pair(DType::bf16, Shape{4, 512}, 8200);
   const Pair w = random_pair(DType::bf16, Shape{96, 512}, 8201, 0.05f);

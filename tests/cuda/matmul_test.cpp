@@ -8,6 +8,7 @@
 #include "dspark/backend/cuda/kernels.h"
 
 #include "cuda/cuda_consistency.h"
+#include "cuda/linear_paths.h"
 
 namespace dspark::test {
 namespace {
@@ -99,6 +100,7 @@ TEST(CudaMatmul, CachedPlanIsDeterministic) {
 // heuristic's first) for every autotuned shape. Turning it off forgets the plans again.
 TEST(CudaMatmul, AutotunedPlansMatchCpu) {
   DSPARK_REQUIRE_CUDA();
+  const ScopedLinearPaths cublas_only(false, false);  // M = 1 would take the one-row kernel
   Contexts ctx;
   cuda::set_linear_autotune(8);
   const size_t before = cuda::linear_plan_log().size();

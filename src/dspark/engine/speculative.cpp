@@ -250,6 +250,7 @@ void SpeculativeEngine::decode_round() {
                  requests[i].max_tokens);
   const auto t1 = Clock::now();
   const double c1 = cpu_times ? thread_cpu_ms() : 0.0;
+  const double sync1 = cpu_times ? ctx_.synchronize_wall_ms() : 0.0;
 
   // The verify batch: [pending, drafts] per row, logits for every token.
   ForwardBatch& batch = s.batch;
@@ -283,6 +284,7 @@ void SpeculativeEngine::decode_round() {
   verifier_.verify(ctx_, fo.logits, proposal, s.params, s.seeds, s.positions, vr);
   const auto t2 = Clock::now();
   const double c2 = cpu_times ? thread_cpu_ms() : 0.0;
+  const double sync2 = cpu_times ? ctx_.synchronize_wall_ms() : 0.0;
 
   // Commit: the target keeps [pending, accepted drafts]; the rest of its KV is dropped.
   std::vector<RowUpdate>& updates = s.updates;
@@ -338,6 +340,8 @@ void SpeculativeEngine::decode_round() {
     r->spec.verify_read_cpu_ms += c2 - ce;
     r->spec.verify_wait_ms += wait_ms;
     r->spec.sync_wait_ms += sync_ms;
+    r->spec.draft_sync_wait_ms += sync1 - sync0;
+    r->spec.verify_sync_wait_ms += sync2 - sync1;
   }
 }
 

@@ -44,6 +44,8 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   verify_read_cpu_ms += o.verify_read_cpu_ms;
   verify_wait_ms += o.verify_wait_ms;
   sync_wait_ms += o.sync_wait_ms;
+  draft_sync_wait_ms += o.draft_sync_wait_ms;
+  verify_sync_wait_ms += o.verify_sync_wait_ms;
   prefix_reused += o.prefix_reused;
 }
 
@@ -73,7 +75,9 @@ nlohmann::json SpecTelemetry::to_json() const {
                            {"verify_launch", verify_launch_cpu_ms},
                            {"verify_read", verify_read_cpu_ms},
                            {"verify_wait_wall", verify_wait_ms},
-                           {"sync_wait_wall", sync_wait_ms}};
+                           {"sync_wait_wall", sync_wait_ms},
+                           {"draft_sync_wait_wall", draft_sync_wait_ms},
+                           {"verify_sync_wait_wall", verify_sync_wait_ms}};
   return j;
 }
 

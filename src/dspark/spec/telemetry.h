@@ -33,8 +33,9 @@ struct SpecTelemetry {
   // cpu_times only: wall time the engine thread spent in Context::synchronize during the rounds
   // (the drafter's and the verifier's readback waits). With spinning waits (the CUDA default) that
   // time is CPU time too, so draft + verify + rest CPU minus it is the rounds' host work outside
-  // the waits.
-  double sync_wait_ms = 0;
+  // the waits. draft_ / verify_sync_wait_ms: the part of it inside those phases (the rest's is the
+  // difference), so that the host work outside the waits can be split by phase.
+  double sync_wait_ms = 0, draft_sync_wait_ms = 0, verify_sync_wait_ms = 0;
   int64_t prefix_reused = 0;  // prompt tokens whose target KV came from the prefix cache
 
   void record_round(int n_drafted, int n_accepted);

@@ -36,11 +36,21 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 void set_small_m_linear(bool enabled);
 bool small_m_linear_enabled();
 // linear with one row of x on CUDA cores (kernels/gemv_m1.cu: 16-bit weights, K % 8 == 0, K <=
-// 16,384), for decode steps; tried before the small-M kernel and cuBLASLt. Opt-in and not yet run
-// on a GPU: off unless the environment has DSPARK_CUDA_GEMV_M1=1 (read once) or after
-// set_m1_linear(true). Process-wide; for benchmarks and tests.
+// 16,384, N <= 65,536), for decode steps; tried before the other kernels and cuBLASLt. On by
+// default; off when the environment has DSPARK_CUDA_GEMV_M1=0 (read once) or after
+// set_m1_linear(false). Process-wide; for benchmarks and tests.
 void set_m1_linear(bool enabled);
 bool m1_linear_enabled();
+// linear with 1-32 rows of x on tensor cores (kernels/gemv_rows.cu: 16-bit weights, K % 8 == 0, N
+// <= 65,536), for verify steps; tried after the one-row kernel, before the small-M kernel and
+// cuBLASLt. Opt-in: off unless the environment has DSPARK_CUDA_GEMV_ROWS=1 (read once) or after
+// set_rows_linear(true). set_rows_linear_cluster(C) fixes its cluster size (1, 2, 4 or 8; 0, the
+// default or DSPARK_CUDA_GEMV_ROWS_CLUSTER, lets it choose). Process-wide; for benchmarks and
+// tests.
+void set_rows_linear(bool enabled);
+bool rows_linear_enabled();
+void set_rows_linear_cluster(int cluster);
+int rows_linear_cluster();
 // linear's cuBLASLt algorithm per shape (backend/cuda/lt_plans.h): 0 (the default unless the
 // environment has DSPARK_LT_AUTOTUNE=N) takes the heuristic's first candidate; N > 1 times up to N
 // candidates when a shape is first seen (outside graph capture; each call after an L2 flush) and

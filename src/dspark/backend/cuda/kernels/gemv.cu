@@ -34,6 +34,7 @@ using gemv_tile::kRows;
 using gemv_tile::kSplitAlign;
 using gemv_tile::kWarps;
 using gemv_tile::load_stream;
+using gemv_tile::mma_chunk;
 using gemv_tile::word;
 constexpr int kChunk = 32;  // K elements per chunk (64 bytes per weight row)
 
@@ -46,21 +47,6 @@ struct GemvParams {
   device::FloatKind bias_kind;
   int64_t m, n, k, ldx, ldy;
 };
-
-// The two MMA steps of one 32-element chunk: a / b hold weight rows g and g + 8, x[t] token rows
-// g + 8t (see the header comment for the k permutation).
-template <typename TW, int NT>
-__device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, const uint4& b,
-                                          const uint4 (&x)[NT]) {
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-    const uint32_t a0 = word(a, 2 * s), a1 = word(b, 2 * s);
-    const uint32_t a2 = word(a, 2 * s + 1), a3 = word(b, 2 * s + 1);
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-      device::mma<TW>(acc[t], a0, a1, a2, a3, word(x[t], 2 * s), word(x[t], 2 * s + 1));
-  }
-}
 
 // NT: token tiles of 8 (M <= 8 * NT); U: chunks in flight per lane.
 template <typename TW, typename TY, int NT, int U>

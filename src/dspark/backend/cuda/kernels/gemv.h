@@ -21,9 +21,20 @@ bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias
 
 // One row of x (gemv_m1.cu, CUDA cores, K split over 16 warps): launches and returns true when x
 // and w are bf16 or f16 of the same dtype, y that dtype or f32, M == 1, K % 8 == 0, K <= 16,384,
-// w contiguous, x and w 16-byte aligned, and the path is enabled (set_m1_linear; off unless the
-// environment has DSPARK_CUDA_GEMV_M1=1); returns false, doing nothing, otherwise.
+// N <= 65,536, w contiguous, x and w 16-byte aligned, and the path is enabled (set_m1_linear; on
+// unless the environment has DSPARK_CUDA_GEMV_M1=0); returns false, doing nothing, otherwise.
 bool try_gemv_m1(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
                  const Tensor& y);
+
+inline constexpr int kGemvRowsMaxRows = 32;
+
+// Few rows of x on tensor cores (gemv_rows.cu: a persistent grid of thread-block clusters that
+// split K, x staged once in shared memory): launches and returns true when x and w are bf16 or f16
+// of the same dtype, y that dtype or f32, M <= kGemvRowsMaxRows, K % 8 == 0, N <= 65,536, w
+// contiguous, x and w 16-byte aligned, a launch shape fits the shared memory, and the path is
+// enabled (set_rows_linear; off unless the environment has DSPARK_CUDA_GEMV_ROWS=1); returns false,
+// doing nothing, otherwise.
+bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
+                   const Tensor& y);
 
 }  // namespace dspark::cuda

@@ -1,7 +1,9 @@
 // The one-token linear kernel (decode steps; gemv.h, try_gemv_m1): y[N] = x[K] . w[N, K]^T (+ bias)
-// for 16-bit weights, on CUDA cores. Opt-in (DSPARK_CUDA_GEMV_M1=1, set_m1_linear): written in
-// session 6 without a GPU, to be measured against cuBLASLt (whose decode GEMMs stream the q/k/v and
-// o projections at 63-74% of the copy bandwidth, docs/perf-notes.md) before it becomes a default.
+// for 16-bit weights, on CUDA cores. The default since session 7 (DSPARK_CUDA_GEMV_M1=0 or
+// set_m1_linear(false) for cuBLASLt): on the H200 it streams the Qwen3-8B q/k/v, o and down
+// projections at 87-98% of the copy bandwidth where cuBLASLt reaches 60-79%, and moves a graphed
+// decode step from 79.7% to 87.2% of it (docs/perf-notes.md, session 7). N > 65,536 (an LM head)
+// stays on cuBLASLt, which streams those at ~100% (this kernel: 100%, 5% slower).
 //  - One CTA of 16 warps per multiprocessor (a balanced persistent grid: every CTA walks the same
 //    number of row tiles, up to one) walks tiles of RT weight rows: RT = 16 for K <= 4096, 8 for K
 //    <= 8192, 4 above (so that a lane has 16 or 12 loads of 16 bytes in flight).
@@ -33,6 +35,7 @@ constexpr int kWarpsM1 = 16;
 constexpr int kThreadsM1 = kWarpsM1 * 32;
 constexpr int kMaxChunksPerLane = 4;
 constexpr int64_t kMaxK = int64_t{kWarpsM1} * 32 * kMaxChunksPerLane * 8;
+constexpr int64_t kMaxN = 65536;  // larger N (an LM head) stays on cuBLASLt (the file comment)
 
 template <typename TW, typename TY>
 struct M1Params {
@@ -147,10 +150,9 @@ void launch_m1(const M1Params<TW, TY>& p, cudaStream_t stream) {
   launch_pdl(gemv_m1_kernel<TW, TY, CH>, dim3(grid), dim3(kThreadsM1), 0, stream, p);
 }
 
-// Off by default (not yet measured on a GPU); DSPARK_CUDA_GEMV_M1=1 (read once) or
-// set_m1_linear(true) turns it on.
+// On by default; DSPARK_CUDA_GEMV_M1=0 (read once) or set_m1_linear(false) turns it off.
 std::atomic<int>& m1_flag() {
-  static std::atomic<int> flag = env_switch("DSPARK_CUDA_GEMV_M1", false) ? 1 : 0;
+  static std::atomic<int> flag = env_switch("DSPARK_CUDA_GEMV_M1", true) ? 1 : 0;
   return flag;
 }
 
@@ -171,7 +173,7 @@ bool try_gemv_m1(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b
   if (y.dtype() != DType::f32 && y.dtype() != x.dtype()) return false;
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t k = xv.cols, n = w.size(0);
-  if (xv.rows != 1 || yv.rows != 1 || k % 8 != 0 || k > kMaxK || n < 1) return false;
+  if (xv.rows != 1 || yv.rows != 1 || k % 8 != 0 || k > kMaxK || n < 1 || n > kMaxN) return false;
   if (!w.is_contiguous() || !device::is_aligned16(w.data()) || !device::is_aligned16(x.data()))
     return false;
   const int64_t chunks_per_lane = ceil_div(ceil_div(k / 8, int64_t{kWarpsM1}), int64_t{32});

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "dspark/backend/cuda/device/mma.cuh"
+
 namespace dspark::cuda::gemv_tile {
 
 constexpr int kWarps = 8;       // split-K ways per CTA
@@ -78,6 +80,22 @@ __device__ __forceinline__ void reduce_warps(float (&partial)[W][kRows][8 * NT],
 #pragma unroll
     for (int w = 0; w < W; ++w) sum += partial[w][r][token];
     out(row, token, sum);
+  }
+}
+
+// The two MMA steps of one 32-element chunk: a / b hold weight rows g and g + 8, x[t] token rows
+// g + 8t (see gemv.cu's header comment for the k permutation: the
+// same one for A and B).
+template <typename TW, int NT>
+__device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, const uint4& b,
+                                          const uint4 (&x)[NT]) {
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    const uint32_t a0 = word(a, 2 * s), a1 = word(b, 2 * s);
+    const uint32_t a2 = word(a, 2 * s + 1), a3 = word(b, 2 * s + 1);
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+      device::mma<TW>(acc[t], a0, a1, a2, a3, word(x[t], 2 * s), word(x[t], 2 * s + 1));
   }
 }
 

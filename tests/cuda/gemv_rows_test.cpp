@@ -1,0 +1,98 @@
+// The few-rows tensor-core linear path (backend/cuda/kernels/gemv_rows.cu: 1-32 rows of x, 16-bit
+// weights, K % 8 == 0, N <= 65,536; opt-in) against the CPU on the same rounded inputs: every token
+// tile count (M up to 8, 16, 24, 32), K from one 16-byte chunk to a down projection (a partial last
+// chunk, warps with an empty share; where x does not fit one CTA the call goes to cuBLASLt), N
+// below, at and above a tile and past the grid's first pass; both output dtypes, with and without
+// a bias; then each cluster size forced (K split over 2-8 CTAs). Then its own properties: the same
+// bits on every call (a fixed summation order) and the switch (off: cuBLASLt, within rounding).
+#include <cstring>
+
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/ops/matmul.h"
+
+#include "cuda/cuda_consistency.h"
+
+namespace dspark::test {
+namespace {
+
+struct RowsCase {
+  int64_t m, k, n;
+};
+
+void expect_rows_case(Contexts& ctx, DType in, DType out, const RowsCase& s, uint32_t& seed,
+                      const std::string& what) {
+  const Pair x = random_pair(in, Shape{s.m, s.k}, seed++);
+  const Pair w = random_pair(in, Shape{s.n, s.k}, seed++, 0.05f);
+  const Pair bias = random_pair(DType::f32, Shape{s.n}, seed++);
+  const Pair y = zeros_pair(out, Shape{s.m, s.n});
+  const bool with_bias = s.n % 2 == 1;
+  const Tensor no_bias;
+  linear(ctx.cpu, x.cpu, w.cpu, with_bias ? bias.cpu.view() : no_bias, y.cpu);
+  linear(ctx.gpu, x.gpu, w.gpu, with_bias ? bias.gpu.view() : no_bias, y.gpu);
+  ctx.gpu.synchronize();
+  expect_close(y.gpu, y.cpu, out == DType::f32 ? 1e-4 : tolerance(out),
+               what + " " + name_of(in) + " -> " + name_of(out) + " M=" + std::to_string(s.m) +
+                   " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k));
+}
+
+TEST(CudaGemvRows, FewRowsMatchCpu) {
+  DSPARK_REQUIRE_CUDA();
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  const bool saved = cuda::rows_linear_enabled();
+  cuda::set_rows_linear(true);  // opt-in path
+#endif
+  Contexts ctx;
+  uint32_t seed = 9300;
+  // K 8: one partial chunk; 1032: a partial last chunk, warps with no share; 4096 (q/k/v, o);
+  // 12288 (a down projection; x fits one CTA up to M = 9). N 1, 17 (a tile plus one row), 4099
+  // (several passes of the grid, a partial last tile).
+  const RowsCase cases[] = {{2, 8, 17},      {5, 1032, 4099},   {8, 4096, 17},
+                            {9, 4096, 4099}, {17, 4096, 1},     {17, 4096, 4099},
+                            {24, 1032, 17},  {32, 4096, 4099},  {17, 12288, 4099},
+                            {3, 12288, 17},  {32, 12288, 1031}, {1, 4096, 4099}};
+  for (DType in : {DType::bf16, DType::f16})
+    for (DType out : {in, DType::f32})
+      for (const RowsCase& s : cases) expect_rows_case(ctx, in, out, s, seed, "auto");
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  // Each cluster size forced (a size whose part of x does not fit falls back to cuBLASLt).
+  for (int cluster : {1, 2, 4, 8}) {
+    cuda::set_rows_linear_cluster(cluster);
+    for (const RowsCase& s : {RowsCase{17, 4096, 4099}, RowsCase{6, 12288, 1031}})
+      expect_rows_case(ctx, DType::bf16, DType::f32, s, seed, "cluster " + std::to_string(cluster));
+  }
+  cuda::set_rows_linear_cluster(0);
+  cuda::set_rows_linear(saved);
+#endif
+}
+
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)  // properties of the CUDA kernel itself
+// Two calls give the same bits (clusters of 1 and of 8); the switch off routes through cuBLASLt
+// (same values within rounding).
+TEST(CudaGemvRows, DeterministicAndSwitchable) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const bool saved = cuda::rows_linear_enabled();
+  const int64_t m = 17, n = 6144;
+  for (int64_t k : {4096, 12288}) {
+    const Pair x = random_pair(DType::bf16, Shape{m, k}, 9400);
+    const Pair w = random_pair(DType::bf16, Shape{n, k}, 9401, 0.05f);
+    const Pair a = zeros_pair(DType::f32, Shape{m, n}), b = zeros_pair(DType::f32, Shape{m, n});
+    const Pair c = zeros_pair(DType::f32, Shape{m, n});
+    cuda::set_rows_linear(true);
+    linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, a.gpu);
+    linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, b.gpu);
+    cuda::set_rows_linear(false);
+    linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, c.gpu);
+    ctx.gpu.synchronize();
+    const OwnedTensor ha = OwnedTensor::copy_of(a.gpu.view(), Device::cpu());
+    const OwnedTensor hb = OwnedTensor::copy_of(b.gpu.view(), Device::cpu());
+    EXPECT_EQ(0, std::memcmp(ha.view().data(), hb.view().data(), m * n * sizeof(float)))
+        << "two calls of the few-rows kernel differ, K=" << k;
+    expect_close(a.gpu, c.gpu, 1e-4, "few-rows kernel vs cuBLASLt, K=" + std::to_string(k));
+  }
+  cuda::set_rows_linear(saved);
+}
+#endif
+
+}  // namespace
+}  // namespace dspark::test
