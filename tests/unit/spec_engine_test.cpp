@@ -237,7 +237,10 @@ TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {
   EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("verify_forward"));
   // Context::synchronize returns at once on the CPU: no wall time inside it.
   EXPECT_EQ(on.sync_wait_ms, 0.0);
+  EXPECT_EQ(on.draft_sync_wait_ms + on.verify_sync_wait_ms, 0.0);  // its parts by phase
   EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("sync_wait_wall"));
+  EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("draft_sync_wait_wall"));
+  EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("verify_sync_wait_wall"));
 }
 
 }  // namespace

@@ -149,34 +149,26 @@ bool small_m_linear_enabled() {
 }
 
 bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
-  if (!small_m_linear_enabled()) return false;
-  if (x.dtype() != w.dtype() || (x.dtype() != DType::bf16 && x.dtype() != DType::f16)) return false;
-  if (y.dtype() != DType::f32 && y.dtype() != x.dtype()) return false;
+  if (!small_m_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t m = xv.rows, k = xv.cols, n = w.size(0);
-  if (m < 1 || m > kGemvMaxRows || k % 8 != 0 || n < 1) return false;
-  if (!w.is_contiguous() || !device::is_aligned16(w.data()) || !device::is_aligned16(x.data()))
-    return false;
-  if (m > 1 && (xv.stride % 8) != 0) return false;
+  if (m < 1 || m > kGemvMaxRows) return false;
+  const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
-  dispatch_float(x.dtype(), [&]<typename TW>(TypeTag<TW>) {
-    if constexpr (!std::is_same_v<TW, float>) {
-      dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {
-        GemvParams<device_t<TW>, device_t<TY>> p{
-            device_ptr<TW>(w),
-            device_ptr<TW>(x),
-            device_ptr<TY>(y),
-            bias.defined() && bias.numel() > 0 ? bias.data() : nullptr,
-            bias.defined() && bias.numel() > 0 ? float_kind(bias.dtype()) : device::FloatKind::f32,
-            m,
-            n,
-            k,
-            m == 1 ? k : xv.stride,
-            m == 1 ? n : yv.stride};
+  gemv_tile::dispatch_16bit(
+      x.dtype(), y.dtype(), [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
+        const GemvParams<device_t<TW>, device_t<TY>> p{device_ptr<TW>(w),
+                                                       device_ptr<TW>(x),
+                                                       device_ptr<TY>(y),
+                                                       b.data,
+                                                       b.kind,
+                                                       m,
+                                                       n,
+                                                       k,
+                                                       m == 1 ? k : xv.stride,
+                                                       m == 1 ? n : yv.stride};
         launch_tiles<device_t<TW>, device_t<TY>>(m, p, stream);
       });
-    }
-  });
   return true;
 }
 

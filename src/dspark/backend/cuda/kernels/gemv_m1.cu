@@ -168,44 +168,28 @@ bool m1_linear_enabled() {
 
 bool try_gemv_m1(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
                  const Tensor& y) {
-  if (!m1_linear_enabled()) return false;
-  if (x.dtype() != w.dtype() || (x.dtype() != DType::bf16 && x.dtype() != DType::f16)) return false;
-  if (y.dtype() != DType::f32 && y.dtype() != x.dtype()) return false;
+  if (!m1_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t k = xv.cols, n = w.size(0);
-  if (xv.rows != 1 || yv.rows != 1 || k % 8 != 0 || k > kMaxK || n < 1 || n > kMaxN) return false;
-  if (!w.is_contiguous() || !device::is_aligned16(w.data()) || !device::is_aligned16(x.data()))
-    return false;
+  if (xv.rows != 1 || yv.rows != 1 || k > kMaxK || n > kMaxN) return false;
   const int64_t chunks_per_lane = ceil_div(ceil_div(k / 8, int64_t{kWarpsM1}), int64_t{32});
+  const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
-  dispatch_float(x.dtype(), [&]<typename TW>(TypeTag<TW>) {
-    if constexpr (!std::is_same_v<TW, float>) {
-      dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {
-        // y is f32 or x's dtype (checked above): no kernels for the other pairs.
-        if constexpr (std::is_same_v<TY, float> || std::is_same_v<TY, TW>) {
-          const M1Params<device_t<TW>, device_t<TY>> p{
-              device_ptr<TW>(w),
-              device_ptr<TW>(x),
-              device_ptr<TY>(y),
-              bias.defined() && bias.numel() > 0 ? bias.data() : nullptr,
-              bias.defined() && bias.numel() > 0 ? float_kind(bias.dtype())
-                                                 : device::FloatKind::f32,
-              n,
-              k};
-          switch (chunks_per_lane) {
-            case 1:
-              return launch_m1<device_t<TW>, device_t<TY>, 1>(p, stream);
-            case 2:
-              return launch_m1<device_t<TW>, device_t<TY>, 2>(p, stream);
-            case 3:
-              return launch_m1<device_t<TW>, device_t<TY>, 3>(p, stream);
-            default:
-              return launch_m1<device_t<TW>, device_t<TY>, 4>(p, stream);
-          }
+  gemv_tile::dispatch_16bit(
+      x.dtype(), y.dtype(), [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
+        const M1Params<device_t<TW>, device_t<TY>> p{
+            device_ptr<TW>(w), device_ptr<TW>(x), device_ptr<TY>(y), b.data, b.kind, n, k};
+        switch (chunks_per_lane) {
+          case 1:
+            return launch_m1<device_t<TW>, device_t<TY>, 1>(p, stream);
+          case 2:
+            return launch_m1<device_t<TW>, device_t<TY>, 2>(p, stream);
+          case 3:
+            return launch_m1<device_t<TW>, device_t<TY>, 3>(p, stream);
+          default:
+            return launch_m1<device_t<TW>, device_t<TY>, 4>(p, stream);
         }
       });
-    }
-  });
   return true;
 }
 

@@ -370,47 +370,36 @@ int rows_linear_cluster() {
 
 bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
                    const Tensor& y) {
-  if (!rows_linear_enabled()) return false;
-  if (x.dtype() != w.dtype() || (x.dtype() != DType::bf16 && x.dtype() != DType::f16)) return false;
-  if (y.dtype() != DType::f32 && y.dtype() != x.dtype()) return false;
+  if (!rows_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t m = xv.rows, k = xv.cols, n = w.size(0);
-  if (m < 1 || m > kGemvRowsMaxRows || k % 8 != 0 || n < 1 || n > kMaxN) return false;
-  if (!w.is_contiguous() || !device::is_aligned16(w.data()) || !device::is_aligned16(x.data()))
-    return false;
-  if (m > 1 && (xv.stride % 8) != 0) return false;
+  if (m < 1 || m > kGemvRowsMaxRows || n > kMaxN) return false;
   const bool clusters_ok = compute_major() >= 9;
+  const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
   bool launched = false;
-  dispatch_float(x.dtype(), [&]<typename TW>(TypeTag<TW>) {
-    if constexpr (!std::is_same_v<TW, float>) {
-      dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {
-        // y is f32 or x's dtype (checked above): no kernels for the other pairs.
-        if constexpr (std::is_same_v<TY, float> || std::is_same_v<TY, TW>) {
-          const RowsParams<device_t<TW>, device_t<TY>> p{
-              device_ptr<TW>(w),
-              device_ptr<TW>(x),
-              device_ptr<TY>(y),
-              bias.defined() && bias.numel() > 0 ? bias.data() : nullptr,
-              bias.defined() && bias.numel() > 0 ? float_kind(bias.dtype())
-                                                 : device::FloatKind::f32,
-              m,
-              n,
-              k,
-              m == 1 ? k : xv.stride,
-              m == 1 ? n : yv.stride,
-              0,
-              0,
-              0,
-              0,
-              0,
-              0,
-              0};
-          launched = launch_rows_tiles<device_t<TW>, device_t<TY>>(m, p, clusters_ok, stream);
-        }
+  gemv_tile::dispatch_16bit(
+      x.dtype(), y.dtype(), [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
+        // The launch fields (cluster .. tiles) are set by launch_rows.
+        const RowsParams<device_t<TW>, device_t<TY>> p{device_ptr<TW>(w),
+                                                       device_ptr<TW>(x),
+                                                       device_ptr<TY>(y),
+                                                       b.data,
+                                                       b.kind,
+                                                       m,
+                                                       n,
+                                                       k,
+                                                       m == 1 ? k : xv.stride,
+                                                       m == 1 ? n : yv.stride,
+                                                       0,
+                                                       0,
+                                                       0,
+                                                       0,
+                                                       0,
+                                                       0,
+                                                       0};
+        launched = launch_rows_tiles<device_t<TW>, device_t<TY>>(m, p, clusters_ok, stream);
       });
-    }
-  });
   return launched;
 }
 

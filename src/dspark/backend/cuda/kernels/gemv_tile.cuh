@@ -7,7 +7,11 @@
 
 #include <cstdint>
 
+#include <type_traits>
+
 #include "dspark/backend/cuda/device/mma.cuh"
+#include "dspark/backend/cuda/device/vec.cuh"
+#include "dspark/backend/cuda/kernels/common.cuh"
 
 namespace dspark::cuda::gemv_tile {
 
@@ -97,6 +101,44 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, c
     for (int t = 0; t < NT; ++t)
       device::mma<TW>(acc[t], a0, a1, a2, a3, word(x[t], 2 * s), word(x[t], 2 * s + 1));
   }
+}
+
+// Host side of the 16-bit entry points (gemv.cu, gemv_m1.cu, gemv_rows.cu): whether x, w and y fit
+// their kernels at all (x and w bf16 or f16 of one dtype, y that dtype or f32, K % 8 == 0, w
+// contiguous, x and w 16-byte aligned, x's rows 8-element aligned when there are several); each
+// adds its own limits on M, N and K.
+inline bool fits_16bit(const Tensor& x, const Tensor& w, const Tensor& y) {
+  if (x.dtype() != w.dtype() || (x.dtype() != DType::bf16 && x.dtype() != DType::f16)) return false;
+  if (y.dtype() != DType::f32 && y.dtype() != x.dtype()) return false;
+  const RowView xv = row_view(x);
+  if (xv.cols % 8 != 0 || w.size(0) < 1) return false;
+  if (!w.is_contiguous() || !device::is_aligned16(w.data()) || !device::is_aligned16(x.data()))
+    return false;
+  return xv.rows <= 1 || xv.stride % 8 == 0;
+}
+
+// Calls f(TypeTag<TW>{}, TypeTag<TY>{}) for the dtype pair of a call that fits_16bit: TW the 16-bit
+// type of x and w, TY the output type (f32 or TW). Other pairs call nothing.
+template <typename F>
+void dispatch_16bit(DType x, DType y, F&& f) {
+  dispatch_float(x, [&]<typename TW>(TypeTag<TW>) {
+    if constexpr (!std::is_same_v<TW, float>) {
+      dispatch_float(y, [&]<typename TY>(TypeTag<TY>) {
+        if constexpr (std::is_same_v<TY, float> || std::is_same_v<TY, TW>)
+          f(TypeTag<TW>{}, TypeTag<TY>{});
+      });
+    }
+  });
+}
+
+// A linear's optional bias as the kernels' params take it: null and f32 when there is none.
+struct BiasArg {
+  const void* data;
+  device::FloatKind kind;
+};
+inline BiasArg bias_arg(const Tensor& bias) {
+  if (!bias.defined() || bias.numel() == 0) return {nullptr, device::FloatKind::f32};
+  return {bias.data(), float_kind(bias.dtype())};
 }
 
 }  // namespace dspark::cuda::gemv_tile
