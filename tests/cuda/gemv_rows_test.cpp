@@ -3,8 +3,9 @@
 // tile count (M up to 8, 16, 24, 32), K from one 16-byte chunk to a down projection (a partial last
 // chunk, warps with an empty share; where x does not fit one CTA the call goes to cuBLASLt), N
 // below, at and above a tile and past the grid's first pass; both output dtypes, with and without
-// a bias; then each cluster size forced (K split over 2-8 CTAs). Then its own properties: the same
-// bits on every call (a fixed summation order) and the switch (off: cuBLASLt, within rounding).
+// a bias; then each cluster size forced (K split over 2-8 CTAs) and x read from global memory. Then
+// its own properties: the same bits on every call (a fixed summation order) and the switch (off:
+// cuBLASLt, within rounding).
 #include <cstring>
 
 #include "dspark/backend/cuda/kernels.h"
@@ -61,6 +62,13 @@ TEST(CudaGemvRows, FewRowsMatchCpu) {
       expect_rows_case(ctx, DType::bf16, DType::f32, s, seed, "cluster " + std::to_string(cluster));
   }
   cuda::set_rows_linear_cluster(0);
+  // x read from global memory in the MMA loop (no shared-memory copy: M = 17-32 at K = 12288 too).
+  const bool saved_x = cuda::rows_linear_x_global();
+  cuda::set_rows_linear_x_global(true);
+  for (const RowsCase& s : {RowsCase{17, 4096, 4099}, RowsCase{32, 12288, 1031},
+                            RowsCase{5, 1032, 17}, RowsCase{1, 4096, 4099}})
+    expect_rows_case(ctx, DType::bf16, DType::f32, s, seed, "x global");
+  cuda::set_rows_linear_x_global(saved_x);
   cuda::set_rows_linear(saved);
 #endif
 }

@@ -51,6 +51,10 @@ void set_rows_linear(bool enabled);
 bool rows_linear_enabled();
 void set_rows_linear_cluster(int cluster);
 int rows_linear_cluster();
+// The few-rows kernel reading x from global memory (L1) in its MMA loop instead of staging it in
+// shared memory (also DSPARK_CUDA_GEMV_ROWS_X=global): a measurement switch, not yet run on a GPU.
+void set_rows_linear_x_global(bool enabled);
+bool rows_linear_x_global();
 // linear's cuBLASLt algorithm per shape (backend/cuda/lt_plans.h): 0 (the default unless the
 // environment has DSPARK_LT_AUTOTUNE=N) takes the heuristic's first candidate; N > 1 times up to N
 // candidates when a shape is first seen (outside graph capture; each call after an L2 flush) and

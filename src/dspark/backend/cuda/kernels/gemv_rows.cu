@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <type_traits>
 
@@ -76,7 +77,9 @@ constexpr int64_t partial_floats() {
   return int64_t{2} * kWarpsR * 16 * 8 * NT;  // two buffers x warps x 16 rows x tokens
 }
 
-template <typename TW, typename TY, int NT>
+// XG: x read from global memory (L1) in the MMA loop instead of staged in shared memory
+// (set_rows_linear_x_global; a measurement switch, not yet run on a GPU).
+template <typename TW, typename TY, int NT, bool XG>
 __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, TY> p) {
   extern __shared__ __align__(16) unsigned char smem[];
   TW* sx = reinterpret_cast<TW*>(smem);
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
   pdl_launch_dependents();
 
   // The CTA's part of x, every row, into shared memory.
-  {
+  if constexpr (!XG) {
     const int64_t k0 = cta_chunk0 * kChunkR;
     const int64_t vecs = max(int64_t{0}, min(p.k, cta_chunk_end * kChunkR) - k0) / 8;
     for (int64_t v = threadIdx.x; v < p.m * vecs; v += kThreadsR) {
@@ -131,13 +134,17 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
       *reinterpret_cast<uint4*>(sx + r * p.x_ld + q * 8) =
           __ldg(reinterpret_cast<const uint4*>(p.x + r * p.ldx + k0 + q * 8));
     }
+    __syncthreads();
   }
-  __syncthreads();
-  // Token row of x for token tile t (tokens past M read row M - 1; never stored).
+  // Token row of x for token tile t, at the warp's first chunk (tokens past M read row M - 1;
+  // never stored).
   const TW* xrow[NT];
 #pragma unroll
-  for (int t = 0; t < NT; ++t)
-    xrow[t] = sx + min(int64_t{g + 8 * t}, p.m - 1) * p.x_ld + split * P * kChunkR + c * 8;
+  for (int t = 0; t < NT; ++t) {
+    const int64_t token = min(int64_t{g + 8 * t}, p.m - 1);
+    xrow[t] = XG ? p.x + token * p.ldx + warp_chunk0 * kChunkR + c * 8
+                 : sx + token * p.x_ld + split * P * kChunkR + c * 8;
+  }
 
   for (int64_t j = 0; tile < p.tiles; tile += clusters, ++j) {
     float acc[NT][4];
@@ -156,7 +163,9 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
         uint4 xv[NT];
 #pragma unroll
         for (int t = 0; t < NT; ++t)
-          xv[t] = in[i] ? *reinterpret_cast<const uint4*>(xrow[t] + i * kChunkR) : zero;
+          xv[t] = !in[i] ? zero
+                  : XG   ? __ldg(reinterpret_cast<const uint4*>(xrow[t] + i * kChunkR))
+                         : *reinterpret_cast<const uint4*>(xrow[t] + i * kChunkR);
         mma_chunk<TW, NT>(acc, wa[i], wb[i], xv);
         if (more) {
           wa[i] = in[i] ? load_stream(na + i * kChunkR) : zero;
@@ -237,6 +246,16 @@ std::atomic<int>& cluster_setting() {
   return v;
 }
 
+// 1: x read from global memory in the MMA loop (DSPARK_CUDA_GEMV_ROWS_X=global); 0: staged in
+// shared memory (the default).
+std::atomic<int>& x_global_setting() {
+  static std::atomic<int> v = [] {
+    const char* s = std::getenv("DSPARK_CUDA_GEMV_ROWS_X");
+    return s && std::strcmp(s, "global") == 0 ? 1 : 0;
+  }();
+  return v;
+}
+
 // How many clusters of `cluster` CTAs (one per multiprocessor) can run at once: GPCs hold whole
 // clusters, so with 8 this can be below SMs / 8. Asked once per device and size.
 template <auto* kernel>
@@ -270,7 +289,7 @@ int64_t active_clusters(int cluster, int64_t smem) {
 }
 
 template <int NT>
-bool plan_rows(int64_t m, int64_t n, int64_t k, bool clusters_ok, RowsPlan& plan) {
+bool plan_rows(int64_t m, int64_t n, int64_t k, bool clusters_ok, bool x_global, RowsPlan& plan) {
   const int64_t chunks = ceil_div(k, int64_t{kChunkR});
   const int forced = cluster_setting().load();
   for (int C : {1, 2, 4, 8}) {
@@ -281,7 +300,7 @@ bool plan_rows(int64_t m, int64_t n, int64_t k, bool clusters_ok, RowsPlan& plan
     const int64_t cpc = ceil_div(chunks, int64_t{C});
     // Rows of x 64 bytes apart modulo 128: lanes g and g + 1 read different bank halves.
     const int64_t x_ld = cpc * kChunkR + (cpc % 2 == 0 ? kChunkR : 0);
-    const int64_t x_bytes = ceil_div(m * x_ld * 2, int64_t{16}) * 16;
+    const int64_t x_bytes = x_global ? 0 : ceil_div(m * x_ld * 2, int64_t{16}) * 16;
     for (int wk : {4, 8, 16}) {  // fewest K-warps first: the most loads in flight per lane
       const int64_t per_warp = ceil_div(cpc, int64_t{wk});
       if (per_warp > kMaxChunksPerWarp) continue;
@@ -301,9 +320,9 @@ bool plan_rows(int64_t m, int64_t n, int64_t k, bool clusters_ok, RowsPlan& plan
   return false;
 }
 
-template <typename TW, typename TY, int NT>
+template <typename TW, typename TY, int NT, bool XG>
 bool launch_rows(RowsParams<TW, TY> p, RowsPlan plan, cudaStream_t stream) {
-  constexpr auto* kernel = gemv_rows_kernel<TW, TY, NT>;
+  constexpr auto* kernel = gemv_rows_kernel<TW, TY, NT, XG>;
   const int64_t optin = smem_optin();
   allow_dynamic_smem<kernel>(static_cast<size_t>(optin));
   const int64_t slots = active_clusters<kernel>(plan.cluster, optin);
@@ -334,8 +353,10 @@ bool launch_rows_tiles(int64_t m, const RowsParams<TW, TY>& p, bool clusters_ok,
   if constexpr (NT <= kMaxTokenTiles) {
     if (m <= NT * 8) {
       RowsPlan plan;
-      if (!plan_rows<NT>(m, p.n, p.k, clusters_ok, plan)) return false;
-      return launch_rows<TW, TY, NT>(p, plan, stream);
+      const bool x_global = x_global_setting().load() != 0;
+      if (!plan_rows<NT>(m, p.n, p.k, clusters_ok, x_global, plan)) return false;
+      return x_global ? launch_rows<TW, TY, NT, true>(p, plan, stream)
+                      : launch_rows<TW, TY, NT, false>(p, plan, stream);
     }
     return launch_rows_tiles<TW, TY, NT + 1>(m, p, clusters_ok, stream);
   }
@@ -366,6 +387,14 @@ void set_rows_linear_cluster(int cluster) {
 
 int rows_linear_cluster() {
   return cluster_setting().load();
+}
+
+void set_rows_linear_x_global(bool enabled) {
+  x_global_setting().store(enabled ? 1 : 0);
+}
+
+bool rows_linear_x_global() {
+  return x_global_setting().load() != 0;
 }
 
 bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
