@@ -1,9 +1,10 @@
 // The few-rows linear kernel (verify steps; gemv.h, try_gemv_rows): y[M, N] = x[M, K] . w[N, K]^T
-// (+ bias) for 2 <= M <= 32 rows of x and 16-bit weights, on tensor cores, with the one-row
-// kernel's streaming structure (gemv_m1.cu) instead of the small-M kernel's (gemv.cu: a CTA per 16
-// rows that reads x again for every chunk, 63-75% of the copy bandwidth). Opt-in: on the H200 it
-// streams at 76-84% of the copy bandwidth at M = 1 but only 47-71% at M = 16-17, slower than
-// cuBLASLt (docs/perf-notes.md, session 7); kept, with its tests, for a profiler session.
+// (+ bias) for 1-32 rows of x (one row takes gemv_m1.cu first while that is on) and 16-bit
+// weights, on tensor cores, with the one-row kernel's streaming structure (gemv_m1.cu) instead of
+// the small-M kernel's (gemv.cu: a CTA per 16 rows that reads x again for every chunk, 63-75% of
+// the copy bandwidth). Opt-in: on the H200 it streams at 76-84% of the copy bandwidth at M = 1 but
+// only 47-71% at M = 16-17, slower than cuBLASLt (docs/perf-notes.md, session 7); kept, with its
+// tests, for a profiler session.
 //  - A thread-block cluster of C CTAs (C = 1, 2, 4 or 8; one CTA of 16 warps per multiprocessor)
 //    splits K in C parts: CTA rank r owns chunks [r * cpc, (r + 1) * cpc) of 32 elements (cpc =
 //    ceil(chunks / C)). After pdl_wait() it copies its part of x, all M rows, into shared memory
