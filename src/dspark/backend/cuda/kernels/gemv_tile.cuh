@@ -1,12 +1,13 @@
 // Pieces shared by the small-M tensor-core linear kernels (gemv.cu: 16-bit weights; gemv_fp8.cu:
 // E4M3 weights). Both give a CTA 16 weight rows (the MMA's M) and split K over its 8 warps in
-// chunks, by K only, so that a row's result does not depend on M. Private to backend/cuda/kernels.
+// chunks, by K only, so that a row's result does not depend on M. Also the chunk MMA the few-rows
+// kernel (gemv_rows.cu) uses, and the host-side input checks, dtype dispatch and bias argument of
+// the 16-bit entry points (gemv.cu, gemv_m1.cu, gemv_rows.cu). Private to backend/cuda/kernels.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
-
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/mma.cuh"
@@ -88,8 +89,7 @@ __device__ __forceinline__ void reduce_warps(float (&partial)[W][kRows][8 * NT],
 }
 
 // The two MMA steps of one 32-element chunk: a / b hold weight rows g and g + 8, x[t] token rows
-// g + 8t (see gemv.cu's header comment for the k permutation: the
-// same one for A and B).
+// g + 8t (see gemv.cu's header comment for the k permutation: the same one for A and B).
 template <typename TW, int NT>
 __device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, const uint4& b,
                                           const uint4 (&x)[NT]) {
