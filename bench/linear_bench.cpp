@@ -16,10 +16,10 @@
 // K <= 4096, else the default kernel).
 // At M = 1 it also times the one-row CUDA-core kernel (backend/cuda/kernels/gemv_m1.cu, the
 // default for one row; DSPARK_CUDA_GEMV_M1): column "M=1 kernel". At every M it times the
-// few-rows tensor-core kernel (backend/cuda/kernels/gemv_rows.cu, DSPARK_CUDA_GEMV_ROWS; opt-in)
-// with the cluster size it picks ("rows kernel"), with each size forced ("rows, cluster 1 / 2 / 4
-// / 8"; a size that does not fit shows cuBLASLt's time) and with x read from global memory instead
-// of shared memory ("rows, x global"). The cuBLASLt column runs with every hand-written path off.
+// few-rows tensor-core kernel (backend/cuda/kernels/gemv_rows.cu, DSPARK_CUDA_GEMV_ROWS; opt-in;
+// K <= 4096, else the column shows cuBLASLt's time) with x staged in shared memory ("rows
+// kernel") and read from global memory ("rows, x global"). The cuBLASLt column runs with every
+// hand-written path off.
 // --autotune N adds cuBLASLt with autotuned plans (backend/cuda/lt_plans.h: the fastest of up to N
 // heuristic candidates per shape) and lists what each shape's autotuning chose.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
@@ -146,22 +146,11 @@ int main(int argc, char** argv) {
           cuda::set_m1_linear(true);
           m1_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
         }
-        // The few-rows kernel (gemv_rows.cu; opt-in) with its own cluster size, then each forced
-        // size (0 ms: that size does not fit, cuBLASLt ran instead and is not reported).
+        // The few-rows kernel (gemv_rows.cu; opt-in; where it declines, cuBLASLt's time), then
+        // with x read from global memory in the MMA loop instead of shared memory.
         cuda::set_m1_linear(false);
-        const int rows_cluster_setting = cuda::rows_linear_cluster();
         cuda::set_rows_linear(true);
         const double rows_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
-        std::string rows_forced;
-        nlohmann::json rows_forced_json = nlohmann::json::object();
-        for (int cluster : {1, 2, 4, 8}) {
-          cuda::set_rows_linear_cluster(cluster);
-          const double forced_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
-          rows_forced_json[std::to_string(cluster)] = forced_ms;
-          rows_forced += fmt::format("{}{:.1f}", cluster == 1 ? "" : " / ", forced_ms * 1e3);
-        }
-        cuda::set_rows_linear_cluster(rows_cluster_setting);
-        // x read from global memory in the MMA loop instead of shared memory (cluster 1).
         const bool rows_x_setting = cuda::rows_linear_x_global();
         cuda::set_rows_linear_x_global(true);
         const double rows_xg_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
@@ -184,7 +173,6 @@ int main(int argc, char** argv) {
         j["results"].back()["rows_ms"] = rows_ms;
         j["results"].back()["rows_gbs"] = rows_gbs;
         j["results"].back()["rows_fraction_of_copy"] = rows_gbs * 1e9 / copy_bw;
-        j["results"].back()["rows_ms_by_cluster"] = rows_forced_json;
         j["results"].back()["rows_x_global_ms"] = rows_xg_ms;
         if (m1_ms > 0) {
           j["results"].back()["m1_ms"] = m1_ms;
@@ -242,7 +230,6 @@ int main(int argc, char** argv) {
             m1_ms > 0 ? fmt::format("{:.1f} ({:.0f}%)", m1_ms * 1e3, 100 * m1_gbs * 1e9 / copy_bw)
                       : std::string("-"),
             fmt::format("{:.1f} ({:.0f}%)", rows_ms * 1e3, 100 * rows_gbs * 1e9 / copy_bw),
-            rows_forced,
             fmt::format("{:.1f}", rows_xg_ms * 1e3)};
         row.insert(row.end(), fp8_cells.begin(), fp8_cells.end());
         rows.push_back(std::move(row));
@@ -253,9 +240,9 @@ int main(int argc, char** argv) {
     std::printf("%s",
                 format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)", "cuBLASLt us",
                               "cuBLASLt GB/s (of copy)", "autotuned us", "M=1 kernel us (of copy)",
-                              "rows kernel us (of copy)", "rows, cluster 1 / 2 / 4 / 8 us",
-                              "rows, x global us", "FP8 tile us (of copy)", "FP8 s2", "FP8 s4",
-                              "FP8 s2x2", "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
+                              "rows kernel us (of copy)", "rows, x global us",
+                              "FP8 tile us (of copy)", "FP8 s2", "FP8 s4", "FP8 s2x2",
+                              "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
                              rows)
                     .c_str());
     if (autotune > 1) {  // what autotuning chose per shape (timed there after an L2 flush)

@@ -1,11 +1,11 @@
 // The few-rows tensor-core linear path (backend/cuda/kernels/gemv_rows.cu: 1-32 rows of x, 16-bit
-// weights, K % 8 == 0, N <= 65,536; opt-in) against the CPU on the same rounded inputs: every token
-// tile count (M up to 8, 16, 24, 32), K from one 16-byte chunk to a down projection (a partial last
-// chunk, warps with an empty share; where x does not fit one CTA the call goes to cuBLASLt), N
-// below, at and above a tile and past the grid's first pass; both output dtypes, with and without
-// a bias; then each cluster size forced (K split over 2-8 CTAs) and x read from global memory. Then
-// its own properties: the same bits on every call (a fixed summation order) and the switch (off:
-// cuBLASLt, within rounding).
+// weights, K % 8 == 0, K <= 4096, N <= 65,536; opt-in) against the CPU on the same rounded inputs:
+// every token tile count (M up to 8, 16, 24, 32), K from one 16-byte chunk to 4096 (a partial last
+// chunk, warps with an empty share, tiles of 16, 32 and 64 rows; a down projection's K = 12288
+// goes to cuBLASLt, which must answer the same), N below, at and above a tile and past the grid's
+// first pass; both output dtypes, with and without a bias; then with x read from global memory.
+// Then its own properties: the same bits on every call (a fixed summation order) and the switch
+// (off: cuBLASLt, within rounding).
 #include <cstring>
 
 #include "dspark/backend/cuda/kernels.h"
@@ -44,28 +44,23 @@ TEST(CudaGemvRows, FewRowsMatchCpu) {
 #endif
   Contexts ctx;
   uint32_t seed = 9300;
-  // K 8: one partial chunk; 1032: a partial last chunk, warps with no share; 4096 (q/k/v, o);
-  // 12288 (a down projection; x fits one CTA up to M = 9). N 1, 17 (a tile plus one row), 4099
-  // (several passes of the grid, a partial last tile).
-  const RowsCase cases[] = {{2, 8, 17},      {5, 1032, 4099},   {8, 4096, 17},
-                            {9, 4096, 4099}, {17, 4096, 1},     {17, 4096, 4099},
-                            {24, 1032, 17},  {32, 4096, 4099},  {17, 12288, 4099},
-                            {3, 12288, 17},  {32, 12288, 1031}, {1, 4096, 4099}};
+  // K 8: one partial chunk (64-row tiles, 4 warps per row group); 1032: a partial last chunk,
+  // warps with no share (32-row tiles); 2048: 32-row tiles, 8 chunks per warp; 4096 (q/k/v, o):
+  // 16-row tiles, 8 chunks per warp; 12288 (a down projection): cuBLASLt. M 24-32 at K 4096: x
+  // does not fit the shared memory, cuBLASLt. N 1, 17 (a tile plus one row), 4099 (several passes
+  // of the grid, a partial last tile).
+  const RowsCase cases[] = {
+      {2, 8, 17},        {5, 1032, 4099}, {8, 4096, 17},    {9, 4096, 4099},   {17, 4096, 1},
+      {17, 4096, 4099},  {24, 1032, 17},  {32, 4096, 4099}, {17, 12288, 4099}, {3, 12288, 17},
+      {32, 12288, 1031}, {1, 4096, 4099}, {6, 2048, 1031},  {20, 4096, 1031}};
   for (DType in : {DType::bf16, DType::f16})
     for (DType out : {in, DType::f32})
       for (const RowsCase& s : cases) expect_rows_case(ctx, in, out, s, seed, "auto");
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
-  // Each cluster size forced (a size whose part of x does not fit falls back to cuBLASLt).
-  for (int cluster : {1, 2, 4, 8}) {
-    cuda::set_rows_linear_cluster(cluster);
-    for (const RowsCase& s : {RowsCase{17, 4096, 4099}, RowsCase{6, 12288, 1031}})
-      expect_rows_case(ctx, DType::bf16, DType::f32, s, seed, "cluster " + std::to_string(cluster));
-  }
-  cuda::set_rows_linear_cluster(0);
-  // x read from global memory in the MMA loop (no shared-memory copy: M = 17-32 at K = 12288 too).
+  // x read from global memory in the MMA loop (no shared-memory copy: M = 32 at K = 4096 too).
   const bool saved_x = cuda::rows_linear_x_global();
   cuda::set_rows_linear_x_global(true);
-  for (const RowsCase& s : {RowsCase{17, 4096, 4099}, RowsCase{32, 12288, 1031},
+  for (const RowsCase& s : {RowsCase{17, 4096, 4099}, RowsCase{32, 4096, 1031},
                             RowsCase{5, 1032, 17}, RowsCase{1, 4096, 4099}})
     expect_rows_case(ctx, DType::bf16, DType::f32, s, seed, "x global");
   cuda::set_rows_linear_x_global(saved_x);
@@ -74,14 +69,14 @@ TEST(CudaGemvRows, FewRowsMatchCpu) {
 }
 
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)  // properties of the CUDA kernel itself
-// Two calls give the same bits (clusters of 1 and of 8); the switch off routes through cuBLASLt
-// (same values within rounding).
+// Two calls give the same bits (16- and 32-row tiles); the switch off routes through cuBLASLt (same
+// values within rounding).
 TEST(CudaGemvRows, DeterministicAndSwitchable) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
   const bool saved = cuda::rows_linear_enabled();
   const int64_t m = 17, n = 6144;
-  for (int64_t k : {4096, 12288}) {
+  for (int64_t k : {4096, 2048}) {  // both inside the kernel's K <= 4096 and x's shared memory
     const Pair x = random_pair(DType::bf16, Shape{m, k}, 9400);
     const Pair w = random_pair(DType::bf16, Shape{n, k}, 9401, 0.05f);
     const Pair a = zeros_pair(DType::f32, Shape{m, n}), b = zeros_pair(DType::f32, Shape{m, n});

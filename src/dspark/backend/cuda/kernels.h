@@ -41,16 +41,13 @@ bool small_m_linear_enabled();
 // set_m1_linear(false). Process-wide; for benchmarks and tests.
 void set_m1_linear(bool enabled);
 bool m1_linear_enabled();
-// linear with 1-32 rows of x on tensor cores (kernels/gemv_rows.cu: 16-bit weights, K % 8 == 0, N
-// <= 65,536), for verify steps; tried after the one-row kernel, before the small-M kernel and
-// cuBLASLt. Opt-in: off unless the environment has DSPARK_CUDA_GEMV_ROWS=1 (read once) or after
-// set_rows_linear(true). set_rows_linear_cluster(C) fixes its cluster size (1, 2, 4 or 8; 0, the
-// default or DSPARK_CUDA_GEMV_ROWS_CLUSTER, lets it choose). Process-wide; for benchmarks and
-// tests.
+// linear with 1-32 rows of x on tensor cores (kernels/gemv_rows.cu: 16-bit weights, K % 8 == 0,
+// K <= 4096, N <= 65,536), for verify steps; tried after the one-row kernel, before the small-M
+// kernel and cuBLASLt. Opt-in (slower than cuBLASLt at M = 16-17, session 7): off unless the
+// environment has DSPARK_CUDA_GEMV_ROWS=1 (read once) or after set_rows_linear(true).
+// Process-wide; for benchmarks and tests.
 void set_rows_linear(bool enabled);
 bool rows_linear_enabled();
-void set_rows_linear_cluster(int cluster);
-int rows_linear_cluster();
 // The few-rows kernel reading x from global memory (L1) in its MMA loop instead of staging it in
 // shared memory (also DSPARK_CUDA_GEMV_ROWS_X=global): a measurement switch, not yet run on a GPU.
 void set_rows_linear_x_global(bool enabled);

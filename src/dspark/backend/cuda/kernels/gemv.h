@@ -19,6 +19,11 @@ inline constexpr int kGemvMaxRows = 48;
 // doing nothing, otherwise.
 bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 
+// The widest weight (N) the one-row and few-rows kernels take: an LM head (N = 151,936 for Qwen3)
+// stays on cuBLASLt, which streams it at ~100% of the copy bandwidth (the one-row kernel: 5%
+// slower, session 7).
+inline constexpr int64_t kGemvMaxN = 65536;
+
 // One row of x (gemv_m1.cu, CUDA cores, K split over 16 warps): launches and returns true when x
 // and w are bf16 or f16 of the same dtype, y that dtype or f32, M == 1, K % 8 == 0, K <= 16,384,
 // N <= 65,536, w contiguous, x and w 16-byte aligned, and the path is enabled (set_m1_linear; on
@@ -28,10 +33,10 @@ bool try_gemv_m1(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b
 
 inline constexpr int kGemvRowsMaxRows = 32;
 
-// Few rows of x on tensor cores (gemv_rows.cu: a persistent grid of thread-block clusters that
-// split K, x staged once in shared memory): launches and returns true when x and w are bf16 or f16
-// of the same dtype, y that dtype or f32, M <= kGemvRowsMaxRows, K % 8 == 0, N <= 65,536, w
-// contiguous, x and w 16-byte aligned, a launch shape fits the shared memory, and the path is
+// Few rows of x on tensor cores (gemv_rows.cu: a persistent grid, x staged once in shared memory):
+// launches and returns true when x and w are bf16 or f16 of the same dtype, y that dtype or f32,
+// M <= kGemvRowsMaxRows, K % 8 == 0, K <= 4096, N <= 65,536, w contiguous, x and w 16-byte
+// aligned, x fits the shared memory (unless read from global memory), and the path is
 // enabled (set_rows_linear; off unless the environment has DSPARK_CUDA_GEMV_ROWS=1); returns false,
 // doing nothing, otherwise.
 bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,

@@ -35,7 +35,6 @@ constexpr int kWarpsM1 = 16;
 constexpr int kThreadsM1 = kWarpsM1 * 32;
 constexpr int kMaxChunksPerLane = 4;
 constexpr int64_t kMaxK = int64_t{kWarpsM1} * 32 * kMaxChunksPerLane * 8;
-constexpr int64_t kMaxN = 65536;  // larger N (an LM head) stays on cuBLASLt (the file comment)
 
 template <typename TW, typename TY>
 struct M1Params {
@@ -171,7 +170,7 @@ bool try_gemv_m1(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b
   if (!m1_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t k = xv.cols, n = w.size(0);
-  if (xv.rows != 1 || yv.rows != 1 || k > kMaxK || n > kMaxN) return false;
+  if (xv.rows != 1 || yv.rows != 1 || k > kMaxK || n > kGemvMaxN) return false;
   const int64_t chunks_per_lane = ceil_div(ceil_div(k / 8, int64_t{kWarpsM1}), int64_t{32});
   const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);

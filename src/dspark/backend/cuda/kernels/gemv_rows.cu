@@ -5,35 +5,27 @@
 // the copy bandwidth). Opt-in: on the H200 it streams at 76-84% of the copy bandwidth at M = 1 but
 // only 47-71% at M = 16-17, slower than cuBLASLt (docs/perf-notes.md, session 7); kept, with its
 // tests, for a profiler session.
-//  - A thread-block cluster of C CTAs (C = 1, 2, 4 or 8; one CTA of 16 warps per multiprocessor)
-//    splits K in C parts: CTA rank r owns chunks [r * cpc, (r + 1) * cpc) of 32 elements (cpc =
-//    ceil(chunks / C)). After pdl_wait() it copies its part of x, all M rows, into shared memory
-//    once (rows padded so that rows g and g + 1 fall in different bank halves). C is 1 unless a
-//    size is forced (set_rows_linear_cluster): clusters measured slower (session 7), and a call
-//    whose x does not fit one CTA's shared memory goes to cuBLASLt.
+//  - One CTA of 16 warps per multiprocessor. After pdl_wait() it copies x, all M rows, into
+//    shared memory once (rows padded so that rows g and g + 1 fall in different bank halves); a
+//    call whose x does not fit goes to cuBLASLt. (Session 7 also split K over thread-block
+//    clusters of 2-8 CTAs merged through distributed shared memory: slower at every shape, 18-111
+//    us against 17-68 without at M = 17, so that path was removed; docs/perf-notes.md.)
 //  - The 16 warps form 16 / WK row groups of 16 weight rows (one m16 MMA tile) x WK K-splits; a
-//    tile is 16 * 16 / WK weight rows. Warp (group, split) owns P <= 8 consecutive chunks of the
-//    CTA's part; lane (g = lane / 4, c = lane % 4) loads 16 bytes of weight rows g and g + 8 per
-//    chunk (gemv.cu's k permutation: no staging, no ldmatrix) and reads the matching 16 bytes of
-//    x for tokens g + 8t from shared memory.
-//  - The clusters walk the tiles (a balanced persistent grid: every cluster walks the same number
-//    of tiles, up to one). A tile's weights are loaded into registers ahead of its MMAs: the first
+//    tile is 16 * 16 / WK weight rows. Warp (group, split) owns P <= 8 consecutive chunks of 32
+//    elements of K (so K <= 16 * 8 * 32 = 4096); lane (g = lane / 4, c = lane % 4) loads 16 bytes
+//    of weight rows g and g + 8 per chunk (gemv.cu's k permutation: no staging, no ldmatrix) and
+//    reads the matching 16 bytes of x for tokens g + 8t from shared memory.
+//  - The CTAs walk the tiles (a balanced persistent grid: every CTA walks the same number of
+//    tiles, up to one). A tile's weights are loaded into registers ahead of its MMAs: the first
 //    tile's before pdl_wait() (weights are never written by a forward), and each chunk's registers
 //    are refilled with the next tile's chunk right after its MMAs, so the loads overlap the MMAs
 //    and stay in flight across the reduction.
 //  - Per tile the WK warps of a row group meet in a double-buffered shared array (one barrier per
-//    tile) and are added in split order. With C = 1 that sum (+ bias) is the output; with C > 1 it
-//    is kept in shared memory for every tile the cluster walks, and after the last tile a cluster
-//    barrier lets each CTA add the C parts of its share of the outputs in rank order from the
-//    peers' shared memory (distributed shared memory), then the bias; a second barrier keeps every
-//    CTA's memory alive until the peers have read it.
-// The summation order depends on (K, C, WK) only, not on the call: the same bits on every call.
-#include <cooperative_groups.h>
-
+//    tile) and are added in split order, then the bias.
+// The summation order depends on (K, WK) only, not on the call: the same bits on every call.
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
@@ -54,7 +46,6 @@ constexpr int kThreadsR = kWarpsR * 32;
 constexpr int kChunkR = 32;           // K elements per chunk (four lanes x 8)
 constexpr int kMaxChunksPerWarp = 8;  // P: 16 loads of 16 bytes per lane and tile
 constexpr int kMaxTokenTiles = kGemvRowsMaxRows / 8;
-constexpr int64_t kMaxN = 65536;  // larger N (an LM head) stays on cuBLASLt (97% of copy there)
 
 template <typename TW, typename TY>
 struct RowsParams {
@@ -64,9 +55,7 @@ struct RowsParams {
   const void* bias;  // [N] or null
   device::FloatKind bias_kind;
   int64_t m, n, k, ldx, ldy;
-  int cluster;          // C: CTAs per cluster, splitting K
-  int k_warps;          // WK: warps per row group, splitting the CTA's part of K
-  int chunks_per_cta;   // cpc
+  int k_warps;          // WK: warps per row group, splitting K
   int chunks_per_warp;  // P
   int x_ld;             // elements per row of x in shared memory
   int64_t x_bytes;      // shared memory of x, a multiple of 16
@@ -85,25 +74,19 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
   extern __shared__ __align__(16) unsigned char smem[];
   TW* sx = reinterpret_cast<TW*>(smem);
   float* spart = reinterpret_cast<float*>(smem + p.x_bytes);
-  float* sres = spart + partial_floats<NT>();  // C > 1: [tile of the cluster][row][token]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int wk = p.k_warps, group = warp / wk, split = warp % wk;
   const int rows_per_tile = 16 * (kWarpsR / wk), P = p.chunks_per_warp;
-  const int C = p.cluster;
-  const int rank = static_cast<int>(blockIdx.x) % C;
-  const int64_t cluster_id = blockIdx.x / C, clusters = gridDim.x / C;
-  const int64_t chunks = (p.k + kChunkR - 1) / kChunkR;
-  const int64_t cta_chunk0 = int64_t{rank} * p.chunks_per_cta;
-  const int64_t cta_chunk_end = min(cta_chunk0 + p.chunks_per_cta, chunks);
-  const int64_t warp_chunk0 = cta_chunk0 + int64_t{split} * P;
-  // Lane chunk i: inside the warp's share, the CTA's part and K (K % 8 == 0: a lane's 8 elements
-  // are all inside or all outside); outside, its weights and x are zeros (never read).
+  const int64_t ctas = gridDim.x;
+  const int64_t warp_chunk0 = int64_t{split} * P;
+  // Lane chunk i: inside the warp's share and K (K % 8 == 0: a lane's 8 elements are all inside
+  // or all outside); outside, its weights and x are zeros (never read).
   bool in[kMaxChunksPerWarp];
 #pragma unroll
   for (int i = 0; i < kMaxChunksPerWarp; ++i) {
     const int64_t ch = warp_chunk0 + i;
-    in[i] = i < P && ch < cta_chunk_end && ch * kChunkR + c * 8 < p.k;
+    in[i] = i < P && ch * kChunkR + c * 8 < p.k;
   }
   const int64_t last = p.n - 1;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -113,7 +96,7 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
     const int64_t row = min(t * rows_per_tile + group * 16 + g + r8, last);
     return p.w + row * p.k + warp_chunk0 * kChunkR + c * 8;
   };
-  int64_t tile = cluster_id;
+  int64_t tile = blockIdx.x;
   if (tile < p.tiles) {  // the first tile's weights: before the wait
     const TW* ra = tile_row(tile, 0);
     const TW* rb = tile_row(tile, 8);
@@ -126,14 +109,13 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
   pdl_wait();
   pdl_launch_dependents();
 
-  // The CTA's part of x, every row, into shared memory.
+  // x, every row, into shared memory.
   if constexpr (!XG) {
-    const int64_t k0 = cta_chunk0 * kChunkR;
-    const int64_t vecs = max(int64_t{0}, min(p.k, cta_chunk_end * kChunkR) - k0) / 8;
+    const int64_t vecs = p.k / 8;
     for (int64_t v = threadIdx.x; v < p.m * vecs; v += kThreadsR) {
       const int64_t r = v / vecs, q = v % vecs;
       *reinterpret_cast<uint4*>(sx + r * p.x_ld + q * 8) =
-          __ldg(reinterpret_cast<const uint4*>(p.x + r * p.ldx + k0 + q * 8));
+          __ldg(reinterpret_cast<const uint4*>(p.x + r * p.ldx + q * 8));
     }
     __syncthreads();
   }
@@ -144,10 +126,10 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
   for (int t = 0; t < NT; ++t) {
     const int64_t token = min(int64_t{g + 8 * t}, p.m - 1);
     xrow[t] = XG ? p.x + token * p.ldx + warp_chunk0 * kChunkR + c * 8
-                 : sx + token * p.x_ld + split * P * kChunkR + c * 8;
+                 : sx + token * p.x_ld + warp_chunk0 * kChunkR + c * 8;
   }
 
-  for (int64_t j = 0; tile < p.tiles; tile += clusters, ++j) {
+  for (int64_t j = 0; tile < p.tiles; tile += ctas, ++j) {
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
@@ -155,9 +137,9 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
     // read them: the next tile's loads go out while this tile's MMAs run, and are all in flight
     // during the reduction (loading them after the last MMA left the memory idle during the MMAs:
     // 68 us instead of cuBLASLt's 50 on 24576 x 4096 at M = 17, session 7 call 2).
-    const bool more = tile + clusters < p.tiles;  // warp-uniform
-    const TW* na = tile_row(tile + clusters, 0);
-    const TW* nb = tile_row(tile + clusters, 8);
+    const bool more = tile + ctas < p.tiles;  // warp-uniform
+    const TW* na = tile_row(tile + ctas, 0);
+    const TW* nb = tile_row(tile + ctas, 8);
 #pragma unroll
     for (int i = 0; i < kMaxChunksPerWarp; ++i) {
       if (i < P) {  // warp-uniform
@@ -193,42 +175,18 @@ __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, 
       float sum = 0.0f;
       for (int q = 0; q < wk; ++q) sum += part[((rg * wk + q) * 16 + rr) * 8 * NT + token];
       const int64_t row = tile * rows_per_tile + r;
-      if (C == 1) {
-        if (row < p.n) {
-          if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
-          p.y[token * p.ldy + row] = device::from_float<TY>(sum);
-        }
-      } else {
-        sres[(j * rows_per_tile + r) * p.m + token] = sum;
+      if (row < p.n) {
+        if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
+        p.y[token * p.ldy + row] = device::from_float<TY>(sum);
       }
     }
   }
-  if (C == 1) return;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Cluster = cooperative_groups::cluster_group;
-  Cluster::sync();  // every CTA's sums are written (arrive releases, wait acquires)
-  const int64_t walked = (p.tiles - cluster_id + clusters - 1) / clusters;
-  const int64_t per_tile = int64_t{rows_per_tile} * p.m;
-  for (int64_t e = int64_t{rank} * kThreadsR + threadIdx.x; e < walked * per_tile;
-       e += int64_t{C} * kThreadsR) {
-    const int64_t j = e / per_tile, r = (e % per_tile) / p.m, token = e % p.m;
-    const int64_t row = (cluster_id + j * clusters) * rows_per_tile + r;
-    if (row >= p.n) continue;
-    float sum = 0.0f;
-    for (int q = 0; q < C; ++q) sum += Cluster::map_shared_rank(sres, q)[e];
-    if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
-    p.y[token * p.ldy + row] = device::from_float<TY>(sum);
-  }
-  Cluster::sync();  // the peers have read this CTA's sums: its shared memory may be freed
-#else
-  __trap();  // no clusters on this target (compute_80 PTX): C > 1 is launched on sm_90 only
-#endif
 }
 
-// The launch shape of one call: cluster size, K-warps and the derived sizes; chosen on the host.
+// The launch shape of one call: K-warps and the derived sizes; chosen on the host.
 struct RowsPlan {
-  int cluster = 0, k_warps = 0, chunks_per_cta = 0, chunks_per_warp = 0, x_ld = 0;
-  int64_t x_bytes = 0, tiles = 0, clusters = 0, smem = 0;
+  int k_warps = 0, chunks_per_warp = 0, x_ld = 0;
+  int64_t x_bytes = 0, tiles = 0;
 };
 
 int64_t smem_optin() {  // a cheap attribute query
@@ -236,15 +194,6 @@ int64_t smem_optin() {  // a cheap attribute query
   DSPARK_CUDA_CHECK(
       cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, current_device()));
   return int64_t{v};
-}
-
-// 0: automatic (1, see plan_rows); 1, 2, 4, 8: that size (benchmarks).
-std::atomic<int>& cluster_setting() {
-  static std::atomic<int> v = [] {
-    const char* s = std::getenv("DSPARK_CUDA_GEMV_ROWS_CLUSTER");
-    return s ? std::atoi(s) : 0;
-  }();
-  return v;
 }
 
 // 1: x read from global memory in the MMA loop (DSPARK_CUDA_GEMV_ROWS_X=global); 0: staged in
@@ -257,109 +206,51 @@ std::atomic<int>& x_global_setting() {
   return v;
 }
 
-// How many clusters of `cluster` CTAs (one per multiprocessor) can run at once: GPCs hold whole
-// clusters, so with 8 this can be below SMs / 8. Asked once per device and size.
-template <auto* kernel>
-int64_t active_clusters(int cluster, int64_t smem) {
-  static std::mutex mu;
-  static int64_t cache[64][4] = {};
-  const int device = current_device();
-  const int slot = cluster == 1 ? 0 : cluster == 2 ? 1 : cluster == 4 ? 2 : 3;
-  std::lock_guard<std::mutex> lock(mu);
-  int64_t& v = cache[device < 64 ? device : 0][slot];
-  if (v == 0) {
-    if (cluster == 1) {
-      v = sm_count();
-    } else {
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(static_cast<unsigned>(cluster * 16));
-      config.blockDim = dim3(kThreadsR);
-      config.dynamicSmemBytes = static_cast<size_t>(smem);
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = static_cast<unsigned>(cluster);
-      attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-      config.attrs = &attr;
-      config.numAttrs = 1;
-      int n = 0;
-      DSPARK_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &config));
-      v = n;
-    }
-  }
-  return v;
-}
-
-template <int NT>
-bool plan_rows(int64_t m, int64_t n, int64_t k, bool clusters_ok, bool x_global, RowsPlan& plan) {
+bool plan_rows(int64_t m, int64_t n, int64_t k, bool x_global, RowsPlan& plan) {
   const int64_t chunks = ceil_div(k, int64_t{kChunkR});
-  const int forced = cluster_setting().load();
-  for (int C : {1, 2, 4, 8}) {
-    // Automatic: C = 1 only (clusters of 2-8 measured slower at every shape, session 7 call 2);
-    // when its part of x does not fit, launch_rows declines and cuBLASLt runs.
-    if ((forced == 0 && C != 1) || (forced != 0 && C != forced) || (C > 1 && !clusters_ok))
-      continue;
-    const int64_t cpc = ceil_div(chunks, int64_t{C});
-    // Rows of x 64 bytes apart modulo 128: lanes g and g + 1 read different bank halves.
-    const int64_t x_ld = cpc * kChunkR + (cpc % 2 == 0 ? kChunkR : 0);
-    const int64_t x_bytes = x_global ? 0 : ceil_div(m * x_ld * 2, int64_t{16}) * 16;
-    for (int wk : {4, 8, 16}) {  // fewest K-warps first: the most loads in flight per lane
-      const int64_t per_warp = ceil_div(cpc, int64_t{wk});
-      if (per_warp > kMaxChunksPerWarp) continue;
-      const int64_t rows_per_tile = 16 * (kWarpsR / wk), tiles = ceil_div(n, rows_per_tile);
-      plan = RowsPlan{C,
-                      wk,
-                      static_cast<int>(cpc),
-                      static_cast<int>(per_warp),
-                      static_cast<int>(x_ld),
-                      x_bytes,
-                      tiles,
-                      0,
-                      0};
-      return true;
-    }
+  // Rows of x 64 bytes apart modulo 128: lanes g and g + 1 read different bank halves.
+  const int64_t x_ld = chunks * kChunkR + (chunks % 2 == 0 ? kChunkR : 0);
+  const int64_t x_bytes = x_global ? 0 : ceil_div(m * x_ld * 2, int64_t{16}) * 16;
+  for (int wk : {4, 8, 16}) {  // fewest K-warps first: the most loads in flight per lane
+    const int64_t per_warp = ceil_div(chunks, int64_t{wk});
+    if (per_warp > kMaxChunksPerWarp) continue;
+    plan = RowsPlan{wk, static_cast<int>(per_warp), static_cast<int>(x_ld), x_bytes,
+                    ceil_div(n, int64_t{16} * (kWarpsR / wk))};
+    return true;
   }
-  return false;
+  return false;  // K > 4096
 }
 
 template <typename TW, typename TY, int NT, bool XG>
-bool launch_rows(RowsParams<TW, TY> p, RowsPlan plan, cudaStream_t stream) {
+bool launch_rows(RowsParams<TW, TY> p, const RowsPlan& plan, cudaStream_t stream) {
   constexpr auto* kernel = gemv_rows_kernel<TW, TY, NT, XG>;
   const int64_t optin = smem_optin();
+  const int64_t smem = plan.x_bytes + partial_floats<NT>() * 4;
+  if (smem > optin) return false;  // x does not fit: cuBLASLt
   allow_dynamic_smem<kernel>(static_cast<size_t>(optin));
-  const int64_t slots = active_clusters<kernel>(plan.cluster, optin);
-  if (slots < 1) return false;
-  const int64_t per_cluster = ceil_div(plan.tiles, std::min(plan.tiles, slots));
-  plan.clusters =
-      ceil_div(plan.tiles, per_cluster);  // every cluster walks per_cluster or one fewer
-  const int64_t rows_per_tile = 16 * (kWarpsR / plan.k_warps);
-  plan.smem = plan.x_bytes + partial_floats<NT>() * 4 +
-              (plan.cluster > 1 ? per_cluster * rows_per_tile * p.m * 4 : 0);
-  if (plan.smem > optin) return false;
-  p.cluster = plan.cluster;
+  // Every CTA walks ceil(tiles / SMs) tiles or one fewer.
+  const int64_t ctas = ceil_div(plan.tiles, ceil_div(plan.tiles, int64_t{sm_count()}));
   p.k_warps = plan.k_warps;
-  p.chunks_per_cta = plan.chunks_per_cta;
   p.chunks_per_warp = plan.chunks_per_warp;
   p.x_ld = plan.x_ld;
   p.x_bytes = plan.x_bytes;
   p.tiles = plan.tiles;
-  launch_pdl_cluster(kernel, dim3(static_cast<unsigned>(plan.clusters * plan.cluster)),
-                     dim3(kThreadsR), static_cast<size_t>(plan.smem), stream,
-                     dim3(static_cast<unsigned>(plan.cluster), 1, 1), p);
+  launch_pdl(kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreadsR), static_cast<size_t>(smem),
+             stream, p);
   return true;
 }
 
 template <typename TW, typename TY, int NT = 1>
-bool launch_rows_tiles(int64_t m, const RowsParams<TW, TY>& p, bool clusters_ok,
-                       cudaStream_t stream) {
+bool launch_rows_tiles(int64_t m, const RowsParams<TW, TY>& p, cudaStream_t stream) {
   if constexpr (NT <= kMaxTokenTiles) {
     if (m <= NT * 8) {
       RowsPlan plan;
       const bool x_global = x_global_setting().load() != 0;
-      if (!plan_rows<NT>(m, p.n, p.k, clusters_ok, x_global, plan)) return false;
+      if (!plan_rows(m, p.n, p.k, x_global, plan)) return false;
       return x_global ? launch_rows<TW, TY, NT, true>(p, plan, stream)
                       : launch_rows<TW, TY, NT, false>(p, plan, stream);
     }
-    return launch_rows_tiles<TW, TY, NT + 1>(m, p, clusters_ok, stream);
+    return launch_rows_tiles<TW, TY, NT + 1>(m, p, stream);
   }
   return false;
 }
@@ -381,15 +272,6 @@ bool rows_linear_enabled() {
   return rows_flag().load() != 0;
 }
 
-void set_rows_linear_cluster(int cluster) {
-  cluster_setting().store(cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8 ? cluster
-                                                                                       : 0);
-}
-
-int rows_linear_cluster() {
-  return cluster_setting().load();
-}
-
 void set_rows_linear_x_global(bool enabled) {
   x_global_setting().store(enabled ? 1 : 0);
 }
@@ -403,14 +285,13 @@ bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
   if (!rows_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t m = xv.rows, k = xv.cols, n = w.size(0);
-  if (m < 1 || m > kGemvRowsMaxRows || n > kMaxN) return false;
-  const bool clusters_ok = compute_major() >= 9;
+  if (m < 1 || m > kGemvRowsMaxRows || n > kGemvMaxN) return false;
   const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
   bool launched = false;
   gemv_tile::dispatch_16bit(
       x.dtype(), y.dtype(), [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
-        // The launch fields (cluster .. tiles) are set by launch_rows.
+        // The launch fields (k_warps .. tiles) are set by launch_rows.
         const RowsParams<device_t<TW>, device_t<TY>> p{device_ptr<TW>(w),
                                                        device_ptr<TW>(x),
                                                        device_ptr<TY>(y),
@@ -425,10 +306,8 @@ bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
                                                        0,
                                                        0,
                                                        0,
-                                                       0,
-                                                       0,
                                                        0};
-        launched = launch_rows_tiles<device_t<TW>, device_t<TY>>(m, p, clusters_ok, stream);
+        launched = launch_rows_tiles<device_t<TW>, device_t<TY>>(m, p, stream);
       });
   return launched;
 }
