@@ -62,9 +62,10 @@ fi
 # DSPARK_FP8_STREAM=x);
 # a name containing "noearly" takes the previous attention path instead of the early variant
 # (copies before the PDL wait; DSPARK_ATTN_DECODE=1), one containing "trace" adds --trace (CUPTI
-# timeline per kernel), one containing "blocking" --blocking-sync, one containing "gemvm1" the
-# one-row linear kernel for the target's decode steps (DSPARK_CUDA_GEMV_M1=1, opt-in), one
-# containing "gemvrows" the few-rows kernel for its verify steps (DSPARK_CUDA_GEMV_ROWS=1, opt-in).
+# timeline per kernel), one containing "blocking" --blocking-sync, one containing "nom1" cuBLASLt
+# for the target's one-row linear calls instead of the one-row kernel (DSPARK_CUDA_GEMV_M1=0; that
+# kernel is the default since session 7), one containing "gemvrows" the few-rows kernel for its
+# verify steps (DSPARK_CUDA_GEMV_ROWS=1, opt-in).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -82,7 +83,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == fp8t_* ]] && export DSPARK_FP8_STREAM=0
     [[ "$r" == fp8x_* ]] && export DSPARK_FP8_STREAM=x
     [[ "$r" == *noearly* ]] && export DSPARK_ATTN_DECODE=1
-    [[ "$r" == *gemvm1* ]] && export DSPARK_CUDA_GEMV_M1=1
+    [[ "$r" == *nom1* ]] && export DSPARK_CUDA_GEMV_M1=0
     [[ "$r" == *gemvrows* ]] && export DSPARK_CUDA_GEMV_ROWS=1
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace)
