@@ -201,6 +201,46 @@ TEST_F(GraphForwardCuda, VerifyK16Batch4) {
   run_and_compare(4, 17, 24, true, {0, 2});
 }
 
+// Verify widths cycling like a speculative request's last rounds (gamma 16 with rejected drafts:
+// 17 tokens, then 16, 15, ..., 1), at a fixed context: 18 shapes with the prompt's. Least recently
+// used eviction of a cycle longer than the cache misses every time (the cache held 16 buckets
+// until session 8): after a warm-up pass (eager) and a capture pass, every width of a third pass
+// must replay its graph.
+TEST_F(GraphForwardCuda, VerifyWidthCycleStaysCaptured) {
+  Context ctx(Device::cuda(0));
+  auto model = load_model(dir_, Device::cuda(0), DType::bf16);
+  model->set_cuda_graphs(true);
+  ASSERT_TRUE(model->cuda_graphs());
+  PagedKvCache kv(model->kv_shape(kPageSize, kNumPages), Device::cuda(0));
+  const SeqId seq = kv.create_sequence();
+  std::mt19937 gen(99);
+  std::uniform_int_distribution<int32_t> token(0, model->config().vocab_size - 1);
+  auto batch = [&](int n) {
+    ForwardBatch b;
+    for (int i = 0; i < n; ++i) b.tokens.push_back(token(gen));
+    b.seqs = {seq};
+    b.row_indptr = {0, n};
+    for (int i = 0; i < n; ++i) b.logit_indices.push_back(i);
+    return b;
+  };
+  constexpr int kPrompt = 40;
+  model->forward(ctx, kv, batch(kPrompt));
+  for (int pass = 0; pass < 3; ++pass) {
+    const ForwardStats before = model->forward_stats();
+    for (int width = 17; width >= 1; --width) {
+      model->forward(ctx, kv, batch(width));
+      kv.rollback_to(seq, kPrompt);  // every width at the same context (same split count)
+    }
+    ctx.synchronize();
+    const ForwardStats after = model->forward_stats();
+    EXPECT_EQ(after.graph_fallbacks, 0);
+    if (pass == 2) {
+      EXPECT_EQ(after.graph_captures - before.graph_captures, 0) << "pass 3 captured again";
+      EXPECT_EQ(after.graph_replays - before.graph_replays, 17) << "pass 3 did not replay";
+    }
+  }
+}
+
 // Greedy generation through the engine: plain decoding and prompt-lookup speculation (verify
 // batches of varying width) emit the same tokens with graphs as without.
 TEST_F(GraphForwardCuda, GreedyGenerateSameTokens) {

@@ -49,17 +49,31 @@ class GraphSet {
   std::string last_error_;
 };
 
+// The device memory the graph buckets of one map may keep (see evict_lru_bucket).
+inline constexpr size_t kGraphBucketsMaxBytes = size_t{4} << 30;
+
 // Makes room for one more bucket in a map of graph buckets (values: unique_ptr to a struct with a
-// `last_use` tick) that may hold `max_buckets`: evicts the least recently used one after
-// synchronising ctx (queued work may still read the evicted buffers).
+// `last_use` tick and a `bytes()` of device memory) that may hold `max_buckets` buckets and, before
+// the new one, `max_bytes` bytes: evicts least recently used ones, after synchronising ctx (queued
+// work may still read the evicted buffers). The count must exceed the shapes a workload cycles
+// through: least-recently-used eviction of a cycle one longer than the cache misses every time
+// (a speculative request's last rounds draft gamma - 1, gamma - 2, ... tokens: gamma + 1 verify
+// shapes, each evicted just before its next use when the cache held 16).
 template <typename BucketMap>
-void evict_lru_bucket(Context& ctx, BucketMap& buckets, size_t max_buckets) {
-  if (buckets.size() < max_buckets || buckets.empty()) return;
-  auto lru = buckets.begin();
-  for (auto it = buckets.begin(); it != buckets.end(); ++it)
-    if (it->second->last_use < lru->second->last_use) lru = it;
-  ctx.synchronize();
-  buckets.erase(lru);
+void evict_lru_bucket(Context& ctx, BucketMap& buckets, size_t max_buckets,
+                      size_t max_bytes = kGraphBucketsMaxBytes) {
+  size_t bytes = 0;
+  for (const auto& entry : buckets) bytes += entry.second->bytes();
+  bool synced = false;
+  while (!buckets.empty() && (buckets.size() >= max_buckets || bytes > max_bytes)) {
+    auto lru = buckets.begin();
+    for (auto it = buckets.begin(); it != buckets.end(); ++it)
+      if (it->second->last_use < lru->second->last_use) lru = it;
+    if (!synced) ctx.synchronize();
+    synced = true;
+    bytes -= lru->second->bytes();
+    buckets.erase(lru);
+  }
 }
 
 // Adds one run's outcome to a caller's counters (a captured run was also launched: a replay).

@@ -158,9 +158,12 @@ class LlamaFamilyModel final : public Model {
     Activations act;
     GraphSet graphs;  // by attention split count
     uint64_t last_use = 0;
+    size_t bytes() const { return arena.capacity(); }
   };
   static constexpr int64_t kGraphMaxTokens = ForwardStats::kStepTokens;  // larger: eager
-  static constexpr size_t kGraphMaxBuckets = 16;
+  // More than the verify shapes a request cycles through (gamma + 1 <= 65) and the decode and
+  // prefill-chunk shapes beside them; kGraphBucketsMaxBytes bounds their memory.
+  static constexpr size_t kGraphMaxBuckets = 96;
   bool graph_eligible(const Context& ctx, const ForwardBatch& b) const;
   GraphBucket& graph_bucket(Context& ctx, PagedKvCache& kv, const ForwardBatch& b);
   ForwardOutput forward_graphed(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,

@@ -179,9 +179,12 @@ class DSparkSource final : public DraftSource {
     CommitBuffers buffers;
     GraphSet graphs;  // one variant (no attention)
     uint64_t last_use = 0;
+    size_t bytes() const { return arena.capacity(); }
   };
   static constexpr int64_t kCommitGraphMaxRows = 64;
-  static constexpr size_t kCommitMaxBuckets = 16;
+  // The tap addresses in the key follow the target's verify buckets (one per verify shape): as
+  // many as those (see evict_lru_bucket).
+  static constexpr size_t kCommitMaxBuckets = 96;
   CommitBucket& commit_bucket(Context& ctx, int64_t rows, std::span<const Tensor> taps);
 
   // One round: R rows of L block rows, S drafts each, `cols` logit columns.
@@ -221,8 +224,11 @@ class DSparkSource final : public DraftSource {
     RoundBuffers buffers;
     GraphSet graphs;  // by attention split count
     uint64_t last_use = 0;
+    size_t bytes() const { return arena.capacity() + head_arena.capacity(); }
   };
-  static constexpr size_t kGraphMaxBuckets = 8;
+  // A request's last rounds draft fewer steps (gamma - 1, gamma - 2, ...): one shape each (see
+  // evict_lru_bucket).
+  static constexpr size_t kGraphMaxBuckets = 96;
   GraphBucket& graph_bucket(Context& ctx, const RoundShape& s);
 
   DrafterConfig config_;
