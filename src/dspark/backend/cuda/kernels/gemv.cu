@@ -150,25 +150,24 @@ bool small_m_linear_enabled() {
 
 bool try_gemv(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
   if (!small_m_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
-  const RowView xv = row_view(x), yv = row_view(y);
-  const int64_t m = xv.rows, k = xv.cols, n = w.size(0);
-  if (m < 1 || m > kGemvMaxRows) return false;
+  const gemv_tile::LinearDims d = gemv_tile::linear_dims(x, w, y);
+  if (d.m < 1 || d.m > kGemvMaxRows) return false;
   const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
-  gemv_tile::dispatch_16bit(
-      x.dtype(), y.dtype(), [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
-        const GemvParams<device_t<TW>, device_t<TY>> p{device_ptr<TW>(w),
-                                                       device_ptr<TW>(x),
-                                                       device_ptr<TY>(y),
-                                                       b.data,
-                                                       b.kind,
-                                                       m,
-                                                       n,
-                                                       k,
-                                                       m == 1 ? k : xv.stride,
-                                                       m == 1 ? n : yv.stride};
-        launch_tiles<device_t<TW>, device_t<TY>>(m, p, stream);
-      });
+  gemv_tile::dispatch_16bit(x.dtype(), y.dtype(),
+                            [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
+                              const GemvParams<device_t<TW>, device_t<TY>> p{device_ptr<TW>(w),
+                                                                             device_ptr<TW>(x),
+                                                                             device_ptr<TY>(y),
+                                                                             b.data,
+                                                                             b.kind,
+                                                                             d.m,
+                                                                             d.n,
+                                                                             d.k,
+                                                                             d.ldx,
+                                                                             d.ldy};
+                              launch_tiles<device_t<TW>, device_t<TY>>(d.m, p, stream);
+                            });
   return true;
 }
 

@@ -283,31 +283,26 @@ bool rows_linear_x_global() {
 bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
                    const Tensor& y) {
   if (!rows_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
-  const RowView xv = row_view(x), yv = row_view(y);
-  const int64_t m = xv.rows, k = xv.cols, n = w.size(0);
-  if (m < 1 || m > kGemvRowsMaxRows || n > kGemvMaxN) return false;
+  const gemv_tile::LinearDims d = gemv_tile::linear_dims(x, w, y);
+  if (d.m < 1 || d.m > kGemvRowsMaxRows || d.n > kGemvMaxN) return false;
   const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
   bool launched = false;
   gemv_tile::dispatch_16bit(
       x.dtype(), y.dtype(), [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
         // The launch fields (k_warps .. tiles) are set by launch_rows.
-        const RowsParams<device_t<TW>, device_t<TY>> p{device_ptr<TW>(w),
-                                                       device_ptr<TW>(x),
-                                                       device_ptr<TY>(y),
-                                                       b.data,
-                                                       b.kind,
-                                                       m,
-                                                       n,
-                                                       k,
-                                                       m == 1 ? k : xv.stride,
-                                                       m == 1 ? n : yv.stride,
-                                                       0,
-                                                       0,
-                                                       0,
-                                                       0,
-                                                       0};
-        launched = launch_rows_tiles<device_t<TW>, device_t<TY>>(m, p, stream);
+        RowsParams<device_t<TW>, device_t<TY>> p{};
+        p.w = device_ptr<TW>(w);
+        p.x = device_ptr<TW>(x);
+        p.y = device_ptr<TY>(y);
+        p.bias = b.data;
+        p.bias_kind = b.kind;
+        p.m = d.m;
+        p.n = d.n;
+        p.k = d.k;
+        p.ldx = d.ldx;
+        p.ldy = d.ldy;
+        launched = launch_rows_tiles<device_t<TW>, device_t<TY>>(d.m, p, stream);
       });
   return launched;
 }

@@ -131,6 +131,17 @@ void dispatch_16bit(DType x, DType y, F&& f) {
   });
 }
 
+// A 16-bit linear call's sizes and row strides as the kernels' params take them (after
+// fits_16bit): a single row's stride is irrelevant, so it is given as K (x) and N (y).
+struct LinearDims {
+  int64_t m, n, k, ldx, ldy;
+};
+inline LinearDims linear_dims(const Tensor& x, const Tensor& w, const Tensor& y) {
+  const RowView xv = row_view(x), yv = row_view(y);
+  const int64_t m = xv.rows, k = xv.cols, n = w.size(0);
+  return {m, n, k, m == 1 ? k : xv.stride, m == 1 ? n : yv.stride};
+}
+
 // A linear's optional bias as the kernels' params take it: null and f32 when there is none.
 struct BiasArg {
   const void* data;
