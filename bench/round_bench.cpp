@@ -241,6 +241,9 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
       const PhaseMs gs =
           measure(target, ctx, created->source.get(), gamma, prompts, o.rounds, false, true);
       const DSparkStats ds1 = dspark ? dspark->dspark_stats() : DSparkStats{};
+      // The drafter rounds of that measured run and those of them that replayed a graph.
+      const int64_t gs_drafter_rounds = ds1.n_rounds - ds0.n_rounds;
+      const int64_t gs_drafter_replays = ds1.n_graph_replays - ds0.n_graph_replays;
       const double host_work = gs.draft_cpu + gs.verify_cpu + gs.rest_cpu - gs.sync_wait;
       // The same by phase (spinning waits): CPU in the phase minus its wall time in synchronize.
       const double draft_work = gs.draft_cpu - gs.draft_sync_wait;
@@ -320,8 +323,8 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
            {{"target_step_forwards", gs.stats.step_forwards},
             {"target_step_replays", gs.stats.step_replays},
             {"target_graph_captures", gs.stats.graph_captures},
-            {"drafter_rounds", ds1.n_rounds - ds0.n_rounds},
-            {"drafter_graph_replays", ds1.n_graph_replays - ds0.n_graph_replays},
+            {"drafter_rounds", gs_drafter_rounds},
+            {"drafter_graph_replays", gs_drafter_replays},
             {"drafter_graph_captures", ds1.n_graph_captures - ds0.n_graph_captures}}}};
       const std::string replayed =
           dspark ? fmt::format("drafter: {} of {} rounds replayed (whole run)", ds.n_graph_replays,
@@ -334,13 +337,12 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                       fmt::format("{:.3f}", alone.draft), fmt::format("{:.2f}", alone.draft / dec),
                       fmt::format("the commit's device work not included: rest with it {:.3f} ms",
                                   alone.rest)});
-      rows.push_back(
-          {"  verify (graphs)", fmt::format("{:.3f}", gs.verify),
-           fmt::format("{:.2f}", gs.verify / dec),
-           fmt::format("measured run: {} of {} target steps replayed, {} captures; "
-                       "drafter {} of {} rounds replayed",
-                       gs.stats.step_replays, gs.stats.step_forwards, gs.stats.graph_captures,
-                       ds1.n_graph_replays - ds0.n_graph_replays, ds1.n_rounds - ds0.n_rounds)});
+      rows.push_back({"  verify (graphs)", fmt::format("{:.3f}", gs.verify),
+                      fmt::format("{:.2f}", gs.verify / dec),
+                      fmt::format("measured run: {} of {} target steps replayed, {} captures; "
+                                  "drafter {} of {} rounds replayed",
+                                  gs.stats.step_replays, gs.stats.step_forwards,
+                                  gs.stats.graph_captures, gs_drafter_replays, gs_drafter_rounds)});
       rows.push_back({"  rest (graphs)", fmt::format("{:.3f}", gs.rest),
                       fmt::format("{:.2f}", gs.rest / dec), ""});
       rows.push_back({"full round (graphs)", fmt::format("{:.3f}", gs.round),
