@@ -307,13 +307,14 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DSparkCudaForward,
                                            Case{"llama3", "deepspec", "gated", 16}),
                          case_name);
 
-// FP8 drafter weights (DSparkSourceOptions::fp8_weights: the projections and the LM head in E4M3
-// with per-row scales) against the same double reference as above (full-precision weights): the
-// quantization error of 3 mantissa bits on top of bf16's, so relative RMS <= 0.1 for hidden
-// states, logits and confidences, and every greedy token whose reference top-2 gap exceeds half
-// the logits' RMS identical (at least one such token over the cases). The context features (fc, not
-// quantized) keep the bf16 bound. With and without a draft vocabulary (its cut LM head, or the
-// whole head, quantized).
+// FP8 drafter weights (DSparkSourceOptions::fp8_weights: the projections, the context projection
+// fc and the LM head in E4M3 with per-row scales) against the same double reference as above
+// (full-precision weights): the quantization error of 3 mantissa bits on top of bf16's, so
+// relative RMS <= 0.05 for the context features (one FP8 projection: 2.4-2.5e-2 on the H200,
+// session 9) and <= 0.1 for hidden states, logits and confidences, and every
+// greedy token whose reference top-2 gap exceeds half the logits' RMS identical (at least one such
+// token over the cases). With and without a draft vocabulary (its cut LM head, or the whole head,
+// quantized).
 TEST(DSparkCudaFp8, MatchesReferenceWithinFp8Error) {
   DSPARK_REQUIRE_CUDA();
   int64_t decisive = 0;
@@ -342,7 +343,7 @@ TEST(DSparkCudaFp8, MatchesReferenceWithinFp8Error) {
           st.confidence, static_cast<long long>(st.tokens_decisive_equal),
           static_cast<long long>(st.tokens_decisive), static_cast<long long>(st.tokens_equal),
           static_cast<long long>(st.tokens));
-      EXPECT_LE(st.features, 3e-2);
+      EXPECT_LE(st.features, 5e-2);
       EXPECT_LE(st.hidden, 0.1);
       EXPECT_LE(st.base, 0.1);
       EXPECT_LE(st.corrected, 0.1);

@@ -34,6 +34,7 @@ struct DrafterLayerWeights {
 
 struct DrafterWeights {
   OwnedTensor fc;           // [d, m * H_target]
+  OwnedTensor fc_scale;     // [d] f32 once fc holds E4M3 codes (FP8 drafting), else empty
   OwnedTensor hidden_norm;  // [d] f32
   std::vector<DrafterLayerWeights> layers;
   OwnedTensor norm;              // [d] f32

@@ -59,7 +59,7 @@ void DSparkSource::enqueue_commit(Context& ctx, const CommitMeta& meta, const Co
   for (int64_t j = 0; j < m; ++j)
     gather_rows(ctx, taps[static_cast<size_t>(j)], meta.tap_rows,
                 b.concat.slice(1, j * h, (j + 1) * h));
-  linear(ctx, b.concat, weights_.fc, Tensor{}, b.c_raw);
+  project(ctx, b.concat, weights_.fc, weights_.fc_scale, Tensor{}, b.c_raw);
   const RmsNormParams norm{dims_.rms_norm_eps, false};
   rms_norm(ctx, b.c_raw, weights_.hidden_norm, b.c, norm);
 

@@ -109,11 +109,13 @@ void DSparkSource::quantize_backbone_fp8() {
                     "activations, the target runs {} on {}",
                     dtype_name(dtype_), target_.device().name());
   const int64_t inter = config_.backbone.intermediate_size;
+  const int64_t fc_in = weights_.fc->size(1);
   DSPARK_CHECK_KIND(
-      invalid_input, dims_.hidden % 16 == 0 && dims_.q_width() % 16 == 0 && inter % 16 == 0,
-      "dspark: FP8 drafter weights (--draft-fp8) need hidden ({}), attention ({}) and "
-      "MLP ({}) widths that are multiples of 16",
-      dims_.hidden, dims_.q_width(), inter);
+      invalid_input,
+      dims_.hidden % 16 == 0 && dims_.q_width() % 16 == 0 && inter % 16 == 0 && fc_in % 16 == 0,
+      "dspark: FP8 drafter weights (--draft-fp8) need hidden ({}), attention ({}), "
+      "MLP ({}) and context-projection ({}) widths that are multiples of 16",
+      dims_.hidden, dims_.q_width(), inter, fc_in);
   Context ctx(target_.device());
   std::vector<OwnedTensor> originals;  // freed once the quantization ran
   auto quantize = [&](OwnedTensor& w, OwnedTensor& scale) {
@@ -122,6 +124,7 @@ void DSparkSource::quantize_backbone_fp8() {
     w = std::move(w8);
     scale = std::move(s);
   };
+  quantize(weights_.fc, weights_.fc_scale);  // read by every commit: m * H x d
   for (DrafterLayerWeights& l : weights_.layers) {
     quantize(l.attn.qkv, l.attn.qkv_scale);
     quantize(l.attn.o, l.attn.o_scale);

@@ -67,11 +67,12 @@ struct DSparkSourceOptions {
   // outside the list are never drafted. Sampled rounds use the whole vocabulary (their q must
   // cover it). spec/dspark/draft_vocab.h reads the list from a file.
   std::vector<int32_t> draft_vocab;
-  // The backbone's projections (q/k/v, o, gate/up, down) and the LM head rows it drafts with in
-  // FP8 (E4M3 codes, one scale per row: ops/linear_fp8.h), quantized once from the checkpoint's
-  // weights: about half the bytes a draft step reads. The target still verifies every draft, so
-  // the output is unchanged; only acceptance may move. CUDA with bf16 activations only; fc, norms
-  // and the Markov / confidence heads stay in the engine dtype.
+  // The backbone's projections (q/k/v, o, gate/up, down), the LM head rows it drafts with and the
+  // context projection fc (read by every commit) in FP8 (E4M3 codes, one scale per row:
+  // ops/linear_fp8.h), quantized once from the checkpoint's weights: about half the bytes a draft
+  // step and a commit read. The target still verifies every draft, so the output is unchanged;
+  // only acceptance may move. CUDA with bf16 activations only; norms and the Markov / confidence
+  // heads stay in the engine dtype.
   bool fp8_weights = false;
 };
 
