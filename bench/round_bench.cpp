@@ -237,9 +237,12 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
       // With the engine's per-phase CPU clocks (seven clock reads per round): with spinning waits,
       // the rounds' host work outside Context::synchronize is their CPU time minus the wall time
       // spent inside it.
-      const DSparkStats ds0 = dspark ? dspark->dspark_stats() : DSparkStats{};
+      // The drafter's counters before the measured run (after measure's warm-up runs).
+      DSparkStats ds0{};
       const PhaseMs gs =
-          measure(target, ctx, created->source.get(), gamma, prompts, o.rounds, false, true);
+          measure(target, ctx, created->source.get(), gamma, prompts, o.rounds, false, true, [&] {
+            if (dspark) ds0 = dspark->dspark_stats();
+          });
       const DSparkStats ds1 = dspark ? dspark->dspark_stats() : DSparkStats{};
       // The drafter rounds of that measured run and those of them that replayed a graph.
       const int64_t gs_drafter_rounds = ds1.n_rounds - ds0.n_rounds;

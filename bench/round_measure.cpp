@@ -23,7 +23,7 @@ void RandomDraftSource::propose(Context&, std::span<const ProposeRequest> reques
 
 PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
                 const std::vector<std::vector<int32_t>>& prompts, int rounds, bool trace,
-                bool cpu_times) {
+                bool cpu_times, const std::function<void()>& at_measured_run) {
   SpecConfig cfg;
   cfg.gamma = gamma;
   cfg.cpu_times = cpu_times;
@@ -83,6 +83,7 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   target.reset_forward_stats();
   // The measured run: max_tokens fixes the number of rounds (none skipped or shortened).
   ctx.synchronize();
+  if (at_measured_run) at_measured_run();
   if (trace) kernel_trace_start();
   const double cpu0 = thread_cpu_ms();
   const SpecTelemetry t = run(rounds);

@@ -54,9 +54,11 @@ struct PhaseMs {
 // Per-round means over `rounds` rounds of one request per prompt (all rows decode in every round:
 // no end of sequence, the same max_tokens) after a warm-up run. With `trace`, the measured run is
 // recorded through CUPTI (kernel_trace.h), which slows launches: its times are for the timeline.
+// `at_measured_run` (optional) is called after the warm-up runs, right before the measured one
+// (e.g. to snapshot a draft source's counters).
 PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
                 const std::vector<std::vector<int32_t>>& prompts, int rounds, bool trace = false,
-                bool cpu_times = false);
+                bool cpu_times = false, const std::function<void()>& at_measured_run = {});
 
 // Forwards to a draft source and profiles its propose() calls only (op profiler on around them):
 // the ops of the draft step, apart from the target's verify forward.
