@@ -57,6 +57,28 @@ __device__ __forceinline__ uint32_t pack2_bits(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
+// Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix): lanes 8j .. 8j + 7 give
+// the addresses of matrix j's 8 rows (16 contiguous bytes each), and lane (g = lane / 4,
+// c = lane % 4) receives in r[j] the elements (row g, columns 2c and 2c + 1), the lower column in
+// the low half: m16n8k16 A fragments (rows = M) or B fragments (rows = N).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory, transposed (ldmatrix .trans): lanes
+// 8j .. 8j + 7 give the addresses of matrix j's 8 rows (16 contiguous bytes each), and lane
+// (g = lane / 4, c = lane % 4) receives in r[j] the elements (row 2c, column g) in the low half and
+// (row 2c + 1, column g) in the high half: an m16n8k16 B fragment pair when the rows are keys.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
 // 16 bytes global -> shared without passing through registers (L2 only: .cg).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));

@@ -7,7 +7,8 @@
 //  - K and V tiles (64 keys x head_dim, in the cache's dtype) are copied into shared memory with
 //    cp.async, two tiles in flight: the copy of the next tile overlaps the math of this one. Keys
 //    outside the CTA's visible range are zero-filled. Shared rows are padded by 16 bytes, which
-//    makes every fragment load below free of bank conflicts.
+//    makes every fragment load below (ldmatrix, four 8x8 matrices at a time; V's transposed) free
+//    of bank conflicts.
 //  - Warp w takes keys 16w .. 16w+15 of each tile: S = Q.K^T (head_dim / 16 x 2 MMAs), scaled and
 //    masked per row, an online softmax in f32 with base-2 exponentials, then P (rounded to the
 //    cache dtype, as the MMA's A operand straight from the S registers) times V accumulates O in
@@ -96,11 +97,6 @@ struct Layout {
   static_assert((kPart + kMaxRows * kPartLd) * 4 <= 4 * kTileKeys * kLd * 2);
   static_assert(kBytes <= 227 * 1024);
 };
-
-template <typename T>
-__device__ __forceinline__ uint32_t ld32(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
 
 // `a += 1` at GPU scope with acquire-release semantics, by one thread after a barrier: releases
 // the writes of the whole CTA (the barrier orders them before it) and acquires those of the CTAs
@@ -200,6 +196,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   float* s_part = s_o + L::kPart;  // kCluster: this segment's partial rows
   __shared__ int s_lo[kMaxRows], s_hi[kMaxRows];
   __shared__ float s_m[kWarps][kMaxRows], s_l[kWarps][kMaxRows];
+  __shared__ float s_row_m[kMaxRows], s_row_l[kMaxRows];  // per row: max and sum over the warps
   __shared__ int s_seg_end, s_page0;
   __shared__ int s_fresh[kEarly ? kMaxRows : 1];  // kEarly: per row, the first key of this step
   // kEarly: per stage, the offsets (page, slot, KV head) of the keys of the tile copied into it;
@@ -441,18 +438,21 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       const T* kt = s_k + (stage * kTileKeys + warp * kWarpKeys) * kLd;
       const T* vt = s_v + (stage * kTileKeys + warp * kWarpKeys) * kLd;
 
+      // The fragments come from shared memory by ldmatrix, four 8x8 matrices per instruction;
+      // lane 8j + r addresses row r of matrix j (rows kLd apart: 16 bytes apart in the banks).
+      const int lrow = lane & 7, lmat = lane >> 3;
       float s[2][4] = {};  // keys kw0 + 8 nt + 2c (+1), rows g / g + 8
+      // Q's A fragment: matrices (rows 0-7 | 8-15) x (columns kk | kk + 8); K's B fragments of the
+      // two n8 tiles: (keys 0-7: columns kk | kk + 8), (keys 8-15: the same).
+      const T* qrow = s_q + ((lmat & 1) * 8 + lrow) * kLd + (lmat >> 1) * 8;
+      const T* krow = kt + ((lmat >> 1) * 8 + lrow) * kLd + (lmat & 1) * 8;
 #pragma unroll
       for (int kk = 0; kk < HD; kk += 16) {
-        const uint32_t a0 = ld32(s_q + g * kLd + kk + 2 * c);
-        const uint32_t a1 = ld32(s_q + (g + 8) * kLd + kk + 2 * c);
-        const uint32_t a2 = ld32(s_q + g * kLd + kk + 8 + 2 * c);
-        const uint32_t a3 = ld32(s_q + (g + 8) * kLd + kk + 8 + 2 * c);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const T* kr = kt + (nt * 8 + g) * kLd + kk + 2 * c;
-          device::mma<T>(s[nt], a0, a1, a2, a3, ld32(kr), ld32(kr + 8));
-        }
+        uint32_t a[4], b[4];
+        device::ldmatrix_x4(a, qrow + kk);
+        device::ldmatrix_x4(b, krow + kk);
+        device::mma<T>(s[0], a[0], a[1], a[2], a[3], b[0], b[1]);
+        device::mma<T>(s[1], a[0], a[1], a[2], a[3], b[2], b[3]);
       }
 
       uint32_t pa[4];  // P as the A operand of P.V (keys 2c, 2c+1 | 2c+8, 2c+9 of the warp)
@@ -486,15 +486,15 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         pa[2 + r] = device::pack2<T>(pe[2], pe[3]);
       }
 
-      const auto* vb = reinterpret_cast<const uint16_t*>(vt);
+      // V's B fragments, two n8 tiles per transposed ldmatrix: matrices (keys 0-7 | 8-15 of the
+      // warp) x (columns dt * 8 | dt * 8 + 8).
+      const T* vrow = vt + ((lmat & 1) * 8 + lrow) * kLd + (lmat >> 1) * 8;
 #pragma unroll
-      for (int dt = 0; dt < kDimTiles; ++dt) {
-        const int col = dt * 8 + g;
-        const uint32_t b0 =
-            device::pack2_bits(vb[(2 * c) * kLd + col], vb[(2 * c + 1) * kLd + col]);
-        const uint32_t b1 =
-            device::pack2_bits(vb[(2 * c + 8) * kLd + col], vb[(2 * c + 9) * kLd + col]);
-        device::mma<T>(o[dt], pa[0], pa[1], pa[2], pa[3], b0, b1);
+      for (int dt = 0; dt < kDimTiles; dt += 2) {
+        uint32_t b[4];
+        device::ldmatrix_x4_trans(b, vrow + dt * 8);
+        device::mma<T>(o[dt], pa[0], pa[1], pa[2], pa[3], b[0], b[1]);
+        device::mma<T>(o[dt + 1], pa[0], pa[1], pa[2], pa[3], b[2], b[3]);
       }
       if constexpr (kEarly) {
         if (tile + 2 < end && threadIdx.x < kTileKeys)
@@ -537,19 +537,26 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         dst[dt * 8 + 2 * c + 1] = o[dt][2 * r + 1] * f;
       }
     }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < n_q * HD; idx += kThreads) {
-      const int i = idx / HD, d = idx - i * HD;
+    // Each row's max and sum over the warps, once per row (not per element below).
+    if (threadIdx.x < kMaxRows) {
+      const int i = threadIdx.x;
       float mx = -INFINITY;
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
       const float m_use = mx == -INFINITY ? 0.0f : mx;
-      float l = 0.0f, acc = 0.0f;
+      float l = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        l += s_l[w][i] * exp2f(s_m[w][i] - m_use);
-        acc += s_o[(w * kMaxRows + i) * L::kOutLd + d];
-      }
+      for (int w = 0; w < kWarps; ++w) l += s_l[w][i] * exp2f(s_m[w][i] - m_use);
+      s_row_m[i] = mx;
+      s_row_l[i] = l;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < n_q * HD; idx += kThreads) {
+      const int i = idx / HD, d = idx - i * HD;
+      const float mx = s_row_m[i], l = s_row_l[i];
+      float acc = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) acc += s_o[(w * kMaxRows + i) * L::kOutLd + d];
       const int64_t tok = t + i / nh, h = h_begin + i % nh;
       if (p.n_splits == 1) {
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
