@@ -52,11 +52,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
-// Two 16-bit values in one register, `lo` in the low half.
-__device__ __forceinline__ uint32_t pack2_bits(uint16_t lo, uint16_t hi) {
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-}
-
 // Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix): lanes 8j .. 8j + 7 give
 // the addresses of matrix j's 8 rows (16 contiguous bytes each), and lane (g = lane / 4,
 // c = lane % 4) receives in r[j] the elements (row g, columns 2c and 2c + 1), the lower column in
