@@ -1,6 +1,7 @@
 #include "kernel_trace.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -196,6 +197,22 @@ std::vector<KernelTime> kernel_times(const std::vector<TraceSpan>& spans,
   std::sort(out.begin(), out.end(),
             [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
   return out;
+}
+
+void write_timeline_csv(const std::string& path, const std::vector<TraceSpan>& spans) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  DSPARK_CHECK(f != nullptr, "cannot write the timeline to {}", path);
+  static constexpr const char* kKinds[] = {"kernel", "memcpy", "memset", "sync"};
+  std::fprintf(f, "kind,start_ns,end_ns,graph_id,name\n");
+  for (const TraceSpan& t : spans) {
+    std::string name;  // quoted, quotes doubled: a demangled name may hold commas
+    for (char c : t.name) name += c == '"' ? std::string("\"\"") : std::string(1, c);
+    std::fprintf(f, "%s,%llu,%llu,%u,\"%s\"\n", kKinds[static_cast<int>(t.kind)],
+                 static_cast<unsigned long long>(t.start_ns),
+                 static_cast<unsigned long long>(t.end_ns), t.graph_id, name.c_str());
+  }
+  const bool ok = std::fclose(f) == 0;
+  DSPARK_CHECK(ok, "cannot write the timeline to {}", path);
 }
 
 }  // namespace dspark::bench

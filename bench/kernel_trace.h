@@ -55,4 +55,9 @@ struct KernelTime {
 std::vector<KernelTime> kernel_times(const std::vector<TraceSpan>& spans,
                                      const std::vector<TraceSpan>* minus = nullptr);
 
+// Writes `spans` as CSV (kind, start_ns, end_ns, graph_id, name in double quotes; one span per
+// line, in order) to `path`: the raw timeline, for boundaries that totals hide. Throws when the
+// file cannot be written.
+void write_timeline_csv(const std::string& path, const std::vector<TraceSpan>& spans);
+
 }  // namespace dspark::bench

@@ -17,8 +17,8 @@
 // here; random drafts are rejected, so every round drafts the full gamma).
 //
 //   bench_round -m TARGET [--draft SRC] [--gamma 16] [--context 1024] [--batch 1] [--rounds 32]
-//               [--verify-k 1,16,32] [--graphs] [--trace] [--blocking-sync] [--profile-ops]
-//               [--device cuda] [--json FILE]
+//               [--verify-k 1,16,32] [--graphs] [--trace [--trace-timeline CSV]] [--blocking-sync]
+//               [--profile-ops] [--device cuda] [--json FILE]
 // --batch B: B rows (requests) of --context random tokens each decode together (all prefilled
 // before the first round: SpecConfig::prefill_first); the decode step
 // reports tok/s (B per step) and reads the weights once plus every row's K/V. --context and
@@ -71,6 +71,7 @@ std::vector<int> parse_list(const std::string& s) {
 
 struct Options {
   std::string model, draft = "none", draft_vocab, device_name = "cuda", json_file;
+  std::string trace_timeline;  // with --trace: the traced round's raw timeline (CSV) here
   std::string verify_list = "1,16,32", context_list = "1024", batch_list = "1";
   int gamma = 16, rounds = 32;
   bool draft_fp8 = false;
@@ -263,7 +264,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
             [&](int n) {
               return measure(target, ctx, created->source.get(), gamma, prompts, n, true);
             },
-            o.rounds, j["graphs"]["round_trace"], 24);
+            o.rounds, j["graphs"]["round_trace"], 24, o.trace_timeline);
       // Host CPU per round: two runs (rounds and 2 x rounds) with the engine's per-phase CPU
       // clocks, differenced so that the prefill and the setup cancel out. Only meaningful with
       // --blocking-sync (spinning waits burn CPU while the device works).
@@ -419,6 +420,9 @@ int main_impl(int argc, char** argv) {
   app.add_flag("--trace", o.trace,
                "also record the decode step's and the round's device timeline (CUPTI): idle "
                "gaps between kernels, host time blocked, kernel times");
+  app.add_option("--trace-timeline", o.trace_timeline,
+                 "with --trace: also write the traced round run's raw device timeline (every "
+                 "kernel, copy and blocking call with its start and end) as CSV to this file");
   app.add_flag("--blocking-sync", o.blocking_sync,
                "CUDA: waiting host threads sleep instead of spinning, so the CPU time per round "
                "reported is the host's own work (slower rounds: each wait wakes up late)");
@@ -429,6 +433,10 @@ int main_impl(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (o.trace && !kernel_trace_available()) {
     std::fprintf(stderr, "error: --trace needs a bench built with CUPTI\n");
+    return 2;
+  }
+  if (!o.trace_timeline.empty() && !o.trace) {
+    std::fprintf(stderr, "error: --trace-timeline needs --trace\n");
     return 2;
   }
   if (o.graphs_only && !o.graphs) {

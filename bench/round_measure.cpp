@@ -150,8 +150,9 @@ void print_op_profile(const std::string& title, const std::vector<OpTime>& ops, 
 }
 
 void report_trace(const std::string& title, const std::function<PhaseMs(int)>& traced_run,
-                  int rounds, nlohmann::json& j, size_t top) {
+                  int rounds, nlohmann::json& j, size_t top, const std::string& timeline_csv) {
   const PhaseMs a = traced_run(rounds), b = traced_run(2 * rounds);
+  if (!timeline_csv.empty()) write_timeline_csv(timeline_csv, a.trace);
   const double units = b.rounds - a.rounds;
   const TimelineTotals t = summarize_timeline(b.trace).per_unit(summarize_timeline(a.trace), units);
   const double host_ms = b.round - t.sync_ms;

@@ -91,9 +91,10 @@ void print_op_profile(const std::string& title, const std::vector<OpTime>& ops, 
 // Traces the measurement twice, with `rounds` and 2 x `rounds` rounds, and prints / stores the
 // difference per round: the prefill and the warm-up cancel out. Host time not blocked = the
 // longer run's wall time per round minus the time per round its thread spent blocked in CUDA
-// synchronisation. The `top` kernels by device time per round follow.
+// synchronisation. The `top` kernels by device time per round follow. A non-empty `timeline_csv`
+// also gets the shorter run's raw timeline (write_timeline_csv).
 void report_trace(const std::string& title, const std::function<PhaseMs(int)>& traced_run,
-                  int rounds, nlohmann::json& j, size_t top);
+                  int rounds, nlohmann::json& j, size_t top, const std::string& timeline_csv = "");
 
 // `n` target forwards of `width` tokens per row (all logits), one row per prompt, back to back
 // at a fixed context (the KV is rolled back after each forward, a host-only operation), one

@@ -49,7 +49,9 @@ bool m1_linear_enabled();
 void set_rows_linear(bool enabled);
 bool rows_linear_enabled();
 // The few-rows kernel reading x from global memory (L1) in its MMA loop instead of staging it in
-// shared memory (also DSPARK_CUDA_GEMV_ROWS_X=global): a measurement switch, not yet run on a GPU.
+// shared memory (also DSPARK_CUDA_GEMV_ROWS_X=global): a measurement switch.
+// DSPARK_CUDA_GEMV_ROWS_MAX_N (read once) keeps the kernel to linears of at most that many
+// outputs.
 void set_rows_linear_x_global(bool enabled);
 bool rows_linear_x_global();
 // linear's cuBLASLt algorithm per shape (backend/cuda/lt_plans.h): 0 (the default unless the

@@ -3,8 +3,9 @@
 // weights, on tensor cores, with the one-row kernel's streaming structure (gemv_m1.cu) instead of
 // the small-M kernel's (gemv.cu: a CTA per 16 rows that reads x again for every chunk, 63-75% of
 // the copy bandwidth). Opt-in: on the H200 it streams at 76-84% of the copy bandwidth at M = 1 but
-// only 47-71% at M = 16-17, slower than cuBLASLt (docs/perf-notes.md, session 7); kept, with its
-// tests, for a profiler session.
+// only 47-71% at M = 16-17, slower than cuBLASLt (docs/perf-notes.md, session 7); in the graphed
+// round even for the o projection alone, with x read from global memory (session 11: verify of 16
+// drafts 5.55 against 5.34 ms). Kept, with its tests, for a profiler session.
 //  - One CTA of 16 warps per multiprocessor. After pdl_wait() it copies x, all M rows, into
 //    shared memory once (rows padded so that rows g and g + 1 fall in different bank halves); a
 //    call whose x does not fit goes to cuBLASLt. (Session 7 also split K over thread-block
@@ -23,6 +24,7 @@
 //  - Per tile the WK warps of a row group meet in a double-buffered shared array (one barrier per
 //    tile) and are added in split order, then the bias.
 // The summation order depends on (K, WK) only, not on the call: the same bits on every call.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -68,7 +70,7 @@ constexpr int64_t partial_floats() {
 }
 
 // XG: x read from global memory (L1) in the MMA loop instead of staged in shared memory
-// (set_rows_linear_x_global; a measurement switch, not yet run on a GPU).
+// (set_rows_linear_x_global; a measurement switch).
 template <typename TW, typename TY, int NT, bool XG>
 __global__ void __launch_bounds__(kThreadsR, 1) gemv_rows_kernel(RowsParams<TW, TY> p) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -262,6 +264,17 @@ std::atomic<int>& rows_flag() {
   return flag;
 }
 
+// The widest N the kernel takes (DSPARK_CUDA_GEMV_ROWS_MAX_N, read once; default kGemvMaxN):
+// wider calls go to cuBLASLt, e.g. 6144 keeps q/k/v and o and leaves gate/up to cuBLASLt.
+int64_t rows_max_n() {
+  static const int64_t v = [] {
+    const char* s = std::getenv("DSPARK_CUDA_GEMV_ROWS_MAX_N");
+    return s != nullptr && *s != '\0' ? std::clamp<int64_t>(std::atoll(s), 1, kGemvMaxN)
+                                      : kGemvMaxN;
+  }();
+  return v;
+}
+
 }  // namespace
 
 void set_rows_linear(bool enabled) {
@@ -284,7 +297,7 @@ bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
                    const Tensor& y) {
   if (!rows_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
   const gemv_tile::LinearDims d = gemv_tile::linear_dims(x, w, y);
-  if (d.m < 1 || d.m > kGemvRowsMaxRows || d.n > kGemvMaxN) return false;
+  if (d.m < 1 || d.m > kGemvRowsMaxRows || d.n > rows_max_n()) return false;
   const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
   bool launched = false;
