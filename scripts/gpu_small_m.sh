@@ -63,17 +63,16 @@ fi
 # a name containing "noearly" takes the previous attention path instead of the early variant
 # (copies before the PDL wait; DSPARK_ATTN_DECODE=1), one containing "trace" adds --trace (CUPTI
 # timeline per kernel, and the raw timeline as round_NAME_timeline.csv), one containing "blocking"
-# --blocking-sync, one containing "nom1" cuBLASLt
-# for the target's one-row linear calls instead of the one-row kernel (DSPARK_CUDA_GEMV_M1=0; that
-# kernel is the default since session 7), one containing "gemvrows" the few-rows kernel for its
-# verify steps (DSPARK_CUDA_GEMV_ROWS=1, opt-in), one containing "ltpdl" programmatic edges into
-# the captured cuBLASLt linears (DSPARK_LT_PDL=1: only with
-# docs/experiments/2026-12-01-linear-pdl-probe.patch applied, unsafe: session 11), one containing
-# "rowsxg" the few-rows kernel's x read from global memory (DSPARK_CUDA_GEMV_ROWS_X=global), one
-# containing "rowsnN" that kernel for N <= N only (DSPARK_CUDA_GEMV_ROWS_MAX_N=N), one containing
-# "ltmaskN" (N in 0-7)
-# cuBLASLt's split-K reduction schemes restricted to the mask N (DSPARK_LT_REDUCTION_MASK=N; 0:
-# no split-K, 1: in place).
+# --blocking-sync, one containing "nom1" cuBLASLt for the target's one-row linear calls instead of
+# the one-row kernel (DSPARK_CUDA_GEMV_M1=0; that kernel is the default since session 7), one
+# containing "gemvrows" the few-rows kernel for its verify steps (DSPARK_CUDA_GEMV_ROWS=1, opt-in),
+# one containing "rowsxg" that kernel's x read from global memory (DSPARK_CUDA_GEMV_ROWS_X=global),
+# one containing "rowsnN" that kernel for linears of N outputs or fewer only
+# (DSPARK_CUDA_GEMV_ROWS_MAX_N=N), one containing "ltmaskN" (N in 0-7) cuBLASLt's split-K
+# reduction schemes restricted to the mask N (DSPARK_LT_REDUCTION_MASK=N; 0: no split-K, 1: in
+# place), one containing "ltpdl" programmatic edges into the captured cuBLASLt linears
+# (DSPARK_LT_PDL=1: only with docs/experiments/2026-12-01-linear-pdl-probe.patch applied; a data
+# race, session 11).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
