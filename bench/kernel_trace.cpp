@@ -206,7 +206,10 @@ void write_timeline_csv(const std::string& path, const std::vector<TraceSpan>& s
   std::fprintf(f, "kind,start_ns,end_ns,graph_id,name\n");
   for (const TraceSpan& t : spans) {
     std::string name;  // quoted, quotes doubled: a demangled name may hold commas
-    for (char c : t.name) name += c == '"' ? std::string("\"\"") : std::string(1, c);
+    for (char c : t.name) {
+      name += c;
+      if (c == '"') name += c;
+    }
     std::fprintf(f, "%s,%llu,%llu,%u,\"%s\"\n", kKinds[static_cast<int>(t.kind)],
                  static_cast<unsigned long long>(t.start_ns),
                  static_cast<unsigned long long>(t.end_ns), t.graph_id, name.c_str());
