@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The measurement of 2026-12-01-attention-cluster-splits.patch (apply it first; session 11's call 5,
-# refused for lack of device time). The verify attention's split count (DSPARK_ATTN_SPLIT_CTAS, and
+# The measurement of 2026-12-01-attention-cluster-splits.patch (apply it to 022ca04 first; session
+# 11's call 5, refused for lack of device time; run in session 12, call 1: rejected, see the patch). The verify attention's split count (DSPARK_ATTN_SPLIT_CTAS, and
 # clusters past the portable 8 with DSPARK_ATTN_CLUSTER_SPLITS=16): bench_attention at 1k / 4k x
 # 1 / 17 with 7, 8, 9 and 12 splits, then ctest -L cuda (default) and the attention and golden
 # tests with 9-split clusters. Logs in $OUT/r.tgz; about 200 s with the machine's start.

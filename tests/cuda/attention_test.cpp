@@ -13,6 +13,8 @@
 #include <numeric>
 #include <random>
 
+#include <cuda_runtime.h>
+
 #include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/op_profile.h"
@@ -223,6 +225,46 @@ int splits_of(const Scenario& s) {
                                       static_cast<int64_t>(s.kv_lens.size()), pages, s.page_size);
 }
 
+// The 64-key tiles per row that paged_attention_splits counts (from the page count).
+int64_t tiles_of(const Scenario& s) {
+  int64_t pages = 0;
+  for (int len : s.kv_lens) pages += (len + s.page_size - 1) / s.page_size;
+  const int64_t keys = pages * s.page_size / static_cast<int64_t>(s.kv_lens.size());
+  return (keys + 63) / 64;
+}
+
+// The split count of cluster-merged launches (multi-token tiles on sm_90) is balanced: no fewer
+// splits would give each CTA at most as many 64-key tiles (the kernel deals a row's tiles evenly),
+// and a split has at least one tile. Qwen3-8B's verify at context 1k: 17 tiles, at most 3 per CTA
+// on the H200 (6 splits, not 7). Decode tiles keep the CTA target's count.
+TEST(CudaAttention, SplitCountsAreBalanced) {
+  DSPARK_REQUIRE_CUDA();
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major != 9 || !cuda::attention_cluster()) GTEST_SKIP() << "no cluster-merged launches";
+  const bool saved = cuda::attention_balanced_splits();
+  cuda::set_attention_balanced_splits(true);
+  for (const Scenario& s :
+       {qwen3_8b("8b verify 17 at 1k", {1041}, {17}), qwen3_8b("8b verify 33 at 4k", {4129}, {33}),
+        qwen3_8b("8b verify 17 x 4", {1041, 1041, 1041, 1041}, {17, 17, 17, 17}),
+        qwen3_8b("8b verify 17 at 300", {317}, {17})}) {
+    const int64_t tiles = tiles_of(s);
+    const int64_t n = splits_of(s);
+    cuda::set_attention_balanced_splits(false);
+    const int64_t unbalanced = splits_of(s);
+    cuda::set_attention_balanced_splits(true);
+    const auto most = [&](int64_t splits) { return (tiles + splits - 1) / splits; };
+    EXPECT_GE(n, 1) << s.name;
+    EXPECT_LE(n, std::max<int64_t>(tiles, 1)) << s.name;
+    EXPECT_LE(n, unbalanced) << s.name;
+    EXPECT_EQ(most(n), most(unbalanced)) << s.name;
+    if (n > 1) {
+      EXPECT_GT(most(n - 1), most(n)) << s.name << ": " << n << " splits of " << tiles;
+    }
+  }
+  cuda::set_attention_balanced_splits(saved);
+}
+
 // The split merge by the last split CTA (set_attention_merge_rows) against the combine kernel:
 // the same bits, for decode tiles (a warp per row) and for 16-row tiles (the two-phase merge),
 // on both kernels (bf16: tensor cores, f32: CUDA cores), at the Qwen3-8B head layout over a
@@ -272,6 +314,10 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   Contexts ctx;
   const bool saved = cuda::attention_cluster();
   const int saved_rows = cuda::attention_merge_rows();
+  // The cluster variant's cap at 8 against the combine kernel's count: without balancing, which
+  // would pick fewer splits (SplitCountsAreBalanced) and so other bits.
+  const bool saved_balanced = cuda::attention_balanced_splits();
+  cuda::set_attention_balanced_splits(false);
   cuda::set_attention_merge_rows(4);
   std::vector<Scenario> v;
   for (int len : {100, 300, 1041})
@@ -339,6 +385,7 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   }
   cuda::set_attention_cluster(saved);
   cuda::set_attention_merge_rows(saved_rows);
+  cuda::set_attention_balanced_splits(saved_balanced);
 }
 
 // The early decode variant (DSPARK_ATTN_DECODE=2, set_attention_decode): the CPU within tolerance

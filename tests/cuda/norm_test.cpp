@@ -10,7 +10,10 @@ namespace {
 struct Size {
   int64_t n, d;
 };
-constexpr Size kSizes[] = {{1, 1}, {3, 17}, {5, 128}, {64, 64}, {4, 4096}, {2, 5000}};
+// add_rms_norm's rows in registers (norm.cu): 1 vector per thread ({64, 64}), 2 ({3, 1536}), 3
+// in the 4-vector kernel ({2, 2560} f32), 4 ({4, 4096} f32); {2, 5000} takes the two-pass kernel.
+constexpr Size kSizes[] = {{1, 1},    {3, 17},   {5, 128},  {64, 64},
+                           {3, 1536}, {2, 2560}, {4, 4096}, {2, 5000}};
 
 TEST(CudaNorm, RmsNormMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
@@ -89,7 +92,7 @@ TEST(CudaNorm, AddRmsNormMatchesCpu) {
         const Pair x = random_pair(act, Shape{s.n, s.d}, seed++);
         const Pair w = random_pair(act, Shape{s.d}, seed++, 0.5f);
         const Pair out = zeros_pair(act, Shape{s.n, s.d});
-        const RmsNormParams params{1e-6f, false};
+        const RmsNormParams params{1e-6f, s.d % 2 == 0};  // (1 + w) on some rows' kernels
         add_rms_norm(ctx.cpu, residual.cpu, x.cpu, w.cpu, out.cpu, params);
         add_rms_norm(ctx.gpu, residual.gpu, x.gpu, w.gpu, out.gpu, params);
         ctx.gpu.synchronize();
@@ -103,23 +106,32 @@ TEST(CudaNorm, AddRmsNormMatchesCpu) {
   }
 }
 
-// out aliasing x (allowed) and rows inside wider buffers.
-TEST(CudaNorm, AddRmsNormStridedAliasingX) {
+// out aliasing x (allowed), rows inside wider buffers: unaligned (the two-pass kernel's scalar
+// path) and 16-byte aligned (rows in registers, norm.cu).
+TEST(CudaNorm, AddRmsNormAliasingXInWiderRows) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
-  const int64_t n = 5, d = 96;
-  for (DType dtype : kFloatDTypes) {
-    const Pair residual = random_pair(dtype, Shape{n, d + 8}, 500);
-    const Pair x = random_pair(dtype, Shape{n, d + 3}, 501);
-    const Pair w = random_pair(DType::f32, Shape{d}, 502);
-    const RmsNormParams params{1e-6f, true};
-    add_rms_norm(ctx.cpu, columns(residual.cpu, 8, d), columns(x.cpu, 1, d), w.cpu,
-                 columns(x.cpu, 1, d), params);
-    add_rms_norm(ctx.gpu, columns(residual.gpu, 8, d), columns(x.gpu, 1, d), w.gpu,
-                 columns(x.gpu, 1, d), params);
-    ctx.gpu.synchronize();
-    expect_equal(residual.gpu, residual.cpu, "strided residual " + name_of(dtype));
-    expect_close(x.gpu, x.cpu, tolerance(dtype), "strided out " + name_of(dtype));
+  struct Case {
+    int64_t n, d, residual_begin, x_begin;
+    DType w_dtype;
+  };
+  for (const Case c : {Case{5, 96, 8, 1, DType::f32}, Case{3, 4096, 64, 0, DType::bf16}}) {
+    for (DType dtype : kFloatDTypes) {
+      const std::string what = name_of(dtype) + " d " + std::to_string(c.d);
+      const Pair residual = random_pair(dtype, Shape{c.n, c.d + 64}, 500, 3.0f);
+      const Pair x = random_pair(dtype, Shape{c.n, c.d + 32}, 501);
+      const Pair w = random_pair(c.w_dtype, Shape{c.d}, 502);
+      const RmsNormParams params{1e-6f, true};
+      for (Context* cx : {&ctx.cpu, &ctx.gpu}) {
+        const bool gpu = cx == &ctx.gpu;
+        const Tensor r = columns(gpu ? residual.gpu : residual.cpu, c.residual_begin, c.d);
+        const Tensor xs = columns(gpu ? x.gpu : x.cpu, c.x_begin, c.d);
+        add_rms_norm(*cx, r, xs, gpu ? w.gpu : w.cpu, xs, params);
+      }
+      ctx.gpu.synchronize();
+      expect_equal(residual.gpu, residual.cpu, "residual " + what);
+      expect_close(x.gpu, x.cpu, tolerance(dtype), "out " + what);
+    }
   }
 }
 

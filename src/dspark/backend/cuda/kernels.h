@@ -102,6 +102,13 @@ int attention_decode();
 // after set_attention_cluster(false). Process-wide.
 void set_attention_cluster(bool enabled);
 bool attention_cluster();
+// paged_attention_splits for cluster-merged launches: of the split counts that give each split
+// CTA at most as many 64-key tiles as the CTA target's count, the fewest (fewer CTAs to merge;
+// e.g. a verify of 17 tokens at context 1,024: 6 splits instead of 7). On by default; off when the
+// environment has DSPARK_ATTN_BALANCED_SPLITS=0 (read once) or after
+// set_attention_balanced_splits(false). Process-wide; graphs are keyed by the resulting count.
+void set_attention_balanced_splits(bool enabled);
+bool attention_balanced_splits();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void convert(Context& ctx, const Tensor& src, const Tensor& out);

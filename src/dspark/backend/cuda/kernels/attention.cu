@@ -95,6 +95,13 @@ std::atomic<int>& cluster_flag() {
 bool cluster_merge(int64_t tile_rows) {
   return cluster_flag().load() != 0 && tile_rows > merge_rows_flag().load() && compute_major() == 9;
 }
+// Balanced split counts for cluster-merged launches (paged_attention_splits): on by default;
+// DSPARK_ATTN_BALANCED_SPLITS=0 (read once) or set_attention_balanced_splits(false) keeps the CTA
+// target's count.
+std::atomic<int>& balanced_flag() {
+  static std::atomic<int> on = env_switch("DSPARK_ATTN_BALANCED_SPLITS", true) ? 1 : 0;
+  return on;
+}
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
@@ -395,7 +402,8 @@ QueryTiling query_tiling(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads) 
 
 // Split the keys over more CTAs when the query tiles alone cannot fill the GPU; the page count
 // bounds the keys per row, so short contexts are not split into empty pieces; at most
-// kMaxClusterSplits when the tiles are merged by clusters (cluster_merge). (Declared in
+// kMaxClusterSplits when the tiles are merged by clusters (cluster_merge); then the fewest splits
+// with the same most key tiles per split (balanced_flag). (Declared in
 // backend/cuda/graph.h: a captured forward is keyed by this count.)
 int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t n_rows,
                            int64_t total_pages, int64_t page_size) {
@@ -408,8 +416,16 @@ int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads
     const int64_t keys_per_row = total_pages * page_size / n_rows;
     const int64_t useful = ceil_div(keys_per_row, attn::kSplitKeys);
     n_splits = std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kMaxSplits);
-    if (n_splits > attn::kMaxClusterSplits && cluster_merge(tiling.tile_rows))
-      n_splits = attn::kMaxClusterSplits;
+    if (cluster_merge(tiling.tile_rows)) {
+      n_splits = std::min<int64_t>(n_splits, attn::kMaxClusterSplits);
+      // The kernel deals a row's key tiles evenly over the splits; of the counts that give a CTA
+      // at most as many tiles, the fewest leave fewer CTAs to merge in the cluster (a verify at
+      // context 1,024: 17 tiles, 7 splits -> 6, at most 3 per CTA either way; bench_attention on
+      // the H200, verify 17 at 1k: 14.5 -> 13.2-13.6 us; session 12). Not for decode tiles:
+      // there it took 4k decode (65 tiles) from 32 to 22 splits, 15.2 us against 12.5-13.2.
+      if (balanced_flag().load() != 0 && useful > 0)
+        n_splits = ceil_div(useful, ceil_div(useful, n_splits));
+    }
   }
   return static_cast<int>(n_splits);
 }
@@ -592,6 +608,14 @@ void set_attention_cluster(bool enabled) {
 
 bool attention_cluster() {
   return cluster_flag().load() != 0;
+}
+
+void set_attention_balanced_splits(bool enabled) {
+  balanced_flag().store(enabled ? 1 : 0);
+}
+
+bool attention_balanced_splits() {
+  return balanced_flag().load() != 0;
 }
 
 }  // namespace dspark::cuda

@@ -41,31 +41,39 @@ template <typename T, typename TP, int NC>
 __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParams<T, TP> p) {
   constexpr int kD = NC * 32, kHalf = kD / 2;
   __shared__ float s_cos[kMaxHalf], s_sin[kMaxHalf];
-  // A programmatic dependent itself (after the QKV projection, e.g. the small-M kernel); the
-  // attention kernel that follows may start once this grid has waited: it reads its metadata,
-  // then waits for this grid (kernels/pdl.cuh).
-  pdl_wait();
-  pdl_launch_dependents();
   const int64_t token = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int total = p.n_heads + 2 * p.n_kv_heads;
   const int h = blockIdx.y * kWarps + warp;  // this warp's head: q heads, then k, then v
   const bool is_q = h < p.n_heads, is_v = h >= p.n_heads + p.n_kv_heads;
   const void* norm = is_q ? p.q_norm : p.k_norm;
-  const T* row = p.qkv + token * p.qkv_stride;
-  // The head's values and norm weights are loaded before the table is built, so that their
-  // memory latency overlaps it.
+  // Loads issued before the programmatic wait (session 12): the norm weights (never written by a
+  // forward) and the token's position and slot (metadata uploaded before the forward's first
+  // kernel, which every kernel of the chain starts after). Nothing waits on them before the
+  // trigger, so a prologue that starts late (after cuBLASLt's projection) still lets the
+  // attention launch at once; one that starts early (after the one-row kernel) has them in
+  // registers when its wait returns. (A cos/sin table built before the wait delayed the trigger:
+  // the verify's attention started ~1 us later.)
   float x[NC], w[NC];
+  if (h < total && !is_v && norm) {
+    const device::FloatKind kind = is_q ? p.q_norm_kind : p.k_norm_kind;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) w[c] = device::load_float(norm, lane + 32 * c, kind);
+  }
+  const int32_t slot = p.slots[token];
+  const int32_t position = p.positions[token];
+  // A programmatic dependent itself (after the QKV projection, e.g. the small-M kernel); the
+  // attention kernel that follows may start once this grid has waited: it reads its metadata,
+  // then waits for this grid (kernels/pdl.cuh).
+  pdl_wait();
+  pdl_launch_dependents();
+  const T* row = p.qkv + token * p.qkv_stride;
+  // The head's values are loaded before the table is built, so that their latency overlaps it.
   if (h < total) {
 #pragma unroll
     for (int c = 0; c < NC; ++c) x[c] = device::to_float(row[h * kD + lane + 32 * c]);
-    if (!is_v && norm) {
-      const device::FloatKind kind = is_q ? p.q_norm_kind : p.k_norm_kind;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) w[c] = device::load_float(norm, lane + 32 * c, kind);
-    }
   }
-  const float pos = static_cast<float>(p.positions[token]);
+  const float pos = static_cast<float>(position);
   for (int j = threadIdx.x; j < kHalf; j += blockDim.x) {
     float s, c;
     sincosf(pos * p.inv_freq[j], &s, &c);
@@ -74,7 +82,6 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParam
   }
   __syncthreads();
   if (h >= total) return;
-  const int32_t slot = p.slots[token];
   // Contiguous pages: slot s = page * page_size + offset starts at s * n_kv_heads * head_dim.
   const int64_t slot_base = slot < 0 ? 0 : static_cast<int64_t>(slot) * p.n_kv_heads * kD;
   if (is_v) {  // v: straight into the cache
