@@ -8,7 +8,10 @@
 // Defined as, and on the CPU computed by, the unfused ops: rms_norm of a copy (q_out / k_tmp) when
 // there is a norm, rope, kv_write. On CUDA one kernel does it all (one launch instead of up to
 // seven) when head_dim is 64, 128 or 256 and the rotation covers the whole head (rotary_dim ==
-// head_dim); other shapes run the unfused ops there too.
+// head_dim); other shapes run the unfused ops there too. That kernel reads `positions`, `slots`
+// and the norm weights before the kernel that precedes it in the stream has finished
+// (programmatic dependent launch): they must have been written before that kernel started, as
+// the engine's forwards do (metadata is uploaded before a forward's first kernel).
 #pragma once
 
 #include "dspark/backend/context.h"
