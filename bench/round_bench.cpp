@@ -31,7 +31,9 @@
 // --trace (a bench built with CUPTI, bench/kernel_trace.h): with --graphs, the graphed decode
 // step's and the graphed round's device timeline from a separate traced run: device ops, busy and
 // idle time, the gaps between ops (the host gaps), host time blocked in synchronisation and not,
-// and the kernels by device time.
+// and the kernels by device time. --trace-timeline CSV also writes the raw timelines: the traced
+// round run's to CSV, the traced decode steps' to CSV with .decode before the extension
+// (bench/timeline_summary.py summarises either).
 // With --draft and --graphs, the graphed rounds run once more with the device synchronised after
 // each commit: "draft step alone" is then the drafter's propose on an idle device (in the normal
 // round, the commit's context projection, enqueued asynchronously, still runs when the next draft
@@ -69,9 +71,21 @@ std::vector<int> parse_list(const std::string& s) {
   return out;
 }
 
+// Where --trace-timeline's decode steps go: ".decode" before the extension of the round's file
+// (t.csv: t.decode.csv; t: t.decode); none without --trace-timeline.
+std::string decode_timeline_path(const std::string& round_path) {
+  if (round_path.empty()) return "";
+  const size_t slash = round_path.find_last_of('/');
+  const size_t dot = round_path.find_last_of('.');
+  if (dot == std::string::npos || (slash != std::string::npos && dot < slash))
+    return round_path + ".decode";
+  return round_path.substr(0, dot) + ".decode" + round_path.substr(dot);
+}
+
 struct Options {
   std::string model, draft = "none", draft_vocab, device_name = "cuda", json_file;
-  std::string trace_timeline;  // with --trace: the traced round's raw timeline (CSV) here
+  std::string trace_timeline;  // with --trace: the traced round's raw timeline (CSV) here, and
+                               // the decode steps' (decode_timeline_path)
   std::string verify_list = "1,16,32", context_list = "1024", batch_list = "1";
   int gamma = 16, rounds = 32;
   bool draft_fp8 = false;
@@ -156,7 +170,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
       report_trace(
           "decode step (graphs, traced)",
           [&](int n) { return measure(target, ctx, nullptr, 0, prompts, n, true); }, o.rounds,
-          j["graphs"]["decode_trace"], 16);
+          j["graphs"]["decode_trace"], 16, decode_timeline_path(o.trace_timeline));
     rows.push_back({"decode step (graphs)", fmt::format("{:.3f}", g.round),
                     fmt::format("{:.2f}", g.round / plain.round),
                     fmt::format("{:.0f} tok/s, {:.0f} GB/s, {}; {}", batch / (g.round * 1e-3),
@@ -422,7 +436,9 @@ int main_impl(int argc, char** argv) {
                "gaps between kernels, host time blocked, kernel times");
   app.add_option("--trace-timeline", o.trace_timeline,
                  "with --trace: also write the traced round run's raw device timeline (every "
-                 "kernel, copy and blocking call with its start and end) as CSV to this file");
+                 "kernel, copy and blocking call with its start and end) as CSV to this file, "
+                 "and the traced decode steps' to the same name with .decode before the "
+                 "extension (t.csv: t.decode.csv)");
   app.add_flag("--blocking-sync", o.blocking_sync,
                "CUDA: waiting host threads sleep instead of spinning, so the CPU time per round "
                "reported is the host's own work (slower rounds: each wait wakes up late)");
