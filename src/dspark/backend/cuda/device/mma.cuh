@@ -52,15 +52,18 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
-// Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix): lanes 8j .. 8j + 7 give
-// the addresses of matrix j's 8 rows (16 contiguous bytes each), and lane (g = lane / 4,
-// c = lane % 4) receives in r[j] the elements (row g, columns 2c and 2c + 1), the lower column in
-// the low half: m16n8k16 A fragments (rows = M) or B fragments (rows = N).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(row));
+// Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix; _at: from a shared-space
+// address): lanes 8j .. 8j + 7 give the addresses of matrix j's 8 rows (16 contiguous bytes each),
+// and lane (g = lane / 4, c = lane % 4) receives in r[j] the elements (row g, columns 2c and
+// 2c + 1), the lower column in the low half: m16n8k16 A fragments (rows = M) or B fragments
+// (rows = N).
+__device__ __forceinline__ void ldmatrix_x4_at(uint32_t (&r)[4], unsigned smem_address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s));
+               : "r"(smem_address));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  ldmatrix_x4_at(r, static_cast<unsigned>(__cvta_generic_to_shared(row)));
 }
 
 // Four 8x8 matrices of 16-bit elements from shared memory, transposed (ldmatrix .trans): lanes
@@ -78,6 +81,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+// cp_async16 to a shared-space address.
+__device__ __forceinline__ void cp_async16_at(unsigned smem_address, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address), "l"(gmem)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");

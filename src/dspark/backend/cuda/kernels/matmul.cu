@@ -61,9 +61,10 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   DSPARK_CHECK_KIND(unsupported, y.dtype() == DType::f32 || y.dtype() == x.dtype(),
                     "linear on CUDA: output {} for {} inputs (f32 or the input dtype)",
                     dtype_name(y.dtype()), dtype_name(x.dtype()));
-  if (try_gemv_m1(ctx, x, w, bias, y)) return;    // one row, opt-in (gemv_m1.cu)
-  if (try_gemv_rows(ctx, x, w, bias, y)) return;  // few rows, opt-in (gemv_rows.cu)
-  if (try_gemv(ctx, x, w, bias, y)) return;       // small M, opt-in (gemv.cu)
+  if (try_gemv_m1(ctx, x, w, bias, y)) return;       // one row, opt-in (gemv_m1.cu)
+  if (try_gemv_rows(ctx, x, w, bias, y)) return;     // few rows, opt-in (gemv_rows.cu)
+  if (try_gemv(ctx, x, w, bias, y)) return;          // small M, opt-in (gemv.cu)
+  if (try_gemv_streamk(ctx, x, w, bias, y)) return;  // 1-48 rows, opt-in (gemv_streamk.cu)
 
   int device = 0;
   DSPARK_CUDA_CHECK(cudaGetDevice(&device));
