@@ -12,29 +12,12 @@
 #include "dspark/ops/matmul.h"
 
 #include "cuda/cuda_consistency.h"
+#include "cuda/linear_paths.h"
 
 namespace dspark::test {
 namespace {
 
-struct RowsCase {
-  int64_t m, k, n;
-};
-
-void expect_rows_case(Contexts& ctx, DType in, DType out, const RowsCase& s, uint32_t& seed,
-                      const std::string& what) {
-  const Pair x = random_pair(in, Shape{s.m, s.k}, seed++);
-  const Pair w = random_pair(in, Shape{s.n, s.k}, seed++, 0.05f);
-  const Pair bias = random_pair(DType::f32, Shape{s.n}, seed++);
-  const Pair y = zeros_pair(out, Shape{s.m, s.n});
-  const bool with_bias = s.n % 2 == 1;
-  const Tensor no_bias;
-  linear(ctx.cpu, x.cpu, w.cpu, with_bias ? bias.cpu.view() : no_bias, y.cpu);
-  linear(ctx.gpu, x.gpu, w.gpu, with_bias ? bias.gpu.view() : no_bias, y.gpu);
-  ctx.gpu.synchronize();
-  expect_close(y.gpu, y.cpu, out == DType::f32 ? 1e-4 : tolerance(out),
-               what + " " + name_of(in) + " -> " + name_of(out) + " M=" + std::to_string(s.m) +
-                   " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k));
-}
+using RowsCase = LinearCase;
 
 TEST(CudaGemvRows, FewRowsMatchCpu) {
   DSPARK_REQUIRE_CUDA();
@@ -55,14 +38,15 @@ TEST(CudaGemvRows, FewRowsMatchCpu) {
       {32, 12288, 1031}, {1, 4096, 4099}, {6, 2048, 1031},  {20, 4096, 1031}};
   for (DType in : {DType::bf16, DType::f16})
     for (DType out : {in, DType::f32})
-      for (const RowsCase& s : cases) expect_rows_case(ctx, in, out, s, seed, "auto");
+      for (const RowsCase& s : cases)
+        expect_linear_case(ctx, in, out, s, s.n % 2 == 1, seed, "auto");
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
   // x read from global memory in the MMA loop (no shared-memory copy: M = 32 at K = 4096 too).
   const bool saved_x = cuda::rows_linear_x_global();
   cuda::set_rows_linear_x_global(true);
   for (const RowsCase& s : {RowsCase{17, 4096, 4099}, RowsCase{32, 4096, 1031},
                             RowsCase{5, 1032, 17}, RowsCase{1, 4096, 4099}})
-    expect_rows_case(ctx, DType::bf16, DType::f32, s, seed, "x global");
+    expect_linear_case(ctx, DType::bf16, DType::f32, s, s.n % 2 == 1, seed, "x global");
   cuda::set_rows_linear_x_global(saved_x);
   cuda::set_rows_linear(saved);
 #endif

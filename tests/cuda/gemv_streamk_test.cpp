@@ -18,27 +18,7 @@
 namespace dspark::test {
 namespace {
 
-struct StreamKCase {
-  int64_t m, k, n;
-};
-
-std::string case_name(const StreamKCase& s) {
-  return "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k);
-}
-
-void expect_streamk_case(Contexts& ctx, DType in, DType out, const StreamKCase& s, bool with_bias,
-                         uint32_t& seed) {
-  const Pair x = random_pair(in, Shape{s.m, s.k}, seed++);
-  const Pair w = random_pair(in, Shape{s.n, s.k}, seed++, 0.05f);
-  const Pair bias = random_pair(DType::f32, Shape{s.n}, seed++);
-  const Pair y = zeros_pair(out, Shape{s.m, s.n});
-  const Tensor no_bias;
-  linear(ctx.cpu, x.cpu, w.cpu, with_bias ? bias.cpu.view() : no_bias, y.cpu);
-  linear(ctx.gpu, x.gpu, w.gpu, with_bias ? bias.gpu.view() : no_bias, y.gpu);
-  ctx.gpu.synchronize();
-  expect_close(y.gpu, y.cpu, out == DType::f32 ? 1e-4 : tolerance(out),
-               name_of(in) + " -> " + name_of(out) + (with_bias ? " + bias " : " ") + case_name(s));
-}
+using StreamKCase = LinearCase;
 
 TEST(CudaGemvStreamK, FewRowsMatchCpu) {
   DSPARK_REQUIRE_CUDA();
@@ -57,19 +37,20 @@ TEST(CudaGemvStreamK, FewRowsMatchCpu) {
       {24, 512, 8192},  {16, 1024, 192},  {8, 384, 640},     {5, 4096, 12288}};
   for (DType in : {DType::bf16, DType::f16})
     for (DType out : {in, DType::f32})
-      for (const StreamKCase& s : cases) expect_streamk_case(ctx, in, out, s, s.m % 2 == 1, seed);
+      for (const StreamKCase& s : cases)
+        expect_linear_case(ctx, in, out, s, s.m % 2 == 1, seed, "stream-K");
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
   // K blocks of 256 (four TMA boxes per item) where K % 256 == 0, 128 elsewhere.
   const int saved_bk = cuda::streamk_block_k();
   cuda::set_streamk_block_k(256);
   for (const StreamKCase& s : cases)
-    expect_streamk_case(ctx, DType::bf16, DType::f32, s, true, seed);
+    expect_linear_case(ctx, DType::bf16, DType::f32, s, true, seed, "stream-K, K 256");
   cuda::set_streamk_block_k(saved_bk);
 #endif
   // Shapes the kernel does not take (cuBLASLt answers): N % 64 != 0, K % 128 != 0, M > 48.
   for (const StreamKCase& s :
        {StreamKCase{17, 4096, 4099}, StreamKCase{17, 1032, 64}, StreamKCase{49, 1024, 256}})
-    expect_streamk_case(ctx, DType::bf16, DType::bf16, s, true, seed);
+    expect_linear_case(ctx, DType::bf16, DType::bf16, s, true, seed, "not taken");
 }
 
 // x and y as column ranges of wider tensors (row strides K + 256 and N + 64).

@@ -64,6 +64,7 @@
 
 #include "dspark/backend/cuda/device/mma.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
+#include "dspark/backend/cuda/device/sync.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/attention.cuh"
@@ -98,15 +99,6 @@ struct Layout {
   static_assert(kBytes <= 227 * 1024);
 };
 
-// `a += 1` at GPU scope with acquire-release semantics, by one thread after a barrier: releases
-// the writes of the whole CTA (the barrier orders them before it) and acquires those of the CTAs
-// that added before (what cooperative groups' grid sync and CUTLASS's semaphores rely on).
-__device__ __forceinline__ unsigned atomic_inc_acq_rel(unsigned* a) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(a) : "memory");
-  return old;
-}
-
 // The end of a split CTA in the decode variant (kEarly, arrival counters set, at most one query
 // row per warp; partial rows of HD + 4 floats, 16-byte aligned). Versus merge_splits_if_last
 // (attention.cuh): the CTA's partials are released by one acq_rel atomic of thread 0 after a
@@ -122,7 +114,7 @@ __device__ void merge_splits_smem(const AttentionArgs<T>& p, const CtaQueries& c
   __shared__ bool s_last;
   const unsigned tile = blockIdx.x + gridDim.x * blockIdx.y;
   __syncthreads();  // every thread's partials are written (and the shared arrays are free)
-  if (threadIdx.x == 0) s_last = atomic_inc_acq_rel(p.counters + tile) == gridDim.z - 1;
+  if (threadIdx.x == 0) s_last = device::atomic_inc_acq_rel(p.counters + tile) == gridDim.z - 1;
   __syncthreads();
   if (!s_last) return;
   const int n_items = (cq.t_end - cq.t_begin) * cq.nh;  // <= kWarps (the launcher's condition)

@@ -37,12 +37,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/mma.cuh"
+#include "dspark/backend/cuda/device/sync.cuh"
 #include "dspark/backend/cuda/device/tma.cuh"
-#include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/arrival_counters.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
@@ -141,15 +140,6 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
       break;
   }
   static_assert(kMaxStagesS - 2 == 6);
-}
-
-// `a += 1` at GPU scope with acquire-release semantics, by one thread after a barrier: releases
-// the writes of the whole CTA (the barrier orders them before it) and acquires those of the CTAs
-// that added before.
-__device__ __forceinline__ unsigned arrive_acq_rel(unsigned* a) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(a) : "memory");
-  return old;
 }
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) {
@@ -315,7 +305,8 @@ __global__ void __launch_bounds__(kThreadsS, 1)
     for (int j4 = tid; j4 < n4; j4 += kThreadsS) mine[j4] = quarter_sum4(j4);
     __syncthreads();  // every thread's partials, before the release
     if (tid == 0)
-      s_last = arrive_acq_rel(p.counters + tile) == static_cast<unsigned>(c_last - c_first);
+      s_last =
+          device::atomic_inc_acq_rel(p.counters + tile) == static_cast<unsigned>(c_last - c_first);
     __syncthreads();
     if (!s_last) return;
     for (int j4 = tid; j4 < n4; j4 += kThreadsS) {
