@@ -19,9 +19,8 @@
 // few-rows tensor-core kernel (backend/cuda/kernels/gemv_rows.cu, DSPARK_CUDA_GEMV_ROWS; opt-in;
 // K <= 4096, else the column shows cuBLASLt's time) with x staged in shared memory ("rows
 // kernel") and read from global memory ("rows, x global"), and the stream-K few-rows kernel
-// (backend/cuda/kernels/gemv_streamk.cu, DSPARK_CUDA_GEMV_STREAMK; M <= 48, N % 64 == 0,
-// K % 128 == 0, else cuBLASLt's time): column "stream-K", and with K blocks of 256 where K allows
-// them ("stream-K K256", cuda::set_streamk_block_k). Consecutive calls of a programmatic kernel
+// (backend/cuda/kernels/gemv_streamk.cu, DSPARK_CUDA_GEMV_STREAMK; M <= 48 on sm_90, else
+// cuBLASLt's time): column "stream-K". Consecutive calls of a programmatic kernel
 // overlap (each requests its first weights while the previous call ends), as in a forward.
 // The cuBLASLt column runs with every hand-written path off.
 // --autotune N adds cuBLASLt with autotuned plans (backend/cuda/lt_plans.h: the fastest of up to N
@@ -166,10 +165,6 @@ int main(int argc, char** argv) {
         cuda::set_streamk_linear(true);
         const double streamk_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
         const double streamk_gbs = bytes / (streamk_ms * 1e-3) / 1e9;
-        const int streamk_bk_setting = cuda::streamk_block_k();
-        cuda::set_streamk_block_k(256);  // K blocks of 256 where K allows them
-        const double streamk256_ms = time_calls(ctx, weights, x.view(), y.view(), iters);
-        cuda::set_streamk_block_k(streamk_bk_setting);
         cuda::set_streamk_linear(streamk_setting);
         cuda::set_rows_linear(rows_setting);
         cuda::set_m1_linear(m1_setting);
@@ -193,7 +188,6 @@ int main(int argc, char** argv) {
         j["results"].back()["streamk_ms"] = streamk_ms;
         j["results"].back()["streamk_gbs"] = streamk_gbs;
         j["results"].back()["streamk_fraction_of_copy"] = streamk_gbs * 1e9 / copy_bw;
-        j["results"].back()["streamk_k256_ms"] = streamk256_ms;
         if (m1_ms > 0) {
           j["results"].back()["m1_ms"] = m1_ms;
           j["results"].back()["m1_gbs"] = m1_gbs;
@@ -251,22 +245,21 @@ int main(int argc, char** argv) {
                       : std::string("-"),
             fmt::format("{:.1f} ({:.0f}%)", rows_ms * 1e3, 100 * rows_gbs * 1e9 / copy_bw),
             fmt::format("{:.1f}", rows_xg_ms * 1e3),
-            fmt::format("{:.1f} ({:.0f}%)", streamk_ms * 1e3, 100 * streamk_gbs * 1e9 / copy_bw),
-            fmt::format("{:.1f}", streamk256_ms * 1e3)};
+            fmt::format("{:.1f} ({:.0f}%)", streamk_ms * 1e3, 100 * streamk_gbs * 1e9 / copy_bw)};
         row.insert(row.end(), fp8_cells.begin(), fp8_cells.end());
         rows.push_back(std::move(row));
       }
     }
     std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
                 info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
-    std::printf("%s", format_table(
-                          {"NxK", "M", "small-M us", "small-M GB/s (of copy)", "cuBLASLt us",
-                           "cuBLASLt GB/s (of copy)", "autotuned us", "M=1 kernel us (of copy)",
-                           "rows kernel us (of copy)", "rows, x global us", "stream-K us (of copy)",
-                           "stream-K K256 us", "FP8 tile us (of copy)", "FP8 s2", "FP8 s4",
-                           "FP8 s2x2", "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
-                          rows)
-                          .c_str());
+    std::printf("%s",
+                format_table({"NxK", "M", "small-M us", "small-M GB/s (of copy)", "cuBLASLt us",
+                              "cuBLASLt GB/s (of copy)", "autotuned us", "M=1 kernel us (of copy)",
+                              "rows kernel us (of copy)", "rows, x global us",
+                              "stream-K us (of copy)", "FP8 tile us (of copy)", "FP8 s2", "FP8 s4",
+                              "FP8 s2x2", "FP8 x in regs", "FP8 s4 slots", "FP8 s2x2 slots"},
+                             rows)
+                    .c_str());
     if (autotune > 1) {  // what autotuning chose per shape (timed there after an L2 flush)
       j["autotune"] = nlohmann::json::array();
       for (const cuda::LinearPlanRecord& r : cuda::linear_plan_log()) {

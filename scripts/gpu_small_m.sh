@@ -74,8 +74,10 @@ fi
 # (DSPARK_LT_PDL=1: only with docs/experiments/2026-12-01-linear-pdl-probe.patch applied; a data
 # race, session 11), one containing "streamk" the stream-K few-rows kernel for 1-48 rows
 # (DSPARK_CUDA_GEMV_STREAMK=1) and one containing "nostreamk" cuBLASLt there instead
-# (DSPARK_CUDA_GEMV_STREAMK=0), one containing "skstN" (N in 2-8) that kernel's pipeline stages
-# (DSPARK_CUDA_GEMV_STREAMK_STAGES=N).
+# (DSPARK_CUDA_GEMV_STREAMK=0), one containing "skstN" (N in 2-12) that kernel's pipeline stages
+# (DSPARK_CUDA_GEMV_STREAMK_STAGES=N), one containing "sknN" that kernel for linears of N outputs
+# or fewer only (DSPARK_CUDA_GEMV_STREAMK_MAX_N=N), one containing "sknopdl" that kernel launched
+# without programmatic serialisation (DSPARK_CUDA_GEMV_STREAMK_PDL=0).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -101,7 +103,9 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" =~ ltmask([0-7]) ]] && export DSPARK_LT_REDUCTION_MASK="${BASH_REMATCH[1]}"
     [[ "$r" == *streamk* ]] && export DSPARK_CUDA_GEMV_STREAMK=1
     [[ "$r" == *nostreamk* ]] && export DSPARK_CUDA_GEMV_STREAMK=0
-    [[ "$r" =~ skst([2-8]) ]] && export DSPARK_CUDA_GEMV_STREAMK_STAGES="${BASH_REMATCH[1]}"
+    [[ "$r" =~ skst([0-9]+) ]] && export DSPARK_CUDA_GEMV_STREAMK_STAGES="${BASH_REMATCH[1]}"
+    [[ "$r" =~ skn([0-9]+) ]] && export DSPARK_CUDA_GEMV_STREAMK_MAX_N="${BASH_REMATCH[1]}"
+    [[ "$r" == *sknopdl* ]] && export DSPARK_CUDA_GEMV_STREAMK_PDL=0
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace --trace-timeline "$out/round_${r}_timeline.csv")
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

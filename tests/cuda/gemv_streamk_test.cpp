@@ -1,12 +1,13 @@
 // The stream-K few-rows linear path (backend/cuda/kernels/gemv_streamk.cu: 1-48 rows of x, 16-bit
-// weights, N % 64 == 0, K % 128 == 0; sm_90) against the CPU on the same rounded inputs: every
+// weights, K % 8 == 0; compute capability 9.0) against the CPU on the same rounded inputs: every
 // token tile count (M 1, 2, 5, 8, 9, 16, 17, 24, 33, 48), grids of one CTA and of many, CTA ranges
-// inside one tile (up to 96 CTAs adding into one tile), ranges over several tiles, the Qwen3-8B
-// verify shapes (q/k/v, o, down), both output dtypes, a bias, strided x and y; then K blocks of
-// 256 (cuda::set_streamk_block_k, a measurement switch) on the shapes whose K allows them; shapes
-// it does not take (N % 64, K % 128) through cuBLASLt. Then its own properties: the same bits on
-// every call, a chain of calls where each reads the previous one's output (the programmatic launch:
-// x is read only after the wait), and the switch.
+// inside one tile (up to 96 CTAs adding into one tile), ranges over several tiles, a last tile of
+// 64 rows (its second weight box not loaded), N and K that are not multiples of the tile (the
+// boxes past them read zeros), the Qwen3-8B verify shapes (q/k/v, o, down), both output dtypes, a
+// bias, strided x and y; M > 48 through cuBLASLt. Each case checks that the kernel ran
+// (cuda::streamk_linear_launches). Then its own properties: the same bits on every call, a chain of
+// calls where each reads the previous one's output (the programmatic launch: x is read only after
+// the wait), and the switch.
 #include <cstring>
 
 #include "dspark/backend/cuda/kernels.h"
@@ -20,37 +21,47 @@ namespace {
 
 using StreamKCase = LinearCase;
 
+// Runs one case and, on a GPU of compute capability 9.0, checks that the stream-K kernel took it
+// (`taken`) or left it (`!taken`) to cuBLASLt.
+void expect_streamk_case(Contexts& ctx, DType in, DType out, const StreamKCase& s, bool bias,
+                         uint32_t& seed, const std::string& what, bool taken = true) {
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  const uint64_t before = cuda::streamk_linear_launches();
+#endif
+  expect_linear_case(ctx, in, out, s, bias, seed, what);
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  if (cuda::streamk_linear_available()) {
+    EXPECT_EQ(cuda::streamk_linear_launches() - before, taken ? 1u : 0u)
+        << what << ": the stream-K kernel " << (taken ? "did not run" : "ran") << ", "
+        << case_name(s);
+  }
+#endif
+}
+
 TEST(CudaGemvStreamK, FewRowsMatchCpu) {
   DSPARK_REQUIRE_CUDA();
   // The one-row kernel off (M = 1 comes here), the few-rows kernel off, the stream-K kernel on.
   const ScopedLinearPaths only_streamk(false, false, true);
   Contexts ctx;
   uint32_t seed = 9700;
-  // {2, 128, 64}: one item, one CTA. {5, 256, 128}: 4 items on 4 CTAs, two per tile.
-  // {9, 12288, 64}: 96 items on 96 CTAs adding into one tile. {17, 4096, 4160}: 65 tiles of 32
-  // items on the whole grid (ranges over 2-3 tiles). {1, 4096, 4096}, {17, 4096, 6144 / 4096},
+  // {2, 128, 64}: one item, one CTA, half a tile. {5, 256, 192}: 8 items, a last tile of 64 rows.
+  // {9, 12288, 64}: 192 items on the whole grid, all adding into one tile. {17, 4096, 4160}: 33
+  // tiles of 64 items (ranges over 1-2 tiles). {1, 4096, 4096}, {17, 4096, 6144 / 4096},
   // {17, 12288, 4096}: the Qwen3-8B q/k/v, o and down at decode and verify 16. {33, 1024, 4096},
-  // {48, 2048, 1024}, {24, 512, 8192}, {16, 1024, 192}, {8, 384, 640}: other token tile counts.
+  // {48, 2048, 1024}, {24, 512, 8192}, {16, 1024, 192}, {8, 384, 640}, {5, 4096, 12288}: other
+  // token tile counts. {17, 4096, 4099}: N past a box; {17, 1032, 72}: K past a box.
   const StreamKCase cases[] = {
-      {2, 128, 64},     {5, 256, 128},    {9, 12288, 64},    {17, 4096, 4160}, {1, 4096, 4096},
-      {17, 4096, 6144}, {17, 4096, 4096}, {17, 12288, 4096}, {33, 1024, 4096}, {48, 2048, 1024},
-      {24, 512, 8192},  {16, 1024, 192},  {8, 384, 640},     {5, 4096, 12288}};
+      {2, 128, 64},     {5, 256, 192},    {9, 12288, 64},   {17, 4096, 4160},
+      {1, 4096, 4096},  {17, 4096, 6144}, {17, 4096, 4096}, {17, 12288, 4096},
+      {33, 1024, 4096}, {48, 2048, 1024}, {24, 512, 8192},  {16, 1024, 192},
+      {8, 384, 640},    {5, 4096, 12288}, {17, 4096, 4099}, {17, 1032, 72}};
   for (DType in : {DType::bf16, DType::f16})
     for (DType out : {in, DType::f32})
       for (const StreamKCase& s : cases)
-        expect_linear_case(ctx, in, out, s, s.m % 2 == 1, seed, "stream-K");
-#if !defined(DSPARK_CONSISTENCY_ON_CPU)
-  // K blocks of 256 (four TMA boxes per item) where K % 256 == 0, 128 elsewhere.
-  const int saved_bk = cuda::streamk_block_k();
-  cuda::set_streamk_block_k(256);
-  for (const StreamKCase& s : cases)
-    expect_linear_case(ctx, DType::bf16, DType::f32, s, true, seed, "stream-K, K 256");
-  cuda::set_streamk_block_k(saved_bk);
-#endif
-  // Shapes the kernel does not take (cuBLASLt answers): N % 64 != 0, K % 128 != 0, M > 48.
-  for (const StreamKCase& s :
-       {StreamKCase{17, 4096, 4099}, StreamKCase{17, 1032, 64}, StreamKCase{49, 1024, 256}})
-    expect_linear_case(ctx, DType::bf16, DType::bf16, s, true, seed, "not taken");
+        expect_streamk_case(ctx, in, out, s, s.m % 2 == 1, seed, "stream-K");
+  // M > 48: cuBLASLt answers.
+  expect_streamk_case(ctx, DType::bf16, DType::bf16, StreamKCase{49, 1024, 256}, true, seed,
+                      "not taken", false);
 }
 
 // x and y as column ranges of wider tensors (row strides K + 256 and N + 64).
@@ -83,8 +94,12 @@ TEST(CudaGemvStreamK, DeterministicAndSwitchable) {
     const Pair c = zeros_pair(DType::f32, Shape{s.m, s.n});
     {
       const ScopedLinearPaths only_streamk(false, false, true);
+      const uint64_t before = cuda::streamk_linear_launches();
       linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, a.gpu);
       linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, b.gpu);
+      if (cuda::streamk_linear_available()) {
+        EXPECT_EQ(cuda::streamk_linear_launches() - before, 2u) << case_name(s);
+      }
     }
     {
       const ScopedLinearPaths cublas_only(false, false, false);

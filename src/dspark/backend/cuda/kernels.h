@@ -54,20 +54,20 @@ bool rows_linear_enabled();
 // outputs.
 void set_rows_linear_x_global(bool enabled);
 bool rows_linear_x_global();
-// linear with 1-48 rows of x by the stream-K few-rows kernel (kernels/gemv_streamk.cu: sm_90,
-// 16-bit weights by TMA, N % 64 == 0, N <= 65,536, K % 128 == 0; a programmatic dependent that
-// requests its first weights before it waits), for verify and draft steps; tried after the
-// one-row, few-rows and small-M kernels, before cuBLASLt. Opt-in (slower than cuBLASLt at 17 rows
-// on the H200, session 13): off unless the environment has DSPARK_CUDA_GEMV_STREAMK=1 (read once)
-// or after set_streamk_linear(true); DSPARK_CUDA_GEMV_STREAMK_STAGES (2-8, default 8, fewer where
-// the shared memory would not fit; read once) sets its pipeline depth. Process-wide; for
-// benchmarks and tests.
+// linear with 1-48 rows of x by the stream-K few-rows kernel (kernels/gemv_streamk.cu: compute
+// capability 9.0, 16-bit weights and x by TMA, wgmma; a programmatic dependent that requests its
+// first weights before it waits), for verify and draft steps; tried after the one-row, few-rows
+// and small-M kernels, before cuBLASLt. Opt-in: off unless the environment has
+// DSPARK_CUDA_GEMV_STREAMK=1 (read once) or after set_streamk_linear(true);
+// DSPARK_CUDA_GEMV_STREAMK_STAGES (2-12, default 8, fewer where the shared memory would not fit;
+// read once) sets its pipeline depth. Process-wide; for benchmarks and tests.
 void set_streamk_linear(bool enabled);
 bool streamk_linear_enabled();
-// The stream-K kernel's K per item: 128 (the default) or 256 (also DSPARK_CUDA_GEMV_STREAMK_BK=256,
-// read once; where K % 256 == 0): a measurement switch, not yet run on a GPU (session 13).
-void set_streamk_block_k(int block_k);
-int streamk_block_k();
+// Whether the current device can run the stream-K kernel (compute capability 9.0 and the driver's
+// tensor-map encoder), and how many times it has been launched in this process (for tests: a call
+// that the kernel declined went to cuBLASLt).
+bool streamk_linear_available();
+uint64_t streamk_linear_launches();
 // linear's cuBLASLt algorithm per shape (backend/cuda/lt_plans.h): 0 (the default unless the
 // environment has DSPARK_LT_AUTOTUNE=N) takes the heuristic's first candidate; N > 1 times up to N
 // candidates when a shape is first seen (outside graph capture; each call after an L2 flush) and

@@ -4,8 +4,8 @@
 // kernel (kernels/gemv_streamk.cu). Each call here compiles to nothing useful below sm_90: the
 // callers launch their TMA path on sm_90 only.
 //
-// Phases: an mbarrier initialised with count 1 completes a phase when its one arrival
-// (arrive_expect_tx, which also announces the bytes to come) has happened and every announced byte
+// Phases: an mbarrier initialised with count n completes a phase when n arrivals (arrive, or
+// arrive_expect_tx, which also announces bytes to come) have happened and every announced byte
 // has landed; a thread waits for the phase of parity (use count & 1) of a barrier that it and the
 // issuing thread use in the same order.
 #pragma once
@@ -41,6 +41,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, unsigne
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
                "r"(bytes)
                : "memory");
+#endif
+}
+
+// One plain arrival on the barrier (a consumer releasing a stage to its producer).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 #endif
 }
 

@@ -44,12 +44,13 @@ bool try_gemv_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor&
 
 inline constexpr int kGemvStreamKMaxRows = 48;
 
-// 1-48 rows of x by the stream-K few-rows kernel (gemv_streamk.cu: tensor cores, a balanced
-// persistent grid over (64-row tile, 128-column block) items, weights by TMA): launches and returns
-// true when x and w are bf16 or f16 of the same dtype, y that dtype or f32,
-// M <= kGemvStreamKMaxRows, N % 64 == 0, N <= 65,536, K % 128 == 0, w contiguous, x and w 16-byte
-// aligned, x's rows 8-element aligned, the device is sm_90 or later with the driver's tensor-map
-// encoder, and the path is enabled (set_streamk_linear); returns false, doing nothing, otherwise.
+// 1-48 rows of x by the stream-K few-rows kernel (gemv_streamk.cu: warpgroup MMAs, a balanced
+// persistent grid over (128-row tile, 64-column block) items, weights and x by TMA): launches and
+// returns true when x and w are bf16 or f16 of the same dtype, y that dtype or f32,
+// M <= kGemvStreamKMaxRows, N <= 65,536, K % 8 == 0, w contiguous, x and w 16-byte aligned, x's
+// rows 8-element aligned, the device has compute capability 9.0 (sm_90a machine code) and the
+// driver's tensor-map encoder, and the path is enabled (set_streamk_linear); returns false, doing
+// nothing, otherwise.
 bool try_gemv_streamk(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
                       const Tensor& y);
 
