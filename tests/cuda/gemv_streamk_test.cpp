@@ -1,7 +1,7 @@
 // The stream-K few-rows linear path (backend/cuda/kernels/gemv_streamk.cu: 1-48 rows of x, 16-bit
 // weights, K % 8 == 0; compute capability 9.0) against the CPU on the same rounded inputs: every
 // token tile count (M 1, 2, 5, 8, 9, 16, 17, 24, 33, 48), grids of one CTA and of many, CTA ranges
-// inside one tile (up to 96 CTAs adding into one tile), ranges over several tiles, a last tile of
+// inside one tile (the whole grid adding into one tile), ranges over several tiles, a last tile of
 // 64 rows (its second weight box not loaded), N and K that are not multiples of the tile (the
 // boxes past them read zeros), the Qwen3-8B verify shapes (q/k/v, o, down), both output dtypes, a
 // bias, strided x and y; M > 48 through cuBLASLt. Each case checks that the kernel ran
