@@ -18,9 +18,8 @@
 //    the 128-byte swizzle that the MMAs read. The weights of the first S items are requested before
 //    pdl_wait() (weights are never written by a forward), x's after it. Then it waits for each
 //    stage's release before refilling it.
-//  - Math: warpgroup h multiplies the tile's rows 64 h .. 64 h + 63 (with 256-row tiles, a
-//    measurement knob: 128 h .. 128 h + 127, two boxes) by the item's x: four wgmma.m64nNPk16 per
-//    box (device/wgmma.cuh) with f32 accumulation in registers (NP / 2 per thread and box). One
+//  - Math: warpgroup h multiplies the tile's rows 64 h .. 64 h + 63 by the item's x: four
+//    wgmma.m64nNPk16 (device/wgmma.cuh) with f32 accumulation in registers (NP / 2 per thread). One
 //    batch of MMAs stays in flight: each consumer warp releases an item's stage once the next
 //    item's MMAs are issued. No barrier over the CTA per item. (Session 14: with a wait for every
 //    item's MMAs it was 5-20% slower at 16-33 rows.)
@@ -31,8 +30,9 @@
 //    tile's partials in CTA order (+ bias; each CTA's values loaded together: one L2 round trip per
 //    CTA, not per value, session 14), writes y and sets the counter back to 0 (arrival_counters.h).
 // The summation order depends on (M, N, K, the SM count) only: the same bits on every call.
-// DSPARK_CUDA_GEMV_STREAMK_STAGES (2-12), _ROWS (128 or 256 rows per tile), _MAX_N (the widest
-// linear it takes) and _PDL (0: a plain launch), each read once, are measurement knobs.
+// DSPARK_CUDA_GEMV_STREAMK_STAGES (2-12), _MAX_N (the widest linear it takes) and _PDL (0: a plain
+// launch), each read once, are measurement knobs. (Session 14 also measured tiles of 256 rows, two
+// boxes per warpgroup: slower at every shape, removed.)
 // (Session 13's form of this kernel, 8 warps that each loaded x by cp.async and multiplied by
 // ldmatrix + mma.sync with a CTA barrier per item, was instruction-latency bound:
 // docs/perf-notes.md.)
@@ -59,11 +59,11 @@ namespace {
 
 constexpr int kConsumerWarps = 8;  // two warpgroups
 constexpr int kConsumers = kConsumerWarps * 32;
-constexpr int kThreadsS = kConsumers + 32;   // + the producer warp
-constexpr int kBlockK = 64;                  // K per item: one box of 128-byte rows
-constexpr int kBoxBytes = 64 * kBlockK * 2;  // 8 KB: 64 weight rows
-constexpr int kMaxTileRows = 256;
-constexpr int kMaxTilesS = kGemvMaxN / 128;  // arrival counters (tiles of 128 rows or more)
+constexpr int kThreadsS = kConsumers + 32;         // + the producer warp
+constexpr int kBlockK = 64;                        // K per item: one box of 128-byte rows
+constexpr int kBoxBytes = 64 * kBlockK * 2;        // 8 KB: 64 weight rows
+constexpr int kTileRows = 128;                     // 64 weight rows per warpgroup
+constexpr int kMaxTilesS = kGemvMaxN / kTileRows;  // arrival counters
 constexpr int kMaxStagesS = 12;
 constexpr int kDefaultStagesS = 8;
 constexpr size_t kSmemBudget = 200 * 1024;  // leaves room for a small kernel beside it
@@ -82,16 +82,16 @@ struct StreamKParams {
   int items;           // tiles x kblocks (items x grid < 2^31)
   int stages;          // S, 2..kMaxStagesS
   unsigned* counters;  // [kMaxTilesS], zero between launches
-  float* part;         // [grid][2][M][TR]: each CTA's partial sums of its first / last tile
+  float* part;         // [grid][2][M][kTileRows]: each CTA's partial sums of its first / last tile
 };
 
-// Shared memory, in bytes from a 1024-byte aligned base: the weight stages (S x TR rows of 128
+// Shared memory, in bytes from a 1024-byte aligned base: the weight stages (S x 128 rows of 128
 // bytes), the x stages (S x NP rows of 128 bytes), the full and empty mbarriers.
 constexpr int x_stage_bytes(int np) {
   return np * kBlockK * 2;
 }
-constexpr int smem_bytes(int tile_rows, int np, int stages) {
-  return stages * (tile_rows * kBlockK * 2 + x_stage_bytes(np)) + 2 * stages * 8 + 1024;
+constexpr int smem_bytes(int np, int stages) {
+  return stages * (kTileRows * kBlockK * 2 + x_stage_bytes(np)) + 2 * stages * 8 + 1024;
 }
 
 // The CTA whose range holds item i (ranges [c I / G, (c + 1) I / G)).
@@ -120,13 +120,12 @@ struct Cursor {
   }
 };
 
-// TR: weight rows per tile (128 or 256: TR / 128 boxes of 64 rows per warpgroup); NP: the MMA's N.
-template <typename TW, typename TY, int TR, int NP>
+// NP: the MMA's N (M rounded up to 8).
+template <typename TW, typename TY, int NP>
 __global__ void __launch_bounds__(kThreadsS, 1)
     gemv_streamk_kernel(const __grid_constant__ StreamKParams<TY> p) {
-  constexpr int kBoxes = TR / 64, kWgBoxes = kBoxes / 2, kWStageBytes = kBoxes * kBoxBytes;
+  constexpr int kBoxes = kTileRows / 64, kWStageBytes = kBoxes * kBoxBytes;
   constexpr int kXBytes = x_stage_bytes(NP), kAcc = NP / 2;
-  static_assert(TR == 128 || TR == 256);
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ bool s_last;
   const int m = p.m, S = p.stages;
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(kThreadsS, 1)
       auto load_w = [&](const Cursor& at) {
         uint64_t* bar = full + at.stage;
         unsigned char* dst = smem + at.stage * kWStageBytes;
-        const int row = at.tile * TR;
+        const int row = at.tile * kTileRows;
         // Boxes wholly past N (at the last tile) are not loaded: their rows are never stored.
         const int boxes = min(kBoxes, (p.n - row + 63) / 64);
         device::mbarrier_arrive_expect_tx(bar, boxes * kBoxBytes);
@@ -193,23 +192,19 @@ __global__ void __launch_bounds__(kThreadsS, 1)
   pdl_wait();
   pdl_launch_dependents();
   const int wg = warp >> 2, g = lane >> 2, c = lane & 3;
-  // Accumulator (b, i): the tile's row row_of(b, i), token tok_of(i).
-  auto row_of = [&](int b, int i) {
-    return (wg * kWgBoxes + b) * 64 + (warp & 3) * 16 + g + ((i >> 1) & 1) * 8;
-  };
+  // Accumulator i: the tile's row row_of(i), token tok_of(i).
+  auto row_of = [&](int i) { return wg * 64 + (warp & 3) * 16 + g + ((i >> 1) & 1) * 8; };
   auto tok_of = [&](int i) { return (i >> 2) * 8 + 2 * c + (i & 1); };
-  float acc[kWgBoxes][kAcc];
+  float acc[kAcc];
   auto clear = [&] {
 #pragma unroll
-    for (int b = 0; b < kWgBoxes; ++b)
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[b][i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   };
   clear();
 
   // The end of tile `tile`'s items in this CTA: y, or the partial sums and the arrival.
   auto flush = [&](int tile) {
-    const int row0 = tile * TR, rows_left = p.n - row0;
+    const int row0 = tile * kTileRows, rows_left = p.n - row0;
     auto store = [&](int tok, int r, float v) {  // r: the tile's row
       if (p.bias) v += device::load_float(p.bias, row0 + r, p.bias_kind);
       p.y[tok * p.ldy + row0 + r] = device::from_float<TY>(v);
@@ -218,22 +213,18 @@ __global__ void __launch_bounds__(kThreadsS, 1)
     const int c_last = owner_of((tile + 1) * p.kblocks - 1, p.items, grid);
     if (c_first == c_last) {  // the whole tile is this CTA's
 #pragma unroll
-      for (int b = 0; b < kWgBoxes; ++b)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i)
-          if (tok_of(i) < m && row_of(b, i) < rows_left) store(tok_of(i), row_of(b, i), acc[b][i]);
+      for (int i = 0; i < kAcc; ++i)
+        if (tok_of(i) < m && row_of(i) < rows_left) store(tok_of(i), row_of(i), acc[i]);
       return;
     }
     auto part = [&](int cc) {  // CTA cc's slot for this tile: its first tile or its last
       const int slot = tile == cc * p.items / grid / p.kblocks ? 0 : 1;
-      return p.part + static_cast<int64_t>(cc * 2 + slot) * m * TR;
+      return p.part + static_cast<int64_t>(cc * 2 + slot) * m * kTileRows;
     };
     float* mine = part(cta);
 #pragma unroll
-    for (int b = 0; b < kWgBoxes; ++b)
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i)
-        if (tok_of(i) < m) mine[tok_of(i) * TR + row_of(b, i)] = acc[b][i];
+    for (int i = 0; i < kAcc; ++i)
+      if (tok_of(i) < m) mine[tok_of(i) * kTileRows + row_of(i)] = acc[i];
     consumers_sync();  // every consumer's partials, before the release
     if (tid == 0)
       s_last =
@@ -242,20 +233,16 @@ __global__ void __launch_bounds__(kThreadsS, 1)
     if (!s_last) return;
     // The tile's partials in CTA order, every accumulator's load of a CTA issued together (one
     // round trip to L2 per CTA, not per value).
-    float sum[kWgBoxes][kAcc] = {};
+    float sum[kAcc] = {};
     for (int cc = c_first; cc <= c_last; ++cc) {
       const float* src = part(cc);
 #pragma unroll
-      for (int b = 0; b < kWgBoxes; ++b)
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i)
-          if (tok_of(i) < m) sum[b][i] += __ldcg(src + tok_of(i) * TR + row_of(b, i));
+      for (int i = 0; i < kAcc; ++i)
+        if (tok_of(i) < m) sum[i] += __ldcg(src + tok_of(i) * kTileRows + row_of(i));
     }
 #pragma unroll
-    for (int b = 0; b < kWgBoxes; ++b)
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i)
-        if (tok_of(i) < m && row_of(b, i) < rows_left) store(tok_of(i), row_of(b, i), sum[b][i]);
+    for (int i = 0; i < kAcc; ++i)
+      if (tok_of(i) < m && row_of(i) < rows_left) store(tok_of(i), row_of(i), sum[i]);
     if (tid == 0) p.counters[tile] = 0;  // ready for the next launch (every CTA has arrived)
   };
 
@@ -273,16 +260,13 @@ __global__ void __launch_bounds__(kThreadsS, 1)
     int pending = -1;  // the stage whose MMAs may still run
     for (int j = 0; j < count; ++j, cur.next(p.kblocks, S)) {
       device::mbarrier_wait(full + cur.stage, cur.phase);
-      const unsigned wa = w_base + cur.stage * kWStageBytes + wg * kWgBoxes * kBoxBytes;
+      const unsigned wa = w_base + cur.stage * kWStageBytes + wg * kBoxBytes;
       const unsigned xa = x_base + cur.stage * kXBytes;
       device::wgmma::fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockK / 16; ++ks) {  // k16 steps: 32 bytes along the 128-byte rows
-        const uint64_t xd = device::wgmma::desc_sw128(xa + ks * 32);
-#pragma unroll
-        for (int b = 0; b < kWgBoxes; ++b)
-          device::wgmma::mma<TW, NP>(acc[b],
-                                     device::wgmma::desc_sw128(wa + b * kBoxBytes + ks * 32), xd);
+        device::wgmma::mma<TW, NP>(acc, device::wgmma::desc_sw128(wa + ks * 32),
+                                   device::wgmma::desc_sw128(xa + ks * 32));
       }
       device::wgmma::commit();
       device::wgmma::wait<1>();  // the previous item's MMAs are done
@@ -290,8 +274,7 @@ __global__ void __launch_bounds__(kThreadsS, 1)
       pending = cur.stage;
     }
     device::wgmma::wait<0>();
-#pragma unroll
-    for (int b = 0; b < kWgBoxes; ++b) device::wgmma::hold(acc[b]);
+    device::wgmma::hold(acc);
     release(pending);
     it += count;
     flush(tile);
@@ -299,36 +282,36 @@ __global__ void __launch_bounds__(kThreadsS, 1)
   }
 }
 
-template <typename TW, typename TY, int TR, int NP>
+template <typename TW, typename TY, int NP>
 void launch_np(const StreamKParams<TY>& p, unsigned grid, cudaStream_t stream) {
-  allow_dynamic_smem<&gemv_streamk_kernel<TW, TY, TR, NP>>(kSmemBudget);
-  const auto smem = static_cast<size_t>(smem_bytes(TR, NP, p.stages));
+  allow_dynamic_smem<&gemv_streamk_kernel<TW, TY, NP>>(kSmemBudget);
+  const auto smem = static_cast<size_t>(smem_bytes(NP, p.stages));
   // DSPARK_CUDA_GEMV_STREAMK_PDL=0 (read once; a measurement knob): a plain launch, which starts
   // after the kernel before it ends (its pdl_wait() is then a no-op).
   static const bool pdl = env_switch("DSPARK_CUDA_GEMV_STREAMK_PDL", true);
   if (pdl) {
-    launch_pdl(gemv_streamk_kernel<TW, TY, TR, NP>, dim3(grid), dim3(kThreadsS), smem, stream, p);
+    launch_pdl(gemv_streamk_kernel<TW, TY, NP>, dim3(grid), dim3(kThreadsS), smem, stream, p);
   } else {
-    gemv_streamk_kernel<TW, TY, TR, NP><<<grid, kThreadsS, smem, stream>>>(p);
+    gemv_streamk_kernel<TW, TY, NP><<<grid, kThreadsS, smem, stream>>>(p);
     DSPARK_CUDA_CHECK(cudaGetLastError());
   }
 }
 
-template <typename TW, typename TY, int TR>
-void launch_tr(const StreamKParams<TY>& p, int np, unsigned grid, cudaStream_t stream) {
+template <typename TW, typename TY>
+void launch(const StreamKParams<TY>& p, int np, unsigned grid, cudaStream_t stream) {
   switch (np / 8) {
     case 1:
-      return launch_np<TW, TY, TR, 8>(p, grid, stream);
+      return launch_np<TW, TY, 8>(p, grid, stream);
     case 2:
-      return launch_np<TW, TY, TR, 16>(p, grid, stream);
+      return launch_np<TW, TY, 16>(p, grid, stream);
     case 3:
-      return launch_np<TW, TY, TR, 24>(p, grid, stream);
+      return launch_np<TW, TY, 24>(p, grid, stream);
     case 4:
-      return launch_np<TW, TY, TR, 32>(p, grid, stream);
+      return launch_np<TW, TY, 32>(p, grid, stream);
     case 5:
-      return launch_np<TW, TY, TR, 40>(p, grid, stream);
+      return launch_np<TW, TY, 40>(p, grid, stream);
     default:
-      return launch_np<TW, TY, TR, 48>(p, grid, stream);
+      return launch_np<TW, TY, 48>(p, grid, stream);
   }
 }
 
@@ -390,6 +373,7 @@ bool streamk_linear_enabled() {
   return streamk_flag().load() != 0;
 }
 
+// wgmma runs on sm_90a machine code only: compute capability 9.0.
 bool streamk_linear_available() {
   return compute_major() == 9 && tensor_map_encoder() != nullptr;
 }
@@ -402,8 +386,8 @@ bool try_gemv_streamk(Context& ctx, const Tensor& x, const Tensor& w, const Tens
                       const Tensor& y) {
   if (!streamk_linear_enabled() || !gemv_tile::fits_16bit(x, w, y)) return false;
   const gemv_tile::LinearDims d = gemv_tile::linear_dims(x, w, y);
-  // wgmma runs on sm_90a machine code only: compute capability 9.0.
-  if (d.m < 1 || d.m > kGemvStreamKMaxRows || d.n > kGemvMaxN || compute_major() != 9) return false;
+  if (d.m < 1 || d.m > kGemvStreamKMaxRows || d.n > kGemvMaxN || !streamk_linear_available())
+    return false;
   // Only linears of N outputs or fewer (DSPARK_CUDA_GEMV_STREAMK_MAX_N=N, read once; a measurement
   // knob): the others go to cuBLASLt.
   static const int64_t max_n = [] {
@@ -412,13 +396,7 @@ bool try_gemv_streamk(Context& ctx, const Tensor& x, const Tensor& w, const Tens
   }();
   if (d.n > max_n) return false;
   const int sms = sm_count();
-  // Weight rows per tile (DSPARK_CUDA_GEMV_STREAMK_ROWS=256, read once; a measurement knob): 128
-  // by default.
-  static const int tile_rows = [] {
-    const char* s = std::getenv("DSPARK_CUDA_GEMV_STREAMK_ROWS");
-    return s && std::atoi(s) == 256 ? 256 : 128;
-  }();
-  const int64_t tiles = ceil_div(d.n, int64_t{tile_rows}), kblocks = ceil_div(d.k, kBlockK);
+  const int64_t tiles = ceil_div(d.n, int64_t{kTileRows}), kblocks = ceil_div(d.k, kBlockK);
   const int64_t items = tiles * kblocks;
   if (items * sms >= (int64_t{1} << 31)) return false;  // the kernel's item arithmetic is 32-bit
   const int m = static_cast<int>(d.m), np = static_cast<int>(ceil_div(d.m, 8)) * 8;
@@ -426,7 +404,7 @@ bool try_gemv_streamk(Context& ctx, const Tensor& x, const Tensor& w, const Tens
   if (!encode_map(w_map, w.data(), x.dtype(), d.n, d.k, d.k, 64) ||
       !encode_map(x_map, x.data(), x.dtype(), d.m, d.k, d.ldx, np))
     return false;
-  const size_t part_floats = static_cast<size_t>(sms) * 2 * kGemvStreamKMaxRows * kMaxTileRows;
+  const size_t part_floats = static_cast<size_t>(sms) * 2 * kGemvStreamKMaxRows * kTileRows;
   unsigned* buf = arrival_counters(ctx, ArrivalPool::linear_streamk, kMaxTilesS + part_floats);
   if (buf == nullptr) return false;  // first use inside a graph capture: cuBLASLt this time
   // Pipeline stages (DSPARK_CUDA_GEMV_STREAMK_STAGES, 2..12, read once; a measurement knob), fewer
@@ -437,8 +415,7 @@ bool try_gemv_streamk(Context& ctx, const Tensor& x, const Tensor& w, const Tens
     return v > 0 ? std::clamp(v, 2, kMaxStagesS) : kDefaultStagesS;
   }();
   int stages = requested;
-  while (stages > 2 && static_cast<size_t>(smem_bytes(tile_rows, np, stages)) > kSmemBudget)
-    --stages;
+  while (stages > 2 && static_cast<size_t>(smem_bytes(np, stages)) > kSmemBudget) --stages;
   const auto grid = static_cast<unsigned>(std::min<int64_t>(sms, items));
   const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
@@ -459,10 +436,7 @@ bool try_gemv_streamk(Context& ctx, const Tensor& x, const Tensor& w, const Tens
                                                         stages,
                                                         buf,
                                                         reinterpret_cast<float*>(buf + kMaxTilesS)};
-                              if (tile_rows == 256)
-                                launch_tr<DW, DY, 256>(p, np, grid, stream);
-                              else
-                                launch_tr<DW, DY, 128>(p, np, grid, stream);
+                              launch<DW, DY>(p, np, grid, stream);
                             });
   launch_count().fetch_add(1);
   return true;
