@@ -77,7 +77,9 @@ fi
 # (DSPARK_CUDA_GEMV_STREAMK=0), one containing "skstN" (N in 2-12) that kernel's pipeline stages
 # (DSPARK_CUDA_GEMV_STREAMK_STAGES=N), one containing "sknN" that kernel for linears of N outputs
 # or fewer only (DSPARK_CUDA_GEMV_STREAMK_MAX_N=N), one containing "sknopdl" that kernel launched
-# without programmatic serialisation (DSPARK_CUDA_GEMV_STREAMK_PDL=0).
+# without programmatic serialisation (DSPARK_CUDA_GEMV_STREAMK_PDL=0), one containing "arowsN" (N
+# in 0, 1, 2, 4) the row-warp attention kernel off or with N key groups (DSPARK_ATTN_ROWS=N) and
+# one containing "arowstN" its tokens per CTA capped at N (DSPARK_ATTN_ROWS_TOKENS=N).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -106,6 +108,8 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" =~ skst([0-9]+) ]] && export DSPARK_CUDA_GEMV_STREAMK_STAGES="${BASH_REMATCH[1]}"
     [[ "$r" =~ skn([0-9]+) ]] && export DSPARK_CUDA_GEMV_STREAMK_MAX_N="${BASH_REMATCH[1]}"
     [[ "$r" == *sknopdl* ]] && export DSPARK_CUDA_GEMV_STREAMK_PDL=0
+    [[ "$r" =~ arows([0-4]) ]] && export DSPARK_ATTN_ROWS="${BASH_REMATCH[1]}"
+    [[ "$r" =~ arowst([0-9]+) ]] && export DSPARK_ATTN_ROWS_TOKENS="${BASH_REMATCH[1]}"
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace --trace-timeline "$out/round_${r}_timeline.csv")
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

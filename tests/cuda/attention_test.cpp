@@ -4,8 +4,10 @@
 // merged by the last split CTA or the combine kernel, with the same bits; each scenario runs twice
 // and must repeat bit for bit); both kernels (tensor cores for 16-bit caches, CUDA cores
 // otherwise); the tensor-core kernel's early decode variant (set_attention_decode(2)) against the
-// default one and after a qkv_prologue that writes the step's K/V; its opt-in cluster variant
-// (set_attention_cluster) against the combine kernel.
+// default one and after a qkv_prologue that writes the step's K/V; its cluster variant
+// (set_attention_cluster) against the combine kernel; the opt-in row-warp kernel
+// (set_attention_rows) against the CPU, after a qkv_prologue, and its cluster merge against the
+// combine kernel.
 #include "dspark/ops/attention.h"
 
 #include <algorithm>
@@ -233,6 +235,42 @@ int64_t tiles_of(const Scenario& s) {
   return (keys + 63) / 64;
 }
 
+// Runs the scenario (run_scenario) with the cluster variant on or off, its output in `got`;
+// returns the combine kernel's launches (op profile).
+int64_t run_clustered(Contexts& ctx, const Scenario& s, DType dtype, uint32_t seed, bool cluster,
+                      std::vector<float>& got) {
+  cuda::set_attention_cluster(cluster);
+  (void)take_op_profile();
+  set_op_profiling(true);
+  got = run_scenario(ctx, s, dtype, dtype, seed);
+  set_op_profiling(false);
+  int64_t calls = 0;
+  for (const OpTime& t : take_op_profile())
+    if (t.op == "paged_attention_combine") calls += t.calls;
+  return calls;
+}
+
+// The row-warp kernel (attention_rows.cu) with `key_groups` (0: off, attention_mma.cu's tiles)
+// for every launch of two or more queries per request, however few the requests, for the scope.
+class RowsKernel {
+ public:
+  explicit RowsKernel(int key_groups)
+      : saved_(cuda::attention_rows()), saved_min_(cuda::attention_rows_min_requests()) {
+    cuda::set_attention_rows(key_groups);
+    cuda::set_attention_rows_min_requests(1);
+  }
+  ~RowsKernel() {
+    cuda::set_attention_rows(saved_);
+    cuda::set_attention_rows_min_requests(saved_min_);
+    cuda::set_attention_rows_tokens(0);
+  }
+  RowsKernel(const RowsKernel&) = delete;
+  RowsKernel& operator=(const RowsKernel&) = delete;
+
+ private:
+  int saved_, saved_min_;
+};
+
 // The split count of cluster-merged launches (multi-token tiles on sm_90) is balanced: no fewer
 // splits would give each CTA at most as many 64-key tiles (the kernel deals a row's tiles evenly),
 // and a split has at least one tile. Qwen3-8B's verify at context 1k: 17 tiles, at most 3 per CTA
@@ -244,22 +282,26 @@ TEST(CudaAttention, SplitCountsAreBalanced) {
   if (major != 9 || !cuda::attention_cluster()) GTEST_SKIP() << "no cluster-merged launches";
   const bool saved = cuda::attention_balanced_splits();
   cuda::set_attention_balanced_splits(true);
-  for (const Scenario& s :
-       {qwen3_8b("8b verify 17 at 1k", {1041}, {17}), qwen3_8b("8b verify 33 at 4k", {4129}, {33}),
-        qwen3_8b("8b verify 17 x 4", {1041, 1041, 1041, 1041}, {17, 17, 17, 17}),
-        qwen3_8b("8b verify 17 at 300", {317}, {17})}) {
-    const int64_t tiles = tiles_of(s);
-    const int64_t n = splits_of(s);
-    cuda::set_attention_balanced_splits(false);
-    const int64_t unbalanced = splits_of(s);
-    cuda::set_attention_balanced_splits(true);
-    const auto most = [&](int64_t splits) { return (tiles + splits - 1) / splits; };
-    EXPECT_GE(n, 1) << s.name;
-    EXPECT_LE(n, std::max<int64_t>(tiles, 1)) << s.name;
-    EXPECT_LE(n, unbalanced) << s.name;
-    EXPECT_EQ(most(n), most(unbalanced)) << s.name;
-    if (n > 1) {
-      EXPECT_GT(most(n - 1), most(n)) << s.name << ": " << n << " splits of " << tiles;
+  for (int key_groups : {0, 1, 2, 4}) {  // both tilings
+    const RowsKernel rows(key_groups);
+    for (const Scenario& s :
+         {qwen3_8b("8b verify 17 at 1k", {1041}, {17}),
+          qwen3_8b("8b verify 33 at 4k", {4129}, {33}),
+          qwen3_8b("8b verify 17 x 4", {1041, 1041, 1041, 1041}, {17, 17, 17, 17}),
+          qwen3_8b("8b verify 17 at 300", {317}, {17})}) {
+      const int64_t tiles = tiles_of(s);
+      const int64_t n = splits_of(s);
+      cuda::set_attention_balanced_splits(false);
+      const int64_t unbalanced = splits_of(s);
+      cuda::set_attention_balanced_splits(true);
+      const auto most = [&](int64_t splits) { return (tiles + splits - 1) / splits; };
+      EXPECT_GE(n, 1) << s.name;
+      EXPECT_LE(n, std::max<int64_t>(tiles, 1)) << s.name;
+      EXPECT_LE(n, unbalanced) << s.name;
+      EXPECT_EQ(most(n), most(unbalanced)) << s.name;
+      if (n > 1) {
+        EXPECT_GT(most(n - 1), most(n)) << s.name << ": " << n << " splits of " << tiles;
+      }
     }
   }
   cuda::set_attention_balanced_splits(saved);
@@ -271,6 +313,7 @@ TEST(CudaAttention, SplitCountsAreBalanced) {
 // long context (split keys: checked) and with a few small rows.
 TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
   DSPARK_REQUIRE_CUDA();
+  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
   Contexts ctx;
   const int saved = cuda::attention_merge_rows();
   // The combine kernel itself: the cluster variant (the default on sm_90) would merge the tiles
@@ -311,6 +354,7 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
 // kernel) still takes the combine kernel, at the capped count.
 TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   DSPARK_REQUIRE_CUDA();
+  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
   Contexts ctx;
   const bool saved = cuda::attention_cluster();
   const int saved_rows = cuda::attention_merge_rows();
@@ -347,19 +391,6 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   v.push_back(mha);
   v.push_back(
       {.name = "mqa 20 heads", .kv_lens = {500}, .n_q = {16}, .n_heads = 20, .n_kv_heads = 1});
-  // Runs the scenario with the variant on or off; returns the combine kernel's launches.
-  auto run = [&](const Scenario& s, DType dtype, uint32_t seed, bool cluster,
-                 std::vector<float>& got) {
-    cuda::set_attention_cluster(cluster);
-    (void)take_op_profile();
-    set_op_profiling(true);
-    got = run_scenario(ctx, s, dtype, dtype, seed);
-    set_op_profiling(false);
-    int64_t calls = 0;
-    for (const OpTime& t : take_op_profile())
-      if (t.op == "paged_attention_combine") calls += t.calls;
-    return calls;
-  };
   uint32_t seed = 2600;
   for (const Scenario& s : v) {
     cuda::set_attention_cluster(false);
@@ -370,8 +401,9 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
     EXPECT_EQ(cluster_splits, std::min(splits, 8)) << s.name;
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
       std::vector<float> combine, cluster;
-      EXPECT_GT(run(s, dtype, seed, false, combine), 0) << s.name << " " << name_of(dtype);
-      const int64_t calls = run(s, dtype, seed, true, cluster);
+      EXPECT_GT(run_clustered(ctx, s, dtype, seed, false, combine), 0)
+          << s.name << " " << name_of(dtype);
+      const int64_t calls = run_clustered(ctx, s, dtype, seed, true, cluster);
       if (dtype == DType::f32) {
         EXPECT_GT(calls, 0) << s.name << ": the CUDA-core kernel's splits need the combine kernel";
       } else {
@@ -395,6 +427,7 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
 // the tensor-core kernel; its shared-memory split merge, decode tiles only).
 TEST(CudaAttention, EarlyDecodeVariantEqualsDefault) {
   DSPARK_REQUIRE_CUDA();
+  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
   Contexts ctx;
   const int saved = cuda::attention_decode();
   std::vector<Scenario> v;
@@ -438,11 +471,13 @@ TEST(CudaAttention, EarlyDecodeVariantEqualsDefault) {
   cuda::set_attention_decode(saved);
 }
 
-// The early variant copies K/V before its programmatic-dependent wait, except the step's own
-// keys. Here qkv_prologue (the fused kernel, itself a programmatic dependent) writes q and the new
-// token's K/V right before paged_attention, as in a decoder layer, over a slot that held K = 0,
-// V = 1000: a copy of that slot made before the wait would be far off the CPU's result.
-TEST(CudaAttention, EarlyDecodeVariantWaitsForTheStepsKv) {
+// The early variant and the row-warp kernel copy K/V before their programmatic-dependent wait,
+// except the step's own keys. Here qkv_prologue (the fused kernel, itself a programmatic
+// dependent) writes q and the new tokens' K/V right before paged_attention, as in a decoder layer,
+// over slots that held K = 0, V = 1000: a copy of such a slot made before the wait would be far
+// off the CPU's result. One new token (decode: attention_mma.cu) and 17 (a verify: the row-warp
+// kernel with 1, 2 and 4 key groups, which must run).
+TEST(CudaAttention, EarlyCopiesWaitForTheStepsKv) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
   const int saved = cuda::attention_decode();
@@ -453,69 +488,180 @@ TEST(CudaAttention, EarlyDecodeVariantWaitsForTheStepsKv) {
   const Pair inv_freq =
       vector_pair(table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())});
   uint32_t seed = 2500;
-  for (int context : {64, 1023, 1024, 4100}) {
-    const int kv_len = context + 1, row_pages = (kv_len + kPage - 1) / kPage;
-    const int64_t n_pages = row_pages + 2;
-    std::vector<int32_t> pages(static_cast<size_t>(n_pages));
-    std::iota(pages.begin(), pages.end(), 0);
-    std::mt19937 gen(seed);
-    std::shuffle(pages.begin(), pages.end(), gen);
-    pages.resize(static_cast<size_t>(row_pages));
-    const int32_t slot = pages[static_cast<size_t>(context / kPage)] * kPage + context % kPage;
-    const Shape page_shape{n_pages, kPage, kKvHeads, kHd};
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> k_old(static_cast<size_t>(page_shape.numel()));
-    std::vector<float> v_old(k_old.size());
-    for (size_t i = 0; i < k_old.size(); ++i) {
-      k_old[i] = normal(gen);
-      v_old[i] = normal(gen);
+  struct Case {
+    int n_new, key_groups;
+  };
+  for (const Case cs : {Case{1, 0}, Case{17, 1}, Case{17, 2}, Case{17, 4}}) {
+    const RowsKernel rows(cs.key_groups);
+    const int n = cs.n_new;
+    for (int context : {64, 1023, 1024, 4100}) {
+      const int kv_len = context + n, row_pages = (kv_len + kPage - 1) / kPage;
+      const int64_t n_pages = row_pages + 2;
+      std::vector<int32_t> pages(static_cast<size_t>(n_pages));
+      std::iota(pages.begin(), pages.end(), 0);
+      std::mt19937 gen(seed);
+      std::shuffle(pages.begin(), pages.end(), gen);
+      pages.resize(static_cast<size_t>(row_pages));
+      std::vector<int32_t> slot_v, pos_v;
+      for (int i = 0; i < n; ++i) {
+        const int p = context + i;
+        pos_v.push_back(p);
+        slot_v.push_back(pages[static_cast<size_t>(p / kPage)] * kPage + p % kPage);
+      }
+      const Shape page_shape{n_pages, kPage, kKvHeads, kHd};
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> k_old(static_cast<size_t>(page_shape.numel()));
+      std::vector<float> v_old(k_old.size());
+      for (size_t i = 0; i < k_old.size(); ++i) {
+        k_old[i] = normal(gen);
+        v_old[i] = normal(gen);
+      }
+      for (int32_t slot : slot_v) {
+        for (int64_t i = 0; i < kKvHeads * kHd; ++i) {
+          k_old[static_cast<size_t>(slot * kKvHeads * kHd + i)] = 0.0f;
+          v_old[static_cast<size_t>(slot * kKvHeads * kHd + i)] = 1000.0f;
+        }
+      }
+      const Pair k_pages = values_pair(k_old, kDtype, page_shape);
+      const Pair v_pages = values_pair(v_old, kDtype, page_shape);
+      const Pair qkv = random_pair(kDtype, Shape{n, (kHeads + 2 * kKvHeads) * kHd}, seed + 1);
+      const Pair q_out = zeros_pair(kDtype, Shape{n, kHeads * kHd});
+      const Pair k_tmp = zeros_pair(kDtype, Shape{n, kKvHeads * kHd});
+      const Pair pos = vector_pair(pos_v, Shape{n});
+      const Pair slots = vector_pair(slot_v, Shape{n});
+      const Pair p_indptr = vector_pair(std::vector<int32_t>{0, row_pages}, Shape{2});
+      const Pair p_indices = vector_pair(pages, Shape{row_pages});
+      const Pair lens = vector_pair(std::vector<int32_t>{kv_len}, Shape{1});
+      const Pair q_indptr = vector_pair(std::vector<int32_t>{0, n}, Shape{2});
+      const Pair out = zeros_pair(kDtype, Shape{n, kHeads, kHd});
+      AttentionParams params;
+      params.scale = 1.0f / std::sqrt(static_cast<float>(kHd));
+      auto step = [&](Context& c, bool gpu) {
+        auto side = [gpu](const Pair& p) { return gpu ? p.gpu.view() : p.cpu.view(); };
+        QkvPrologueArgs a;
+        a.qkv = side(qkv);
+        a.n_heads = kHeads;
+        a.n_kv_heads = kKvHeads;
+        a.head_dim = kHd;
+        a.norm = RmsNormParams{1e-6f, false};
+        a.positions = side(pos);
+        a.inv_freq = side(inv_freq);
+        a.attention_scaling = table.attention_scaling;
+        a.slots = side(slots);
+        a.k_pages = side(k_pages);
+        a.v_pages = side(v_pages);
+        a.q_out = side(q_out);
+        a.k_tmp = side(k_tmp);
+        const Tensor q = qkv_prologue(c, a);
+        const PagedKv kv{side(k_pages), side(v_pages), side(p_indptr), side(p_indices), side(lens)};
+        paged_attention(c, q, kv, side(q_indptr), side(pos), params, side(out));
+      };
+      step(ctx.cpu, false);
+      const uint64_t launches = cuda::attention_rows_launches();
+      step(ctx.gpu, true);
+      ctx.gpu.synchronize();
+      const std::string what = "prologue + attention, " + std::to_string(n) +
+                               " new tokens, key groups " + std::to_string(cs.key_groups) +
+                               ", context " + std::to_string(context);
+      expect_close(out.gpu, out.cpu, tolerance(kDtype), what);
+      EXPECT_EQ(cuda::attention_rows_launches() - launches, cs.key_groups > 0 ? 1u : 0u) << what;
+      seed += 10;
     }
-    for (int64_t i = 0; i < kKvHeads * kHd; ++i) {
-      k_old[static_cast<size_t>(slot * kKvHeads * kHd + i)] = 0.0f;
-      v_old[static_cast<size_t>(slot * kKvHeads * kHd + i)] = 1000.0f;
-    }
-    const Pair k_pages = values_pair(k_old, kDtype, page_shape);
-    const Pair v_pages = values_pair(v_old, kDtype, page_shape);
-    const Pair qkv = random_pair(kDtype, Shape{1, (kHeads + 2 * kKvHeads) * kHd}, seed + 1);
-    const Pair q_out = zeros_pair(kDtype, Shape{1, kHeads * kHd});
-    const Pair k_tmp = zeros_pair(kDtype, Shape{1, kKvHeads * kHd});
-    const Pair pos = vector_pair(std::vector<int32_t>{context}, Shape{1});
-    const Pair slots = vector_pair(std::vector<int32_t>{slot}, Shape{1});
-    const Pair p_indptr = vector_pair(std::vector<int32_t>{0, row_pages}, Shape{2});
-    const Pair p_indices = vector_pair(pages, Shape{row_pages});
-    const Pair lens = vector_pair(std::vector<int32_t>{kv_len}, Shape{1});
-    const Pair q_indptr = vector_pair(std::vector<int32_t>{0, 1}, Shape{2});
-    const Pair out = zeros_pair(kDtype, Shape{1, kHeads, kHd});
-    AttentionParams params;
-    params.scale = 1.0f / std::sqrt(static_cast<float>(kHd));
-    auto step = [&](Context& c, bool gpu) {
-      auto side = [gpu](const Pair& p) { return gpu ? p.gpu.view() : p.cpu.view(); };
-      QkvPrologueArgs a;
-      a.qkv = side(qkv);
-      a.n_heads = kHeads;
-      a.n_kv_heads = kKvHeads;
-      a.head_dim = kHd;
-      a.norm = RmsNormParams{1e-6f, false};
-      a.positions = side(pos);
-      a.inv_freq = side(inv_freq);
-      a.attention_scaling = table.attention_scaling;
-      a.slots = side(slots);
-      a.k_pages = side(k_pages);
-      a.v_pages = side(v_pages);
-      a.q_out = side(q_out);
-      a.k_tmp = side(k_tmp);
-      const Tensor q = qkv_prologue(c, a);
-      const PagedKv kv{side(k_pages), side(v_pages), side(p_indptr), side(p_indices), side(lens)};
-      paged_attention(c, q, kv, side(q_indptr), side(pos), params, side(out));
-    };
-    step(ctx.cpu, false);
-    step(ctx.gpu, true);
-    ctx.gpu.synchronize();
-    expect_close(out.gpu, out.cpu, tolerance(kDtype),
-                 "prologue + early attention, context " + std::to_string(context));
-    seed += 10;
   }
   cuda::set_attention_decode(saved);
+}
+
+// The row-warp kernel (attention_rows.cu; opt-in, for launches of two or more queries per request
+// over four or more requests, here for any number): the CPU within tolerance, a repeat
+// launch bit for bit and rows that see no key zero (run_scenario) on every scenario above and the
+// model shapes, with 1, 2 and 4 key groups, and with at most 3 tokens per CTA (tiles crossing
+// requests: several segments per CTA). It must run for every 16-bit scenario with head_dim 64 / 128
+// and two or more queries per request.
+TEST(CudaAttention, RowKernelMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  std::vector<Scenario> v = scenarios();
+  v.push_back(qwen3_8b("8b verify 17", {1041}, {17}));
+  v.push_back(qwen3_8b("8b verify 33, two rows", {530, 1057}, {33, 33}));
+  v.push_back(qwen3_8b("8b verify 17 x 4", {1041, 300, 2000, 17}, {17, 17, 17, 17}));
+  Scenario block = qwen3_8b("8b draft block", {1040}, {16});
+  block.causal = false;
+  v.push_back(block);
+  Scenario window = qwen3_8b("8b verify 17, window 200, softcap", {1041}, {17});
+  window.window = 200;
+  window.softcap = 30.0f;
+  v.push_back(window);
+  v.push_back({.name = "head_dim 64 verify 9", .kv_lens = {700, 33}, .n_q = {9, 9}});
+  uint32_t seed = 3100;
+  for (int key_groups : {1, 2, 4}) {
+    for (int tokens : {0, 3}) {
+      const RowsKernel rows(key_groups);
+      cuda::set_attention_rows_tokens(tokens);
+      for (const Scenario& s : v) {
+        int64_t n_tokens = 0;
+        for (int q : s.n_q) n_tokens += q;
+        const bool fits = n_tokens >= 2 * static_cast<int64_t>(s.n_q.size()) &&
+                          (s.head_dim == 64 || s.head_dim == 128);
+        for (DType dtype : {DType::bf16, DType::f16}) {
+          const uint64_t launches = cuda::attention_rows_launches();
+          run_scenario(ctx, s, dtype, dtype, seed);
+          EXPECT_EQ(cuda::attention_rows_launches() - launches, fits ? 2u : 0u)
+              << s.name << " " << name_of(dtype) << ", key groups " << key_groups;
+          seed += 10;
+        }
+      }
+    }
+  }
+}
+
+// The row-warp kernel's cluster merge (sm_90, 2..8 splits) against its splits merged by the
+// combine kernel: the same bits at the same split count (balancing off; contexts of at most
+// 512 keys, 8 tiles, so that the uncapped count is the cluster's), no combine launch with the
+// cluster, for 16 and 17 queries, causal and not, three rows, head_dim 64, an MQA group of 20.
+TEST(CudaAttention, RowKernelClusterEqualsCombineKernel) {
+  DSPARK_REQUIRE_CUDA();
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major != 9) GTEST_SKIP() << "no cluster-merged launches";
+  Contexts ctx;
+  const bool saved = cuda::attention_cluster();
+  const bool saved_balanced = cuda::attention_balanced_splits();
+  cuda::set_attention_balanced_splits(false);
+  std::vector<Scenario> v;
+  for (int len : {100, 300, 500})
+    v.push_back(qwen3_8b("8b verify 16, context " + std::to_string(len), {len}, {16}));
+  v.push_back(qwen3_8b("8b verify 17, context 500", {500}, {17}));
+  Scenario block = qwen3_8b("8b draft block, context 480", {480}, {16});
+  block.causal = false;
+  v.push_back(block);
+  v.push_back(qwen3_8b("8b verify 16, three rows", {400, 300, 90}, {16, 16, 16}));
+  v.push_back({.name = "head_dim 64 verify 16", .kv_lens = {400}, .n_q = {16}});
+  v.push_back(
+      {.name = "mqa 20 heads", .kv_lens = {500}, .n_q = {16}, .n_heads = 20, .n_kv_heads = 1});
+  uint32_t seed = 3700;
+  for (int key_groups : {1, 2, 4}) {
+    const RowsKernel rows(key_groups);
+    for (const Scenario& s : v) {
+      cuda::set_attention_cluster(false);
+      const int splits = splits_of(s);
+      cuda::set_attention_cluster(true);
+      EXPECT_GT(splits, 1) << s.name << ": no split keys, nothing to merge";
+      EXPECT_LE(splits, 8) << s.name;
+      EXPECT_EQ(splits_of(s), splits) << s.name;
+      for (DType dtype : {DType::bf16, DType::f16}) {
+        std::vector<float> combine, cluster;
+        EXPECT_GT(run_clustered(ctx, s, dtype, seed, false, combine), 0)
+            << s.name << " " << name_of(dtype);
+        EXPECT_EQ(run_clustered(ctx, s, dtype, seed, true, cluster), 0)
+            << s.name << ": a combine launch";
+        EXPECT_EQ(cluster, combine)
+            << s.name << " " << name_of(dtype) << ", key groups " << key_groups;
+        seed += 10;
+      }
+    }
+  }
+  cuda::set_attention_cluster(saved);
+  cuda::set_attention_balanced_splits(saved_balanced);
 }
 
 // Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256
@@ -523,6 +669,7 @@ TEST(CudaAttention, EarlyDecodeVariantWaitsForTheStepsKv) {
 // both match the CPU (run_scenario).
 TEST(CudaAttention, TensorCoreKernelRunsWhenItFits) {
   DSPARK_REQUIRE_CUDA();
+  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
   Contexts ctx;
   auto runs_mma = [&](int head_dim, DType dtype) {
     Scenario s{.name = "switch", .kv_lens = {200, 75}, .n_q = {4, 1}, .head_dim = head_dim};

@@ -121,6 +121,21 @@ bool attention_cluster();
 // e.g. a verify of 17 tokens at context 1,024: 6 splits instead of 7). On by default; off when the
 // environment has DSPARK_ATTN_BALANCED_SPLITS=0 (read once) or after
 // set_attention_balanced_splits(false). Process-wide; graphs are keyed by the resulting count.
+// paged_attention on the row-warp tensor-core kernel (kernels/attention_rows.cu; opt-in: faster
+// than attention_mma.cu alone for several requests, slower in the graphed verify on the H200) for
+// launches of at least two queries per request (verify, draft blocks, prefill) over at least
+// attention_rows_min_requests() requests (4 by default), with 16-bit caches and head_dim 64 /
+// 128: `key_groups` (1, 2 or 4) warps per m16 tile of query rows, 0 = off (the default).
+// DSPARK_ATTN_ROWS=0/1/2/4 and DSPARK_ATTN_ROWS_MIN_REQUESTS=N (read once);
+// set_attention_rows_tokens caps its tokens per CTA (0: the default tiling;
+// DSPARK_ATTN_ROWS_TOKENS). Process-wide; paged_attention_splits follows the tiling, and graphs
+// are keyed by its count. attention_rows_launches counts its launches.
+void set_attention_rows(int key_groups);
+int attention_rows();
+void set_attention_rows_min_requests(int requests);
+int attention_rows_min_requests();
+void set_attention_rows_tokens(int tokens);
+uint64_t attention_rows_launches();
 void set_attention_balanced_splits(bool enabled);
 bool attention_balanced_splits();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);

@@ -103,6 +103,59 @@ std::atomic<int>& balanced_flag() {
   return on;
 }
 
+// The row-warp tensor-core kernel (attention_rows.cu) for query tiles of several tokens per
+// request (n_tokens >= 2 n_rows: verify, draft blocks, prefill) of at least `min_requests`
+// requests: its key groups per m16 tile (1, 2 or 4; 0 = off, the tiles of attention_mma.cu).
+// Opt-in: DSPARK_ATTN_ROWS=1/2/4 (read once) or set_attention_rows. H200, Qwen3-8B shape,
+// session 15, graphed, verify of 16 drafts (17 queries) per request, attention_mma.cu against the
+// row-warp kernel with 1 / 2 / 4 key groups (bench_attention, us):
+//   one request, 1k context: 13.3 against 17.4 / 13.9 / 22.8 (4k: 30.0 against 38.2 / 48.2 / 45.1);
+//   two requests, 1k: 30.0 against 21.6 / 40.3 (4k: 77.9 against 76.7 / 95.7);
+//   four requests, 1k: 48.0-48.1 against 42.8-42.9 / 73.0 / 65.5 (4k: 146.2 against 116.6);
+//   four requests of 33 queries, 1k: 76.0 against 104.6;
+// but in bench_round's graphed verify of 16 drafts at batch 4 (1 key group, 4 or more requests)
+// 7.133 ms against 7.016, and at batch 1 (every request) 5.530 against 5.385: slower in the
+// forward, hence off. DSPARK_ATTN_ROWS_MIN_REQUESTS=N (set_attention_rows_min_requests) sets the
+// fewest requests (4 by default: where it won alone). DSPARK_ATTN_ROWS_TOKENS=N
+// (set_attention_rows_tokens) caps its tokens per CTA (0: rows_tiling's choice).
+constexpr int kDefaultRowsKeyGroups = 0;
+constexpr int kDefaultRowsMinRequests = 4;
+std::atomic<int>& rows_flag() {
+  static std::atomic<int> key_groups = [] {
+    const char* v = std::getenv("DSPARK_ATTN_ROWS");
+    if (v == nullptr || *v == '\0') return kDefaultRowsKeyGroups;
+    const int n = std::atoi(v);
+    return n == 1 || n == 2 || n == 4 ? n : 0;
+  }();
+  return key_groups;
+}
+// A non-negative integer from the environment variable `name`, or `fallback` when it is unset.
+int env_count(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : fallback;
+}
+std::atomic<int>& rows_min_requests_flag() {
+  static std::atomic<int> n = env_count("DSPARK_ATTN_ROWS_MIN_REQUESTS", kDefaultRowsMinRequests);
+  return n;
+}
+std::atomic<int>& rows_tokens_flag() {
+  static std::atomic<int> tokens = env_count("DSPARK_ATTN_ROWS_TOKENS", 0);
+  return tokens;
+}
+// Whether a launch of n_tokens queries over n_rows requests takes the row-warp kernel's tiling
+// (the kernel itself still needs a 16-bit cache and head_dim 64 / 128; otherwise attention_mma.cu
+// or the CUDA-core kernel runs on that tiling's split count: correct, if not tuned for them).
+// Off with the tensor-core kernels (set_mma_attention(false)).
+bool rows_path(int64_t n_tokens, int64_t n_rows) {
+  return rows_flag().load() != 0 && n_tokens >= 2 * n_rows &&
+         n_rows >= rows_min_requests_flag().load() && mma_attention_enabled();
+}
+// Whether the row-warp kernel merges its splits in clusters (sm_90, the cluster variant on): it
+// has no arrival-counter merge, so otherwise the combine kernel does.
+bool rows_cluster() {
+  return cluster_flag().load() != 0 && compute_major() == 9;
+}
+
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 4;
@@ -386,6 +439,34 @@ struct QueryTiling {
   int64_t tile_rows;  // query rows of a full tile: min(tokens_per_cta, n_tokens) x heads_per_cta
 };
 
+// The row-warp kernel's tiling (attention_rows.cu): at most 8 warps = m16 tiles x key groups,
+// so 128 / key_groups rows per CTA; heads of one KV head x tokens, the tokens of a request
+// spread evenly over the fewest CTAs that hold them (one CTA per request and KV head for a
+// verify of 16 drafts: 17 tokens x 4 heads = 68 rows, 5 m16 tiles).
+struct RowsTiling {
+  QueryTiling q;
+  int warps, key_groups;
+};
+RowsTiling rows_tiling(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t n_rows) {
+  RowsTiling r{};
+  r.key_groups = std::max(1, rows_flag().load());
+  const int64_t rows_max = 16 * (8 / r.key_groups);
+  QueryTiling& t = r.q;
+  const int64_t group = n_heads / n_kv_heads;
+  t.heads_per_cta = std::min<int64_t>(group, rows_max);
+  const int64_t tokens_max = std::max<int64_t>(1, rows_max / t.heads_per_cta);
+  const int64_t per_row = ceil_div(n_tokens, std::max<int64_t>(1, n_rows));
+  t.tokens_per_cta = std::min(tokens_max, ceil_div(per_row, ceil_div(per_row, tokens_max)));
+  if (const int cap = rows_tokens_flag().load(); cap > 0)
+    t.tokens_per_cta = std::min<int64_t>(t.tokens_per_cta, cap);
+  t.head_chunks = ceil_div(group, t.heads_per_cta);
+  t.grid_x = ceil_div(n_tokens, t.tokens_per_cta);
+  t.grid_y = n_kv_heads * t.head_chunks;
+  t.tile_rows = std::min(t.tokens_per_cta, n_tokens) * t.heads_per_cta;
+  r.warps = static_cast<int>(ceil_div(t.tokens_per_cta * t.heads_per_cta, 16)) * r.key_groups;
+  return r;
+}
+
 QueryTiling query_tiling(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads) {
   QueryTiling t{};
   const int64_t group = n_heads / n_kv_heads;
@@ -408,7 +489,9 @@ QueryTiling query_tiling(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads) 
 int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t n_rows,
                            int64_t total_pages, int64_t page_size) {
   if (n_tokens <= 0 || n_rows <= 0 || n_kv_heads <= 0) return 1;
-  const QueryTiling tiling = query_tiling(n_tokens, n_heads, n_kv_heads);
+  const bool rows = rows_path(n_tokens, n_rows);
+  const QueryTiling tiling = rows ? rows_tiling(n_tokens, n_heads, n_kv_heads, n_rows).q
+                                  : query_tiling(n_tokens, n_heads, n_kv_heads);
   const int64_t ctas = tiling.grid_x * tiling.grid_y;
   const int64_t target = 2 * static_cast<int64_t>(sm_count());
   int64_t n_splits = 1;
@@ -416,7 +499,7 @@ int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads
     const int64_t keys_per_row = total_pages * page_size / n_rows;
     const int64_t useful = ceil_div(keys_per_row, attn::kSplitKeys);
     n_splits = std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kMaxSplits);
-    if (cluster_merge(tiling.tile_rows)) {
+    if (rows ? rows_cluster() : cluster_merge(tiling.tile_rows)) {
       n_splits = std::min<int64_t>(n_splits, attn::kMaxClusterSplits);
       // The kernel deals a row's key tiles evenly over the splits; of the counts that give a CTA
       // at most as many tiles, the fewest leave fewer CTAs to merge in the cluster (a verify at
@@ -511,6 +594,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
   }
 
   bool cluster_merged = false;  // the tensor-core kernel's cluster variant ran: no combine
+  bool combine = n_splits > 1 && counters == nullptr;  // the combine kernel merges the splits
   dispatch_float(kp.dtype(), [&]<typename TKV>(TypeTag<TKV>) {
     using DKV = device_t<TKV>;
     AttentionArgs<DKV> a{};
@@ -554,6 +638,21 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
     a.counters = counters;
     a.early = early;
     a.cluster = cluster && counters == nullptr;
+    if (rows_path(n_tokens, n_rows)) {  // the row-warp kernel when it fits, on its own tiling
+      const RowsTiling rt = rows_tiling(n_tokens, n_heads, n_kv_heads, n_rows);
+      AttentionArgs<DKV> r = a;
+      r.heads_per_cta = static_cast<int>(rt.q.heads_per_cta);
+      r.tokens_per_cta = static_cast<int>(rt.q.tokens_per_cta);
+      r.head_chunks = static_cast<int>(rt.q.head_chunks);
+      r.counters = nullptr;
+      r.cluster = n_splits > 1 && n_splits <= attn::kMaxClusterSplits && rows_cluster();
+      const dim3 rgrid(static_cast<unsigned>(rt.q.grid_x), static_cast<unsigned>(rt.q.grid_y),
+                       static_cast<unsigned>(n_splits));
+      if (attn::launch_attention_rows<DKV>(ctx, r, rgrid, rt.warps, rt.key_groups)) {
+        combine = n_splits > 1 && !r.cluster;
+        return;
+      }
+    }
     if (attn::launch_attention_mma<DKV>(ctx, a, grid)) {  // tensor cores when they fit
       cluster_merged = a.cluster;
       return;
@@ -568,7 +667,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
       launch_attention<DKV, 8>(ctx, a, grid);
   });
 
-  if (n_splits > 1 && counters == nullptr && !cluster_merged) {
+  if (combine && !cluster_merged) {
     CombineArgs c{part,
                   out.data(),
                   float_kind(out.dtype()),
@@ -608,6 +707,26 @@ void set_attention_cluster(bool enabled) {
 
 bool attention_cluster() {
   return cluster_flag().load() != 0;
+}
+
+void set_attention_rows(int key_groups) {
+  rows_flag().store(key_groups == 1 || key_groups == 2 || key_groups == 4 ? key_groups : 0);
+}
+
+int attention_rows() {
+  return rows_flag().load();
+}
+
+void set_attention_rows_min_requests(int requests) {
+  rows_min_requests_flag().store(std::max(0, requests));
+}
+
+int attention_rows_min_requests() {
+  return rows_min_requests_flag().load();
+}
+
+void set_attention_rows_tokens(int tokens) {
+  rows_tokens_flag().store(std::max(0, tokens));
 }
 
 void set_attention_balanced_splits(bool enabled) {

@@ -5,12 +5,14 @@
 //  - attention_mma.cu: the tensor-core kernel for 16-bit caches and head_dim 64 / 128 / 256.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/mma.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
 
 namespace dspark::cuda::attn {
@@ -218,10 +220,80 @@ __device__ void merge_splits_if_last(const AttentionArgs<TKV>& p, const CtaQueri
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
 }
 
+// The offset in the pages of key j's K / V row of KV head kv_head (row_pages: the request's page
+// ids), or -1 for a key outside the CTA's visible keys [kmin, kmax).
+template <typename TKV>
+__device__ __forceinline__ int64_t key_row_offset(const AttentionArgs<TKV>& p,
+                                                  const int32_t* row_pages, int kv_head, int kmin,
+                                                  int kmax, int j) {
+  if (j < kmin || j >= kmax) return -1;
+  return static_cast<int64_t>(row_pages[j / p.page_size]) * p.page_stride +
+         static_cast<int64_t>(j % p.page_size) * p.slot_stride +
+         static_cast<int64_t>(kv_head) * p.head_stride;
+}
+
+// The tensor-core kernels' K/V tile copies, one 16-byte chunk: columns cc * 8 .. of key j's K and
+// V rows (at `off` in the pages; -1: no row of the CTA sees the key) into sk / sv by cp.async when
+// j is in [key_lo, key_hi); a chunk without a key is zero-filled when `zero`.
+template <typename TKV>
+__device__ __forceinline__ void copy_kv_chunk(const AttentionArgs<TKV>& p, int64_t off, int j,
+                                              int cc, int key_lo, int key_hi, bool zero, TKV* sk,
+                                              TKV* sv) {
+  if (off >= 0) {
+    if (j >= key_lo && j < key_hi) {
+      device::cp_async16(sk, p.k_pages + off + cc * 8);
+      device::cp_async16(sv, p.v_pages + off + cc * 8);
+    }
+  } else if (zero) {
+    *reinterpret_cast<uint4*>(sk) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(sv) = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// The cluster merge of one segment's n_q partial rows (tokens from t, heads from h_begin; row i
+// at s_part + i * (head_dim + 2): acc..., max, sum, the values the other paths write to `part`),
+// called by every thread of every CTA of the cluster once its own rows are in s_part. The launch
+// makes the n_splits CTAs of a query tile one cluster of {1, 1, n_splits}, so cluster rank s is
+// split s. CTA r merges rows r, r + S, ... (S = n_splits), a warp per row, with
+// merge_split_item_from reading split s's row from rank s's shared memory: combine_splits_kernel's
+// operations in its order, so the same bits. Every CTA of a cluster runs the same segments (they
+// depend on the query tile only), so the barriers pair up. Used by both tensor-core kernels
+// (attention_mma.cu, attention_rows.cu).
+template <typename TKV>
+__device__ void merge_splits_cluster(const AttentionArgs<TKV>& p, float* s_part, int part_ld,
+                                     int n_q, int t, int nh, int h_begin) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Cluster = cooperative_groups::cluster_group;
+  Cluster::sync();  // every CTA's partial rows are written (arrive releases, wait acquires)
+  const int n_splits = p.n_splits, rank = static_cast<int>(Cluster::block_rank());
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  for (int i = rank + warp * n_splits; i < n_q; i += n_warps * n_splits) {
+    float* row = s_part + i * part_ld;
+    const int64_t tok = t + i / nh, h = h_begin + i % nh;
+    merge_split_item_from<kMaxClusterSplits>(
+        [row](int s, int64_t j) { return Cluster::map_shared_rank(row, s)[j]; }, n_splits,
+        p.head_dim, p.out, p.out_kind, tok * p.out_stride_token + h * p.out_stride_head, lane);
+  }
+  Cluster::sync();  // the peers have read this CTA's rows: its shared memory may be reused or freed
+#else
+  __trap();  // no clusters on this target (compute_80 PTX): launched on sm_90 only (cluster_merge)
+#endif
+}
+
 // The tensor-core kernel: launches it and returns true when the call fits (K/V and q of the same
 // 16-bit dtype, head_dim 64 / 128 / 256, 16-byte aligned rows, the path enabled); returns false,
 // doing nothing, otherwise. Same grid, outputs and partial results as the CUDA-core kernel.
 template <typename TKV>
 bool launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid);
+
+// The row-warp tensor-core kernel (attention_rows.cu) for query tiles of several tokens (verify,
+// draft blocks): launches it with `warps` warps per CTA (m16 tiles of the CTA's rows x
+// key_groups) and returns true when the call fits (16-bit K/V and q of the same dtype, head_dim
+// 64 / 128, 16-byte aligned rows); returns false, doing nothing, otherwise. The grid and the
+// partial results (`part`, cluster) are the CUDA-core kernel's, at the row tiling of
+// rows_tiling (attention.cu).
+template <typename TKV>
+bool launch_attention_rows(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid, int warps,
+                           int key_groups);
 
 }  // namespace dspark::cuda::attn

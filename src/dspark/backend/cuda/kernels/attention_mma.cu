@@ -56,8 +56,6 @@
 // Not covered by the variant: the CUDA-core kernel (its splits, capped the same way, still go
 // through the combine kernel), decode tiles merged by their last split CTA, launches without split
 // keys.
-#include <cooperative_groups.h>
-
 #include <atomic>
 #include <climits>
 #include <type_traits>
@@ -139,36 +137,6 @@ __device__ void merge_splits_smem(const AttentionArgs<T>& p, const CtaQueries& c
                           n_splits, HD, p.out, p.out_kind, base, lane);
   }
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
-}
-
-// The cluster variant's merge of one segment's n_q rows (tokens from t, heads from h_begin), called
-// by every thread of every CTA of the cluster once its partial rows (acc..., max, sum; the values
-// the other paths write to `part`) are in s_part. The launch makes the n_splits CTAs of a query
-// tile one cluster of {1, 1, n_splits}, so cluster rank s is split s. CTA r merges rows r, r + S,
-// ... (S = n_splits), a warp per row, with merge_split_item_from reading split s's row from rank
-// s's shared memory: combine_splits_kernel's operations in its order, so the same bits. Every CTA
-// of a cluster runs the same segments (they depend on the query tile only), so the barriers pair
-// up.
-template <typename T, int HD>
-__device__ void merge_splits_cluster(const AttentionArgs<T>& p, float* s_part, int n_q, int t,
-                                     int nh, int h_begin) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Cluster = cooperative_groups::cluster_group;
-  constexpr int kPartLd = Layout<HD>::kPartLd;
-  Cluster::sync();  // every CTA's partial rows are written (arrive releases, wait acquires)
-  const int n_splits = p.n_splits, rank = static_cast<int>(Cluster::block_rank());
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int i = rank + warp * n_splits; i < n_q; i += kWarps * n_splits) {
-    float* row = s_part + i * kPartLd;
-    const int64_t tok = t + i / nh, h = h_begin + i % nh;
-    merge_split_item_from<kMaxClusterSplits>(
-        [row](int s, int64_t j) { return Cluster::map_shared_rank(row, s)[j]; }, n_splits, HD,
-        p.out, p.out_kind, tok * p.out_stride_token + h * p.out_stride_head, lane);
-  }
-  Cluster::sync();  // the peers have read this CTA's rows: its shared memory may be reused or freed
-#else
-  __trap();  // no clusters on this target (compute_80 PTX): launched on sm_90 only (cluster_merge)
-#endif
 }
 
 // kEarly: the early decode variant (the default; the file comment); without it this is the
@@ -331,12 +299,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     // kEarly: the offset of key j's row (-1 if no row sees it), and the copies of the chunks of
     // tile `tile` (offsets in s_off[stage]) whose keys are in [key_lo, key_hi) into `stage` (zero:
     // the chunks without a key are filled with zeros).
-    auto key_offset = [&](int j) -> int64_t {
-      if (j < kmin || j >= kmax) return -1;
-      return static_cast<int64_t>(row_pages[j / p.page_size]) * p.page_stride +
-             static_cast<int64_t>(j % p.page_size) * p.slot_stride +
-             static_cast<int64_t>(kv_head) * p.head_stride;
-    };
+    auto key_offset = [&](int j) { return key_row_offset(p, row_pages, kv_head, kmin, kmax, j); };
     auto copy = [&](int tile, int stage, int key_lo, int key_hi, bool zero) {
       constexpr int kIters = kTileKeys * kChunks / kThreads;
       T* dk = s_k + stage * kTileKeys * kLd;
@@ -345,18 +308,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       for (int it = 0; it < kIters; ++it) {
         const int idx = threadIdx.x + it * kThreads;
         const int jj = idx / kChunks, cc = idx % kChunks, j = tile * kTileKeys + jj;
-        const int64_t off = s_off[stage * kTileKeys + jj];
-        T* sk = dk + jj * kLd + cc * 8;
-        T* sv = dv + jj * kLd + cc * 8;
-        if (off >= 0) {
-          if (j >= key_lo && j < key_hi) {
-            device::cp_async16(sk, p.k_pages + off + cc * 8);
-            device::cp_async16(sv, p.v_pages + off + cc * 8);
-          }
-        } else if (zero) {
-          *reinterpret_cast<uint4*>(sk) = make_uint4(0, 0, 0, 0);
-          *reinterpret_cast<uint4*>(sv) = make_uint4(0, 0, 0, 0);
-        }
+        copy_kv_chunk(p, s_off[stage * kTileKeys + jj], j, cc, key_lo, key_hi, zero,
+                      dk + jj * kLd + cc * 8, dv + jj * kLd + cc * 8);
       }
     };
     if constexpr (kEarly) {
@@ -572,7 +525,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     }
     if constexpr (kCluster) {
       // Before the next segment's copies overwrite the K/V stages (and s_part).
-      if (p.n_splits > 1) merge_splits_cluster<T, HD>(p, s_part, n_q, t, nh, h_begin);
+      if (p.n_splits > 1) merge_splits_cluster(p, s_part, L::kPartLd, n_q, t, nh, h_begin);
     }
     t = seg_end;
   }
