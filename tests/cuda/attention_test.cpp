@@ -274,7 +274,8 @@ class RowsKernel {
 // The split count of cluster-merged launches (multi-token tiles on sm_90) is balanced: no fewer
 // splits would give each CTA at most as many 64-key tiles (the kernel deals a row's tiles evenly),
 // and a split has at least one tile. Qwen3-8B's verify at context 1k: 17 tiles, at most 3 per CTA
-// on the H200 (6 splits, not 7). Decode tiles keep the CTA target's count.
+// on the H200 (6 splits, not 7). Decode tiles keep the CTA target's count. For both tilings:
+// attention_mma.cu's and the row-warp kernel's (set_attention_rows).
 TEST(CudaAttention, SplitCountsAreBalanced) {
   DSPARK_REQUIRE_CUDA();
   int major = 0;
