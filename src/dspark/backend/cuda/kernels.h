@@ -121,6 +121,8 @@ bool attention_cluster();
 // e.g. a verify of 17 tokens at context 1,024: 6 splits instead of 7). On by default; off when the
 // environment has DSPARK_ATTN_BALANCED_SPLITS=0 (read once) or after
 // set_attention_balanced_splits(false). Process-wide; graphs are keyed by the resulting count.
+void set_attention_balanced_splits(bool enabled);
+bool attention_balanced_splits();
 // paged_attention on the row-warp tensor-core kernel (kernels/attention_rows.cu; opt-in: faster
 // than attention_mma.cu alone for several requests, slower in the graphed verify on the H200) for
 // launches of at least two queries per request (verify, draft blocks, prefill) over at least
@@ -136,8 +138,6 @@ void set_attention_rows_min_requests(int requests);
 int attention_rows_min_requests();
 void set_attention_rows_tokens(int tokens);
 uint64_t attention_rows_launches();
-void set_attention_balanced_splits(bool enabled);
-bool attention_balanced_splits();
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void convert(Context& ctx, const Tensor& src, const Tensor& out);
