@@ -251,28 +251,30 @@ __device__ __forceinline__ void copy_kv_chunk(const AttentionArgs<TKV>& p, int64
 }
 
 // The cluster merge of one segment's n_q partial rows (tokens from t, heads from h_begin; row i
-// at s_part + i * (head_dim + 2): acc..., max, sum, the values the other paths write to `part`),
+// at s_part + i * (HD + 2): acc..., max, sum, the values the other paths write to `part`),
 // called by every thread of every CTA of the cluster once its own rows are in s_part. The launch
 // makes the n_splits CTAs of a query tile one cluster of {1, 1, n_splits}, so cluster rank s is
 // split s. CTA r merges rows r, r + S, ... (S = n_splits), a warp per row, with
 // merge_split_item_from reading split s's row from rank s's shared memory: combine_splits_kernel's
 // operations in its order, so the same bits. Every CTA of a cluster runs the same segments (they
-// depend on the query tile only), so the barriers pair up. Used by both tensor-core kernels
-// (attention_mma.cu, attention_rows.cu).
-template <typename TKV>
-__device__ void merge_splits_cluster(const AttentionArgs<TKV>& p, float* s_part, int part_ld,
-                                     int n_q, int t, int nh, int h_begin) {
+// depend on the query tile only), so the barriers pair up. n_warps: the CTA's warps. Used by both
+// tensor-core kernels (attention_mma.cu, attention_rows.cu).
+template <int HD, typename TKV>
+__device__ __forceinline__ void merge_splits_cluster(const AttentionArgs<TKV>& p, float* s_part,
+                                                     int n_q, int t, int nh, int h_begin,
+                                                     int n_warps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kPartLd = HD + 2;
   using Cluster = cooperative_groups::cluster_group;
   Cluster::sync();  // every CTA's partial rows are written (arrive releases, wait acquires)
   const int n_splits = p.n_splits, rank = static_cast<int>(Cluster::block_rank());
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int i = rank + warp * n_splits; i < n_q; i += n_warps * n_splits) {
-    float* row = s_part + i * part_ld;
+    float* row = s_part + i * kPartLd;
     const int64_t tok = t + i / nh, h = h_begin + i % nh;
     merge_split_item_from<kMaxClusterSplits>(
-        [row](int s, int64_t j) { return Cluster::map_shared_rank(row, s)[j]; }, n_splits,
-        p.head_dim, p.out, p.out_kind, tok * p.out_stride_token + h * p.out_stride_head, lane);
+        [row](int s, int64_t j) { return Cluster::map_shared_rank(row, s)[j]; }, n_splits, HD,
+        p.out, p.out_kind, tok * p.out_stride_token + h * p.out_stride_head, lane);
   }
   Cluster::sync();  // the peers have read this CTA's rows: its shared memory may be reused or freed
 #else

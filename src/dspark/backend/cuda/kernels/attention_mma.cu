@@ -525,7 +525,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     }
     if constexpr (kCluster) {
       // Before the next segment's copies overwrite the K/V stages (and s_part).
-      if (p.n_splits > 1) merge_splits_cluster(p, s_part, L::kPartLd, n_q, t, nh, h_begin);
+      if (p.n_splits > 1) merge_splits_cluster<HD>(p, s_part, n_q, t, nh, h_begin, kWarps);
     }
     t = seg_end;
   }

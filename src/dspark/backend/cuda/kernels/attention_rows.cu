@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kMaxThreads) attention_rows_kernel(AttentionAr
         }
       }
     }
-    if (cluster) merge_splits_cluster(p, s_f, L::kPartLd, n_q, t, nh, h_begin);
+    if (cluster) merge_splits_cluster<HD>(p, s_f, n_q, t, nh, h_begin, n_warps);
     t = seg_end;
   }
   if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
