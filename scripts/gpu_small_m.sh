@@ -7,7 +7,8 @@
 # widths, default 1,4,16,32), CONTEXT / BATCH (bench_round's lists, default 1024 / 1),
 # ROUND_ARGS (bench_round flags instead of the drafter + --graphs, e.g. --profile-ops), ROUNDS
 # (see below), ATTENTION (see below), TAIL (lines shown), SKIP_LINEAR / SKIP_ROUND (skip those),
-# ROUND_TIMEOUT (seconds per bench_round run, default 150), GRID (one run per context x batch).
+# ROUND_TIMEOUT (seconds per bench_round run, default 150), ROUND_COUNT (its --rounds, default 32),
+# GRID (one run per context x batch).
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"
 TAIL="${TAIL:-80}"
 export JOBS="${JOBS:-16}" DSPARK_BUILD_BENCH=ON
@@ -34,7 +35,7 @@ done
 models=/tmp/dspark-models
 random_checkpoints "$models" qwen3-8b qwen3-8b-dspark-b16
 echo "synth done ($(( $(date +%s) - t0 )) s)"
-round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --rounds 32
+round=("$bin/bench_round" -m "$models/qwen3-8b" --device cuda --rounds "${ROUND_COUNT:-32}"
   --verify-k ${VERIFY:-1,4,16,32} ${ROUND_ARGS:---draft $models/qwen3-8b-dspark-b16 --gamma 16 --graphs})
 # GRID=1: one bench_round run per (context, batch) of the CONTEXT and BATCH lists, each with its own
 # ROUND_TIMEOUT and its own log and JSON (round_NAME_cC_bB), so that a timeout loses one
@@ -78,8 +79,14 @@ fi
 # (DSPARK_CUDA_GEMV_STREAMK_STAGES=N), one containing "sknN" that kernel for linears of N outputs
 # or fewer only (DSPARK_CUDA_GEMV_STREAMK_MAX_N=N), one containing "sknopdl" that kernel launched
 # without programmatic serialisation (DSPARK_CUDA_GEMV_STREAMK_PDL=0), one containing "arowsN" (N
-# in 0, 1, 2, 4) the row-warp attention kernel off or with N key groups (DSPARK_ATTN_ROWS=N) and
-# one containing "arowstN" its tokens per CTA capped at N (DSPARK_ATTN_ROWS_TOKENS=N).
+# in 0, 1, 2, 4) the row-warp attention kernel off or with N key groups (DSPARK_ATTN_ROWS=N), one
+# containing "arowstN" its tokens per CTA capped at N (DSPARK_ATTN_ROWS_TOKENS=N) and one
+# containing "lnormN" (N in 0-8) the o and down projections' K split into N partial sums added by
+# the norm kernel (DSPARK_LT_SPLIT_NORM=N; 0: cuBLASLt's GEMM, then add_rms_norm), one containing
+# "ltat" cuBLASLt's plans autotuned over 16 candidates (DSPARK_LT_AUTOTUNE=16, as the autotune
+# names above), one containing "plainlt" a plain launch for the kernel after each cuBLASLt GEMM
+# (DSPARK_PDL_AFTER_LT=0, the default since session 16) and one containing "pdllt" a programmatic
+# one there (DSPARK_PDL_AFTER_LT=1, the previous behaviour).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -110,6 +117,10 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == *sknopdl* ]] && export DSPARK_CUDA_GEMV_STREAMK_PDL=0
     [[ "$r" =~ arows([0-4]) ]] && export DSPARK_ATTN_ROWS="${BASH_REMATCH[1]}"
     [[ "$r" =~ arowst([0-9]+) ]] && export DSPARK_ATTN_ROWS_TOKENS="${BASH_REMATCH[1]}"
+    [[ "$r" =~ lnorm([0-8]) ]] && export DSPARK_LT_SPLIT_NORM="${BASH_REMATCH[1]}"
+    [[ "$r" == *ltat* ]] && export DSPARK_LT_AUTOTUNE=16
+    [[ "$r" == *plainlt* ]] && export DSPARK_PDL_AFTER_LT=0
+    [[ "$r" == *pdllt* ]] && export DSPARK_PDL_AFTER_LT=1
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace --trace-timeline "$out/round_${r}_timeline.csv")
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

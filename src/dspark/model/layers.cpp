@@ -9,6 +9,7 @@
 #include "dspark/model/weight_source.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/linear_fp8.h"
+#include "dspark/ops/linear_norm.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/qkv_prologue.h"
@@ -221,10 +222,25 @@ Tensor ActivationArena::take(DType dtype, const Shape& shape) {
 
 // ---- blocks ----------------------------------------------------------------------------------
 
+namespace {
+
+// A block's last projection (project, ops/linear_fp8.h), then `then` when given.
+void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
+                  const Tensor& bias, const Tensor& y, const ResidualNorm* then) {
+  if (then != nullptr && !scale.defined() && !(bias.defined() && bias.numel() > 0)) {
+    linear_add_rms_norm(ctx, x, w, y, then->residual, then->weight, then->out, then->params);
+    return;
+  }
+  project(ctx, x, w, scale, bias, y);
+  if (then != nullptr) add_rms_norm(ctx, then->residual, y, then->weight, then->out, then->params);
+}
+
+}  // namespace
+
 void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDims& dims,
                      const RopeOnDevice& rope_table, const ForwardMeta& meta, const Tensor& k_pages,
                      const Tensor& v_pages, const AttentionParams& params, const Tensor& xn,
-                     const AttentionScratch& scratch, const Tensor& out) {
+                     const AttentionScratch& scratch, const Tensor& out, const ResidualNorm* then) {
   const int64_t n = xn.size(0);
   const int hd = dims.head_dim;
   project(ctx, xn, w.qkv, w.qkv_scale.view(), w.qkv_bias.view(), scratch.qkv);
@@ -251,15 +267,15 @@ void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDim
   const PagedKv kv{k_pages, v_pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
   const Tensor attn = scratch.attn.reshape(Shape{n, dims.n_heads, hd});
   paged_attention(ctx, q, kv, meta.q_indptr, meta.positions, params, attn);
-  project(ctx, scratch.attn, w.o, w.o_scale.view(), w.o_bias.view(), out);
+  project_then(ctx, scratch.attn, w.o, w.o_scale.view(), w.o_bias.view(), out, then);
 }
 
 void mlp_block(Context& ctx, const MlpWeights& w, const Tensor& xn, const Tensor& gate_up,
-               const Tensor& act, const Tensor& out) {
+               const Tensor& act, const Tensor& out, const ResidualNorm* then) {
   const int64_t inter = act.size(1);
   project(ctx, xn, w.gate_up, w.gate_up_scale.view(), Tensor{}, gate_up);
   swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);
-  project(ctx, act, w.down, w.down_scale.view(), Tensor{}, out);
+  project_then(ctx, act, w.down, w.down_scale.view(), Tensor{}, out, then);
 }
 
 }  // namespace dspark

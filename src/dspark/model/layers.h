@@ -14,6 +14,7 @@
 #include "dspark/core/buffer.h"
 #include "dspark/core/tensor.h"
 #include "dspark/ops/attention.h"
+#include "dspark/ops/norm.h"
 
 namespace dspark {
 
@@ -180,15 +181,27 @@ struct AttentionScratch {
   Tensor attn;   // [n, q_width]
 };
 
+// The residual add and RMSNorm after a block: residual += the block's out; out = rms_norm(residual)
+// (add_rms_norm's arguments). A block given one runs it fused with its last projection where it
+// can (ops/linear_norm.h: 16-bit weights without scale or bias), else right after it.
+struct ResidualNorm {
+  Tensor residual;  // [n, hidden], updated in place
+  Tensor weight;    // [hidden]
+  Tensor out;       // [n, hidden]
+  RmsNormParams params;
+};
+
 // out[n, hidden] = o_proj(attention(rope(q), paged cache after writing rope(k), v)) for the
-// normalised input xn [n, hidden].
+// normalised input xn [n, hidden]; then `then` (optional).
 void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDims& dims,
                      const RopeOnDevice& rope, const ForwardMeta& meta, const Tensor& k_pages,
                      const Tensor& v_pages, const AttentionParams& params, const Tensor& xn,
-                     const AttentionScratch& scratch, const Tensor& out);
+                     const AttentionScratch& scratch, const Tensor& out,
+                     const ResidualNorm* then = nullptr);
 
-// out[n, hidden] = down(silu(gate(xn)) * up(xn)); gate_up [n, 2I] and act [n, I] are scratch.
+// out[n, hidden] = down(silu(gate(xn)) * up(xn)); gate_up [n, 2I] and act [n, I] are scratch; then
+// `then` (optional).
 void mlp_block(Context& ctx, const MlpWeights& w, const Tensor& xn, const Tensor& gate_up,
-               const Tensor& act, const Tensor& out);
+               const Tensor& act, const Tensor& out, const ResidualNorm* then = nullptr);
 
 }  // namespace dspark

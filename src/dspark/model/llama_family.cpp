@@ -3,7 +3,9 @@
 //
 // Forward data flow (residual stream x in f32, matmul inputs in the activation dtype):
 //   x = embed(tokens); xn = norm_in[0](x)
-//   per layer l: o = attn(xn); x += o, xn = norm_post[l](x)      (add_rms_norm)
+//   per layer l: o = attn(xn); x += o, xn = norm_post[l](x)      (add_rms_norm, fused with the
+//                                                                o and down projections:
+//                                                                ops/linear_norm.h)
 //                d = mlp(xn);  x += d, xn = next_norm(x)          (next = norm_in[l+1] or final)
 //   after layer l, x is tap l; after the last layer, xn is the final hidden state.
 //   logits = lm_head(gather(xn, logit_indices)).
@@ -408,14 +410,14 @@ void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatc
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& lw = layers_[static_cast<size_t>(l)];
     const AttentionParams params{scale, true, config_.layer_window[static_cast<size_t>(l)], 0.0f};
+    const ResidualNorm post{a.x, lw.norm_post, a.xn, norm};
     attention_block(ctx, lw.attn, dims_, rope_, meta, kv.k_pages(l), kv.v_pages(l), params, a.xn,
-                    a.attn, a.proj);
-    add_rms_norm(ctx, a.x, a.proj, lw.norm_post, a.xn, norm);
-    mlp_block(ctx, lw.mlp, a.xn, a.gate_up, a.mlp, a.proj);
+                    a.attn, a.proj, &post);
     const bool last = l + 1 == config_.num_layers;
-    add_rms_norm(ctx, a.x, a.proj,
-                 last ? final_norm_.view() : layers_[static_cast<size_t>(l) + 1].norm_in.view(),
-                 a.xn, norm);
+    const ResidualNorm next{
+        a.x, last ? final_norm_.view() : layers_[static_cast<size_t>(l) + 1].norm_in.view(), a.xn,
+        norm};
+    mlp_block(ctx, lw.mlp, a.xn, a.gate_up, a.mlp, a.proj, &next);
     save_taps(l);
   }
 

@@ -27,7 +27,10 @@ bool overlaps(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
+namespace ops_internal {
+
+void check_linear_args(const Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
+                       const Tensor& y) {
   constexpr const char* kOp = "linear";
   check_rank(kOp, "x", x, 2);
   check_rank(kOp, "w", w, 2);
@@ -46,7 +49,6 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   check_on_device(kOp, "w", w, ctx);
   check_on_device(kOp, "y", y, ctx);
   check_optional_vector(kOp, "bias", bias, n, ctx);
-  if (m == 0 || n == 0) return;
   if (ctx.is_cuda()) {
     const bool same_16 = x.dtype() == w.dtype() && x.dtype() != DType::f32;
     const bool both_32 = x.dtype() == DType::f32 && w.dtype() == DType::f32;
@@ -55,6 +57,15 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
                       kOp, x.describe(), w.describe());
     DSPARK_CHECK_KIND(unsupported, y.dtype() == DType::f32 || y.dtype() == x.dtype(),
                       "{} on CUDA: y must be f32 or the input dtype, got {}", kOp, y.describe());
+  }
+}
+
+}  // namespace ops_internal
+
+void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
+  check_linear_args(ctx, x, w, bias, y);
+  if (x.size(0) == 0 || w.size(0) == 0) return;
+  if (ctx.is_cuda()) {
     DSPARK_ON_CUDA(cuda::linear(ctx, x, w, bias, y));
   } else {
     cpu::linear(ctx, x, w, bias, y);

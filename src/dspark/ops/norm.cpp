@@ -59,8 +59,10 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
   for (int64_t h = 0; h < x.size(1); ++h) run(x.select(1, h), out.select(1, h));
 }
 
-void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
-                  const Tensor& out, const RmsNormParams& params) {
+namespace ops_internal {
+
+void check_add_rms_norm_args(const Context& ctx, const Tensor& residual, const Tensor& x,
+                             const Tensor& weight, const Tensor& out, const RmsNormParams& params) {
   constexpr const char* kOp = "add_rms_norm";
   check_rank(kOp, "residual", residual, 2);
   check_float(kOp, "residual", residual);
@@ -75,6 +77,13 @@ void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const T
   check_weight(kOp, weight, residual.size(1));
   check_params(kOp, params);
   for (const Tensor* t : {&residual, &x, &weight, &out}) check_on_device(kOp, "tensor", *t, ctx);
+}
+
+}  // namespace ops_internal
+
+void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
+                  const Tensor& out, const RmsNormParams& params) {
+  check_add_rms_norm_args(ctx, residual, x, weight, out, params);
   if (residual.numel() == 0) return;
   if (ctx.is_cuda()) {
     DSPARK_ON_CUDA(cuda::add_rms_norm(ctx, residual, x, weight, out, params));

@@ -6,6 +6,7 @@
 
 #include "dspark/backend/context.h"
 #include "dspark/core/tensor.h"
+#include "dspark/ops/norm.h"
 
 namespace dspark::ops_internal {
 
@@ -85,5 +86,12 @@ void check_per_row(const char* op, const char* name, std::span<const T> values, 
   DSPARK_CHECK(size == n_rows || (allow_one && size == 1), "{}: {} has {} entries for {} rows{}",
                op, name, size, n_rows, allow_one ? " (expected 1 or one per row)" : "");
 }
+
+// The argument checks of linear (ops/matmul.h; matmul.cpp) and add_rms_norm (ops/norm.h;
+// norm.cpp), for the ops that fuse them (ops/linear_norm.h).
+void check_linear_args(const Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
+                       const Tensor& y);
+void check_add_rms_norm_args(const Context& ctx, const Tensor& residual, const Tensor& x,
+                             const Tensor& weight, const Tensor& out, const RmsNormParams& params);
 
 }  // namespace dspark::ops_internal

@@ -88,6 +88,25 @@ struct LinearPlanRecord {
 };
 // Every plan autotuned since the process started, in order.
 std::vector<LinearPlanRecord> linear_plan_log();
+// linear_add_rms_norm (ops/linear_norm.h; kernels/linear_norm.cu): for 2..max rows (48 unless
+// the environment has DSPARK_LT_SPLIT_NORM_MAX_ROWS=N, read once, or after
+// set_linear_norm_max_rows) of 16-bit x and w, with an f32 y and residual, the GEMM is a
+// strided-batch cuBLASLt GEMM over S slices of K into f32 partial sums, which add_rms_norm's
+// one-pass kernel adds as its x (and writes to y): no split-K reduce kernel. S =
+// kLinearNormDefaultSplits unless the environment has DSPARK_LT_SPLIT_NORM=S (read once; 2 to
+// kLinearNormMaxSplits, 0 or 1: linear then add_rms_norm) or after set_linear_norm_splits. Off
+// while one of the opt-in linears above is on. Process-wide; for benchmarks and tests.
+// linear_norm_split_launches counts the calls that took the K split.
+inline constexpr int kLinearNormDefaultSplits = 2;
+inline constexpr int kLinearNormMaxSplits = 4;
+void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
+                         const Tensor& residual, const Tensor& weight, const Tensor& out,
+                         const RmsNormParams& params);
+void set_linear_norm_splits(int splits);
+int linear_norm_splits();
+void set_linear_norm_max_rows(int rows);
+int linear_norm_max_rows();
+uint64_t linear_norm_split_launches();
 // paged_attention on tensor cores (kernels/attention_mma.cu) for 16-bit caches with head_dim
 // 64 / 128 / 256: on by default; off when the environment has DSPARK_ATTENTION_MMA=0 or after
 // set_mma_attention(false) (every call then runs the CUDA-core kernel). Process-wide.

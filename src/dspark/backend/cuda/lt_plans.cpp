@@ -154,11 +154,23 @@ std::shared_ptr<const GemmPlan> make_plan(const GemmKey& key, cublasLtHandle_t h
                                                      &trans_b, sizeof(trans_b)));
   const cudaDataType_t in_type = cuda_data_type(x_dtype), out_type = cuda_data_type(y_dtype);
   DSPARK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, static_cast<uint64_t>(key.k),
-                                                 static_cast<uint64_t>(key.n), key.k));
+                                                 static_cast<uint64_t>(key.n),
+                                                 key.ld_w > 0 ? key.ld_w : key.k));
   DSPARK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, static_cast<uint64_t>(key.k),
                                                  static_cast<uint64_t>(key.m), key.ld_x));
   DSPARK_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, static_cast<uint64_t>(key.n),
                                                  static_cast<uint64_t>(key.m), key.ld_y));
+  if (key.batch > 1) {  // a K split: batch b starts b k columns into w and x
+    const int32_t count = key.batch;
+    const int64_t k_stride = key.k, d_stride = key.m * key.ld_y;
+    for (cublasLtMatrixLayout_t layout : {plan->a, plan->b, plan->d}) {
+      DSPARK_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+      const int64_t stride = layout == plan->d ? d_stride : k_stride;
+      DSPARK_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
+          layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    }
+  }
 
   PreferenceGuard pref;
   pref.set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(workspace_bytes));
@@ -217,6 +229,13 @@ std::shared_ptr<const GemmPlan> make_plan(const GemmKey& key, cublasLtHandle_t h
 }
 
 }  // namespace
+
+uint32_t pointer_alignment(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && v % a != 0) a >>= 1;
+  return a;
+}
 
 GemmPlan::~GemmPlan() {
   if (d) (void)cublasLtMatrixLayoutDestroy(d);

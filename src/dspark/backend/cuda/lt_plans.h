@@ -21,13 +21,19 @@
 
 namespace dspark::cuda {
 
+// One GEMM shape. With batch > 1 it is a strided batch over K (linear's K split into partial
+// sums, kernels/linear_norm.cu): batch b multiplies columns [b k, (b + 1) k) of w (row stride
+// ld_w) and of x, and writes its own [m, n] block of D (row stride ld_y = n, blocks m n apart).
 struct GemmKey {
   int device;
   int64_t m, n, k, ld_x, ld_y;
   int x_dtype, y_dtype;
   uint32_t align_x, align_w, align_y;
+  int64_t ld_w = 0;  // 0: k
+  int batch = 1;
   auto tie() const {
-    return std::tie(device, m, n, k, ld_x, ld_y, x_dtype, y_dtype, align_x, align_w, align_y);
+    return std::tie(device, m, n, k, ld_x, ld_y, x_dtype, y_dtype, align_x, align_w, align_y, ld_w,
+                    batch);
   }
   bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -49,6 +55,9 @@ struct GemmPlan {
 // cuBLASLt refuses the algorithm. Used to time candidates.
 using RunCandidate = std::function<bool(const GemmPlan& plan, const cublasLtMatmulAlgo_t& algo,
                                         size_t workspace_bytes)>;
+
+// Largest power of two (<= 256) dividing the address: cuBLASLt's MIN_ALIGNMENT preferences.
+uint32_t pointer_alignment(const void* p);
 
 // The cached plan of `key`, or null (the per-call fast path: no allocation).
 std::shared_ptr<const GemmPlan> cached_plan(const GemmKey& key);

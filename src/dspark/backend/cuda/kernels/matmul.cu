@@ -16,18 +16,11 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/gemv.h"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/cuda/lt_plans.h"
 
 namespace dspark::cuda {
 namespace {
-
-// Largest power of two (<= 256) dividing the address: cuBLASLt's MIN_ALIGNMENT preferences.
-uint32_t pointer_alignment(const void* p) {
-  const auto v = reinterpret_cast<uintptr_t>(p);
-  uint32_t a = 256;
-  while (a > 1 && v % a != 0) a >>= 1;
-  return a;
-}
 
 template <typename TY>
 struct BiasParams {
@@ -95,6 +88,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   DSPARK_CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &alpha, w.data(), plan->a, x.data(), plan->b,
                                      &beta, y.data(), plan->d, y.data(), plan->d, &plan->algo,
                                      blas.workspace(), blas.workspace_bytes(), stream_of(ctx)));
+  note_cublaslt_launch();
 
   if (!bias.defined() || bias.numel() == 0) return;
   dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {

@@ -13,6 +13,7 @@
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/linear_norm.h"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
@@ -145,15 +146,75 @@ __global__ void add_rms_norm_kernel(NormParams<TR, TX, TO> p) {
   }
 }
 
+// Where add_rms_norm_regs_kernel's x comes from: the rows of x (add_rms_norm), or the sums of a
+// K split's f32 partial products (add_rms_norm_split_sums: linear_add_rms_norm's GEMM).
+template <typename TX>
+struct RowsOfX {
+  const TX* x;  // [rows, cols], rows `stride` apart
+  int64_t stride;
+  template <int kW>
+  __device__ __forceinline__ void load(int64_t row, int64_t c, float (&d)[kW]) const {
+    static_assert(device::kVecWidth<TX> == kW);
+    device::load_vec(x + row * stride + c, d);
+  }
+  template <int kW>
+  __device__ __forceinline__ void keep(int64_t, int64_t, const float (&)[kW]) const {}
+};
+
+template <int kSplits>
+struct SplitSums {
+  const float* part;  // [kSplits][rows][cols]
+  int64_t block;      // rows * cols
+  int64_t cols;
+  float* y;  // [rows, cols], rows y_stride apart: the sums, as linear would write them
+  int64_t y_stride;
+  // Every partial's vector is requested before the first addition (one round trip per row).
+  template <int kW>
+  __device__ __forceinline__ void load(int64_t row, int64_t c, float (&d)[kW]) const {
+    static_assert(kW % 4 == 0);
+    const float* src = part + row * cols + c;
+    float4 v[kSplits][kW / 4];
+#pragma unroll
+    for (int s = 0; s < kSplits; ++s) {
+#pragma unroll
+      for (int q = 0; q < kW / 4; ++q)
+        v[s][q] = *reinterpret_cast<const float4*>(src + s * block + 4 * q);
+    }
+#pragma unroll
+    for (int q = 0; q < kW / 4; ++q) {
+      float4 a = v[0][q];
+#pragma unroll
+      for (int s = 1; s < kSplits; ++s) {  // in K order
+        a.x += v[s][q].x;
+        a.y += v[s][q].y;
+        a.z += v[s][q].z;
+        a.w += v[s][q].w;
+      }
+      d[4 * q] = a.x;
+      d[4 * q + 1] = a.y;
+      d[4 * q + 2] = a.z;
+      d[4 * q + 3] = a.w;
+    }
+  }
+  // Called after every load of the row: y's stores cannot hold the loads back.
+  template <int kW>
+  __device__ __forceinline__ void keep(int64_t row, int64_t c, const float (&d)[kW]) const {
+#pragma unroll
+    for (int q = 0; q < kW / 4; ++q)
+      *reinterpret_cast<float4*>(y + row * y_stride + c + 4 * q) =
+          make_float4(d[4 * q], d[4 * q + 1], d[4 * q + 2], d[4 * q + 3]);
+  }
+};
+
 // add_rms_norm with the row in registers: each thread holds up to kV vectors of the row (as the
 // two-pass kernel deals them, c = (t + v * threads) * kW) and their weights, which it loads before
 // the programmatic wait (a forward never writes weights), so after the wait a row costs one load
-// of residual and x, the block sum, and the stores: no second read, no weight load on the chain.
-// For vectorised rows of at most kV * threads vectors (add_rms_norm picks kV; session 12).
-template <typename TR, typename TX, typename TO, int kV>
-__global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p) {
-  constexpr int kW = device::kVecWidth<TX>;
-  static_assert(device::kVecWidth<TR> == kW);
+// of residual and x (from `src`), the block sum, and the stores: no second read, no weight load on
+// the chain. For vectorised rows of at most kV * threads vectors (launch_regs picks kV; session
+// 12).
+template <typename TR, typename TX, typename TO, int kV, typename Src>
+__global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src) {
+  constexpr int kW = device::kVecWidth<TR>;
   __shared__ float s_red[32];
   const int64_t step = int64_t{blockDim.x} * kW;
   const int64_t c0 = int64_t{threadIdx.x} * kW;
@@ -167,7 +228,6 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p) {
   pdl_wait();
   pdl_launch_dependents();
   TR* res = p.residual + blockIdx.x * p.residual_stride;
-  const TX* x = p.x + blockIdx.x * p.x_stride;
   TO* out = p.out + blockIdx.x * p.out_stride;
   float r[kV][kW], d[kV][kW];
 #pragma unroll
@@ -175,7 +235,7 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p) {
     const int64_t c = c0 + v * step;
     if (c < p.cols) {
       device::load_vec(res + c, r[v]);
-      device::load_vec(x + c, d[v]);
+      src.load(blockIdx.x, c, d[v]);
     }
   }
   float ss = 0.f;
@@ -183,6 +243,7 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p) {
   for (int v = 0; v < kV; ++v) {
     const int64_t c = c0 + v * step;
     if (c < p.cols) {
+      src.keep(blockIdx.x, c, d[v]);
 #pragma unroll
       for (int i = 0; i < kW; ++i) {
         r[v][i] = device::to_float(device::from_float<TR>(r[v][i] + d[v][i]));  // the stored value
@@ -223,27 +284,62 @@ int threads_for(int64_t cols, int width) {
   return static_cast<int>(std::clamp<int64_t>(ceil_div(ceil_div(cols, width), 32) * 32, 32, 1024));
 }
 
+// Vectors per thread of add_rms_norm_regs_kernel for rows of `vectors` vectors (1 to 4), or 0:
+// the rows take the two-pass kernel.
+int regs_per_thread(int64_t vectors) {
+  const int64_t max_threads = norm_reg_threads();
+  if (max_threads <= 0 || vectors <= 0) return 0;
+  const int64_t per_thread = ceil_div(vectors, max_threads);
+  return per_thread <= 4 ? static_cast<int>(per_thread) : 0;
+}
+
+template <typename TR, typename TX, typename TO, typename Src>
+void launch_regs(Context& ctx, const NormParams<TR, TX, TO>& p, const Src& src, int64_t rows,
+                 int per_thread) {
+  const int64_t vectors = p.cols / device::kVecWidth<TR>;
+  const dim3 grid(static_cast<unsigned>(rows));
+  const dim3 block(static_cast<unsigned>(ceil_div(ceil_div(vectors, per_thread), 32) * 32));
+  auto launch = [&]<int kV>() {
+    launch_pdl(add_rms_norm_regs_kernel<TR, TX, TO, kV, Src>, grid, block, 0, stream_of(ctx), p,
+               src);
+  };
+  if (per_thread == 1)
+    launch.template operator()<1>();
+  else if (per_thread == 2)
+    launch.template operator()<2>();
+  else
+    launch.template operator()<4>();
+}
+
 NormWeight make_weight(const Tensor& weight, const RmsNormParams& params) {
   return NormWeight{weight.data(), float_kind(weight.dtype()), params.unit_offset};
+}
+
+// The fields every norm launch sets: out and its row stride, the row length, weight and eps.
+template <typename TR, typename TX, typename TO>
+NormParams<TR, TX, device_t<TO>> norm_params(const Tensor& out, int64_t cols, const Tensor& weight,
+                                             const RmsNormParams& params) {
+  NormParams<TR, TX, device_t<TO>> p{};
+  p.out = device_ptr<TO>(out);
+  p.out_stride = row_view(out).stride;
+  p.cols = cols;
+  p.weight = make_weight(weight, params);
+  p.eps = params.eps;
+  return p;
 }
 
 }  // namespace
 
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
               const RmsNormParams& params) {
-  const RowView xv = row_view(x), ov = row_view(out);
+  const RowView xv = row_view(x);
   if (xv.rows == 0 || xv.cols == 0) return;
   dispatch_float(x.dtype(), [&]<typename TX>(TypeTag<TX>) {
     dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
       using DX = device_t<TX>;
-      NormParams<float, DX, device_t<TO>> p{};
+      auto p = norm_params<float, DX, TO>(out, xv.cols, weight, params);
       p.x = device_ptr<TX>(x);
-      p.out = device_ptr<TO>(out);
       p.x_stride = xv.stride;
-      p.out_stride = ov.stride;
-      p.cols = xv.cols;
-      p.weight = make_weight(weight, params);
-      p.eps = params.eps;
       constexpr int kW = device::kVecWidth<DX>;
       p.vectorized = rows_aligned16(p.x, xv.stride, sizeof(DX), xv.cols, kW);
       launch_pdl(rms_norm_kernel<DX, device_t<TO>>, dim3(static_cast<unsigned>(xv.rows)),
@@ -254,52 +350,68 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
 
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
                   const Tensor& out, const RmsNormParams& params) {
-  const RowView rv = row_view(residual), xv = row_view(x), ov = row_view(out);
+  const RowView rv = row_view(residual), xv = row_view(x);
   if (xv.rows == 0 || xv.cols == 0) return;
   dispatch_float(residual.dtype(), [&]<typename TR>(TypeTag<TR>) {
     dispatch_float(x.dtype(), [&]<typename TX>(TypeTag<TX>) {
       dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
         using DR = device_t<TR>;
         using DX = device_t<TX>;
-        NormParams<DR, DX, device_t<TO>> p{};
+        auto p = norm_params<DR, DX, TO>(out, xv.cols, weight, params);
         p.residual = device_ptr<TR>(residual);
         p.x = device_ptr<TX>(x);
-        p.out = device_ptr<TO>(out);
         p.residual_stride = rv.stride;
         p.x_stride = xv.stride;
-        p.out_stride = ov.stride;
-        p.cols = xv.cols;
-        p.weight = make_weight(weight, params);
-        p.eps = params.eps;
         constexpr int kW = device::kVecWidth<DX>;
         p.vectorized = device::kVecWidth<DR> == kW &&
                        rows_aligned16(p.x, xv.stride, sizeof(DX), xv.cols, kW) &&
                        rows_aligned16(p.residual, rv.stride, sizeof(DR), xv.cols, kW);
-        const dim3 grid(static_cast<unsigned>(xv.rows));
         // Rows in registers (vectorised rows of at most 4 vectors per thread), else two passes.
-        const int64_t vectors = xv.cols / kW, max_threads = norm_reg_threads();
-        const int64_t per_thread = max_threads > 0 ? ceil_div(vectors, max_threads) : 0;
         if constexpr (device::kVecWidth<DR> == kW) {
-          if (p.vectorized && per_thread >= 1 && per_thread <= 4) {
-            const dim3 block(
-                static_cast<unsigned>(ceil_div(ceil_div(vectors, per_thread), 32) * 32));
-            auto launch = [&]<int kV>() {
-              launch_pdl(add_rms_norm_regs_kernel<DR, DX, device_t<TO>, kV>, grid, block, 0,
-                         stream_of(ctx), p);
-            };
-            if (per_thread == 1)
-              launch.template operator()<1>();
-            else if (per_thread == 2)
-              launch.template operator()<2>();
-            else
-              launch.template operator()<4>();
+          const int per_thread = regs_per_thread(xv.cols / kW);
+          if (p.vectorized && per_thread > 0) {
+            launch_regs(ctx, p, RowsOfX<DX>{p.x, p.x_stride}, xv.rows, per_thread);
             return;
           }
         }
+        const dim3 grid(static_cast<unsigned>(xv.rows));
         launch_pdl(add_rms_norm_kernel<DR, DX, device_t<TO>>, grid, dim3(threads_for(xv.cols, kW)),
                    0, stream_of(ctx), p);
       });
     });
+  });
+}
+
+bool add_rms_norm_split_sums_fits(const Tensor& residual, const Tensor& y, int splits) {
+  const RowView rv = row_view(residual), yv = row_view(y);
+  return splits >= 2 && splits <= kLinearNormMaxSplits && residual.dtype() == DType::f32 &&
+         y.dtype() == DType::f32 && rows_aligned16(residual.data(), rv.stride, 4, rv.cols, 4) &&
+         rows_aligned16(y.data(), yv.stride, 4, rv.cols, 4) && regs_per_thread(rv.cols / 4) > 0;
+}
+
+void add_rms_norm_split_sums(Context& ctx, const Tensor& residual, const float* part, int splits,
+                             const Tensor& y, const Tensor& weight, const Tensor& out,
+                             const RmsNormParams& params) {
+  const RowView rv = row_view(residual), yv = row_view(y);
+  if (rv.rows == 0 || rv.cols == 0) return;
+  dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
+    auto p = norm_params<float, float, TO>(out, rv.cols, weight, params);
+    p.residual = device_ptr<float>(residual);
+    p.residual_stride = rv.stride;
+    p.vectorized = true;
+    const int per_thread = regs_per_thread(rv.cols / 4);
+    auto launch = [&]<int kSplits>() {
+      const SplitSums<kSplits> src{part, rv.rows * rv.cols, rv.cols, device_ptr<float>(y),
+                                   yv.stride};
+      launch_regs(ctx, p, src, rv.rows, per_thread);
+    };
+    static_assert(kLinearNormMaxSplits == 4);
+    if (splits == 2)
+      launch.template operator()<2>();
+    else if (splits == 3)
+      launch.template operator()<3>();
+    else
+      launch.template operator()<4>();
   });
 }
 

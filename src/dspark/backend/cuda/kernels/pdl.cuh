@@ -38,6 +38,24 @@ inline bool pdl_enabled() {
   return env_on && compute_major() >= 9;
 }
 
+// After cuBLASLt (session 16): linear's cuBLASLt kernels do not all trigger their dependents early,
+// and in traced verify forwards a programmatic dependent of one started 0.7-0.9 us after it ended,
+// where a plain launch after a kernel starts ~0.45 us after it. So the first launch_pdl after a
+// cuBLASLt GEMM of linear on the same host thread (note_cublaslt_launch) is a plain launch: the
+// kernel's pdl_wait and pdl_launch_dependents then do nothing. DSPARK_PDL_AFTER_LT=1 (read once)
+// keeps programmatic launches there too (the previous behaviour, for A/B measurements).
+inline bool& launched_cublaslt_last() {
+  static thread_local bool last = false;
+  return last;
+}
+inline void note_cublaslt_launch() {
+  launched_cublaslt_last() = true;
+}
+inline bool pdl_after_cublaslt() {
+  static const bool on = env_switch("DSPARK_PDL_AFTER_LT", false);
+  return on;
+}
+
 // launch_pdl with the grid's CTAs grouped into thread-block clusters of `cluster` CTAs (sm_90;
 // each dimension divides the grid's); a cluster of {1, 1, 1} is a plain launch_pdl.
 template <typename... Params, typename... Args>
@@ -50,7 +68,9 @@ void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = pdl_enabled() ? 1 : 0;
+  const bool after_lt = std::exchange(launched_cublaslt_last(), false);
+  attrs[0].val.programmaticStreamSerializationAllowed =
+      pdl_enabled() && (!after_lt || pdl_after_cublaslt()) ? 1 : 0;
   attrs[1].id = cudaLaunchAttributeClusterDimension;
   attrs[1].val.clusterDim.x = cluster.x;
   attrs[1].val.clusterDim.y = cluster.y;
