@@ -261,6 +261,23 @@ std::shared_ptr<const GemmPlan> create_plan(const GemmKey& key, cublasLtHandle_t
   return plan_cache().emplace(key, plan).first->second;        // another thread's plan if it won
 }
 
+void run_gemm(const GemmKey& key, DType x_dtype, DType y_dtype, const LtOperands& o) {
+  const float alpha = 1.0f, beta = 0.0f;
+  std::shared_ptr<const GemmPlan> plan = cached_plan(key);
+  if (!plan) {  // first call of this shape: make the plan (and autotune it when asked)
+    auto run = [&](const GemmPlan& p, const cublasLtMatmulAlgo_t& algo, size_t) {
+      return cublasLtMatmul(o.handle, p.op, &alpha, o.w, p.a, o.x, p.b, &beta, o.y, p.d, o.y, p.d,
+                            &algo, o.workspace, o.workspace_bytes,
+                            o.stream) == CUBLAS_STATUS_SUCCESS;
+    };
+    plan =
+        create_plan(key, o.handle, x_dtype, y_dtype, o.workspace_bytes, o.stream, o.capturing, run);
+  }
+  DSPARK_CUBLAS_CHECK(cublasLtMatmul(o.handle, plan->op, &alpha, o.w, plan->a, o.x, plan->b, &beta,
+                                     o.y, plan->d, o.y, plan->d, &plan->algo, o.workspace,
+                                     o.workspace_bytes, o.stream));
+}
+
 void set_linear_autotune(int candidates) {
   autotune_flag().store(std::clamp(candidates, 0, 64));
   std::lock_guard lock(cache_mutex());

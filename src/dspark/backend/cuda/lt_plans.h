@@ -56,6 +56,21 @@ struct GemmPlan {
 using RunCandidate = std::function<bool(const GemmPlan& plan, const cublasLtMatmulAlgo_t& algo,
                                         size_t workspace_bytes)>;
 
+// The operands of one GEMM of a plan's shape: D (y) = w . x in the layouts of its GemmKey.
+struct LtOperands {
+  cublasLtHandle_t handle;
+  const void* w;
+  const void* x;
+  void* y;
+  void* workspace;
+  size_t workspace_bytes;
+  cudaStream_t stream;
+  bool capturing;  // a graph is being captured: a new plan is not autotuned
+};
+
+// Enqueues the GEMM with the cached plan of `key`, made (and autotuned when asked) on first use.
+void run_gemm(const GemmKey& key, DType x_dtype, DType y_dtype, const LtOperands& o);
+
 // Largest power of two (<= 256) dividing the address: cuBLASLt's MIN_ALIGNMENT preferences.
 uint32_t pointer_alignment(const void* p);
 

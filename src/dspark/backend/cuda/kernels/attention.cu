@@ -129,11 +129,6 @@ std::atomic<int>& rows_flag() {
   }();
   return key_groups;
 }
-// A non-negative integer from the environment variable `name`, or `fallback` when it is unset.
-int env_count(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : fallback;
-}
 std::atomic<int>& rows_min_requests_flag() {
   static std::atomic<int> n = env_count("DSPARK_ATTN_ROWS_MIN_REQUESTS", kDefaultRowsMinRequests);
   return n;

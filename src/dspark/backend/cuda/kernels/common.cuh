@@ -138,6 +138,13 @@ inline bool env_switch(const char* name, bool default_on) {
   return default_on;
 }
 
+// The initial value of a process-wide count setting: the environment variable `name` as a
+// non-negative integer (negative values give 0); unset or empty gives `fallback`.
+inline int env_count(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : fallback;
+}
+
 inline int current_device() {
   int device = 0;
   DSPARK_CUDA_CHECK(cudaGetDevice(&device));

@@ -15,10 +15,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "dspark/backend/cuda/blas.h"
-#include "dspark/backend/cuda/check.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/linear_norm.h"
@@ -28,20 +26,14 @@
 namespace dspark::cuda {
 namespace {
 
-int env_int_or(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  return std::atoi(v);
-}
-
 std::atomic<int>& splits_flag() {
   static std::atomic<int> n = std::clamp(
-      env_int_or("DSPARK_LT_SPLIT_NORM", kLinearNormDefaultSplits), 0, kLinearNormMaxSplits);
+      env_count("DSPARK_LT_SPLIT_NORM", kLinearNormDefaultSplits), 0, kLinearNormMaxSplits);
   return n;
 }
 
 std::atomic<int>& max_rows_flag() {
-  static std::atomic<int> n = std::max(env_int_or("DSPARK_LT_SPLIT_NORM_MAX_ROWS", 48), 0);
+  static std::atomic<int> n = env_count("DSPARK_LT_SPLIT_NORM_MAX_ROWS", 48);
   return n;
 }
 
@@ -72,10 +64,8 @@ bool split_k_gemm(Context& ctx, const Tensor& x, const Tensor& w, int splits, fl
   // Every batch's start keeps the alignment cuBLASLt is promised.
   const auto step = static_cast<uintptr_t>(kc) * dtype_size(x.dtype());
   const uint32_t step_align = pointer_alignment(reinterpret_cast<const void*>(step));
-  int device = 0;
-  DSPARK_CUDA_CHECK(cudaGetDevice(&device));
   const GemmKey key{
-      device,
+      current_device(),
       m,
       n,
       kc,
@@ -89,21 +79,10 @@ bool split_k_gemm(Context& ctx, const Tensor& x, const Tensor& w, int splits, fl
                pointer_alignment(reinterpret_cast<const void*>(static_cast<uintptr_t>(m * n) * 4))),
       k,
       splits};
-  const auto handle = static_cast<cublasLtHandle_t>(blas.handle());
-  const float alpha = 1.0f, beta = 0.0f;
-  std::shared_ptr<const GemmPlan> plan = cached_plan(key);
-  if (!plan) {
-    auto run = [&](const GemmPlan& p, const cublasLtMatmulAlgo_t& algo, size_t) {
-      return cublasLtMatmul(handle, p.op, &alpha, w.data(), p.a, x.data(), p.b, &beta, part, p.d,
-                            part, p.d, &algo, blas.workspace(), half,
-                            stream_of(ctx)) == CUBLAS_STATUS_SUCCESS;
-    };
-    plan =
-        create_plan(key, handle, x.dtype(), DType::f32, half, stream_of(ctx), ctx.capturing(), run);
-  }
-  DSPARK_CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &alpha, w.data(), plan->a, x.data(), plan->b,
-                                     &beta, part, plan->d, part, plan->d, &plan->algo,
-                                     blas.workspace(), half, stream_of(ctx)));
+  // The GEMM gets the workspace's bottom half; the partial sums are in the top half.
+  run_gemm(key, x.dtype(), DType::f32,
+           LtOperands{static_cast<cublasLtHandle_t>(blas.handle()), w.data(), x.data(), part,
+                      blas.workspace(), half, stream_of(ctx), ctx.capturing()});
   note_cublaslt_launch();
   return true;
 }

@@ -59,10 +59,8 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   if (try_gemv(ctx, x, w, bias, y)) return;          // small M, opt-in (gemv.cu)
   if (try_gemv_streamk(ctx, x, w, bias, y)) return;  // 1-48 rows, opt-in (gemv_streamk.cu)
 
-  int device = 0;
-  DSPARK_CUDA_CHECK(cudaGetDevice(&device));
   BlasLt& blas = ctx.blas();
-  const GemmKey key{device,
+  const GemmKey key{current_device(),
                     m,
                     n,
                     k,
@@ -73,21 +71,9 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
                     pointer_alignment(x.data()),
                     pointer_alignment(w.data()),
                     pointer_alignment(y.data())};
-  const auto handle = static_cast<cublasLtHandle_t>(blas.handle());
-  const float alpha = 1.0f, beta = 0.0f;
-  std::shared_ptr<const GemmPlan> plan = cached_plan(key);
-  if (!plan) {  // first call of this shape: make the plan (and autotune it when asked)
-    auto run = [&](const GemmPlan& p, const cublasLtMatmulAlgo_t& algo, size_t) {
-      return cublasLtMatmul(handle, p.op, &alpha, w.data(), p.a, x.data(), p.b, &beta, y.data(),
-                            p.d, y.data(), p.d, &algo, blas.workspace(), blas.workspace_bytes(),
-                            stream_of(ctx)) == CUBLAS_STATUS_SUCCESS;
-    };
-    plan = create_plan(key, handle, x.dtype(), y.dtype(), blas.workspace_bytes(), stream_of(ctx),
-                       ctx.capturing(), run);
-  }
-  DSPARK_CUBLAS_CHECK(cublasLtMatmul(handle, plan->op, &alpha, w.data(), plan->a, x.data(), plan->b,
-                                     &beta, y.data(), plan->d, y.data(), plan->d, &plan->algo,
-                                     blas.workspace(), blas.workspace_bytes(), stream_of(ctx)));
+  run_gemm(key, x.dtype(), y.dtype(),
+           LtOperands{static_cast<cublasLtHandle_t>(blas.handle()), w.data(), x.data(), y.data(),
+                      blas.workspace(), blas.workspace_bytes(), stream_of(ctx), ctx.capturing()});
   note_cublaslt_launch();
 
   if (!bias.defined() || bias.numel() == 0) return;
