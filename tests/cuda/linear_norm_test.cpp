@@ -15,6 +15,7 @@
 #include "dspark/ops/norm.h"
 
 #include "cuda/cuda_consistency.h"
+#include "cuda/scoped_norm_cluster.h"
 
 namespace dspark::test {
 namespace {
@@ -102,6 +103,36 @@ TEST(CudaLinearNorm, KSplitMatchesCpu) {
         expect_close(o.residual.gpu, o.residual.cpu, 1e-5, what + " residual");
         expect_close(o.out.gpu, o.out.cpu, tolerance(out_dtype), what + " out");
       }
+    }
+  }
+}
+
+// The split sums through every norm cluster size (norm.cu: a cluster of CTAs shares each row of at
+// most 64): a verify's o and down shapes and a small odd one.
+TEST(CudaLinearNorm, KSplitWithClusteredNormMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const ScopedNormSplits splits(2);
+  const NormCase cases[] = {{2, 17, 4096, 4096}, {3, 33, 12288, 4096}, {2, 5, 384, 100}};
+  uint32_t seed = 760;
+  for (const int ctas : {1, 2, 4, 8}) {
+    const ScopedNormCluster cluster(ctas);
+    for (const NormCase& c : cases) {
+      cuda::set_linear_norm_splits(c.splits);
+      const Operands o =
+          make_operands(DType::bf16, DType::f32, DType::f32, DType::bf16, c.m, c.k, c.n, seed);
+      seed += 4;
+      const uint64_t before = cuda::linear_norm_split_launches();
+      run_both(ctx, o);
+      const std::string what =
+          std::to_string(ctas) + " CTAs per row, S=" + std::to_string(c.splits) +
+          " M=" + std::to_string(c.m) + " K=" + std::to_string(c.k) + " N=" + std::to_string(c.n);
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+      EXPECT_EQ(cuda::linear_norm_split_launches(), before + 1) << what << ": split not taken";
+#endif
+      expect_close(o.y.gpu, o.y.cpu, 1e-4, what + " y");
+      expect_close(o.residual.gpu, o.residual.cpu, 1e-5, what + " residual");
+      expect_close(o.out.gpu, o.out.cpu, tolerance(DType::bf16), what + " out");
     }
   }
 }

@@ -2,7 +2,12 @@
 // per-head [n, heads, D] views, and the (1 + w) variant.
 #include "dspark/ops/norm.h"
 
+#include <cuda_runtime.h>
+
+#include <string>
+
 #include "cuda/cuda_consistency.h"
+#include "cuda/scoped_norm_cluster.h"
 
 namespace dspark::test {
 namespace {
@@ -102,6 +107,74 @@ TEST(CudaNorm, AddRmsNormMatchesCpu) {
         expect_equal(residual.gpu, residual.cpu, what + " residual");
         expect_close(out.gpu, out.cpu, tolerance(act), what + " out");
       }
+    }
+  }
+}
+
+// f32 residual and x rows of at most 64 rows take a cluster of CTAs per row (norm.cu): every
+// cluster size against the CPU, with slices that do not divide the row evenly ({3, 100}: 25
+// vectors over 8 CTAs), a CTA with no columns ({2, 12} over 4 and 8), one row (decode), a verify's
+// 17 rows, 64 rows (the limit) and 65 (one CTA per row again), 16-bit and f32 outputs.
+TEST(CudaNorm, ClusteredRowsMatchCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  constexpr Size kClusterSizes[] = {{1, 4096},  {17, 4096}, {3, 100}, {2, 12},
+                                    {64, 1024}, {65, 512},  {5, 2560}};
+  uint32_t seed = 450;
+  for (const int ctas : {1, 2, 4, 8}) {
+    const ScopedNormCluster guard(ctas);
+    for (DType out_dtype : {DType::bf16, DType::f32}) {
+      for (const Size s : kClusterSizes) {
+        const Pair residual = random_pair(DType::f32, Shape{s.n, s.d}, seed++, 3.0f);
+        const Pair x = random_pair(DType::f32, Shape{s.n, s.d}, seed++);
+        const Pair w = random_pair(DType::bf16, Shape{s.d}, seed++, 0.5f);
+        const Pair out = zeros_pair(out_dtype, Shape{s.n, s.d});
+        const RmsNormParams params{1e-6f, s.n % 2 == 0};
+        add_rms_norm(ctx.cpu, residual.cpu, x.cpu, w.cpu, out.cpu, params);
+        const uint64_t before = cuda::norm_cluster_launches();
+        add_rms_norm(ctx.gpu, residual.gpu, x.gpu, w.gpu, out.gpu, params);
+        ctx.gpu.synchronize();
+        const std::string what = std::to_string(ctas) + " CTAs per row, out " + name_of(out_dtype) +
+                                 " [" + std::to_string(s.n) + ", " + std::to_string(s.d) + "]";
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+        int major = 0;
+        ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
+                  cudaSuccess);
+        const bool clustered = ctas > 1 && s.n <= 64 && major >= 9;
+        EXPECT_EQ(cuda::norm_cluster_launches(), before + (clustered ? 1 : 0)) << what;
+#endif
+        expect_equal(residual.gpu, residual.cpu, what + " residual");
+        expect_close(out.gpu, out.cpu, tolerance(out_dtype), what + " out");
+      }
+    }
+  }
+}
+
+// The clustered rows give the same bits on every call, and the same bits for a row whatever the
+// other rows of the call (decode's one row and a verify's rows share the kernel per row).
+TEST(CudaNorm, ClusteredRowsSameBitsPerRow) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const ScopedNormCluster guard(8);
+  const int64_t n = 17, d = 4096;
+  const Pair residual = random_pair(DType::f32, Shape{n, d}, 470, 3.0f);
+  const Pair x = random_pair(DType::f32, Shape{n, d}, 471);
+  const Pair w = random_pair(DType::bf16, Shape{d}, 472, 0.5f);
+  const RmsNormParams params{1e-6f, false};
+  const OwnedTensor all = OwnedTensor::zeros(DType::bf16, Shape{n, d}, kTestGpu);
+  const OwnedTensor res_all = OwnedTensor::copy_of(residual.gpu.view(), kTestGpu);
+  add_rms_norm(ctx.gpu, res_all, x.gpu, w.gpu, all, params);
+  for (int call = 0; call < 2; ++call) {
+    for (int64_t row : {int64_t{0}, n - 1}) {
+      const OwnedTensor res_one =
+          OwnedTensor::copy_of(residual.gpu.view().slice(0, row, row + 1), kTestGpu);
+      const OwnedTensor x_one = OwnedTensor::copy_of(x.gpu.view().slice(0, row, row + 1), kTestGpu);
+      const OwnedTensor one = OwnedTensor::zeros(DType::bf16, Shape{1, d}, kTestGpu);
+      add_rms_norm(ctx.gpu, res_one, x_one, w.gpu, one, params);
+      ctx.gpu.synchronize();
+      const std::string what = "row " + std::to_string(row) + ", call " + std::to_string(call);
+      expect_equal(one, all.view().slice(0, row, row + 1), what + " out");
+      expect_equal(res_one, res_all.view().slice(0, row, row + 1), what + " residual");
     }
   }
 }

@@ -46,8 +46,22 @@ __global__ void binary_kernel(Operand<const TA> a, Operand<const TB> b, Operand<
   const TA* pa = a.row(r);
   const TB* pb = b.row(r);
   TO* po = out.row(r);
-  for (int64_t c = begin + threadIdx.x; c < end; c += kThreads)
-    po[c] = device::from_float<TO>(op(device::to_float(pa[c]), device::to_float(pb[c])));
+  // Every load before the first store (session 17): stored one by one in the loop, each item's
+  // loads waited for the previous item's store (out may alias a or b), four round trips.
+  float va[kItemsPerThread], vb[kItemsPerThread];
+#pragma unroll
+  for (int i = 0; i < kItemsPerThread; ++i) {
+    const int64_t c = begin + threadIdx.x + i * kThreads;
+    if (c < end) {
+      va[i] = device::to_float(pa[c]);
+      vb[i] = device::to_float(pb[c]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kItemsPerThread; ++i) {
+    const int64_t c = begin + threadIdx.x + i * kThreads;
+    if (c < end) po[c] = device::from_float<TO>(op(va[i], vb[i]));
+  }
 }
 
 template <typename TS, typename TO>
@@ -57,8 +71,17 @@ __global__ void convert_kernel(Operand<const TS> src, Operand<TO> out, int64_t c
   const int64_t end = std::min<int64_t>(cols, begin + kThreads * kItemsPerThread);
   const TS* ps = src.row(r);
   TO* po = out.row(r);
-  for (int64_t c = begin + threadIdx.x; c < end; c += kThreads)
-    po[c] = device::from_float<TO>(device::to_float(ps[c]));
+  float v[kItemsPerThread];  // loads before stores, as binary_kernel
+#pragma unroll
+  for (int i = 0; i < kItemsPerThread; ++i) {
+    const int64_t c = begin + threadIdx.x + i * kThreads;
+    if (c < end) v[i] = device::to_float(ps[c]);
+  }
+#pragma unroll
+  for (int i = 0; i < kItemsPerThread; ++i) {
+    const int64_t c = begin + threadIdx.x + i * kThreads;
+    if (c < end) po[c] = device::from_float<TO>(v[i]);
+  }
 }
 
 dim3 grid_for(const RowView& v) {

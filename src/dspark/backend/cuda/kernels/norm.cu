@@ -6,7 +6,11 @@
 // add_rms_norm's rows of up to 4 vectors per thread take a one-pass kernel instead that keeps the
 // row in registers (add_rms_norm_regs_kernel; DSPARK_NORM_REG_THREADS).
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <type_traits>
+
+#include <cooperative_groups.h>
 
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
@@ -206,44 +210,85 @@ struct SplitSums {
   }
 };
 
+// A row's sum of squares when kCluster CTAs share the row (thread-block clusters of kCluster
+// along x, sm_90): each warp's sum goes into slot [rank][warp] of every CTA's shared memory, and
+// after the cluster barrier every warp of every CTA adds the same slots in the same order (lane l
+// takes slots l, l + 32, ...), so all of them hold the same bits. `s_slots` holds 32 * kCluster
+// floats. The caller arrived once on the cluster barrier at the kernel's start (cluster_arrive):
+// the wait here makes sure every peer has started before its shared memory is written.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+template <int kCluster>
+__device__ __forceinline__ float cluster_row_sum(float ss, float* s_slots) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Cluster = cooperative_groups::cluster_group;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n_warps = (blockDim.x + 31) >> 5;
+  ss = device::warp_sum(ss);
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // every peer has started
+  if (lane == 0) {
+    const int slot = static_cast<int>(Cluster::block_rank()) * n_warps + warp;
+#pragma unroll
+    for (int r = 0; r < kCluster; ++r) Cluster::map_shared_rank(s_slots, r)[slot] = ss;
+  }
+  Cluster::sync();  // every slot written (release / acquire); no shared access after this
+  float v = 0.f;
+  for (int i = lane; i < kCluster * n_warps; i += 32) v += s_slots[i];
+  return device::warp_sum(v);
+#else
+  __trap();  // launched on sm_90 only (cluster_ctas_for)
+  return ss;
+#endif
+}
+
 // add_rms_norm with the row in registers: each thread holds up to kV vectors of the row (as the
 // two-pass kernel deals them, c = (t + v * threads) * kW) and their weights, which it loads before
 // the programmatic wait (a forward never writes weights), so after the wait a row costs one load
 // of residual and x (from `src`), the block sum, and the stores: no second read, no weight load on
 // the chain. For vectorised rows of at most kV * threads vectors (launch_regs picks kV; session
-// 12).
-template <typename TR, typename TX, typename TO, int kV, typename Src>
-__global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src) {
+// 12). With kCluster > 1 a cluster of kCluster CTAs shares each row (CTA x of the grid: row
+// x / kCluster, columns [rank * slice, (rank + 1) * slice) of it), so a few rows still spread over
+// many SMs (session 17: one CTA per row took ~4.1 us for the 17 rows of a verify).
+template <typename TR, typename TX, typename TO, int kV, int kCluster, typename Src>
+__global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src, int64_t slice) {
   constexpr int kW = device::kVecWidth<TR>;
-  __shared__ float s_red[32];
+  __shared__ float s_red[32 * kCluster];
+  if constexpr (kCluster > 1) cluster_arrive_relaxed();
+  const int64_t row = blockIdx.x / kCluster;
+  const int64_t begin = (blockIdx.x % kCluster) * slice;
+  const int64_t end = begin + slice < p.cols ? begin + slice : p.cols;
   const int64_t step = int64_t{blockDim.x} * kW;
-  const int64_t c0 = int64_t{threadIdx.x} * kW;
+  const int64_t c0 = begin + int64_t{threadIdx.x} * kW;
   float w[kV][kW];
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
     const int64_t c = c0 + v * step;
 #pragma unroll
-    for (int i = 0; i < kW; ++i) w[v][i] = c < p.cols ? p.weight(c + i) : 0.0f;
+    for (int i = 0; i < kW; ++i) w[v][i] = c < end ? p.weight(c + i) : 0.0f;
   }
   pdl_wait();
   pdl_launch_dependents();
-  TR* res = p.residual + blockIdx.x * p.residual_stride;
-  TO* out = p.out + blockIdx.x * p.out_stride;
+  TR* res = p.residual + row * p.residual_stride;
+  TO* out = p.out + row * p.out_stride;
   float r[kV][kW], d[kV][kW];
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
     const int64_t c = c0 + v * step;
-    if (c < p.cols) {
+    if (c < end) {
       device::load_vec(res + c, r[v]);
-      src.load(blockIdx.x, c, d[v]);
+      src.load(row, c, d[v]);
     }
   }
   float ss = 0.f;
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
     const int64_t c = c0 + v * step;
-    if (c < p.cols) {
-      src.keep(blockIdx.x, c, d[v]);
+    if (c < end) {
+      src.keep(row, c, d[v]);
 #pragma unroll
       for (int i = 0; i < kW; ++i) {
         r[v][i] = device::to_float(device::from_float<TR>(r[v][i] + d[v][i]));  // the stored value
@@ -252,12 +297,15 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src) {
       device::store_vec(res + c, r[v]);
     }
   }
-  ss = device::block_sum(ss, s_red);
+  if constexpr (kCluster > 1)
+    ss = cluster_row_sum<kCluster>(ss, s_red);
+  else
+    ss = device::block_sum(ss, s_red);
   const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.cols) + p.eps);
 #pragma unroll
   for (int v = 0; v < kV; ++v) {
     const int64_t c = c0 + v * step;
-    if (c < p.cols) {
+    if (c < end) {
 #pragma unroll
       for (int i = 0; i < kW; ++i) out[c + i] = device::from_float<TO>(r[v][i] * inv_rms * w[v][i]);
     }
@@ -293,15 +341,66 @@ int regs_per_thread(int64_t vectors) {
   return per_thread <= 4 ? static_cast<int>(per_thread) : 0;
 }
 
+// Rows of add_rms_norm_regs_kernel's clustered launches: at most this many per call.
+constexpr int64_t kNormClusterMaxRows = 64;
+
+int cluster_size_of(int n) {
+  return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
+}
+
+std::atomic<int>& cluster_flag() {
+  static std::atomic<int> n = cluster_size_of(env_count("DSPARK_NORM_CLUSTER", 8));
+  return n;
+}
+
+std::atomic<uint64_t>& cluster_launch_count() {
+  static std::atomic<uint64_t> n{0};
+  return n;
+}
+
+// CTAs per row for a call of `rows` rows (kernels.h, set_norm_cluster_ctas): 1 for more than
+// kNormClusterMaxRows rows, before sm_90, and where the residual or x is not f32 (the clustered
+// kernels exist for f32 rows only).
+template <typename TR, typename TX>
+int cluster_ctas_for(int64_t rows) {
+  if constexpr (!std::is_same_v<TR, float> || !std::is_same_v<TX, float>) return 1;
+  return rows <= kNormClusterMaxRows && compute_major() >= 9 ? cluster_flag().load() : 1;
+}
+
+// One CTA per row with per_thread vectors per thread (regs_per_thread), or, where
+// norm_cluster_ctas says so and a CTA's slice fits one vector per thread, a cluster of CTAs per
+// row with one vector per thread.
 template <typename TR, typename TX, typename TO, typename Src>
 void launch_regs(Context& ctx, const NormParams<TR, TX, TO>& p, const Src& src, int64_t rows,
                  int per_thread) {
-  const int64_t vectors = p.cols / device::kVecWidth<TR>;
+  constexpr int kW = device::kVecWidth<TR>;
+  const int64_t vectors = p.cols / kW;
+  const int cluster = cluster_ctas_for<TR, TX>(rows);
+  const int64_t slice_vectors = ceil_div(vectors, int64_t{cluster});
+  if (cluster > 1 && slice_vectors <= 1024) {
+    const dim3 grid(static_cast<unsigned>(rows * cluster));
+    const dim3 block(static_cast<unsigned>(ceil_div(slice_vectors, int64_t{32}) * 32));
+    const int64_t slice = slice_vectors * kW;
+    auto launch = [&]<int kC>() {
+      launch_pdl_cluster(add_rms_norm_regs_kernel<TR, TX, TO, 1, kC, Src>, grid, block, 0,
+                         stream_of(ctx), dim3(kC, 1, 1), p, src, slice);
+    };
+    if constexpr (std::is_same_v<TR, float> && std::is_same_v<TX, float>) {
+      if (cluster == 2)
+        launch.template operator()<2>();
+      else if (cluster == 4)
+        launch.template operator()<4>();
+      else
+        launch.template operator()<8>();
+      cluster_launch_count().fetch_add(1);
+      return;
+    }
+  }
   const dim3 grid(static_cast<unsigned>(rows));
   const dim3 block(static_cast<unsigned>(ceil_div(ceil_div(vectors, per_thread), 32) * 32));
   auto launch = [&]<int kV>() {
-    launch_pdl(add_rms_norm_regs_kernel<TR, TX, TO, kV, Src>, grid, block, 0, stream_of(ctx), p,
-               src);
+    launch_pdl(add_rms_norm_regs_kernel<TR, TX, TO, kV, 1, Src>, grid, block, 0, stream_of(ctx), p,
+               src, p.cols);
   };
   if (per_thread == 1)
     launch.template operator()<1>();
@@ -329,6 +428,18 @@ NormParams<TR, TX, device_t<TO>> norm_params(const Tensor& out, int64_t cols, co
 }
 
 }  // namespace
+
+void set_norm_cluster_ctas(int ctas) {
+  cluster_flag().store(cluster_size_of(ctas));
+}
+
+int norm_cluster_ctas() {
+  return cluster_flag().load();
+}
+
+uint64_t norm_cluster_launches() {
+  return cluster_launch_count().load();
+}
 
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
               const RmsNormParams& params) {
