@@ -8,6 +8,8 @@
 // on every call.
 #include "dspark/ops/linear_norm.h"
 
+#include <cuda_runtime.h>
+
 #include <string>
 
 #include "dspark/backend/cuda/kernels.h"
@@ -108,7 +110,8 @@ TEST(CudaLinearNorm, KSplitMatchesCpu) {
 }
 
 // The split sums through every norm cluster size (norm.cu: a cluster of CTAs shares each row of at
-// most 64): a verify's o and down shapes and a small odd one.
+// most 64 when the norm's launch is a plain one, as after the split's cuBLASLt GEMM; programmatic
+// launches keep one CTA per row): a verify's o and down shapes and a small odd one.
 TEST(CudaLinearNorm, KSplitWithClusteredNormMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
@@ -116,19 +119,24 @@ TEST(CudaLinearNorm, KSplitWithClusteredNormMatchesCpu) {
   const NormCase cases[] = {{2, 17, 4096, 4096}, {3, 33, 12288, 4096}, {2, 5, 384, 100}};
   uint32_t seed = 760;
   for (const int ctas : {1, 2, 4, 8}) {
-    const ScopedNormCluster cluster(ctas);
+    const ScopedNormCluster cluster(ctas, false);
     for (const NormCase& c : cases) {
       cuda::set_linear_norm_splits(c.splits);
       const Operands o =
           make_operands(DType::bf16, DType::f32, DType::f32, DType::bf16, c.m, c.k, c.n, seed);
       seed += 4;
       const uint64_t before = cuda::linear_norm_split_launches();
+      const uint64_t clustered = cuda::norm_cluster_launches();
       run_both(ctx, o);
       const std::string what =
           std::to_string(ctas) + " CTAs per row, S=" + std::to_string(c.splits) +
           " M=" + std::to_string(c.m) + " K=" + std::to_string(c.k) + " N=" + std::to_string(c.n);
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
       EXPECT_EQ(cuda::linear_norm_split_launches(), before + 1) << what << ": split not taken";
+      int major = 0;
+      ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+      EXPECT_EQ(cuda::norm_cluster_launches(), clustered + (ctas > 1 && major >= 9 ? 1 : 0))
+          << what << ": cluster";
 #endif
       expect_close(o.y.gpu, o.y.cpu, 1e-4, what + " y");
       expect_close(o.residual.gpu, o.residual.cpu, 1e-5, what + " residual");

@@ -111,7 +111,8 @@ TEST(CudaNorm, AddRmsNormMatchesCpu) {
   }
 }
 
-// f32 residual and x rows of at most 64 rows take a cluster of CTAs per row (norm.cu): every
+// f32 residual and x rows of at most 64 rows take a cluster of CTAs per row (norm.cu; here also as
+// programmatic launches, which keep one CTA per row by default): every
 // cluster size against the CPU, with slices that do not divide the row evenly ({3, 100}: 25
 // vectors over 8 CTAs), a CTA with no columns ({2, 12} over 4 and 8), one row (decode), a verify's
 // 17 rows, 64 rows (the limit) and 65 (one CTA per row again), 16-bit and f32 outputs.
@@ -122,7 +123,7 @@ TEST(CudaNorm, ClusteredRowsMatchCpu) {
                                     {64, 1024}, {65, 512},  {5, 2560}};
   uint32_t seed = 450;
   for (const int ctas : {1, 2, 4, 8}) {
-    const ScopedNormCluster guard(ctas);
+    const ScopedNormCluster guard(ctas, true);
     for (DType out_dtype : {DType::bf16, DType::f32}) {
       for (const Size s : kClusterSizes) {
         const Pair residual = random_pair(DType::f32, Shape{s.n, s.d}, seed++, 3.0f);
@@ -155,7 +156,7 @@ TEST(CudaNorm, ClusteredRowsMatchCpu) {
 TEST(CudaNorm, ClusteredRowsSameBitsPerRow) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
-  const ScopedNormCluster guard(8);
+  const ScopedNormCluster guard(8, true);
   const int64_t n = 17, d = 4096;
   const Pair residual = random_pair(DType::f32, Shape{n, d}, 470, 3.0f);
   const Pair x = random_pair(DType::f32, Shape{n, d}, 471);
@@ -177,6 +178,31 @@ TEST(CudaNorm, ClusteredRowsSameBitsPerRow) {
       expect_equal(res_one, res_all.view().slice(0, row, row + 1), what + " residual");
     }
   }
+}
+
+// By default only plain launches take the clusters: add_rms_norm after one of our kernels (a
+// programmatic launch) keeps one CTA per row. (After a cuBLASLt GEMM, a plain launch:
+// CudaLinearNorm.KSplitWithClusteredNormMatchesCpu.)
+TEST(CudaNorm, ProgrammaticLaunchesKeepOneCtaPerRow) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const ScopedNormCluster guard(8, false);
+  const Pair residual = random_pair(DType::f32, Shape{17, 4096}, 480, 3.0f);
+  const Pair x = random_pair(DType::f32, Shape{17, 4096}, 481);
+  const Pair w = random_pair(DType::bf16, Shape{4096}, 482, 0.5f);
+  const Pair out = zeros_pair(DType::bf16, Shape{17, 4096});
+  const RmsNormParams params{1e-6f, false};
+  add_rms_norm(ctx.cpu, residual.cpu, x.cpu, w.cpu, out.cpu, params);
+  add_rms_norm(ctx.gpu, residual.gpu, x.gpu, w.gpu, out.gpu, params);  // warms up
+  const Pair residual2 = random_pair(DType::f32, Shape{17, 4096}, 480, 3.0f);
+  const uint64_t before = cuda::norm_cluster_launches();
+  add_rms_norm(ctx.gpu, residual2.gpu, x.gpu, w.gpu, out.gpu, params);
+  ctx.gpu.synchronize();
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  EXPECT_EQ(cuda::norm_cluster_launches(), before);
+#endif
+  expect_equal(residual2.gpu, residual.cpu, "residual");
+  expect_close(out.gpu, out.cpu, tolerance(DType::bf16), "out");
 }
 
 // out aliasing x (allowed), rows inside wider buffers: unaligned (the two-pass kernel's scalar

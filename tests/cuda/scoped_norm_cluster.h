@@ -1,5 +1,6 @@
 // CTAs per row of the CUDA add_rms_norm one-pass kernel for one test (cuda::set_norm_cluster_ctas,
-// backend/cuda/kernels.h); the previous setting comes back at the end.
+// backend/cuda/kernels.h), and whether programmatic launches take them too
+// (cuda::set_norm_cluster_programmatic); the previous settings come back at the end.
 #pragma once
 
 #include "dspark/backend/cuda/kernels.h"
@@ -8,13 +9,20 @@ namespace dspark::test {
 
 class ScopedNormCluster {
  public:
-  explicit ScopedNormCluster(int ctas) { cuda::set_norm_cluster_ctas(ctas); }
-  ~ScopedNormCluster() { cuda::set_norm_cluster_ctas(previous_); }
+  ScopedNormCluster(int ctas, bool programmatic) {
+    cuda::set_norm_cluster_ctas(ctas);
+    cuda::set_norm_cluster_programmatic(programmatic);
+  }
+  ~ScopedNormCluster() {
+    cuda::set_norm_cluster_ctas(previous_);
+    cuda::set_norm_cluster_programmatic(previous_programmatic_);
+  }
   ScopedNormCluster(const ScopedNormCluster&) = delete;
   ScopedNormCluster& operator=(const ScopedNormCluster&) = delete;
 
  private:
   const int previous_ = cuda::norm_cluster_ctas();
+  const bool previous_programmatic_ = cuda::norm_cluster_programmatic();
 };
 
 }  // namespace dspark::test

@@ -30,12 +30,18 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
                   const Tensor& out, const RmsNormParams& params);
 // CTAs per row of add_rms_norm's one-pass kernel (kernels/norm.cu; also linear_add_rms_norm's
-// split sums) for calls of at most 64 rows with an f32 residual and x on sm_90: a thread-block
-// cluster of 2, 4 or 8 CTAs shares each row (1: one CTA per row). 8 unless the environment has
+// split sums) for calls of at most 64 rows with an f32 residual and x on sm_90, launched plainly
+// (right after a cuBLASLt GEMM, kernels/pdl.cuh; or with PDL off): a thread-block cluster of 2, 4
+// or 8 CTAs shares each row (1: one CTA per row). 8 unless the environment has
 // DSPARK_NORM_CLUSTER=N (read once) or after set_norm_cluster_ctas (rounded down to 1, 2, 4 or
-// 8). Process-wide; for benchmarks and tests. norm_cluster_launches counts the clustered launches.
+// 8). Programmatic launches (after our own kernels: decode steps, the drafter) keep one CTA per
+// row unless DSPARK_NORM_CLUSTER_PDL=1 or set_norm_cluster_programmatic(true): clustered there,
+// session 17's decode step was 0.74 ms slower. Process-wide; for benchmarks and tests.
+// norm_cluster_launches counts the clustered launches.
 void set_norm_cluster_ctas(int ctas);
 int norm_cluster_ctas();
+void set_norm_cluster_programmatic(bool on);
+bool norm_cluster_programmatic();
 uint64_t norm_cluster_launches();
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 // The small-M tensor-core path of linear (kernels/gemv.cu, M <= 48 with 16-bit weights): off by

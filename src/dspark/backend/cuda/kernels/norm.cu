@@ -353,17 +353,26 @@ std::atomic<int>& cluster_flag() {
   return n;
 }
 
+std::atomic<bool>& cluster_pdl_flag() {
+  static std::atomic<bool> on = env_switch("DSPARK_NORM_CLUSTER_PDL", false);
+  return on;
+}
+
 std::atomic<uint64_t>& cluster_launch_count() {
   static std::atomic<uint64_t> n{0};
   return n;
 }
 
 // CTAs per row for a call of `rows` rows (kernels.h, set_norm_cluster_ctas): 1 for more than
-// kNormClusterMaxRows rows, before sm_90, and where the residual or x is not f32 (the clustered
-// kernels exist for f32 rows only).
+// kNormClusterMaxRows rows, before sm_90, where the residual or x is not f32 (the clustered
+// kernels exist for f32 rows only), and for programmatic launches unless cluster_pdl_flag says so.
+// (Session 17: clustered as programmatic dependents of the one-row kernels, the decode step took
+// 5.21 instead of 4.47 ms; the o / down GEMM's norm in a verify, a plain launch after cuBLASLt,
+// went from ~4.1 to ~2.8 us.)
 template <typename TR, typename TX>
 int cluster_ctas_for(int64_t rows) {
   if constexpr (!std::is_same_v<TR, float> || !std::is_same_v<TX, float>) return 1;
+  if (next_launch_programmatic() && !cluster_pdl_flag().load()) return 1;
   return rows <= kNormClusterMaxRows && compute_major() >= 9 ? cluster_flag().load() : 1;
 }
 
@@ -435,6 +444,14 @@ void set_norm_cluster_ctas(int ctas) {
 
 int norm_cluster_ctas() {
   return cluster_flag().load();
+}
+
+void set_norm_cluster_programmatic(bool on) {
+  cluster_pdl_flag().store(on);
+}
+
+bool norm_cluster_programmatic() {
+  return cluster_pdl_flag().load();
 }
 
 uint64_t norm_cluster_launches() {

@@ -56,6 +56,12 @@ inline bool pdl_after_cublaslt() {
   return on;
 }
 
+// Whether the next launch_pdl on this host thread will be a programmatic one (it consumes the
+// note above; this does not).
+inline bool next_launch_programmatic() {
+  return pdl_enabled() && (!launched_cublaslt_last() || pdl_after_cublaslt());
+}
+
 // launch_pdl with the grid's CTAs grouped into thread-block clusters of `cluster` CTAs (sm_90;
 // each dimension divides the grid's); a cluster of {1, 1, 1} is a plain launch_pdl.
 template <typename... Params, typename... Args>
@@ -68,9 +74,8 @@ void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
   config.stream = stream;
   cudaLaunchAttribute attrs[2] = {};
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  const bool after_lt = std::exchange(launched_cublaslt_last(), false);
-  attrs[0].val.programmaticStreamSerializationAllowed =
-      pdl_enabled() && (!after_lt || pdl_after_cublaslt()) ? 1 : 0;
+  attrs[0].val.programmaticStreamSerializationAllowed = next_launch_programmatic() ? 1 : 0;
+  launched_cublaslt_last() = false;
   attrs[1].id = cudaLaunchAttributeClusterDimension;
   attrs[1].val.clusterDim.x = cluster.x;
   attrs[1].val.clusterDim.y = cluster.y;
