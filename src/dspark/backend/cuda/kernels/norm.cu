@@ -4,7 +4,10 @@
 // thread, so `out` may alias `x` (and add_rms_norm's pass 2 reads back its own residual writes).
 // Loads of x use 16-byte vectors when rows are aligned; the weight's dtype is a run-time kind.
 // add_rms_norm's rows of up to 4 vectors per thread take a one-pass kernel instead that keeps the
-// row in registers (add_rms_norm_regs_kernel; DSPARK_NORM_REG_THREADS).
+// row in registers (add_rms_norm_regs_kernel; DSPARK_NORM_REG_THREADS); for calls of a few f32 rows
+// launched plainly (after a cuBLASLt GEMM: a verify's o and down projections) a thread-block
+// cluster of CTAs shares each row, the row's sum of squares exchanged through distributed shared
+// memory (cluster_row_sum; DSPARK_NORM_CLUSTER, kernels.h).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
