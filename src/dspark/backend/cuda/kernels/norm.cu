@@ -217,8 +217,9 @@ struct SplitSums {
 // along x, sm_90): each warp's sum goes into slot [rank][warp] of every CTA's shared memory, and
 // after the cluster barrier every warp of every CTA adds the same slots in the same order (lane l
 // takes slots l, l + 32, ...), so all of them hold the same bits. `s_slots` holds 32 * kCluster
-// floats. The caller arrived once on the cluster barrier at the kernel's start (cluster_arrive):
-// the wait here makes sure every peer has started before its shared memory is written.
+// floats. The caller arrived once on the cluster barrier at the kernel's start
+// (cluster_arrive_relaxed): the wait here makes sure every peer has started before its shared
+// memory is written.
 __device__ __forceinline__ void cluster_arrive_relaxed() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -367,20 +368,21 @@ std::atomic<uint64_t>& cluster_launch_count() {
 }
 
 // CTAs per row for a call of `rows` rows (kernels.h, set_norm_cluster_ctas): 1 for more than
-// kNormClusterMaxRows rows, before sm_90, where the residual or x is not f32 (the clustered
-// kernels exist for f32 rows only), and for programmatic launches unless cluster_pdl_flag says so.
-// (Session 17: clustered as programmatic dependents of the one-row kernels, the decode step took
-// 5.21 instead of 4.47 ms; the o / down GEMM's norm in a verify, a plain launch after cuBLASLt,
-// went from ~4.1 to ~2.8 us.)
+// kNormClusterMaxRows rows, on GPUs other than sm_90, where the residual or x is not f32 (the
+// clustered kernels exist for f32 rows only), and for programmatic launches unless cluster_pdl_flag
+// says so. (Session 17: clustered as programmatic dependents of the one-row kernels, the decode
+// step took 5.21 instead of 4.47 ms; the o / down GEMM's norm in a verify, a plain launch after
+// cuBLASLt, went from ~4.1 to ~2.8 us.)
 template <typename TR, typename TX>
 int cluster_ctas_for(int64_t rows) {
   if constexpr (!std::is_same_v<TR, float> || !std::is_same_v<TX, float>) return 1;
   if (next_launch_programmatic() && !cluster_pdl_flag().load()) return 1;
-  return rows <= kNormClusterMaxRows && compute_major() >= 9 ? cluster_flag().load() : 1;
+  // sm_90 only: other GPUs run the compute_80 PTX, where cluster_row_sum traps (cmake/cuda.cmake).
+  return rows <= kNormClusterMaxRows && compute_major() == 9 ? cluster_flag().load() : 1;
 }
 
 // One CTA per row with per_thread vectors per thread (regs_per_thread), or, where
-// norm_cluster_ctas says so and a CTA's slice fits one vector per thread, a cluster of CTAs per
+// cluster_ctas_for says so and a CTA's slice fits one vector per thread, a cluster of CTAs per
 // row with one vector per thread.
 template <typename TR, typename TX, typename TO, typename Src>
 void launch_regs(Context& ctx, const NormParams<TR, TX, TO>& p, const Src& src, int64_t rows,
