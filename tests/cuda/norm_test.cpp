@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "cuda/cuda_consistency.h"
@@ -185,6 +186,8 @@ TEST(CudaNorm, ClusteredRowsSameBitsPerRow) {
 // CudaLinearNorm.KSplitWithClusteredNormMatchesCpu.)
 TEST(CudaNorm, ProgrammaticLaunchesKeepOneCtaPerRow) {
   DSPARK_REQUIRE_CUDA();
+  const char* pdl = std::getenv("DSPARK_CUDA_PDL");
+  if (pdl != nullptr && pdl[0] == '0') GTEST_SKIP() << "DSPARK_CUDA_PDL=0: every launch is plain";
   Contexts ctx;
   const ScopedNormCluster guard(8, false);
   const Pair residual = random_pair(DType::f32, Shape{17, 4096}, 480, 3.0f);
