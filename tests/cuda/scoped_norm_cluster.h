@@ -3,9 +3,21 @@
 // (cuda::set_norm_cluster_programmatic); the previous settings come back at the end.
 #pragma once
 
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
 #include "dspark/backend/cuda/kernels.h"
 
 namespace dspark::test {
+
+// Whether the device takes the clusters at all (compute capability 9:
+// backend/cuda/kernels/norm.cu).
+inline bool norm_clusters_supported() {
+  int major = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) != cudaSuccess)
+    ADD_FAILURE() << "cudaDeviceGetAttribute failed";
+  return major == 9;
+}
 
 class ScopedNormCluster {
  public:
