@@ -88,7 +88,9 @@ fi
 # (DSPARK_PDL_AFTER_LT=0, the default since session 16) and one containing "pdllt" a programmatic
 # one there (DSPARK_PDL_AFTER_LT=1, the previous behaviour), and one containing "ncN" (N in 1, 2, 4,
 # 8) add_rms_norm's one-pass kernel with N CTAs per row (DSPARK_NORM_CLUSTER=N; 1: one CTA per
-# row, the kernel before session 17).
+# row, the kernel before session 17), one containing "prplain" a plain launch for qkv_prologue
+# after the q/k/v GEMM too (DSPARK_PROLOGUE_PDL_AFTER_LT=0; by default it is programmatic since
+# session 18).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -124,6 +126,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == *plainlt* ]] && export DSPARK_PDL_AFTER_LT=0
     [[ "$r" == *pdllt* ]] && export DSPARK_PDL_AFTER_LT=1
     [[ "$r" =~ nc([1248]) ]] && export DSPARK_NORM_CLUSTER="${BASH_REMATCH[1]}"
+    [[ "$r" == *prplain* ]] && export DSPARK_PROLOGUE_PDL_AFTER_LT=0
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace --trace-timeline "$out/round_${r}_timeline.csv")
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

@@ -62,6 +62,16 @@ struct LayerWeights {
   MlpWeights mlp;
 };
 
+// Whether the batch wants the logits of every token, in order (verify steps and batched decode):
+// the LM head then reads the final norm's output directly, without gather_rows.
+bool logits_of_every_row(const ForwardBatch& b) {
+  if (b.logit_indices.size() != b.tokens.size() || b.logit_indices.empty()) return false;
+  for (size_t i = 0; i < b.logit_indices.size(); ++i) {
+    if (b.logit_indices[i] != static_cast<int32_t>(i)) return false;
+  }
+  return true;
+}
+
 void validate_config(const ModelConfig& c) {
   DSPARK_CHECK_KIND(io,
                     c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 &&
@@ -141,6 +151,7 @@ class LlamaFamilyModel final : public Model {
   // bitwise equal to eager forwards).
   struct GraphKey {
     int64_t n_tokens = 0, n_rows = 0, n_logits = 0;
+    bool logits_of_every_row = false;  // logits_of_every_row(batch): no gather before the LM head
     std::vector<int> taps;
     const void* k_pool = nullptr;
     const void* v_pool = nullptr;
@@ -148,8 +159,8 @@ class LlamaFamilyModel final : public Model {
     const Context* ctx = nullptr;
     const void* blas_workspace = nullptr;
     auto tie() const {
-      return std::tie(n_tokens, n_rows, n_logits, taps, k_pool, v_pool, num_pages, page_size, ctx,
-                      blas_workspace);
+      return std::tie(n_tokens, n_rows, n_logits, logits_of_every_row, taps, k_pool, v_pool,
+                      num_pages, page_size, ctx, blas_workspace);
     }
     bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
   };
@@ -421,7 +432,9 @@ void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatc
     save_taps(l);
   }
 
-  if (m > 0) {
+  if (logits_of_every_row(b)) {
+    linear(ctx, a.xn, lm_head(), Tensor{}, a.logits);  // the rows in order: no gather
+  } else if (m > 0) {
     gather_rows(ctx, a.xn, v.logit_indices, a.logit_rows);
     linear(ctx, a.logit_rows, lm_head(), Tensor{}, a.logits);
   }
@@ -448,6 +461,7 @@ LlamaFamilyModel::GraphBucket& LlamaFamilyModel::graph_bucket(Context& ctx, Page
   key.n_tokens = static_cast<int64_t>(b.tokens.size());
   key.n_rows = static_cast<int64_t>(b.seqs.size());
   key.n_logits = static_cast<int64_t>(b.logit_indices.size());
+  key.logits_of_every_row = logits_of_every_row(b);
   key.taps = b.tap_layers;
   key.k_pool = kv.k_pages(0).data();
   key.v_pool = kv.v_pages(0).data();

@@ -138,6 +138,51 @@ __device__ __forceinline__ void merge_split_item_from(Load load, int n_splits, i
     device::store_float(out, base + d, out_kind, o * inv);
   }
 }
+// merge_split_item_from's operations in its order (the same bits) for a compile-time head_dim HD:
+// every load of the item (each split's max and sum, and the HD / 32 values of this lane in every
+// split) is issued before the first of them is used, so the round trips (to the cluster peers'
+// shared memory: merge_splits_cluster) overlap instead of following each other per split and
+// column step.
+template <int HD, int kSplitsMax, typename Load>
+__device__ __forceinline__ void merge_split_item_batched(Load load, int n_splits, void* out,
+                                                         device::FloatKind out_kind, int64_t base,
+                                                         int lane) {
+  static_assert(HD % 32 == 0 && kSplitsMax <= kMaxSplits);
+  constexpr int kD = HD / 32;
+  const bool mine = lane < n_splits;
+  float ms = -INFINITY, ls = 0.0f;
+  if (mine) {
+    ms = load(lane, int64_t{HD});
+    ls = load(lane, int64_t{HD} + 1);
+  }
+  float v[kSplitsMax][kD];
+#pragma unroll
+  for (int s = 0; s < kSplitsMax; ++s) {
+#pragma unroll
+    for (int j = 0; j < kD; ++j) v[s][j] = s < n_splits ? load(s, int64_t{lane} + 32 * j) : 0.0f;
+  }
+  const float m = device::warp_max(ms);
+  const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;
+  float w[kSplitsMax];
+  float l = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSplitsMax; ++s) {
+    w[s] = __shfl_sync(device::kFullMask, weight, s);
+    const float term = __shfl_sync(device::kFullMask, ls * weight, s);
+    if (s < n_splits) l += term;
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kD; ++j) {
+    float o = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSplitsMax; ++s) {
+      if (s < n_splits && w[s] > 0.0f) o += v[s][j] * w[s];
+    }
+    device::store_float(out, base + lane + 32 * j, out_kind, o * inv);
+  }
+}
+
 __device__ __forceinline__ void merge_split_item(const float* part, int n_splits, int head_dim,
                                                  void* out, device::FloatKind out_kind,
                                                  int64_t base, int lane) {
@@ -255,10 +300,11 @@ __device__ __forceinline__ void copy_kv_chunk(const AttentionArgs<TKV>& p, int64
 // called by every thread of every CTA of the cluster once its own rows are in s_part. The launch
 // makes the n_splits CTAs of a query tile one cluster of {1, 1, n_splits}, so cluster rank s is
 // split s. CTA r merges rows r, r + S, ... (S = n_splits), a warp per row, with
-// merge_split_item_from reading split s's row from rank s's shared memory: combine_splits_kernel's
-// operations in its order, so the same bits. Every CTA of a cluster runs the same segments (they
-// depend on the query tile only), so the barriers pair up. n_warps: the CTA's warps. Used by both
-// tensor-core kernels (attention_mma.cu, attention_rows.cu).
+// merge_split_item_batched reading split s's row from rank s's shared memory (all of the row's
+// loads in flight together): combine_splits_kernel's operations in its order, so the same bits.
+// Every CTA of a cluster runs the same segments (they depend on the query tile only), so the
+// barriers pair up. n_warps: the CTA's warps. Used by both tensor-core kernels (attention_mma.cu,
+// attention_rows.cu).
 template <int HD, typename TKV>
 __device__ __forceinline__ void merge_splits_cluster(const AttentionArgs<TKV>& p, float* s_part,
                                                      int n_q, int t, int nh, int h_begin,
@@ -272,9 +318,9 @@ __device__ __forceinline__ void merge_splits_cluster(const AttentionArgs<TKV>& p
   for (int i = rank + warp * n_splits; i < n_q; i += n_warps * n_splits) {
     float* row = s_part + i * kPartLd;
     const int64_t tok = t + i / nh, h = h_begin + i % nh;
-    merge_split_item_from<kMaxClusterSplits>(
-        [row](int s, int64_t j) { return Cluster::map_shared_rank(row, s)[j]; }, n_splits, HD,
-        p.out, p.out_kind, tok * p.out_stride_token + h * p.out_stride_head, lane);
+    merge_split_item_batched<HD, kMaxClusterSplits>(
+        [row](int s, int64_t j) { return Cluster::map_shared_rank(row, s)[j]; }, n_splits, p.out,
+        p.out_kind, tok * p.out_stride_token + h * p.out_stride_head, lane);
   }
   Cluster::sync();  // the peers have read this CTA's rows: its shared memory may be reused or freed
 #else

@@ -86,7 +86,7 @@ static_assert(kWarpKeys == 16 && kMaxRows == 16);
 template <int HD>
 struct Layout {
   static constexpr int kLd = HD + 8;
-  static constexpr int kOutLd = HD + 4;
+  static constexpr int kOutLd = HD + 8;  // 8 banks per row: the warps' float2 stores conflict-free
   static constexpr int kPartLd = HD + 2;
   static constexpr int kPart = kWarps * kMaxRows * kOutLd;  // in floats from the K stages
   static constexpr int kK = kMaxRows * kLd;
@@ -477,10 +477,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       const float f = exp2f(m_r[r] - (mx == -INFINITY ? 0.0f : mx));
       float* dst = s_o + (warp * kMaxRows + i) * L::kOutLd;
 #pragma unroll
-      for (int dt = 0; dt < kDimTiles; ++dt) {
-        dst[dt * 8 + 2 * c] = o[dt][2 * r] * f;
-        dst[dt * 8 + 2 * c + 1] = o[dt][2 * r + 1] * f;
-      }
+      for (int dt = 0; dt < kDimTiles; ++dt)
+        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * c) =
+            make_float2(o[dt][2 * r] * f, o[dt][2 * r + 1] * f);
     }
     // Each row's max and sum over the warps, once per row (not per element below).
     if (threadIdx.x < kMaxRows) {
@@ -496,27 +495,50 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       s_row_l[i] = l;
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < n_q * HD; idx += kThreads) {
-      const int i = idx / HD, d = idx - i * HD;
-      const float mx = s_row_m[i], l = s_row_l[i];
-      float acc = 0.0f;
+    // Thread items of 4 columns of a row (kMergeIters per thread, every one's loads before the
+    // first store); each column's sum over the warps in warp order, from 0.
+    constexpr int kVecs = HD / 4;
+    constexpr int kMergeIters = kMaxRows * kVecs / kThreads;
+    static_assert(kMaxRows * kVecs % kThreads == 0);
+    float acc[kMergeIters][4];
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) acc += s_o[(w * kMaxRows + i) * L::kOutLd + d];
+    for (int it = 0; it < kMergeIters; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      const int i = idx / kVecs, d = (idx - i * kVecs) * 4;
+      float4 ow[kWarps];
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w)
+        ow[w] = *reinterpret_cast<const float4*>(s_o + (w * kMaxRows + i) * L::kOutLd + d);
+      acc[it][0] = acc[it][1] = acc[it][2] = acc[it][3] = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        acc[it][0] += ow[w].x;
+        acc[it][1] += ow[w].y;
+        acc[it][2] += ow[w].z;
+        acc[it][3] += ow[w].w;
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kMergeIters; ++it) {
+      const int idx = threadIdx.x + it * kThreads;
+      const int i = idx / kVecs, d = (idx - i * kVecs) * 4;
+      if (i >= n_q) continue;
+      const float mx = s_row_m[i], l = s_row_l[i];
       const int64_t tok = t + i / nh, h = h_begin + i % nh;
       if (p.n_splits == 1) {
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        device::store_float(p.out, tok * p.out_stride_token + h * p.out_stride_head + d, p.out_kind,
-                            acc * inv);
-      } else if constexpr (kCluster) {
-        float* part = s_part + i * L::kPartLd;
-        part[d] = acc;
-        if (d == 0) {
-          part[HD] = mx;
-          part[HD + 1] = l;
-        }
+        const int64_t base = tok * p.out_stride_token + h * p.out_stride_head + d;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          device::store_float(p.out, base + e, p.out_kind, acc[it][e] * inv);
       } else {
-        float* part = p.part + ((tok * p.n_heads + h) * p.n_splits + split) * part_stride;
-        part[d] = acc;
+        float* part;
+        if constexpr (kCluster)
+          part = s_part + i * L::kPartLd;
+        else
+          part = p.part + ((tok * p.n_heads + h) * p.n_splits + split) * part_stride;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[d + e] = acc[it][e];
         if (d == 0) {
           part[HD] = mx;
           part[HD + 1] = l;

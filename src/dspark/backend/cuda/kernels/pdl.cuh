@@ -56,10 +56,33 @@ inline bool pdl_after_cublaslt() {
   return on;
 }
 
+// The exception (session 18): qkv_prologue stays a programmatic dependent of the q/k/v GEMM before
+// it. Session 16's traces had it start 0.03-0.16 us after that GEMM (`..._64x24_..._4x1`, which
+// triggers its dependents early) as a programmatic dependent, and a plain launch adds ~0.3 us.
+// A launcher that wants this holds a ProgrammaticAfterCublasLt around its launch_pdl;
+// DSPARK_PROLOGUE_PDL_AFTER_LT=0 (read once) makes that launch plain too, for A/B measurements.
+inline bool& programmatic_after_cublaslt_here() {
+  static thread_local bool here = false;
+  return here;
+}
+class ProgrammaticAfterCublasLt {
+ public:
+  ProgrammaticAfterCublasLt() : previous_(programmatic_after_cublaslt_here()) {
+    static const bool on = env_switch("DSPARK_PROLOGUE_PDL_AFTER_LT", true);
+    programmatic_after_cublaslt_here() = on;
+  }
+  ~ProgrammaticAfterCublasLt() { programmatic_after_cublaslt_here() = previous_; }
+  ProgrammaticAfterCublasLt(const ProgrammaticAfterCublasLt&) = delete;
+  ProgrammaticAfterCublasLt& operator=(const ProgrammaticAfterCublasLt&) = delete;
+
+ private:
+  bool previous_;
+};
 // Whether the next launch_pdl on this host thread will be a programmatic one (it consumes the
 // note above; this does not).
 inline bool next_launch_programmatic() {
-  return pdl_enabled() && (!launched_cublaslt_last() || pdl_after_cublaslt());
+  return pdl_enabled() &&
+         (!launched_cublaslt_last() || pdl_after_cublaslt() || programmatic_after_cublaslt_here());
 }
 
 // launch_pdl with the grid's CTAs grouped into thread-block clusters of `cluster` CTAs (sm_90;

@@ -148,6 +148,7 @@ void qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
       const dim3 grid(static_cast<unsigned>(n),
                       static_cast<unsigned>((a.n_heads + 2 * a.n_kv_heads + kWarps - 1) / kWarps));
       const cudaStream_t stream = stream_of(ctx);
+      const ProgrammaticAfterCublasLt programmatic;  // also after the q/k/v GEMM (pdl.cuh)
       switch (a.head_dim) {
         case 64:
           launch_pdl(qkv_prologue_kernel<device_t<T>, device_t<TP>, 2>, grid, dim3(kWarps * 32), 0,
