@@ -87,6 +87,21 @@ __device__ __forceinline__ void cp_async16_at(unsigned smem_address, const void*
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address), "l"(gmem)
                : "memory");
 }
+// cp_async16 under a predicate, branch-free: when `issue`, the first `src_bytes` (0 or 16) bytes
+// come from gmem and the rest of the 16 are zeros (src_bytes 0: zeros, gmem not read but still a
+// valid, aligned address); when !issue, nothing.
+__device__ __forceinline__ void cp_async16_if(void* smem, const void* gmem, int src_bytes,
+                                              bool issue) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile(
+      "{\n"
+      " .reg .pred p;\n"
+      " setp.ne.b32 p, %3, 0;\n"
+      " @p cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+      "}\n" ::"r"(s),
+      "l"(gmem), "r"(src_bytes), "r"(static_cast<int>(issue))
+      : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }

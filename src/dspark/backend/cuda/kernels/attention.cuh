@@ -279,20 +279,19 @@ __device__ __forceinline__ int64_t key_row_offset(const AttentionArgs<TKV>& p,
 
 // The tensor-core kernels' K/V tile copies, one 16-byte chunk: columns cc * 8 .. of key j's K and
 // V rows (at `off` in the pages; -1: no row of the CTA sees the key) into sk / sv by cp.async when
-// j is in [key_lo, key_hi); a chunk without a key is zero-filled when `zero`.
+// j is in [key_lo, key_hi); a chunk without a key is zero-filled when `zero` (by the same
+// cp.async, reading nothing: part of the thread's group, like the copies). Predicated, without
+// branches, so that a tile's chunks issue back to back.
 template <typename TKV>
 __device__ __forceinline__ void copy_kv_chunk(const AttentionArgs<TKV>& p, int64_t off, int j,
                                               int cc, int key_lo, int key_hi, bool zero, TKV* sk,
                                               TKV* sv) {
-  if (off >= 0) {
-    if (j >= key_lo && j < key_hi) {
-      device::cp_async16(sk, p.k_pages + off + cc * 8);
-      device::cp_async16(sv, p.v_pages + off + cc * 8);
-    }
-  } else if (zero) {
-    *reinterpret_cast<uint4*>(sk) = make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint4*>(sv) = make_uint4(0, 0, 0, 0);
-  }
+  const bool visible = off >= 0;
+  const bool issue = visible ? j >= key_lo && j < key_hi : zero;
+  const int64_t at = visible ? off + cc * 8 : 0;
+  const int bytes = visible ? 16 : 0;
+  device::cp_async16_if(sk, p.k_pages + at, bytes, issue);
+  device::cp_async16_if(sv, p.v_pages + at, bytes, issue);
 }
 
 // The cluster merge of one segment's n_q partial rows (tokens from t, heads from h_begin; row i

@@ -401,15 +401,28 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       }
 
       uint32_t pa[4];  // P as the A operand of P.V (keys 2c, 2c+1 | 2c+8, 2c+9 of the warp)
+      // The scores, scaled (and soft-capped: one branch for all 8, not one per element, which
+      // kept the compiler from interleaving the elements).
+      float v[2][4];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[r][e] = s[e >> 1][2 * r + (e & 1)] * p.scale;
+      }
+      if (p.softcap > 0.0f) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[r][e] = p.softcap * tanhf(v[r][e] / p.softcap);
+        }
+      }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float x[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int nt = e >> 1, j = kw0 + nt * 8 + 2 * c + (e & 1);
-          float v = s[nt][2 * r + (e & 1)] * p.scale;
-          if (p.softcap > 0.0f) v = p.softcap * tanhf(v / p.softcap);
-          x[e] = (j >= lo_r[r] && j < hi_r[r]) ? v * kLog2e : -INFINITY;
+          x[e] = (j >= lo_r[r] && j < hi_r[r]) ? v[r][e] * kLog2e : -INFINITY;
         }
         float mx = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
         mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 1));
