@@ -90,7 +90,9 @@ fi
 # 8) add_rms_norm's one-pass kernel with N CTAs per row (DSPARK_NORM_CLUSTER=N; 1: one CTA per
 # row, the kernel before session 17), one containing "prplain" a plain launch for qkv_prologue
 # after the q/k/v GEMM too (DSPARK_PROLOGUE_PDL_AFTER_LT=0; by default it is programmatic since
-# session 18).
+# session 18), one containing "cvoff" the driver's shared-memory carveout for dspark's launches
+# (DSPARK_SMEM_CARVEOUT=off, the default) and one containing "cvmax" the largest one
+# (DSPARK_SMEM_CARVEOUT=100: session 18 measured the decode step 0.5 ms slower with it).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -127,6 +129,8 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == *pdllt* ]] && export DSPARK_PDL_AFTER_LT=1
     [[ "$r" =~ nc([1248]) ]] && export DSPARK_NORM_CLUSTER="${BASH_REMATCH[1]}"
     [[ "$r" == *prplain* ]] && export DSPARK_PROLOGUE_PDL_AFTER_LT=0
+    [[ "$r" == *cvoff* ]] && export DSPARK_SMEM_CARVEOUT=off
+    [[ "$r" == *cvmax* ]] && export DSPARK_SMEM_CARVEOUT=100
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace --trace-timeline "$out/round_${r}_timeline.csv")
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

@@ -82,6 +82,43 @@ TEST(ModelGoldenCpu, ShardedEqualsSingleFile) {
   EXPECT_EQ(test::max_abs_error(logits[0], logits[1]), 0.0);
 }
 
+// The logits of every row in order skip the gather before the LM head (llama_family.cpp,
+// logits_of_every_row); the same rows in another order go through it: the same values.
+TEST(ModelGoldenCpu, LogitRowsInOrderEqualTheGatheredRows) {
+  const auto dir = test::golden_models_dir() / "llama3";
+  if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no fixtures";
+  Context ctx(Device::cpu());
+  auto model = load_model(dir, Device::cpu(), DType::f32);
+  const test::GoldenSet g = test::load_golden_set(dir);
+  const auto& tokens = g.prompts[2].tokens;
+  const auto n = static_cast<int32_t>(tokens.size());
+  ASSERT_GE(n, 2);
+  auto run = [&](const std::vector<int32_t>& rows) {
+    PagedKvCache kv(model->kv_shape(16, test::pages_for(n, 16)), Device::cpu());
+    ForwardBatch b;
+    b.tokens = tokens;
+    b.row_indptr = {0, n};
+    b.seqs = {kv.create_sequence()};
+    b.logit_indices = rows;
+    return to_vector<float>(model->forward(ctx, kv, b).logits);
+  };
+  std::vector<int32_t> in_order(static_cast<size_t>(n)), reversed;
+  for (int32_t i = 0; i < n; ++i) in_order[static_cast<size_t>(i)] = i;
+  reversed.assign(in_order.rbegin(), in_order.rend());
+  const std::vector<float> a = run(in_order), b = run(reversed);
+  ASSERT_EQ(a.size(), b.size());
+  const size_t vocab = a.size() / static_cast<size_t>(n);
+  for (size_t r = 0; r < static_cast<size_t>(n); ++r) {
+    const size_t from = (static_cast<size_t>(n) - 1 - r) * vocab;
+    const std::vector<float> row_a(a.begin() + static_cast<std::ptrdiff_t>(r * vocab),
+                                   a.begin() + static_cast<std::ptrdiff_t>((r + 1) * vocab));
+    const std::vector<float> row_b(b.begin() + static_cast<std::ptrdiff_t>(from),
+                                   b.begin() + static_cast<std::ptrdiff_t>(from + vocab));
+    // The LM head's GEMM may block rows differently: f32 rounding, not bits.
+    EXPECT_LE(test::max_abs_error(row_a, row_b), 1e-5) << "row " << r;
+  }
+}
+
 TEST(ModelRegistry, KnowsTheFamilyAndRejectsOthers) {
   const auto names = supported_architectures();
   for (const char* a :

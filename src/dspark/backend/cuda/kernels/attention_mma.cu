@@ -300,12 +300,20 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     // tile `tile` (offsets in s_off[stage]) whose keys are in [key_lo, key_hi) into `stage` (zero:
     // the chunks without a key are filled with zeros).
     auto key_offset = [&](int j) { return key_row_offset(p, row_pages, kv_head, kmin, kmax, j); };
+    // Without `zero`, an iteration whose keys (kGroupKeys of them, the same for every thread of
+    // the CTA) all lie outside [key_lo, key_hi) copies nothing and is skipped, by a branch that
+    // is uniform over the CTA: the copies of this step's keys right after the wait (a decode
+    // row's one new key, a verify's 17) then cost one or a few iterations, not kIters.
     auto copy = [&](int tile, int stage, int key_lo, int key_hi, bool zero) {
       constexpr int kIters = kTileKeys * kChunks / kThreads;
+      constexpr int kGroupKeys = kThreads / kChunks;  // keys per iteration
+      static_assert(kThreads % kChunks == 0);
       T* dk = s_k + stage * kTileKeys * kLd;
       T* dv = s_v + stage * kTileKeys * kLd;
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
+        const int group0 = tile * kTileKeys + it * kGroupKeys;
+        if (!zero && (group0 + kGroupKeys <= key_lo || group0 >= key_hi)) continue;
         const int idx = threadIdx.x + it * kThreads;
         const int jj = idx / kChunks, cc = idx % kChunks, j = tile * kTileKeys + jj;
         copy_kv_chunk(p, s_off[stage * kTileKeys + jj], j, cc, key_lo, key_hi, zero,

@@ -14,6 +14,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "dspark/backend/cuda/kernels/common.cuh"
@@ -85,6 +88,24 @@ inline bool next_launch_programmatic() {
          (!launched_cublaslt_last() || pdl_after_cublaslt() || programmatic_after_cublaslt_here());
 }
 
+// The shared-memory carveout launch_pdl asks for, in percent of the SM's maximum: an opt-in
+// measurement switch (session 18). An SM runs CTAs of one carveout at a time, so a kernel whose
+// CTAs ask for another carveout than those still resident there cannot start on that SM before it
+// drains; the idea was to keep every SM at the largest carveout (cuBLASLt's GEMMs and the
+// attention take it) so that programmatic dependents start early. Measured on the H200
+// (DSPARK_SMEM_CARVEOUT=100 against the default, one call): verify 16 5.116 -> 5.096 ms, but the
+// graphed decode step 4.415 -> 4.924 ms (the one-row kernels lose their L1), so the default is
+// the driver's choice (no attribute: the launches as before). DSPARK_SMEM_CARVEOUT=N (0-100, read
+// once) asks for N percent.
+inline int smem_carveout() {
+  static const int value = [] {
+    const char* v = std::getenv("DSPARK_SMEM_CARVEOUT");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "off") == 0) return -1;  // the driver's
+    return std::clamp(std::atoi(v), 0, 100);
+  }();
+  return value;
+}
+
 // launch_pdl with the grid's CTAs grouped into thread-block clusters of `cluster` CTAs (sm_90;
 // each dimension divides the grid's); a cluster of {1, 1, 1} is a plain launch_pdl.
 template <typename... Params, typename... Args>
@@ -95,16 +116,23 @@ void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attrs[2] = {};
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = next_launch_programmatic() ? 1 : 0;
+  cudaLaunchAttribute attrs[3] = {};
+  unsigned n = 0;
+  attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[n++].val.programmaticStreamSerializationAllowed = next_launch_programmatic() ? 1 : 0;
   launched_cublaslt_last() = false;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = cluster.x;
-  attrs[1].val.clusterDim.y = cluster.y;
-  attrs[1].val.clusterDim.z = cluster.z;
+  if (smem_carveout() >= 0) {
+    attrs[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attrs[n++].val.sharedMemCarveout = static_cast<unsigned>(smem_carveout());
+  }
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster.x;
+    attrs[n].val.clusterDim.y = cluster.y;
+    attrs[n++].val.clusterDim.z = cluster.z;
+  }
   config.attrs = attrs;
-  config.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
+  config.numAttrs = n;
   DSPARK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
