@@ -97,6 +97,13 @@ inline bool next_launch_programmatic() {
 // graphed decode step 4.415 -> 4.924 ms (the one-row kernels lose their L1), so the default is
 // the driver's choice (no attribute: the launches as before). DSPARK_SMEM_CARVEOUT=N (0-100, read
 // once) asks for N percent.
+// DSPARK_SMEM_CARVEOUT_AFTER_LT=1 (read once) limits that request to the first launch after one of
+// linear's cuBLASLt GEMMs (note_cublaslt_launch: in a verify forward qkv_prologue, the norms and
+// SwiGLU), leaving the one-row kernels of decode steps at the driver's choice; not yet measured.
+inline bool smem_carveout_after_cublaslt_only() {
+  static const bool on = env_switch("DSPARK_SMEM_CARVEOUT_AFTER_LT", false);
+  return on;
+}
 inline int smem_carveout() {
   static const int value = [] {
     const char* v = std::getenv("DSPARK_SMEM_CARVEOUT");
@@ -120,8 +127,9 @@ void launch_pdl_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t
   unsigned n = 0;
   attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[n++].val.programmaticStreamSerializationAllowed = next_launch_programmatic() ? 1 : 0;
+  const bool after_cublaslt = launched_cublaslt_last();
   launched_cublaslt_last() = false;
-  if (smem_carveout() >= 0) {
+  if (smem_carveout() >= 0 && (after_cublaslt || !smem_carveout_after_cublaslt_only())) {
     attrs[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
     attrs[n++].val.sharedMemCarveout = static_cast<unsigned>(smem_carveout());
   }
