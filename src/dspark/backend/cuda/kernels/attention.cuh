@@ -110,6 +110,23 @@ __device__ __forceinline__ int row_of_token(const int32_t* q_indptr, int n_rows,
 // memory: attention_mma.cu), for n_splits <= kSplitsMax (a smaller bound only drops loop steps
 // that do nothing: the same values).
 static_assert(kMaxSplits <= 32);
+// The merge's weights: lane s holds split s's max ms and sum ls (lanes >= n_splits: -inf, 0);
+// w[s] is split s's weight exp2(ms - max) in every lane, and the result 1 / (the weighted sums
+// added in split order), 0 for an empty row.
+template <int kSplitsMax>
+__device__ __forceinline__ float split_weights(float ms, float ls, int n_splits,
+                                               float (&w)[kSplitsMax]) {
+  const float m = device::warp_max(ms);
+  const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;  // this lane's split
+  float l = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSplitsMax; ++s) {
+    w[s] = __shfl_sync(device::kFullMask, weight, s);
+    const float term = __shfl_sync(device::kFullMask, ls * weight, s);
+    if (s < n_splits) l += term;
+  }
+  return l > 0.0f ? 1.0f / l : 0.0f;
+}
 template <int kSplitsMax = kMaxSplits, typename Load>
 __device__ __forceinline__ void merge_split_item_from(Load load, int n_splits, int head_dim,
                                                       void* out, device::FloatKind out_kind,
@@ -118,17 +135,8 @@ __device__ __forceinline__ void merge_split_item_from(Load load, int n_splits, i
   const bool mine = lane < n_splits;
   const float ms = mine ? load(lane, int64_t{head_dim}) : -INFINITY;
   const float ls = mine ? load(lane, int64_t{head_dim} + 1) : 0.0f;
-  const float m = device::warp_max(ms);
-  const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;  // this lane's split
   float w[kSplitsMax];  // every split's weight, in every lane (before lanes diverge over d)
-  float l = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kSplitsMax; ++s) {
-    w[s] = __shfl_sync(device::kFullMask, weight, s);
-    const float term = __shfl_sync(device::kFullMask, ls * weight, s);
-    if (s < n_splits) l += term;
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const float inv = split_weights(ms, ls, n_splits, w);
   for (int d = lane; d < head_dim; d += 32) {
     float o = 0.0f;
 #pragma unroll
@@ -161,17 +169,8 @@ __device__ __forceinline__ void merge_split_item_batched(Load load, int n_splits
 #pragma unroll
     for (int j = 0; j < kD; ++j) v[s][j] = s < n_splits ? load(s, int64_t{lane} + 32 * j) : 0.0f;
   }
-  const float m = device::warp_max(ms);
-  const float weight = ms > -INFINITY ? exp2f(ms - m) : 0.0f;
   float w[kSplitsMax];
-  float l = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kSplitsMax; ++s) {
-    w[s] = __shfl_sync(device::kFullMask, weight, s);
-    const float term = __shfl_sync(device::kFullMask, ls * weight, s);
-    if (s < n_splits) l += term;
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const float inv = split_weights(ms, ls, n_splits, w);
 #pragma unroll
   for (int j = 0; j < kD; ++j) {
     float o = 0.0f;
