@@ -335,6 +335,14 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
           {"round_host_work_outside_waits_ms", host_work},
           {"round_host_work_outside_waits_by_phase_ms",
            {{"draft", draft_work}, {"verify", verify_work}, {"rest", rest_work}}},
+          // The verify phase's host work in parts (spinning waits: the readback's CPU minus the
+          // wall time of its wait): batch build, target forward (staging and graph launch),
+          // verifier enqueue, readback and acceptance.
+          {"round_host_work_verify_parts_ms",
+           {{"batch", gs.verify_batch_cpu},
+            {"forward", gs.verify_forward_cpu},
+            {"verifier_launch", gs.verify_launch_cpu},
+            {"readback", gs.verify_read_cpu - gs.verify_wait}}},
           // The measured run of those rounds alone: target step forwards (verifies; prefill chunks
           // above ForwardStats::kStepTokens excluded) and drafter rounds that replayed a graph.
           {"measured_run",
@@ -374,6 +382,12 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                          "synchronize; by phase: draft / verify / rest {:.3f} / {:.3f} / {:.3f}",
                          gs.draft_cpu + gs.verify_cpu + gs.rest_cpu, gs.sync_wait, draft_work,
                          verify_work, rest_work)});
+      if (!o.blocking_sync)
+        rows.push_back(
+            {"    verify phase's host work", fmt::format("{:.3f}", verify_work), "",
+             fmt::format("batch {:.3f}, forward {:.3f}, verifier launch {:.3f}, readback {:.3f}",
+                         gs.verify_batch_cpu, gs.verify_forward_cpu, gs.verify_launch_cpu,
+                         gs.verify_read_cpu - gs.verify_wait)});
       if (o.blocking_sync)
         rows.push_back({"  CPU per round: draft / verify / rest",
                         fmt::format("{:.3f}", cpu2.draft_cpu + cpu2.verify_cpu + cpu2.rest_cpu), "",

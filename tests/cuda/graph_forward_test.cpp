@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -53,8 +54,10 @@ class GraphForwardCuda : public ::testing::Test {
   // Runs `steps` steps of R rows x T tokens on an eager and a graphed model and compares every
   // output and the KV pools after every step. After each verify step (T > 1) each row keeps a
   // random 1..T of its T new tokens (rollback of rejected drafts).
+  // With `argmax`, every batch but the prefill asks for the forward's argmax (want_argmax):
+  // eager and graphed give the same, the argmax of their logits.
   void run_and_compare(int n_rows, int tokens_per_row, int steps, bool all_logits,
-                       std::vector<int> taps) {
+                       std::vector<int> taps, bool argmax = false) {
     // One context each: scratch growth by one model must not force recaptures in the other.
     Context ctx_e(Device::cuda(0)), ctx_g(Device::cuda(0));
     auto eager = load_model(dir_, Device::cuda(0), DType::bf16);
@@ -93,6 +96,21 @@ class GraphForwardCuda : public ::testing::Test {
       for (size_t i = 0; i < taps_e.size(); ++i)
         EXPECT_EQ(first_difference(raw_bytes(o_g.taps[i]), taps_e[i], 2), -1)
             << what << ": tap " << i << " differs";
+      if (b_g.want_argmax) {
+        ctx_e.synchronize();
+        ASSERT_NE(o_e.argmax, nullptr) << what;
+        ASSERT_NE(o_g.argmax, nullptr) << what;
+        const auto rows = static_cast<size_t>(o_g.logits.size(0));
+        const auto vocab = static_cast<size_t>(o_g.logits.size(1));
+        std::vector<float> lg(rows * vocab);
+        std::memcpy(lg.data(), logits_g.data(), lg.size() * sizeof(float));
+        for (size_t r = 0; r < rows; ++r) {
+          const auto* row = lg.data() + r * vocab;
+          const auto best = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+          EXPECT_EQ(o_g.argmax[r], best) << what << ": argmax of row " << r;
+          EXPECT_EQ(o_e.argmax[r], best) << what << ": eager argmax of row " << r;
+        }
+      }
       for (int l = 0; l < c.num_layers; ++l) {
         EXPECT_EQ(first_difference(raw_bytes(kv_g.k_pages(l)), raw_bytes(kv_e.k_pages(l)), 2), -1)
             << what << ": K of layer " << l << " differs";
@@ -101,8 +119,10 @@ class GraphForwardCuda : public ::testing::Test {
       }
     };
     auto make_batch = [&](const std::vector<SeqId>& seqs, const std::vector<int>& counts,
-                          const std::vector<int32_t>& tokens, bool every_logit) {
+                          const std::vector<int32_t>& tokens, bool every_logit,
+                          bool want_argmax = false) {
       ForwardBatch b;
+      b.want_argmax = want_argmax;
       b.tokens = tokens;
       b.seqs = seqs;
       b.row_indptr = {0};
@@ -145,8 +165,8 @@ class GraphForwardCuda : public ::testing::Test {
       }
       ++splits[cuda::paged_attention_splits(int64_t{n_rows} * tokens_per_row, c.num_heads,
                                             c.num_kv_heads, n_rows, total_pages, kPageSize)];
-      compare(make_batch(seqs_e, counts, tokens, all_logits),
-              make_batch(seqs_g, counts, tokens, all_logits), fmt::format("step {}", step));
+      compare(make_batch(seqs_e, counts, tokens, all_logits, argmax),
+              make_batch(seqs_g, counts, tokens, all_logits, argmax), fmt::format("step {}", step));
       for (int r = 0; r < n_rows; ++r) {
         int& len = lengths[static_cast<size_t>(r)];
         len += tokens_per_row == 1 ? 1 : keep(gen);  // verify: roll back the rejected drafts
@@ -195,6 +215,12 @@ TEST_F(GraphForwardCuda, DecodeBatch4WithTaps) {
 
 TEST_F(GraphForwardCuda, VerifyK4Batch1) {
   run_and_compare(1, 5, 60, true, {});
+}
+
+// A verify of 17 tokens with taps (from the norm after the MLP: ResidualNorm::tap) and the
+// forward's argmax (the greedy verify's).
+TEST_F(GraphForwardCuda, VerifyK16Batch1WithTapsAndArgmax) {
+  run_and_compare(1, 17, 40, true, {-1, 0, 2}, true);
 }
 
 TEST_F(GraphForwardCuda, VerifyK16Batch4) {

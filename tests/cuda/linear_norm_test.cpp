@@ -5,12 +5,13 @@
 // K; every case asserts that the split ran (cuda::linear_norm_split_launches). Then the calls it
 // declines (one row, more rows than the limit, K not a multiple of 8 S, a 16-bit y, the split
 // off), which take linear + add_rms_norm with the same bits as those two ops; then the same bits
-// on every call.
+// on every call, and the residual copy (a tap) with y as scratch (LinearNormExtras).
 #include "dspark/ops/linear_norm.h"
 
 #include <string>
 
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 
@@ -178,6 +179,55 @@ TEST(CudaLinearNorm, DeclinedCallsEqualLinearThenAddRmsNorm) {
     expect_equal(o.residual.gpu, res_ref, std::string(c.why) + " residual");
     expect_equal(o.out.gpu, out_ref, std::string(c.why) + " out");
     expect_close(o.out.gpu, o.out.cpu, tolerance(DType::bf16), std::string(c.why) + " vs CPU");
+  }
+}
+
+// LinearNormExtras: the residual's copy (a model's tap) and y as scratch. On the GPU the copy has
+// the bits of convert(residual) after the op and residual / out the bits of the call without
+// extras: from the split's norm kernel (a bf16 copy of an f32 residual), else from a convert after
+// it (an f32 copy; a declined call). The CPU's copy matches too.
+TEST(CudaLinearNorm, ResidualCopyAndScratchYMatchTheOps) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  struct CopyCase {
+    int splits;
+    int64_t m, k, n;
+    DType copy;
+    bool split;  // the K split runs
+  };
+  const CopyCase cases[] = {
+      {2, 17, 4096, 4096, DType::bf16, true}, {2, 33, 12288, 4096, DType::bf16, true},
+      {3, 5, 384, 100, DType::bf16, true},    {2, 17, 512, 256, DType::f32, true},
+      {2, 1, 512, 256, DType::bf16, false},   {0, 8, 512, 256, DType::bf16, false}};
+  uint32_t seed = 950;
+  for (const CopyCase& c : cases) {
+    const ScopedNormSplits guard(c.splits);
+    const Operands o =
+        make_operands(DType::bf16, DType::f32, DType::f32, DType::bf16, c.m, c.k, c.n, seed);
+    seed += 4;
+    const std::string what = "S=" + std::to_string(c.splits) + " M=" + std::to_string(c.m) +
+                             " N=" + std::to_string(c.n) + " copy " + name_of(c.copy);
+    // The reference: the call without extras, then convert, on copies of the same inputs.
+    const OwnedTensor res_ref = OwnedTensor::copy_of(o.residual.gpu.view(), kTestGpu);
+    const OwnedTensor y_ref = OwnedTensor::zeros(DType::f32, Shape{c.m, c.n}, kTestGpu);
+    const OwnedTensor out_ref = OwnedTensor::zeros(DType::bf16, Shape{c.m, c.n}, kTestGpu);
+    const OwnedTensor copy_ref = OwnedTensor::zeros(c.copy, Shape{c.m, c.n}, kTestGpu);
+    linear_add_rms_norm(ctx.gpu, o.x_gpu, o.w.gpu, y_ref, res_ref, o.weight.gpu, out_ref, kParams);
+    convert(ctx.gpu, res_ref, copy_ref);
+    const Pair copy = zeros_pair(c.copy, Shape{c.m, c.n});
+    const uint64_t before = cuda::linear_norm_split_launches();
+    linear_add_rms_norm(ctx.cpu, o.x_cpu, o.w.cpu, o.y.cpu, o.residual.cpu, o.weight.cpu, o.out.cpu,
+                        kParams, LinearNormExtras{copy.cpu, false});
+    linear_add_rms_norm(ctx.gpu, o.x_gpu, o.w.gpu, o.y.gpu, o.residual.gpu, o.weight.gpu, o.out.gpu,
+                        kParams, LinearNormExtras{copy.gpu, false});
+    ctx.gpu.synchronize();
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+    EXPECT_EQ(cuda::linear_norm_split_launches(), before + (c.split ? 1 : 0)) << what;
+#endif
+    expect_equal(copy.gpu, copy_ref, what + " copy");
+    expect_equal(o.residual.gpu, res_ref, what + " residual");
+    expect_equal(o.out.gpu, out_ref, what + " out");
+    expect_close(copy.gpu, copy.cpu, tolerance(c.copy), what + " copy vs CPU");
   }
 }
 

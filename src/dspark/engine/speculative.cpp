@@ -277,11 +277,15 @@ void SpeculativeEngine::decode_round() {
   }
   batch.logit_indices.resize(batch.tokens.size());
   for (size_t t = 0; t < batch.tokens.size(); ++t) batch.logit_indices[t] = static_cast<int32_t>(t);
+  // A greedy round (as the verifier decides it) takes the target's argmax from the forward itself.
+  bool greedy = !proposal.q.defined();
+  for (const SamplingParams& p : s.params) greedy = greedy && p.greedy();
+  batch.want_argmax = greedy;
   const double cb = cpu_times ? thread_cpu_ms() : 0.0;
   ForwardOutput fo = target_.forward(ctx_, kv_, batch);
   const double cf = cpu_times ? thread_cpu_ms() : 0.0;
   VerifyResult& vr = s.verified;
-  verifier_.verify(ctx_, fo.logits, proposal, s.params, s.seeds, s.positions, vr);
+  verifier_.verify(ctx_, fo.logits, proposal, s.params, s.seeds, s.positions, vr, fo.argmax);
   const auto t2 = Clock::now();
   const double c2 = cpu_times ? thread_cpu_ms() : 0.0;
   const double sync2 = cpu_times ? ctx_.synchronize_wall_ms() : 0.0;

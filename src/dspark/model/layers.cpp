@@ -228,11 +228,15 @@ namespace {
 void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
                   const Tensor& bias, const Tensor& y, const ResidualNorm* then) {
   if (then != nullptr && !scale.defined() && !(bias.defined() && bias.numel() > 0)) {
-    linear_add_rms_norm(ctx, x, w, y, then->residual, then->weight, then->out, then->params);
+    // y is the block's out, scratch here: the fused kernel need not store it.
+    linear_add_rms_norm(ctx, x, w, y, then->residual, then->weight, then->out, then->params,
+                        LinearNormExtras{then->tap, false});
     return;
   }
   project(ctx, x, w, scale, bias, y);
-  if (then != nullptr) add_rms_norm(ctx, then->residual, y, then->weight, then->out, then->params);
+  if (then == nullptr) return;
+  add_rms_norm(ctx, then->residual, y, then->weight, then->out, then->params);
+  if (then->tap.defined()) convert(ctx, then->residual, then->tap);
 }
 
 }  // namespace

@@ -183,12 +183,14 @@ struct AttentionScratch {
 
 // The residual add and RMSNorm after a block: residual += the block's out; out = rms_norm(residual)
 // (add_rms_norm's arguments). A block given one runs it fused with its last projection where it
-// can (ops/linear_norm.h: 16-bit weights without scale or bias), else right after it.
+// can (ops/linear_norm.h: 16-bit weights without scale or bias), else right after it; the block's
+// own out is then scratch (its contents afterwards unspecified).
 struct ResidualNorm {
   Tensor residual;  // [n, hidden], updated in place
   Tensor weight;    // [hidden]
   Tensor out;       // [n, hidden]
   RmsNormParams params;
+  Tensor tap;  // optional [n, hidden]: the updated residual, converted to its dtype
 };
 
 // out[n, hidden] = o_proj(attention(rope(q), paged cache after writing rope(k), v)) for the

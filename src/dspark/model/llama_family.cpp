@@ -27,6 +27,7 @@
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/rope.h"
+#include "dspark/ops/softmax.h"
 
 namespace dspark {
 namespace {
@@ -115,6 +116,7 @@ class LlamaFamilyModel final : public Model {
  private:
   struct Activations {
     Tensor x, xn, proj, gate_up, mlp, logit_rows, logits;
+    Tensor argmax;  // i32 [m]: ForwardBatch::want_argmax
     AttentionScratch attn;
     std::vector<Tensor> taps;
   };
@@ -136,10 +138,14 @@ class LlamaFamilyModel final : public Model {
   void prepare_activations(int64_t n, int64_t m, size_t n_taps, ActivationArena& arena,
                            Activations& act) const;
   HostPlan plan_host(PagedKvCache& kv, const ForwardBatch& b) const;
-  // Enqueues every kernel of the forward (the same sequence, eager or captured).
+  // Enqueues every kernel of the forward (the same sequence, eager or captured); with
+  // want_argmax on CUDA, the argmax's copy into argmax_host (pinned, m values).
   void enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatch& b, const ForwardViews& v,
-               const Activations& a) const;
-  ForwardOutput output(const ForwardBatch& b, const Activations& a) const;
+               const Activations& a, int32_t* argmax_host) const;
+  ForwardOutput output(const ForwardBatch& b, const Activations& a,
+                       const int32_t* argmax_host) const;
+  // The pinned host memory of an eager forward's argmax copy (CUDA; grown after a sync).
+  int32_t* eager_argmax_host(Context& ctx, int64_t m);
   ForwardOutput forward_eager(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
                               const HostPlan& h);
 
@@ -152,6 +158,7 @@ class LlamaFamilyModel final : public Model {
   struct GraphKey {
     int64_t n_tokens = 0, n_rows = 0, n_logits = 0;
     bool logits_of_every_row = false;  // logits_of_every_row(batch): no gather before the LM head
+    bool want_argmax = false;
     std::vector<int> taps;
     const void* k_pool = nullptr;
     const void* v_pool = nullptr;
@@ -159,8 +166,8 @@ class LlamaFamilyModel final : public Model {
     const Context* ctx = nullptr;
     const void* blas_workspace = nullptr;
     auto tie() const {
-      return std::tie(n_tokens, n_rows, n_logits, logits_of_every_row, taps, k_pool, v_pool,
-                      num_pages, page_size, ctx, blas_workspace);
+      return std::tie(n_tokens, n_rows, n_logits, logits_of_every_row, want_argmax, taps, k_pool,
+                      v_pool, num_pages, page_size, ctx, blas_workspace);
     }
     bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
   };
@@ -169,7 +176,8 @@ class LlamaFamilyModel final : public Model {
                          // logit indices, page indices (capacity grows; graphs then recaptured)
     ActivationArena arena;
     Activations act;
-    GraphSet graphs;  // by attention split count
+    cuda::PinnedBuffer argmax_host;  // want_argmax: the argmax's copy (m values)
+    GraphSet graphs;                 // by attention split count
     uint64_t last_use = 0;
     size_t bytes() const { return arena.capacity(); }
   };
@@ -196,6 +204,7 @@ class LlamaFamilyModel final : public Model {
   PackedIndices meta_;
   ActivationArena arena_;
   Activations act_;
+  cuda::PinnedBuffer eager_argmax_host_;
 
   bool graphs_enabled_ = cuda::graphs_enabled_by_env();
   struct ReplayTimes {  // the last forward_graphed, when it replayed a graph
@@ -318,6 +327,7 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
   for (Tensor& t : a.taps) f(t, dtype_, Shape{n, h});
   f(a.logit_rows, dtype_, Shape{m, h});
   f(a.logits, DType::f32, Shape{m, static_cast<int64_t>(config_.vocab_size)});
+  f(a.argmax, DType::i32, Shape{m});
 }
 
 void LlamaFamilyModel::prepare_activations(int64_t n, int64_t m, size_t n_taps,
@@ -399,37 +409,56 @@ ForwardOutput LlamaFamilyModel::forward_eager(Context& ctx, PagedKvCache& kv, co
       ForwardMeta{meta_.view(s_positions), meta_.view(s_slots), meta_.view(s_q_indptr),
                   meta_.view(s_page_indptr), meta_.view(s_page_indices), meta_.view(s_kv_lens)}};
   prepare_activations(n, m, b.tap_layers.size(), arena_, act_);
-  enqueue(ctx, kv, b, v, act_);
-  return output(b, act_);
+  int32_t* argmax_host = b.want_argmax && ctx.is_cuda() ? eager_argmax_host(ctx, m) : nullptr;
+  enqueue(ctx, kv, b, v, act_, argmax_host);
+  return output(b, act_, argmax_host);
+}
+
+int32_t* LlamaFamilyModel::eager_argmax_host(Context& ctx, int64_t m) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(m, 1)) * sizeof(int32_t);
+  if (eager_argmax_host_.bytes() < bytes) {
+    ctx.synchronize();  // a queued copy may still write the old buffer
+    eager_argmax_host_ = cuda::PinnedBuffer(std::max<size_t>(2 * bytes, 4096));
+  }
+  return static_cast<int32_t*>(eager_argmax_host_.data());
 }
 
 void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
-                               const ForwardViews& v, const Activations& a) const {
+                               const ForwardViews& v, const Activations& a,
+                               int32_t* argmax_host) const {
   const auto m = static_cast<int64_t>(b.logit_indices.size());
   const ForwardMeta& meta = v.meta;
-  auto save_taps = [&](int layer) {
+  // The first tap of a layer comes from the norm after its MLP (ResidualNorm::tap); the rest
+  // (the embedding's, a layer named twice) from a convert.
+  auto first_tap = [&](int layer) {
+    for (size_t i = 0; i < b.tap_layers.size(); ++i)
+      if (b.tap_layers[i] == layer) return static_cast<int>(i);
+    return -1;
+  };
+  auto save_taps = [&](int layer, int done) {
     for (size_t i = 0; i < b.tap_layers.size(); ++i) {
-      if (b.tap_layers[i] == layer) convert(ctx, a.x, a.taps[i]);
+      if (b.tap_layers[i] == layer && static_cast<int>(i) != done) convert(ctx, a.x, a.taps[i]);
     }
   };
 
   const RmsNormParams norm{static_cast<float>(config_.rms_norm_eps), false};
   gather_rows(ctx, embed_, v.tokens, a.x);
-  save_taps(kTapEmbedding);
+  save_taps(kTapEmbedding, -1);
   rms_norm(ctx, a.x, layers_.front().norm_in, a.xn, norm);
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& lw = layers_[static_cast<size_t>(l)];
     const AttentionParams params{scale, true, config_.layer_window[static_cast<size_t>(l)], 0.0f};
-    const ResidualNorm post{a.x, lw.norm_post, a.xn, norm};
+    const ResidualNorm post{a.x, lw.norm_post, a.xn, norm, Tensor{}};
     attention_block(ctx, lw.attn, dims_, rope_, meta, kv.k_pages(l), kv.v_pages(l), params, a.xn,
                     a.attn, a.proj, &post);
     const bool last = l + 1 == config_.num_layers;
+    const int tap = first_tap(l);
     const ResidualNorm next{
         a.x, last ? final_norm_.view() : layers_[static_cast<size_t>(l) + 1].norm_in.view(), a.xn,
-        norm};
+        norm, tap >= 0 ? a.taps[static_cast<size_t>(tap)] : Tensor{}};
     mlp_block(ctx, lw.mlp, a.xn, a.gate_up, a.mlp, a.proj, &next);
-    save_taps(l);
+    save_taps(l, tap);
   }
 
   if (logits_of_every_row(b)) {
@@ -438,10 +467,18 @@ void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatc
     gather_rows(ctx, a.xn, v.logit_indices, a.logit_rows);
     linear(ctx, a.logit_rows, lm_head(), Tensor{}, a.logits);
   }
+  if (b.want_argmax && m > 0) {
+    argmax(ctx, a.logits, a.argmax);
+    if (argmax_host != nullptr)
+      ctx.copy_async(argmax_host, a.argmax.data(), static_cast<size_t>(m) * sizeof(int32_t));
+  }
 }
 
-ForwardOutput LlamaFamilyModel::output(const ForwardBatch& b, const Activations& a) const {
+ForwardOutput LlamaFamilyModel::output(const ForwardBatch& b, const Activations& a,
+                                       const int32_t* argmax_host) const {
   ForwardOutput out;
+  if (b.want_argmax)
+    out.argmax = argmax_host != nullptr ? argmax_host : a.argmax.data_as<int32_t>();
   out.logits = a.logits;
   out.taps = a.taps;
   if (b.want_final_hidden) out.final_hidden = a.xn;
@@ -462,6 +499,7 @@ LlamaFamilyModel::GraphBucket& LlamaFamilyModel::graph_bucket(Context& ctx, Page
   key.n_rows = static_cast<int64_t>(b.seqs.size());
   key.n_logits = static_cast<int64_t>(b.logit_indices.size());
   key.logits_of_every_row = logits_of_every_row(b);
+  key.want_argmax = b.want_argmax;
   key.taps = b.tap_layers;
   key.k_pool = kv.k_pages(0).data();
   key.v_pool = kv.v_pages(0).data();
@@ -477,6 +515,9 @@ LlamaFamilyModel::GraphBucket& LlamaFamilyModel::graph_bucket(Context& ctx, Page
     bucket->meta = DeviceIndices(device_, {n, n, n, rows + 1, rows + 1, rows, m,
                                            std::max<int64_t>(kv.shape().num_pages, 1)});
     prepare_activations(n, m, b.tap_layers.size(), bucket->arena, bucket->act);
+    if (key.want_argmax)
+      bucket->argmax_host =
+          cuda::PinnedBuffer(static_cast<size_t>(std::max<int64_t>(m, 1)) * sizeof(int32_t));
     it = graph_buckets_.emplace(std::move(key), std::move(bucket)).first;
   }
   it->second->last_use = ++graph_tick_;
@@ -507,10 +548,11 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
       static_cast<int64_t>(b.tokens.size()), config_.num_heads, config_.num_kv_heads,
       static_cast<int64_t>(b.seqs.size()), n_pages, kv.shape().page_size);
 
+  auto* argmax_host = static_cast<int32_t*>(g.argmax_host.data());  // null without want_argmax
   // Only a split attention reads the context's scratch (its partial results).
   const void* baked[] = {n_splits > 1 ? ctx.scratch_data() : nullptr};
   const GraphSet::Outcome outcome =
-      g.graphs.run(ctx, n_splits, baked, [&] { enqueue(ctx, kv, b, v, g.act); });
+      g.graphs.run(ctx, n_splits, baked, [&] { enqueue(ctx, kv, b, v, g.act, argmax_host); });
   if (outcome == GraphSet::Outcome::replayed) {
     using Ms = std::chrono::duration<double, std::milli>;
     last_replay_ = {true, Ms(t_staged - t_stage).count(),
@@ -522,7 +564,7 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
                "warning: CUDA graph capture failed ({} tokens, {} rows, {} splits), running "
                "eagerly: {}\n",
                b.tokens.size(), b.seqs.size(), n_splits, g.graphs.last_error());
-  return output(b, g.act);
+  return output(b, g.act, argmax_host);
 }
 
 template <FamilyTraits kTraits>

@@ -30,6 +30,9 @@ struct ForwardBatch {
   // Layers whose outputs are wanted for every token (see kTapEmbedding).
   std::vector<int> tap_layers;
   bool want_final_hidden = false;  // hidden states after the final norm, every token
+  // Also the argmax of every logits row (greedy verification), copied to the host by the forward
+  // itself (on CUDA inside its graph: no launches after it): ForwardOutput::argmax.
+  bool want_argmax = false;
 };
 
 struct ForwardOutput {
@@ -37,6 +40,10 @@ struct ForwardOutput {
   Tensor logits;             // f32 [logit_indices.size(), vocab]
   std::vector<Tensor> taps;  // one per tap_layers entry: [n_tokens, hidden] activation dtype
   Tensor final_hidden;       // [n_tokens, hidden] when asked for
+  // With want_argmax: i32 [logit_indices.size()] in host memory (pinned on CUDA), the argmax of
+  // each logits row (lowest index on ties), written by the forward's own copy: valid once the
+  // context has synchronised, until the next forward. Null when not asked for or not provided.
+  const int32_t* argmax = nullptr;
 };
 
 // Host-side counters of Model::forward (for benchmarks: the CPU cost of enqueueing a step).

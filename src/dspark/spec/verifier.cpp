@@ -45,14 +45,19 @@ VerifyResult Verifier::verify(Context& ctx, const Tensor& target_logits, const P
 }
 
 const int32_t* Verifier::read_back(Context& ctx, const Tensor& t) {
-  using Clock = std::chrono::steady_clock;
-  const bool cuda = ctx.is_cuda();
   const int32_t* host = static_cast<const int32_t*>(t.data());
-  if (cuda) {
+  if (ctx.is_cuda()) {
     auto* staging = static_cast<int32_t*>(read_.get(ctx.device(), t.nbytes()));
     ctx.copy_async(staging, t.data(), t.nbytes());
     host = staging;
   }
+  wait_for_device(ctx);
+  return host;
+}
+
+void Verifier::wait_for_device(Context& ctx) {
+  using Clock = std::chrono::steady_clock;
+  const bool cuda = ctx.is_cuda();
   Clock::time_point wait_start;
   if (cpu_clock_) {
     enqueued_cpu_ms_ = thread_cpu_ms();
@@ -62,12 +67,12 @@ const int32_t* Verifier::read_back(Context& ctx, const Tensor& t) {
   upload_in_flight_ = false;
   if (cpu_clock_)
     wait_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - wait_start).count();
-  return host;
 }
 
 void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
                       std::span<const SamplingParams> params, std::span<const uint64_t> seeds,
-                      std::span<const int32_t> positions, VerifyResult& r) {
+                      std::span<const int32_t> positions, VerifyResult& r,
+                      const int32_t* target_argmax) {
   const int64_t n = static_cast<int64_t>(proposal.indptr.size()) - 1;
   DSPARK_CHECK(n >= 0 && static_cast<int64_t>(params.size()) == n &&
                    static_cast<int64_t>(seeds.size()) == n &&
@@ -88,7 +93,7 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   bool all_greedy = !proposal.q.defined();
   for (const auto& p : params) all_greedy = all_greedy && p.greedy();
   if (all_greedy) {
-    verify_greedy(ctx, target_logits, proposal, r);
+    verify_greedy(ctx, target_logits, proposal, r, target_argmax);
     return;
   }
 
@@ -140,12 +145,16 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
 }
 
 void Verifier::verify_greedy(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
-                             VerifyResult& r) {
+                             VerifyResult& r, const int32_t* target_argmax) {
   const int64_t n = static_cast<int64_t>(proposal.indptr.size()) - 1;
-  const int64_t rows = target_logits.size(0);
-  Tensor best = ensure(packed_, DType::i32, rows, ctx.device());
-  argmax(ctx, target_logits, best);
-  const int32_t* target = read_back(ctx, best);  // the round's one device read
+  const int32_t* target = target_argmax;
+  if (target != nullptr) {
+    wait_for_device(ctx);  // the forward enqueued the argmax and its copy to the host
+  } else {
+    Tensor best = ensure(packed_, DType::i32, target_logits.size(0), ctx.device());
+    argmax(ctx, target_logits, best);
+    target = read_back(ctx, best);  // the round's one device read
+  }
   r.n_accepted.resize(static_cast<size_t>(n));
   r.next_token.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {

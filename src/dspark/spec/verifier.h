@@ -33,9 +33,13 @@ class Verifier {
                       std::span<const SamplingParams> params, std::span<const uint64_t> seeds,
                       std::span<const int32_t> positions);
   // The same into `out`, whose vectors keep their storage from call to call (the engine's rounds).
+  // target_argmax (optional): the argmax of each target_logits row in host memory, as the target's
+  // forward copied it (ForwardOutput::argmax; valid once ctx has synchronised): a greedy verify
+  // then only waits for the device, with no launch or copy of its own.
   void verify(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
               std::span<const SamplingParams> params, std::span<const uint64_t> seeds,
-              std::span<const int32_t> positions, VerifyResult& out);
+              std::span<const int32_t> positions, VerifyResult& out,
+              const int32_t* target_argmax = nullptr);
 
   // Allocates the host staging of the readback ahead (pinned on CUDA: enough for 2,048 logits
   // rows), so that the first verify does not pay for it. Optional.
@@ -51,10 +55,12 @@ class Verifier {
 
  private:
   void verify_greedy(Context& ctx, const Tensor& target_logits, const Proposal& proposal,
-                     VerifyResult& out);
+                     VerifyResult& out, const int32_t* target_argmax);
   // Enqueues the copy of `t` (i32, contiguous, on ctx's device) to host staging, waits for it and
   // returns the host values (valid until the next verify). On the CPU: t's own data, no copy.
   const int32_t* read_back(Context& ctx, const Tensor& t);
+  // The round's one wait for the device (with the clock on: enqueued_cpu_ms and wait_ms).
+  void wait_for_device(Context& ctx);
 
   // Grow-only host memory for the uploads and the readback (8-byte aligned): pinned on CUDA, so
   // that copies to and from it are plain DMA on the context's stream (no driver bounce buffer; a

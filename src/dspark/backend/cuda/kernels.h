@@ -14,6 +14,7 @@
 #include "dspark/ops/attention.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/head_cells.h"
+#include "dspark/ops/linear_norm.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/qkv_prologue.h"
@@ -115,7 +116,7 @@ inline constexpr int kLinearNormDefaultSplits = 2;
 inline constexpr int kLinearNormMaxSplits = 4;
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
-                         const RmsNormParams& params);
+                         const RmsNormParams& params, const LinearNormExtras& extras);
 void set_linear_norm_splits(int splits);
 int linear_norm_splits();
 void set_linear_norm_max_rows(int rows);

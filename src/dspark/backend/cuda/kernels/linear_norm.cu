@@ -111,20 +111,26 @@ uint64_t linear_norm_split_launches() {
 
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
-                         const RmsNormParams& params) {
+                         const RmsNormParams& params, const LinearNormExtras& extras) {
   const int splits = splits_for(row_view(x).rows);
   // The opt-in hand-written linears are measurement switches: with one on, its kernel runs.
   const bool other_linear =
       small_m_linear_enabled() || rows_linear_enabled() || streamk_linear_enabled();
+  const Tensor& copy = extras.residual_copy;
   float* part = nullptr;
   if (splits >= 2 && !other_linear && add_rms_norm_split_sums_fits(residual, y, splits) &&
       split_k_gemm(ctx, x, w, splits, part)) {
-    add_rms_norm_split_sums(ctx, residual, part, splits, y, weight, out, params);
+    // The norm kernel writes the copy where it can (a bf16 copy of the f32 residual).
+    const bool copy_in_kernel = copy.defined() && add_rms_norm_split_sums_copies(residual, copy);
+    add_rms_norm_split_sums(ctx, residual, part, splits, extras.keep_y ? y : Tensor{}, weight, out,
+                            params, copy_in_kernel ? copy : Tensor{});
+    if (copy.defined() && !copy_in_kernel) cuda::convert(ctx, residual, copy);
     launch_count().fetch_add(1);
     return;
   }
   cuda::linear(ctx, x, w, Tensor{}, y);  // qualified: not the op (argument-dependent lookup)
   cuda::add_rms_norm(ctx, residual, y, weight, out, params);
+  if (copy.defined()) cuda::convert(ctx, residual, copy);
 }
 
 }  // namespace dspark::cuda

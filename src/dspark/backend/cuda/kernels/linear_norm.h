@@ -14,11 +14,17 @@ namespace dspark::cuda {
 // enough for the one-pass kernel.
 bool add_rms_norm_split_sums_fits(const Tensor& residual, const Tensor& y, int splits);
 
+// Whether add_rms_norm_split_sums writes `copy` itself: a bf16 copy of these rows with 8-byte
+// aligned rows.
+bool add_rms_norm_split_sums_copies(const Tensor& residual, const Tensor& copy);
+
 // y[r, c] = sum over s < splits (in order) of part[s][r][c]; then add_rms_norm(residual, y,
 // weight, out, params). part: f32 [splits][rows][cols] on the device; the arguments as
-// add_rms_norm_split_sums_fits accepts them. One PDL launch.
+// add_rms_norm_split_sums_fits accepts them. An undefined y: the sums are not stored. A defined
+// copy (as add_rms_norm_split_sums_copies accepts it): copy = bf16(the updated residual), the
+// bits of convert. One PDL launch.
 void add_rms_norm_split_sums(Context& ctx, const Tensor& residual, const float* part, int splits,
                              const Tensor& y, const Tensor& weight, const Tensor& out,
-                             const RmsNormParams& params);
+                             const RmsNormParams& params, const Tensor& copy = Tensor{});
 
 }  // namespace dspark::cuda

@@ -50,7 +50,23 @@ struct NormParams {
   NormWeight weight;
   float eps;
   bool vectorized;  // x (and residual) rows 16-byte aligned, cols a multiple of the vector width
+  // add_rms_norm_regs_kernel with an f32 residual only (else null): copy = bf16(the updated
+  // residual), rows copy_stride apart (a model's tap; add_rms_norm_split_sums).
+  __nv_bfloat16* copy;
+  int64_t copy_stride;
 };
+
+// copy[0..3] = bf16(v[0..3]) (the rounding of convert) in one 8-byte store.
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* copy, const float (&v)[4]) {
+  const __nv_bfloat162 lo(device::from_float<__nv_bfloat16>(v[0]),
+                          device::from_float<__nv_bfloat16>(v[1]));
+  const __nv_bfloat162 hi(device::from_float<__nv_bfloat16>(v[2]),
+                          device::from_float<__nv_bfloat16>(v[3]));
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&lo);
+  u.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(copy) = u;
+}
 
 // out[c] = v[c] * inv_rms * w[c] for the vector starting at c0.
 template <typename TO, int kW>
@@ -203,9 +219,10 @@ struct SplitSums {
       d[4 * q + 3] = a.w;
     }
   }
-  // Called after every load of the row: y's stores cannot hold the loads back.
+  // Called after every load of the row: y's stores cannot hold the loads back. A null y: none.
   template <int kW>
   __device__ __forceinline__ void keep(int64_t row, int64_t c, const float (&d)[kW]) const {
+    if (y == nullptr) return;
 #pragma unroll
     for (int q = 0; q < kW / 4; ++q)
       *reinterpret_cast<float4*>(y + row * y_stride + c + 4 * q) =
@@ -299,6 +316,9 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src, int6
         ss += r[v][i] * r[v][i];
       }
       device::store_vec(res + c, r[v]);
+      if constexpr (kW == 4) {
+        if (p.copy != nullptr) store_bf16x4(p.copy + row * p.copy_stride + c, r[v]);
+      }
     }
   }
   if constexpr (kCluster > 1)
@@ -522,20 +542,34 @@ bool add_rms_norm_split_sums_fits(const Tensor& residual, const Tensor& y, int s
          rows_aligned16(y.data(), yv.stride, 4, rv.cols, 4) && regs_per_thread(rv.cols / 4) > 0;
 }
 
+bool add_rms_norm_split_sums_copies(const Tensor& residual, const Tensor& copy) {
+  const RowView rv = row_view(residual), cv = row_view(copy);
+  return residual.dtype() == DType::f32 && copy.dtype() == DType::bf16 && cv.rows == rv.rows &&
+         cv.cols == rv.cols && rows_aligned16(residual.data(), rv.stride, 4, rv.cols, 4) &&
+         reinterpret_cast<uintptr_t>(copy.data()) % 8 == 0 && (cv.stride * 2) % 8 == 0;
+}
+
 void add_rms_norm_split_sums(Context& ctx, const Tensor& residual, const float* part, int splits,
                              const Tensor& y, const Tensor& weight, const Tensor& out,
-                             const RmsNormParams& params) {
-  const RowView rv = row_view(residual), yv = row_view(y);
+                             const RmsNormParams& params, const Tensor& copy) {
+  const RowView rv = row_view(residual);
   if (rv.rows == 0 || rv.cols == 0) return;
+  const int64_t y_stride = y.defined() ? row_view(y).stride : 0;
+  DSPARK_CHECK(!copy.defined() || add_rms_norm_split_sums_copies(residual, copy),
+               "add_rms_norm_split_sums: a copy it cannot write");
   dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
     auto p = norm_params<float, float, TO>(out, rv.cols, weight, params);
     p.residual = device_ptr<float>(residual);
     p.residual_stride = rv.stride;
     p.vectorized = true;
+    if (copy.defined()) {
+      p.copy = static_cast<__nv_bfloat16*>(copy.data());
+      p.copy_stride = row_view(copy).stride;
+    }
     const int per_thread = regs_per_thread(rv.cols / 4);
     auto launch = [&]<int kSplits>() {
-      const SplitSums<kSplits> src{part, rv.rows * rv.cols, rv.cols, device_ptr<float>(y),
-                                   yv.stride};
+      const SplitSums<kSplits> src{part, rv.rows * rv.cols, rv.cols,
+                                   y.defined() ? device_ptr<float>(y) : nullptr, y_stride};
       launch_regs(ctx, p, src, rv.rows, per_thread);
     };
     static_assert(kLinearNormMaxSplits == 4);
