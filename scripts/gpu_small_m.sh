@@ -94,7 +94,8 @@ fi
 # (DSPARK_SMEM_CARVEOUT=off, the default) and one containing "cvmax" the largest one
 # (DSPARK_SMEM_CARVEOUT=100: session 18 measured the decode step 0.5 ms slower with it), and one
 # containing "cvlt" the largest one for the first launch after each cuBLASLt GEMM only
-# (DSPARK_SMEM_CARVEOUT=100 DSPARK_SMEM_CARVEOUT_AFTER_LT=1).
+# (DSPARK_SMEM_CARVEOUT=100 DSPARK_SMEM_CARVEOUT_AFTER_LT=1), and one containing "swpdl" SwiGLU
+# as a programmatic dependent of the gate/up GEMM (DSPARK_SWIGLU_PDL_AFTER_LT=1).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -134,6 +135,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == *cvoff* ]] && export DSPARK_SMEM_CARVEOUT=off
     [[ "$r" == *cvmax* ]] && export DSPARK_SMEM_CARVEOUT=100
     [[ "$r" == *cvlt* ]] && export DSPARK_SMEM_CARVEOUT=100 DSPARK_SMEM_CARVEOUT_AFTER_LT=1
+    [[ "$r" == *swpdl* ]] && export DSPARK_SWIGLU_PDL_AFTER_LT=1
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace --trace-timeline "$out/round_${r}_timeline.csv")
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

@@ -110,6 +110,8 @@ void launch_binary(Context& ctx, const Tensor& a, const Tensor& b, const Tensor&
 }  // namespace
 
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out) {
+  // Plain after the gate/up GEMM unless DSPARK_SWIGLU_PDL_AFTER_LT=1 (pdl.cuh).
+  const ProgrammaticAfterCublasLt programmatic(swiglu_pdl_after_cublaslt());
   launch_binary(ctx, gate, up, out, Silu{});
 }
 

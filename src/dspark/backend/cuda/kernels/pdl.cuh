@@ -64,14 +64,25 @@ inline bool pdl_after_cublaslt() {
 // triggers its dependents early) as a programmatic dependent, and a plain launch adds ~0.3 us.
 // A launcher that wants this holds a ProgrammaticAfterCublasLt around its launch_pdl;
 // DSPARK_PROLOGUE_PDL_AFTER_LT=0 (read once) makes that launch plain too, for A/B measurements.
+// SwiGLU after the gate/up GEMM (session 19, opt-in: DSPARK_SWIGLU_PDL_AFTER_LT=1, read once)
+// holds one with that switch.
 inline bool& programmatic_after_cublaslt_here() {
   static thread_local bool here = false;
   return here;
 }
+inline bool prologue_pdl_after_cublaslt() {
+  static const bool on = env_switch("DSPARK_PROLOGUE_PDL_AFTER_LT", true);
+  return on;
+}
+inline bool swiglu_pdl_after_cublaslt() {
+  static const bool on = env_switch("DSPARK_SWIGLU_PDL_AFTER_LT", false);
+  return on;
+}
 class ProgrammaticAfterCublasLt {
  public:
-  ProgrammaticAfterCublasLt() : previous_(programmatic_after_cublaslt_here()) {
-    static const bool on = env_switch("DSPARK_PROLOGUE_PDL_AFTER_LT", true);
+  // on: whether the launch in scope is a programmatic dependent of a cuBLASLt GEMM before it.
+  explicit ProgrammaticAfterCublasLt(bool on = prologue_pdl_after_cublaslt())
+      : previous_(programmatic_after_cublaslt_here()) {
     programmatic_after_cublaslt_here() = on;
   }
   ~ProgrammaticAfterCublasLt() { programmatic_after_cublaslt_here() = previous_; }
