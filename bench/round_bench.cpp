@@ -12,7 +12,11 @@
 //     (the target's forwards and a DSpark drafter's greedy rounds replayed), as a multiple of the
 //     graphed decode step.
 // Every row also reports the host (CPU) time per target forward: from entering Model::forward to
-// the end of enqueueing (ForwardStats::step_host_ms; prefill chunks excluded).
+// the end of enqueueing (ForwardStats::step_host_ms; prefill chunks excluded). The JSON also holds
+// the wall time of every engine step of each measured run ("decode_steps_ms", "verify_steps_ms",
+// "round_steps_ms"; the first step also prefills), and the graphed rows are followed by the mean
+// of rounds 2-9 against the last 8 when a run has 17 steps or more (session 19: 8-round runs had
+// faster steps than 32-round runs).
 // Random weights are fine: costs do not depend on values (acceptance does, and is not measured
 // here; random drafts are rejected, so every round drafts the full gamma).
 //
@@ -115,6 +119,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
   const double gbs = step_bytes / (plain.round * 1e-3) / 1e9;
   const double tok_s = batch / (plain.round * 1e-3);
   j["decode_step_ms"] = plain.round;
+  j["decode_steps_ms"] = plain.step_ms;
   j["decode_gbs"] = gbs;
   j["decode_fraction_of_copy_bandwidth"] = bandwidth > 0 ? gbs * 1e9 / bandwidth : 0.0;
   j["decode_host_ms_per_forward"] = plain.host_ms_per_forward;
@@ -160,6 +165,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
     graphed_decode_ms = g.round;
     const double g_gbs = step_bytes / (g.round * 1e-3) / 1e9;
     j["graphs"]["decode_step_ms"] = g.round;
+    j["graphs"]["decode_steps_ms"] = g.step_ms;
     j["graphs"]["decode_gbs"] = g_gbs;
     j["graphs"]["decode_fraction_of_copy_bandwidth"] =
         bandwidth > 0 ? g_gbs * 1e9 / bandwidth : 0.0;
@@ -175,13 +181,18 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
                     fmt::format("{:.2f}", g.round / plain.round),
                     fmt::format("{:.0f} tok/s, {:.0f} GB/s, {}; {}", batch / (g.round * 1e-3),
                                 g_gbs, host_cell(g), replay_cell(g))});
+    if (const std::string d = step_drift(g.step_ms); !d.empty())
+      rows.push_back({"  decode steps (graphs)", "", "", d});
     for (int k : widths) {
       const PhaseMs v = measure(target, ctx, &random_source, k, prompts, o.rounds);
       j["graphs"]["verify_ms"][std::to_string(k)] = v.verify;
       j["graphs"]["verify"][std::to_string(k)] = graph_json(v, v.verify);
+      j["graphs"]["verify_steps_ms"][std::to_string(k)] = v.step_ms;
       rows.push_back({fmt::format("verify {} drafts (graphs)", k), fmt::format("{:.3f}", v.verify),
                       fmt::format("{:.2f}", v.verify / plain.round),
                       fmt::format("{}; {}", host_cell(v), replay_cell(v))});
+      if (const std::string d = step_drift(v.step_ms); !d.empty())
+        rows.push_back({fmt::format("  verify {} steps (graphs)", k), "", "", d});
     }
     // Back-to-back forwards (no engine, no per-step synchronisation): device-bound time.
     std::vector<int> loop_widths = {1};
@@ -333,6 +344,7 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
           {"round_cpu_ms", gs.draft_cpu + gs.verify_cpu + gs.rest_cpu},
           {"round_sync_wait_ms", gs.sync_wait},
           {"round_host_work_outside_waits_ms", host_work},
+          {"round_steps_ms", gs.step_ms},
           {"round_host_work_outside_waits_by_phase_ms",
            {{"draft", draft_work}, {"verify", verify_work}, {"rest", rest_work}}},
           // The verify phase's host work in parts (spinning waits: the readback's CPU minus the

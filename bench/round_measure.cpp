@@ -52,6 +52,7 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   SpeculativeEngine engine(target, ctx, source, cfg,
                            static_cast<int>(speculative_kv_tokens(requests(rounds), cfg)));
   // A run to completion; the first row's telemetry (every row runs the same rounds).
+  std::vector<double> step_ms;  // of the last run
   auto run = [&](int n_rounds) {
     RowId first = -1;
     for (RequestInput& r : requests(n_rounds)) {
@@ -59,8 +60,12 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
       if (first < 0) first = id;
     }
     SpecTelemetry spec;
+    step_ms.clear();
     while (engine.has_work()) {
+      const auto t0 = std::chrono::steady_clock::now();
       engine.step();
+      step_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       for (auto& [id, o] : engine.take_finished())
         if (id == first) spec = std::move(o.spec);
     }
@@ -92,6 +97,7 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   std::vector<TraceSpan> spans;
   if (trace) spans = kernel_trace_stop();
   PhaseMs m;
+  m.step_ms = step_ms;
   m.trace = std::move(spans);
   m.stats = target.forward_stats();
   if (m.stats.step_forwards > 0)
@@ -116,6 +122,18 @@ PhaseMs measure(Model& target, Context& ctx, DraftSource* source, int gamma,
   m.rest = t.rest_ms / t.rounds;
   m.round = m.draft + m.verify + m.rest;
   return m;
+}
+
+std::string step_drift(const std::vector<double>& step_ms) {
+  constexpr size_t kWindow = 8;
+  if (step_ms.size() < 2 * kWindow + 1) return "";
+  auto mean = [&](size_t from) {
+    double sum = 0;
+    for (size_t i = from; i < from + kWindow; ++i) sum += step_ms[i];
+    return sum / kWindow;
+  };
+  return fmt::format("steps 2-{} {:.3f} ms, last {} {:.3f} ms", kWindow + 1, mean(1), kWindow,
+                     mean(step_ms.size() - kWindow));
 }
 
 void ProfiledProposals::propose(Context& ctx, std::span<const ProposeRequest> requests,

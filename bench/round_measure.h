@@ -49,7 +49,14 @@ struct PhaseMs {
   double verify_wait = 0;
   double sync_wait = 0;  // cpu_times: wall ms per round inside Context::synchronize
   double draft_sync_wait = 0, verify_sync_wait = 0;  // the part of it in those phases
+  // Wall ms of each engine step of the measured run, in order: the first also prefills (the
+  // prompts' last page), each later one is one round of every row.
+  std::vector<double> step_ms;
 };
+
+// "steps 2-9 X ms, last 8 Y ms": the mean wall time of the first 8 rounds after the prefilling
+// step and of the last 8 (whether steps slow down as a run goes on); empty for < 17 steps.
+std::string step_drift(const std::vector<double>& step_ms);
 
 // Per-round means over `rounds` rounds of one request per prompt (all rows decode in every round:
 // no end of sequence, the same max_tokens) after a warm-up run. With `trace`, the measured run is

@@ -2,7 +2,8 @@
 # bench_round on the CPU with the tiny golden target: a sweep of --context x --batch measures every
 # combination (JSON "runs", with batch, context, decode tok/s = batch / step time, the verify
 # width and, with --draft, the round), a single combination keeps the flat JSON layout,
-# --graphs-only drops the eager verify widths and the back-to-back loops, and bad lists (or
+# --graphs-only drops the eager verify widths and the back-to-back loops, the decode step's wall
+# times per engine step are there (the prefilling one and one per round), and bad lists (or
 # --graphs-only without --graphs) are refused with exit code 2 and one error line. The bench binary sits next to dspark
 # (DSPARK_BUILD_BENCH); without it the test is skipped.
 #   bash tests/cli/bench_round_test.sh <path-to-dspark> <repo-root>
@@ -48,6 +49,11 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 if "runs" in d or d.get("batch") != 2 or d.get("context") != 32 or d.get("decode_step_ms", 0) <= 0:
     print("FAIL: single combination layout", sorted(d))
+    sys.exit(1)
+# Every engine step's wall time: the prefilling step, then one per round.
+steps = d.get("decode_steps_ms", [])
+if len(steps) != 3 or min(steps) <= 0:
+    print("FAIL: decode_steps_ms", steps)
     sys.exit(1)
 PY
 
