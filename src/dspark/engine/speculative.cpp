@@ -277,10 +277,8 @@ void SpeculativeEngine::decode_round() {
   }
   batch.logit_indices.resize(batch.tokens.size());
   for (size_t t = 0; t < batch.tokens.size(); ++t) batch.logit_indices[t] = static_cast<int32_t>(t);
-  // A greedy round (as the verifier decides it) takes the target's argmax from the forward itself.
-  bool greedy = !proposal.q.defined();
-  for (const SamplingParams& p : s.params) greedy = greedy && p.greedy();
-  batch.want_argmax = greedy;
+  // A greedy round takes the target's argmax from the forward itself.
+  batch.want_argmax = Verifier::is_greedy(proposal, s.params);
   const double cb = cpu_times ? thread_cpu_ms() : 0.0;
   ForwardOutput fo = target_.forward(ctx_, kv_, batch);
   const double cf = cpu_times ? thread_cpu_ms() : 0.0;

@@ -8,12 +8,6 @@
 
 namespace dspark {
 
-// y = x . w^T; residual += y; out = rms_norm(residual) * weight
-//   The values of linear(ctx, x, w, {}, y) then add_rms_norm(ctx, residual, y, weight, out,
-//   params), with those ops' shapes and dtypes (x [M, K], w [N, K], y / residual / out [M, N]).
-//   CUDA: for a few rows with 16-bit x and w and an f32 y, one K-split GEMM into f32 partial sums
-//   whose sums the norm kernel forms (backend/cuda/kernels.h, linear_add_rms_norm): y then agrees
-//   with linear's to f32 rounding (another order of the additions), not bit for bit.
 // Optional parts of linear_add_rms_norm.
 struct LinearNormExtras {
   // When defined ([M, N], any float dtype): also residual_copy = the updated residual, converted
@@ -25,6 +19,12 @@ struct LinearNormExtras {
   bool keep_y = true;
 };
 
+// y = x . w^T; residual += y; out = rms_norm(residual) * weight
+//   The values of linear(ctx, x, w, {}, y) then add_rms_norm(ctx, residual, y, weight, out,
+//   params), with those ops' shapes and dtypes (x [M, K], w [N, K], y / residual / out [M, N]).
+//   CUDA: for a few rows with 16-bit x and w and an f32 y, one K-split GEMM into f32 partial sums
+//   whose sums the norm kernel forms (backend/cuda/kernels.h, linear_add_rms_norm): y then agrees
+//   with linear's to f32 rounding (another order of the additions), not bit for bit.
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
                          const RmsNormParams& params, const LinearNormExtras& extras = {});

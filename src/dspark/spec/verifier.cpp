@@ -44,6 +44,12 @@ VerifyResult Verifier::verify(Context& ctx, const Tensor& target_logits, const P
   return r;
 }
 
+bool Verifier::is_greedy(const Proposal& proposal, std::span<const SamplingParams> params) {
+  if (proposal.q.defined()) return false;
+  return std::all_of(params.begin(), params.end(),
+                     [](const SamplingParams& p) { return p.greedy(); });
+}
+
 const int32_t* Verifier::read_back(Context& ctx, const Tensor& t) {
   const int32_t* host = static_cast<const int32_t*>(t.data());
   if (ctx.is_cuda()) {
@@ -90,9 +96,7 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   wait_ms_ = 0;
   if (n == 0) return;
 
-  bool all_greedy = !proposal.q.defined();
-  for (const auto& p : params) all_greedy = all_greedy && p.greedy();
-  if (all_greedy) {
+  if (is_greedy(proposal, params)) {
     verify_greedy(ctx, target_logits, proposal, r, target_argmax);
     return;
   }

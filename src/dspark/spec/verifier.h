@@ -41,6 +41,10 @@ class Verifier {
               std::span<const int32_t> positions, VerifyResult& out,
               const int32_t* target_argmax = nullptr);
 
+  // Whether verify takes the greedy path for these requests (no draft probabilities, every row
+  // greedy): then a target_argmax is used.
+  static bool is_greedy(const Proposal& proposal, std::span<const SamplingParams> params);
+
   // Allocates the host staging of the readback ahead (pinned on CUDA: enough for 2,048 logits
   // rows), so that the first verify does not pay for it. Optional.
   void prepare(Context& ctx);
