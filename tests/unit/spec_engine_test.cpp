@@ -192,6 +192,25 @@ TEST(SpecEngine, PrefillFirstStartsEveryRowTogether) {
   }
 }
 
+// A request's telemetry holds the time of every round it counts, its last one included (which
+// ends the request): two tokens without drafts are the prefill's and one round's.
+TEST(SpecEngine, TelemetryHoldsTheTimeOfTheLastRound) {
+  auto model = fixture("qwen3");
+  if (!model) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  SpecConfig cfg;
+  cfg.gamma = 3;
+  cfg.cpu_times = true;
+  const SpecTelemetry t =
+      generate_speculative(*model, ctx, nullptr,
+                           {RequestInput{{1, 2, 3, 4}, greedy(2), nullptr, {}}}, cfg)[0]
+          .spec;
+  EXPECT_EQ(t.rounds, 1);
+  EXPECT_GT(t.verify_ms, 0.0);  // the round's target forward
+  EXPECT_GT(t.verify_cpu_ms, 0.0);
+  EXPECT_GT(t.prefill_ms, 0.0);
+}
+
 // SpecConfig::cpu_times: the engine thread's CPU time per round phase is measured only when asked
 // (it costs clock reads), is positive then, stays within the run's CPU time, and is in the JSON.
 TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {

@@ -309,8 +309,11 @@ void SpeculativeEngine::decode_round() {
   }
   if (source_) source_->commit(ctx_, updates, fo.taps);
 
-  // Emit one token at a time: accepted drafts, then the target's token.
+  // Emit one token at a time: accepted drafts, then the target's token. Rows that end here finish
+  // after this round's times are in their telemetry (finish_row hands it out).
   std::vector<int32_t>& burst = s.burst;
+  std::vector<Row*>& ending = s.ending;
+  ending.clear();
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& r = *rows[i];
     const int n_acc = vr.n_accepted[i];
@@ -318,7 +321,7 @@ void SpeculativeEngine::decode_round() {
     burst.push_back(vr.next_token[i]);
     r.pending = vr.next_token[i];
     r.spec.record_round(proposal.count(i), n_acc);
-    if (r.out->push(burst)) finish_row(r);
+    if (r.out->push(burst)) ending.push_back(&r);
   }
   const double draft_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
   const double verify_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
@@ -345,6 +348,7 @@ void SpeculativeEngine::decode_round() {
     r->spec.draft_sync_wait_ms += sync1 - sync0;
     r->spec.verify_sync_wait_ms += sync2 - sync1;
   }
+  for (Row* r : ending) finish_row(*r);
 }
 
 void SpeculativeEngine::finish_row(Row& r) {

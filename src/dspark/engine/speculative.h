@@ -104,7 +104,7 @@ class SpeculativeEngine {
   // decode_round's per-round host arrays, kept between rounds (cleared, not freed): a round in
   // steady state allocates none of them.
   struct RoundScratch {
-    std::vector<Row*> rows;
+    std::vector<Row*> rows, ending;  // this round's rows; those it ends
     std::vector<ProposeRequest> requests;
     Proposal proposal;
     ForwardBatch batch;
