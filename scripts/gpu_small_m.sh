@@ -95,7 +95,9 @@ fi
 # (DSPARK_SMEM_CARVEOUT=100: session 18 measured the decode step 0.5 ms slower with it), and one
 # containing "cvlt" the largest one for the first launch after each cuBLASLt GEMM only
 # (DSPARK_SMEM_CARVEOUT=100 DSPARK_SMEM_CARVEOUT_AFTER_LT=1), and one containing "swpdl" SwiGLU
-# as a programmatic dependent of the gate/up GEMM (DSPARK_SWIGLU_PDL_AFTER_LT=1).
+# as a programmatic dependent of the gate/up GEMM (DSPARK_SWIGLU_PDL_AFTER_LT=1), and one containing
+# "m1hN" the one-row kernel in CTAs of 8 warps for linears of N outputs or fewer
+# (DSPARK_CUDA_GEMV_M1_HALF_MAX_N=N).
 for r in ${ROUNDS-small_m cublas}; do
   (
     export DSPARK_CUDA_GEMV=$([[ "$r" == small_m* ]] && echo 1 || echo 0)
@@ -136,6 +138,7 @@ for r in ${ROUNDS-small_m cublas}; do
     [[ "$r" == *cvmax* ]] && export DSPARK_SMEM_CARVEOUT=100
     [[ "$r" == *cvlt* ]] && export DSPARK_SMEM_CARVEOUT=100 DSPARK_SMEM_CARVEOUT_AFTER_LT=1
     [[ "$r" == *swpdl* ]] && export DSPARK_SWIGLU_PDL_AFTER_LT=1
+    [[ "$r" =~ m1h([0-9]+) ]] && export DSPARK_CUDA_GEMV_M1_HALF_MAX_N="${BASH_REMATCH[1]}"
     [[ "$r" == *blocking* ]] && extra+=(--blocking-sync)
     [[ "$r" == *trace* ]] && extra+=(--trace --trace-timeline "$out/round_${r}_timeline.csv")
     if [[ "$r" == *vocab32k* ]]; then  # the drafter drafts over ids 0..32767 only (--draft-vocab)

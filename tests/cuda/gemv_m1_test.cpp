@@ -15,10 +15,18 @@
 namespace dspark::test {
 namespace {
 
-TEST(CudaGemvM1, OneRowMatchesCpu) {
+// The kernel's CTAs of 16 warps (the default), then of 8 (set_m1_half_ctas_max_n: every N, K <=
+// 8,192; the larger K keep 16 warps).
+class CudaGemvM1Ctas : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaGemvM1Ctas, OneRowMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
   cuda::set_m1_linear(true);  // the default; on in case the environment turned it off
+  const int64_t saved_half = cuda::m1_half_ctas_max_n();
+  cuda::set_m1_half_ctas_max_n(GetParam() ? int64_t{1} << 20 : 0);
+#else
+  if (GetParam()) GTEST_SKIP() << "a CUDA switch";
 #endif
   Contexts ctx;
   uint32_t seed = 9000;
@@ -44,7 +52,13 @@ TEST(CudaGemvM1, OneRowMatchesCpu) {
       }
     }
   }
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  cuda::set_m1_half_ctas_max_n(saved_half);
+#endif
 }
+
+INSTANTIATE_TEST_SUITE_P(Warps, CudaGemvM1Ctas, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Half" : "Full"; });
 
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)  // properties of the CUDA kernel itself
 // Two calls give the same bits; the switch off routes through cuBLASLt (same values within

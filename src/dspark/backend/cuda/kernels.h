@@ -56,6 +56,14 @@ bool small_m_linear_enabled();
 // set_m1_linear(false). Process-wide; for benchmarks and tests.
 void set_m1_linear(bool enabled);
 bool m1_linear_enabled();
+// That kernel in CTAs of 8 warps, two per multiprocessor, for linears of N <= n (and K <= 8,192):
+// they fit beside another kernel's CTA (a decode attention's) where the 16-warp CTAs' registers
+// do not, so their first weight loads overlap it. n = kM1HalfCtasDefaultMaxN (the q/k/v and o
+// projections of the 8B shapes) unless the environment has DSPARK_CUDA_GEMV_M1_HALF_MAX_N=n (read
+// once; 0: off) or after set_m1_half_ctas_max_n. Process-wide; for benchmarks and tests.
+inline constexpr int64_t kM1HalfCtasDefaultMaxN = 6144;
+void set_m1_half_ctas_max_n(int64_t n);
+int64_t m1_half_ctas_max_n();
 // linear with 1-32 rows of x on tensor cores (kernels/gemv_rows.cu: 16-bit weights, K % 8 == 0,
 // K <= 4096, N <= 65,536), for verify steps; tried after the one-row kernel, before the small-M
 // kernel and cuBLASLt. Opt-in (slower than cuBLASLt at M = 16-17, session 7): off unless the

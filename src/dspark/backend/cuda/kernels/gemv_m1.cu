@@ -11,6 +11,17 @@
 //    ceil(K / 8 / 16)), lane l chunks l, l + 32, ... of those (CH per lane, at most 4: K <=
 //    16,384). So a lane reads the same CH chunks of x for every row: it loads them into registers
 //    once, as floats, after pdl_wait().
+//  - For N <= kM1HalfCtasDefaultMaxN (6,144: the q/k/v and o projections of the 8B shapes; or
+//    set_m1_half_ctas_max_n, DSPARK_CUDA_GEMV_M1_HALF_MAX_N) and K <= 8,192, CTAs of 8 warps, two
+//    per multiprocessor (the other bullets count 16). A 16-warp CTA needs ~62k of the 64k registers
+//    of a multiprocessor, so it becomes resident only where no other kernel's CTA is: after a
+//    decode attention (128 CTAs of 128 threads), the o projection's CTAs start only as the
+//    attention's retire, and their early weight loads do not overlap it. An 8-warp CTA (~30k
+//    registers) fits beside an attention CTA. Same products and order within a warp; the warps'
+//    sums are added in warp order, so the bits differ from the 16-warp kernel's (another split of
+//    K over the warps). H200, Qwen3-8B shape, graphed decode step at context 1,024 (session 20,
+//    one machine): 4.552 ms with 16 warps everywhere, 4.513 with 8 for the o projection, 4.495
+//    with 8 for o and q/k/v.
 //  - The first tile's weights are loaded before pdl_wait() (weights are never written by a
 //    forward), and each next tile's right after the current tile's multiply-adds, before the sums
 //    are reduced: the loads stay in flight across tiles. Weights stream past L1 (load_stream).
@@ -18,11 +29,13 @@
 //    butterfly, and the 16 warps' sums meet in a double-buffered shared array (one barrier per
 //    tile) and are added in warp order, then the bias. The order depends on K only: the same bits
 //    on every call.
+#include <algorithm>
 #include <atomic>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
+#include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/gemv.h"
 #include "dspark/backend/cuda/kernels/gemv_tile.cuh"
@@ -31,10 +44,12 @@
 namespace dspark::cuda {
 namespace {
 
-constexpr int kWarpsM1 = 16;
-constexpr int kThreadsM1 = kWarpsM1 * 32;
+constexpr int kWarpsM1 = 16, kWarpsHalf = 8;
 constexpr int kMaxChunksPerLane = 4;
-constexpr int64_t kMaxK = int64_t{kWarpsM1} * 32 * kMaxChunksPerLane * 8;
+constexpr int64_t max_k(int warps) {
+  return int64_t{warps} * 32 * kMaxChunksPerLane * 8;
+}
+constexpr int64_t kMaxK = max_k(kWarpsM1);
 
 template <typename TW, typename TY>
 struct M1Params {
@@ -61,12 +76,12 @@ __device__ __forceinline__ float dot_chunk(const uint4& w, const float (&x)[8], 
   return s;
 }
 
-template <typename TW, typename TY, int CH>
-__global__ void __launch_bounds__(kThreadsM1, 1) gemv_m1_kernel(M1Params<TW, TY> p) {
+template <typename TW, typename TY, int CH, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, kWarpsM1 / WARPS) gemv_m1_kernel(M1Params<TW, TY> p) {
   constexpr int RT = rows_per_tile<CH>();
-  __shared__ float partial[2][kWarpsM1][RT];
+  __shared__ float partial[2][WARPS][RT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t chunks = p.k / 8, per_warp = (chunks + kWarpsM1 - 1) / kWarpsM1;
+  const int64_t chunks = p.k / 8, per_warp = (chunks + WARPS - 1) / WARPS;
   // The lane's chunks (element offsets into a row); chunks outside the warp's range or K are
   // zero-filled and contribute 0 x 0.
   int64_t col[CH];
@@ -132,7 +147,7 @@ __global__ void __launch_bounds__(kThreadsM1, 1) gemv_m1_kernel(M1Params<TW, TY>
       if (row < p.n) {
         float sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarpsM1; ++w) sum += partial[buf][w][threadIdx.x];
+        for (int w = 0; w < WARPS; ++w) sum += partial[buf][w][threadIdx.x];
         if (p.bias) sum += device::load_float(p.bias, row, p.bias_kind);
         p.y[row] = device::from_float<TY>(sum);
       }
@@ -140,13 +155,27 @@ __global__ void __launch_bounds__(kThreadsM1, 1) gemv_m1_kernel(M1Params<TW, TY>
   }
 }
 
-template <typename TW, typename TY, int CH>
+template <typename TW, typename TY, int CH, int WARPS>
 void launch_m1(const M1Params<TW, TY>& p, cudaStream_t stream) {
   constexpr int RT = rows_per_tile<CH>();
-  const int64_t tiles = ceil_div(p.n, int64_t{RT}), slots = sm_count();
+  const int64_t tiles = ceil_div(p.n, int64_t{RT}), slots = sm_count() * (kWarpsM1 / WARPS);
   // Every CTA walks ceil(tiles / slots) tiles or one fewer.
   const auto grid = static_cast<unsigned>(ceil_div(tiles, ceil_div(tiles, slots)));
-  launch_pdl(gemv_m1_kernel<TW, TY, CH>, dim3(grid), dim3(kThreadsM1), 0, stream, p);
+  launch_pdl(gemv_m1_kernel<TW, TY, CH, WARPS>, dim3(grid), dim3(WARPS * 32), 0, stream, p);
+}
+
+template <typename TW, typename TY, int WARPS>
+void launch_m1_chunks(const M1Params<TW, TY>& p, int64_t chunks_per_lane, cudaStream_t stream) {
+  switch (chunks_per_lane) {
+    case 1:
+      return launch_m1<TW, TY, 1, WARPS>(p, stream);
+    case 2:
+      return launch_m1<TW, TY, 2, WARPS>(p, stream);
+    case 3:
+      return launch_m1<TW, TY, 3, WARPS>(p, stream);
+    default:
+      return launch_m1<TW, TY, 4, WARPS>(p, stream);
+  }
 }
 
 // On by default; DSPARK_CUDA_GEMV_M1=0 (read once) or set_m1_linear(false) turns it off.
@@ -155,7 +184,23 @@ std::atomic<int>& m1_flag() {
   return flag;
 }
 
+// kM1HalfCtasDefaultMaxN unless DSPARK_CUDA_GEMV_M1_HALF_MAX_N=N (read once; 0: off) or
+// set_m1_half_ctas_max_n.
+std::atomic<int64_t>& half_max_n_flag() {
+  static std::atomic<int64_t> n{
+      env_count("DSPARK_CUDA_GEMV_M1_HALF_MAX_N", static_cast<int>(kM1HalfCtasDefaultMaxN))};
+  return n;
+}
+
 }  // namespace
+
+void set_m1_half_ctas_max_n(int64_t n) {
+  half_max_n_flag().store(std::max<int64_t>(n, 0));
+}
+
+int64_t m1_half_ctas_max_n() {
+  return half_max_n_flag().load();
+}
 
 void set_m1_linear(bool enabled) {
   m1_flag().store(enabled ? 1 : 0);
@@ -171,23 +216,19 @@ bool try_gemv_m1(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& b
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t k = xv.cols, n = w.size(0);
   if (xv.rows != 1 || yv.rows != 1 || k > kMaxK || n > kGemvMaxN) return false;
-  const int64_t chunks_per_lane = ceil_div(ceil_div(k / 8, int64_t{kWarpsM1}), int64_t{32});
+  const bool half = n <= half_max_n_flag().load() && k <= max_k(kWarpsHalf);
+  const int64_t warps = half ? kWarpsHalf : kWarpsM1;
+  const int64_t chunks_per_lane = ceil_div(ceil_div(k / 8, warps), int64_t{32});
   const gemv_tile::BiasArg b = gemv_tile::bias_arg(bias);
   const cudaStream_t stream = stream_of(ctx);
   gemv_tile::dispatch_16bit(
       x.dtype(), y.dtype(), [&]<typename TW, typename TY>(TypeTag<TW>, TypeTag<TY>) {
         const M1Params<device_t<TW>, device_t<TY>> p{
             device_ptr<TW>(w), device_ptr<TW>(x), device_ptr<TY>(y), b.data, b.kind, n, k};
-        switch (chunks_per_lane) {
-          case 1:
-            return launch_m1<device_t<TW>, device_t<TY>, 1>(p, stream);
-          case 2:
-            return launch_m1<device_t<TW>, device_t<TY>, 2>(p, stream);
-          case 3:
-            return launch_m1<device_t<TW>, device_t<TY>, 3>(p, stream);
-          default:
-            return launch_m1<device_t<TW>, device_t<TY>, 4>(p, stream);
-        }
+        if (half)
+          return launch_m1_chunks<device_t<TW>, device_t<TY>, kWarpsHalf>(p, chunks_per_lane,
+                                                                          stream);
+        launch_m1_chunks<device_t<TW>, device_t<TY>, kWarpsM1>(p, chunks_per_lane, stream);
       });
   return true;
 }
