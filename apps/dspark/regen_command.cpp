@@ -1,8 +1,9 @@
 // dspark regen: the target regenerates the responses to a prompt set (drafter training data or
 // held-out evaluation), many rows at once, and writes shards of tokens, loss masks and tapped
-// hidden states (engine/regen.h). With --draft the generation is speculative (same greedy output)
-// and meta.json carries tau and the acceptance by position. --taps none --all-target-weights:
-// tokens only, plus every target weight for a training script that runs the target itself.
+// hidden states (tools/regen/regen.h). With --draft the generation is speculative (same greedy
+// output) and meta.json carries tau and the acceptance by position.
+// --taps none --all-target-weights: tokens only, plus every target weight for a training script
+// that runs the target itself.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -18,12 +19,12 @@
 #include "dspark/backend/context.h"
 #include "dspark/core/error.h"
 #include "dspark/engine/model_chat_template.h"
-#include "dspark/engine/regen.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/io/chat_template.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/dspark/dspark_source.h"
 #include "dspark/spec/source_factory.h"
+#include "regen/regen.h"
 
 namespace dspark::cli {
 namespace {

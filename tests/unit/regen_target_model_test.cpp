@@ -13,12 +13,12 @@
 #include "common/test_util.h"
 #include "dspark/core/buffer.h"
 #include "dspark/core/dtype.h"
-#include "dspark/engine/regen.h"
 #include "dspark/io/gguf.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/gguf_model.h"
 #include "dspark/model/model.h"
 #include "dspark/ops/rope.h"
+#include "regen/regen.h"
 
 namespace dspark {
 namespace {

@@ -1,7 +1,7 @@
-// dspark regen (engine/regen.h): the shards hold exactly the target's greedy continuation of each
-// prompt (checked against transformers' greedy tokens in the golden fixtures), the loss mask marks
-// the response, and the tap / final-hidden rows are the model's own hidden states of every token
-// (prompt rows against transformers' taps, all rows against a fresh single-sequence forward).
+// dspark regen (tools/regen/regen.h): the shards hold exactly the target's greedy continuation of
+// each prompt (checked against transformers' greedy tokens in the golden fixtures), the loss mask
+// marks the response, and the tap / final-hidden rows are the model's own hidden states of every
+// token (prompt rows against transformers' taps, all rows against a fresh single-sequence forward).
 // Also: the DSpark source's Markov switch (DSparkSourceOptions::markov_enabled) used by
 // `dspark regen --no-markov`.
 #include <gtest/gtest.h>
@@ -19,10 +19,10 @@
 
 #include "common/test_util.h"
 #include "dspark/core/buffer.h"
-#include "dspark/engine/regen.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/dspark/dspark_source.h"
+#include "regen/regen.h"
 
 namespace dspark {
 namespace {

@@ -1,13 +1,16 @@
 // SpeculativeEngine as a continuous-batching engine: admission by KV capacity, requests joining
-// between steps, cancellation, aborting after a failure, and KV pages returning to idle.
+// between steps, cancellation, aborting after a failure, and KV pages returning to idle. Also the
+// PhaseClock its rounds are timed with, on fake clocks.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/test_util.h"
 #include "dspark/engine/generate.h"
+#include "dspark/engine/phase_clock.h"
 #include "dspark/engine/speculative.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/ngram_source.h"
@@ -260,6 +263,106 @@ TEST(SpecEngine, CpuTimesPerPhaseOnlyWhenAsked) {
   EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("sync_wait_wall"));
   EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("draft_sync_wait_wall"));
   EXPECT_TRUE(on.to_json()["cpu_timings_ms"].contains("verify_sync_wait_wall"));
+}
+
+// Fake clocks for PhaseClock: the test sets the time; every read is counted.
+struct FakeTime {
+  int64_t wall_ns = 0;
+  double cpu_ms = 0, sync_ms = 0;
+  int wall_reads = 0, cpu_reads = 0, sync_reads = 0;
+};
+struct FakeClocks {
+  FakeTime* time;
+  std::chrono::steady_clock::time_point wall() const {
+    ++time->wall_reads;
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(time->wall_ns));
+  }
+  double cpu_ms() const {
+    ++time->cpu_reads;
+    return time->cpu_ms;
+  }
+  double sync_ms() const {
+    ++time->sync_reads;
+    return time->sync_ms;
+  }
+};
+enum class TestMark { begin, first, inside, second, count };
+using FakeClock = PhaseClock<TestMark, FakeClocks>;
+
+// Two phases on fake time: 1.5 ms (CPU 1 ms, 0.25 ms in synchronize), then 3.5 ms whose CPU time
+// is split at `inside` (2 + 0.5 ms; 0.125 ms in synchronize).
+void run_two_phases(FakeClock& clock, FakeTime& time) {
+  time.wall_ns += 1'500'000;
+  time.cpu_ms += 1.0;
+  time.sync_ms += 0.25;
+  clock.mark(TestMark::first);
+  time.wall_ns += 3'000'000;
+  time.cpu_ms += 2.0;
+  clock.mark_cpu(TestMark::inside);
+  time.wall_ns += 500'000;
+  time.cpu_ms += 0.5;
+  time.sync_ms += 0.125;
+  clock.mark(TestMark::second);
+}
+
+// Each phase gets the time that passed between its boundaries; the split inside a phase reads
+// the CPU clock alone.
+TEST(PhaseClock, AttributesTimeToThePhaseBetweenItsBoundaries) {
+  FakeTime time;
+  time.wall_ns = 1'000'000'000;
+  time.cpu_ms = 50.0;
+  time.sync_ms = 7.0;
+  FakeClock clock({&time}, /*cpu_times=*/true);
+  run_two_phases(clock, time);
+  EXPECT_DOUBLE_EQ(clock.wall_ms(TestMark::begin, TestMark::first), 1.5);
+  EXPECT_DOUBLE_EQ(clock.wall_ms(TestMark::first, TestMark::second), 3.5);
+  EXPECT_DOUBLE_EQ(clock.wall_ms(TestMark::begin, TestMark::second), 5.0);
+  EXPECT_DOUBLE_EQ(clock.cpu_ms(TestMark::begin, TestMark::first), 1.0);
+  EXPECT_DOUBLE_EQ(clock.cpu_ms(TestMark::first, TestMark::inside), 2.0);
+  EXPECT_DOUBLE_EQ(clock.cpu_ms(TestMark::inside, TestMark::second), 0.5);
+  EXPECT_DOUBLE_EQ(clock.cpu_at(TestMark::inside), 53.0);
+  EXPECT_DOUBLE_EQ(clock.sync_ms(TestMark::begin, TestMark::first), 0.25);
+  EXPECT_DOUBLE_EQ(clock.sync_ms(TestMark::first, TestMark::second), 0.125);
+  // Three boundaries read every clock, the split only the CPU time.
+  EXPECT_EQ(time.wall_reads, 3);
+  EXPECT_EQ(time.cpu_reads, 4);
+  EXPECT_EQ(time.sync_reads, 3);
+}
+
+// Without cpu_times a boundary reads the wall clock alone and a split reads nothing: the CPU and
+// sync spans stay zero.
+TEST(PhaseClock, WithoutCpuTimesReadsOnlyTheWallClock) {
+  FakeTime time;
+  time.cpu_ms = 10.0;
+  time.sync_ms = 3.0;
+  FakeClock clock({&time}, /*cpu_times=*/false);
+  EXPECT_FALSE(clock.cpu_times());
+  run_two_phases(clock, time);
+  EXPECT_DOUBLE_EQ(clock.wall_ms(TestMark::begin, TestMark::first), 1.5);
+  EXPECT_DOUBLE_EQ(clock.wall_ms(TestMark::first, TestMark::second), 3.5);
+  EXPECT_EQ(clock.cpu_ms(TestMark::begin, TestMark::second), 0.0);
+  EXPECT_EQ(clock.cpu_at(TestMark::inside), 0.0);
+  EXPECT_EQ(clock.sync_ms(TestMark::begin, TestMark::second), 0.0);
+  EXPECT_EQ(time.wall_reads, 3);
+  EXPECT_EQ(time.cpu_reads, 0);
+  EXPECT_EQ(time.sync_reads, 0);
+}
+
+// The real clocks: wall and CPU time do not run backwards, and a CPU context spends no time in
+// synchronize().
+TEST(PhaseClock, EngineClocksAreMonotonic) {
+  Context ctx(Device::cpu());
+  PhaseClock<TestMark, EngineClocks> clock({&ctx}, /*cpu_times=*/true);
+  clock.mark(TestMark::first);
+  clock.mark_cpu(TestMark::inside);
+  clock.mark(TestMark::second);
+  EXPECT_GE(clock.wall_ms(TestMark::begin, TestMark::first), 0.0);
+  EXPECT_GE(clock.wall_ms(TestMark::first, TestMark::second), 0.0);
+  EXPECT_GE(clock.cpu_ms(TestMark::begin, TestMark::first), 0.0);
+  EXPECT_GE(clock.cpu_ms(TestMark::first, TestMark::inside), 0.0);
+  EXPECT_GE(clock.cpu_ms(TestMark::inside, TestMark::second), 0.0);
+  EXPECT_GT(clock.cpu_at(TestMark::begin), 0.0);
+  EXPECT_DOUBLE_EQ(clock.sync_ms(TestMark::begin, TestMark::second), 0.0);
 }
 
 }  // namespace

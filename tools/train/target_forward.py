@@ -2,7 +2,8 @@
 """The target's forward in PyTorch, for training a drafter without stored hidden states: the
 outputs of the tapped layers and the final-normed hidden state of every token, computed on the
 fly from the target's weights as dspark holds them after loading
-(`dspark regen --all-target-weights` writes them to target_weights.safetensors; engine/regen.h).
+(`dspark regen --all-target-weights` writes them to target_weights.safetensors;
+tools/regen/regen.h).
 
 Written from the Llama-family architecture (independent of dspark's kernels), the way
 model/llama_family.cpp computes it:

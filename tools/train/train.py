@@ -3,7 +3,7 @@
 written by `dspark regen` and exports it in the DeepSpec layout (config.json + model.safetensors,
 bf16) that `dspark generate --draft DIR` loads.
 
-Data (docs in src/dspark/engine/regen.h): per sequence the tokens (prompt + the target's own
+Data (docs in tools/regen/regen.h): per sequence the tokens (prompt + the target's own
 response), a loss mask (response tokens), the target's tapped hidden states (layer outputs
 `target_layer_ids`, HF hidden_states[l+1]) and its final-normed hidden state, plus
 target_weights.safetensors (the target's embedding / LM head / final norm exactly as dspark holds

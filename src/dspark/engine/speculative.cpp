@@ -1,19 +1,15 @@
 #include "dspark/engine/speculative.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 
-#include "dspark/core/thread_cpu_time.h"
 #include "dspark/ops/sampling.h"
 
 namespace dspark {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
+// A prefill chunk's one phase (its wall time only).
+enum class PrefillMark { begin, end, count };
 
 }  // namespace
 
@@ -136,7 +132,7 @@ void SpeculativeEngine::step() {
 }
 
 void SpeculativeEngine::prefill_step() {
-  const auto t0 = Clock::now();
+  PhaseClock<PrefillMark> clock({&ctx_}, /*cpu_times=*/false);
   ForwardBatch batch;
   batch.row_indptr.push_back(0);
   batch.tap_layers = taps_;
@@ -199,7 +195,8 @@ void SpeculativeEngine::prefill_step() {
     updates.push_back(u);
   }
   if (source_) source_->commit(ctx_, updates, fo.taps);
-  const double ms = ms_since(t0);
+  clock.mark(PrefillMark::end);
+  const double ms = clock.wall_ms(PrefillMark::begin, PrefillMark::end);
   for (Row* r : rows) {
     r->spec.prefill_ms += ms;
     if (r->pending >= 0 && r->prefilled == static_cast<int>(r->prompt.size()) &&
@@ -210,18 +207,30 @@ void SpeculativeEngine::prefill_step() {
 }
 
 void SpeculativeEngine::decode_round() {
-  const auto t0 = Clock::now();
-  const bool cpu_times = config_.cpu_times;
-  const double c0 = cpu_times ? thread_cpu_ms() : 0.0;
-  const double sync0 = cpu_times ? ctx_.synchronize_wall_ms() : 0.0;
+  RoundClock clock({&ctx_}, config_.cpu_times);
+  if (!propose()) return;
+  clock.mark(RoundMark::proposed);
+  build_verify_batch();
+  clock.mark_cpu(RoundMark::batch_built);
+  const ForwardOutput fo = verify(clock);
+  clock.mark(RoundMark::verified);
+  roll_back_target_kv();
+  commit_to_source(fo.taps);
+  emit();
+  clock.mark(RoundMark::emitted);
+  // Rows that end here finish after this round's times are in their telemetry (finish_row hands
+  // it out).
+  add_round_times(clock);
+  for (Row* r : round_.ending) finish_row(*r);
+}
+
+bool SpeculativeEngine::propose() {
   RoundScratch& s = round_;
-  std::vector<Row*>& rows = s.rows;
-  std::vector<ProposeRequest>& requests = s.requests;
-  rows.clear();
-  requests.clear();
+  s.rows.clear();
+  s.requests.clear();
   for (auto& r : rows_) {
     if (r->done || r->pending < 0 || r->prefilled < static_cast<int>(r->prompt.size())) continue;
-    rows.push_back(r.get());
+    s.rows.push_back(r.get());
     ProposeRequest q;
     q.row = r->id;
     // A round emits at most k + 1 tokens: never draft past max_tokens.
@@ -229,30 +238,33 @@ void SpeculativeEngine::decode_round() {
     q.max_tokens = std::max(0, std::min(config_.gamma, remaining - 1));
     q.sampling = r->options.sampling;
     q.seed = r->options.seed;
-    requests.push_back(q);
+    s.requests.push_back(q);
   }
-  if (rows.empty()) return;
+  if (s.rows.empty()) return false;
 
   Proposal& proposal = s.proposal;
   proposal.clear();
-  const bool any_drafts = source_ && std::any_of(requests.begin(), requests.end(),
+  const bool any_drafts = source_ && std::any_of(s.requests.begin(), s.requests.end(),
                                                  [](const auto& q) { return q.max_tokens > 0; });
   if (any_drafts) {
-    source_->propose(ctx_, requests, proposal);
+    source_->propose(ctx_, s.requests, proposal);
   } else {
-    proposal.indptr.assign(rows.size() + 1, 0);
+    proposal.indptr.assign(s.rows.size() + 1, 0);
   }
-  DSPARK_CHECK(proposal.indptr.size() == rows.size() + 1, "draft source returned {} entries for {}",
-               proposal.indptr.size() - 1, rows.size());
-  for (size_t i = 0; i < rows.size(); ++i)
-    DSPARK_CHECK(proposal.count(i) <= requests[i].max_tokens,
+  DSPARK_CHECK(proposal.indptr.size() == s.rows.size() + 1,
+               "draft source returned {} entries for {}", proposal.indptr.size() - 1,
+               s.rows.size());
+  for (size_t i = 0; i < s.rows.size(); ++i)
+    DSPARK_CHECK(proposal.count(i) <= s.requests[i].max_tokens,
                  "draft source proposed {} tokens, {} allowed", proposal.count(i),
-                 requests[i].max_tokens);
-  const auto t1 = Clock::now();
-  const double c1 = cpu_times ? thread_cpu_ms() : 0.0;
-  const double sync1 = cpu_times ? ctx_.synchronize_wall_ms() : 0.0;
+                 s.requests[i].max_tokens);
+  return true;
+}
 
-  // The verify batch: [pending, drafts] per row, logits for every token.
+// The verify batch: [pending, drafts] per row, logits for every token.
+void SpeculativeEngine::build_verify_batch() {
+  RoundScratch& s = round_;
+  const Proposal& proposal = s.proposal;
   ForwardBatch& batch = s.batch;
   batch.tokens.clear();
   batch.row_indptr.assign(1, 0);
@@ -262,8 +274,8 @@ void SpeculativeEngine::decode_round() {
   s.seeds.clear();
   s.positions.clear();
   s.length_before.clear();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    Row& r = *rows[i];
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    Row& r = *s.rows[i];
     const int len = kv_.length(r.seq);
     s.length_before.push_back(len);
     batch.tokens.push_back(r.pending);
@@ -279,22 +291,34 @@ void SpeculativeEngine::decode_round() {
   for (size_t t = 0; t < batch.tokens.size(); ++t) batch.logit_indices[t] = static_cast<int32_t>(t);
   // A greedy round takes the target's argmax from the forward itself.
   batch.want_argmax = Verifier::is_greedy(proposal, s.params);
-  const double cb = cpu_times ? thread_cpu_ms() : 0.0;
-  ForwardOutput fo = target_.forward(ctx_, kv_, batch);
-  const double cf = cpu_times ? thread_cpu_ms() : 0.0;
-  VerifyResult& vr = s.verified;
-  verifier_.verify(ctx_, fo.logits, proposal, s.params, s.seeds, s.positions, vr, fo.argmax);
-  const auto t2 = Clock::now();
-  const double c2 = cpu_times ? thread_cpu_ms() : 0.0;
-  const double sync2 = cpu_times ? ctx_.synchronize_wall_ms() : 0.0;
+}
 
-  // Commit: the target keeps [pending, accepted drafts]; the rest of its KV is dropped.
+// One target forward over the batch, then the verifier: accepted counts and next tokens.
+ForwardOutput SpeculativeEngine::verify(RoundClock& clock) {
+  RoundScratch& s = round_;
+  ForwardOutput fo = target_.forward(ctx_, kv_, s.batch);
+  clock.mark_cpu(RoundMark::forwarded);
+  verifier_.verify(ctx_, fo.logits, s.proposal, s.params, s.seeds, s.positions, s.verified,
+                   fo.argmax);
+  return fo;
+}
+
+// The target keeps [pending, accepted drafts]; the rest of its KV is dropped.
+void SpeculativeEngine::roll_back_target_kv() {
+  const RoundScratch& s = round_;
+  for (size_t i = 0; i < s.rows.size(); ++i)
+    kv_.rollback_to(s.rows[i]->seq, s.length_before[i] + 1 + s.verified.n_accepted[i]);
+}
+
+// Each row's kept tokens (Row::kept, also what emit sends on) and the source's update.
+void SpeculativeEngine::commit_to_source(std::span<const Tensor> taps) {
+  RoundScratch& s = round_;
+  const Proposal& proposal = s.proposal;
   std::vector<RowUpdate>& updates = s.updates;
-  updates.assign(rows.size(), RowUpdate{});
-  for (size_t i = 0; i < rows.size(); ++i) {
-    Row& r = *rows[i];
-    const int n_acc = vr.n_accepted[i];
-    kv_.rollback_to(r.seq, s.length_before[i] + 1 + n_acc);
+  updates.assign(s.rows.size(), RowUpdate{});
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    Row& r = *s.rows[i];
+    const int n_acc = s.verified.n_accepted[i];
     r.kept.assign(1, r.pending);
     r.kept.insert(r.kept.end(), proposal.tokens.begin() + proposal.indptr[i],
                   proposal.tokens.begin() + proposal.indptr[i] + n_acc);
@@ -302,53 +326,57 @@ void SpeculativeEngine::decode_round() {
     u.row = r.id;
     u.kept_tokens = r.kept;
     u.first_position = s.length_before[i];
-    u.tap_offset = batch.row_indptr[i];
-    u.pending = vr.next_token[i];
+    u.tap_offset = s.batch.row_indptr[i];
+    u.pending = s.verified.next_token[i];
     u.n_drafted = proposal.count(i);
     u.n_accepted = n_acc;
   }
-  if (source_) source_->commit(ctx_, updates, fo.taps);
+  if (source_) source_->commit(ctx_, updates, taps);
+}
 
-  // Emit one token at a time: accepted drafts, then the target's token. Rows that end here finish
-  // after this round's times are in their telemetry (finish_row hands it out).
-  std::vector<int32_t>& burst = s.burst;
-  std::vector<Row*>& ending = s.ending;
-  ending.clear();
-  for (size_t i = 0; i < rows.size(); ++i) {
-    Row& r = *rows[i];
-    const int n_acc = vr.n_accepted[i];
-    burst.assign(r.kept.begin() + 1, r.kept.end());
-    burst.push_back(vr.next_token[i]);
-    r.pending = vr.next_token[i];
-    r.spec.record_round(proposal.count(i), n_acc);
-    if (r.out->push(burst)) ending.push_back(&r);
+// One token at a time: accepted drafts, then the target's token. The rows whose stream ends are
+// collected in `ending`, for decode_round to finish once the round's times are in.
+void SpeculativeEngine::emit() {
+  RoundScratch& s = round_;
+  s.ending.clear();
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    Row& r = *s.rows[i];
+    const int32_t next = s.verified.next_token[i];
+    s.burst.assign(r.kept.begin() + 1, r.kept.end());
+    s.burst.push_back(next);
+    r.pending = next;
+    r.spec.record_round(s.proposal.count(i), s.verified.n_accepted[i]);
+    if (r.out->push(s.burst)) s.ending.push_back(&r);
   }
-  const double draft_ms = std::chrono::duration<double, std::milli>(t1 - t0).count();
-  const double verify_ms = std::chrono::duration<double, std::milli>(t2 - t1).count();
-  const double rest_ms = ms_since(t2);
-  const double c3 = cpu_times ? thread_cpu_ms() : 0.0;
+}
+
+void SpeculativeEngine::add_round_times(const RoundClock& clock) {
+  using M = RoundMark;
+  const double draft_ms = clock.wall_ms(M::begin, M::proposed);
+  const double verify_ms = clock.wall_ms(M::proposed, M::verified);
+  const double rest_ms = clock.wall_ms(M::verified, M::emitted);
   // The verifier's clock read between enqueueing and waiting (none when it enqueued nothing).
-  const double ce = verifier_.enqueued_cpu_ms() > 0 ? verifier_.enqueued_cpu_ms() : c2;
+  const double enqueued =
+      verifier_.enqueued_cpu_ms() > 0 ? verifier_.enqueued_cpu_ms() : clock.cpu_at(M::verified);
   const double wait_ms = verifier_.wait_ms();
-  const double sync_ms = cpu_times ? ctx_.synchronize_wall_ms() - sync0 : 0.0;
-  for (Row* r : rows) {
-    r->spec.draft_ms += draft_ms;
-    r->spec.verify_ms += verify_ms;
-    r->spec.rest_ms += rest_ms;
-    if (!cpu_times) continue;
-    r->spec.draft_cpu_ms += c1 - c0;
-    r->spec.verify_cpu_ms += c2 - c1;
-    r->spec.rest_cpu_ms += c3 - c2;
-    r->spec.verify_batch_cpu_ms += cb - c1;
-    r->spec.verify_forward_cpu_ms += cf - cb;
-    r->spec.verify_launch_cpu_ms += ce - cf;
-    r->spec.verify_read_cpu_ms += c2 - ce;
-    r->spec.verify_wait_ms += wait_ms;
-    r->spec.sync_wait_ms += sync_ms;
-    r->spec.draft_sync_wait_ms += sync1 - sync0;
-    r->spec.verify_sync_wait_ms += sync2 - sync1;
+  for (Row* r : round_.rows) {
+    SpecTelemetry& t = r->spec;
+    t.draft_ms += draft_ms;
+    t.verify_ms += verify_ms;
+    t.rest_ms += rest_ms;
+    if (!clock.cpu_times()) continue;
+    t.draft_cpu_ms += clock.cpu_ms(M::begin, M::proposed);
+    t.verify_cpu_ms += clock.cpu_ms(M::proposed, M::verified);
+    t.rest_cpu_ms += clock.cpu_ms(M::verified, M::emitted);
+    t.verify_batch_cpu_ms += clock.cpu_ms(M::proposed, M::batch_built);
+    t.verify_forward_cpu_ms += clock.cpu_ms(M::batch_built, M::forwarded);
+    t.verify_launch_cpu_ms += enqueued - clock.cpu_at(M::forwarded);
+    t.verify_read_cpu_ms += clock.cpu_at(M::verified) - enqueued;
+    t.verify_wait_ms += wait_ms;
+    t.sync_wait_ms += clock.sync_ms(M::begin, M::emitted);
+    t.draft_sync_wait_ms += clock.sync_ms(M::begin, M::proposed);
+    t.verify_sync_wait_ms += clock.sync_ms(M::proposed, M::verified);
   }
-  for (Row* r : ending) finish_row(*r);
 }
 
 void SpeculativeEngine::finish_row(Row& r) {

@@ -1,9 +1,17 @@
 // The speculative decoding engine: several requests (rows) decode together; each step runs one
-// prefill chunk of rows that joined (when any) and then one round for every row past its prefill:
+// prefill chunk of rows that joined (when any) and then one round for every row past its prefill.
+// A round (decode_round) is these phases, each a private member working on the round's scratch:
 //
-//   propose -> build the verify batch [pending, drafts] per row -> ONE target forward ->
-//   verify -> roll the target KV back to the accepted length -> commit to the draft source ->
-//   emit tokens one at a time (EOS / max_tokens / stop strings see the plain-decoding stream)
+//   propose             the rows that decode and their drafts (DraftSource::propose)
+//   build_verify_batch  [pending, drafts] per row, logits for every token
+//   verify              ONE target forward over the batch, then the verifier
+//   roll_back_target_kv the target KV back to the accepted length
+//   commit_to_source    kept tokens, tap rows and the new pending token to the draft source
+//   emit                tokens one at a time (EOS / max_tokens / stop strings see the
+//                       plain-decoding stream)
+//
+// and a RoundClock (engine/phase_clock.h) reads the clocks at the boundaries: the draft phase is
+// propose, the verify phase build_verify_batch and verify, the rest the others (SpecTelemetry).
 //
 // Rows have their own proposal lengths, sampling parameters and seeds. With no draft source the
 // same loop is plain decoding (one token per row per round). Requests may be added between steps
@@ -19,6 +27,7 @@
 #include "dspark/backend/context.h"
 #include "dspark/engine/generate.h"
 #include "dspark/engine/output_stream.h"
+#include "dspark/engine/phase_clock.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/draft_source.h"
@@ -90,6 +99,21 @@ class SpeculativeEngine {
   void finish_row(Row& row);
   int reserve_tokens(int prompt_tokens, int max_tokens) const;
 
+  // The boundaries of a decode round's phases: draft from begin to proposed, verify to verified
+  // (its CPU time split where the batch is built and where the target's forward returns), rest to
+  // emitted.
+  enum class RoundMark { begin, proposed, batch_built, forwarded, verified, emitted, count };
+  using RoundClock = PhaseClock<RoundMark>;
+  // decode_round's phases in order (RoundScratch says what each one fills).
+  bool propose();  // false: no row decodes this round
+  void build_verify_batch();
+  ForwardOutput verify(RoundClock& clock);  // marks `forwarded`
+  void roll_back_target_kv();
+  void commit_to_source(std::span<const Tensor> taps);
+  void emit();
+  // The round's times (and with cpu_times its CPU and sync times) into each row's telemetry.
+  void add_round_times(const RoundClock& clock);
+
   Model& target_;
   Context& ctx_;
   DraftSource* source_;
@@ -102,18 +126,20 @@ class SpeculativeEngine {
   RowId next_id_ = 0;
   OwnedTensor sampled_;  // i32 [rows] first tokens after prefill
   // decode_round's per-round host arrays, kept between rounds (cleared, not freed): a round in
-  // steady state allocates none of them.
+  // steady state allocates none of them. The phase that fills each one is named first.
   struct RoundScratch {
-    std::vector<Row*> rows, ending;  // this round's rows; those it ends
-    std::vector<ProposeRequest> requests;
-    Proposal proposal;
-    ForwardBatch batch;
-    std::vector<SamplingParams> params;
-    std::vector<uint64_t> seeds;
-    std::vector<int32_t> positions, length_before;
-    VerifyResult verified;
-    std::vector<RowUpdate> updates;
-    std::vector<int32_t> burst;
+    std::vector<Row*> rows;                // propose: this round's rows
+    std::vector<ProposeRequest> requests;  // propose
+    Proposal proposal;                     // propose
+    ForwardBatch batch;                    // build_verify_batch
+    std::vector<SamplingParams> params;    // build_verify_batch (per row)
+    std::vector<uint64_t> seeds;           // build_verify_batch
+    std::vector<int32_t> positions;        // build_verify_batch: position of draft 1
+    std::vector<int32_t> length_before;    // build_verify_batch: the KV length before the round
+    VerifyResult verified;                 // verify
+    std::vector<RowUpdate> updates;        // commit_to_source (and Row::kept)
+    std::vector<int32_t> burst;            // emit: one row's tokens
+    std::vector<Row*> ending;              // emit: the rows this round ends
   };
   RoundScratch round_;
 };

@@ -1,4 +1,4 @@
-#include "dspark/engine/regen.h"
+#include "regen/regen.h"
 
 #include <algorithm>
 #include <chrono>
