@@ -1,7 +1,7 @@
-// CUDA-graph replay of the target forward (Model::set_cuda_graphs, docs/perf-notes.md) against the
-// eager forward of a second instance of the same model: for several steps of decode (batch 1 and
-// 4) and verify (k = 4 and 16, with rollback of rejected tokens), logits, hidden taps and the whole
-// KV pool must be bitwise equal, while the context grows across attention split-count buckets
+// CUDA-graph replay of the target forward (Model::set_cuda_graphs, backend/graph_cache.h) against
+// the eager forward of a second instance of the same model: for several steps of decode (batch 1
+// and 4) and verify (k = 4 and 16, with rollback of rejected tokens), logits, hidden taps and the
+// whole KV pool must be bitwise equal, while the context grows across attention split-count buckets
 // (each a separate graph). Greedy generation (plain and speculative) with graphs must emit the
 // same tokens as without. Every test also checks that graphs were really captured and replayed.
 // Skips without a GPU.
@@ -15,8 +15,8 @@
 #include <map>
 
 #include "common/test_util.h"
-#include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/runtime.h"
+#include "dspark/backend/graph_set.h"
 #include "dspark/engine/speculative.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/source_factory.h"
@@ -163,8 +163,9 @@ class GraphForwardCuda : public ::testing::Test {
         total_pages +=
             (lengths[static_cast<size_t>(r)] + tokens_per_row + kPageSize - 1) / kPageSize;
       }
-      ++splits[cuda::paged_attention_splits(int64_t{n_rows} * tokens_per_row, c.num_heads,
-                                            c.num_kv_heads, n_rows, total_pages, kPageSize)];
+      ++splits[attention_graph_variant(
+          ctx_g, AttentionShape{int64_t{n_rows} * tokens_per_row, c.num_heads, c.num_kv_heads,
+                                n_rows, total_pages, kPageSize})];
       compare(make_batch(seqs_e, counts, tokens, all_logits, argmax),
               make_batch(seqs_g, counts, tokens, all_logits, argmax), fmt::format("step {}", step));
       for (int r = 0; r < n_rows; ++r) {
@@ -229,8 +230,8 @@ TEST_F(GraphForwardCuda, VerifyK16Batch4) {
 
 // Verify widths cycling like a speculative request's last rounds (gamma 16 with rejected drafts:
 // 17 tokens, then 16, 15, ..., 1), at a fixed context: 18 shapes with the prompt's. Least recently
-// used eviction of a cycle longer than the cache misses every time (the cache held 16 buckets
-// until session 8): after a warm-up pass (eager) and a capture pass, every width of a third pass
+// used eviction of a cycle longer than the cache misses every time (as a cache of 16 buckets
+// did): after a warm-up pass (eager) and a capture pass, every width of a third pass
 // must replay its graph.
 TEST_F(GraphForwardCuda, VerifyWidthCycleStaysCaptured) {
   Context ctx(Device::cuda(0));

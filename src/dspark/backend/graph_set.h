@@ -1,83 +1,103 @@
-// The CUDA graphs of one launch shape, one per variant (e.g. the attention's split count, which
-// changes with the context length while the batch is small): the policy every graphed step shares.
+// The graph module's backend-neutral core: the CUDA graphs of one launch shape, one per variant,
+// and what callers key them by. Model and drafter code reaches graphs only through this header and
+// backend/graph_cache.h (the per-shape buckets); the CUDA side (backend/cuda/graph.h) stays behind
+// graph_set.cpp. Built with and without CUDA.
 //
-// run() enqueues the work of `enqueue` on the context's stream:
+// GraphSet::run enqueues the work of `enqueue` on the context's stream:
 //   - eagerly on the first run of a variant (cuBLASLt plans, scratch growth and first-use
 //     allocations happen then: capture may not do them);
 //   - captured into a graph and launched on the second run;
 //   - by replaying that graph afterwards.
-// A graph is captured again when a pointer it baked in that may move between runs (`baked`, e.g.
-// the context's scratch) differs from the one seen at capture. A variant whose capture failed
-// kMaxFailures times runs eagerly from then on; a failed capture runs the work eagerly at once
-// (nothing is lost) and returns Outcome::fallback with the error in last_error().
-// Host code (the graphs come from backend/cuda/graph.h): built with and without CUDA.
+// A graph is captured again when a pointer it baked in that may move between runs differs from
+// the one seen at capture: the context's scratch (Context::scratch_data, checked by the set
+// itself) and the caller's own (`baked`, e.g. a drafter's constant buffers). A variant whose
+// capture failed kMaxFailures times runs eagerly from then on; a failed capture runs the work
+// eagerly at once (nothing is lost) and returns Outcome::fallback with the error in last_error().
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
-#include <set>
+#include <memory>
 #include <span>
 #include <string>
-#include <vector>
+#include <string_view>
+#include <type_traits>
 
 #include "dspark/backend/context.h"
-#include "dspark/backend/cuda/graph.h"
 
 namespace dspark {
+
+// True when the environment asks for graphs: DSPARK_CUDA_GRAPHS=1 (read once).
+bool graphs_enabled_by_env();
+
+// The launch shape of a paged attention over a batch: n_tokens queries of n_rows sequences whose
+// page table holds total_pages pages (page_indices.numel()) of page_size tokens.
+struct AttentionShape {
+  int64_t n_tokens = 0, n_heads = 0, n_kv_heads = 0, n_rows = 0, total_pages = 0, page_size = 0;
+};
+
+// The graph variant of a forward with this attention: graphs of the same shape are keyed by it
+// because the backend's attention launch changes with it (on CUDA the key split count, which
+// changes with the context length while the batch is small; a graph captured at the same count
+// replays bitwise equal to the eager forward). 0 on a CPU context.
+int attention_graph_variant(const Context& ctx, const AttentionShape& shape);
+
+// A non-owning reference to the callable that enqueues a graph's work: passed by value, no
+// allocation per run. The callable must outlive the call it is passed to.
+class EnqueueRef {
+ public:
+  template <typename F,
+            typename = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, EnqueueRef> &&
+                                        std::is_invocable_v<F&>>>
+  EnqueueRef(F&& f) noexcept  // NOLINT: implicit, callers pass a lambda
+      : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_(&invoke<std::remove_reference_t<F>>) {}
+  void operator()() const { call_(callable_); }
+
+ private:
+  template <typename F>
+  static void invoke(void* f) {
+    (*static_cast<F*>(f))();
+  }
+  void* callable_;
+  void (*call_)(void*);
+};
 
 class GraphSet {
  public:
   enum class Outcome { eager, captured, replayed, fallback };
   static constexpr int kMaxFailures = 2;
 
-  Outcome run(Context& ctx, int variant, std::span<const void* const> baked,
-              const std::function<void()>& enqueue);
+  GraphSet();
+  ~GraphSet();
+  GraphSet(GraphSet&& other) noexcept;
+  GraphSet& operator=(GraphSet&& other) noexcept;
+  GraphSet(const GraphSet&) = delete;
+  GraphSet& operator=(const GraphSet&) = delete;
+
+  Outcome run(Context& ctx, int variant, std::span<const void* const> baked, EnqueueRef enqueue);
   // Forgets every graph (the buffers they read have moved); warm-ups stay done.
-  void clear() { execs_.clear(); }
-  const std::string& last_error() const { return last_error_; }
-  size_t n_graphs() const { return execs_.size(); }
+  void clear();
+  const std::string& last_error() const;
+  size_t n_graphs() const;
 
  private:
-  struct Exec {
-    cuda::Graph graph;
-    std::vector<const void*> baked;
-  };
-  std::map<int, Exec> execs_;
-  std::set<int> warmed_;
-  std::map<int, int> failures_;
-  std::string last_error_;
+  struct State;  // the graphs (backend/cuda/graph.h), warm-ups and failures
+  std::unique_ptr<State> state_;
 };
 
-// The device memory the graph buckets of one map may keep (see evict_lru_bucket).
-inline constexpr size_t kGraphBucketsMaxBytes = size_t{4} << 30;
-
-// Makes room for one more bucket in a map of graph buckets (values: unique_ptr to a struct with a
-// `last_use` tick and a `bytes()` of device memory) that may hold `max_buckets` buckets and, before
-// the new one, `max_bytes` bytes: evicts least recently used ones, after synchronising ctx (queued
-// work may still read the evicted buffers). The count must exceed the shapes a workload cycles
-// through: least-recently-used eviction of a cycle one longer than the cache misses every time
-// (a speculative request's last rounds draft gamma - 1, gamma - 2, ... tokens: gamma + 1 verify
-// shapes, each evicted just before its next use when the cache held 16).
-template <typename BucketMap>
-void evict_lru_bucket(Context& ctx, BucketMap& buckets, size_t max_buckets,
-                      size_t max_bytes = kGraphBucketsMaxBytes) {
-  size_t bytes = 0;
-  for (const auto& entry : buckets) bytes += entry.second->bytes();
-  bool synced = false;
-  while (!buckets.empty() && (buckets.size() >= max_buckets || bytes > max_bytes)) {
-    auto lru = buckets.begin();
-    for (auto it = buckets.begin(); it != buckets.end(); ++it)
-      if (it->second->last_use < lru->second->last_use) lru = it;
-    if (!synced) ctx.synchronize();
-    synced = true;
-    bytes -= lru->second->bytes();
-    buckets.erase(lru);
-  }
-}
+// A caller's counters of graph outcomes (e.g. ForwardStats::graph_replays, graph_captures,
+// graph_fallbacks).
+struct GraphCounters {
+  int64_t& replays;
+  int64_t& captures;
+  int64_t& fallbacks;
+};
 
 // Adds one run's outcome to a caller's counters (a captured run was also launched: a replay).
-void count_graph_outcome(GraphSet::Outcome outcome, int64_t& replays, int64_t& captures,
-                         int64_t& fallbacks);
+void count_graph_outcome(GraphSet::Outcome outcome, GraphCounters counters);
+
+// The warning of a failed capture on stderr: "warning: CUDA graph capture[ of <what>] failed
+// (<details>), running eagerly: <error>" (`what` may be empty).
+void warn_graph_fallback(std::string_view what, std::string_view details, std::string_view error);
 
 }  // namespace dspark

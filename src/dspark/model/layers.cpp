@@ -160,7 +160,7 @@ void DeviceIndices::allocate() {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(offsets_.back(), 1)) * sizeof(int32_t);
   fence_.wait();  // the old staging buffer may still be read by a queued copy
   device_buffer_ = Buffer(device_, bytes);
-  host_ = cuda::PinnedBuffer(bytes);
+  host_ = PinnedBuffer(bytes);
 }
 
 void DeviceIndices::grow(int slot, int64_t capacity) {

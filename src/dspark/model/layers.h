@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dspark/backend/context.h"
-#include "dspark/backend/cuda/graph.h"
+#include "dspark/backend/pinned_memory.h"
 #include "dspark/core/buffer.h"
 #include "dspark/core/tensor.h"
 #include "dspark/ops/attention.h"
@@ -103,8 +103,8 @@ class DeviceIndices {
   Device device_;
   std::vector<int64_t> capacities_, offsets_, sizes_;
   Buffer device_buffer_;
-  cuda::PinnedBuffer host_;
-  cuda::CopyFence fence_;
+  PinnedBuffer host_;
+  CopyFence fence_;
 };
 
 // ---- activation arena -------------------------------------------------------------------------

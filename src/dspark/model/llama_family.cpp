@@ -14,13 +14,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
-#include "dspark/backend/cuda/blas.h"
-#include "dspark/backend/cuda/graph.h"
-#include "dspark/backend/graph_set.h"
+#include "dspark/backend/graph_cache.h"
+#include "dspark/backend/pinned_memory.h"
 #include "dspark/model/layers.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
@@ -149,12 +148,11 @@ class LlamaFamilyModel final : public Model {
   ForwardOutput forward_eager(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
                               const HostPlan& h);
 
-  // ---- CUDA graphs (docs/perf-notes.md, "CUDA graphs") ----
-  // A bucket: one forward shape on one KV cache and context. It owns the device buffers its
-  // graphs read (metadata at fixed offsets, activations), so replays never depend on buffers
-  // that eager forwards may reallocate. One graph per attention split count (the split count
-  // changes with the context length while the batch is small; capturing per count keeps replays
-  // bitwise equal to eager forwards).
+  // ---- CUDA graphs (backend/graph_cache.h) ----
+  // A bucket: one forward shape on one KV cache (and context: the cache adds it to the key). It
+  // owns the device buffers its graphs read (metadata at fixed offsets, activations), so replays
+  // never depend on buffers that eager forwards may reallocate. One graph per
+  // attention_graph_variant (replays stay bitwise equal to eager forwards).
   struct GraphKey {
     int64_t n_tokens = 0, n_rows = 0, n_logits = 0;
     bool logits_of_every_row = false;  // logits_of_every_row(batch): no gather before the LM head
@@ -163,11 +161,9 @@ class LlamaFamilyModel final : public Model {
     const void* k_pool = nullptr;
     const void* v_pool = nullptr;
     int num_pages = 0, page_size = 0;
-    const Context* ctx = nullptr;
-    const void* blas_workspace = nullptr;
     auto tie() const {
       return std::tie(n_tokens, n_rows, n_logits, logits_of_every_row, want_argmax, taps, k_pool,
-                      v_pool, num_pages, page_size, ctx, blas_workspace);
+                      v_pool, num_pages, page_size);
     }
     bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
   };
@@ -176,17 +172,16 @@ class LlamaFamilyModel final : public Model {
                          // logit indices, page indices (capacity grows; graphs then recaptured)
     ActivationArena arena;
     Activations act;
-    cuda::PinnedBuffer argmax_host;  // want_argmax: the argmax's copy (m values)
-    GraphSet graphs;                 // by attention split count
-    uint64_t last_use = 0;
+    PinnedBuffer argmax_host;  // want_argmax: the argmax's copy (m values)
     size_t bytes() const { return arena.capacity(); }
   };
+  using GraphBuckets = GraphCache<GraphKey, GraphBucket>;
   static constexpr int64_t kGraphMaxTokens = ForwardStats::kStepTokens;  // larger: eager
   // More than the verify shapes a request cycles through (gamma + 1 <= 65) and the decode and
   // prefill-chunk shapes beside them; kGraphBucketsMaxBytes bounds their memory.
   static constexpr size_t kGraphMaxBuckets = 96;
   bool graph_eligible(const Context& ctx, const ForwardBatch& b) const;
-  GraphBucket& graph_bucket(Context& ctx, PagedKvCache& kv, const ForwardBatch& b);
+  GraphBuckets::Entry& graph_bucket(Context& ctx, PagedKvCache& kv, const ForwardBatch& b);
   ForwardOutput forward_graphed(Context& ctx, PagedKvCache& kv, const ForwardBatch& b,
                                 const HostPlan& h);
 
@@ -204,16 +199,15 @@ class LlamaFamilyModel final : public Model {
   PackedIndices meta_;
   ActivationArena arena_;
   Activations act_;
-  cuda::PinnedBuffer eager_argmax_host_;
+  PinnedBuffer eager_argmax_host_;
 
-  bool graphs_enabled_ = cuda::graphs_enabled_by_env();
+  bool graphs_enabled_ = graphs_enabled_by_env();
   struct ReplayTimes {  // the last forward_graphed, when it replayed a graph
     bool replayed = false;
     double stage_ms = 0, launch_ms = 0;
   };
   ReplayTimes last_replay_;
-  std::map<GraphKey, std::unique_ptr<GraphBucket>> graph_buckets_;
-  uint64_t graph_tick_ = 0;
+  GraphBuckets graph_buckets_{"", kGraphMaxBuckets};
   ForwardStats stats_;
 };
 
@@ -418,7 +412,7 @@ int32_t* LlamaFamilyModel::eager_argmax_host(Context& ctx, int64_t m) {
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(m, 1)) * sizeof(int32_t);
   if (eager_argmax_host_.bytes() < bytes) {
     ctx.synchronize();  // a queued copy may still write the old buffer
-    eager_argmax_host_ = cuda::PinnedBuffer(std::max<size_t>(2 * bytes, 4096));
+    eager_argmax_host_ = PinnedBuffer(std::max<size_t>(2 * bytes, 4096));
   }
   return static_cast<int32_t*>(eager_argmax_host_.data());
 }
@@ -492,8 +486,9 @@ bool LlamaFamilyModel::graph_eligible(const Context& ctx, const ForwardBatch& b)
          static_cast<int64_t>(b.tokens.size()) <= kGraphMaxTokens;
 }
 
-LlamaFamilyModel::GraphBucket& LlamaFamilyModel::graph_bucket(Context& ctx, PagedKvCache& kv,
-                                                              const ForwardBatch& b) {
+LlamaFamilyModel::GraphBuckets::Entry& LlamaFamilyModel::graph_bucket(Context& ctx,
+                                                                      PagedKvCache& kv,
+                                                                      const ForwardBatch& b) {
   GraphKey key;
   key.n_tokens = static_cast<int64_t>(b.tokens.size());
   key.n_rows = static_cast<int64_t>(b.seqs.size());
@@ -505,35 +500,28 @@ LlamaFamilyModel::GraphBucket& LlamaFamilyModel::graph_bucket(Context& ctx, Page
   key.v_pool = kv.v_pages(0).data();
   key.num_pages = kv.shape().num_pages;
   key.page_size = kv.shape().page_size;
-  key.ctx = &ctx;
-  key.blas_workspace = ctx.blas().workspace();
-  auto it = graph_buckets_.find(key);
-  if (it == graph_buckets_.end()) {
-    evict_lru_bucket(ctx, graph_buckets_, kGraphMaxBuckets);
-    auto bucket = std::make_unique<GraphBucket>();
+  return graph_buckets_.find_or_create(ctx, key, [&](GraphBucket& bucket) {
     const int64_t n = key.n_tokens, rows = key.n_rows, m = key.n_logits;
-    bucket->meta = DeviceIndices(device_, {n, n, n, rows + 1, rows + 1, rows, m,
-                                           std::max<int64_t>(kv.shape().num_pages, 1)});
-    prepare_activations(n, m, b.tap_layers.size(), bucket->arena, bucket->act);
+    bucket.meta = DeviceIndices(device_, {n, n, n, rows + 1, rows + 1, rows, m,
+                                          std::max<int64_t>(kv.shape().num_pages, 1)});
+    prepare_activations(n, m, b.tap_layers.size(), bucket.arena, bucket.act);
     if (key.want_argmax)
-      bucket->argmax_host =
-          cuda::PinnedBuffer(static_cast<size_t>(std::max<int64_t>(m, 1)) * sizeof(int32_t));
-    it = graph_buckets_.emplace(std::move(key), std::move(bucket)).first;
-  }
-  it->second->last_use = ++graph_tick_;
-  return *it->second;
+      bucket.argmax_host =
+          PinnedBuffer(static_cast<size_t>(std::max<int64_t>(m, 1)) * sizeof(int32_t));
+  });
 }
 
 ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
                                                 const ForwardBatch& b, const HostPlan& h) {
   enum Slot { kTokens, kPositions, kSlots, kQIndptr, kPageIndptr, kKvLens, kLogits, kPages };
-  GraphBucket& g = graph_bucket(ctx, kv, b);
+  GraphBuckets::Entry& entry = graph_bucket(ctx, kv, b);
+  GraphBucket& g = entry.bucket;
   const auto n_pages = static_cast<int64_t>(h.kv.page_indices.size());
   if (n_pages > g.meta.capacity(kPages)) {
     // Graphs bake the metadata buffer's address: a larger one means capturing again.
     ctx.synchronize();
     g.meta.grow(kPages, 2 * n_pages);
-    g.graphs.clear();
+    entry.graphs.clear();
   }
   // One copy of all metadata from pinned memory, in the order of the slots.
   const auto t_stage = std::chrono::steady_clock::now();
@@ -544,26 +532,25 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
       g.meta.view(kTokens), g.meta.view(kLogits),
       ForwardMeta{g.meta.view(kPositions), g.meta.view(kSlots), g.meta.view(kQIndptr),
                   g.meta.view(kPageIndptr), g.meta.view(kPages), g.meta.view(kKvLens)}};
-  const int n_splits = cuda::paged_attention_splits(
-      static_cast<int64_t>(b.tokens.size()), config_.num_heads, config_.num_kv_heads,
-      static_cast<int64_t>(b.seqs.size()), n_pages, kv.shape().page_size);
+  const int variant = attention_graph_variant(
+      ctx,
+      AttentionShape{static_cast<int64_t>(b.tokens.size()), config_.num_heads, config_.num_kv_heads,
+                     static_cast<int64_t>(b.seqs.size()), n_pages, kv.shape().page_size});
 
   auto* argmax_host = static_cast<int32_t*>(g.argmax_host.data());  // null without want_argmax
-  // Only a split attention reads the context's scratch (its partial results).
-  const void* baked[] = {n_splits > 1 ? ctx.scratch_data() : nullptr};
-  const GraphSet::Outcome outcome =
-      g.graphs.run(ctx, n_splits, baked, [&] { enqueue(ctx, kv, b, v, g.act, argmax_host); });
+  const GraphSet::Outcome outcome = graph_buckets_.run(
+      ctx, entry, variant, {},
+      GraphCounters{stats_.graph_replays, stats_.graph_captures, stats_.graph_fallbacks},
+      [&] { enqueue(ctx, kv, b, v, g.act, argmax_host); },
+      [&] {
+        return fmt::format("{} tokens, {} rows, {} splits", b.tokens.size(), b.seqs.size(),
+                           variant);
+      });
   if (outcome == GraphSet::Outcome::replayed) {
     using Ms = std::chrono::duration<double, std::milli>;
     last_replay_ = {true, Ms(t_staged - t_stage).count(),
                     Ms(std::chrono::steady_clock::now() - t_staged).count()};
   }
-  count_graph_outcome(outcome, stats_.graph_replays, stats_.graph_captures, stats_.graph_fallbacks);
-  if (outcome == GraphSet::Outcome::fallback)
-    fmt::print(stderr,
-               "warning: CUDA graph capture failed ({} tokens, {} rows, {} splits), running "
-               "eagerly: {}\n",
-               b.tokens.size(), b.seqs.size(), n_splits, g.graphs.last_error());
   return output(b, g.act, argmax_host);
 }
 

@@ -83,9 +83,10 @@ class Model {
   virtual Tensor lm_head() const = 0;
   virtual Tensor final_norm() const = 0;
 
-  // CUDA-graph capture and replay of small fixed-shape forwards (decode / verify steps), see
-  // docs/perf-notes.md. Off unless enabled here or by the environment (DSPARK_CUDA_GRAPHS=1);
-  // results are bitwise those of the eager forward. Models without support ignore it.
+  // CUDA-graph capture and replay of small fixed-shape forwards (decode / verify steps; the graph
+  // buckets of backend/graph_cache.h). Off unless enabled here or by the environment
+  // (DSPARK_CUDA_GRAPHS=1); results are bitwise those of the eager forward. Models without support
+  // ignore it.
   virtual void set_cuda_graphs(bool enabled) { (void)enabled; }
   virtual bool cuda_graphs() const { return false; }
   virtual ForwardStats forward_stats() const { return {}; }

@@ -25,7 +25,7 @@ void* Verifier::HostStaging::get(Device device, size_t bytes) {
   bytes = std::max<size_t>(bytes, 8);
   if (device.is_cuda()) {
     // Callers make sure no copy from / to the old buffer is still queued.
-    if (pinned.bytes() < bytes) pinned = cuda::PinnedBuffer(std::max<size_t>(2 * bytes, 4096));
+    if (pinned.bytes() < bytes) pinned = PinnedBuffer(std::max<size_t>(2 * bytes, 4096));
     return pinned.data();
   }
   if (plain.size() * sizeof(uint64_t) < bytes) plain.resize((bytes + 7) / 8);

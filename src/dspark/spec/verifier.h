@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "dspark/backend/context.h"
-#include "dspark/backend/cuda/graph.h"
+#include "dspark/backend/pinned_memory.h"
 #include "dspark/core/buffer.h"
 #include "dspark/spec/draft_source.h"
 
@@ -70,7 +70,7 @@ class Verifier {
   // that copies to and from it are plain DMA on the context's stream (no driver bounce buffer; a
   // device->host copy to pageable memory also waits inside the copy call); plain on the CPU.
   struct HostStaging {
-    cuda::PinnedBuffer pinned;
+    PinnedBuffer pinned;
     std::vector<uint64_t> plain;
     void* get(Device device, size_t bytes);
   };

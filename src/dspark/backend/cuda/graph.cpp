@@ -1,11 +1,11 @@
-// CUDA graphs (contract: backend/cuda/graph.h).
+// CUDA graphs (contract: backend/cuda/graph.h) and the graph module's CUDA answer for keys
+// (attention_graph_variant, backend/graph_set.h).
 #include "dspark/backend/cuda/graph.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "dspark/backend/cuda/check.h"
+#include "dspark/backend/graph_set.h"
 
 namespace dspark::cuda {
 namespace {
@@ -27,14 +27,6 @@ class CapturingGuard {
 };
 
 }  // namespace
-
-bool graphs_enabled_by_env() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("DSPARK_CUDA_GRAPHS");
-    return env != nullptr && std::strcmp(env, "1") == 0;
-  }();
-  return enabled;
-}
 
 // ---- Graph -----------------------------------------------------------------------------------
 
@@ -97,55 +89,14 @@ Graph Graph::capture(Context& ctx, const std::function<void()>& enqueue) {
   return out;
 }
 
-// ---- PinnedBuffer ------------------------------------------------------------------------------
-
-PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes_ > 0) DSPARK_CUDA_CHECK(cudaMallocHost(&data_, bytes_));
-}
-
-PinnedBuffer::~PinnedBuffer() {
-  if (data_) (void)cudaFreeHost(data_);
-}
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-
-PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_) (void)cudaFreeHost(data_);
-    data_ = std::exchange(other.data_, nullptr);
-    bytes_ = std::exchange(other.bytes_, 0);
-  }
-  return *this;
-}
-
-// ---- CopyFence ---------------------------------------------------------------------------------
-
-CopyFence::~CopyFence() {
-  if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
-}
-
-CopyFence::CopyFence(CopyFence&& other) noexcept : event_(std::exchange(other.event_, nullptr)) {}
-
-CopyFence& CopyFence::operator=(CopyFence&& other) noexcept {
-  if (this != &other) {
-    if (event_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
-    event_ = std::exchange(other.event_, nullptr);
-  }
-  return *this;
-}
-
-void CopyFence::record(const Context& ctx) {
-  if (!event_) {
-    cudaEvent_t e = nullptr;
-    DSPARK_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    event_ = e;
-  }
-  DSPARK_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), stream_of(ctx)));
-}
-
-void CopyFence::wait() const {
-  if (event_) DSPARK_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
-}
-
 }  // namespace dspark::cuda
+
+namespace dspark {
+
+int attention_graph_variant(const Context& ctx, const AttentionShape& s) {
+  if (!ctx.is_cuda()) return 0;
+  return cuda::paged_attention_splits(s.n_tokens, s.n_heads, s.n_kv_heads, s.n_rows, s.total_pages,
+                                      s.page_size);
+}
+
+}  // namespace dspark

@@ -1,12 +1,13 @@
-// CUDA graphs seen from host code: RAII owners of a captured graph and of pinned host staging
-// memory, stream capture with clean failure, and the launch-shape facts a graph key needs. No CUDA
-// includes (handles are opaque). In a build without CUDA everything but graphs_enabled_by_env()
-// throws ErrorKind::unsupported (graph_stub.cpp).
+// The CUDA side of the graph module (backend/graph_set.h): the RAII owner of a captured graph,
+// stream capture with clean failure, and the launch-shape facts a graph key needs. No CUDA
+// includes (handles are opaque). In a build without CUDA everything throws
+// ErrorKind::unsupported (graph_stub.cpp). Model and drafter code uses backend/graph_set.h and
+// backend/graph_cache.h instead.
 //
 // Capture rules for the work enqueued inside capture(): no synchronisation, no allocation through
 // Context::scratch growth (Context::set_capturing makes that an error), no copies from pageable
 // memory; every per-step value a kernel needs must be read from device memory that is rewritten
-// (one copy) before each replay. See docs/perf-notes.md ("CUDA graphs").
+// (one copy) before each replay.
 #pragma once
 
 #include <cstddef>
@@ -16,9 +17,6 @@
 #include "dspark/backend/context.h"
 
 namespace dspark::cuda {
-
-// True when the environment asks for graphs: DSPARK_CUDA_GRAPHS=1 (read once).
-bool graphs_enabled_by_env();
 
 // An instantiated CUDA graph (cudaGraphExec_t), launched on a context's stream.
 class Graph {
@@ -46,47 +44,10 @@ class Graph {
   size_t n_nodes_ = 0;
 };
 
-// Page-locked host memory: copies from it with Context::copy_async are truly asynchronous (the
-// caller must not rewrite it before the copy has run: see CopyFence).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t bytes);
-  ~PinnedBuffer();
-  PinnedBuffer(PinnedBuffer&& other) noexcept;
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// An event recorded after an asynchronous copy from pinned memory; wait() blocks the host until
-// that copy has run (immediately when it already has, the usual case one step later).
-class CopyFence {
- public:
-  CopyFence() = default;
-  ~CopyFence();
-  CopyFence(CopyFence&& other) noexcept;
-  CopyFence& operator=(CopyFence&& other) noexcept;
-  CopyFence(const CopyFence&) = delete;
-  CopyFence& operator=(const CopyFence&) = delete;
-
-  void record(const Context& ctx);
-  void wait() const;
-
- private:
-  void* event_ = nullptr;  // cudaEvent_t, created on first record()
-};
-
 // The number of key splits (grid.z) paged_attention picks for this launch shape: the graph of a
 // forward is only bitwise equal to the eager forward when it was captured with the same count.
-// `total_pages` is page_indices.numel() of the batch.
+// `total_pages` is page_indices.numel() of the batch. Code outside the backend asks
+// attention_graph_variant (backend/graph_set.h), which answers this on a CUDA context.
 int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t n_rows,
                            int64_t total_pages, int64_t page_size);
 

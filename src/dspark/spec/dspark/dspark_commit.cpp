@@ -1,7 +1,7 @@
 // The DSpark drafter's context commit: the rows a round kept are projected once into the
 // drafter's KV cache (context features from the target's taps, then each layer's K/V). On CUDA
 // with the target's graphs on, commits of up to kCommitGraphMaxRows rows are captured and
-// replayed like the draft rounds (backend/graph_set.h); their row count is padded up a short
+// replayed like the draft rounds (backend/graph_cache.h); their row count is padded up a short
 // ladder so that a few buckets cover every accepted length (padding rows gather tap row 0 and
 // write no K/V: slot -1). Eager commits on CUDA are padded the same way, so that a replay runs
 // exactly the eager kernels at the same shapes (bitwise equal).
@@ -10,7 +10,6 @@
 
 #include <fmt/format.h>
 
-#include "dspark/backend/cuda/blas.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/linear_fp8.h"
 #include "dspark/ops/matmul.h"
@@ -90,8 +89,8 @@ void DSparkSource::enqueue_commit(Context& ctx, const CommitMeta& meta, const Co
   }
 }
 
-DSparkSource::CommitBucket& DSparkSource::commit_bucket(Context& ctx, int64_t rows,
-                                                        std::span<const Tensor> taps) {
+DSparkSource::CommitBuckets::Entry& DSparkSource::commit_bucket(Context& ctx, int64_t rows,
+                                                                std::span<const Tensor> taps) {
   CommitKey& key = commit_key_;  // reused: no allocation per round once its vectors have grown
   key.rows = rows;
   key.taps.clear();
@@ -100,18 +99,10 @@ DSparkSource::CommitBucket& DSparkSource::commit_bucket(Context& ctx, int64_t ro
     key.taps.push_back(t.data());
     key.tap_rows.push_back(t.shape()[0]);
   }
-  key.ctx = &ctx;
-  key.blas_workspace = ctx.blas().workspace();
-  auto it = commit_buckets_.find(key);
-  if (it == commit_buckets_.end()) {
-    evict_lru_bucket(ctx, commit_buckets_, kCommitMaxBuckets);
-    auto bucket = std::make_unique<CommitBucket>();
-    bucket->meta = DeviceIndices(ctx.device(), {rows, rows, rows});
-    bucket->buffers = take_commit_buffers(ctx, rows, bucket->arena);
-    it = commit_buckets_.emplace(key, std::move(bucket)).first;
-  }
-  it->second->last_use = ++graph_tick_;
-  return *it->second;
+  return commit_buckets_.find_or_create(ctx, key, [&](CommitBucket& bucket) {
+    bucket.meta = DeviceIndices(ctx.device(), {rows, rows, rows});
+    bucket.buffers = take_commit_buffers(ctx, rows, bucket.arena);
+  });
 }
 
 void DSparkSource::project_context(Context& ctx, const std::vector<SeqId>& seqs,
@@ -136,19 +127,16 @@ void DSparkSource::project_context(Context& ctx, const std::vector<SeqId>& seqs,
   commit_slots_.resize(static_cast<size_t>(rows), -1);
 
   if (pad && target_.cuda_graphs()) {
-    CommitBucket& g = commit_bucket(ctx, rows, taps);
+    CommitBuckets::Entry& entry = commit_bucket(ctx, rows, taps);
+    CommitBucket& g = entry.bucket;
     g.meta.stage(ctx, {&commit_rows_, &commit_positions_, &commit_slots_});
     const CommitMeta m{g.meta.view(0), g.meta.view(1), g.meta.view(2)};
-    const void* baked[] = {ctx.scratch_data()};
-    const GraphSet::Outcome outcome =
-        g.graphs.run(ctx, 0, baked, [&] { enqueue_commit(ctx, m, g.buffers, taps); });
-    count_graph_outcome(outcome, dstats_.n_commit_graph_replays, dstats_.n_commit_graph_captures,
-                        dstats_.n_commit_graph_fallbacks);
-    if (outcome == GraphSet::Outcome::fallback)
-      fmt::print(stderr,
-                 "warning: CUDA graph capture of a drafter commit failed ({} rows), running "
-                 "eagerly: {}\n",
-                 rows, g.graphs.last_error());
+    commit_buckets_.run(
+        ctx, entry, 0, {},
+        GraphCounters{dstats_.n_commit_graph_replays, dstats_.n_commit_graph_captures,
+                      dstats_.n_commit_graph_fallbacks},
+        [&] { enqueue_commit(ctx, m, g.buffers, taps); },
+        [&] { return fmt::format("{} rows", rows); });
     return;
   }
   meta_.clear();

@@ -8,8 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "dspark/backend/cuda/blas.h"
-#include "dspark/backend/cuda/graph.h"
 #include "dspark/core/philox.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/ops/activation.h"
@@ -319,20 +317,14 @@ void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundM
   head_.run(ctx, round, head_arena);
 }
 
-DSparkSource::GraphBucket& DSparkSource::graph_bucket(Context& ctx, const RoundShape& s) {
-  GraphKey key{s.rows, s.steps, s.cols, &ctx, ctx.blas().workspace()};
-  auto it = graph_buckets_.find(key);
-  if (it == graph_buckets_.end()) {
-    evict_lru_bucket(ctx, graph_buckets_, kGraphMaxBuckets);
-    auto bucket = std::make_unique<GraphBucket>();
-    const int64_t R = s.rows, M = R * s.block;
-    bucket->meta = DeviceIndices(ctx.device(), {M, M, M, R + 1, R + 1, R, s.steps * R, R,
-                                                std::max<int64_t>(kv_.shape().num_pages, 1)});
-    bucket->buffers = take_round_buffers(ctx, s, bucket->arena);
-    it = graph_buckets_.emplace(key, std::move(bucket)).first;
-  }
-  it->second->last_use = ++graph_tick_;
-  return *it->second;
+DSparkSource::GraphBuckets::Entry& DSparkSource::graph_bucket(Context& ctx, const RoundShape& s) {
+  return graph_buckets_.find_or_create(
+      ctx, GraphKey{s.rows, s.steps, s.cols}, [&](GraphBucket& bucket) {
+        const int64_t R = s.rows, M = R * s.block;
+        bucket.meta = DeviceIndices(ctx.device(), {M, M, M, R + 1, R + 1, R, s.steps * R, R,
+                                                   std::max<int64_t>(kv_.shape().num_pages, 1)});
+        bucket.buffers = take_round_buffers(ctx, s, bucket.arena);
+      });
 }
 
 void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) {
@@ -439,27 +431,24 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
       kAnchors,
       kPages
     };
-    GraphBucket& g = graph_bucket(ctx, shape);
+    GraphBuckets::Entry& entry = graph_bucket(ctx, shape);
+    GraphBucket& g = entry.bucket;
     g.meta.stage(ctx, {&tokens, &positions, &plan->slots, &q_indptr, &plan->page_indptr,
                        &plan->kv_lens, &draft_rows, &anchors, &plan->page_indices});
     const RoundMeta m{
         g.meta.view(kTokens), g.meta.view(kDraftRows), g.meta.view(kAnchors), Tensor{},
         ForwardMeta{g.meta.view(kPositions), g.meta.view(kSlots), g.meta.view(kQIndptr),
                     g.meta.view(kPageIndptr), g.meta.view(kPages), g.meta.view(kKvLens)}};
-    const int n_splits = cuda::paged_attention_splits(
-        M, dims_.n_heads, dims_.n_kv_heads, R, static_cast<int64_t>(plan->page_indices.size()),
-        kv_.shape().page_size);
-    const void* baked[] = {ctx.scratch_data(), head_.state_zeros()};
-    const GraphSet::Outcome outcome = g.graphs.run(ctx, n_splits, baked, [&] {
-      enqueue_round(ctx, shape, m, g.buffers, g.head_arena, params);
-    });
-    count_graph_outcome(outcome, dstats_.n_graph_replays, dstats_.n_graph_captures,
-                        dstats_.n_graph_fallbacks);
-    if (outcome == GraphSet::Outcome::fallback)
-      fmt::print(stderr,
-                 "warning: CUDA graph capture of a draft round failed ({} rows, {} drafts), "
-                 "running eagerly: {}\n",
-                 R, S, g.graphs.last_error());
+    const int variant =
+        attention_graph_variant(ctx, AttentionShape{M, dims_.n_heads, dims_.n_kv_heads, R,
+                                                    static_cast<int64_t>(plan->page_indices.size()),
+                                                    kv_.shape().page_size});
+    const void* baked[] = {head_.state_zeros()};
+    graph_buckets_.run(
+        ctx, entry, variant, baked,
+        GraphCounters{dstats_.n_graph_replays, dstats_.n_graph_captures, dstats_.n_graph_fallbacks},
+        [&] { enqueue_round(ctx, shape, m, g.buffers, g.head_arena, params); },
+        [&] { return fmt::format("{} rows, {} drafts", R, S); });
     bufs = g.buffers;
   } else {
     meta_.clear();
@@ -495,7 +484,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   if (ctx.is_cuda()) {
     // The previous round's copy into it has run (that round synchronised after it).
     if (host_read_pinned_.bytes() < read_bytes)
-      host_read_pinned_ = cuda::PinnedBuffer(std::max<size_t>(2 * read_bytes, 4096));
+      host_read_pinned_ = PinnedBuffer(std::max<size_t>(2 * read_bytes, 4096));
     host_read = static_cast<int32_t*>(host_read_pinned_.data());
   } else {
     host_read_.resize(static_cast<size_t>(read_elems));

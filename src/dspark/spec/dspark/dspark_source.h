@@ -19,8 +19,8 @@
 // Capacity: a commit that does not fit the drafter's KV cache throws out_of_memory; a round whose
 // blocks do not fit proposes nothing (counted in DSparkStats::n_kv_full).
 // CUDA graphs: while the target's graphs are on (Model::cuda_graphs), greedy rounds on CUDA are
-// captured and replayed (backend/graph_set.h), one bucket per (rows, drafts, logit columns) with
-// its own metadata and activation buffers, one graph per attention split count; what a replayed
+// captured and replayed (backend/graph_cache.h), one bucket per (rows, drafts, logit columns) with
+// its own metadata and activation buffers, one graph per attention_graph_variant; what a replayed
 // round does on the host is the plan, one metadata copy, the launch and the one read. Context
 // commits of up to kCommitGraphMaxRows rows are graphed the same way (dspark_commit.cpp): on
 // CUDA their row count is padded up a short ladder (padding rows write no K/V), one bucket per
@@ -28,13 +28,13 @@
 #pragma once
 
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
 
-#include "dspark/backend/graph_set.h"
+#include "dspark/backend/graph_cache.h"
+#include "dspark/backend/pinned_memory.h"
 #include "dspark/core/buffer.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/layers.h"
@@ -169,24 +169,21 @@ class DSparkSource final : public DraftSource {
     int64_t rows = 0;               // padded
     std::vector<const void*> taps;  // the tap tensors' addresses and rows: a graph bakes them
     std::vector<int64_t> tap_rows;
-    const Context* ctx = nullptr;
-    const void* blas_workspace = nullptr;
-    auto tie() const { return std::tie(rows, taps, tap_rows, ctx, blas_workspace); }
+    auto tie() const { return std::tie(rows, taps, tap_rows); }
     bool operator<(const CommitKey& o) const { return tie() < o.tie(); }
   };
   struct CommitBucket {
     DeviceIndices meta;  // tap rows, positions, slots
     ActivationArena arena;
     CommitBuffers buffers;
-    GraphSet graphs;  // one variant (no attention)
-    uint64_t last_use = 0;
     size_t bytes() const { return arena.capacity(); }
   };
+  using CommitBuckets = GraphCache<CommitKey, CommitBucket>;  // one variant (no attention)
   static constexpr int64_t kCommitGraphMaxRows = 64;
   // The tap addresses in the key follow the target's verify buckets (one per verify shape): as
   // many as those (see evict_lru_bucket).
   static constexpr size_t kCommitMaxBuckets = 96;
-  CommitBucket& commit_bucket(Context& ctx, int64_t rows, std::span<const Tensor> taps);
+  CommitBuckets::Entry& commit_bucket(Context& ctx, int64_t rows, std::span<const Tensor> taps);
 
   // One round: R rows of L block rows, S drafts each, `cols` logit columns.
   struct RoundShape {
@@ -213,9 +210,7 @@ class DSparkSource final : public DraftSource {
   // ---- CUDA graphs of greedy rounds ----
   struct GraphKey {
     int64_t rows = 0, steps = 0, cols = 0;
-    const Context* ctx = nullptr;
-    const void* blas_workspace = nullptr;
-    auto tie() const { return std::tie(rows, steps, cols, ctx, blas_workspace); }
+    auto tie() const { return std::tie(rows, steps, cols); }
     bool operator<(const GraphKey& o) const { return tie() < o.tie(); }
   };
   struct GraphBucket {
@@ -223,14 +218,13 @@ class DSparkSource final : public DraftSource {
                          // anchors, page indices
     ActivationArena arena, head_arena;
     RoundBuffers buffers;
-    GraphSet graphs;  // by attention split count
-    uint64_t last_use = 0;
     size_t bytes() const { return arena.capacity() + head_arena.capacity(); }
   };
+  using GraphBuckets = GraphCache<GraphKey, GraphBucket>;  // by attention_graph_variant
   // A request's last rounds draft fewer steps (gamma - 1, gamma - 2, ...): one shape each (see
   // evict_lru_bucket).
   static constexpr size_t kGraphMaxBuckets = 96;
-  GraphBucket& graph_bucket(Context& ctx, const RoundShape& s);
+  GraphBuckets::Entry& graph_bucket(Context& ctx, const RoundShape& s);
 
   DrafterConfig config_;
   DrafterWeights weights_;
@@ -256,9 +250,8 @@ class DSparkSource final : public DraftSource {
 
   PackedIndices meta_;
   ActivationArena arena_, head_arena_;  // eager rounds
-  std::map<GraphKey, std::unique_ptr<GraphBucket>> graph_buckets_;
-  std::map<CommitKey, std::unique_ptr<CommitBucket>> commit_buckets_;
-  uint64_t graph_tick_ = 0;
+  GraphBuckets graph_buckets_{"a draft round", kGraphMaxBuckets};
+  CommitBuckets commit_buckets_{"a drafter commit", kCommitMaxBuckets};
   std::vector<int32_t> commit_rows_, commit_positions_, commit_slots_;  // padded, reused
   CommitKey commit_key_;                                                // lookup key, reused
   OwnedTensor q_;        // f32 [n drafts, V]: the proposal's q (compacted)
@@ -266,7 +259,7 @@ class DSparkSource final : public DraftSource {
   // The round's readback: pinned on CUDA (the copy is plain DMA and the host then waits once, in
   // the stream synchronisation; a copy to pageable memory waits inside the copy call, through
   // the driver's bounce buffer), plain on the CPU. Grow-only.
-  cuda::PinnedBuffer host_read_pinned_;
+  PinnedBuffer host_read_pinned_;
   std::vector<int32_t> host_read_;
 
   DraftStats stats_;
