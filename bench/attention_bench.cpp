@@ -1,19 +1,15 @@
 // bench_attention: the CUDA paged_attention op at decode / verify / draft-block shapes over long
-// contexts, the tensor-core kernel against the CUDA-core one, in one run: device time per call
-// (a loop of calls captured in one CUDA graph, the split merge included; the tensor-core kernel
-// also enqueued eagerly, where the host's per-call work can dominate short calls), the K/V bytes
-// read per second and that as a fraction of the copy bandwidth measured in the same run. Each
-// configuration cycles through enough copies of its cache (one per "layer") to exceed the L2 cache
-// several times, so every call reads its K/V from HBM as in a real step. --decode 1,2 repeats every
-// configuration with the tensor-core kernel's decode variants (cuda::set_attention_decode; 1 =
-// the previous path, DSPARK_ATTN_DECODE=1; 2 = the early variant, the default), one row each, in
-// the same process; --row-kernel 0,1,2,4 likewise with the row-warp kernel off or with 1, 2, 4 key
-// groups (cuda::set_attention_rows, DSPARK_ATTN_ROWS), at any batch (opted in, it needs 4 requests
-// by default). The CUDA-core column turns both tensor-core kernels off.
+// contexts, as the backend runs it (backend/cuda/policy/attention.h: kernel, key splits and their
+// merge; printed per configuration): device time per call (a loop of calls captured in one CUDA
+// graph, the split merge included; also enqueued eagerly, where the host's per-call work can
+// dominate short calls), the K/V bytes read per second and that as a fraction of the copy
+// bandwidth measured in the same run. Each configuration cycles through enough copies of its cache
+// (one per "layer") to exceed the L2 cache several times, so every call reads its K/V from HBM as
+// in a real step.
 //
 //   bench_attention [--heads 32] [--kv-heads 8] [--head-dim 128] [--contexts 1024,4096,16384]
 //                   [--queries 1,17,33] [--rows 1] [--non-causal] [--dtype bf16] [--iters 100]
-//                   [--decode 1] [--row-kernel 0,1] [--json FILE]
+//                   [--json FILE]
 // Defaults: the Qwen3-8B attention (32 heads, 8 KV heads, head_dim 128); --queries are the new
 // tokens per row (1 = decode, 17 = verify of 16 drafts); --non-causal times a drafter's block.
 #include <algorithm>
@@ -28,7 +24,7 @@
 #include "bench_common.h"
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/graph.h"
-#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/policy/attention.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
 #include "dspark/ops/attention.h"
@@ -81,6 +77,20 @@ double time_calls(Context& ctx, const std::vector<LayerCache>& layers, const Ten
   return static_cast<double>(stop.elapsed_ms_since(start)) / iters;
 }
 
+const char* merge_name(cuda::SplitMerge m) {
+  switch (m) {
+    case cuda::SplitMerge::last_cta:
+      return "last CTA";
+    case cuda::SplitMerge::cluster:
+      return "cluster";
+    case cuda::SplitMerge::combine:
+      return "combine kernel";
+    case cuda::SplitMerge::none:
+      break;
+  }
+  return "-";
+}
+
 OwnedTensor device_i32(const std::vector<int32_t>& v) {
   return OwnedTensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}, Device::cuda(0));
 }
@@ -93,12 +103,10 @@ int main(int argc, char** argv) {
   using namespace dspark::bench;
   Shape4 s{32, 8, 128};
   std::string contexts_list = "1024,4096,16384", queries_list = "1,17,33", dtype_arg = "bf16";
-  std::string decode_list;      // empty: the process's setting (DSPARK_ATTN_DECODE), no column
-  std::string row_kernel_list;  // empty: the process's setting (DSPARK_ATTN_ROWS), no column
   std::string json_file;
   int rows = 1, iters = 100;
   bool non_causal = false;
-  CLI::App app{"bench_attention: paged_attention on CUDA, tensor-core vs CUDA-core kernel"};
+  CLI::App app{"bench_attention: paged_attention on CUDA against the copy bandwidth"};
   app.add_option("--heads", s.heads, "query heads")->check(CLI::Range(1, 256));
   app.add_option("--kv-heads", s.kv_heads, "KV heads (divides --heads)")->check(CLI::Range(1, 256));
   app.add_option("--head-dim", s.head_dim, "head dimension")->check(CLI::Range(8, 256));
@@ -108,12 +116,6 @@ int main(int argc, char** argv) {
   app.add_flag("--non-causal", non_causal, "every query sees the whole row (a drafter's block)");
   app.add_option("--dtype", dtype_arg, "cache / query dtype: bf16 or f16");
   app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
-  app.add_option("--decode", decode_list,
-                 "comma-separated decode variants of the tensor-core kernel to time (1 previous "
-                 "path, 2 early); default: the process's setting (DSPARK_ATTN_DECODE)");
-  app.add_option("--row-kernel", row_kernel_list,
-                 "comma-separated key groups of the row-warp kernel to time (0 off: the tiles of "
-                 "attention_mma.cu; 1, 2, 4); default: the process's setting (DSPARK_ATTN_ROWS)");
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
 
@@ -136,26 +138,6 @@ int main(int argc, char** argv) {
                         {"copy_bandwidth_gbs", copy_bw / 1e9},
                         {"results", nlohmann::json::array()}};
     std::vector<std::vector<std::string>> table;
-    std::vector<int> variants;  // 0: leave the process's setting alone
-    for (const std::string& v : split_list(decode_list)) {
-      variants.push_back(std::stoi(v));
-      DSPARK_CHECK(variants.back() == 1 || variants.back() == 2, "--decode: 1 or 2, got {}", v);
-    }
-    const bool variant_column = !variants.empty();
-    if (variants.empty()) variants.push_back(0);
-    const int saved_variant = cuda::attention_decode();
-    std::vector<int> row_kernels;  // -1: leave the process's setting alone
-    for (const std::string& v : split_list(row_kernel_list)) {
-      row_kernels.push_back(std::stoi(v));
-      DSPARK_CHECK(row_kernels.back() == 0 || row_kernels.back() == 1 || row_kernels.back() == 2 ||
-                       row_kernels.back() == 4,
-                   "--row-kernel: 0, 1, 2 or 4, got {}", v);
-    }
-    const bool row_column = !row_kernels.empty();
-    if (row_kernels.empty()) row_kernels.push_back(-1);
-    const int saved_rows = cuda::attention_rows();
-    const int saved_min_requests = cuda::attention_rows_min_requests();
-    if (row_column) cuda::set_attention_rows_min_requests(1);  // timed at any batch
     for (const std::string& cs : split_list(contexts_list)) {
       for (const std::string& qs : split_list(queries_list)) {
         const int context = std::stoi(cs), nq = std::stoi(qs);
@@ -193,57 +175,43 @@ int main(int argc, char** argv) {
         AttentionParams params;
         params.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
         params.causal = !non_causal;
-        for (int variant : variants) {
-          for (int row_kernel : row_kernels) {
-            if (variant != 0) cuda::set_attention_decode(variant);
-            if (row_kernel >= 0) cuda::set_attention_rows(row_kernel);
-            double ms[2], eager_ms = 0;  // ms[0]: CUDA-core, ms[1]: tensor-core (graphed)
-            for (int mma = 0; mma < 2; ++mma) {
-              cuda::set_mma_attention(mma == 1);
-              ms[mma] = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages, d_lens,
-                                   d_qi, d_qp, params, iters, true);
-            }
-            cuda::set_mma_attention(true);
-            eager_ms = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages, d_lens,
-                                  d_qi, d_qp, params, iters, false);
-            auto gbs = [&](double t) { return kv_read / (t * 1e-3) / 1e9; };
-            j["results"].push_back({{"context", context},
-                                    {"queries", nq},
-                                    {"decode_variant", cuda::attention_decode()},
-                                    {"row_kernel", cuda::attention_rows()},
-                                    {"kv_bytes", kv_read},
-                                    {"mma_us", ms[1] * 1e3},
-                                    {"mma_fraction_of_copy", gbs(ms[1]) * 1e9 / copy_bw},
-                                    {"mma_eager_us", eager_ms * 1e3},
-                                    {"cuda_core_us", ms[0] * 1e3},
-                                    {"cuda_core_fraction_of_copy", gbs(ms[0]) * 1e9 / copy_bw}});
-            table.push_back(
-                {std::to_string(context), std::to_string(nq), fmt::format("{:.1f}", kv_read / 1e6),
-                 fmt::format("{:.1f}", ms[1] * 1e3),
-                 fmt::format("{:.0f} ({:.0f}%)", gbs(ms[1]), 100 * gbs(ms[1]) * 1e9 / copy_bw),
-                 fmt::format("{:.1f}", eager_ms * 1e3), fmt::format("{:.1f}", ms[0] * 1e3),
-                 fmt::format("{:.0f} ({:.0f}%)", gbs(ms[0]), 100 * gbs(ms[0]) * 1e9 / copy_bw)});
-            if (row_column)
-              table.back().insert(table.back().begin() + 2, std::to_string(cuda::attention_rows()));
-            if (variant_column)
-              table.back().insert(table.back().begin() + 2,
-                                  std::to_string(cuda::attention_decode()));
-          }
-        }
-        cuda::set_attention_decode(saved_variant);
-        cuda::set_attention_rows(saved_rows);
+        const cuda::AttentionShape shape{n_tokens, s.heads, s.kv_heads, s.head_dim,
+                                         rows,     n_pages, kPage};
+        const cuda::AttentionPlan plan = cuda::plan_attention(
+            shape, cuda::attention_on_tensor_cores(dtype, dtype, s.head_dim, true), ctx.cuda_caps(),
+            ctx.cuda_tuning());
+        const double graphed_ms = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages,
+                                             d_lens, d_qi, d_qp, params, iters, true);
+        const double eager_ms = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages,
+                                           d_lens, d_qi, d_qp, params, iters, false);
+        const double gbs = kv_read / (graphed_ms * 1e-3) / 1e9;
+        const char* kernel =
+            plan.kernel == cuda::AttentionKernel::tensor_core ? "tensor cores" : "CUDA cores";
+        j["results"].push_back({{"context", context},
+                                {"queries", nq},
+                                {"kernel", kernel},
+                                {"splits", plan.n_splits},
+                                {"merge", merge_name(plan.merge)},
+                                {"kv_bytes", kv_read},
+                                {"us", graphed_ms * 1e3},
+                                {"fraction_of_copy", gbs * 1e9 / copy_bw},
+                                {"eager_us", eager_ms * 1e3}});
+        table.push_back({std::to_string(context), std::to_string(nq),
+                         fmt::format("{:.1f}", kv_read / 1e6), kernel,
+                         std::to_string(plan.n_splits), merge_name(plan.merge),
+                         fmt::format("{:.1f}", graphed_ms * 1e3),
+                         fmt::format("{:.0f} ({:.0f}%)", gbs, 100 * gbs * 1e9 / copy_bw),
+                         fmt::format("{:.1f}", eager_ms * 1e3)});
       }
     }
-    cuda::set_attention_rows_min_requests(saved_min_requests);
     std::printf(
         "bench_attention on %s, %s, %d heads / %d KV heads x %d, %d row(s), %s; copy bandwidth "
         "%.0f GB/s\n",
         info.name.c_str(), std::string(dtype_name(dtype)).c_str(), s.heads, s.kv_heads, s.head_dim,
         rows, non_causal ? "non-causal" : "causal", copy_bw / 1e9);
-    std::vector<std::string> header{"context",        "queries",  "KV MB",        "tensor-core us",
-                                    "GB/s (of copy)", "eager us", "CUDA-core us", "GB/s (of copy)"};
-    if (row_column) header.insert(header.begin() + 2, "row kernel");
-    if (variant_column) header.insert(header.begin() + 2, "decode variant");
+    const std::vector<std::string> header{"context",    "queries",        "KV MB",
+                                          "kernel",     "splits",         "merge",
+                                          "graphed us", "GB/s (of copy)", "eager us"};
     std::printf("%s", format_table(header, table).c_str());
     if (!json_file.empty()) std::ofstream(json_file) << j.dump(2) << "\n";
   } catch (const std::exception& e) {

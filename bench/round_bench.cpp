@@ -15,8 +15,8 @@
 // the end of enqueueing (ForwardStats::step_host_ms; prefill chunks excluded). The JSON also holds
 // the wall time of every engine step of each measured run ("decode_steps_ms", "verify_steps_ms",
 // "round_steps_ms"; the first step also prefills), and the graphed rows are followed by the mean
-// of rounds 2-9 against the last 8 when a run has 17 steps or more (session 19: 8-round runs had
-// faster steps than 32-round runs).
+// of rounds 2-9 against the last 8 when a run has 17 steps or more (whether a short run's steps
+// are representative).
 // Random weights are fine: costs do not depend on values (acceptance does, and is not measured
 // here; random drafts are rejected, so every round drafts the full gamma).
 //

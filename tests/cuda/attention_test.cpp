@@ -1,24 +1,23 @@
 // kv_write and paged_attention: CUDA vs CPU on randomly paged caches (shuffled pages, odd page
 // sizes): decode, 1-32-query verify, long causal prefill, non-causal blocks, GQA, sliding window,
-// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys,
-// merged by the last split CTA or the combine kernel, with the same bits; each scenario runs twice
-// and must repeat bit for bit); both kernels (tensor cores for 16-bit caches, CUDA cores
-// otherwise); the tensor-core kernel's early decode variant (set_attention_decode(2)) against the
-// default one and after a qkv_prologue that writes the step's K/V; its cluster variant
-// (set_attention_cluster) against the combine kernel; the opt-in row-warp kernel
-// (set_attention_rows) against the CPU, after a qkv_prologue, and its cluster merge against the
-// combine kernel.
+// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys);
+// each scenario runs twice and must repeat bit for bit. Both kernels (tensor cores for 16-bit
+// caches with head_dim 64 / 128 / 256 and aligned q, CUDA cores otherwise: reached through the
+// dtype, head_dim or q's alignment); the tensor-core kernel's copies before its programmatic wait
+// after a qkv_prologue that writes the step's K/V; the split merges (last CTA, combine kernel,
+// cluster; reached through the context's tuning) against each other bit for bit at equal split
+// counts, and the balanced split count of cluster-merged launches.
 #include "dspark/ops/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
+#include <vector>
 
-#include <cuda_runtime.h>
-
-#include "dspark/backend/cuda/graph.h"
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/backend/op_profile.h"
 #include "dspark/ops/qkv_prologue.h"
 #include "dspark/ops/rope.h"
@@ -36,6 +35,9 @@ struct Scenario {
   bool causal = true;
   int window = 0;
   float softcap = 0.0f;
+  // Elements from the start of the fused q/k/v buffer to q (not 0: q is not 16-byte aligned, so
+  // the CUDA-core kernel runs).
+  int q_offset = 0;
 };
 
 // A cache holding every row's keys on shuffled pages, plus queries; runs both backends and
@@ -62,12 +64,13 @@ std::vector<float> run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype
   const Pair k_pages = random_pair(kv_dtype, page_shape, seed + 1);
   const Pair v_pages = random_pair(kv_dtype, page_shape, seed + 2);
   const int64_t n_tokens = q_indptr.back();
-  // q: the first n_heads heads of a fused [n_tokens, (n_heads + 2 * n_kv_heads) * D] buffer.
+  // q: n_heads heads from element q_offset of a fused [n_tokens, (n_heads + 2 * n_kv_heads) * D]
+  // buffer.
   const int64_t width = (s.n_heads + 2 * s.n_kv_heads) * s.head_dim;
   const Pair qkv = random_pair(q_dtype, Shape{n_tokens, width}, seed + 3);
   auto q_view = [&](const Tensor& t) {
-    return Tensor(t.data(), t.dtype(), Shape{n_tokens, s.n_heads, s.head_dim},
-                  Shape{width, s.head_dim, 1}, t.device());
+    return Tensor(static_cast<char*>(t.data()) + s.q_offset * t.element_size(), t.dtype(),
+                  Shape{n_tokens, s.n_heads, s.head_dim}, Shape{width, s.head_dim, 1}, t.device());
   };
   const Pair out = zeros_pair(q_dtype, Shape{n_tokens, s.n_heads, s.head_dim});
   const Pair p_indptr = vector_pair(page_indptr, Shape{n_rows + 1});
@@ -186,8 +189,9 @@ TEST(CudaAttention, HeadDims) {
 }
 
 // Shapes of the published targets, which take the tensor-core kernel for 16-bit caches:
-// Qwen3-8B (32 heads, 8 KV heads, head_dim 128) decode, verify and a drafter's non-causal block
-// over a long context with split keys; head_dim 256 with a window and soft-cap.
+// Qwen3-8B (32 heads, 8 KV heads, head_dim 128) decode, verify (one request, two, four at
+// different contexts, with a window and soft-cap) and a drafter's non-causal block over a long
+// context with split keys; head_dim 256 with a window and soft-cap.
 TEST(CudaAttention, ModelShapes) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
@@ -195,6 +199,11 @@ TEST(CudaAttention, ModelShapes) {
   v.push_back(qwen3_8b("8b decode", {1024, 700}, {1, 1}));
   v.push_back(qwen3_8b("8b verify 17", {1041}, {17}));
   v.push_back(qwen3_8b("8b verify 33, two rows", {530, 1057}, {33, 33}));
+  v.push_back(qwen3_8b("8b verify 17 x 4", {1041, 300, 2000, 17}, {17, 17, 17, 17}));
+  Scenario window = qwen3_8b("8b verify 17, window 200, softcap", {1041}, {17});
+  window.window = 200;
+  window.softcap = 30.0f;
+  v.push_back(window);
   Scenario block = qwen3_8b("8b draft block", {1040}, {16});
   block.causal = false;
   v.push_back(block);
@@ -215,222 +224,14 @@ TEST(CudaAttention, ModelShapes) {
   }
 }
 
-#if !defined(DSPARK_CONSISTENCY_ON_CPU)
-// The key splits paged_attention picks for the scenario on this GPU.
-int splits_of(const Scenario& s) {
-  int64_t n_tokens = 0, pages = 0;
-  for (size_t r = 0; r < s.kv_lens.size(); ++r) {
-    n_tokens += s.n_q[r];
-    pages += (s.kv_lens[r] + s.page_size - 1) / s.page_size;
-  }
-  return cuda::paged_attention_splits(n_tokens, s.n_heads, s.n_kv_heads,
-                                      static_cast<int64_t>(s.kv_lens.size()), pages, s.page_size);
-}
-
-// The 64-key tiles per row that paged_attention_splits counts (from the page count).
-int64_t tiles_of(const Scenario& s) {
-  int64_t pages = 0;
-  for (int len : s.kv_lens) pages += (len + s.page_size - 1) / s.page_size;
-  const int64_t keys = pages * s.page_size / static_cast<int64_t>(s.kv_lens.size());
-  return (keys + 63) / 64;
-}
-
-// Runs the scenario (run_scenario) with the cluster variant on or off, its output in `got`;
-// returns the combine kernel's launches (op profile).
-int64_t run_clustered(Contexts& ctx, const Scenario& s, DType dtype, uint32_t seed, bool cluster,
-                      std::vector<float>& got) {
-  cuda::set_attention_cluster(cluster);
-  (void)take_op_profile();
-  set_op_profiling(true);
-  got = run_scenario(ctx, s, dtype, dtype, seed);
-  set_op_profiling(false);
-  int64_t calls = 0;
-  for (const OpTime& t : take_op_profile())
-    if (t.op == "paged_attention_combine") calls += t.calls;
-  return calls;
-}
-
-// The row-warp kernel (attention_rows.cu) with `key_groups` (0: off, attention_mma.cu's tiles)
-// for every launch of two or more queries per request, however few the requests, for the scope.
-class RowsKernel {
- public:
-  explicit RowsKernel(int key_groups)
-      : saved_(cuda::attention_rows()), saved_min_(cuda::attention_rows_min_requests()) {
-    cuda::set_attention_rows(key_groups);
-    cuda::set_attention_rows_min_requests(1);
-  }
-  ~RowsKernel() {
-    cuda::set_attention_rows(saved_);
-    cuda::set_attention_rows_min_requests(saved_min_);
-    cuda::set_attention_rows_tokens(0);
-  }
-  RowsKernel(const RowsKernel&) = delete;
-  RowsKernel& operator=(const RowsKernel&) = delete;
-
- private:
-  int saved_, saved_min_;
-};
-
-// The split count of cluster-merged launches (multi-token tiles on sm_90) is balanced: no fewer
-// splits would give each CTA at most as many 64-key tiles (the kernel deals a row's tiles evenly),
-// and a split has at least one tile. Qwen3-8B's verify at context 1k: 17 tiles, at most 3 per CTA
-// on the H200 (6 splits, not 7). Decode tiles keep the CTA target's count. For both tilings:
-// attention_mma.cu's and the row-warp kernel's (set_attention_rows).
-TEST(CudaAttention, SplitCountsAreBalanced) {
+// Decode on the tensor-core kernel, which copies a split's first key tiles before its
+// programmatic-dependent wait and merges decode tiles' splits from shared memory: the CPU within
+// tolerance and a repeat launch bit for bit (run_scenario), over contexts that are and are not
+// multiples of the 64-key tile, two rows, sliding windows, pages of 5, verify, a drafter's block
+// and head_dim 64 / 256.
+TEST(CudaAttention, TensorCoreDecodeMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
-  int major = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  if (major != 9 || !cuda::attention_cluster()) GTEST_SKIP() << "no cluster-merged launches";
-  const bool saved = cuda::attention_balanced_splits();
-  cuda::set_attention_balanced_splits(true);
-  for (int key_groups : {0, 1, 2, 4}) {  // both tilings
-    const RowsKernel rows(key_groups);
-    for (const Scenario& s :
-         {qwen3_8b("8b verify 17 at 1k", {1041}, {17}),
-          qwen3_8b("8b verify 33 at 4k", {4129}, {33}),
-          qwen3_8b("8b verify 17 x 4", {1041, 1041, 1041, 1041}, {17, 17, 17, 17}),
-          qwen3_8b("8b verify 17 at 300", {317}, {17})}) {
-      const int64_t tiles = tiles_of(s);
-      const int64_t n = splits_of(s);
-      cuda::set_attention_balanced_splits(false);
-      const int64_t unbalanced = splits_of(s);
-      cuda::set_attention_balanced_splits(true);
-      const auto most = [&](int64_t splits) { return (tiles + splits - 1) / splits; };
-      EXPECT_GE(n, 1) << s.name;
-      EXPECT_LE(n, std::max<int64_t>(tiles, 1)) << s.name;
-      EXPECT_LE(n, unbalanced) << s.name;
-      EXPECT_EQ(most(n), most(unbalanced)) << s.name;
-      if (n > 1) {
-        EXPECT_GT(most(n - 1), most(n)) << s.name << ": " << n << " splits of " << tiles;
-      }
-    }
-  }
-  cuda::set_attention_balanced_splits(saved);
-}
-
-// The split merge by the last split CTA (set_attention_merge_rows) against the combine kernel:
-// the same bits, for decode tiles (a warp per row) and for 16-row tiles (the two-phase merge),
-// on both kernels (bf16: tensor cores, f32: CUDA cores), at the Qwen3-8B head layout over a
-// long context (split keys: checked) and with a few small rows.
-TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
-  DSPARK_REQUIRE_CUDA();
-  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
   Contexts ctx;
-  const int saved = cuda::attention_merge_rows();
-  // The combine kernel itself: the cluster variant (the default on sm_90) would merge the tiles
-  // that merge_rows 0 leaves to it, at a capped split count (its own test is below).
-  const bool saved_cluster = cuda::attention_cluster();
-  cuda::set_attention_cluster(false);
-  std::vector<Scenario> v{qwen3_8b("8b decode", {1024}, {1}),
-                          qwen3_8b("8b verify 17", {1041}, {17}),
-                          qwen3_8b("8b verify 5 + 9", {700, 1300}, {5, 9})};
-  Scenario block = qwen3_8b("8b draft block", {1040}, {16});
-  block.causal = false;
-  v.push_back(block);
-  v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});
-  uint32_t seed = 1700;
-  for (const Scenario& s : v) {
-    EXPECT_GT(splits_of(s), 1) << s.name << ": no split keys, nothing to merge";
-    for (DType dtype : {DType::bf16, DType::f32}) {
-      cuda::set_attention_merge_rows(0);
-      const std::vector<float> combine = run_scenario(ctx, s, dtype, dtype, seed);
-      cuda::set_attention_merge_rows(16);
-      const std::vector<float> last_cta = run_scenario(ctx, s, dtype, dtype, seed);
-      EXPECT_EQ(last_cta, combine) << s.name << " " << name_of(dtype);
-      seed += 10;
-    }
-  }
-  cuda::set_attention_merge_rows(saved);
-  cuda::set_attention_cluster(saved_cluster);
-}
-
-// The cluster variant (the default on sm_90; DSPARK_ATTN_CLUSTER=0 / set_attention_cluster(false)
-// off): split launches whose tiles the row policy leaves to the combine kernel (more than
-// attention_merge_rows() = 4 rows) merge their splits in a thread-block cluster of the tile's split
-// CTAs instead. Against the combine kernel bit for bit at the same split count (up to 8; above, the
-// variant caps the count at 8 and only the CPU tolerance of run_scenario applies), with no combine
-// launch on tensor cores (op profile), for 16 and 17 queries per row, 1 and 3 rows (tiles crossing
-// rows: several segments per cluster), causal and not, 2..9 splits, Qwen3-8B's layout, head_dim 64
-// and 256 (window, soft-cap), MHA on pages of 5 and an MQA tile of 16 heads; f32 (the CUDA-core
-// kernel) still takes the combine kernel, at the capped count.
-TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
-  DSPARK_REQUIRE_CUDA();
-  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
-  Contexts ctx;
-  const bool saved = cuda::attention_cluster();
-  const int saved_rows = cuda::attention_merge_rows();
-  // The cluster variant's cap at 8 against the combine kernel's count: without balancing, which
-  // would pick fewer splits (SplitCountsAreBalanced) and so other bits.
-  const bool saved_balanced = cuda::attention_balanced_splits();
-  cuda::set_attention_balanced_splits(false);
-  cuda::set_attention_merge_rows(4);
-  std::vector<Scenario> v;
-  for (int len : {100, 300, 1041})
-    v.push_back(qwen3_8b("8b verify 16, context " + std::to_string(len), {len}, {16}));
-  v.push_back(qwen3_8b("8b verify 17, context 500", {500}, {17}));
-  for (int len : {480, 1040}) {
-    Scenario block = qwen3_8b("8b draft block, context " + std::to_string(len), {len}, {16});
-    block.causal = false;
-    v.push_back(block);
-  }
-  v.push_back(qwen3_8b("8b verify 16, three rows", {700, 1300, 90}, {16, 16, 16}));
-  Scenario blocks = qwen3_8b("8b blocks of 17, three rows", {400, 1000, 64}, {17, 17, 17});
-  blocks.causal = false;
-  v.push_back(blocks);
-  v.push_back({.name = "head_dim 64 verify 16", .kv_lens = {400}, .n_q = {16}});
-  v.push_back({.name = "head_dim 64 verify 16, long", .kv_lens = {900}, .n_q = {16}});
-  // 8 heads over 4 KV heads: tiles of 2 heads x 8 tokens (crossing the rows).
-  Scenario wide{.name = "head_dim 256, window, softcap", .kv_lens = {600, 90}, .n_q = {9, 3}};
-  wide.n_kv_heads = 4;
-  wide.head_dim = 256;
-  wide.window = 128;
-  wide.softcap = 50.0f;
-  v.push_back(wide);
-  Scenario mha{.name = "mha, pages of 5", .kv_lens = {300, 77}, .n_q = {17, 9}};
-  mha.n_heads = mha.n_kv_heads = 4;  // tiles of 16 tokens x 1 head
-  mha.page_size = 5;
-  v.push_back(mha);
-  v.push_back(
-      {.name = "mqa 20 heads", .kv_lens = {500}, .n_q = {16}, .n_heads = 20, .n_kv_heads = 1});
-  uint32_t seed = 2600;
-  for (const Scenario& s : v) {
-    cuda::set_attention_cluster(false);
-    const int splits = splits_of(s);
-    cuda::set_attention_cluster(true);
-    const int cluster_splits = splits_of(s);
-    EXPECT_GT(splits, 1) << s.name << ": no split keys, nothing to merge";
-    EXPECT_EQ(cluster_splits, std::min(splits, 8)) << s.name;
-    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
-      std::vector<float> combine, cluster;
-      EXPECT_GT(run_clustered(ctx, s, dtype, seed, false, combine), 0)
-          << s.name << " " << name_of(dtype);
-      const int64_t calls = run_clustered(ctx, s, dtype, seed, true, cluster);
-      if (dtype == DType::f32) {
-        EXPECT_GT(calls, 0) << s.name << ": the CUDA-core kernel's splits need the combine kernel";
-      } else {
-        EXPECT_EQ(calls, 0) << s.name << " " << name_of(dtype) << ": a combine launch";
-      }
-      if (splits <= 8) {
-        EXPECT_EQ(cluster, combine) << s.name << " " << name_of(dtype);
-      }
-      seed += 10;
-    }
-  }
-  cuda::set_attention_cluster(saved);
-  cuda::set_attention_merge_rows(saved_rows);
-  cuda::set_attention_balanced_splits(saved_balanced);
-}
-
-// The early decode variant (DSPARK_ATTN_DECODE=2, set_attention_decode): the CPU within tolerance
-// and a repeat launch bit for bit (run_scenario), and the default kernel bit for bit, at decode
-// over contexts that are and are not multiples of the 64-key tile, two rows, sliding windows,
-// pages of 5, verify, a drafter's block and head_dim 64 / 256 (the variant takes every call of
-// the tensor-core kernel; its shared-memory split merge, decode tiles only).
-TEST(CudaAttention, EarlyDecodeVariantEqualsDefault) {
-  DSPARK_REQUIRE_CUDA();
-  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
-  Contexts ctx;
-  const int saved = cuda::attention_decode();
   std::vector<Scenario> v;
   for (int len : {1, 63, 64, 65, 130, 1000, 1025, 3001})
     v.push_back(qwen3_8b("8b decode " + std::to_string(len), {len}, {1}));
@@ -461,40 +262,27 @@ TEST(CudaAttention, EarlyDecodeVariantEqualsDefault) {
   uint32_t seed = 2100;
   for (const Scenario& s : v) {
     for (DType dtype : {DType::bf16, DType::f16}) {
-      cuda::set_attention_decode(1);
-      const std::vector<float> base = run_scenario(ctx, s, dtype, dtype, seed);
-      cuda::set_attention_decode(2);
-      const std::vector<float> early = run_scenario(ctx, s, dtype, dtype, seed);
-      EXPECT_EQ(early, base) << s.name << " " << name_of(dtype);
+      run_scenario(ctx, s, dtype, dtype, seed);
       seed += 10;
     }
   }
-  cuda::set_attention_decode(saved);
 }
 
-// The early variant and the row-warp kernel copy K/V before their programmatic-dependent wait,
-// except the step's own keys. Here qkv_prologue (the fused kernel, itself a programmatic
-// dependent) writes q and the new tokens' K/V right before paged_attention, as in a decoder layer,
-// over slots that held K = 0, V = 1000: a copy of such a slot made before the wait would be far
-// off the CPU's result. One new token (decode: attention_mma.cu) and 17 (a verify: the row-warp
-// kernel with 1, 2 and 4 key groups, which must run).
+// The tensor-core kernel copies K/V before its programmatic-dependent wait, except the step's own
+// keys. Here qkv_prologue (the fused kernel, itself a programmatic dependent) writes q and the new
+// tokens' K/V right before paged_attention, as in a decoder layer, over slots that held K = 0,
+// V = 1000: a copy of such a slot made before the wait would be far off the CPU's result. One new
+// token (decode) and 17 (a verify).
 TEST(CudaAttention, EarlyCopiesWaitForTheStepsKv) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
-  const int saved = cuda::attention_decode();
-  cuda::set_attention_decode(2);
   constexpr int kHeads = 32, kKvHeads = 8, kHd = 128, kPage = 16;
   constexpr DType kDtype = DType::bf16;
   const RopeTable table = make_rope_table(kHd, 1e6, 1.0, RopeScaling{}, 131072);
   const Pair inv_freq =
       vector_pair(table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())});
   uint32_t seed = 2500;
-  struct Case {
-    int n_new, key_groups;
-  };
-  for (const Case cs : {Case{1, 0}, Case{17, 1}, Case{17, 2}, Case{17, 4}}) {
-    const RowsKernel rows(cs.key_groups);
-    const int n = cs.n_new;
+  for (const int n : {1, 17}) {
     for (int context : {64, 1023, 1024, 4100}) {
       const int kv_len = context + n, row_pages = (kv_len + kPage - 1) / kPage;
       const int64_t n_pages = row_pages + 2;
@@ -558,122 +346,217 @@ TEST(CudaAttention, EarlyCopiesWaitForTheStepsKv) {
         paged_attention(c, q, kv, side(q_indptr), side(pos), params, side(out));
       };
       step(ctx.cpu, false);
-      const uint64_t launches = cuda::attention_rows_launches();
       step(ctx.gpu, true);
       ctx.gpu.synchronize();
       const std::string what = "prologue + attention, " + std::to_string(n) +
-                               " new tokens, key groups " + std::to_string(cs.key_groups) +
-                               ", context " + std::to_string(context);
+                               " new tokens, context " + std::to_string(context);
       expect_close(out.gpu, out.cpu, tolerance(kDtype), what);
-      EXPECT_EQ(cuda::attention_rows_launches() - launches, cs.key_groups > 0 ? 1u : 0u) << what;
       seed += 10;
     }
   }
-  cuda::set_attention_decode(saved);
 }
 
-// The row-warp kernel (attention_rows.cu; opt-in, for launches of two or more queries per request
-// over four or more requests, here for any number): the CPU within tolerance, a repeat
-// launch bit for bit and rows that see no key zero (run_scenario) on every scenario above and the
-// model shapes, with 1, 2 and 4 key groups, and with at most 3 tokens per CTA (tiles crossing
-// requests: several segments per CTA). It must run for every 16-bit scenario with head_dim 64 / 128
-// and two or more queries per request.
-TEST(CudaAttention, RowKernelMatchesCpu) {
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+// The key splits paged_attention picks for the scenario on the context's GPU, caps and tuning.
+int splits_of(const Context& ctx, const Scenario& s) {
+  int64_t n_tokens = 0, pages = 0;
+  for (size_t r = 0; r < s.kv_lens.size(); ++r) {
+    n_tokens += s.n_q[r];
+    pages += (s.kv_lens[r] + s.page_size - 1) / s.page_size;
+  }
+  return cuda::paged_attention_splits(ctx, n_tokens, s.n_heads, s.n_kv_heads,
+                                      static_cast<int64_t>(s.kv_lens.size()), pages, s.page_size);
+}
+
+// The 64-key tiles per row that paged_attention_splits counts (from the page count).
+int64_t tiles_of(const Scenario& s) {
+  int64_t pages = 0;
+  for (int len : s.kv_lens) pages += (len + s.page_size - 1) / s.page_size;
+  const int64_t keys = pages * s.page_size / static_cast<int64_t>(s.kv_lens.size());
+  return (keys + 63) / 64;
+}
+
+// Whether split launches on this context may be cluster-merged (sm_90, and the tuning's on).
+bool cluster_merges(const Context& ctx) {
+  return ctx.cuda_caps().compute_major == 9 && ctx.cuda_tuning().attention_cluster_merge;
+}
+
+// Runs the scenario (run_scenario) with the cluster merge on or off
+// (Tuning::attention_cluster_merge), its output in `got`; returns the combine kernel's launches
+// (op profile).
+int64_t run_clustered(Contexts& ctx, const Scenario& s, DType dtype, uint32_t seed, bool cluster,
+                      std::vector<float>& got) {
+  const ScopedTuning<bool> merge(ctx.gpu, &cuda::Tuning::attention_cluster_merge, cluster);
+  (void)take_op_profile();
+  set_op_profiling(true);
+  got = run_scenario(ctx, s, dtype, dtype, seed);
+  set_op_profiling(false);
+  int64_t calls = 0;
+  for (const OpTime& t : take_op_profile())
+    if (t.op == "paged_attention_combine") calls += t.calls;
+  return calls;
+}
+
+// The split count of cluster-merged launches (multi-token tiles on sm_90) is balanced: at most
+// the capped count (8, the cluster's limit), no fewer splits would give each CTA at most as many
+// 64-key tiles (the kernel deals a row's tiles evenly), and a split has at least one tile.
+// Qwen3-8B's verify at context 1k: 17 tiles, at most 3 per CTA (6 splits, not 7, on the H200's
+// 132 multiprocessors). The results match the CPU.
+TEST(CudaAttention, SplitCountsAreBalanced) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
-  std::vector<Scenario> v = scenarios();
-  v.push_back(qwen3_8b("8b verify 17", {1041}, {17}));
-  v.push_back(qwen3_8b("8b verify 33, two rows", {530, 1057}, {33, 33}));
-  v.push_back(qwen3_8b("8b verify 17 x 4", {1041, 300, 2000, 17}, {17, 17, 17, 17}));
+  if (!cluster_merges(ctx.gpu)) GTEST_SKIP() << "no cluster-merged launches";
+  uint32_t seed = 1500;
+  for (const Scenario& s :
+       {qwen3_8b("8b verify 17 at 1k", {1041}, {17}), qwen3_8b("8b verify 33 at 4k", {4129}, {33}),
+        qwen3_8b("8b verify 17 x 4", {1041, 1041, 1041, 1041}, {17, 17, 17, 17}),
+        qwen3_8b("8b verify 17 at 300", {317}, {17})}) {
+    const int64_t tiles = tiles_of(s);
+    const int64_t n = splits_of(ctx.gpu, s);
+    int64_t plain = 0;  // the count without the cluster merge: the CTA target's
+    {
+      const ScopedTuning<bool> merge(ctx.gpu, &cuda::Tuning::attention_cluster_merge, false);
+      plain = splits_of(ctx.gpu, s);
+    }
+    const int64_t capped = std::min<int64_t>(plain, 8);
+    const auto most = [&](int64_t splits) { return (tiles + splits - 1) / splits; };
+    EXPECT_GE(n, 1) << s.name;
+    EXPECT_LE(n, std::max<int64_t>(tiles, 1)) << s.name;
+    EXPECT_LE(n, capped) << s.name;
+    EXPECT_EQ(most(n), most(capped)) << s.name;
+    if (n > 1) {
+      EXPECT_GT(most(n - 1), most(n)) << s.name << ": " << n << " splits of " << tiles;
+    }
+    if (s.name == "8b verify 17 at 1k" && ctx.gpu.cuda_caps().sm_count == 132) {
+      EXPECT_EQ(n, 6) << s.name;
+    }
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      run_scenario(ctx, s, dtype, dtype, seed);
+      seed += 10;
+    }
+  }
+}
+
+// The split merge by the last split CTA (Tuning::attention_merge_rows 16: every tile) against the
+// combine kernel (0: none): the same bits, for decode tiles (a warp per row) and for 16-row tiles
+// (the two-phase merge), on both kernels (bf16: tensor cores, f32: CUDA cores), at the Qwen3-8B
+// head layout over a long context (split keys: checked) and with a few small rows.
+TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  // The combine kernel itself: the cluster merge would take the tiles that merge_rows 0 leaves to
+  // it, at another split count (its own test is below).
+  const ScopedTuning<bool> no_cluster(ctx.gpu, &cuda::Tuning::attention_cluster_merge, false);
+  std::vector<Scenario> v{qwen3_8b("8b decode", {1024}, {1}),
+                          qwen3_8b("8b verify 17", {1041}, {17}),
+                          qwen3_8b("8b verify 5 + 9", {700, 1300}, {5, 9})};
   Scenario block = qwen3_8b("8b draft block", {1040}, {16});
   block.causal = false;
   v.push_back(block);
-  Scenario window = qwen3_8b("8b verify 17, window 200, softcap", {1041}, {17});
-  window.window = 200;
-  window.softcap = 30.0f;
-  v.push_back(window);
-  v.push_back({.name = "head_dim 64 verify 9", .kv_lens = {700, 33}, .n_q = {9, 9}});
-  uint32_t seed = 3100;
-  for (int key_groups : {1, 2, 4}) {
-    for (int tokens : {0, 3}) {
-      const RowsKernel rows(key_groups);
-      cuda::set_attention_rows_tokens(tokens);
-      for (const Scenario& s : v) {
-        int64_t n_tokens = 0;
-        for (int q : s.n_q) n_tokens += q;
-        const bool fits = n_tokens >= 2 * static_cast<int64_t>(s.n_q.size()) &&
-                          (s.head_dim == 64 || s.head_dim == 128);
-        for (DType dtype : {DType::bf16, DType::f16}) {
-          const uint64_t launches = cuda::attention_rows_launches();
-          run_scenario(ctx, s, dtype, dtype, seed);
-          EXPECT_EQ(cuda::attention_rows_launches() - launches, fits ? 2u : 0u)
-              << s.name << " " << name_of(dtype) << ", key groups " << key_groups;
-          seed += 10;
-        }
+  v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});
+  uint32_t seed = 1700;
+  for (const Scenario& s : v) {
+    EXPECT_GT(splits_of(ctx.gpu, s), 1) << s.name << ": no split keys, nothing to merge";
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      std::vector<float> combine, last_cta;
+      {
+        const ScopedTuning<int> rows(ctx.gpu, &cuda::Tuning::attention_merge_rows, 0);
+        combine = run_scenario(ctx, s, dtype, dtype, seed);
       }
+      {
+        const ScopedTuning<int> rows(ctx.gpu, &cuda::Tuning::attention_merge_rows, 16);
+        last_cta = run_scenario(ctx, s, dtype, dtype, seed);
+      }
+      EXPECT_EQ(last_cta, combine) << s.name << " " << name_of(dtype);
+      seed += 10;
     }
   }
 }
 
-// The row-warp kernel's cluster merge (sm_90, 2..8 splits) against its splits merged by the
-// combine kernel: the same bits at the same split count (balancing off; contexts of at most
-// 512 keys, 8 tiles, so that the uncapped count is the cluster's), no combine launch with the
-// cluster, for 16 and 17 queries, causal and not, three rows, head_dim 64, an MQA group of 20.
-TEST(CudaAttention, RowKernelClusterEqualsCombineKernel) {
+// The cluster merge (sm_90, Tuning::attention_cluster_merge): split launches whose tiles have more
+// rows than the last-CTA merge takes (attention_merge_rows, 4) merge their splits in a
+// thread-block cluster of the tile's split CTAs, with no combine launch on tensor cores (op
+// profile); the CUDA-core kernel (f32) still takes the combine kernel. Its split count is capped
+// at 8 and balanced (SplitCountsAreBalanced), so against the combine kernel (the merge off) the
+// bits are compared where both launches have the same split count (most scenarios here; elsewhere
+// only the CPU tolerance of run_scenario applies): 16 and 17 queries per row, 1 and 3 rows (tiles
+// crossing rows: several segments per cluster), causal and not, 2..15 splits, Qwen3-8B's layout,
+// head_dim 64 and 256 (window, soft-cap), MHA on pages of 5 and an MQA tile of 16 heads.
+TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   DSPARK_REQUIRE_CUDA();
-  int major = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
-  if (major != 9) GTEST_SKIP() << "no cluster-merged launches";
   Contexts ctx;
-  const bool saved = cuda::attention_cluster();
-  const bool saved_balanced = cuda::attention_balanced_splits();
-  cuda::set_attention_balanced_splits(false);
+  if (!cluster_merges(ctx.gpu)) GTEST_SKIP() << "no cluster-merged launches";
+  const ScopedTuning<int> rows(ctx.gpu, &cuda::Tuning::attention_merge_rows, 4);
   std::vector<Scenario> v;
-  for (int len : {100, 300, 500})
+  for (int len : {100, 300, 1041})
     v.push_back(qwen3_8b("8b verify 16, context " + std::to_string(len), {len}, {16}));
   v.push_back(qwen3_8b("8b verify 17, context 500", {500}, {17}));
-  Scenario block = qwen3_8b("8b draft block, context 480", {480}, {16});
-  block.causal = false;
-  v.push_back(block);
-  v.push_back(qwen3_8b("8b verify 16, three rows", {400, 300, 90}, {16, 16, 16}));
+  for (int len : {480, 1040}) {
+    Scenario block = qwen3_8b("8b draft block, context " + std::to_string(len), {len}, {16});
+    block.causal = false;
+    v.push_back(block);
+  }
+  v.push_back(qwen3_8b("8b verify 16, three rows", {700, 1300, 90}, {16, 16, 16}));
+  Scenario blocks = qwen3_8b("8b blocks of 17, three rows", {400, 1000, 64}, {17, 17, 17});
+  blocks.causal = false;
+  v.push_back(blocks);
   v.push_back({.name = "head_dim 64 verify 16", .kv_lens = {400}, .n_q = {16}});
+  v.push_back({.name = "head_dim 64 verify 16, long", .kv_lens = {900}, .n_q = {16}});
+  // 8 heads over 4 KV heads: tiles of 2 heads x 8 tokens (crossing the rows).
+  Scenario wide{.name = "head_dim 256, window, softcap", .kv_lens = {600, 90}, .n_q = {9, 3}};
+  wide.n_kv_heads = 4;
+  wide.head_dim = 256;
+  wide.window = 128;
+  wide.softcap = 50.0f;
+  v.push_back(wide);
+  Scenario mha{.name = "mha, pages of 5", .kv_lens = {300, 77}, .n_q = {17, 9}};
+  mha.n_heads = mha.n_kv_heads = 4;  // tiles of 16 tokens x 1 head
+  mha.page_size = 5;
+  v.push_back(mha);
   v.push_back(
       {.name = "mqa 20 heads", .kv_lens = {500}, .n_q = {16}, .n_heads = 20, .n_kv_heads = 1});
-  uint32_t seed = 3700;
-  for (int key_groups : {1, 2, 4}) {
-    const RowsKernel rows(key_groups);
-    for (const Scenario& s : v) {
-      cuda::set_attention_cluster(false);
-      const int splits = splits_of(s);
-      cuda::set_attention_cluster(true);
-      EXPECT_GT(splits, 1) << s.name << ": no split keys, nothing to merge";
-      EXPECT_LE(splits, 8) << s.name;
-      EXPECT_EQ(splits_of(s), splits) << s.name;
-      for (DType dtype : {DType::bf16, DType::f16}) {
-        std::vector<float> combine, cluster;
-        EXPECT_GT(run_clustered(ctx, s, dtype, seed, false, combine), 0)
-            << s.name << " " << name_of(dtype);
-        EXPECT_EQ(run_clustered(ctx, s, dtype, seed, true, cluster), 0)
-            << s.name << ": a combine launch";
-        EXPECT_EQ(cluster, combine)
-            << s.name << " " << name_of(dtype) << ", key groups " << key_groups;
-        seed += 10;
+  uint32_t seed = 2600;
+  int compared = 0;  // scenarios compared bit for bit
+  for (const Scenario& s : v) {
+    int splits = 0;
+    {
+      const ScopedTuning<bool> merge(ctx.gpu, &cuda::Tuning::attention_cluster_merge, false);
+      splits = splits_of(ctx.gpu, s);
+    }
+    const int cluster_splits = splits_of(ctx.gpu, s);
+    EXPECT_GT(splits, 1) << s.name << ": no split keys, nothing to merge";
+    EXPECT_GT(cluster_splits, 1) << s.name;
+    EXPECT_LE(cluster_splits, std::min(splits, 8)) << s.name;
+    if (splits == cluster_splits) ++compared;
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      std::vector<float> combine, cluster;
+      EXPECT_GT(run_clustered(ctx, s, dtype, seed, false, combine), 0)
+          << s.name << " " << name_of(dtype);
+      const int64_t calls = run_clustered(ctx, s, dtype, seed, true, cluster);
+      if (dtype == DType::f32) {
+        EXPECT_GT(calls, 0) << s.name << ": the CUDA-core kernel's splits need the combine kernel";
+      } else {
+        EXPECT_EQ(calls, 0) << s.name << " " << name_of(dtype) << ": a combine launch";
       }
+      if (splits == cluster_splits) {
+        EXPECT_EQ(cluster, combine) << s.name << " " << name_of(dtype);
+      }
+      seed += 10;
     }
   }
-  cuda::set_attention_cluster(saved);
-  cuda::set_attention_balanced_splits(saved_balanced);
+  EXPECT_GE(compared, 6) << "too few scenarios with the same split count either way";
 }
 
 // Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256
-// (the profiler records it), the CUDA-core one for f32, other head dims or with the switch off;
-// both match the CPU (run_scenario).
+// and 16-byte aligned q rows (the profiler records it), the CUDA-core one for f32, other head dims
+// or a q that starts one element into its buffer (attention_on_tensor_cores,
+// backend/cuda/policy/attention.h); both match the CPU (run_scenario).
 TEST(CudaAttention, TensorCoreKernelRunsWhenItFits) {
   DSPARK_REQUIRE_CUDA();
-  const RowsKernel rows(0);  // attention_mma.cu's tiles (the row-warp kernel: below)
   Contexts ctx;
-  auto runs_mma = [&](int head_dim, DType dtype) {
-    Scenario s{.name = "switch", .kv_lens = {200, 75}, .n_q = {4, 1}, .head_dim = head_dim};
+  auto runs_mma = [&](int head_dim, DType dtype, int q_offset = 0) {
+    Scenario s{.name = "kernel choice", .kv_lens = {200, 75}, .n_q = {4, 1}, .head_dim = head_dim};
+    s.q_offset = q_offset;
     (void)take_op_profile();
     set_op_profiling(true);
     run_scenario(ctx, s, dtype, dtype, 77);
@@ -687,9 +570,8 @@ TEST(CudaAttention, TensorCoreKernelRunsWhenItFits) {
   EXPECT_TRUE(runs_mma(256, DType::bf16));
   EXPECT_FALSE(runs_mma(128, DType::f32));
   EXPECT_FALSE(runs_mma(96, DType::bf16));
-  cuda::set_mma_attention(false);
-  EXPECT_FALSE(runs_mma(128, DType::bf16));
-  cuda::set_mma_attention(true);
+  EXPECT_FALSE(runs_mma(128, DType::bf16, 1));
+  EXPECT_FALSE(runs_mma(64, DType::f16, 1));
 }
 #endif
 

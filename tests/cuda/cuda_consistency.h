@@ -13,6 +13,7 @@
 
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/core/buffer.h"
 #include "dspark/core/tensor.h"
 
@@ -31,6 +32,26 @@
 #endif
 
 namespace dspark::test {
+
+// One tuning value of a context's CUDA kernel choices (backend/cuda/policy/device.h) for a scope,
+// restored at its end: how a test reaches the path that other devices, shapes or settings take.
+// On a CPU context (DSPARK_CONSISTENCY_ON_CPU) it changes nothing that runs.
+template <typename T>
+class ScopedTuning {
+ public:
+  ScopedTuning(Context& ctx, T cuda::Tuning::*field, T value)
+      : ctx_(ctx), field_(field), saved_(ctx.cuda_tuning().*field) {
+    ctx_.cuda_tuning().*field_ = value;
+  }
+  ~ScopedTuning() { ctx_.cuda_tuning().*field_ = saved_; }
+  ScopedTuning(const ScopedTuning&) = delete;
+  ScopedTuning& operator=(const ScopedTuning&) = delete;
+
+ private:
+  Context& ctx_;
+  T cuda::Tuning::*field_;
+  T saved_;
+};
 
 #if defined(DSPARK_CONSISTENCY_ON_CPU)
 inline constexpr Device kTestGpu = Device::cpu();

@@ -310,8 +310,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DSparkCudaForward,
 // FP8 drafter weights (DSparkSourceOptions::fp8_weights: the projections, the context projection
 // fc and the LM head in E4M3 with per-row scales) against the same double reference as above
 // (full-precision weights): the quantization error of 3 mantissa bits on top of bf16's, so
-// relative RMS <= 0.05 for the context features (one FP8 projection: 2.4-2.5e-2 on the H200,
-// session 9) and <= 0.1 for hidden states, logits and confidences, and every
+// relative RMS <= 0.05 for the context features (one FP8 projection: 2.4-2.5e-2 on the H200)
+// and <= 0.1 for hidden states, logits and confidences, and every
 // greedy token whose reference top-2 gap exceeds half the logits' RMS identical (at least one such
 // token over the cases). With and without a draft vocabulary (its cut LM head, or the whole head,
 // quantized).

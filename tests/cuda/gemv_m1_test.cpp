@@ -1,13 +1,17 @@
-// The one-row CUDA-core linear path (backend/cuda/kernels/gemv_m1.cu: M == 1, 16-bit weights,
-// K % 8 == 0, K <= 16,384, N <= 65,536; the default) against the CPU on the same rounded inputs: K
-// from one 16-byte chunk up to the kernel's limit, so one to four chunks per lane and warps with a
-// partial or empty share of K; N below, at and above every row-tile size (4, 8, 16) and past the
-// grid's first pass; both output dtypes, with and without a bias. Then its own properties: the same
-// bits on every call (no atomics, a fixed summation order) and the switch (off: cuBLASLt, within
-// rounding).
+// The one-row CUDA-core linear kernel (backend/cuda/kernels/gemv_m1.cu; choose_linear in
+// backend/cuda/policy/linear.h gives it M == 1 with 16-bit x and w, K % 8 == 0, K <= 16,384,
+// N <= 65,536 and aligned operands) against the CPU on the same rounded inputs: K from one 16-byte
+// chunk up to the kernel's limit, so one to four chunks per lane and warps with a partial or empty
+// share of K; N below, at and above every row-tile size (4, 8, 16) and past the grid's first pass;
+// both output dtypes, with and without a bias; in CTAs of 16 warps and of 8. Then its own
+// properties: the same bits on every call (no atomics, a fixed summation order), and the values of
+// cuBLASLt (which takes the same row when x is not 16-byte aligned) within rounding.
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
-#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/ops/matmul.h"
 
 #include "cuda/cuda_consistency.h"
@@ -15,20 +19,19 @@
 namespace dspark::test {
 namespace {
 
-// The kernel's CTAs of 16 warps (the default), then of 8 (set_m1_half_ctas_max_n: every N, K <=
-// 8,192; the larger K keep 16 warps).
+// one_row_half_ctas_max_n for a run: 0, CTAs of 16 warps everywhere ("Full"); 1 << 20, CTAs of 8
+// warps for every N with K <= 8,192, the larger K keeping 16 warps ("Half").
+int64_t half_ctas_max_n(bool half) {
+  return half ? int64_t{1} << 20 : 0;
+}
+
 class CudaGemvM1Ctas : public ::testing::TestWithParam<bool> {};
 
 TEST_P(CudaGemvM1Ctas, OneRowMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
-#if !defined(DSPARK_CONSISTENCY_ON_CPU)
-  cuda::set_m1_linear(true);  // the default; on in case the environment turned it off
-  const int64_t saved_half = cuda::m1_half_ctas_max_n();
-  cuda::set_m1_half_ctas_max_n(GetParam() ? int64_t{1} << 20 : 0);
-#else
-  if (GetParam()) GTEST_SKIP() << "a CUDA switch";
-#endif
   Contexts ctx;
+  const ScopedTuning<int64_t> ctas(ctx.gpu, &cuda::Tuning::one_row_half_ctas_max_n,
+                                   half_ctas_max_n(GetParam()));
   uint32_t seed = 9000;
   for (DType in : {DType::bf16, DType::f16}) {
     for (DType out : {in, DType::f32}) {
@@ -52,41 +55,42 @@ TEST_P(CudaGemvM1Ctas, OneRowMatchesCpu) {
       }
     }
   }
-#if !defined(DSPARK_CONSISTENCY_ON_CPU)
-  cuda::set_m1_half_ctas_max_n(saved_half);
-#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Warps, CudaGemvM1Ctas, ::testing::Values(false, true),
                          [](const auto& p) { return p.param ? "Half" : "Full"; });
 
-#if !defined(DSPARK_CONSISTENCY_ON_CPU)  // properties of the CUDA kernel itself
-// Two calls give the same bits; the switch off routes through cuBLASLt (same values within
-// rounding).
-TEST(CudaGemvM1, DeterministicAndSwitchable) {
+// Two calls of the one-row kernel give the same bits, in CTAs of either size; the same row read
+// from one element into a wider buffer (not 16-byte aligned: cuBLASLt) gives the same values
+// within rounding.
+TEST(CudaGemvM1, DeterministicAndMatchesCublasLt) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
-  const bool saved = cuda::m1_linear_enabled();
-  const Pair x = random_pair(DType::bf16, Shape{1, 4096}, 9100);
-  const Pair w = random_pair(DType::bf16, Shape{6144, 4096}, 9101, 0.05f);
-  const Tensor row = x.gpu.view();
-  const Pair a = zeros_pair(DType::f32, Shape{1, 6144}), b = zeros_pair(DType::f32, Shape{1, 6144});
-  const Pair c = zeros_pair(DType::f32, Shape{1, 6144});
-  cuda::set_m1_linear(true);
-  linear(ctx.gpu, row, w.gpu, Tensor{}, a.gpu);
-  linear(ctx.gpu, row, w.gpu, Tensor{}, b.gpu);
-  cuda::set_m1_linear(false);
-  linear(ctx.gpu, row, w.gpu, Tensor{}, c.gpu);
-  ctx.gpu.synchronize();
-  const OwnedTensor ha = OwnedTensor::copy_of(a.gpu.view(), Device::cpu());
-  const OwnedTensor hb = OwnedTensor::copy_of(b.gpu.view(), Device::cpu());
-  EXPECT_EQ(0, std::memcmp(ha.view().data(), hb.view().data(), 6144 * sizeof(float)))
-      << "two calls of the one-row kernel differ";
-  expect_close(a.gpu, c.gpu, 1e-4, "one-row kernel vs cuBLASLt");
-
-  cuda::set_m1_linear(saved);
+  constexpr int64_t kK = 4096, kN = 6144;
+  const OwnedTensor row = random_tensor(DType::bf16, Shape{1, kK}, 9100);
+  std::vector<float> wide_values(kK + 8, 0.0f);
+  const std::vector<float> row_values = to_f32_vector(row.view());
+  std::copy(row_values.begin(), row_values.end(), wide_values.begin() + 1);
+  const Pair x = copy_pair(row.view());
+  const Pair wide = values_pair(wide_values, DType::bf16, Shape{1, kK + 8});
+  const Pair w = random_pair(DType::bf16, Shape{kN, kK}, 9101, 0.05f);
+  const Pair c = zeros_pair(DType::f32, Shape{1, kN});
+  linear(ctx.gpu, columns(wide.gpu, 1, kK), w.gpu, Tensor{}, c.gpu);  // cuBLASLt
+  for (bool half : {false, true}) {
+    const ScopedTuning<int64_t> ctas(ctx.gpu, &cuda::Tuning::one_row_half_ctas_max_n,
+                                     half_ctas_max_n(half));
+    const Pair a = zeros_pair(DType::f32, Shape{1, kN}), b = zeros_pair(DType::f32, Shape{1, kN});
+    linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, a.gpu);
+    linear(ctx.gpu, x.gpu, w.gpu, Tensor{}, b.gpu);
+    ctx.gpu.synchronize();
+    const std::string what = half ? "8-warp CTAs" : "16-warp CTAs";
+    const OwnedTensor ha = OwnedTensor::copy_of(a.gpu.view(), Device::cpu());
+    const OwnedTensor hb = OwnedTensor::copy_of(b.gpu.view(), Device::cpu());
+    EXPECT_EQ(0, std::memcmp(ha.view().data(), hb.view().data(), kN * sizeof(float)))
+        << what << ": two calls of the one-row kernel differ";
+    expect_close(a.gpu, c.gpu, 1e-4, what + ": one-row kernel vs cuBLASLt");
+  }
 }
-#endif
 
 }  // namespace
 }  // namespace dspark::test

@@ -164,8 +164,8 @@ class GraphForwardCuda : public ::testing::Test {
             (lengths[static_cast<size_t>(r)] + tokens_per_row + kPageSize - 1) / kPageSize;
       }
       ++splits[attention_graph_variant(
-          ctx_g, AttentionShape{int64_t{n_rows} * tokens_per_row, c.num_heads, c.num_kv_heads,
-                                n_rows, total_pages, kPageSize})];
+          ctx_g, AttentionGraphShape{int64_t{n_rows} * tokens_per_row, c.num_heads, c.num_kv_heads,
+                                     n_rows, total_pages, kPageSize})];
       compare(make_batch(seqs_e, counts, tokens, all_logits, argmax),
               make_batch(seqs_g, counts, tokens, all_logits, argmax), fmt::format("step {}", step));
       for (int r = 0; r < n_rows; ++r) {

@@ -1,14 +1,15 @@
-// linear (cuBLASLt) vs the CPU (OpenBLAS sgemm on the same inputs converted to f32).
+// linear on CUDA (cuBLASLt; the one-row kernel for the aligned 16-bit M == 1 shapes, also in
+// gemv_m1_test.cpp) vs the CPU (OpenBLAS sgemm on the same inputs converted to f32).
 // Tolerances (relative RMS): f32 in/out 1e-5 (no TF32); 16-bit inputs with f32 output 1e-4 (exact
 // products, f32 sums in another order); bf16 output 1e-2, f16 output 2e-3 (one output rounding).
 #include "dspark/ops/matmul.h"
-#include <cstdio>
+
+#include <string>
 #include <vector>
 
-#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/policy/linear.h"
 
 #include "cuda/cuda_consistency.h"
-#include "cuda/linear_paths.h"
 
 namespace dspark::test {
 namespace {
@@ -93,55 +94,50 @@ TEST(CudaMatmul, CachedPlanIsDeterministic) {
   expect_equal(y2.gpu, y1.gpu, "second call");
 }
 
-#if !defined(DSPARK_CONSISTENCY_ON_CPU)  // the cuBLASLt plan choice itself
-// Autotuned plans (backend/cuda/lt_plans.h): up to 8 heuristic candidates timed per new shape at
-// decode / verify shapes of a Qwen3-8B layer; the kept algorithm still matches the CPU, repeats
-// are bitwise equal, and the log records a valid choice (the fastest timed: never slower than the
-// heuristic's first) for every autotuned shape. Turning it off forgets the plans again.
-TEST(CudaMatmul, AutotunedPlansMatchCpu) {
+// M == 1 shapes that the one-row kernel declines (choose_linear, backend/cuda/policy/linear.h), so
+// that cuBLASLt runs them: x not 16-byte aligned (a row read from column 1 of a wider buffer), N
+// above the one-row kernel's widest (an LM head), K above its deepest, K not a multiple of 8;
+// 16-bit inputs with a 16-bit output, and with an f32 output plus a bias.
+TEST(CudaMatmul, OneRowShapesOnCublasLtMatchCpu) {
   DSPARK_REQUIRE_CUDA();
-  const ScopedLinearPaths cublas_only(false, false);  // M = 1 would take the one-row kernel
   Contexts ctx;
-  cuda::set_linear_autotune(8);
-  const size_t before = cuda::linear_plan_log().size();
+  struct Case {
+    int64_t n, k;
+    bool aligned;
+    const char* why;
+  };
+  const Case cases[] = {{6144, 4096, false, "x unaligned"},
+                        {cuda::kOneRowMaxN + 64, 256, true, "N past the one-row kernel"},
+                        {64, cuda::kOneRowMaxK + 8, true, "K past the one-row kernel"},
+                        {300, 1004, true, "K % 8 != 0"}};
   uint32_t seed = 3000;
-  for (const Gemm g : {Gemm{1, 4096, 4096}, Gemm{1, 6144, 4096}, Gemm{17, 4096, 12288},
-                       Gemm{16, 1024, 4096}, Gemm{3, 1000, 1024}}) {
-    const Pair x = random_pair(DType::bf16, Shape{g.m, g.k}, seed++);
-    const Pair w = random_pair(DType::bf16, Shape{g.n, g.k}, seed++, 0.05f);
-    const Pair y = zeros_pair(DType::bf16, Shape{g.m, g.n});
-    const Pair y2 = zeros_pair(DType::bf16, Shape{g.m, g.n});
-    linear(ctx.cpu, x.cpu, w.cpu, Tensor(), y.cpu);
-    linear(ctx.gpu, x.gpu, w.gpu, Tensor(), y.gpu);
-    linear(ctx.gpu, x.gpu, w.gpu, Tensor(), y2.gpu);
-    ctx.gpu.synchronize();
-    const std::string name =
-        "M=" + std::to_string(g.m) + " N=" + std::to_string(g.n) + " K=" + std::to_string(g.k);
-    expect_close(y.gpu, y.cpu, tolerance(DType::bf16), "autotuned " + name);
-    expect_equal(y2.gpu, y.gpu, "autotuned, second call " + name);
-  }
-  const std::vector<cuda::LinearPlanRecord> log = cuda::linear_plan_log();
-  ASSERT_GT(log.size(), before) << "no shape had more than one candidate";
-  for (size_t i = before; i < log.size(); ++i) {
-    const cuda::LinearPlanRecord& r = log[i];
-    EXPECT_GT(r.candidates, 1);
-    EXPECT_GE(r.chosen, 0);
-    EXPECT_LT(r.chosen, r.candidates);
-    EXPECT_GT(r.chosen_us, 0.0);
-    if (r.heuristic_us > 0.0) {
-      EXPECT_LE(r.chosen_us, r.heuristic_us);
+  for (const Case& c : cases) {
+    for (DType in : {DType::bf16, DType::f16}) {
+      for (DType out : {in, DType::f32}) {
+        cuda::LinearShape shape{1, c.n, c.k, in, in, out, c.aligned};
+        ASSERT_EQ(cuda::choose_linear(shape, ctx.gpu.cuda_tuning()), cuda::LinearKernel::cublaslt)
+            << c.why;
+        // x: columns [begin, begin + K) of a [1, K + 8] buffer.
+        const int64_t begin = c.aligned ? 0 : 1;
+        const Pair xbuf = random_pair(in, Shape{1, c.k + 8}, seed++);
+        const Pair w = random_pair(in, Shape{c.n, c.k}, seed++, 0.05f);
+        const Pair bias = random_pair(DType::f32, Shape{c.n}, seed++);
+        const Pair y = zeros_pair(out, Shape{1, c.n});
+        const bool with_bias = out == DType::f32;
+        const Tensor no_bias;
+        linear(ctx.cpu, columns(xbuf.cpu, begin, c.k), w.cpu, with_bias ? bias.cpu.view() : no_bias,
+               y.cpu);
+        linear(ctx.gpu, columns(xbuf.gpu, begin, c.k), w.gpu, with_bias ? bias.gpu.view() : no_bias,
+               y.gpu);
+        ctx.gpu.synchronize();
+        expect_close(y.gpu, y.cpu, linear_tolerance(Types{in, out}),
+                     std::string(c.why) + " " + name_of(in) + " -> " + name_of(out) +
+                         " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k) +
+                         (with_bias ? " + bias" : ""));
+      }
     }
-    std::printf(
-        "[ autotune ] M=%lld N=%lld K=%lld: %d candidates, first %.1f us (split-K %d), "
-        "chosen #%d %.1f us (split-K %d, reduction %u)\n",
-        static_cast<long long>(r.m), static_cast<long long>(r.n), static_cast<long long>(r.k),
-        r.candidates, r.heuristic_us, r.heuristic_splitk, r.chosen, r.chosen_us, r.splitk,
-        r.reduction);
   }
-  cuda::set_linear_autotune(0);
-  EXPECT_EQ(cuda::linear_autotune(), 0);
 }
-#endif
 
 }  // namespace
 }  // namespace dspark::test

@@ -1,10 +1,14 @@
 // qkv_prologue: the fused CUDA kernel vs the CPU (the unfused ops convert + rms_norm + rope +
 // kv_write) on the same inputs: q out, and the whole K and V page pools (slots no token writes must
-// stay as they were; padding slots, -1, in the CUDA-only test). Head dims 64 / 128 / 256 (the fused
-// kernel) and 96 (CUDA runs the unfused ops), with and without Qwen3-style q/k norms, GQA, 1 to
-// 17 tokens, f32 and bf16 activations; the K/V-only form (no q heads); and the switch (fused off
-// == fused on within rounding).
+// stay as they were). Head dims 64 / 128 / 256 (the fused kernel) and 96 (CUDA runs the unfused
+// ops), with and without Qwen3-style q/k norms, GQA, 1 to 17 tokens, f32 and bf16 activations;
+// the K/V-only form (no q heads); and a padding token (slot -1: nothing written), which the CPU
+// refuses, against the CPU's ops on the other tokens.
 #include "dspark/ops/qkv_prologue.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "dspark/ops/rope.h"
 
@@ -118,31 +122,61 @@ TEST(CudaQkvPrologue, KvOnlyMatchesCpu) {
   }
 }
 
-// Fused (default) vs the unfused ops, both on CUDA, with a padding token: every fused head dim,
-// with and without norms.
-TEST(CudaQkvPrologue, SwitchGivesTheUnfusedOps) {
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)  // the CPU refuses a padding slot
+// Rows `rows` of a tensor, in that order (a copy on the host).
+OwnedTensor take_rows(const Tensor& t, const std::vector<int64_t>& rows) {
+  Shape shape = t.shape();
+  shape[0] = static_cast<int64_t>(rows.size());
+  const OwnedTensor host = OwnedTensor::copy_of(t, Device::cpu());
+  OwnedTensor out = OwnedTensor::zeros(t.dtype(), shape, Device::cpu());
+  const size_t row_bytes = static_cast<size_t>(t.numel() / t.size(0)) * t.element_size();
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(static_cast<char*>(out.view().data()) + i * row_bytes,
+                static_cast<const char*>(host.view().data()) + rows[i] * row_bytes, row_bytes);
+  return out;
+}
+
+// A padding token (slot -1: its K/V go nowhere) among 5 on the fused kernel, against the CPU's ops
+// on the other four tokens (the CPU refuses the slot): q of those tokens, and the whole K and V
+// pools (a padding token's write anywhere would show); every fused head dim, with and without
+// norms.
+TEST(CudaQkvPrologue, PaddingTokenMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
   constexpr int kHeads = 4, kKvHeads = 2;
+  constexpr int64_t kTokens = 5;
+  const std::vector<int64_t> kept = {0, 2, 3, 4};  // token 1 is the padding (make_inputs)
   uint32_t seed = 900;
   for (int hd : {64, 128, 256}) {
     for (bool norms : {true, false}) {
-      const Inputs a = make_inputs(DType::bf16, 5, kHeads, kKvHeads, hd, seed, true);
-      const Inputs b = make_inputs(DType::bf16, 5, kHeads, kKvHeads, hd, seed, true);
+      const Inputs in = make_inputs(DType::bf16, kTokens, kHeads, kKvHeads, hd, seed, true);
       seed += 10;
-      set_fused_qkv_prologue(false);
-      const Tensor qa = qkv_prologue(ctx.gpu, args_of(a, true, kHeads, kKvHeads, hd, norms));
-      set_fused_qkv_prologue(true);
-      const Tensor qb = qkv_prologue(ctx.gpu, args_of(b, true, kHeads, kKvHeads, hd, norms));
+      const Tensor qg = qkv_prologue(ctx.gpu, args_of(in, true, kHeads, kKvHeads, hd, norms));
+      // The CPU's operands: the kept tokens' rows; its pages are the same old contents.
+      QkvPrologueArgs a = args_of(in, false, kHeads, kKvHeads, hd, norms);
+      const OwnedTensor qkv = take_rows(a.qkv, kept), pos = take_rows(a.positions, kept);
+      const OwnedTensor slots = take_rows(a.slots, kept);
+      const auto n = static_cast<int64_t>(kept.size());
+      const OwnedTensor q_out =
+          OwnedTensor::zeros(DType::bf16, Shape{n, kHeads * int64_t{hd}}, Device::cpu());
+      const OwnedTensor k_tmp =
+          OwnedTensor::zeros(DType::bf16, Shape{n, kKvHeads * int64_t{hd}}, Device::cpu());
+      a.qkv = qkv;
+      a.positions = pos;
+      a.slots = slots;
+      a.q_out = q_out;
+      a.k_tmp = k_tmp;
+      const Tensor qc = qkv_prologue(ctx.cpu, a);
       ctx.gpu.synchronize();
       const std::string what = "head_dim " + std::to_string(hd) + (norms ? " norms" : "");
-      expect_close(qb, qa, tolerance(DType::bf16), what + ": fused vs unfused q");
-      expect_close(b.k_pages.gpu, a.k_pages.gpu, tolerance(DType::bf16),
-                   what + ": fused vs unfused k");
-      expect_equal(b.v_pages.gpu, a.v_pages.gpu, what + ": fused vs unfused v");
+      const OwnedTensor qg_kept = take_rows(qg, kept);
+      expect_close(qg_kept, qc, tolerance(DType::bf16), what + ": q");
+      expect_close(in.k_pages.gpu, in.k_pages.cpu, tolerance(DType::bf16), what + ": k pages");
+      expect_equal(in.v_pages.gpu, in.v_pages.cpu, what + ": v pages");
     }
   }
 }
+#endif
 
 }  // namespace
 }  // namespace dspark::test

@@ -43,8 +43,8 @@ TEST(GraphSet, EnqueueRefCallsTheCallableItself) {
 
 TEST(GraphSet, CpuContextHasOneVariant) {
   Context ctx(Device::cpu());
-  EXPECT_EQ(attention_graph_variant(ctx, AttentionShape{17, 32, 8, 1, 64, 16}), 0);
-  EXPECT_EQ(attention_graph_variant(ctx, AttentionShape{1, 32, 8, 4, 4096, 16}), 0);
+  EXPECT_EQ(attention_graph_variant(ctx, AttentionGraphShape{17, 32, 8, 1, 64, 16}), 0);
+  EXPECT_EQ(attention_graph_variant(ctx, AttentionGraphShape{1, 32, 8, 4, 4096, 16}), 0);
 }
 
 TEST(GraphSet, MovesAndClears) {

@@ -3,7 +3,7 @@
 and back to bf16, with one scale per output row (absmax / 448): what a drafter stored in FP8 and
 dequantized in its GEMMs (weights in 8 bits, activations in 16) would compute. Evaluating the copy
 with `dspark regen --draft OUT` against the original measures what FP8 weights cost in acceptance
-(docs/perf-notes.md, "FP8 drafter weights: acceptance").
+(`git show ae46487:docs/perf-notes.md`, "FP8 drafter weights: acceptance").
 
     python3 tools/train/fp8_roundtrip.py SRC_DRAFTER OUT_DIR [--no-markov]
 

@@ -55,8 +55,9 @@ pack() {
 build_tools() {  # dspark + bench_spec in $BUILD; the CUDA tests too unless SKIP_CHECK
   local ctest_args=${CTEST_ARGS:-}
   [ -n "${SKIP_CHECK:-}" ] && ctest_args="-R ^no-test-has-this-name$"
-  DSPARK_BUILD_BENCH=ON EXTRA_TARGETS="dspark bench_spec" CTEST_ARGS="$ctest_args" \
-    OUT=/tmp/gpu-check bash scripts/gpu_check.sh "$BUILD" | tail -n 12
+  # shellcheck disable=SC2086
+  BUILD="$BUILD" EXTRA_TARGETS="dspark bench_spec" OUT=/tmp/gpu-check \
+    bash scripts/gpu.sh test $ctest_args | tail -n 12
   cp /tmp/gpu-check/ctest.log "$OUT/" 2>/dev/null
   [ -x "$BUILD/bin/dspark" ] || { echo "no $BUILD/bin/dspark"; return 3; }
 }

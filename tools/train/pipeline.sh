@@ -137,7 +137,7 @@ step() {
 } | tee "$OUT/logs/environment.txt"
 
 # ---- 1. build -----------------------------------------------------------------------------------
-deps_env() {  # the environment scripts/gpu_check.sh sets when it unpacked the Debian packages
+deps_env() {  # the environment scripts/gpu.sh sets when it unpacked the Debian packages
   local root="$repo/$BUILD/deps-root"
   local lib="$root/usr/lib/x86_64-linux-gnu"
   [ -d "$lib" ] || return 0
@@ -149,7 +149,7 @@ deps_env() {  # the environment scripts/gpu_check.sh sets when it unpacked the D
 build() {
   # Configure exactly like the GPU check (dependencies, compiler workarounds), then build only
   # the dspark binary.
-  OUT="$OUT/logs/build" DSPARK_CONFIGURE_ONLY=1 bash scripts/gpu_check.sh "$BUILD" || return $?
+  OUT="$OUT/logs/build" bash scripts/gpu.sh configure "$BUILD" || return $?
   deps_env
   ninja -C "$BUILD" -j "$JOBS" dspark
 }

@@ -1,22 +1,42 @@
 #include "dspark/backend/context.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "dspark/backend/cuda/blas.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/error.h"
 #include "dspark/core/thread_pool.h"
 
 namespace dspark {
 
-Context::Context(Device device) : device_(device), pool_(&ThreadPool::global()) {
+namespace {
+
+cuda::DeviceCaps caps_of(Device device) {
+  cuda::DeviceCaps caps;
+  if (device.is_cuda()) {
+    const cuda::DeviceInfo info = cuda::device_info(device.index);
+    caps.compute_major = info.major;
+    caps.sm_count = info.sm_count;
+    const char* mps = std::getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    caps.all_sms = mps == nullptr || *mps == '\0' || std::atof(mps) >= 100.0;
+  }
+  return caps;
+}
+
+}  // namespace
+
+Context::Context(Device device)
+    : device_(device), pool_(&ThreadPool::global()), tuning_(std::make_unique<cuda::Tuning>()) {
   if (device.is_cuda()) {
     cuda::require_device(device.index);
     cuda::set_device(device.index);
     stream_ = std::make_unique<cuda::Stream>(device.index);
     blas_ = std::make_unique<cuda::BlasLt>(*stream_);
   }
+  caps_ = std::make_unique<const cuda::DeviceCaps>(caps_of(device));
 }
 
 Context::~Context() = default;

@@ -31,7 +31,7 @@ bool graphs_enabled_by_env();
 
 // The launch shape of a paged attention over a batch: n_tokens queries of n_rows sequences whose
 // page table holds total_pages pages (page_indices.numel()) of page_size tokens.
-struct AttentionShape {
+struct AttentionGraphShape {
   int64_t n_tokens = 0, n_heads = 0, n_kv_heads = 0, n_rows = 0, total_pages = 0, page_size = 0;
 };
 
@@ -39,7 +39,7 @@ struct AttentionShape {
 // because the backend's attention launch changes with it (on CUDA the key split count, which
 // changes with the context length while the batch is small; a graph captured at the same count
 // replays bitwise equal to the eager forward). 0 on a CPU context.
-int attention_graph_variant(const Context& ctx, const AttentionShape& shape);
+int attention_graph_variant(const Context& ctx, const AttentionGraphShape& shape);
 
 // A non-owning reference to the callable that enqueues a graph's work: passed by value, no
 // allocation per run. The callable must outlive the call it is passed to.

@@ -13,6 +13,11 @@
 
 namespace dspark {
 
+// Uniform lanes used at a sequence position; plain sampling uses lane 0 (ops/speculative.h).
+inline constexpr int kLaneAccept = 1;    // the accept test of the draft at this position
+inline constexpr int kLaneResample = 2;  // the residual / bonus draw at this position
+inline constexpr int kLaneDraft = 3;     // a drafter's own sampling at this position
+
 struct Philox4 {
   uint32_t v[4];
 };
@@ -49,8 +54,9 @@ DSPARK_HOST_DEVICE Philox4 philox4x32(uint32_t c0, uint32_t c1, uint32_t c2, uin
 // A uniform float in [0, 1) (24 random bits) for (seed, counter, lane); lane in [0, 4) picks one
 // of the four outputs, so one counter gives up to four independent uniforms.
 DSPARK_HOST_DEVICE float philox_uniform(uint64_t seed, uint64_t counter, int lane) {
-  const Philox4 r = philox4x32(static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
-                               0u, 0u, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  const Philox4 r =
+      philox4x32(static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0u, 0u,
+                 static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   return static_cast<float>(r.v[lane & 3] >> 8) * (1.0f / 16777216.0f);
 }
 

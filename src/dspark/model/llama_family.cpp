@@ -533,9 +533,9 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
       ForwardMeta{g.meta.view(kPositions), g.meta.view(kSlots), g.meta.view(kQIndptr),
                   g.meta.view(kPageIndptr), g.meta.view(kPages), g.meta.view(kKvLens)}};
   const int variant = attention_graph_variant(
-      ctx,
-      AttentionShape{static_cast<int64_t>(b.tokens.size()), config_.num_heads, config_.num_kv_heads,
-                     static_cast<int64_t>(b.seqs.size()), n_pages, kv.shape().page_size});
+      ctx, AttentionGraphShape{static_cast<int64_t>(b.tokens.size()), config_.num_heads,
+                               config_.num_kv_heads, static_cast<int64_t>(b.seqs.size()), n_pages,
+                               kv.shape().page_size});
 
   auto* argmax_host = static_cast<int32_t*>(g.argmax_host.data());  // null without want_argmax
   const GraphSet::Outcome outcome = graph_buckets_.run(

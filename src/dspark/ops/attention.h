@@ -10,27 +10,13 @@
 #pragma once
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
 
-// One layer's paged cache plus the page table of the rows in this batch (CSR form):
-// the pages of row r are page_indices[page_indptr[r] .. page_indptr[r+1]) in order; token t of
-// row r lives in page page_indices[page_indptr[r] + t / page_size] at offset t % page_size.
-struct PagedKv {
-  Tensor k_pages;       // [n_pages, page_size, n_kv_heads, head_dim]  activation dtype
-  Tensor v_pages;       // [n_pages, page_size, n_kv_heads, head_dim]
-  Tensor page_indptr;   // i32 [n_rows + 1]
-  Tensor page_indices;  // i32 [page_indptr[n_rows]]
-  Tensor kv_lens;       // i32 [n_rows]: valid tokens per row, including this step's writes
-};
-
-struct AttentionParams {
-  float scale = 1.0f;      // usually 1/sqrt(head_dim)
-  bool causal = true;      // false: every query of a row sees all kv_len keys of the row
-  int sliding_window = 0;  // 0 = none; else a query at position p sees keys j > p - window
-  float softcap = 0.0f;    // 0 = none; else scores = softcap * tanh(scores / softcap)
-};
+// PagedKv (one layer's paged cache and the batch's page table in CSR form) and AttentionParams
+// (scale, causal, sliding window, soft cap) are in backend/op_params.h.
 
 // Writes K/V of new tokens into their slots: slot s = page * page_size + offset.
 //   k, v: [n, n_kv_heads, head_dim] (head_dim contiguous; token stride may be wider, e.g. slices of
@@ -44,11 +30,11 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 //   row r are q[q_indptr[r] .. q_indptr[r+1])); q_pos: i32 [n_tokens] absolute positions;
 //   out: [n_tokens, n_heads, head_dim] any float dtype. Softmax in f32. A query that sees no key
 //   gets zeros.
-// On CUDA (by default; not with DSPARK_ATTN_DECODE=1: backend/cuda/kernels.h) the kernel
-// reads the K/V of a row's keys below min(kv_len - its queries, their q_pos) - everything but this
-// step's tokens - before the kernel that precedes it in the stream has finished (programmatic
-// dependent launch): those keys must have been written before that kernel started, as the
-// engine's forwards do (the step's K/V are written by the layer's qkv_prologue, right before).
+// On CUDA the tensor-core kernel reads the K/V of a row's keys below min(kv_len - its queries,
+// their q_pos) - everything but this step's tokens - before the kernel that precedes it in the
+// stream has finished (programmatic dependent launch): those keys must have been written before
+// that kernel started, as the engine's forwards do (the step's K/V are written by the layer's
+// qkv_prologue, right before).
 void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
                      const Tensor& q_pos, const AttentionParams& params, const Tensor& out);
 

@@ -26,7 +26,7 @@ void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const 
 // w1: [V, r], w2: [C, r] (same float dtype, contiguous); z: f32 [n, C] rows contiguous (the
 // corrected logits, updated in place); prev, next: i32 [n] (may be slices of one token buffer);
 // index_map: i32 [C] or undefined. Returns false, having done nothing, where the fused kernel
-// does not apply (the CPU, DSPARK_MARKOV_FUSED=0, mixed dtypes, r > 8192, more than 16384 rows):
+// does not apply (the CPU, mixed dtypes, r > 8192, more than 16384 rows):
 // the caller then runs gather_rows + linear + add + argmax, the same math up to the f32 order of
 // the dot products' sums. The kernel's per-row arrival counters are per device: one stream at a
 // time may run it on a device (the engine's; a captured graph keeps their address).
@@ -40,12 +40,12 @@ bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const 
 // the anchors in [0, n); w1, w2, index_map as for markov_greedy_step. One grid of at most one CTA
 // per multiprocessor keeps its columns of w2 in shared memory for the whole loop and meets at a
 // grid barrier once per step. Returns false, having done nothing, where it does not apply (the
-// CPU, DSPARK_MARKOV_LOOP=0 or DSPARK_MARKOV_FUSED=0, mixed dtypes, more than 64 rows, a w2
-// slice that does not fit one multiprocessor's shared memory - e.g. a full 152k vocabulary in
-// bf16): the caller then runs markov_greedy_step per step. Its grid barrier's counters are per
-// device (one stream at a time, as for markov_greedy_step). The barrier needs every CTA resident
-// at once: the grid is sized to the device's multiprocessor count, so a process limited to fewer
-// SMs (MPS with an active-thread percentage below 100) must set DSPARK_MARKOV_LOOP=0.
+// CPU, mixed dtypes, more than 64 rows, a w2 slice that does not fit one multiprocessor's shared
+// memory - e.g. a full 152k vocabulary in bf16 -, a process that may not use every multiprocessor:
+// DeviceCaps::all_sms, MPS with an active-thread percentage below 100): the caller then runs
+// markov_greedy_step per step. Its grid barrier's counters are per device (one stream at a time,
+// as for markov_greedy_step). The barrier needs every CTA resident at once: the grid is sized to
+// the device's multiprocessor count.
 bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& tokens,
                         const Tensor& z, int64_t rows, int64_t steps, const Tensor& index_map);
 

@@ -2,14 +2,12 @@
 #pragma once
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
 
-struct RmsNormParams {
-  float eps = 1e-6f;
-  bool unit_offset = false;  // scale by (1 + w) instead of w
-};
+// RmsNormParams (backend/op_params.h): eps, and unit_offset (scale by (1 + w) instead of w).
 
 // out[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w    (computed in f32)
 //   x: [n, D] any float dtype, rows contiguous (row stride may exceed D); w: [D] any float dtype;

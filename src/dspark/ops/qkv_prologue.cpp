@@ -1,11 +1,10 @@
 #include "dspark/ops/qkv_prologue.h"
 
-#include <atomic>
-#include <cstdlib>
-
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/attention.h"
 #include "dspark/ops/dispatch.h"
+#include "dspark/ops/norm.h"
 #include "dspark/ops/op_checks.h"
 #include "dspark/ops/rope.h"
 
@@ -14,14 +13,6 @@ namespace dspark {
 using namespace ops_internal;
 
 namespace {
-
-std::atomic<int>& fused_flag() {
-  static std::atomic<int> flag = [] {
-    const char* env = std::getenv("DSPARK_FUSED_PROLOGUE");
-    return (env && env[0] == '0') ? 0 : 1;
-  }();
-  return flag;
-}
 
 // Heads [first, first + heads) of a [n, width] buffer seen as [n, heads, head_dim].
 Tensor heads_of(const Tensor& t, int first, int heads, int head_dim) {
@@ -56,14 +47,6 @@ Tensor unfused(Context& ctx, const QkvPrologueArgs& a) {
 }
 
 }  // namespace
-
-void set_fused_qkv_prologue(bool enabled) {
-  fused_flag().store(enabled ? 1 : 0);
-}
-
-bool fused_qkv_prologue_enabled() {
-  return fused_flag().load() != 0;
-}
 
 Tensor qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
   constexpr const char* kOp = "qkv_prologue";
@@ -102,7 +85,7 @@ Tensor qkv_prologue(Context& ctx, const QkvPrologueArgs& a) {
                        a.k_pages.size(3) == hd && a.k_pages.is_contiguous() &&
                        a.v_pages.is_contiguous() && a.v_pages.dtype() == a.k_pages.dtype() &&
                        a.v_pages.shape() == a.k_pages.shape();
-  if (ctx.is_cuda() && fusable && fused_qkv_prologue_enabled()) {
+  if (ctx.is_cuda() && fusable) {
     check_on_device(kOp, "k_pages", a.k_pages, ctx);
     check_on_device(kOp, "v_pages", a.v_pages, ctx);
     DSPARK_ON_CUDA(cuda::qkv_prologue(ctx, a));

@@ -15,31 +15,14 @@
 #pragma once
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
 #include "dspark/ops/norm.h"
 
 namespace dspark {
 
-struct QkvPrologueArgs {
-  Tensor qkv;  // [n, (n_heads + 2 * n_kv_heads) * head_dim]: q heads, then k heads, then v heads
-  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
-  Tensor q_norm, k_norm;  // [head_dim] or undefined (no norm)
-  RmsNormParams norm;     // eps, unit_offset of both norms
-  Tensor positions;       // i32 [n]
-  Tensor inv_freq;        // f32 [rotary_dim / 2] (ops/rope.h)
-  float attention_scaling = 1.0f;
-  Tensor slots;    // i32 [n]
-  Tensor k_pages;  // [n_pages, page_size, n_kv_heads, head_dim]
-  Tensor v_pages;
-  Tensor q_out;  // [n, n_heads * head_dim], qkv's dtype, contiguous: q (see the return value)
-  Tensor k_tmp;  // [n, n_kv_heads * head_dim], qkv's dtype, contiguous: the unfused path's k
-};
-
+// QkvPrologueArgs (backend/op_params.h) holds the fused QKV output, the head counts, the optional
+// norm weights, positions, RoPE inverse frequencies, slots, the layer's pages and the outputs.
 Tensor qkv_prologue(Context& ctx, const QkvPrologueArgs& a);
-
-// Whether CUDA runs qkv_prologue as one kernel: on unless the environment has
-// DSPARK_FUSED_PROLOGUE=0 (read once) or after set_fused_qkv_prologue(false) (A/B benchmarks).
-void set_fused_qkv_prologue(bool enabled);
-bool fused_qkv_prologue_enabled();
 
 }  // namespace dspark

@@ -7,17 +7,12 @@
 #include <span>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
 
-struct SamplingParams {
-  float temperature = 0.0f;  // 0 = greedy (argmax); must be >= 0
-  int top_k = 0;             // 0 = off; keep the k most probable tokens
-  float top_p = 1.0f;        // 1 = off; keep the smallest set whose mass reaches top_p
-  float min_p = 0.0f;        // 0 = off; keep tokens with p >= min_p * p_max
-  bool greedy() const { return temperature <= 0.0f; }
-};
+// SamplingParams (backend/op_params.h): temperature (0: greedy), top_k, top_p, min_p.
 // Throws invalid_input naming the field when a value is out of range.
 void validate(const SamplingParams& params, int64_t vocab_size);
 

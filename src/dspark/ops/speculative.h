@@ -4,14 +4,10 @@
 #pragma once
 
 #include "dspark/backend/context.h"
+#include "dspark/core/philox.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
-
-// Uniform lanes (core/philox.h) used at a sequence position; plain sampling uses lane 0.
-inline constexpr int kLaneAccept = 1;    // the accept test of the draft at this position
-inline constexpr int kLaneResample = 2;  // the residual / bonus draw at this position
-inline constexpr int kLaneDraft = 3;     // a drafter's own sampling at this position
 
 // Rows r = 0..n-1 (one per request). Row r drafted k_r = draft_indptr[r+1] - draft_indptr[r]
 // tokens x_j = draft_tokens[draft_indptr[r] + j] and the target produced k_r + 1 processed

@@ -6,17 +6,8 @@
 #include <span>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
-#include "dspark/ops/activation.h"
-#include "dspark/ops/attention.h"
-#include "dspark/ops/embedding.h"
-#include "dspark/ops/head_cells.h"
-#include "dspark/ops/matmul.h"
-#include "dspark/ops/norm.h"
-#include "dspark/ops/rope.h"
-#include "dspark/ops/sampling.h"
-#include "dspark/ops/softmax.h"
-#include "dspark/ops/speculative.h"
 
 namespace dspark::cpu {
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "dspark/backend/cuda/check.h"
+#include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/graph_set.h"
 
 namespace dspark::cuda {
@@ -93,10 +94,10 @@ Graph Graph::capture(Context& ctx, const std::function<void()>& enqueue) {
 
 namespace dspark {
 
-int attention_graph_variant(const Context& ctx, const AttentionShape& s) {
+int attention_graph_variant(const Context& ctx, const AttentionGraphShape& s) {
   if (!ctx.is_cuda()) return 0;
-  return cuda::paged_attention_splits(s.n_tokens, s.n_heads, s.n_kv_heads, s.n_rows, s.total_pages,
-                                      s.page_size);
+  return cuda::paged_attention_splits(ctx, s.n_tokens, s.n_heads, s.n_kv_heads, s.n_rows,
+                                      s.total_pages, s.page_size);
 }
 
 }  // namespace dspark

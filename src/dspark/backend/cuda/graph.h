@@ -44,11 +44,4 @@ class Graph {
   size_t n_nodes_ = 0;
 };
 
-// The number of key splits (grid.z) paged_attention picks for this launch shape: the graph of a
-// forward is only bitwise equal to the eager forward when it was captured with the same count.
-// `total_pages` is page_indices.numel() of the batch. Code outside the backend asks
-// attention_graph_variant (backend/graph_set.h), which answers this on a CUDA context.
-int paged_attention_splits(int64_t n_tokens, int64_t n_heads, int64_t n_kv_heads, int64_t n_rows,
-                           int64_t total_pages, int64_t page_size);
-
 }  // namespace dspark::cuda

@@ -23,15 +23,11 @@ Graph Graph::capture(Context&, const std::function<void()>&) {
   no_cuda();
 }
 
-int paged_attention_splits(int64_t, int64_t, int64_t, int64_t, int64_t, int64_t) {
-  no_cuda();
-}
-
 }  // namespace dspark::cuda
 
 namespace dspark {
 
-int attention_graph_variant(const Context&, const AttentionShape&) {
+int attention_graph_variant(const Context&, const AttentionGraphShape&) {
   return 0;
 }
 

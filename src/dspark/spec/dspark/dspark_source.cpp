@@ -439,10 +439,10 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
         g.meta.view(kTokens), g.meta.view(kDraftRows), g.meta.view(kAnchors), Tensor{},
         ForwardMeta{g.meta.view(kPositions), g.meta.view(kSlots), g.meta.view(kQIndptr),
                     g.meta.view(kPageIndptr), g.meta.view(kPages), g.meta.view(kKvLens)}};
-    const int variant =
-        attention_graph_variant(ctx, AttentionShape{M, dims_.n_heads, dims_.n_kv_heads, R,
-                                                    static_cast<int64_t>(plan->page_indices.size()),
-                                                    kv_.shape().page_size});
+    const int variant = attention_graph_variant(
+        ctx, AttentionGraphShape{M, dims_.n_heads, dims_.n_kv_heads, R,
+                                 static_cast<int64_t>(plan->page_indices.size()),
+                                 kv_.shape().page_size});
     const void* baked[] = {head_.state_zeros()};
     graph_buckets_.run(
         ctx, entry, variant, baked,

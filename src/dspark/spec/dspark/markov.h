@@ -15,7 +15,7 @@
 // On CUDA a greedy vanilla round is one launch for all steps where w2's columns fit the shared
 // memory of the multiprocessors (ops/head_cells.h, markov_greedy_loop: a 32k draft vocabulary in
 // bf16 does), else one launch per step (markov_greedy_step: gather, projection, add and argmax
-// fused); elsewhere, and with DSPARK_MARKOV_FUSED=0, the separate ops.
+// fused); elsewhere the separate ops.
 //
 // Layout of a round with R rows and S steps: every per-(row, step) tensor holds row i's step s at
 // index s * R + i, so that one step's rows are contiguous.

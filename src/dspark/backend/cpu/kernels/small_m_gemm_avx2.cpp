@@ -13,7 +13,7 @@
 // software prefetch into L2 of the bytes the driver names (16 KiB ahead of the f32 rows being
 // read, or the next block of a 16-bit weight), paced with the FMAs, makes them overlap (measured
 // on a 2-core AMD EPYC VM: the SmolLM2-135M projections at M = 8 went from 2.1x to 1.1-1.3x the
-// time of M = 1; docs/perf-notes.md). _MM_HINT_T1 was clearly better than T0 and NTA there.
+// time of M = 1). _MM_HINT_T1 was clearly better than T0 and NTA there.
 #include "dspark/backend/cpu/kernels/small_m_gemm_tiles.h"
 
 #if defined(__x86_64__)

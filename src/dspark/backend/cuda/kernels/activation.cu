@@ -46,8 +46,8 @@ __global__ void binary_kernel(Operand<const TA> a, Operand<const TB> b, Operand<
   const TA* pa = a.row(r);
   const TB* pb = b.row(r);
   TO* po = out.row(r);
-  // Every load before the first store (session 17): stored one by one in the loop, each item's
-  // loads waited for the previous item's store (out may alias a or b), four round trips.
+  // Every load before the first store: stored one by one in the loop, each item's loads would wait
+  // for the previous item's store (out may alias a or b), four round trips.
   float va[kItemsPerThread], vb[kItemsPerThread];
 #pragma unroll
   for (int i = 0; i < kItemsPerThread; ++i) {
@@ -110,8 +110,6 @@ void launch_binary(Context& ctx, const Tensor& a, const Tensor& b, const Tensor&
 }  // namespace
 
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out) {
-  // Plain after the gate/up GEMM unless DSPARK_SWIGLU_PDL_AFTER_LT=1 (pdl.cuh).
-  const ProgrammaticAfterCublasLt programmatic(swiglu_pdl_after_cublaslt());
   launch_binary(ctx, gate, up, out, Silu{});
 }
 

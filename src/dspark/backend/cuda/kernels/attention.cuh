@@ -14,18 +14,18 @@
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/mma.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
+#include "dspark/backend/cuda/policy/attention.h"
 
 namespace dspark::cuda::attn {
 
-// Query rows (token, head) per CTA, of one KV head: both kernels tile the rows the same way, so
-// the split count (and a captured graph's key, paged_attention_splits) does not depend on which
-// kernel runs.
-inline constexpr int kMaxRows = 16;
-// Keys per split are a multiple of this (paged_attention_splits; the tensor-core kernel's tile).
-inline constexpr int kSplitKeys = 64;
-inline constexpr int kMaxSplits = 32;
-// The most splits of a cluster-merged launch (AttentionArgs::cluster): the portable cluster size.
-inline constexpr int kMaxClusterSplits = 8;
+// The tiling and split limits the choice of a launch uses (policy/attention.h): query rows
+// (token, head) per CTA, of one KV head (both kernels tile the rows the same way); keys per split
+// a multiple of kSplitKeys (the tensor-core kernel's key tile); the most splits, and the most of a
+// cluster-merged launch (the portable cluster size).
+inline constexpr int kMaxRows = kAttentionTileRows;
+inline constexpr int kSplitKeys = kAttentionSplitKeys;
+inline constexpr int kMaxSplits = kAttentionMaxSplits;
+inline constexpr int kMaxClusterSplits = kAttentionMaxClusterSplits;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 template <typename TKV>
@@ -56,16 +56,10 @@ struct AttentionArgs {
   // the tile's last split CTA to finish merges the splits (merge_splits_if_last). Null: the
   // separate combine kernel merges them.
   unsigned* counters;
-  // The tensor-core kernel's opt-in decode variant (DSPARK_ATTN_DECODE=2, attention_mma.cu):
-  // K/V below the rows' new tokens copied before pdl_wait, and with counters and at most one row
-  // per warp, partial rows of head_dim + 4 floats merged through shared memory (`part` then holds
-  // [n_tokens, n_heads, n_splits, head_dim + 4]). The CUDA-core kernel ignores it.
-  bool early;
-  // The tensor-core kernel's cluster variant (default on sm_90; attention_mma.cu), set
-  // only with 2..kMaxClusterSplits splits and no counters: the split CTAs of a query tile form one
-  // cluster along grid.z and merge the splits through distributed shared memory (no `part`
-  // writes, no combine kernel). The CUDA-core kernel ignores it (its splits then need the combine
-  // kernel).
+  // The tensor-core kernel's split merge in a thread-block cluster (SplitMerge::cluster, sm_90;
+  // attention_mma.cu), set only with 2..kMaxClusterSplits splits and no counters: the split CTAs
+  // of a query tile form one cluster along grid.z and merge the splits through distributed shared
+  // memory (no `part` writes, no combine kernel).
   bool cluster;
 };
 
@@ -322,24 +316,15 @@ __device__ __forceinline__ void merge_splits_cluster(const AttentionArgs<TKV>& p
   }
   Cluster::sync();  // the peers have read this CTA's rows: its shared memory may be reused or freed
 #else
-  __trap();  // no clusters on this target (compute_80 PTX): launched on sm_90 only (cluster_merge)
+  __trap();  // no clusters on this target (compute_80 PTX): launched on sm_90 only (the policy)
 #endif
 }
 
-// The tensor-core kernel: launches it and returns true when the call fits (K/V and q of the same
-// 16-bit dtype, head_dim 64 / 128 / 256, 16-byte aligned rows, the path enabled); returns false,
-// doing nothing, otherwise. Same grid, outputs and partial results as the CUDA-core kernel.
+// The tensor-core kernel for a call the policy gave it (attention_on_tensor_cores: K/V and q of
+// one 16-bit dtype, head_dim 64 / 128 / 256, 16-byte aligned rows). Same grid and outputs as the
+// CUDA-core kernel (where it merges its splits through shared memory, partial rows head_dim + 4
+// floats apart instead of head_dim + 2).
 template <typename TKV>
-bool launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid);
-
-// The row-warp tensor-core kernel (attention_rows.cu) for query tiles of several tokens (verify,
-// draft blocks): launches it with `warps` warps per CTA (m16 tiles of the CTA's rows x
-// key_groups) and returns true when the call fits (16-bit K/V and q of the same dtype, head_dim
-// 64 / 128, 16-byte aligned rows); returns false, doing nothing, otherwise. The grid and the
-// partial results (`part`, cluster) are the CUDA-core kernel's, at the row tiling of
-// rows_tiling (attention.cu).
-template <typename TKV>
-bool launch_attention_rows(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid, int warps,
-                           int key_groups);
+void launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid);
 
 }  // namespace dspark::cuda::attn

@@ -20,11 +20,9 @@
 // Masking per row is the op's: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ?
 // pos + 1 : kv_len), lo = window ? pos - window + 1 : 0; a row that sees no key writes zeros.
 //
-// The early variant (the default; DSPARK_ATTN_DECODE=1 or cuda::set_attention_decode(1) for the
-// previous path; kEarly below; same tiles, splits and arithmetic, so the same bits). The previous
-// path's first K/V byte arrives after the wait for the kernel before it plus two dependent round
-// trips (q and the page ids, then K/V), and a decode CTA at 1k context owns a single tile, so
-// that latency is its whole fixed cost. The variant:
+// Copies before the wait. A CTA's first K/V byte would arrive after the wait for the kernel before
+// it plus two dependent round trips (q and the page ids, then K/V), and a decode CTA at 1k
+// context owns a single tile, so that latency would be its whole fixed cost. So the kernel:
 //  - copies the first two tiles of its key range (page ids and K/V) before pdl_wait(), i.e. while
 //    the kernel before it (qkv_prologue) still runs, except the keys from the row's first new
 //    token on (this step's K/V, which that kernel writes): those and q follow right after the
@@ -35,16 +33,16 @@
 //  - for decode tiles merged by their last split CTA (at most one row per warp), releases the
 //    partials with one acq_rel atomic after a barrier and merges them from shared memory after
 //    one cp.async round trip (merge_splits_smem), instead of head_dim / 32 + 1 dependent L2 reads.
+// (H200, bench_attention decode: 13.9 -> 9.2 us at 1k context, 42.9 -> 32.0 us at 16k.)
 //
-// The cluster variant (the default on sm_90; DSPARK_ATTN_CLUSTER=0 or
-// cuda::set_attention_cluster(false) for the combine kernel; kCluster below). Split launches whose
-// tiles the row policy leaves to combine_splits_kernel (more rows than attention_merge_rows(), 4 by
-// default: verify, draft blocks) write every split's partial rows to global memory and merge them
-// in a second launch. Instead:
-//  - the launch (on sm_90, with 2..8 splits) makes the grid.z split CTAs of each query tile one
-//    thread-block cluster of {1, 1, n_splits}, together with the PDL attribute; with the variant
-//    on, paged_attention_splits caps such launches at 8 splits (the portable cluster size), so a
-//    graph's key is the count the launch uses;
+// The cluster merge (SplitMerge::cluster, policy/attention.h: sm_90, split launches whose tiles
+// have more rows than the last-CTA merge takes, i.e. verify and draft blocks; kCluster below).
+// Instead of writing every split's partial rows to global memory and merging them in a second
+// launch (combine_splits_kernel):
+//  - the launch (with 2..8 splits) makes the grid.z split CTAs of each query tile one
+//    thread-block cluster of {1, 1, n_splits}, together with the PDL attribute; the policy caps
+//    such launches at 8 splits (the portable cluster size), so a graph's key is the count the
+//    launch uses;
 //  - per segment of the tile (segments depend on the tile only, so all CTAs of a cluster run the
 //    same ones), each CTA leaves its partial rows (acc..., max, sum: what it would write to
 //    `part`) in its shared memory after the warps' O tiles, in the K/V stages, then a cluster
@@ -53,10 +51,6 @@
 //    the combine kernel at the same split count) and writes the normalised rows; a second cluster
 //    barrier before the K/V stages are reused or the CTA exits, since peers read its rows;
 //  - no `part` writes, no combine launch, no arrival counters; shared memory does not grow.
-// Not covered by the variant: the CUDA-core kernel (its splits, capped the same way, still go
-// through the combine kernel), decode tiles merged by their last split CTA, launches without split
-// keys.
-#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -64,7 +58,6 @@
 #include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/device/sync.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
-#include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/attention.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
@@ -97,7 +90,7 @@ struct Layout {
   static_assert(kBytes <= 227 * 1024);
 };
 
-// The end of a split CTA in the decode variant (kEarly, arrival counters set, at most one query
+// The end of a split CTA of a decode tile (arrival counters set, at most one query
 // row per warp; partial rows of HD + 4 floats, 16-byte aligned). Versus merge_splits_if_last
 // (attention.cuh): the CTA's partials are released by one acq_rel atomic of thread 0 after a
 // barrier instead of a fence in every thread plus a relaxed atomic, and the last CTA copies all
@@ -139,10 +132,8 @@ __device__ void merge_splits_smem(const AttentionArgs<T>& p, const CtaQueries& c
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
 }
 
-// kEarly: the early decode variant (the default; the file comment); without it this is the
-// previous path. kCluster: the cluster variant (the default on sm_90; the file comment), launched
-// with n_splits > 1 only.
-template <typename T, int HD, bool kEarly, bool kCluster>
+// kCluster: the cluster merge (the file comment), launched with n_splits > 1 only.
+template <typename T, int HD, bool kCluster>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T> p) {
   using L = Layout<HD>;
   constexpr int kLd = L::kLd;
@@ -158,10 +149,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   __shared__ float s_m[kWarps][kMaxRows], s_l[kWarps][kMaxRows];
   __shared__ float s_row_m[kMaxRows], s_row_l[kMaxRows];  // per row: max and sum over the warps
   __shared__ int s_seg_end, s_page0;
-  __shared__ int s_fresh[kEarly ? kMaxRows : 1];  // kEarly: per row, the first key of this step
-  // kEarly: per stage, the offsets (page, slot, KV head) of the keys of the tile copied into it;
-  // -1: no visible key.
-  __shared__ int64_t s_off[kEarly ? 2 * kTileKeys : 1];
+  __shared__ int s_fresh[kMaxRows];  // per row, the first key of this step
+  // Per stage, the offsets (page, slot, KV head) of the keys of the tile copied into it; -1: no
+  // visible key.
+  __shared__ int64_t s_off[2 * kTileKeys];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -169,10 +160,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   const int kv_head = cq.kv_head, h_begin = cq.h_begin, nh = cq.nh, split = cq.split;
   const int t_end = cq.t_end;
   int t = cq.t_begin;
-  // kEarly, when the tile's last split CTA merges at most one row per warp: partial rows of
-  // HD + 4 floats (16-byte aligned for merge_splits_smem); else HD + 2 (what the other merges
-  // read).
-  const bool smem_merge = kEarly && p.n_splits > 1 && p.counters != nullptr &&
+  // When the tile's last split CTA merges at most one row per warp: partial rows of HD + 4 floats
+  // (16-byte aligned for merge_splits_smem); else HD + 2 (what the other merges read).
+  const bool smem_merge = p.n_splits > 1 && p.counters != nullptr &&
                           min(p.tokens_per_cta, p.n_tokens) * p.heads_per_cta <= kWarps;
   const int64_t part_stride = smem_merge ? HD + 4 : HD + 2;
 
@@ -203,19 +193,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         s_seg_end = seg_end_i;
         s_page0 = page0;
       }
-      if constexpr (kEarly) {
-        // The row's new tokens are its last keys, at their positions: the kernel before this one
-        // may write the keys from here on, not the ones below (ops/attention.h).
-        const int n_new = q_end - p.q_indptr[row_i];
-        s_fresh[i] = i < (seg_end_i - t) * nh ? max(0, min(kv_len - n_new, pos)) : INT_MAX;
-      }
-    }
-    if constexpr (!kEarly) {
-      if (!waited) {
-        pdl_wait();  // q and the K/V cache are written by the kernels before this one
-        pdl_launch_dependents();
-        waited = true;
-      }
+      // The row's new tokens are its last keys, at their positions: the kernel before this one
+      // may write the keys from here on, not the ones below (ops/attention.h).
+      const int n_new = q_end - p.q_indptr[row_i];
+      s_fresh[i] = i < (seg_end_i - t) * nh ? max(0, min(kv_len - n_new, pos)) : INT_MAX;
     }
     constexpr int kQIters = (kMaxRows * kChunks + kThreads - 1) / kThreads;
     uint4 qv[kQIters];
@@ -232,7 +213,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         }
       }
     };
-    if constexpr (!kEarly) load_q();  // kEarly: after the wait, below
     __syncthreads();
     const int seg_end = s_seg_end;
     if (seg_end <= t) break;  // malformed q_indptr: never loop forever
@@ -247,56 +227,16 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       }
     }
     if (kmin >= kmax) kmin = kmax = 0;
-    int fresh = INT_MAX;  // kEarly: keys >= fresh may be written by the kernel before this one
-    if constexpr (kEarly) {
+    int fresh = INT_MAX;  // keys >= fresh may be written by the kernel before this one
 #pragma unroll
-      for (int i = 0; i < kMaxRows; ++i) fresh = min(fresh, s_fresh[i]);
-    }
+    for (int i = 0; i < kMaxRows; ++i) fresh = min(fresh, s_fresh[i]);
     const int32_t* row_pages = p.page_indices + s_page0;
     const int tile0 = kmin / kTileKeys;
     const int n_tiles = kmax > kmin ? (kmax - 1) / kTileKeys + 1 - tile0 : 0;
     const int begin = tile0 + static_cast<int>(int64_t{split} * n_tiles / p.n_splits);
     const int end = tile0 + static_cast<int>(int64_t{split + 1} * n_tiles / p.n_splits);
 
-    // Copies tile `tile` (keys tile * 64 ..) into stage `stage` (one cp.async group per thread).
-    // The page lookups of all the thread's chunks are loaded first, so they are in flight
-    // together (a cp.async cannot be issued before its address is known).
-    auto issue = [&](int tile, int stage) {
-      constexpr int kIters = kTileKeys * kChunks / kThreads;
-      static_assert(kTileKeys * kChunks % kThreads == 0);
-      const int key0 = tile * kTileKeys;
-      int64_t off[kIters];
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) {
-        const int idx = threadIdx.x + it * kThreads;
-        const int j = key0 + idx / kChunks, cc = idx % kChunks;
-        off[it] = -1;
-        if (j >= kmin && j < kmax) {
-          off[it] = static_cast<int64_t>(row_pages[j / p.page_size]) * p.page_stride +
-                    static_cast<int64_t>(j % p.page_size) * p.slot_stride +
-                    static_cast<int64_t>(kv_head) * p.head_stride + cc * 8;
-        }
-      }
-      T* dk = s_k + stage * kTileKeys * kLd;
-      T* dv = s_v + stage * kTileKeys * kLd;
-#pragma unroll
-      for (int it = 0; it < kIters; ++it) {
-        const int idx = threadIdx.x + it * kThreads;
-        const int jj = idx / kChunks, cc = idx % kChunks;
-        T* sk = dk + jj * kLd + cc * 8;
-        T* sv = dv + jj * kLd + cc * 8;
-        if (off[it] >= 0) {
-          device::cp_async16(sk, p.k_pages + off[it]);
-          device::cp_async16(sv, p.v_pages + off[it]);
-        } else {
-          *reinterpret_cast<uint4*>(sk) = make_uint4(0, 0, 0, 0);
-          *reinterpret_cast<uint4*>(sv) = make_uint4(0, 0, 0, 0);
-        }
-      }
-      device::cp_async_commit();
-    };
-
-    // kEarly: the offset of key j's row (-1 if no row sees it), and the copies of the chunks of
+    // The offset of key j's row (-1 if no row sees it), and the copies of the chunks of
     // tile `tile` (offsets in s_off[stage]) whose keys are in [key_lo, key_hi) into `stage` (zero:
     // the chunks without a key are filled with zeros).
     auto key_offset = [&](int j) { return key_row_offset(p, row_pages, kv_head, kmin, kmax, j); };
@@ -320,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
                       dk + jj * kLd + cc * 8, dv + jj * kLd + cc * 8);
       }
     };
-    if constexpr (kEarly) {
+    {
       // The first two tiles (both stages) are copied before the wait, except the keys the kernel
       // before this one may write (this step's tokens: from `fresh` on, first segment only),
       // which follow right after it, together with q.
@@ -344,8 +284,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         if (begin + 1 < end) copy(begin + 1, 1, split_key, INT_MAX, false);
       }
       device::cp_async_commit();  // one group: the first two tiles
-    } else {
-      if (begin < end) issue(begin, 0);
     }
     // The query rows, zero past n_q (visible to all warps after the loop's first barrier).
 #pragma unroll
@@ -365,28 +303,17 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
 
     for (int tile = begin; tile < end; ++tile) {
       const int stage = (tile - begin) & 1;
-      if constexpr (kEarly) {
-        // In flight: this tile's copies and, past the first two tiles, the next tile's.
-        if (tile == begin || tile + 1 >= end)
-          device::cp_async_wait<0>();
-        else
-          device::cp_async_wait<1>();
-      } else {
-        if (tile + 1 < end) {
-          issue(tile + 1, stage ^ 1);
-          device::cp_async_wait<1>();
-        } else {
-          device::cp_async_wait<0>();
-        }
-      }
+      // In flight: this tile's copies and, past the first two tiles, the next tile's.
+      if (tile == begin || tile + 1 >= end)
+        device::cp_async_wait<0>();
+      else
+        device::cp_async_wait<1>();
       __syncthreads();
-      // kEarly: the key offsets of the tile after next (copied into this stage after this tile's
-      // math): loaded now, stored below, so the page lookup overlaps the math.
+      // The key offsets of the tile after next (copied into this stage after this tile's math):
+      // loaded now, stored below, so the page lookup overlaps the math.
       int64_t next_off = -1;
-      if constexpr (kEarly) {
-        if (tile + 2 < end && threadIdx.x < kTileKeys)
-          next_off = key_offset((tile + 2) * kTileKeys + static_cast<int>(threadIdx.x));
-      }
+      if (tile + 2 < end && threadIdx.x < kTileKeys)
+        next_off = key_offset((tile + 2) * kTileKeys + static_cast<int>(threadIdx.x));
       const int kw0 = tile * kTileKeys + warp * kWarpKeys;  // this warp's first key
       const T* kt = s_k + (stage * kTileKeys + warp * kWarpKeys) * kLd;
       const T* vt = s_v + (stage * kTileKeys + warp * kWarpKeys) * kLd;
@@ -462,16 +389,12 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         device::mma<T>(o[dt], pa[0], pa[1], pa[2], pa[3], b[0], b[1]);
         device::mma<T>(o[dt + 1], pa[0], pa[1], pa[2], pa[3], b[2], b[3]);
       }
-      if constexpr (kEarly) {
-        if (tile + 2 < end && threadIdx.x < kTileKeys)
-          s_off[stage * kTileKeys + threadIdx.x] = next_off;
-      }
-      __syncthreads();  // everyone is done with this stage before it is refilled
-      if constexpr (kEarly) {
-        if (tile + 2 < end) {  // refill this stage with the tile after next
-          copy(tile + 2, stage, INT_MIN, INT_MAX, true);
-          device::cp_async_commit();
-        }
+      if (tile + 2 < end && threadIdx.x < kTileKeys)
+        s_off[stage * kTileKeys + threadIdx.x] = next_off;
+      __syncthreads();       // everyone is done with this stage before it is refilled
+      if (tile + 2 < end) {  // refill this stage with the tile after next
+        copy(tile + 2, stage, INT_MIN, INT_MAX, true);
+        device::cp_async_commit();
       }
     }
 
@@ -574,86 +497,56 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   }
   if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
   if constexpr (!kCluster) {
-    if constexpr (kEarly) {
-      if (smem_merge) {
-        merge_splits_smem<T, HD>(p, cq, reinterpret_cast<float*>(smem_raw));
-        return;
-      }
+    if (smem_merge) {
+      merge_splits_smem<T, HD>(p, cq, reinterpret_cast<float*>(smem_raw));
+      return;
     }
     if (p.n_splits > 1 && p.counters != nullptr)
       merge_splits_if_last(p, cq, reinterpret_cast<float*>(smem_raw));
   }
 }
 
-template <typename T, int HD, bool kEarly, bool kCluster>
+template <typename T, int HD, bool kCluster>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   constexpr size_t kSmem = Layout<HD>::kBytes;
   static_assert(kSmem >= kMergeSmemBytes, "the split merge reuses the dynamic smem");
   if constexpr (kSmem > 48 * 1024)
-    allow_dynamic_smem<&attention_mma_kernel<T, HD, kEarly, kCluster>>(kSmem);
+    allow_dynamic_smem<&attention_mma_kernel<T, HD, kCluster>>(kSmem);
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
-  // The cluster variant: the grid.z split CTAs of each query tile form one cluster.
-  launch_pdl_cluster(attention_mma_kernel<T, HD, kEarly, kCluster>, grid, dim3(kThreads), kSmem,
+  // The cluster merge: the grid.z split CTAs of each query tile form one cluster.
+  launch_pdl_cluster(attention_mma_kernel<T, HD, kCluster>, grid, dim3(kThreads), kSmem,
                      stream_of(ctx), dim3(1, 1, kCluster ? grid.z : 1), a);
 }
 
-// The kernel of the call's variants: early (AttentionArgs::early) x cluster.
 template <typename T, int HD>
-void launch_variant(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
-  if (a.cluster)
-    a.early ? launch<T, HD, true, true>(ctx, a, grid) : launch<T, HD, false, true>(ctx, a, grid);
-  else
-    a.early ? launch<T, HD, true, false>(ctx, a, grid) : launch<T, HD, false, false>(ctx, a, grid);
-}
-
-// On by default; DSPARK_ATTENTION_MMA=0 (read once) or set_mma_attention(false) turns it off.
-std::atomic<int>& enabled_flag() {
-  static std::atomic<int> flag = env_switch("DSPARK_ATTENTION_MMA", true) ? 1 : 0;
-  return flag;
+void launch_merge(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
+  a.cluster ? launch<T, HD, true>(ctx, a, grid) : launch<T, HD, false>(ctx, a, grid);
 }
 
 }  // namespace
 
 template <typename TKV>
-bool launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& a, dim3 grid) {
-  if constexpr (std::is_same_v<TKV, float>) {
-    return false;
-  } else {
-    if (enabled_flag().load() == 0) return false;
-    const auto kind =
-        std::is_same_v<TKV, __half> ? device::FloatKind::f16 : device::FloatKind::bf16;
-    if (a.q_kind != kind || !a.vec_kv) return false;
-    if (!device::is_aligned16(a.q) || a.q_stride_token % 8 != 0 || a.q_stride_head % 8 != 0)
-      return false;
+void launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& a, dim3 grid) {
+  if constexpr (!std::is_same_v<TKV, float>) {
     switch (a.head_dim) {
       case 64:
-        launch_variant<TKV, 64>(ctx, a, grid);
-        return true;
+        return launch_merge<TKV, 64>(ctx, a, grid);
       case 128:
-        launch_variant<TKV, 128>(ctx, a, grid);
-        return true;
+        return launch_merge<TKV, 128>(ctx, a, grid);
       case 256:
-        launch_variant<TKV, 256>(ctx, a, grid);
-        return true;
+        return launch_merge<TKV, 256>(ctx, a, grid);
       default:
-        return false;
+        break;
     }
   }
+  DSPARK_FAIL(unsupported, "paged_attention on tensor cores: head_dim {} with a {}-bit cache",
+              a.head_dim, sizeof(TKV) * 8);
 }
 
-template bool launch_attention_mma<float>(Context&, const AttentionArgs<float>&, dim3);
-template bool launch_attention_mma<__nv_bfloat16>(Context&, const AttentionArgs<__nv_bfloat16>&,
+template void launch_attention_mma<float>(Context&, const AttentionArgs<float>&, dim3);
+template void launch_attention_mma<__nv_bfloat16>(Context&, const AttentionArgs<__nv_bfloat16>&,
                                                   dim3);
-template bool launch_attention_mma<__half>(Context&, const AttentionArgs<__half>&, dim3);
+template void launch_attention_mma<__half>(Context&, const AttentionArgs<__half>&, dim3);
 
 }  // namespace attn
-
-void set_mma_attention(bool enabled) {
-  attn::enabled_flag().store(enabled ? 1 : 0);
-}
-
-bool mma_attention_enabled() {
-  return attn::enabled_flag().load() != 0;
-}
-
 }  // namespace dspark::cuda

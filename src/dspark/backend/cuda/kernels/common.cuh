@@ -18,6 +18,7 @@
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/check.h"
 #include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/core/dtype.h"
 #include "dspark/core/tensor.h"
 
@@ -129,22 +130,6 @@ class ScratchUpload {
   size_t reserved_end_ = 0;
 };
 
-// The initial state of a process-wide on/off switch of a CUDA path: the environment variable
-// `name` set to "0" turns it off, "1" on; unset or anything else gives `default_on`.
-inline bool env_switch(const char* name, bool default_on) {
-  const char* env = std::getenv(name);
-  if (env && env[0] == '0') return false;
-  if (env && env[0] == '1') return true;
-  return default_on;
-}
-
-// The initial value of a process-wide count setting: the environment variable `name` as a
-// non-negative integer (negative values give 0); unset or empty gives `fallback`.
-inline int env_count(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::max(0, std::atoi(v)) : fallback;
-}
-
 inline int current_device() {
   int device = 0;
   DSPARK_CUDA_CHECK(cudaGetDevice(&device));
@@ -175,14 +160,6 @@ inline int compute_major() {
     if (device < kCached) cache[device].store(major, std::memory_order_relaxed);
   }
   return major;
-}
-
-// Multiprocessor count of the current device (a cheap attribute query).
-inline int sm_count() {
-  int device = 0, count = 0;
-  DSPARK_CUDA_CHECK(cudaGetDevice(&device));
-  DSPARK_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
 }
 
 }  // namespace dspark::cuda

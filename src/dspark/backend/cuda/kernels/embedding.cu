@@ -43,8 +43,8 @@ __global__ void gather_rows_kernel(GatherParams<TIn, TOut> p) {
       return;
     }
   }
-  // Converting: kBatch loads before their stores (session 17: one at a time, each load waited for
-  // the store before it, which may alias the table as far as the compiler knows: 16 dependent
+  // Converting: kBatch loads before their stores (one at a time, each load would wait for the
+  // store before it, which may alias the table as far as the compiler knows: 16 dependent
   // round trips per thread for a 4,096-wide bf16 row into f32, ~7 us per forward).
   constexpr int kBatch = 8;
   const int64_t step = blockDim.x;

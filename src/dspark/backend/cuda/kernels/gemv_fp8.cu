@@ -1,13 +1,12 @@
 // FP8 (E4M3) weights with per-row scales (contract: ops/linear_fp8.h): the per-row quantization,
 // and y[M, N] = x[M, K] . (e4m3(w8) * scale)^T for bf16 x on tensor cores.
 //
-// The projection follows gemv.cu (a 16-row weight tile, the MMA's M, is summed by the 8 warps of
-// a CTA, which split K evenly, by K only; tokens are the MMA's N in tiles of 8) with 64-element
-// chunks: lane (g = lane / 4, c = lane % 4) loads 16 bytes (16 codes, physical k = chunk * 64 +
-// c * 16 .. + 15) of weight rows g and g + 8, and 32 bytes of each token row g + 8t at the same k.
-// MMA step s (0..3) takes the codes' word s: bytes (0, 2) become the bf16 pair of logical k (2c,
-// 2c + 1), bytes (1, 3) that of (2c + 8, 2c + 9); the tokens' bf16 pairs are permuted the same way
-// (prmt).
+// A 16-row weight tile (the MMA's M) is summed by the 8 warps of a CTA, which split K evenly, by K
+// only (gemv_tile.cuh); tokens are the MMA's N in tiles of 8. In 64-element chunks: lane (g = lane
+// / 4, c = lane % 4) loads 16 bytes (16 codes, physical k = chunk * 64 + c * 16 .. + 15) of weight
+// rows g and g + 8, and 32 bytes of each token row g + 8t at the same k. MMA step s (0..3) takes
+// the codes' word s: bytes (0, 2) become the bf16 pair of logical k (2c, 2c + 1), bytes (1, 3) that
+// of (2c + 8, 2c + 9); the tokens' bf16 pairs are permuted the same way (prmt).
 //
 // Two kernels with the same arithmetic in the same order (so the same bits):
 //  - tile: one CTA per 16-row tile; each warp loads U chunks, then computes them.
@@ -23,8 +22,7 @@
 //  - x in registers (M <= 16, K <= 4096): one CTA of 16 warps per SM walks row tiles; warp w owns
 //    4 chunks of K for the whole launch and holds their x in registers, so no tile reads x again;
 //    weights come through shared memory by cp.async, one tile ahead (gemv_fp8_xreg_kernel).
-//  DSPARK_FP8_STREAM / DSPARK_FP8_STREAM_TILES (read once; set_fp8_stream) choose; the measured
-//  default is in default_choice().
+// Which one runs: choose_linear_fp8 (policy/linear_fp8.h), from M, N, K and the SM count.
 //
 // An E4M3 code becomes bf16 exactly with bit moves: sign to bit 15, exponent and mantissa to bits
 // 4..10, which reads as the value times 2^-120 (bf16's exponent bias is 127, E4M3's 7; codes with
@@ -32,8 +30,6 @@
 // restores the value, so the MMA sees normal numbers only. NaN codes are never produced.
 #include <cuda_fp8.h>
 
-#include <atomic>
-#include <cstdlib>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
@@ -44,6 +40,7 @@
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/gemv_tile.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
+#include "dspark/backend/cuda/policy/linear_fp8.h"
 
 namespace dspark::cuda {
 namespace {
@@ -339,10 +336,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_fp8_stream_kernel(Fp8Para
 // different split of K than the tile kernel's: results agree with it to rounding, not in bits.
 constexpr int kXWarps = 16;
 constexpr int kXChunks = 4;
-constexpr int64_t kXMaxK = int64_t{kXWarps} * kXChunks * kChunk;
+static_assert(int64_t{kXWarps} * kXChunks * kChunk == kFp8RegistersMaxK,
+              "the policy's limit (policy/linear_fp8.h)");
 // Ring stages of the launched kernel: one row tile ahead. Three (two ahead, 128 KB of shared
-// memory at M = 16) measured slower: draft step 0.825 vs 0.764 ms, bench_linear 1-14% slower
-// (2026-11-30, session 5, call 5).
+// memory at M = 16) measured slower on the H200: draft step 0.825 vs 0.764 ms, bench_linear 1-14%
+// slower.
 constexpr int kXRing = 2;
 
 // 16 bytes global -> shared, or 16 zero bytes when !in (cp.async's source size 0).
@@ -439,91 +437,39 @@ __global__ void __launch_bounds__(kXWarps * 32, 1) gemv_fp8_xreg_kernel(Fp8Param
 }
 
 template <typename TY, int NT, int S>
-void launch_xreg(const Fp8Params<TY>& p, cudaStream_t stream) {
+void launch_xreg(const Fp8Params<TY>& p, int sms, cudaStream_t stream) {
   allow_dynamic_smem<&gemv_fp8_xreg_kernel<TY, NT, S>>(XregSmem<NT, S>::kBytes);
-  const int64_t tiles = ceil_div(p.n, int64_t{kRows}), slots = sm_count();
+  const int64_t tiles = ceil_div(p.n, int64_t{kRows}), slots = sms;
   const auto grid = static_cast<unsigned>(ceil_div(tiles, ceil_div(tiles, slots)));
   launch_pdl(gemv_fp8_xreg_kernel<TY, NT, S>, dim3(grid), dim3(kXWarps * 32),
              XregSmem<NT, S>::kBytes, stream, p);
 }
 
-// Which kernel for M <= 16 (DSPARK_FP8_STREAM: 0 = tile, 2 or 4 = stream with that many chunks
-// per stage, x = x in registers; DSPARK_FP8_STREAM_TILES: 1 or 2 row tiles per stream step; read
-// once; set_fp8_stream). Unset: the measured default (2026-11-30, H200; docs/perf-notes.md,
-// session 5):
-//  - K <= 4096: the x-in-registers kernel (bench_linear --fp8: 86-95% of the copy bandwidth at
-//    M 1..8 and 24576 / 32768 rows, vs 79-84% for the stream kernel; at M = 16 within +-8% of the
-//    best other kernel per shape; in the DSpark round, the draft step 0.803 -> 0.764 ms);
-//  - else, M <= 8: the stream kernel with stages of 4 (59-85% vs the tile kernel's 47-72%);
-//  - else (M 9..16, where x's loads, twice the weight bytes in half cache lines, keep L1 busy):
-//    stages of 2 over two row tiles when that still gives every CTA slot a block (N >= 32 x 2 x
-//    SMs), stages of 2 when every row tile gets its own CTA slot (4096 x 12288: 18.4 vs 21.3 us),
-//    else the tile kernel.
-struct StreamChoice {
-  int stages, row_tiles;
-};
-constexpr int kStreamDefault = -1;
-constexpr int kXregStages = 8;  // the setting's "stages" value for the x-in-registers kernel
-// The settings' valid (stages, row tiles) pairs (each one instantiated in launch()).
-constexpr bool valid_stream(int stages, int row_tiles) {
-  return ((stages == 0 || stages == 4 || stages == kXregStages) && row_tiles == 1) ||
-         (stages == 2 && (row_tiles == 1 || row_tiles == 2));
-}
-std::atomic<int>& fp8_stream_flag() {  // stages * 16 + row_tiles, or kStreamDefault
-  static std::atomic<int> flag = [] {
-    const char* env = std::getenv("DSPARK_FP8_STREAM");
-    const char* tiles = std::getenv("DSPARK_FP8_STREAM_TILES");
-    if (env == nullptr || env[0] == '\0') return kStreamDefault;
-    const int stages = env[0] == '2' ? 2 : env[0] == '4' ? 4 : env[0] == 'x' ? kXregStages : 0;
-    const int rt = tiles != nullptr && tiles[0] == '2' ? 2 : 1;
-    return stages * 16 + (valid_stream(stages, rt) ? rt : 1);
-  }();
-  return flag;
-}
-// The stream kernel's grid: by default as many CTAs as give each the same number of blocks
-// (ceil(blocks / ceil(blocks / slots)), slots = 2 per SM), so that no CTA walks one block more
-// than the others; DSPARK_FP8_BALANCE=0 (or set_fp8_balanced(false)): every slot, min(blocks,
-// slots), as before.
-std::atomic<bool>& fp8_balanced_flag() {
-  static std::atomic<bool> flag = [] {
-    const char* env = std::getenv("DSPARK_FP8_BALANCE");
-    return !(env != nullptr && env[0] == '0');
-  }();
-  return flag;
-}
-StreamChoice default_choice(int64_t m, int64_t n, int64_t k) {
-  if (k <= kXMaxK) return StreamChoice{kXregStages, 1};
-  if (m <= 8) return StreamChoice{4, 1};
-  const int64_t slots = 2 * static_cast<int64_t>(sm_count());
-  if (n >= 2 * kRows * slots) return StreamChoice{2, 2};
-  return n <= kRows * slots ? StreamChoice{2, 1} : StreamChoice{0, 1};
-}
-// The setting, else the default; the x-in-registers kernel only where K fits (else the default).
-StreamChoice stream_choice(int64_t m, int64_t n, int64_t k) {
-  const int f = fp8_stream_flag().load();
-  if (f == kStreamDefault) return default_choice(m, n, k);
-  const StreamChoice sc{f / 16, f % 16};
-  return sc.stages == kXregStages && k > kXMaxK ? default_choice(m, n, k) : sc;
-}
-
+// The stream kernel's grid: as many CTAs as give each the same number of blocks (ceil(blocks /
+// ceil(blocks / slots)), slots = 2 per SM), so that no CTA walks one block more than the others.
 template <typename TY, int NT, int U, int RT>
-void launch_stream(const Fp8Params<TY>& p, cudaStream_t stream) {
+void launch_stream(const Fp8Params<TY>& p, int sms, cudaStream_t stream) {
   const int64_t blocks = ceil_div(p.n, int64_t{kRows * RT});
-  const int64_t slots = 2 * static_cast<int64_t>(sm_count());
-  const int64_t per_cta = ceil_div(blocks, slots);
-  const auto grid = static_cast<unsigned>(fp8_balanced_flag().load() ? ceil_div(blocks, per_cta)
-                                                                     : std::min(blocks, slots));
+  const int64_t slots = 2 * static_cast<int64_t>(sms);
+  const auto grid = static_cast<unsigned>(ceil_div(blocks, ceil_div(blocks, slots)));
   launch_pdl(gemv_fp8_stream_kernel<TY, NT, U, RT>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
 }
 
 template <typename TY, int NT>
-void launch(const Fp8Params<TY>& p, cudaStream_t stream) {
-  if constexpr (NT <= 2) {
-    const StreamChoice sc = stream_choice(p.m, p.n, p.k);
-    if (sc.stages == kXregStages) return launch_xreg<TY, NT, kXRing>(p, stream);
-    if (sc.stages == 2 && sc.row_tiles == 2) return launch_stream<TY, NT, 2, 2>(p, stream);
-    if (sc.stages == 2) return launch_stream<TY, NT, 2, 1>(p, stream);
-    if (sc.stages == 4) return launch_stream<TY, NT, 4, 1>(p, stream);
+void launch(const Fp8Params<TY>& p, const DeviceCaps& caps, cudaStream_t stream) {
+  if constexpr (NT <= 2) {  // M <= 16
+    switch (choose_linear_fp8(p.m, p.n, p.k, caps)) {
+      case Fp8Kernel::registers:
+        return launch_xreg<TY, NT, kXRing>(p, caps.sm_count, stream);
+      case Fp8Kernel::stream2_tiles2:
+        return launch_stream<TY, NT, 2, 2>(p, caps.sm_count, stream);
+      case Fp8Kernel::stream2:
+        return launch_stream<TY, NT, 2, 1>(p, caps.sm_count, stream);
+      case Fp8Kernel::stream4:
+        return launch_stream<TY, NT, 4, 1>(p, caps.sm_count, stream);
+      case Fp8Kernel::tile:
+        break;
+    }
   }
   constexpr int kUnroll = NT <= 2 ? 4 : 2;
   launch_pdl(gemv_fp8_kernel<TY, NT, kUnroll>,
@@ -532,10 +478,10 @@ void launch(const Fp8Params<TY>& p, cudaStream_t stream) {
 }
 
 template <typename TY, int NT = 1>
-void launch_tiles(const Fp8Params<TY>& p, cudaStream_t stream) {
+void launch_tiles(const Fp8Params<TY>& p, const DeviceCaps& caps, cudaStream_t stream) {
   if constexpr (NT <= kMaxTiles) {
-    if (p.m <= NT * 8) return launch<TY, NT>(p, stream);
-    launch_tiles<TY, NT * 2>(p, stream);
+    if (p.m <= NT * 8) return launch<TY, NT>(p, caps, stream);
+    launch_tiles<TY, NT * 2>(p, caps, stream);
   }
 }
 
@@ -594,35 +540,10 @@ void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& s
             k,
             rows == 1 ? k : xv.stride,
             rows == 1 ? n : yv.stride};
-        launch_tiles<device_t<TY>>(p, stream_of(ctx));
+        launch_tiles<device_t<TY>>(p, ctx.cuda_caps(), stream_of(ctx));
       }
     }
   });
-}
-
-void set_fp8_stream(int chunks_per_stage, int row_tiles) {
-  DSPARK_CHECK(valid_stream(chunks_per_stage, row_tiles),
-               "set_fp8_stream: (chunks per stage, row tiles) must be (0, 1), (2, 1), (2, 2), "
-               "(4, 1) or (8, 1) (x in registers), got ({}, {})",
-               chunks_per_stage, row_tiles);
-  fp8_stream_flag().store(chunks_per_stage * 16 + row_tiles);
-}
-
-void set_fp8_balanced(bool balanced) {
-  fp8_balanced_flag().store(balanced);
-}
-bool fp8_balanced() {
-  return fp8_balanced_flag().load();
-}
-
-int fp8_stream() {
-  return fp8_stream_flag().load();
-}
-void set_fp8_stream_raw(int setting) {
-  fp8_stream_flag().store(setting);
-}
-void set_fp8_stream_default() {
-  fp8_stream_flag().store(kStreamDefault);
 }
 
 }  // namespace dspark::cuda

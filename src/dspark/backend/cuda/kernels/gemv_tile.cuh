@@ -1,8 +1,8 @@
-// Pieces shared by the small-M tensor-core linear kernels (gemv.cu: 16-bit weights; gemv_fp8.cu:
-// E4M3 weights). Both give a CTA 16 weight rows (the MMA's M) and split K over its 8 warps in
-// chunks, by K only, so that a row's result does not depend on M. Also the chunk MMA the few-rows
-// kernel (gemv_rows.cu) uses, and the host-side input checks, dtype dispatch and bias argument of
-// the 16-bit entry points (gemv.cu, gemv_m1.cu, gemv_rows.cu). Private to backend/cuda/kernels.
+// Pieces shared by the hand-written linear kernels (gemv_fp8.cu: E4M3 weights on tensor cores, a
+// CTA per 16 weight rows with K split over its warps by K only, so that a row's result does not
+// depend on M; gemv_m1.cu: one row of 16-bit weights on CUDA cores): streaming weight loads, the
+// warps' chunks of K and their reduction, and the host side of the 16-bit kernel (dtype dispatch,
+// bias argument). Private to backend/cuda/kernels.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "dspark/backend/cuda/device/mma.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 
@@ -88,36 +87,7 @@ __device__ __forceinline__ void reduce_warps(float (&partial)[W][kRows][8 * NT],
   }
 }
 
-// The two MMA steps of one 32-element chunk: a / b hold weight rows g and g + 8, x[t] token rows
-// g + 8t (see gemv.cu's header comment for the k permutation: the same one for A and B).
-template <typename TW, int NT>
-__device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const uint4& a, const uint4& b,
-                                          const uint4 (&x)[NT]) {
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-    const uint32_t a0 = word(a, 2 * s), a1 = word(b, 2 * s);
-    const uint32_t a2 = word(a, 2 * s + 1), a3 = word(b, 2 * s + 1);
-#pragma unroll
-    for (int t = 0; t < NT; ++t)
-      device::mma<TW>(acc[t], a0, a1, a2, a3, word(x[t], 2 * s), word(x[t], 2 * s + 1));
-  }
-}
-
-// Host side of the 16-bit entry points (gemv.cu, gemv_m1.cu, gemv_rows.cu): whether x, w and y fit
-// their kernels at all (x and w bf16 or f16 of one dtype, y that dtype or f32, K % 8 == 0, w
-// contiguous, x and w 16-byte aligned, x's rows 8-element aligned when there are several); each
-// adds its own limits on M, N and K.
-inline bool fits_16bit(const Tensor& x, const Tensor& w, const Tensor& y) {
-  if (x.dtype() != w.dtype() || (x.dtype() != DType::bf16 && x.dtype() != DType::f16)) return false;
-  if (y.dtype() != DType::f32 && y.dtype() != x.dtype()) return false;
-  const RowView xv = row_view(x);
-  if (xv.cols % 8 != 0 || w.size(0) < 1) return false;
-  if (!w.is_contiguous() || !device::is_aligned16(w.data()) || !device::is_aligned16(x.data()))
-    return false;
-  return xv.rows <= 1 || xv.stride % 8 == 0;
-}
-
-// Calls f(TypeTag<TW>{}, TypeTag<TY>{}) for the dtype pair of a call that fits_16bit: TW the 16-bit
+// Calls f(TypeTag<TW>{}, TypeTag<TY>{}) for the dtype pair of a 16-bit call: TW the 16-bit
 // type of x and w, TY the output type (f32 or TW). Other pairs call nothing.
 template <typename F>
 void dispatch_16bit(DType x, DType y, F&& f) {
@@ -129,17 +99,6 @@ void dispatch_16bit(DType x, DType y, F&& f) {
       });
     }
   });
-}
-
-// A 16-bit linear call's sizes and row strides as the kernels' params take them (after
-// fits_16bit): a single row's stride is irrelevant, so it is given as K (x) and N (y).
-struct LinearDims {
-  int64_t m, n, k, ldx, ldy;
-};
-inline LinearDims linear_dims(const Tensor& x, const Tensor& w, const Tensor& y) {
-  const RowView xv = row_view(x), yv = row_view(y);
-  const int64_t m = xv.rows, k = xv.cols, n = w.size(0);
-  return {m, n, k, m == 1 ? k : xv.stride, m == 1 ? n : yv.stride};
 }
 
 // A linear's optional bias as the kernels' params take it: null and f32 when there is none.

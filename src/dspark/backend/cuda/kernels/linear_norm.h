@@ -4,21 +4,21 @@
 #pragma once
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
-#include "dspark/ops/norm.h"
 
 namespace dspark::cuda {
 
-// Whether add_rms_norm_split_sums takes these rows: 2..kLinearNormMaxSplits (kernels.h) splits,
-// residual and y f32 with 16-byte aligned rows and the columns a multiple of 4, and rows short
-// enough for the one-pass kernel.
-bool add_rms_norm_split_sums_fits(const Tensor& residual, const Tensor& y, int splits);
+// Whether add_rms_norm_split_sums takes these rows: residual and y f32 with 16-byte aligned rows
+// and the columns a multiple of 4, and rows short enough for the one-pass kernel.
+bool add_rms_norm_split_sums_fits(const Tensor& residual, const Tensor& y);
 
 // Whether add_rms_norm_split_sums writes `copy` itself: a bf16 copy of these rows with 8-byte
 // aligned rows.
 bool add_rms_norm_split_sums_copies(const Tensor& residual, const Tensor& copy);
 
-// y[r, c] = sum over s < splits (in order) of part[s][r][c]; then add_rms_norm(residual, y,
+// y[r, c] = sum over s < splits (2..kLinearNormMaxSplits, policy/linear.h, in order) of
+// part[s][r][c]; then add_rms_norm(residual, y,
 // weight, out, params). part: f32 [splits][rows][cols] on the device; the arguments as
 // add_rms_norm_split_sums_fits accepts them. An undefined y: the sums are not stored. A defined
 // copy (as add_rms_norm_split_sums_copies accepts it): copy = bf16(the updated residual), the

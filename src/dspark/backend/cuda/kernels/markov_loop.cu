@@ -225,11 +225,9 @@ int max_dynamic_smem() {
 
 bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& tokens,
                         const Tensor& z, int64_t rows, int64_t steps, const Tensor& index_map) {
-  static const bool enabled =
-      env_switch("DSPARK_MARKOV_FUSED", true) && env_switch("DSPARK_MARKOV_LOOP", true);
   const int64_t cols = z.size(1), r = w2.size(1);
-  if (!enabled || w1.dtype() != w2.dtype() || rows < 1 || rows > kMaxRows || steps < 1 ||
-      cols >= INT32_MAX || !w1.is_contiguous() || !w2.is_contiguous() || r > 8192)
+  if (!ctx.cuda_caps().all_sms || w1.dtype() != w2.dtype() || rows < 1 || rows > kMaxRows ||
+      steps < 1 || cols >= INT32_MAX || !w1.is_contiguous() || !w2.is_contiguous() || r > 8192)
     return false;
   bool launched = false;
   dispatch_float(w2.dtype(), [&]<typename T>(TypeTag<T>) {
@@ -239,8 +237,8 @@ bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const 
     // Row stride of the slice: an odd number of 16-byte units (conflict-free 16-byte loads).
     int64_t w_stride = rp;
     if ((rp / kW) % 2 == 0) w_stride += kW;
-    const int64_t n_ctas =
-        std::max<int64_t>(1, std::min<int64_t>(sm_count(), ceil_div(cols, kMinColsPerCta)));
+    const int64_t n_ctas = std::max<int64_t>(
+        1, std::min<int64_t>(ctx.cuda_caps().sm_count, ceil_div(cols, kMinColsPerCta)));
     const int64_t cta_cols = ceil_div(cols, n_ctas);
     const size_t w_bytes = static_cast<size_t>(cta_cols * w_stride) * sizeof(D);
     const size_t e_offset = (w_bytes + 15) / 16 * 16;

@@ -123,10 +123,9 @@ __global__ void __launch_bounds__(kThreads) markov_step_kernel(StepParams<T> p) 
 
 bool markov_greedy_step(Context& ctx, const Tensor& w1, const Tensor& w2, const Tensor& prev,
                         const Tensor& z, const Tensor& next, const Tensor& index_map) {
-  static const bool enabled = env_switch("DSPARK_MARKOV_FUSED", true);
   const int64_t rows = z.size(0), cols = z.size(1), r = w2.size(1);
-  if (!enabled || w1.dtype() != w2.dtype() || rows > kMaxRows || cols >= INT32_MAX ||
-      !w1.is_contiguous() || !w2.is_contiguous() || r > 8192)
+  if (w1.dtype() != w2.dtype() || rows > kMaxRows || cols >= INT32_MAX || !w1.is_contiguous() ||
+      !w2.is_contiguous() || r > 8192)
     return false;
   unsigned* counters =
       arrival_counters(ctx, ArrivalPool::markov_step, static_cast<size_t>(kMaxRows));

@@ -1,4 +1,6 @@
-// linear: y[M, N] = x[M, K] . w[N, K]^T (+ bias) through cuBLASLt, f32 accumulation.
+// linear: y[M, N] = x[M, K] . w[N, K]^T (+ bias), f32 accumulation: one row of 16-bit weights on
+// the one-row kernel (gemv_m1.cu), everything else through cuBLASLt (choose_linear,
+// policy/linear.h).
 //
 // cuBLASLt is column-major. A row-major [R, C] matrix with row stride ld is the column-major
 // [C, R] matrix with leading dimension ld, so y^T = w . x^T is computed as
@@ -6,9 +8,9 @@
 //                                                  B = x as column-major [K, M] (ld = ld_x)
 // ("TN" GEMM, the layout cuBLASLt's fastest kernels use). Matmul descriptors, layouts and the
 // algorithm are built once per (device, M, N, K, dtypes, row strides, pointer alignments) and
-// cached (backend/cuda/lt_plans.h: the heuristic's first algorithm, or the fastest of several when
-// autotuning). f32 inputs use CUBLAS_COMPUTE_32F (no TF32), so f32 results match the CPU
-// to f32 rounding. The bias is added by a small kernel after the GEMM (any bias dtype).
+// cached (backend/cuda/lt_plans.h: the heuristic's first algorithm). f32 inputs use
+// CUBLAS_COMPUTE_32F (no TF32), so f32 results match the CPU to f32 rounding. The bias is added by
+// a small kernel after the GEMM (any bias dtype).
 #include <algorithm>
 
 #include "dspark/backend/cuda/blas.h"
@@ -54,10 +56,9 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   DSPARK_CHECK_KIND(unsupported, y.dtype() == DType::f32 || y.dtype() == x.dtype(),
                     "linear on CUDA: output {} for {} inputs (f32 or the input dtype)",
                     dtype_name(y.dtype()), dtype_name(x.dtype()));
-  if (try_gemv_m1(ctx, x, w, bias, y)) return;       // one row, opt-in (gemv_m1.cu)
-  if (try_gemv_rows(ctx, x, w, bias, y)) return;     // few rows, opt-in (gemv_rows.cu)
-  if (try_gemv(ctx, x, w, bias, y)) return;          // small M, opt-in (gemv.cu)
-  if (try_gemv_streamk(ctx, x, w, bias, y)) return;  // 1-48 rows, opt-in (gemv_streamk.cu)
+  const LinearKernel kernel = choose_linear(linear_shape(x, w, y), ctx.cuda_tuning());
+  if (kernel != LinearKernel::cublaslt)  // one row (decode steps): gemv_m1.cu
+    return linear_one_row(ctx, x, w, bias, y, kernel == LinearKernel::one_row_half);
 
   BlasLt& blas = ctx.blas();
   const GemmKey key{current_device(),
@@ -73,7 +74,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
                     pointer_alignment(y.data())};
   run_gemm(key, x.dtype(), y.dtype(),
            LtOperands{static_cast<cublasLtHandle_t>(blas.handle()), w.data(), x.data(), y.data(),
-                      blas.workspace(), blas.workspace_bytes(), stream_of(ctx), ctx.capturing()});
+                      blas.workspace(), blas.workspace_bytes(), stream_of(ctx)});
   note_cublaslt_launch();
 
   if (!bias.defined() || bias.numel() == 0) return;

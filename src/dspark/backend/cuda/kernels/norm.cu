@@ -4,13 +4,11 @@
 // thread, so `out` may alias `x` (and add_rms_norm's pass 2 reads back its own residual writes).
 // Loads of x use 16-byte vectors when rows are aligned; the weight's dtype is a run-time kind.
 // add_rms_norm's rows of up to 4 vectors per thread take a one-pass kernel instead that keeps the
-// row in registers (add_rms_norm_regs_kernel; DSPARK_NORM_REG_THREADS); for calls of a few f32 rows
-// launched plainly (after a cuBLASLt GEMM: a verify's o and down projections) a thread-block
-// cluster of CTAs shares each row, the row's sum of squares exchanged through distributed shared
-// memory (cluster_row_sum; DSPARK_NORM_CLUSTER, kernels.h).
+// row in registers (add_rms_norm_regs_kernel); for calls of a few f32 rows launched plainly (after
+// a cuBLASLt GEMM: a verify's o and down projections) a thread-block cluster of CTAs shares each
+// row, the row's sum of squares exchanged through distributed shared memory (cluster_row_sum).
+// Which one runs: choose_add_rms_norm (policy/norm.h).
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <type_traits>
 
 #include <cooperative_groups.h>
@@ -22,6 +20,8 @@
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/linear_norm.h"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
+#include "dspark/backend/cuda/policy/linear.h"
+#include "dspark/backend/cuda/policy/norm.h"
 
 namespace dspark::cuda {
 namespace {
@@ -261,7 +261,7 @@ __device__ __forceinline__ float cluster_row_sum(float ss, float* s_slots) {
   for (int i = lane; i < kCluster * n_warps; i += 32) v += s_slots[i];
   return device::warp_sum(v);
 #else
-  __trap();  // launched on sm_90 only (cluster_ctas_for)
+  __trap();  // launched on sm_90 only (choose_add_rms_norm)
   return ss;
 #endif
 }
@@ -270,10 +270,10 @@ __device__ __forceinline__ float cluster_row_sum(float ss, float* s_slots) {
 // two-pass kernel deals them, c = (t + v * threads) * kW) and their weights, which it loads before
 // the programmatic wait (a forward never writes weights), so after the wait a row costs one load
 // of residual and x (from `src`), the block sum, and the stores: no second read, no weight load on
-// the chain. For vectorised rows of at most kV * threads vectors (launch_regs picks kV; session
-// 12). With kCluster > 1 a cluster of kCluster CTAs shares each row (CTA x of the grid: row
-// x / kCluster, columns [rank * slice, (rank + 1) * slice) of it), so a few rows still spread over
-// many SMs (session 17: one CTA per row took ~4.1 us for the 17 rows of a verify).
+// the chain. For vectorised rows of at most kV * threads vectors (launch_regs picks kV). With
+// kCluster > 1 a cluster of kCluster CTAs shares each row (CTA x of the grid: row x / kCluster,
+// columns [rank * slice, (rank + 1) * slice) of it), so a few rows still spread over many SMs (on
+// the H200 the 17 rows of a verify took ~4.1 us with one CTA per row, ~2.8 us with 8).
 template <typename TR, typename TX, typename TO, int kV, int kCluster, typename Src>
 __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src, int64_t slice) {
   constexpr int kW = device::kVecWidth<TR>;
@@ -336,17 +336,6 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src, int6
   }
 }
 
-// The most threads per row of add_rms_norm_regs_kernel: 256, or DSPARK_NORM_REG_THREADS=N (read
-// once; a multiple of 32 up to 1024; 0 keeps every row on the two-pass kernel).
-int norm_reg_threads() {
-  static const int n = [] {
-    const char* v = std::getenv("DSPARK_NORM_REG_THREADS");
-    if (v == nullptr || *v == '\0') return 256;
-    return std::clamp(std::atoi(v) / 32 * 32, 0, 1024);
-  }();
-  return n;
-}
-
 bool rows_aligned16(const void* base, int64_t stride, size_t elem, int64_t cols, int width) {
   return device::is_aligned16(base) && (stride * static_cast<int64_t>(elem)) % 16 == 0 &&
          cols % width == 0;
@@ -356,62 +345,26 @@ int threads_for(int64_t cols, int width) {
   return static_cast<int>(std::clamp<int64_t>(ceil_div(ceil_div(cols, width), 32) * 32, 32, 1024));
 }
 
-// Vectors per thread of add_rms_norm_regs_kernel for rows of `vectors` vectors (1 to 4), or 0:
-// the rows take the two-pass kernel.
-int regs_per_thread(int64_t vectors) {
-  const int64_t max_threads = norm_reg_threads();
-  if (max_threads <= 0 || vectors <= 0) return 0;
-  const int64_t per_thread = ceil_div(vectors, max_threads);
-  return per_thread <= 4 ? static_cast<int>(per_thread) : 0;
-}
-
-// Rows of add_rms_norm_regs_kernel's clustered launches: at most this many per call.
-constexpr int64_t kNormClusterMaxRows = 64;
-
-int cluster_size_of(int n) {
-  return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
-}
-
-std::atomic<int>& cluster_flag() {
-  static std::atomic<int> n = cluster_size_of(env_count("DSPARK_NORM_CLUSTER", 8));
-  return n;
-}
-
-std::atomic<bool>& cluster_pdl_flag() {
-  static std::atomic<bool> on = env_switch("DSPARK_NORM_CLUSTER_PDL", false);
-  return on;
-}
-
-std::atomic<uint64_t>& cluster_launch_count() {
-  static std::atomic<uint64_t> n{0};
-  return n;
-}
-
-// CTAs per row for a call of `rows` rows (kernels.h, set_norm_cluster_ctas): 1 for more than
-// kNormClusterMaxRows rows, on GPUs other than sm_90, where the residual or x is not f32 (the
-// clustered kernels exist for f32 rows only), and for programmatic launches unless cluster_pdl_flag
-// says so. (Session 17: clustered as programmatic dependents of the one-row kernels, the decode
-// step took 5.21 instead of 4.47 ms; the o / down GEMM's norm in a verify, a plain launch after
-// cuBLASLt, went from ~4.1 to ~2.8 us.)
+// The plan of an add_rms_norm launch (policy/norm.h) for rows of `vectors` vectors of TR / TX,
+// made just before the launch (whether it is programmatic depends on the launch before it).
 template <typename TR, typename TX>
-int cluster_ctas_for(int64_t rows) {
-  if constexpr (!std::is_same_v<TR, float> || !std::is_same_v<TX, float>) return 1;
-  if (next_launch_programmatic() && !cluster_pdl_flag().load()) return 1;
-  // sm_90 only: other GPUs run the compute_80 PTX, where cluster_row_sum traps (cmake/cuda.cmake).
-  return rows <= kNormClusterMaxRows && compute_major() == 9 ? cluster_flag().load() : 1;
+NormPlan norm_plan(const Context& ctx, int64_t rows, int64_t vectors, bool vectorized) {
+  constexpr bool kF32 = std::is_same_v<TR, float> && std::is_same_v<TX, float>;
+  return choose_add_rms_norm(rows, vectors, vectorized, kF32, next_launch_programmatic(),
+                             ctx.cuda_caps(), ctx.cuda_tuning());
 }
 
-// One CTA per row with per_thread vectors per thread (regs_per_thread), or, where
-// cluster_ctas_for says so and a CTA's slice fits one vector per thread, a cluster of CTAs per
-// row with one vector per thread.
+// The one-pass kernel as `plan` says: one CTA per row with plan.vectors_per_thread vectors per
+// thread, or a cluster of plan.cluster_ctas CTAs per row with one vector per thread.
 template <typename TR, typename TX, typename TO, typename Src>
 void launch_regs(Context& ctx, const NormParams<TR, TX, TO>& p, const Src& src, int64_t rows,
-                 int per_thread) {
+                 const NormPlan& plan) {
   constexpr int kW = device::kVecWidth<TR>;
   const int64_t vectors = p.cols / kW;
-  const int cluster = cluster_ctas_for<TR, TX>(rows);
-  const int64_t slice_vectors = ceil_div(vectors, int64_t{cluster});
-  if (cluster > 1 && slice_vectors <= 1024) {
+  const int cluster = plan.cluster_ctas;
+  const int per_thread = plan.vectors_per_thread;
+  if (cluster > 1) {
+    const int64_t slice_vectors = ceil_div(vectors, int64_t{cluster});
     const dim3 grid(static_cast<unsigned>(rows * cluster));
     const dim3 block(static_cast<unsigned>(ceil_div(slice_vectors, int64_t{32}) * 32));
     const int64_t slice = slice_vectors * kW;
@@ -426,7 +379,6 @@ void launch_regs(Context& ctx, const NormParams<TR, TX, TO>& p, const Src& src, 
         launch.template operator()<4>();
       else
         launch.template operator()<8>();
-      cluster_launch_count().fetch_add(1);
       return;
     }
   }
@@ -462,26 +414,6 @@ NormParams<TR, TX, device_t<TO>> norm_params(const Tensor& out, int64_t cols, co
 }
 
 }  // namespace
-
-void set_norm_cluster_ctas(int ctas) {
-  cluster_flag().store(cluster_size_of(ctas));
-}
-
-int norm_cluster_ctas() {
-  return cluster_flag().load();
-}
-
-void set_norm_cluster_programmatic(bool on) {
-  cluster_pdl_flag().store(on);
-}
-
-bool norm_cluster_programmatic() {
-  return cluster_pdl_flag().load();
-}
-
-uint64_t norm_cluster_launches() {
-  return cluster_launch_count().load();
-}
 
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
               const RmsNormParams& params) {
@@ -521,9 +453,9 @@ void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const T
                        rows_aligned16(p.residual, rv.stride, sizeof(DR), xv.cols, kW);
         // Rows in registers (vectorised rows of at most 4 vectors per thread), else two passes.
         if constexpr (device::kVecWidth<DR> == kW) {
-          const int per_thread = regs_per_thread(xv.cols / kW);
-          if (p.vectorized && per_thread > 0) {
-            launch_regs(ctx, p, RowsOfX<DX>{p.x, p.x_stride}, xv.rows, per_thread);
+          const NormPlan plan = norm_plan<DR, DX>(ctx, xv.rows, xv.cols / kW, p.vectorized);
+          if (plan.vectors_per_thread > 0) {
+            launch_regs(ctx, p, RowsOfX<DX>{p.x, p.x_stride}, xv.rows, plan);
             return;
           }
         }
@@ -535,11 +467,12 @@ void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const T
   });
 }
 
-bool add_rms_norm_split_sums_fits(const Tensor& residual, const Tensor& y, int splits) {
+bool add_rms_norm_split_sums_fits(const Tensor& residual, const Tensor& y) {
   const RowView rv = row_view(residual), yv = row_view(y);
-  return splits >= 2 && splits <= kLinearNormMaxSplits && residual.dtype() == DType::f32 &&
-         y.dtype() == DType::f32 && rows_aligned16(residual.data(), rv.stride, 4, rv.cols, 4) &&
-         rows_aligned16(y.data(), yv.stride, 4, rv.cols, 4) && regs_per_thread(rv.cols / 4) > 0;
+  return residual.dtype() == DType::f32 && y.dtype() == DType::f32 &&
+         rows_aligned16(residual.data(), rv.stride, 4, rv.cols, 4) &&
+         rows_aligned16(y.data(), yv.stride, 4, rv.cols, 4) &&
+         rv.cols / 4 <= int64_t{4} * kNormRowThreads;
 }
 
 bool add_rms_norm_split_sums_copies(const Tensor& residual, const Tensor& copy) {
@@ -566,11 +499,11 @@ void add_rms_norm_split_sums(Context& ctx, const Tensor& residual, const float* 
       p.copy = static_cast<__nv_bfloat16*>(copy.data());
       p.copy_stride = row_view(copy).stride;
     }
-    const int per_thread = regs_per_thread(rv.cols / 4);
+    const NormPlan plan = norm_plan<float, float>(ctx, rv.rows, rv.cols / 4, true);
     auto launch = [&]<int kSplits>() {
       const SplitSums<kSplits> src{part, rv.rows * rv.cols, rv.cols,
                                    y.defined() ? device_ptr<float>(y) : nullptr, y_stride};
-      launch_regs(ctx, p, src, rv.rows, per_thread);
+      launch_regs(ctx, p, src, rv.rows, plan);
     };
     static_assert(kLinearNormMaxSplits == 4);
     if (splits == 2)

@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParam
   const int h = blockIdx.y * kWarps + warp;  // this warp's head: q heads, then k, then v
   const bool is_q = h < p.n_heads, is_v = h >= p.n_heads + p.n_kv_heads;
   const void* norm = is_q ? p.q_norm : p.k_norm;
-  // Loads issued before the programmatic wait (session 12): the norm weights (never written by a
+  // Loads issued before the programmatic wait: the norm weights (never written by a
   // forward) and the token's position and slot (metadata uploaded before the forward's first
   // kernel, which every kernel of the chain starts after). Nothing waits on them before the
   // trigger, so a prologue that starts late (after cuBLASLt's projection) still lets the

@@ -1,0 +1,72 @@
+// The parameter structs of the ops that the kernels take as they are (backend/{cpu,cuda}/kernels.h
+// declare the kernels with the ops' arguments). The ops (ops/<op>.h) document them with the op;
+// they live here, below the ops layer, so that backend/ includes nothing from ops/.
+#pragma once
+
+#include "dspark/core/tensor.h"
+
+namespace dspark {
+
+// RMSNorm (ops/norm.h).
+struct RmsNormParams {
+  float eps = 1e-6f;
+  bool unit_offset = false;  // scale by (1 + w) instead of w
+};
+
+// One layer's paged cache plus the page table of the rows in this batch (CSR form):
+// the pages of row r are page_indices[page_indptr[r] .. page_indptr[r+1]) in order; token t of
+// row r lives in page page_indices[page_indptr[r] + t / page_size] at offset t % page_size
+// (ops/attention.h).
+struct PagedKv {
+  Tensor k_pages;       // [n_pages, page_size, n_kv_heads, head_dim]  activation dtype
+  Tensor v_pages;       // [n_pages, page_size, n_kv_heads, head_dim]
+  Tensor page_indptr;   // i32 [n_rows + 1]
+  Tensor page_indices;  // i32 [page_indptr[n_rows]]
+  Tensor kv_lens;       // i32 [n_rows]: valid tokens per row, including this step's writes
+};
+
+// paged_attention (ops/attention.h).
+struct AttentionParams {
+  float scale = 1.0f;      // usually 1/sqrt(head_dim)
+  bool causal = true;      // false: every query of a row sees all kv_len keys of the row
+  int sliding_window = 0;  // 0 = none; else a query at position p sees keys j > p - window
+  float softcap = 0.0f;    // 0 = none; else scores = softcap * tanh(scores / softcap)
+};
+
+// Logit processing and sampling (ops/sampling.h).
+struct SamplingParams {
+  float temperature = 0.0f;  // 0 = greedy (argmax); must be >= 0
+  int top_k = 0;             // 0 = off; keep the k most probable tokens
+  float top_p = 1.0f;        // 1 = off; keep the smallest set whose mass reaches top_p
+  float min_p = 0.0f;        // 0 = off; keep tokens with p >= min_p * p_max
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+// Optional parts of linear_add_rms_norm (ops/linear_norm.h).
+struct LinearNormExtras {
+  // When defined ([M, N], any float dtype): also residual_copy = the updated residual, converted
+  // to its dtype (a model's hidden-state tap). CUDA writes an f32 residual's bf16 copy from the
+  // norm kernel of the K split; elsewhere a convert follows.
+  Tensor residual_copy;
+  // false: y is scratch and its contents afterwards are unspecified (CUDA's K split then skips
+  // the stores of y).
+  bool keep_y = true;
+};
+
+// The attention prologue of a decoder layer (ops/qkv_prologue.h).
+struct QkvPrologueArgs {
+  Tensor qkv;  // [n, (n_heads + 2 * n_kv_heads) * head_dim]: q heads, then k heads, then v heads
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  Tensor q_norm, k_norm;  // [head_dim] or undefined (no norm)
+  RmsNormParams norm;     // eps, unit_offset of both norms
+  Tensor positions;       // i32 [n]
+  Tensor inv_freq;        // f32 [rotary_dim / 2] (ops/rope.h)
+  float attention_scaling = 1.0f;
+  Tensor slots;    // i32 [n]
+  Tensor k_pages;  // [n_pages, page_size, n_kv_heads, head_dim]
+  Tensor v_pages;
+  Tensor q_out;  // [n, n_heads * head_dim], qkv's dtype, contiguous: q (see the return value)
+  Tensor k_tmp;  // [n, n_kv_heads * head_dim], qkv's dtype, contiguous: the unfused path's k
+};
+
+}  // namespace dspark

@@ -1,0 +1,262 @@
+// The CUDA kernel choices (backend/cuda/policy/): pure functions of the call's shape and dtypes,
+// the device's caps and the context's tuning, checked here on the CPU at the shapes that matter
+// (the Qwen3-8B decode, verify and draft shapes on an H200: sm_90, 132 SMs) and at the edges of
+// every kernel's limits.
+#include <gtest/gtest.h>
+
+#include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/attention.h"
+#include "dspark/backend/cuda/policy/device.h"
+#include "dspark/backend/cuda/policy/linear.h"
+#include "dspark/backend/cuda/policy/linear_fp8.h"
+#include "dspark/backend/cuda/policy/norm.h"
+
+namespace dspark::cuda {
+namespace {
+
+constexpr DeviceCaps kH200{9, 132};
+constexpr DeviceCaps kAmpere{8, 108};
+
+LinearShape bf16_linear(int64_t m, int64_t n, int64_t k) {
+  return LinearShape{m, n, k, DType::bf16, DType::bf16, DType::bf16, true};
+}
+
+TEST(CudaPolicyLinear, OneRowKernelForDecodeProjections) {
+  const Tuning t;
+  // Qwen3-8B: fused q/k/v (6,144 x 4,096) and o (4,096 x 4,096) in 8-warp CTAs, gate/up
+  // (24,576 x 4,096) and down (4,096 x 12,288) in 16-warp CTAs, the LM head on cuBLASLt.
+  EXPECT_EQ(choose_linear(bf16_linear(1, 6144, 4096), t), LinearKernel::one_row_half);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 4096), t), LinearKernel::one_row_half);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 24576, 4096), t), LinearKernel::one_row);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 12288), t), LinearKernel::one_row);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 151936, 4096), t), LinearKernel::cublaslt);
+  // The edges: N <= 6,144 and K <= 8,192 for 8 warps; K <= 16,384, N <= 65,536, K % 8 == 0.
+  EXPECT_EQ(choose_linear(bf16_linear(1, 6145, 4096), t), LinearKernel::one_row);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 8192), t), LinearKernel::one_row_half);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 8200), t), LinearKernel::one_row);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 16384), t), LinearKernel::one_row);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 16392), t), LinearKernel::cublaslt);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 65536, 4096), t), LinearKernel::one_row);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 65537, 4096), t), LinearKernel::cublaslt);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 4100), t), LinearKernel::cublaslt);
+}
+
+TEST(CudaPolicyLinear, CublasLtForEverythingElse) {
+  const Tuning t;
+  for (int64_t m : {2, 16, 17, 48, 512})
+    EXPECT_EQ(choose_linear(bf16_linear(m, 4096, 4096), t), LinearKernel::cublaslt) << m;
+  LinearShape s = bf16_linear(1, 4096, 4096);
+  s.aligned = false;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::cublaslt);
+  s = bf16_linear(1, 4096, 4096);
+  s.x = s.w = s.y = DType::f32;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::cublaslt);
+  s = bf16_linear(1, 4096, 4096);
+  s.w = DType::f16;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::cublaslt);
+  s = bf16_linear(1, 4096, 4096);
+  s.y = DType::f16;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::cublaslt);
+  s.x = s.w = DType::f16;  // f16 in, f16 or f32 out
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::one_row_half);
+  s.y = DType::f32;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::one_row_half);
+}
+
+TEST(CudaPolicyLinear, HalfCtasFollowTheTuning) {
+  Tuning t;
+  t.one_row_half_ctas_max_n = 0;
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 4096), t), LinearKernel::one_row);
+  t.one_row_half_ctas_max_n = int64_t{1} << 20;
+  EXPECT_EQ(choose_linear(bf16_linear(1, 24576, 4096), t), LinearKernel::one_row_half);
+  EXPECT_EQ(choose_linear(bf16_linear(1, 24576, 12288), t), LinearKernel::one_row);
+}
+
+TEST(CudaPolicyLinear, LinearNormSplitsForVerifyRows) {
+  const Tuning t;
+  constexpr int64_t kPartial = int64_t{16} << 20;  // half the 32 MiB cuBLASLt workspace
+  // The o (4,096 x 4,096) and down (4,096 x 12,288) projections of a verify of 16 drafts.
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4096), true, true, kPartial, t), 2);
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 12288), true, true, kPartial, t), 2);
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(2, 4096, 4096), true, true, kPartial, t), 2);
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(48, 4096, 4096), true, true, kPartial, t), 2);
+  // Decode rows, more than 48 rows, a norm that does not take the rows, w not contiguous.
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(1, 4096, 4096), true, true, kPartial, t), 0);
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(49, 4096, 4096), true, true, kPartial, t), 0);
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4096), true, false, kPartial, t), 0);
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4096), false, true, kPartial, t), 0);
+  // K a multiple of 8 x splits, N of 4; the partial sums must fit.
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4104), true, true, kPartial, t), 0);
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4098, 4096), true, true, kPartial, t), 0);
+  EXPECT_EQ(
+      choose_linear_norm_splits(bf16_linear(17, 4096, 4096), true, true, 17 * 4096 * 8 - 1, t), 0);
+  LinearShape f32 = bf16_linear(17, 4096, 4096);
+  f32.x = f32.w = DType::f32;
+  EXPECT_EQ(choose_linear_norm_splits(f32, true, true, kPartial, t), 0);
+}
+
+TEST(CudaPolicyLinear, LinearNormSplitsFollowTheTuning) {
+  Tuning t;
+  constexpr int64_t kPartial = int64_t{16} << 20;
+  t.linear_norm_splits = 0;
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4096), true, true, kPartial, t), 0);
+  t.linear_norm_splits = 3;
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4104), true, true, kPartial, t), 3);
+  t.linear_norm_splits = 9;  // the kernel's most
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4096), true, true, kPartial, t),
+            kLinearNormMaxSplits);
+  t.linear_norm_splits = 2;
+  t.linear_norm_max_rows = 16;
+  EXPECT_EQ(choose_linear_norm_splits(bf16_linear(17, 4096, 4096), true, true, kPartial, t), 0);
+}
+
+TEST(CudaPolicyNorm, ClustersForFewF32RowsLaunchedPlainly) {
+  const Tuning t;
+  // A verify's 17 rows of 4,096 f32 (1,024 vectors of 4), after a cuBLASLt GEMM: 8 CTAs per row.
+  NormPlan p = choose_add_rms_norm(17, 1024, true, true, false, kH200, t);
+  EXPECT_EQ(p.vectors_per_thread, 4);
+  EXPECT_EQ(p.cluster_ctas, 8);
+  // As a programmatic dependent (decode), on other GPUs, past 64 rows, 16-bit rows: one CTA.
+  EXPECT_EQ(choose_add_rms_norm(17, 1024, true, true, true, kH200, t).cluster_ctas, 1);
+  EXPECT_EQ(choose_add_rms_norm(17, 1024, true, true, false, kAmpere, t).cluster_ctas, 1);
+  EXPECT_EQ(choose_add_rms_norm(64, 1024, true, true, false, kH200, t).cluster_ctas, 8);
+  EXPECT_EQ(choose_add_rms_norm(65, 1024, true, true, false, kH200, t).cluster_ctas, 1);
+  p = choose_add_rms_norm(17, 512, true, false, false, kH200, t);
+  EXPECT_EQ(p.cluster_ctas, 1);
+  EXPECT_EQ(p.vectors_per_thread, 2);
+}
+
+TEST(CudaPolicyNorm, RowsInRegistersUpToFourVectorsPerThread) {
+  const Tuning t;
+  EXPECT_EQ(choose_add_rms_norm(1, 1, true, false, true, kH200, t).vectors_per_thread, 1);
+  EXPECT_EQ(choose_add_rms_norm(1, 256, true, false, true, kH200, t).vectors_per_thread, 1);
+  EXPECT_EQ(choose_add_rms_norm(1, 257, true, false, true, kH200, t).vectors_per_thread, 2);
+  EXPECT_EQ(choose_add_rms_norm(1, 700, true, false, true, kH200, t).vectors_per_thread, 3);
+  EXPECT_EQ(choose_add_rms_norm(1, 1024, true, false, true, kH200, t).vectors_per_thread, 4);
+  EXPECT_EQ(choose_add_rms_norm(1, 1025, true, false, true, kH200, t).vectors_per_thread, 0);
+  EXPECT_EQ(choose_add_rms_norm(1, 64, false, false, true, kH200, t).vectors_per_thread, 0);
+}
+
+TEST(CudaPolicyNorm, ClustersFollowTheTuning) {
+  Tuning t;
+  t.norm_cluster_ctas = 1;
+  EXPECT_EQ(choose_add_rms_norm(17, 1024, true, true, false, kH200, t).cluster_ctas, 1);
+  t.norm_cluster_ctas = 3;  // rounded down to a cluster size
+  EXPECT_EQ(choose_add_rms_norm(17, 1024, true, true, false, kH200, t).cluster_ctas, 2);
+  t.norm_cluster_ctas = 4;
+  t.norm_cluster_programmatic = true;
+  EXPECT_EQ(choose_add_rms_norm(17, 1024, true, true, true, kH200, t).cluster_ctas, 4);
+}
+
+// The Qwen3-8B attention (32 heads, 8 KV heads, head_dim 128), pages of 16 tokens.
+AttentionShape qwen3_8b(int64_t tokens_per_row, int64_t rows, int64_t kv_len) {
+  const int64_t pages = (kv_len + 15) / 16;
+  return AttentionShape{tokens_per_row * rows, 32, 8, 128, rows, pages * rows, 16};
+}
+
+TEST(CudaPolicyAttention, TensorCoresForSixteenBitCachesOfSupportedHeadDims) {
+  for (int64_t hd : {64, 128, 256}) {
+    EXPECT_TRUE(attention_on_tensor_cores(DType::bf16, DType::bf16, hd, true)) << hd;
+    EXPECT_TRUE(attention_on_tensor_cores(DType::f16, DType::f16, hd, true)) << hd;
+  }
+  EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::bf16, 96, true));
+  EXPECT_FALSE(attention_on_tensor_cores(DType::f32, DType::f32, 128, true));
+  EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::f16, 128, true));
+  EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::bf16, 128, false));
+}
+
+TEST(CudaPolicyAttention, DecodeSplitsKeysMergedByTheLastCta) {
+  const Tuning t;
+  // One request at context 1,024 (+ the new token: 1,025 keys, 65 pages): 8 CTAs of 4 rows;
+  // a split per 64 keys (17) fills the GPU best.
+  const AttentionPlan p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
+  EXPECT_EQ(p.kernel, AttentionKernel::tensor_core);
+  EXPECT_EQ(p.tiling.grid_x, 1);
+  EXPECT_EQ(p.tiling.grid_y, 8);
+  EXPECT_EQ(p.tiling.tile_rows, 4);
+  EXPECT_EQ(p.n_splits, 17);
+  EXPECT_EQ(p.merge, SplitMerge::last_cta);
+  EXPECT_EQ(attention_splits(qwen3_8b(1, 1, 1025), kH200, t), 17);
+  // At 16k: at most 32 splits; on Ampere the same.
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 16385), true, kH200, t).n_splits, 32);
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 16385), true, kAmpere, t).merge, SplitMerge::last_cta);
+}
+
+TEST(CudaPolicyAttention, VerifySplitsMergedByClustersOnHopper) {
+  const Tuning t;
+  // A verify of 16 drafts (17 queries) at context 1,024: 5 x 8 CTAs of 16 rows; 7 splits for
+  // 264 CTA slots, 6 with the same most key tiles per CTA (17 tiles: 3 each).
+  const AttentionShape verify = qwen3_8b(17, 1, 1024 + 17);
+  AttentionPlan p = plan_attention(verify, true, kH200, t);
+  EXPECT_EQ(p.tiling.grid_x, 5);
+  EXPECT_EQ(p.tiling.tile_rows, 16);
+  EXPECT_EQ(p.n_splits, 6);
+  EXPECT_EQ(p.merge, SplitMerge::cluster);
+  // The CUDA-core kernel has no cluster merge: the same split count (a graph's key does not
+  // depend on the kernel), merged by the combine kernel.
+  p = plan_attention(verify, false, kH200, t);
+  EXPECT_EQ(p.n_splits, 6);
+  EXPECT_EQ(p.merge, SplitMerge::combine);
+  // Without clusters (other GPUs, or the tuning): the CTA target's count and the combine kernel.
+  p = plan_attention(verify, true, kAmpere, t);
+  EXPECT_EQ(p.n_splits, 6);  // 216 slots / 40 CTAs
+  EXPECT_EQ(p.merge, SplitMerge::combine);
+  Tuning no_cluster;
+  no_cluster.attention_cluster_merge = false;
+  p = plan_attention(verify, true, kH200, no_cluster);
+  EXPECT_EQ(p.n_splits, 7);
+  EXPECT_EQ(p.merge, SplitMerge::combine);
+  // At 16k context: 7 for the CTA slots (at most 8, a portable cluster); balancing 257 tiles keeps
+  // 7 (37 per split). At 4k with merge rows 2, decode tiles are cluster-merged too: 33 -> 8.
+  EXPECT_EQ(attention_splits(qwen3_8b(17, 1, 16384 + 17), kH200, t), 7);
+  Tuning small_merge;
+  small_merge.attention_merge_rows = 2;
+  EXPECT_EQ(attention_splits(qwen3_8b(1, 1, 4097), kH200, small_merge), 8);
+}
+
+TEST(CudaPolicyAttention, MergeRowsFollowTheTuning) {
+  Tuning t;
+  t.attention_merge_rows = 0;  // decode tiles too go to clusters: at most 8, balanced
+  AttentionPlan p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
+  EXPECT_EQ(p.n_splits, 6);  // 17 tiles over 8 splits: 3 each at most, so 6 splits
+  EXPECT_EQ(p.merge, SplitMerge::cluster);
+  t.attention_merge_rows = 16;  // every tile merged by its last CTA
+  p = plan_attention(qwen3_8b(17, 1, 1041), true, kH200, t);
+  EXPECT_EQ(p.n_splits, 7);
+  EXPECT_EQ(p.merge, SplitMerge::last_cta);
+}
+
+TEST(CudaPolicyAttention, NoSplitsWhenTheTilesFillTheGpu) {
+  const Tuning t;
+  // 16 requests verifying 16 drafts: 272 tokens in tiles of 4, x 8 KV heads = 544 CTAs >= 264.
+  const AttentionPlan p = plan_attention(qwen3_8b(17, 16, 1041), true, kH200, t);
+  EXPECT_EQ(p.n_splits, 1);
+  EXPECT_EQ(p.merge, SplitMerge::none);
+  // A short context is not split into empty pieces: 2 pages, 32 keys, one 64-key tile.
+  EXPECT_EQ(attention_splits(qwen3_8b(1, 1, 32), kH200, t), 1);
+  EXPECT_EQ(attention_splits(AttentionShape{}, kH200, t), 1);
+}
+
+TEST(CudaPolicyLinearFp8, KernelByRowsAndShape) {
+  // The drafter's projections on the H200 (264 CTA slots of the stream kernel).
+  EXPECT_EQ(choose_linear_fp8(1, 4096, 4096, kH200), Fp8Kernel::registers);
+  EXPECT_EQ(choose_linear_fp8(16, 12288, 4096, kH200), Fp8Kernel::registers);
+  EXPECT_EQ(choose_linear_fp8(8, 4096, 12288, kH200), Fp8Kernel::stream4);
+  EXPECT_EQ(choose_linear_fp8(16, 8448, 12288, kH200), Fp8Kernel::stream2_tiles2);
+  EXPECT_EQ(choose_linear_fp8(16, 4224, 12288, kH200), Fp8Kernel::stream2);
+  EXPECT_EQ(choose_linear_fp8(16, 6000, 12288, kH200), Fp8Kernel::tile);
+  EXPECT_EQ(choose_linear_fp8(17, 4096, 4096, kH200), Fp8Kernel::tile);
+  EXPECT_EQ(choose_linear_fp8(64, 4096, 4096, kH200), Fp8Kernel::tile);
+  EXPECT_EQ(choose_linear_fp8(16, 4096, 4160, kH200), Fp8Kernel::stream2);
+}
+
+TEST(CudaPolicy, ContextsHoldTheirOwnTuning) {
+  Context a(Device::cpu()), b(Device::cpu());
+  EXPECT_EQ(a.cuda_caps().compute_major, 0);  // not queried on the CPU
+  EXPECT_EQ(a.cuda_tuning().linear_norm_splits, Tuning{}.linear_norm_splits);
+  a.cuda_tuning().linear_norm_splits = 0;
+  EXPECT_EQ(b.cuda_tuning().linear_norm_splits, Tuning{}.linear_norm_splits);
+}
+
+}  // namespace
+}  // namespace dspark::cuda
