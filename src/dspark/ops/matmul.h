@@ -22,8 +22,8 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // data u8 [n, quant_row_bytes] contiguous) give y = x . dequantize(w)^T with f32 sums, where the
 // kernels may first round each block of 32 values of a row of x to 8 bits with one f32 scale
 // (as llama.cpp does): y then matches the f32 product of the dequantized weight to ~1e-2
-// relative RMS. A row's result does not depend on M or on the other rows. x any float dtype on
-// the CPU, bf16 / f16 / f32 on CUDA; y f32 or x's dtype.
+// relative RMS. On the CPU a row's result does not depend on M or on the other rows. x any float
+// dtype on the CPU, bf16 / f16 / f32 on CUDA; y f32 or x's dtype.
 void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
             const Tensor& y);
 
