@@ -1,9 +1,15 @@
 // CPU kernels of linear and gather_rows with block-quantized weights (contract: ops/matmul.h,
-// ops/embedding.h): each weight row is dequantized once per call (core/quant.h's reference values)
-// into a thread's f32 scratch row and multiplied with every row of x; threads take blocks of
-// weight rows. A row's result is the same f32 dot product (dot_f32) whatever M is.
+// ops/embedding.h).
+//  - linear: the integer kernels of quant_gemm.h (x rounded to 8-bit blocks once per call, every
+//    weight block multiplied in integers, AVX2 when the CPU has it): one path for every M, so a
+//    row's result does not depend on M, on the other rows or on the thread split.
+//  - gather_rows: each requested row dequantized with core/quant.h's reference (the values of
+//    gguf.quants.dequantize), rows spread over the pool.
+#include <vector>
+
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels.h"
+#include "dspark/backend/cpu/kernels/quant_gemm.h"
 #include "dspark/core/quant.h"
 #include "dspark/core/thread_pool.h"
 
@@ -14,31 +20,30 @@ const uint8_t* weight_row(const WeightMatrix& w, int64_t r) {
   return static_cast<const uint8_t*>(w.data.data()) + r * w.data.stride(0);
 }
 
+// The leading dimension of a row-major [rows, cols] view (any value >= cols when rows == 1).
+int64_t leading_dim(const Tensor& t) {
+  return t.size(0) > 1 ? t.stride(0) : std::max<int64_t>(1, t.size(1));
+}
+
 }  // namespace
 
 void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                    const Tensor& y) {
-  const int64_t m = x.size(0), n = w.n, k = w.k;
-  const int64_t blocks_per_row = k / quant_block(w.quant).elements;
-  // x as f32 rows, converted once.
-  std::vector<float> xf(static_cast<size_t>(m * k));
-  dispatch_float(x.dtype(), [&]<typename TX>(TypeTag<TX>) {
-    for (int64_t r = 0; r < m; ++r) load_f32(row_ptr<const TX>(x, r), xf.data() + r * k, k);
-  });
   const std::vector<float> b = bias.defined() ? vector_f32(bias) : std::vector<float>{};
-  dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {
-    ctx.pool().parallel_for(n, 16, [&](int64_t begin, int64_t end) {
-      float* wf = thread_scratch(k);
-      for (int64_t j = begin; j < end; ++j) {
-        dequantize_blocks(w.quant, weight_row(w, j), blocks_per_row, wf);
-        for (int64_t r = 0; r < m; ++r) {
-          float v = dot_f32(xf.data() + r * k, wf, k);
-          if (!b.empty()) v += b[static_cast<size_t>(j)];
-          row_ptr<TY>(y, r)[j] = from_f32<TY>(v);
-        }
-      }
-    });
-  });
+  QuantGemmArgs args;
+  args.x = x.data();
+  args.x_dtype = x.dtype();
+  args.ldx = leading_dim(x);
+  args.w = static_cast<const uint8_t*>(w.data.data());
+  args.quant = w.quant;
+  args.bias = b.empty() ? nullptr : b.data();
+  args.y = y.data();
+  args.y_dtype = y.dtype();
+  args.ldy = leading_dim(y);
+  args.m = x.size(0);
+  args.n = w.n;
+  args.k = w.k;
+  quant_gemm(ctx.pool(), args);
 }
 
 void gather_rows_blocks(Context& ctx, const WeightMatrix& table, const Tensor& ids,
