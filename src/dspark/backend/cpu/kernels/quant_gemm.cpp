@@ -346,8 +346,12 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
 
   const int64_t row_bytes = quant_row_bytes(a.quant, k);
   const int64_t n_blocks = (n + d::kBlockCols - 1) / d::kBlockCols;
-  // At least ~64k multiply-adds per task (a block is kBlockCols x k of them per x row).
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, d::kBlockCols * k * m));
+  // Blocks of weight rows taken by the pool's threads one chunk at a time (the pool makes up to 4
+  // chunks per thread: small enough to even out two threads, one of which the shared machine may
+  // delay). A product of fewer than kSerialMacs multiply-adds (~6 us) stays on the calling thread:
+  // waking the workers costs more.
+  constexpr int64_t kSerialMacs = int64_t{1} << 17;
+  const int64_t grain = m * n * k < kSerialMacs ? n_blocks : 1;
   dispatch_float(a.y_dtype, [&]<typename TO>(TypeTag<TO>) {
     pool.parallel_for(n_blocks, grain, [&](int64_t b0, int64_t b1) {
       float* out = out_buffer(m * d::kBlockCols);
