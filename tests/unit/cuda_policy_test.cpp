@@ -274,6 +274,9 @@ void expect_valid_plan(const LinearBlocksShape& s, const DeviceCaps& caps, const
   EXPECT_LE(int64_t{p.slices} * p.row_groups, caps.sm_count) << what;
   EXPECT_LE(p.row_groups, kQuantMmaMaxRowGroups) << what;
   EXPECT_LE(p.slices, kQuantMmaMaxSlices) << what;
+  if (p.slices > 1) {
+    EXPECT_LE(int64_t{p.slices} * s.m * s.n * 4, kQuantMmaMaxPartialBytes) << what;
+  }
   const int64_t per_warp = (p.slice_sbs + p.warps_k - 1) / p.warps_k;
   EXPECT_TRUE(p.warps_k == 1 || per_warp * (p.warps_k - 1) < p.slice_sbs) << what;
   EXPECT_EQ(p.smem_bytes, quant_mma_layout(s.quant, s.m, p.slice_sbs).bytes) << what;
@@ -347,6 +350,11 @@ TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
   EXPECT_EQ(choose_linear_blocks(quant_linear(1, 4096, 4096), kH200, t, false).plan.slices, 1);
   // 48 rows of x of 14,336 need a split: without counters, the dequantizing path.
   EXPECT_EQ(choose_linear_blocks(quant_linear(48, 4096, 14336), kH200, t, false).kernel,
+            LinearBlocksKernel::dequantize);
+  // The partial sums of a split stay within their budget: 48 rows of a 1M-row weight do not fit.
+  EXPECT_EQ(choose_linear_blocks(quant_linear(48, 128256, 4096), kH200, t).kernel,
+            LinearBlocksKernel::mma);
+  EXPECT_EQ(choose_linear_blocks(quant_linear(48, 1 << 20, 4096), kH200, t).kernel,
             LinearBlocksKernel::dequantize);
 }
 

@@ -78,7 +78,7 @@ LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const Device
   for (int64_t p = 1; p <= max_slices; ++p) {
     const int64_t ss = ceil_div(ksb, p);
     if (ceil_div(ksb, ss) != p) continue;  // the same slices as a smaller p
-    if (p > 1 && !split_k) break;
+    if (p > 1 && (!split_k || p * s.m * s.n * 4 > kQuantMmaMaxPartialBytes)) continue;
     const QuantMmaLayout layout = quant_mma_layout(s.quant, s.m, ss);
     if (layout.bytes > limit) continue;
     const int64_t tg = ceil_div(tiles, slots / p), groups = ceil_div(tiles, tg);

@@ -58,6 +58,9 @@ inline constexpr int kQuantMmaMaxRows = 48;  // rows of x (tiles of 8: up to 6)
 inline constexpr int kQuantMmaMaxSlices = 32;
 // Arrival counters of the K split (one per row group: kernels/arrival_counters.h).
 inline constexpr int kQuantMmaMaxRowGroups = 4096;
+// The most scratch a K split's partial sums (slices x m x n f32) may take: 48 rows of a 128,256-row
+// LM head in 8 slices need 197 MB.
+inline constexpr int64_t kQuantMmaMaxPartialBytes = int64_t{256} << 20;
 
 // The tensor-core kernel's dynamic shared memory for m rows of x and slices of `slice_sbs`
 // super-blocks: byte offsets of its regions (16-byte aligned) and their strides.
@@ -119,9 +122,10 @@ struct LinearBlocksChoice {
 // The tensor-core kernel for 1..min(t.linear_blocks_max_rows, 48) rows of bf16 / f16 x, y f32 or
 // x's dtype, K a multiple of 256, aligned, compute capability 8+, and a plan whose shared memory
 // fits; its plan is the cheapest of the candidates by an estimate of the busiest warp's bytes
-// (weights, plus half of x's slice and of the partial sums, which come from L2) with a cost per
-// round and per split. `split_k` false: no K split (the arrival counters are unavailable: first
-// used inside a graph capture). Everything else: dequantize.
+// (weights, plus a share of x's slice and of the partial sums, which come from L2) with a cost per
+// round and per split; a split's partial sums within kQuantMmaMaxPartialBytes. `split_k` false: no
+// K split (the arrival counters are unavailable: first used inside a graph capture). Everything
+// else: dequantize.
 LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
                                         const Tuning& t, bool split_k = true);
 
