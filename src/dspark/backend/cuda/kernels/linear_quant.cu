@@ -358,6 +358,8 @@ void launch_mma_rows(const QmmaParams<T>& p, const QuantMmaPlan& plan, size_t sm
   if (p.m <= 16) return launch_mma<Q, T, 2>(p, plan, smem_limit, stream);
   if (p.m <= 24) return launch_mma<Q, T, 3>(p, plan, smem_limit, stream);
   if (p.m <= 32) return launch_mma<Q, T, 4>(p, plan, smem_limit, stream);
+  // 8 NT must equal the layout's rows of partial sums (quant_mma_layout: m rounded up to 8).
+  if (p.m <= 40) return launch_mma<Q, T, 5>(p, plan, smem_limit, stream);
   launch_mma<Q, T, 6>(p, plan, smem_limit, stream);
 }
 static_assert(kQuantMmaMaxRows == 48, "launch_mma_rows covers 48 rows");
