@@ -80,10 +80,10 @@ class WeightLoader {
   OwnedTensor load_concat(const std::vector<Part>& parts) const {
     return load_concat(parts, dtype_);
   }
-  // The parts as stored when every one is block-quantized with a shape matching `expected` (the
-  // weight then stays quantized in memory: linear() multiplies with the blocks), else an empty
-  // QuantizedWeight (load them with load / load_concat). Consecutive parts of one format become one
-  // matrix.
+  // The parts as stored when every one is block-quantized with a shape matching `expected` and
+  // the device is the CPU (the weight then stays quantized in memory: linear() multiplies with the
+  // blocks), else an empty QuantizedWeight (load them with load / load_concat: dequantized).
+  // Consecutive parts of one format become one matrix.
   QuantizedWeight load_quantized(const std::vector<Part>& parts) const;
 
  private:
