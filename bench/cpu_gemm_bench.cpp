@@ -7,11 +7,16 @@
 //     960x576, o 576x576, fused gate_up 3072x576, down 576x1536, then the 49152x576 LM head),
 //     538 MB of distinct f32 weights, one pass per M: the matrix part of a decode step (M = 1) and
 //     of a verify forward (M = gamma + 1);
-//   - the thread pool's cost of one parallel_for with an empty body.
+//   - the thread pool's cost of one parallel_for with an empty body;
+//   - with --quant TYPES: the same for block-quantized weights (backend/cpu/kernels/quant_gemm.h)
+//     of each type (GB/s counts the quantized bytes), and the SmolLM2-135M forward as the bundled
+//     Q4_1 GGUF holds it: every projection in Q4_1 plus the tied Q8_0 LM head (49152 x 576),
+//     97 MB per token, once with q/k/v and gate/up fused (121 calls) and once as separate
+//     matrices as in the file (211 calls): the per-token linear time that bounds decode tok/s.
 //
 //   bench_cpu_gemm [--m 1,2,4,8,16] [--shapes 576x576,...] [--isa automatic|portable]
 //                  [--w-dtype f32|bf16] [--pool-mb 256] [--min-ms 300] [--no-forward]
-//                  [--huge-pages] [--json FILE]
+//                  [--huge-pages] [--quant q4_1,q8_0,...] [--no-f32] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,7 +29,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "dspark/backend/cpu/kernels/quant_gemm.h"
 #include "dspark/backend/cpu/kernels/small_m_gemm.h"
+#include "dspark/core/quant.h"
 #include "dspark/core/thread_pool.h"
 
 #include <sys/mman.h>
@@ -129,8 +136,185 @@ struct Args {
   double min_ms = 300;
   bool no_forward = false;
   bool huge_pages = false;
+  std::string quant;  // quantized types to time ("" = none)
+  bool no_f32 = false;
   std::string json_file;
 };
+
+// Bytes from mmap (optionally transparent huge pages) holding random blocks of `type` whose f16
+// scales are finite and of realistic size (so the arithmetic is that of real weights).
+class QuantBytes {
+ public:
+  QuantBytes(QuantType type, size_t bytes, bool huge, uint32_t seed) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const QuantBlock qb = quant_block(type);
+    bytes =
+        std::max<size_t>(bytes / static_cast<size_t>(qb.bytes), 1) * static_cast<size_t>(qb.bytes);
+    n_ = bytes;
+    mapped_ = (bytes + kHuge - 1) / kHuge * kHuge;
+    void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    DSPARK_CHECK(p != MAP_FAILED, "mmap of {} bytes failed", mapped_);
+    if (huge) madvise(p, mapped_, MADV_HUGEPAGE);
+    p_ = static_cast<uint8_t*>(p);
+    uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n_; i += 8) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      std::memcpy(p_ + i, &state, std::min<size_t>(8, n_ - i));
+    }
+    const uint16_t d = f32_to_f16(0.01f).bits, m = f32_to_f16(-0.05f).bits;
+    std::vector<int> d_at = {0}, m_at;
+    if (type == QuantType::q4_1 || type == QuantType::q5_1 || type == QuantType::q4_k ||
+        type == QuantType::q5_k)
+      m_at = {2};
+    if (type == QuantType::q6_k) d_at = {208};
+    for (size_t b = 0; b + static_cast<size_t>(qb.bytes) <= n_;
+         b += static_cast<size_t>(qb.bytes)) {
+      for (int o : d_at) std::memcpy(p_ + b + o, &d, 2);
+      for (int o : m_at) std::memcpy(p_ + b + o, &m, 2);
+    }
+  }
+  ~QuantBytes() { munmap(p_, mapped_); }
+  QuantBytes(const QuantBytes&) = delete;
+  QuantBytes& operator=(const QuantBytes&) = delete;
+  const uint8_t* data() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  uint8_t* p_ = nullptr;
+  size_t n_ = 0, mapped_ = 0;
+};
+
+cpu::QuantGemmArgs quant_args(const float* x, const uint8_t* w, QuantType type, float* y, int64_t m,
+                              const WeightShape& s) {
+  cpu::QuantGemmArgs g;
+  g.x = x;
+  g.x_dtype = DType::f32;
+  g.ldx = s.k;
+  g.w = w;
+  g.quant = type;
+  g.y = y;
+  g.y_dtype = DType::f32;
+  g.ldy = s.n;
+  g.m = m;
+  g.n = s.n;
+  g.k = s.k;
+  return g;
+}
+
+// The quantized part: per type, shape and M; then the SmolLM2-135M Q4_1 forward.
+void run_quant(const Args& a, ThreadPool& pool, const std::vector<int64_t>& ms,
+               const std::vector<WeightShape>& shapes, nlohmann::json& out) {
+  const cpu::QuantGemmIsa isa =
+      a.isa == "portable" ? cpu::QuantGemmIsa::portable : cpu::quant_gemm_default_isa();
+  out["quant_isa"] = cpu::quant_gemm_isa_name(isa);
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  std::vector<float> x(static_cast<size_t>(max_m * 8192));
+  {
+    std::mt19937 gen(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& v : x) v = nd(gen);
+  }
+  std::vector<float> y(static_cast<size_t>(max_m * 65536));
+  const size_t pool_bytes = static_cast<size_t>(a.pool_mb) << 20;
+
+  std::vector<std::vector<std::string>> rows;
+  nlohmann::json jq = nlohmann::json::array();
+  for (const std::string& name : split_list(a.quant)) {
+    const std::optional<QuantType> type = quant_type_from_name(name);
+    DSPARK_CHECK_KIND(invalid_input, type.has_value(), "--quant: unknown type {}", name);
+    const QuantBytes wpool(*type, pool_bytes, a.huge_pages, 7);
+    for (const WeightShape& s : shapes) {
+      if (s.k % quant_block(*type).elements != 0) continue;
+      const int64_t row_bytes = quant_row_bytes(*type, s.k);
+      const auto wbytes = static_cast<size_t>(s.n * row_bytes);
+      DSPARK_CHECK_KIND(invalid_input, wbytes <= wpool.size() && s.k <= 8192 && s.n <= 65536,
+                        "shape {}x{} too large", s.n, s.k);
+      const size_t windows = std::max<size_t>(1, wpool.size() / wbytes);
+      double t1 = 0;
+      for (const int64_t m : ms) {
+        const double t = time_calls(a.min_ms, [&](int64_t i) {
+          const uint8_t* w = wpool.data() + (static_cast<size_t>(i) % windows) * wbytes;
+          cpu::quant_gemm(pool, quant_args(x.data(), w, *type, y.data(), m, s), isa);
+        });
+        if (m == ms.front()) t1 = t;
+        const double gbs = static_cast<double>(wbytes) / (t * 1e6);
+        const double gops = 2.0 * static_cast<double>(m * s.n * s.k) / (t * 1e6);
+        rows.push_back({std::string(quant_type_name(*type)), fmt::format("{}x{}", s.n, s.k),
+                        std::to_string(m), fmt::format("{:.4f}", t), fmt::format("{:.1f}", gbs),
+                        fmt::format("{:.1f}", gops), fmt::format("{:.2f}", t / t1)});
+        jq.push_back({{"type", quant_type_name(*type)},
+                      {"n", s.n},
+                      {"k", s.k},
+                      {"m", m},
+                      {"ms", t},
+                      {"gbs", gbs},
+                      {"gops", gops}});
+      }
+    }
+  }
+  if (!rows.empty()) {
+    fmt::print("\nquantized weights ({}):\n{}\n", cpu::quant_gemm_isa_name(isa),
+               format_table({"type", "N x K", "M", "ms", "GB/s", "GOP/s", "/ first M"}, rows));
+  }
+  out["quant_shapes"] = jq;
+
+  if (a.no_forward) return;
+  // SmolLM2-135M-Instruct.Q4_1.gguf: 30 layers of Q4_1 projections + the tied Q8_0 LM head.
+  struct Proj {
+    WeightShape s;
+    QuantType t;
+  };
+  for (const bool fused : {true, false}) {
+    std::vector<Proj> layer;
+    if (fused) {
+      layer = {{{960, 576}, QuantType::q4_1},
+               {{576, 576}, QuantType::q4_1},
+               {{3072, 576}, QuantType::q4_1},
+               {{576, 1536}, QuantType::q4_1}};
+    } else {
+      layer = {{{576, 576}, QuantType::q4_1},  {{192, 576}, QuantType::q4_1},
+               {{192, 576}, QuantType::q4_1},  {{576, 576}, QuantType::q4_1},
+               {{1536, 576}, QuantType::q4_1}, {{1536, 576}, QuantType::q4_1},
+               {{576, 1536}, QuantType::q4_1}};
+    }
+    std::vector<Proj> all;
+    for (int l = 0; l < 30; ++l) all.insert(all.end(), layer.begin(), layer.end());
+    all.push_back({{49152, 576}, QuantType::q8_0});
+    std::vector<std::unique_ptr<QuantBytes>> ws;
+    double total_bytes = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto bytes = static_cast<size_t>(all[i].s.n * quant_row_bytes(all[i].t, all[i].s.k));
+      ws.push_back(std::make_unique<QuantBytes>(all[i].t, bytes, a.huge_pages,
+                                                static_cast<uint32_t>(100 + i)));
+      total_bytes += static_cast<double>(bytes);
+    }
+    std::vector<std::vector<std::string>> frows;
+    nlohmann::json jf = nlohmann::json::array();
+    double t1 = 0;
+    for (const int64_t m : ms) {
+      const double t = time_calls(a.min_ms * 3, [&](int64_t) {
+        for (size_t i = 0; i < all.size(); ++i)
+          cpu::quant_gemm(
+              pool, quant_args(x.data(), ws[i]->data(), all[i].t, y.data(), m, all[i].s), isa);
+      });
+      if (m == ms.front()) t1 = t;
+      frows.push_back({std::to_string(m), fmt::format("{:.3f}", t),
+                       fmt::format("{:.1f}", total_bytes / (t * 1e6)),
+                       fmt::format("{:.0f}", 1e3 / t), fmt::format("{:.2f}", t / t1)});
+      jf.push_back({{"m", m},
+                    {"ms", t},
+                    {"gbs", total_bytes / (t * 1e6)},
+                    {"calls_per_s", 1e3 / t},
+                    {"vs_first_m", t / t1}});
+    }
+    fmt::print(
+        "SmolLM2-135M Q4_1 + Q8_0 LM head per forward, {} ({} calls, {:.1f} MB of blocks):\n{}\n",
+        fused ? "q/k/v and gate/up fused" : "separate matrices as in the file", all.size(),
+        total_bytes / 1e6, format_table({"M", "ms", "GB/s", "forwards/s", "/ first M"}, frows));
+    out[fused ? "quant_forward_fused" : "quant_forward_separate"] = jf;
+    out["quant_forward_bytes"] = total_bytes;
+  }
+}
 
 int run(const Args& a) {
   ThreadPool& pool = ThreadPool::global();
@@ -143,7 +327,6 @@ int run(const Args& a) {
   for (const auto& s : split_list(a.m_list)) ms.push_back(std::stoll(s));
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   const std::vector<WeightShape> shapes = parse_weight_shapes(a.shapes);
-
   nlohmann::json out;
   out["isa"] = cpu::small_gemm_isa_name(isa);
   out["threads"] = pool.size();
@@ -170,6 +353,13 @@ int run(const Args& a) {
         "thread pool: {} threads, 2 x 20 us of work: {:.1f} us in parallel_for ({:.1f} us over "
         "the ideal {:.1f} us)\n",
         pool.size(), pool_us, pool_us - ideal_us, ideal_us);
+  }
+
+  if (!a.quant.empty()) run_quant(a, pool, ms, shapes, out);
+  if (a.no_f32) {
+    if (!a.json_file.empty()) std::ofstream(a.json_file) << out.dump(2) << "\n";
+    fmt::print("{}\n", out.dump());
+    return 0;
   }
 
   // The weight pool, f32 values (and a bf16 copy when asked).
@@ -308,6 +498,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-forward", a.no_forward, "skip the SmolLM2-shaped forward sweep");
   app.add_flag("--huge-pages", a.huge_pages,
                "weights in transparent huge pages (madvise(MADV_HUGEPAGE)) instead of 4 KiB pages");
+  app.add_option("--quant", a.quant,
+                 "also time these block-quantized types (q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k)");
+  app.add_flag("--no-f32", a.no_f32, "skip the f32 / bf16 weights (with --quant)");
   app.add_option("--json", a.json_file, "also write the JSON result to this file");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -7,15 +7,23 @@
 // overlap (each requests its first weights while the previous call ends), as in a forward.
 //
 //   bench_linear [--shapes 6144x4096,4096x4096,24576x4096,4096x12288,151936x4096]
-//                [--m 1,2,4,8,16,17,32,33,48] [--dtype bf16] [--iters 200] [--fp8] [--json FILE]
+//                [--m 1,2,4,8,16,17,32,33,48] [--dtype bf16] [--iters 200] [--fp8]
+//                [--quant Q4_K,Q6_K,Q8_0] [--json FILE]
 // --fp8 adds the FP8 weight path (ops/linear_fp8.h: E4M3 codes with per-row scales, the drafter's
 // --draft-fp8) on the same shapes, on the kernel policy/linear_fp8.h picks; its GB/s counts the
 // bytes it reads (1 per weight + the scales).
+// --quant adds block-quantized weights of those GGUF types (core/quant.h; random blocks with sane
+// f16 scales) on the same shapes and rows, through linear's WeightMatrix overload on the kernel
+// policy/linear_quant.h picks (the tensor-core kernel with its plan: slices of K x row groups,
+// warps on K x row tiles in flight; or dequantize + cuBLASLt); its GB/s counts the blocks' bytes
+// (quantized values and scales), and "vs dense" is the dense call's time over its time.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
 // (fused QKV, o, fused gate/up, down) and its LM head.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <map>
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -25,8 +33,11 @@
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/policy/linear.h"
 #include "dspark/backend/cuda/policy/linear_fp8.h"
+#include "dspark/backend/cuda/policy/linear_quant.h"
 #include "dspark/backend/cuda/runtime.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/buffer.h"
+#include "dspark/core/quant.h"
 #include "dspark/ops/linear_fp8.h"
 #include "dspark/ops/matmul.h"
 
@@ -59,6 +70,46 @@ const char* kernel_name(cuda::LinearKernel k) {
   return "cuBLASLt";
 }
 
+// Random blocks of `q` for an [n, k] matrix (a cheap LCG: the values do not matter for timing),
+// with every f16 scale set to a small normal number.
+std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint32_t seed) {
+  const QuantBlock b = quant_block(q);
+  const int64_t blocks = n * (k / b.elements);
+  std::vector<uint8_t> data(static_cast<size_t>(blocks * b.bytes));
+  uint32_t state = seed * 2654435761u + 1;
+  for (uint8_t& v : data) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<uint8_t>(state >> 24);
+  }
+  const f16 scale = f32_to_f16(0.002f);
+  std::vector<int> halves;  // byte offsets of a block's f16 scales
+  switch (q) {
+    case QuantType::q4_0:
+    case QuantType::q5_0:
+    case QuantType::q8_0:
+      halves = {0};
+      break;
+    case QuantType::q4_1:
+    case QuantType::q5_1:
+    case QuantType::q4_k:
+    case QuantType::q5_k:
+      halves = {0, 2};
+      break;
+    case QuantType::q6_k:
+      halves = {208};
+      break;
+  }
+  for (int64_t i = 0; i < blocks; ++i)
+    for (int off : halves) std::memcpy(data.data() + i * b.bytes + off, &scale, sizeof(scale));
+  return data;
+}
+
+std::string quant_kernel_name(const cuda::LinearBlocksChoice& c) {
+  if (c.kernel == cuda::LinearBlocksKernel::dequantize) return "dequantize + dense";
+  const cuda::QuantMmaPlan& p = c.plan;
+  return fmt::format("mma {}x{} CTAs, {}x{} warps", p.slices, p.row_groups, p.warps_k, p.warps_r);
+}
+
 const char* kernel_name(cuda::Fp8Kernel k) {
   switch (k) {
     case cuda::Fp8Kernel::registers:
@@ -83,6 +134,7 @@ int main(int argc, char** argv) {
   using namespace dspark::bench;
   std::string shapes_list = "6144x4096,4096x4096,24576x4096,4096x12288,151936x4096";
   std::string m_list = "1,2,4,8,16,17,32,33,48", dtype_name_arg = "bf16", json_file;
+  std::string quant_list;
   int iters = 200;
   bool fp8 = false;
   CLI::App app{"bench_linear: the CUDA linear op per shape against the copy bandwidth"};
@@ -91,6 +143,8 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype_name_arg, "bf16 or f16");
   app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
   app.add_flag("--fp8", fp8, "also time the FP8 weight path (bf16 only)");
+  app.add_option("--quant", quant_list,
+                 "also time block-quantized weights of these GGUF types (Q4_K,Q6_K,Q8_0,...)");
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
 
@@ -102,6 +156,15 @@ int main(int argc, char** argv) {
     const std::vector<WeightShape> shapes = parse_weight_shapes(shapes_list);
     std::vector<int64_t> ms;
     for (const std::string& s : split_list(m_list)) ms.push_back(std::stoll(s));
+    std::vector<QuantType> quants;
+    for (const std::string& name : split_list(quant_list)) {
+      const std::optional<QuantType> q = quant_type_from_name(name);
+      DSPARK_CHECK(q.has_value(),
+                   "--quant: unknown type '{}' (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
+                   "Q5_K, Q6_K)",
+                   name);
+      quants.push_back(*q);
+    }
     const cuda::DeviceInfo info = cuda::device_info(0);
     const double copy_bw = cuda::measure_copy_bandwidth(0);
     Context ctx(Device::cuda(0));
@@ -111,13 +174,15 @@ int main(int argc, char** argv) {
                         {"copy_bandwidth_gbs", copy_bw / 1e9},
                         {"iters", iters},
                         {"results", nlohmann::json::array()}};
-    std::vector<std::vector<std::string>> rows;
+    std::vector<std::vector<std::string>> rows, quant_rows;
+    std::map<std::pair<size_t, int64_t>, double> dense_ms;  // (shape, M) -> the dense call
     auto cell = [&](double call_ms, double bytes) {
       const double gbs = bytes / (call_ms * 1e-3) / 1e9;
       return fmt::format("{:.1f} us, {:.0f} GB/s ({:.0f}%)", call_ms * 1e3, gbs,
                          100 * gbs * 1e9 / copy_bw);
     };
-    for (const WeightShape& s : shapes) {
+    for (size_t si = 0; si < shapes.size(); ++si) {
+      const WeightShape& s = shapes[si];
       const double bytes = static_cast<double>(s.n * s.k) * static_cast<double>(dtype_size(dtype));
       const size_t copies = std::clamp<size_t>(
           static_cast<size_t>(4.0 * static_cast<double>(info.l2_bytes) / bytes) + 1, 1, 64);
@@ -140,6 +205,7 @@ int main(int argc, char** argv) {
           linear(ctx, x, weights[static_cast<size_t>(i) % copies].view(), Tensor{}, y);
         });
         const double gbs = bytes / (ms_call * 1e-3) / 1e9;
+        dense_ms[{si, m}] = ms_call;
         nlohmann::json r = {{"n", s.n},
                             {"k", s.k},
                             {"m", m},
@@ -173,6 +239,63 @@ int main(int argc, char** argv) {
         j["results"].push_back(std::move(r));
         rows.push_back(std::move(row));
       }
+      weights.clear();
+      for (QuantType q : quants) {
+        const int64_t row_bytes = quant_row_bytes(q, s.k);
+        const double q_bytes = static_cast<double>(s.n) * static_cast<double>(row_bytes);
+        const size_t q_copies = std::clamp<size_t>(
+            static_cast<size_t>(4.0 * static_cast<double>(info.l2_bytes) / q_bytes) + 1, 1, 64);
+        const std::vector<uint8_t> host = random_quant_blocks(q, s.n, s.k, 7);
+        std::vector<OwnedTensor> blocks;
+        std::vector<WeightMatrix> matrices;
+        for (size_t c = 0; c < q_copies; ++c) {
+          blocks.push_back(OwnedTensor::from_vector(host, Shape{s.n, row_bytes}, Device::cuda(0)));
+          WeightMatrix w;
+          w.format = WeightFormat::blocks;
+          w.quant = q;
+          w.data = blocks.back().view();
+          w.n = s.n;
+          w.k = s.k;
+          matrices.push_back(w);
+        }
+        for (int64_t m : ms) {
+          const OwnedTensor x = random_16bit_tensor(dtype, Shape{m, s.k}, 99, Device::cuda(0));
+          const OwnedTensor y = OwnedTensor::zeros(dtype, Shape{m, s.n}, Device::cuda(0));
+          const cuda::LinearBlocksChoice choice = cuda::choose_linear_blocks(
+              cuda::LinearBlocksShape{m, s.n, s.k, q, dtype, dtype, true}, ctx.cuda_caps(),
+              ctx.cuda_tuning());
+          const double q_ms = time_loop(ctx, q_copies, iters, [&](int i) {
+            linear(ctx, x, matrices[static_cast<size_t>(i) % q_copies], Tensor{}, y);
+          });
+          const double q_gbs = q_bytes / (q_ms * 1e-3) / 1e9;
+          const auto dense = dense_ms.find({si, m});
+          nlohmann::json r = {{"n", s.n},
+                              {"k", s.k},
+                              {"m", m},
+                              {"quant", std::string(quant_type_name(q))},
+                              {"weight_bytes", q_bytes},
+                              {"kernel", quant_kernel_name(choice)},
+                              {"ms", q_ms},
+                              {"gbs", q_gbs},
+                              {"fraction_of_copy", q_gbs * 1e9 / copy_bw}};
+          if (choice.kernel == cuda::LinearBlocksKernel::mma) {
+            const cuda::QuantMmaPlan& p = choice.plan;
+            r["plan"] = {{"slices", p.slices},
+                         {"slice_sbs", p.slice_sbs},
+                         {"warps_k", p.warps_k},
+                         {"warps_r", p.warps_r},
+                         {"tiles_per_cta", p.tiles_per_cta},
+                         {"row_groups", p.row_groups},
+                         {"smem_bytes", p.smem_bytes}};
+          }
+          if (dense != dense_ms.end()) r["dense_ms"] = dense->second;
+          j["quant_results"].push_back(std::move(r));
+          quant_rows.push_back(
+              {fmt::format("{}x{}", s.n, s.k), std::to_string(m), std::string(quant_type_name(q)),
+               quant_kernel_name(choice), cell(q_ms, q_bytes),
+               dense == dense_ms.end() ? "-" : fmt::format("{:.2f}x", dense->second / q_ms)});
+        }
+      }
     }
     std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
                 info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
@@ -180,6 +303,13 @@ int main(int argc, char** argv) {
                                     "FP8 time, GB/s (of copy)"},
                                    rows)
                           .c_str());
+    if (!quant_rows.empty()) {
+      std::printf("\nblock-quantized weights (GB/s of the blocks' bytes)\n");
+      std::printf("%s",
+                  format_table({"NxK", "M", "type", "kernel", "time, GB/s (of copy)", "vs dense"},
+                               quant_rows)
+                      .c_str());
+    }
     if (!json_file.empty()) std::ofstream(json_file) << j.dump(2) << "\n";
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_linear: %s\n", e.what());

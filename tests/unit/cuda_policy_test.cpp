@@ -1,14 +1,18 @@
 // The CUDA kernel choices (backend/cuda/policy/): pure functions of the call's shape and dtypes,
 // the device's caps and the context's tuning, checked here on the CPU at the shapes that matter
-// (the Qwen3-8B decode, verify and draft shapes on an H200: sm_90, 132 SMs) and at the edges of
-// every kernel's limits.
+// (the Qwen3-8B decode, verify and draft shapes on an H200: sm_90, 132 SMs; the quantized linear
+// at the Llama-3.1-8B shapes) and at the edges of every kernel's limits.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
 
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/policy/attention.h"
 #include "dspark/backend/cuda/policy/device.h"
 #include "dspark/backend/cuda/policy/linear.h"
 #include "dspark/backend/cuda/policy/linear_fp8.h"
+#include "dspark/backend/cuda/policy/linear_quant.h"
 #include "dspark/backend/cuda/policy/norm.h"
 
 namespace dspark::cuda {
@@ -248,6 +252,164 @@ TEST(CudaPolicyLinearFp8, KernelByRowsAndShape) {
   EXPECT_EQ(choose_linear_fp8(17, 4096, 4096, kH200), Fp8Kernel::tile);
   EXPECT_EQ(choose_linear_fp8(64, 4096, 4096, kH200), Fp8Kernel::tile);
   EXPECT_EQ(choose_linear_fp8(16, 4096, 4160, kH200), Fp8Kernel::stream2);
+}
+
+LinearBlocksShape quant_linear(int64_t m, int64_t n, int64_t k, QuantType q = QuantType::q4_k,
+                               DType x = DType::bf16) {
+  return LinearBlocksShape{m, n, k, q, x, x, true};
+}
+
+// What every plan of the tensor-core kernel must hold: the grid covers every row tile and super-
+// block once, fits the multiprocessors (one CTA each) and the shared memory, and no warp of a
+// slice but the last's is left without super-blocks.
+void expect_valid_plan(const LinearBlocksShape& s, const DeviceCaps& caps, const QuantMmaPlan& p) {
+  const std::string what = std::string(quant_type_name(s.quant)) + " " + std::to_string(s.m) + "x" +
+                           std::to_string(s.k) + " -> " + std::to_string(s.n);
+  const int64_t ksb = s.k / 256, tiles = (s.n + 15) / 16;
+  EXPECT_EQ(p.warps_k * p.warps_r, kQuantMmaWarps) << what;
+  EXPECT_GE(int64_t{p.slices} * p.slice_sbs, ksb) << what;
+  EXPECT_LT(int64_t{p.slices - 1} * p.slice_sbs, ksb) << what;
+  EXPECT_GE(int64_t{p.row_groups} * p.tiles_per_cta, tiles) << what;
+  EXPECT_LT(int64_t{p.row_groups - 1} * p.tiles_per_cta, tiles) << what;
+  EXPECT_LE(int64_t{p.slices} * p.row_groups, caps.sm_count) << what;
+  EXPECT_LE(p.row_groups, kQuantMmaMaxRowGroups) << what;
+  EXPECT_LE(p.slices, kQuantMmaMaxSlices) << what;
+  if (p.slices > 1) {
+    EXPECT_LE(int64_t{p.slices} * s.m * s.n * 4, kQuantMmaMaxPartialBytes) << what;
+  }
+  const int64_t per_warp = (p.slice_sbs + p.warps_k - 1) / p.warps_k;
+  EXPECT_TRUE(p.warps_k == 1 || per_warp * (p.warps_k - 1) < p.slice_sbs) << what;
+  EXPECT_EQ(p.smem_bytes, quant_mma_layout(s.quant, s.m, p.slice_sbs).bytes) << what;
+  EXPECT_LE(p.smem_bytes, quant_mma_smem_limit(caps)) << what;
+}
+
+TEST(CudaPolicyLinearBlocks, TensorCoresForDecodeAndVerifyRows) {
+  const Tuning t;
+  // Llama-3.1-8B: q/k/v 6,144 x 4,096, o 4,096 x 4,096, gate / up 14,336 x 4,096, down
+  // 4,096 x 14,336, the LM head 128,256 x 4,096; decode, verify of 16 drafts, 48 rows.
+  for (QuantType q : kQuantTypes) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{6144, 4096},
+                               {4096, 4096},
+                               {14336, 4096},
+                               {4096, 14336},
+                               {128256, 4096}}) {
+      for (int64_t m : {1, 2, 8, 16, 17, 24, 32, 33, 48}) {
+        for (DType x : {DType::bf16, DType::f16}) {
+          const LinearBlocksShape s = quant_linear(m, n, k, q, x);
+          const LinearBlocksChoice c = choose_linear_blocks(s, kH200, t);
+          ASSERT_EQ(c.kernel, LinearBlocksKernel::mma)
+              << quant_type_name(q) << " " << m << "x" << k;
+          expect_valid_plan(s, kH200, c.plan);
+          if (m == 1) {
+            EXPECT_EQ(c.plan.slices, 1) << quant_type_name(q) << " " << n << "x" << k;
+          }
+        }
+      }
+    }
+  }
+  // The decode steps' o and down projections in Q4_K: one slice, 128 CTAs of 2 row tiles.
+  QuantMmaPlan p = choose_linear_blocks(quant_linear(1, 4096, 4096), kH200, t).plan;
+  EXPECT_EQ(p.slices, 1);
+  EXPECT_EQ(p.row_groups, 128);
+  EXPECT_EQ(p.tiles_per_cta, 2);
+  p = choose_linear_blocks(quant_linear(1, 4096, 14336), kH200, t).plan;
+  EXPECT_EQ(p.slices, 1);
+  EXPECT_EQ(p.row_groups, 128);
+  // A verify of 16 drafts: x's 17 rows of 4,096 do not fit beside the weight rings, so K is split
+  // (4 slices of 1,024 for o, 8 of 1,792 for down).
+  p = choose_linear_blocks(quant_linear(17, 4096, 4096), kH200, t).plan;
+  EXPECT_EQ(p.slices, 4);
+  EXPECT_EQ(p.slice_sbs, 4);
+  p = choose_linear_blocks(quant_linear(17, 4096, 14336), kH200, t).plan;
+  EXPECT_EQ(p.slices, 8);
+  EXPECT_EQ(p.slice_sbs, 7);
+}
+
+TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
+  const Tuning t;
+  for (const DeviceCaps& caps : {kH200, kAmpere, DeviceCaps{9, 1}, DeviceCaps{9, 7}}) {
+    for (QuantType q : kQuantTypes) {
+      for (int64_t n : {1, 15, 16, 17, 100, 1000, 5000}) {
+        for (int64_t k : {256, 512, 768, 2816, 4096, 7936}) {
+          for (int64_t m : {1, 5, 9, 17, 25, 40, 48}) {
+            const LinearBlocksShape s = quant_linear(m, n, k, q);
+            const LinearBlocksChoice c = choose_linear_blocks(s, caps, t);
+            if (c.kernel == LinearBlocksKernel::mma) expect_valid_plan(s, caps, c.plan);
+            // Without the K split's counters: one slice, or the dequantizing path.
+            const LinearBlocksChoice one = choose_linear_blocks(s, caps, t, false);
+            if (one.kernel == LinearBlocksKernel::mma) {
+              EXPECT_EQ(one.plan.slices, 1);
+              expect_valid_plan(s, caps, one.plan);
+            }
+          }
+        }
+      }
+    }
+  }
+  // Every decode shape fits one slice on the H200, also without counters.
+  EXPECT_EQ(choose_linear_blocks(quant_linear(1, 4096, 4096), kH200, t, false).plan.slices, 1);
+  // 48 rows of x of 14,336 need a split: without counters, the dequantizing path.
+  EXPECT_EQ(choose_linear_blocks(quant_linear(48, 4096, 14336), kH200, t, false).kernel,
+            LinearBlocksKernel::dequantize);
+  // The partial sums of a split stay within their budget: 48 rows of a 1M-row weight do not fit.
+  EXPECT_EQ(choose_linear_blocks(quant_linear(48, 128256, 4096), kH200, t).kernel,
+            LinearBlocksKernel::mma);
+  EXPECT_EQ(choose_linear_blocks(quant_linear(48, 1 << 20, 4096), kH200, t).kernel,
+            LinearBlocksKernel::dequantize);
+}
+
+TEST(CudaPolicyLinearBlocks, DequantizeEverythingElse) {
+  const Tuning t;
+  auto kernel = [&](const LinearBlocksShape& s) {
+    return choose_linear_blocks(s, kH200, t).kernel;
+  };
+  EXPECT_EQ(kernel(quant_linear(48, 4096, 4096)), LinearBlocksKernel::mma);
+  EXPECT_EQ(kernel(quant_linear(49, 4096, 4096)), LinearBlocksKernel::dequantize);  // prefill
+  EXPECT_EQ(kernel(quant_linear(512, 4096, 4096)), LinearBlocksKernel::dequantize);
+  EXPECT_EQ(kernel(quant_linear(1, 4096, 4096, QuantType::q8_0, DType::f32)),
+            LinearBlocksKernel::dequantize);
+  EXPECT_EQ(kernel(quant_linear(1, 4096, 4128, QuantType::q8_0)),  // K % 256 != 0
+            LinearBlocksKernel::dequantize);
+  EXPECT_EQ(kernel(quant_linear(1, 4096, 96, QuantType::q8_0)), LinearBlocksKernel::dequantize);
+  LinearBlocksShape s = quant_linear(1, 4096, 4096);
+  s.aligned = false;
+  EXPECT_EQ(kernel(s), LinearBlocksKernel::dequantize);
+  s = quant_linear(1, 4096, 4096);
+  s.y = DType::f16;  // bf16 x, f16 y
+  EXPECT_EQ(kernel(s), LinearBlocksKernel::dequantize);
+  s.x = DType::f16;
+  EXPECT_EQ(kernel(s), LinearBlocksKernel::mma);
+  s.y = DType::f32;
+  EXPECT_EQ(kernel(s), LinearBlocksKernel::mma);
+  EXPECT_EQ(choose_linear_blocks(quant_linear(1, 4096, 4096), DeviceCaps{7, 80}, t).kernel,
+            LinearBlocksKernel::dequantize);
+  Tuning few;
+  few.linear_blocks_max_rows = 16;
+  EXPECT_EQ(choose_linear_blocks(quant_linear(16, 4096, 4096), kH200, few).kernel,
+            LinearBlocksKernel::mma);
+  EXPECT_EQ(choose_linear_blocks(quant_linear(17, 4096, 4096), kH200, few).kernel,
+            LinearBlocksKernel::dequantize);
+  few.linear_blocks_max_rows = 100;  // the kernel's limit stays 48
+  EXPECT_EQ(choose_linear_blocks(quant_linear(49, 4096, 4096), kH200, few).kernel,
+            LinearBlocksKernel::dequantize);
+}
+
+TEST(CudaPolicyLinearBlocks, SharedMemoryLayout) {
+  for (QuantType q : kQuantTypes) {
+    const QuantMmaFormat f = quant_mma_format(q);
+    EXPECT_EQ(f.sb_bytes, 256 / quant_block(q).elements * quant_block(q).bytes);
+    for (int64_t m : {1, 8, 9, 48}) {
+      const QuantMmaLayout l = quant_mma_layout(q, m, 4);
+      EXPECT_EQ(l.row_stride % 32, 16) << quant_type_name(q);  // an odd multiple of 16
+      EXPECT_GE(l.row_stride, f.chunk_sbs * f.sb_bytes + 16) << quant_type_name(q);
+      EXPECT_EQ(l.x_stride % 128, 32);
+      EXPECT_EQ(l.table_stride % 2, 1);
+      EXPECT_EQ(l.mp % 8, 0);
+      EXPECT_GE(l.mp, m);
+      for (size_t off : {l.table, l.part, l.x, l.xsum}) EXPECT_EQ(off % 16, 0u);
+      EXPECT_GE(l.bytes, l.xsum);
+    }
+  }
 }
 
 TEST(CudaPolicy, ContextsHoldTheirOwnTuning) {

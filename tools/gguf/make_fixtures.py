@@ -8,9 +8,14 @@
 
 Writes into tests/data/gguf/:
   dequant.gguf            random blocks of every supported type (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-                          Q4_K, Q5_K, Q6_K) plus one Q5_0 tensor (a type we do not dequantize),
+                          Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) plus one Q2_K tensor (a type we do not
+                          read),
                           quant bytes uniformly random, f16 scales drawn from sane ranges
   dequant_golden.safetensors   gguf.quants.dequantize() of each tensor, f32
+  tiny_llama_quant.gguf   all 4 layers of it with every matrix block-quantized (Q8_0, Q4_0, Q5_0,
+                          Q5_1, Q4_1; v_proj in another type than q/k) by gguf.quants.quantize
+  tiny_llama_k.gguf       one layer 256 wide of seeded random blocks in a Q4_K_M-like mix (Q4_K,
+                          Q5_K, Q6_K; the gguf package cannot quantize to K-quants)
   tiny_llama.gguf         the first layer of the tiny golden Llama 3 (tests/data/models/llama3)
                           converted the way llama.cpp's convert_hf_to_gguf.py does it: q/k rows
                           permuted to the interleaved RoPE layout, llama3 rope scaling as a
@@ -40,8 +45,8 @@ OUT = os.path.join(ROOT, "tests", "data", "gguf")
 
 # (type, offsets of the f16 scale fields in a block)
 SCALE_FIELDS = {
-    Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0],
-    Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+    Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
+    Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.Q2_K: [80, 82],
 }
 
 SMOLLM2_STRINGS = [
@@ -66,12 +71,12 @@ SMOLLM2_PROMPTS = [
 ]
 
 
-def random_quant_rows(qtype, rows, cols, rng):
+def random_quant_rows(qtype, rows, cols, rng, scale_range=0.05):
     block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
     n_blocks = rows * cols // block_elems
     raw = rng.integers(0, 256, size=(n_blocks, block_bytes), dtype=np.uint8)
     for off in SCALE_FIELDS[qtype]:
-        scale = rng.uniform(-0.05, 0.05, size=n_blocks).astype(np.float16)
+        scale = rng.uniform(-scale_range, scale_range, size=n_blocks).astype(np.float16)
         raw[:, off:off + 2] = scale.view(np.uint8).reshape(n_blocks, 2)
     return raw.reshape(rows, cols // block_elems * block_bytes)
 
@@ -96,11 +101,11 @@ def make_dequant(rng):
     bf = (x.view(np.uint32) >> 16).astype(np.uint16)  # truncated bf16 bits (any bits are valid)
     w.add_tensor("t.BF16", bf.view(np.uint8).reshape(rows, cols * 2), raw_dtype=Q.BF16)
     golden["t.BF16"] = gguf.quants.dequantize(bf.view(np.uint8).reshape(rows, cols * 2), Q.BF16)
-    for qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q5_0):
+    for qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q2_K):
         raw = random_quant_rows(qtype, rows, cols, rng)
         name = f"t.{qtype.name}"
         w.add_tensor(name, raw, raw_dtype=qtype)
-        if qtype != Q.Q5_0:  # dspark does not dequantize Q5_0: the test expects an error
+        if qtype != Q.Q2_K:  # dspark does not read Q2_K: the test expects an error
             golden[name] = gguf.quants.dequantize(raw, qtype).astype(np.float32)
     # A 3-D tensor (shape order check): ne = {4, 3, 2} -> row-major [2, 3, 4].
     cube = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
@@ -170,11 +175,63 @@ def add_bpe_tokenizer(w, tok_json, pre):
 F32_TENSORS = ("attn_q", "attn_k")  # the rest of the 2-D weights are stored F16
 
 
-def make_tiny_llama(n_layers=1):
+def tiny_llama_type(name):
+    """tiny_llama.gguf: q/k and norms F32, the other matrices F16."""
+    return None
+
+
+def tiny_llama_quant_type(name):
+    """tiny_llama_quant.gguf: every block-32 type, v_proj in another type than q/k (two parts of
+    one fused projection)."""
+    if name.startswith("token_embd"):
+        return Q.Q8_0
+    if name.startswith("output."):
+        return Q.Q4_1
+    layer = int(name.split(".")[1])
+    kind = (Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q5_1)[layer % 4]
+    if ".attn_v." in name:
+        return Q.Q8_0 if kind != Q.Q8_0 else Q.Q4_1
+    return kind
+
+
+def tiny_llama_k_type(name):
+    """tiny_llama_k.gguf (hidden 256): a Q4_K_M-like mix, Q4_K with Q6_K for v, down and output."""
+    if name.startswith("token_embd"):
+        return Q.Q4_K
+    if name.startswith("output.") or ".attn_v." in name or ".ffn_down." in name:
+        return Q.Q6_K
+    return Q.Q5_K if ".ffn_up." in name else Q.Q4_K
+
+
+def make_tiny_llama(n_layers=1, file="tiny_llama.gguf", qtype_of=tiny_llama_type, widen=None):
+    """The tiny golden Llama 3 as llama.cpp's converter writes it; with qtype_of giving a
+    quantization type, 2-D tensors are quantized with the gguf package; `widen` (hidden size)
+    replaces the weights by seeded random ones of that width (for the 256-value K-quant blocks)."""
     src = os.path.join(ROOT, "tests", "data", "models", "llama3")
     cfg = json.load(open(os.path.join(src, "config.json")))
     st = load_file(os.path.join(src, "model.safetensors"))
-    path = os.path.join(OUT, "tiny_llama.gguf")
+    if widen:
+        rng = np.random.default_rng(20261203)
+        h, inter, hd = widen, 2 * widen, cfg["head_dim"] * 4
+        nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        v = cfg["vocab_size"]
+        cfg = dict(cfg, hidden_size=h, intermediate_size=inter, head_dim=hd)
+        shapes = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h),
+                  "model.norm.weight": (h,)}
+        for l in range(n_layers):
+            p = f"model.layers.{l}."
+            shapes.update({p + "input_layernorm.weight": (h,),
+                           p + "post_attention_layernorm.weight": (h,),
+                           p + "self_attn.q_proj.weight": (nh * hd, h),
+                           p + "self_attn.k_proj.weight": (nkv * hd, h),
+                           p + "self_attn.v_proj.weight": (nkv * hd, h),
+                           p + "self_attn.o_proj.weight": (h, nh * hd),
+                           p + "mlp.gate_proj.weight": (inter, h),
+                           p + "mlp.up_proj.weight": (inter, h),
+                           p + "mlp.down_proj.weight": (h, inter)})
+        st = {k: (1.0 + 0.1 * rng.standard_normal(s)) if len(s) == 1
+              else np.zeros(s, dtype=np.float32) for k, s in shapes.items()}
+    path = os.path.join(OUT, file)
     w = gguf.GGUFWriter(path, arch="llama")
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     w.add_name("tiny llama3 fixture")
@@ -199,6 +256,15 @@ def make_tiny_llama(n_layers=1):
 
     def put(name, x):
         x = x.astype(np.float32)
+        qtype = qtype_of(name) if x.ndim == 2 else None
+        if qtype is not None and widen:  # random blocks (the gguf package has no K quantizer)
+            scale = 0.5 / math.sqrt(x.shape[1]) / (63 * 15 if qtype != Q.Q6_K else 127 * 31)
+            raw = random_quant_rows(qtype, x.shape[0], x.shape[1], rng, scale)
+            w.add_tensor(name, raw, raw_dtype=qtype)
+            return
+        if qtype is not None:
+            w.add_tensor(name, gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+            return
         f32 = x.ndim == 1 or any(f".{k}." in name for k in F32_TENSORS)
         w.add_tensor(name, x if f32 else x.astype(np.float16))
 
@@ -294,6 +360,8 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     make_dequant(np.random.default_rng(20260529))
     make_tiny_llama()
+    make_tiny_llama(4, "tiny_llama_quant.gguf", tiny_llama_quant_type)
+    make_tiny_llama(1, "tiny_llama_k.gguf", tiny_llama_k_type, widen=256)
     if args.smollm2:
         make_smollm2(args.smollm2)
 

@@ -15,6 +15,7 @@
 
 #include "dspark/core/buffer.h"
 #include "dspark/core/error.h"
+#include "dspark/core/quant.h"
 #include "dspark/io/gguf.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/gguf_model.h"
@@ -52,6 +53,17 @@ std::vector<float> to_host_f32(Context& ctx, const Tensor& t) {
   const std::vector<std::byte> bytes = to_host(ctx, t, DType::f32);
   std::vector<float> host(static_cast<size_t>(t.numel()));
   std::memcpy(host.data(), bytes.data(), bytes.size());
+  return host;
+}
+
+// A weight of any stored format (Model::embedding_table, lm_head) as host f32 [n, k]: dense ones
+// converted, block-quantized ones dequantized (core/quant.h).
+std::vector<float> to_host_f32(Context& ctx, const WeightMatrix& w) {
+  if (!w.quantized()) return to_host_f32(ctx, w.data);
+  const std::vector<std::byte> bytes = to_host(ctx, w.data, DType::u8);
+  std::vector<float> host(static_cast<size_t>(w.n * w.k));
+  dequantize_blocks(w.quant, reinterpret_cast<const uint8_t*>(bytes.data()),
+                    w.n * w.k / quant_block(w.quant).elements, host.data());
   return host;
 }
 
@@ -379,13 +391,13 @@ struct WeightFile {
 };
 
 WeightFile shared_weights(Model& model, Context& ctx) {
-  const Tensor embed = model.embedding_table();
-  const Tensor head = model.lm_head();
+  const WeightMatrix embed = model.embedding_table();
+  const WeightMatrix head = model.lm_head();
   const Tensor norm = model.final_norm();
   WeightFile w;
-  w.tied = head.data() == embed.data();
-  w.add_f32("embed_tokens", to_host_f32(ctx, embed), embed.shape());
-  if (!w.tied) w.add_f32("lm_head", to_host_f32(ctx, head), head.shape());
+  w.tied = head.data.data() == embed.data.data();
+  w.add_f32("embed_tokens", to_host_f32(ctx, embed), Shape{embed.n, embed.k});
+  if (!w.tied) w.add_f32("lm_head", to_host_f32(ctx, head), Shape{head.n, head.k});
   w.add_f32("final_norm", to_host_f32(ctx, norm), norm.shape());
   return w;
 }

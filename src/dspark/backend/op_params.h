@@ -3,9 +3,35 @@
 // they live here, below the ops layer, so that backend/ includes nothing from ops/.
 #pragma once
 
+#include "dspark/core/quant.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
+
+// How a weight matrix [n, k] is stored (ops/matmul.h, ops/embedding.h).
+enum class WeightFormat : uint8_t {
+  dense,   // data: a float tensor [n, k] (rows contiguous)
+  blocks,  // data: u8 [n, quant_row_bytes(quant, k)], each row k / elements blocks (core/quant.h)
+};
+
+// A weight matrix as stored: what linear() and gather_rows() take for weights that may be
+// quantized (a model keeps GGUF blocks as they are in the file).
+struct WeightMatrix {
+  WeightFormat format = WeightFormat::dense;
+  QuantType quant = QuantType::q8_0;  // WeightFormat::blocks only
+  Tensor data;
+  int64_t n = 0, k = 0;  // the logical shape: n rows (outputs) of k values (inputs)
+
+  bool quantized() const { return format != WeightFormat::dense; }
+  // A dense float weight [n, k].
+  static WeightMatrix dense(const Tensor& w) {
+    WeightMatrix m;
+    m.data = w;
+    m.n = w.dim() == 2 ? w.size(0) : 0;
+    m.k = w.dim() == 2 ? w.size(1) : 0;
+    return m;
+  }
+};
 
 // RMSNorm (ops/norm.h).
 struct RmsNormParams {

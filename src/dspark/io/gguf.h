@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "dspark/core/quant.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
@@ -69,8 +70,10 @@ struct GgmlBlock {
   int64_t bytes;
 };
 std::optional<GgmlBlock> ggml_block(GgmlType type);
-// True for the types dequantize_to_f32 implements: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
-// Q6_K.
+// The block format of a quantized type (core/quant.h), or nullopt (a float type, or one dspark
+// does not implement).
+std::optional<QuantType> quant_type_of(GgmlType type);
+// True for the types dequantize_to_f32 implements: F32, F16, BF16 and every quant_type_of type.
 bool ggml_type_dequantizable(GgmlType type);
 
 // Dequantizes `n` elements (a multiple of the type's block size) of `type` at `src` into `dst`.

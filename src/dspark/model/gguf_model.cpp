@@ -188,22 +188,41 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   return c;
 }
 
-void unpermute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols) {
+namespace {
+
+template <typename T>
+void unpermute_rows(std::vector<T>& w, int n_heads, int64_t rows, int64_t cols) {
   DSPARK_CHECK_KIND(io, n_heads > 0 && rows % (2 * n_heads) == 0,
                     "q/k projection with {} rows cannot be split into {} heads of even size", rows,
                     n_heads);
   const int64_t head_dim = rows / n_heads, half = head_dim / 2;
-  std::vector<float> head(static_cast<size_t>(head_dim * cols));
+  std::vector<T> head(static_cast<size_t>(head_dim * cols));
   for (int64_t h = 0; h < n_heads; ++h) {
-    float* base = w.data() + h * head_dim * cols;
+    T* base = w.data() + h * head_dim * cols;
     std::copy(base, base + head_dim * cols, head.begin());
     for (int64_t s = 0; s < 2; ++s) {
       for (int64_t i = 0; i < half; ++i) {
-        const float* src = head.data() + (2 * i + s) * cols;       // GGUF row
+        const T* src = head.data() + (2 * i + s) * cols;           // GGUF row
         std::copy(src, src + cols, base + (s * half + i) * cols);  // HF row
       }
     }
   }
+}
+
+bool is_qk_projection(const std::string& hf_name, bool& is_q) {
+  is_q = hf_name.find(".self_attn.q_proj.") != std::string::npos;
+  return is_q || hf_name.find(".self_attn.k_proj.") != std::string::npos;
+}
+
+}  // namespace
+
+void unpermute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols) {
+  unpermute_rows(w, n_heads, rows, cols);
+}
+
+void unpermute_gguf_qk_block_rows(std::vector<uint8_t>& w, int n_heads, int64_t rows,
+                                  int64_t row_bytes) {
+  unpermute_rows(w, n_heads, rows, row_bytes);
 }
 
 GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
@@ -228,9 +247,8 @@ Tensor GgufWeights::get(const std::string& name) const {
   auto cached = cache_.find(name);
   if (cached == cache_.end()) {
     std::vector<float> values = file_.dequantize(it->second);
-    const bool is_q = name.find(".self_attn.q_proj.") != std::string::npos;
-    const bool is_k = name.find(".self_attn.k_proj.") != std::string::npos;
-    if (is_q || is_k) {
+    bool is_q = false;
+    if (is_qk_projection(name, is_q)) {
       const int64_t rows = info.shape[0];
       const int64_t cols = info.shape.size() > 1 ? info.numel / rows : 1;
       unpermute_gguf_qk_rows(values, is_q ? num_heads_ : num_kv_heads_, rows, cols);
@@ -238,6 +256,36 @@ Tensor GgufWeights::get(const std::string& name) const {
     cached = cache_.emplace(name, std::move(values)).first;
   }
   return Tensor(cached->second.data(), DType::f32, info.shape, Device::cpu());
+}
+
+std::optional<QuantizedView> GgufWeights::get_quantized(const std::string& name) const {
+  const auto it = hf_to_gguf_.find(name);
+  if (it == hf_to_gguf_.end()) return std::nullopt;
+  const GgufTensorInfo& info = file_.tensor(it->second);
+  const std::optional<QuantType> quant = quant_type_of(info.type);
+  if (!quant || info.shape.size() != 2) return std::nullopt;
+  QuantizedView v;
+  v.quant = *quant;
+  v.n = info.shape[0];
+  v.k = info.shape[1];
+  const int64_t row_bytes = quant_row_bytes(*quant, v.k);
+  DSPARK_CHECK_KIND(io, static_cast<int64_t>(info.bytes) == v.n * row_bytes,
+                    "{}: tensor '{}' holds {} bytes, not {} rows of {}", origin(), it->second,
+                    info.bytes, v.n, row_bytes);
+  const uint8_t* data = file_.data(info);
+  bool is_q = false;
+  if (is_qk_projection(name, is_q)) {
+    std::lock_guard lock(mutex_);
+    auto cached = block_cache_.find(name);
+    if (cached == block_cache_.end()) {
+      std::vector<uint8_t> rows(data, data + info.bytes);
+      unpermute_gguf_qk_block_rows(rows, is_q ? num_heads_ : num_kv_heads_, v.n, row_bytes);
+      cached = block_cache_.emplace(name, std::move(rows)).first;
+    }
+    data = cached->second.data();
+  }
+  v.blocks = Tensor(const_cast<uint8_t*>(data), DType::u8, Shape{v.n, row_bytes}, Device::cpu());
+  return v;
 }
 
 std::unique_ptr<Model> load_gguf_model(const GgufFile& file, Device device, DType dtype) {

@@ -40,6 +40,9 @@ class GgufWeights final : public WeightSource {
   bool contains(const std::string& name) const override;
   Tensor get(const std::string& name) const override;
   std::string origin() const override { return file_.path().string(); }
+  // Block-quantized 2-D tensors as stored (the mapping's bytes; q/k projection rows reordered
+  // into a copy kept until the source is destroyed).
+  std::optional<QuantizedView> get_quantized(const std::string& name) const override;
   // The GGUF tensor name behind a Hugging Face name ("" when none).
   std::string gguf_name(const std::string& hf_name) const;
 
@@ -50,12 +53,16 @@ class GgufWeights final : public WeightSource {
   std::map<std::string, std::string> hf_to_gguf_;
   mutable std::mutex mutex_;
   mutable std::map<std::string, std::vector<float>> cache_;
+  mutable std::map<std::string, std::vector<uint8_t>> block_cache_;
 };
 
 // llama.cpp's converter reorders the rows of each head of Wq / Wk from the Hugging Face layout
 // [half 0 | half 1] to interleaved pairs (r0 of half 0, r0 of half 1, r1 of half 0, ...). This
-// undoes it in place on a row-major [n_heads * head_dim, cols] matrix (cols = 1 for a bias).
+// undoes it in place on a row-major [n_heads * head_dim, cols] matrix (cols = 1 for a bias); the
+// rows of a block-quantized matrix are moved the same way, `row_bytes` bytes each.
 void unpermute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols);
+void unpermute_gguf_qk_block_rows(std::vector<uint8_t>& w, int n_heads, int64_t rows,
+                                  int64_t row_bytes);
 
 // Loads a GGUF model file (config, weights) onto `device` in `dtype`.
 std::unique_ptr<Model> load_gguf_model(const GgufFile& file, Device device, DType dtype);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/backend/pinned_memory.h"
 #include "dspark/core/buffer.h"
 #include "dspark/core/tensor.h"
@@ -22,6 +23,35 @@ class SafeTensors;
 class WeightSource;
 
 // ---- weights ----------------------------------------------------------------------------------
+
+// A weight kept in the block-quantized format it is stored in (a GGUF file's Q4_K, Q8_0, ...):
+// one or more matrices stacked along the rows, each one run of source tensors of the same format
+// (a Q4_K_M file keeps v_proj in Q6_K beside q/k in Q4_K: two parts). Empty: not quantized.
+struct QuantizedWeight {
+  struct Part {
+    OwnedTensor blocks;  // u8 [n, row bytes] on the model's device
+    WeightMatrix w;      // the view linear() takes
+    int64_t row0 = 0;    // the part's first row in the stacked weight
+  };
+  std::vector<Part> parts;
+  bool defined() const { return !parts.empty(); }
+  int64_t rows() const { return parts.empty() ? 0 : parts.back().row0 + parts.back().w.n; }
+  int64_t bytes() const;
+};
+
+class WeightLoader;
+
+// An embedding table or LM head as loaded: block-quantized as stored (gather_rows and linear take
+// the blocks), else dense in the engine dtype.
+struct TableWeight {
+  OwnedTensor dense;
+  QuantizedWeight quantized;  // at most one part
+  bool defined() const { return dense->defined() || quantized.defined(); }
+  WeightMatrix matrix() const {
+    return quantized.defined() ? quantized.parts[0].w : WeightMatrix::dense(dense.view());
+  }
+  static TableWeight load(const WeightLoader& w, const std::string& name, const Shape& expected);
+};
 
 // Loads checkpoint tensors onto `device`, converting float weights to the requested dtype and
 // checking each shape: a mismatch throws ErrorKind::io naming the tensor, the expected and the
@@ -50,6 +80,11 @@ class WeightLoader {
   OwnedTensor load_concat(const std::vector<Part>& parts) const {
     return load_concat(parts, dtype_);
   }
+  // The parts as stored when every one is block-quantized with a shape matching `expected` and
+  // the device is the CPU (the weight then stays quantized in memory: linear() multiplies with the
+  // blocks), else an empty QuantizedWeight (load them with load / load_concat: dequantized).
+  // Consecutive parts of one format become one matrix.
+  QuantizedWeight load_quantized(const std::vector<Part>& parts) const;
 
  private:
   Tensor checked(const Part& part) const;
@@ -150,12 +185,15 @@ struct AttentionWeights {
   OwnedTensor o;                   // [hidden, q_width]
   OwnedTensor o_bias;              // [hidden] f32, or empty
   OwnedTensor qkv_scale, o_scale;  // [qkv_width] / [hidden] f32, or empty
+  // Block-quantized weights instead of qkv / o (a GGUF target's), when defined.
+  QuantizedWeight qkv_q, o_q;
 };
 
 struct MlpWeights {
   OwnedTensor gate_up;                    // [2 * intermediate, hidden] (gate rows then up rows)
   OwnedTensor down;                       // [hidden, intermediate]
   OwnedTensor gate_up_scale, down_scale;  // f32 per row, or empty (see AttentionWeights)
+  QuantizedWeight gate_up_q, down_q;      // block-quantized instead, when defined
 };
 
 // The device views of one forward's metadata that every layer reads.
@@ -183,8 +221,8 @@ struct AttentionScratch {
 
 // The residual add and RMSNorm after a block: residual += the block's out; out = rms_norm(residual)
 // (add_rms_norm's arguments). A block given one runs it fused with its last projection where it
-// can (ops/linear_norm.h: 16-bit weights without scale or bias), else right after it; the block's
-// own out is then scratch (its contents afterwards unspecified).
+// can (ops/linear_norm.h: dense 16-bit weights without scale or bias), else right after it; the
+// block's own out is then scratch (its contents afterwards unspecified).
 struct ResidualNorm {
   Tensor residual;  // [n, hidden], updated in place
   Tensor weight;    // [hidden]

@@ -103,8 +103,10 @@ class LlamaFamilyModel final : public Model {
         config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype_, page_size, num_pages};
   }
   ForwardOutput forward(Context& ctx, PagedKvCache& kv, const ForwardBatch& batch) override;
-  Tensor embedding_table() const override { return embed_; }
-  Tensor lm_head() const override { return lm_head_->defined() ? lm_head_.view() : embed_.view(); }
+  WeightMatrix embedding_table() const override { return embed_.matrix(); }
+  WeightMatrix lm_head() const override {
+    return lm_head_.defined() ? lm_head_.matrix() : embed_.matrix();
+  }
   Tensor final_norm() const override { return final_norm_; }
 
   void set_cuda_graphs(bool enabled) override { graphs_enabled_ = enabled; }
@@ -190,8 +192,8 @@ class LlamaFamilyModel final : public Model {
   Device device_;
   DType dtype_;
   AttentionDims dims_;
-  OwnedTensor embed_;       // [V, H]
-  OwnedTensor lm_head_;     // [V, H], empty when tied
+  TableWeight embed_;       // [V, H]
+  TableWeight lm_head_;     // [V, H], empty when tied
   OwnedTensor final_norm_;  // [H] f32
   std::vector<LayerWeights> layers_;
   RopeOnDevice rope_;
@@ -226,9 +228,10 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
   const auto [qkv_bias, o_bias, qk_norm] = tensors_of(traits, c);
 
   WeightLoader w(weights, device, dtype);
-  embed_ = w.load("model.embed_tokens.weight", Shape{c.vocab_size, h});
+  embed_ = TableWeight::load(w, "model.embed_tokens.weight", Shape{c.vocab_size, h});
   final_norm_ = w.load("model.norm.weight", Shape{h}, DType::f32);
-  if (!c.tie_word_embeddings) lm_head_ = w.load("lm_head.weight", Shape{c.vocab_size, h});
+  if (!c.tie_word_embeddings)
+    lm_head_ = TableWeight::load(w, "lm_head.weight", Shape{c.vocab_size, h});
 
   layers_.resize(static_cast<size_t>(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
@@ -237,9 +240,11 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     lw.norm_in = w.load(p + "input_layernorm.weight", Shape{h}, DType::f32);
     lw.norm_post = w.load(p + "post_attention_layernorm.weight", Shape{h}, DType::f32);
     const std::string a = p + "self_attn.";
-    lw.attn.qkv = w.load_concat({{a + "q_proj.weight", Shape{qw, h}},
-                                 {a + "k_proj.weight", Shape{kvw, h}},
-                                 {a + "v_proj.weight", Shape{kvw, h}}});
+    const std::vector<WeightLoader::Part> qkv = {{a + "q_proj.weight", Shape{qw, h}},
+                                                  {a + "k_proj.weight", Shape{kvw, h}},
+                                                  {a + "v_proj.weight", Shape{kvw, h}}};
+    lw.attn.qkv_q = w.load_quantized(qkv);
+    if (!lw.attn.qkv_q.defined()) lw.attn.qkv = w.load_concat(qkv);
     if (qkv_bias) {
       lw.attn.qkv_bias = w.load_concat({{a + "q_proj.bias", Shape{qw}},
                                         {a + "k_proj.bias", Shape{kvw}},
@@ -250,12 +255,16 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
       lw.attn.q_norm = w.load(a + "q_norm.weight", Shape{hd}, DType::f32);
       lw.attn.k_norm = w.load(a + "k_norm.weight", Shape{hd}, DType::f32);
     }
-    lw.attn.o = w.load(a + "o_proj.weight", Shape{h, qw});
+    lw.attn.o_q = w.load_quantized({{a + "o_proj.weight", Shape{h, qw}}});
+    if (!lw.attn.o_q.defined()) lw.attn.o = w.load(a + "o_proj.weight", Shape{h, qw});
     if (o_bias) lw.attn.o_bias = w.load(a + "o_proj.bias", Shape{h}, DType::f32);
     const std::string m = p + "mlp.";
-    lw.mlp.gate_up = w.load_concat(
-        {{m + "gate_proj.weight", Shape{inter, h}}, {m + "up_proj.weight", Shape{inter, h}}});
-    lw.mlp.down = w.load(m + "down_proj.weight", Shape{h, inter});
+    const std::vector<WeightLoader::Part> gate_up = {{m + "gate_proj.weight", Shape{inter, h}},
+                                                     {m + "up_proj.weight", Shape{inter, h}}};
+    lw.mlp.gate_up_q = w.load_quantized(gate_up);
+    if (!lw.mlp.gate_up_q.defined()) lw.mlp.gate_up = w.load_concat(gate_up);
+    lw.mlp.down_q = w.load_quantized({{m + "down_proj.weight", Shape{h, inter}}});
+    if (!lw.mlp.down_q.defined()) lw.mlp.down = w.load(m + "down_proj.weight", Shape{h, inter});
   }
 
   const RopeTable table = llama_family_rope_table(c, w);
@@ -436,7 +445,7 @@ void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatc
   };
 
   const RmsNormParams norm{static_cast<float>(config_.rms_norm_eps), false};
-  gather_rows(ctx, embed_, v.tokens, a.x);
+  gather_rows(ctx, embed_.matrix(), v.tokens, a.x);
   save_taps(kTapEmbedding, -1);
   rms_norm(ctx, a.x, layers_.front().norm_in, a.xn, norm);
   const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/config.h"
@@ -78,9 +79,10 @@ class Model {
   virtual ForwardOutput forward(Context& ctx, PagedKvCache& kv, const ForwardBatch& batch) = 0;
 
   // Weights that drafters share with their target: [vocab, hidden] embedding table, LM head
-  // (the embedding table when tied), final norm weight [hidden].
-  virtual Tensor embedding_table() const = 0;
-  virtual Tensor lm_head() const = 0;
+  // (the embedding table when tied), as stored (dense in the engine dtype, or block-quantized:
+  // gather_rows and linear take either), and the final norm weight [hidden].
+  virtual WeightMatrix embedding_table() const = 0;
+  virtual WeightMatrix lm_head() const = 0;
   virtual Tensor final_norm() const = 0;
 
   // CUDA-graph capture and replay of small fixed-shape forwards (decode / verify steps; the graph

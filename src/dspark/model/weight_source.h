@@ -3,13 +3,23 @@
 // Families ask for tensors by their Hugging Face names and never see the storage format.
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "dspark/core/quant.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
 
 class SafeTensors;
+
+// A 2-D weight stored in a block-quantized format (core/quant.h): `blocks` is a CPU view u8
+// [n, quant_row_bytes(quant, k)] of its rows, valid while the source lives.
+struct QuantizedView {
+  QuantType quant = QuantType::q8_0;
+  Tensor blocks;
+  int64_t n = 0, k = 0;
+};
 
 class WeightSource {
  public:
@@ -20,6 +30,13 @@ class WeightSource {
   virtual Tensor get(const std::string& name) const = 0;
   // The file or directory, for error messages.
   virtual std::string origin() const = 0;
+  // The tensor's blocks as stored when it is a block-quantized 2-D weight (a GGUF file's Q4_K,
+  // Q8_0, ...), in the Hugging Face row order; nullopt for float tensors and sources without
+  // quantized storage.
+  virtual std::optional<QuantizedView> get_quantized(const std::string& name) const {
+    (void)name;
+    return std::nullopt;
+  }
 };
 
 // A SafeTensors checkpoint as a WeightSource (it must outlive the adapter).

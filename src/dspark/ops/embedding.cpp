@@ -34,4 +34,27 @@ void gather_rows(Context& ctx, const Tensor& table, const Tensor& ids, const Ten
   }
 }
 
+void gather_rows(Context& ctx, const WeightMatrix& table, const Tensor& ids, const Tensor& out) {
+  if (!table.quantized()) return gather_rows(ctx, table.data, ids, out);
+  constexpr const char* kOp = "gather_rows";
+  check_weight_matrix(ctx, kOp, "table", table);
+  check_vector(kOp, "ids", ids, DType::i32, -1);
+  const int64_t n = ids.size(0);
+  check_shape(kOp, "out", out, Shape{n, table.k});
+  check_float(kOp, "out", out);
+  check_rows_contiguous(kOp, "out", out);
+  check_on_device(kOp, "ids", ids, ctx);
+  check_on_device(kOp, "out", out, ctx);
+  if (n == 0 || table.k == 0) return;
+  if (ctx.is_cuda()) {
+    DSPARK_ON_CUDA(cuda::gather_rows_blocks(ctx, table, ids, out));
+  } else {
+    const int32_t* id = ids.data_as<int32_t>();
+    for (int64_t i = 0; i < n; ++i)
+      DSPARK_CHECK_KIND(invalid_input, id[i] >= 0 && id[i] < table.n,
+                        "{}: ids[{}] = {} is outside the table's {} rows", kOp, i, id[i], table.n);
+    cpu::gather_rows_blocks(ctx, table, ids, out);
+  }
+}
+
 }  // namespace dspark

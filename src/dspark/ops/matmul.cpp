@@ -62,6 +62,34 @@ void check_linear_args(const Context& ctx, const Tensor& x, const Tensor& w, con
 
 }  // namespace ops_internal
 
+void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+            const Tensor& y) {
+  if (!w.quantized()) return linear(ctx, x, w.data, bias, y);
+  constexpr const char* kOp = "linear";
+  check_weight_matrix(ctx, kOp, "w", w);
+  check_rank(kOp, "x", x, 2);
+  check_float(kOp, "x", x);
+  check_float(kOp, "y", y);
+  check_rows_contiguous(kOp, "x", x);
+  DSPARK_CHECK(x.size(1) == w.k, "{}: x {} and w [{}, {}] ({}) disagree on in_features", kOp,
+               x.describe(), w.n, w.k, quant_type_name(w.quant));
+  check_shape(kOp, "y", y, Shape{x.size(0), w.n});
+  check_rows_contiguous(kOp, "y", y);
+  DSPARK_CHECK(!overlaps(x, y), "{}: y must not overlap x", kOp);
+  check_on_device(kOp, "x", x, ctx);
+  check_on_device(kOp, "y", y, ctx);
+  check_optional_vector(kOp, "bias", bias, w.n, ctx);
+  if (ctx.is_cuda())
+    DSPARK_CHECK_KIND(unsupported, y.dtype() == DType::f32 || y.dtype() == x.dtype(),
+                      "{} on CUDA: y must be f32 or the input dtype, got {}", kOp, y.describe());
+  if (x.size(0) == 0 || w.n == 0) return;
+  if (ctx.is_cuda()) {
+    DSPARK_ON_CUDA(cuda::linear_blocks(ctx, x, w, bias, y));
+  } else {
+    cpu::linear_blocks(ctx, x, w, bias, y);
+  }
+}
+
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
   check_linear_args(ctx, x, w, bias, y);
   if (x.size(0) == 0 || w.size(0) == 0) return;

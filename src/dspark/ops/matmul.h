@@ -2,6 +2,7 @@
 #pragma once
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
@@ -10,10 +11,20 @@ namespace dspark {
 //   CPU: any float dtypes (bf16/f16 converted to f32); M <= 32 through dspark's small-M kernel
 //   (backend/cpu/kernels/small_m_gemm.h: batch invariant), larger M through OpenBLAS sgemm;
 //   CUDA: x and w of the same 16-bit dtype (bf16 or f16) or both f32; y f32 or the input dtype;
-//   cuBLASLt (or, opt-in, the small-M tensor-core kernel). x and y rows contiguous (row strides may
+//   the kernel of backend/cuda/policy/linear.h. x and y rows contiguous (row strides may
 //   exceed K / N: slices of wider buffers); w contiguous. bias (optional, may be an undefined
 //   Tensor) [N] any float dtype. y must not overlap x (checked conservatively: the address ranges
 //   spanned by their rows must not meet).
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
+
+// The same for a weight in any stored format (WeightMatrix, backend/op_params.h): a dense one is
+// the call above; block-quantized rows (GGUF, core/quant.h: k a multiple of the block's values,
+// data u8 [n, quant_row_bytes] contiguous) give y = x . dequantize(w)^T with f32 sums, where the
+// kernels may first round each block of 32 values of a row of x to 8 bits with one f32 scale
+// (as llama.cpp does): y then matches the f32 product of the dequantized weight to ~1e-2
+// relative RMS. On the CPU a row's result does not depend on M or on the other rows. x any float
+// dtype on the CPU, bf16 / f16 / f32 on CUDA; y f32 or x's dtype.
+void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+            const Tensor& y);
 
 }  // namespace dspark

@@ -5,6 +5,8 @@
 #include <span>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
+#include "dspark/core/quant.h"
 #include "dspark/core/tensor.h"
 #include "dspark/ops/norm.h"
 
@@ -76,6 +78,22 @@ inline Tensor as_rows(const char* op, const char* name, const Tensor& t) {
   }
   if (!have) row_stride = cols;
   return Tensor(t.data(), t.dtype(), Shape{rows, cols}, Shape{row_stride, 1}, t.device());
+}
+
+// A block-quantized weight matrix (WeightFormat::blocks): data u8 [n, row bytes of k] contiguous
+// on ctx's device, k a multiple of the block's values.
+inline void check_weight_matrix(const Context& ctx, const char* op, const char* name,
+                                const WeightMatrix& w) {
+  DSPARK_CHECK(w.format == WeightFormat::blocks, "{}: {} has an unknown weight format", op, name);
+  const QuantBlock b = quant_block(w.quant);
+  DSPARK_CHECK(w.n >= 0 && w.k >= 0 && w.k % b.elements == 0,
+               "{}: {} [{}, {}] of {} blocks: the row length must be a multiple of {}", op, name,
+               w.n, w.k, quant_type_name(w.quant), b.elements);
+  check_rank(op, name, w.data, 2);
+  check_dtype(op, name, w.data, DType::u8);
+  check_shape(op, name, w.data, Shape{w.n, w.k / b.elements * b.bytes});
+  DSPARK_CHECK(w.data.is_contiguous(), "{}: {}'s blocks must be contiguous", op, name);
+  check_on_device(op, name, w.data, ctx);
 }
 
 // The params span holds one entry per row or one for all rows.

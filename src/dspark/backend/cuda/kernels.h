@@ -15,11 +15,17 @@
 namespace dspark::cuda {
 
 void gather_rows(Context& ctx, const Tensor& table, const Tensor& ids, const Tensor& out);
+// gather_rows of a block-quantized table (rows dequantized; ops/embedding.h).
+void gather_rows_blocks(Context& ctx, const WeightMatrix& table, const Tensor& ids,
+                        const Tensor& out);
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
               const RmsNormParams& params);
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
                   const Tensor& out, const RmsNormParams& params);
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
+// linear with block-quantized weights (WeightFormat::blocks; ops/matmul.h).
+void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                   const Tensor& y);
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
                          const RmsNormParams& params, const LinearNormExtras& extras);

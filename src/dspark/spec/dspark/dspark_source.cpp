@@ -72,8 +72,10 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
   DSPARK_CHECK_KIND(invalid_input, config_.drafts_per_block(block_rows_) >= 1 && block_rows_ <= 256,
                     "dspark: a block of {} rows gives no drafts for a {} drafter", block_rows_,
                     drafter_layout_name(config_.layout));
-  embed_ = weights_.embed->defined() ? weights_.embed.view() : target.embedding_table();
-  lm_head_ = weights_.lm_head->defined() ? weights_.lm_head.view() : target.lm_head();
+  embed_ = weights_.embed->defined() ? WeightMatrix::dense(weights_.embed.view())
+                                     : target.embedding_table();
+  lm_head_ = weights_.lm_head->defined() ? WeightMatrix::dense(weights_.lm_head.view())
+                                         : target.lm_head();
   check_draft_vocab(options_.draft_vocab, config_.backbone.vocab_size);
   head_.set_markov_enabled(options_.markov_enabled);
   const ModelConfig& c = config_.backbone;
@@ -137,7 +139,9 @@ void DSparkSource::prepare_draft_vocab(Context& ctx) {
   const std::vector<int32_t>& ids = options_.draft_vocab;
   const auto n = static_cast<int64_t>(ids.size());
   vocab_ids_ = OwnedTensor::from_vector(ids, Shape{n}, ctx.device());
-  lm_head_short_ = OwnedTensor(lm_head_.dtype(), Shape{n, lm_head_.size(1)}, ctx.device());
+  // The rows in the engine dtype (a block-quantized target head's dequantized).
+  lm_head_short_ = OwnedTensor(lm_head_.quantized() ? dtype_ : lm_head_.data.dtype(),
+                               Shape{n, lm_head_.k}, ctx.device());
   gather_rows(ctx, lm_head_, vocab_ids_, lm_head_short_);
   if (options_.fp8_weights) {
     auto [w8, scale] = to_fp8(ctx, lm_head_short_);
@@ -282,7 +286,8 @@ void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundM
   gather_rows(ctx, b.xn, m.draft_rows, b.hd);
   if (s.short_vocab) {
     project(ctx, b.hd, lm_head_short_, lm_head_short_scale_.view(), Tensor{}, b.logits);
-  } else if (options_.fp8_weights) {  // quantized by propose before the round (no allocation here)
+  } else if (options_.fp8_weights && !lm_head_.quantized()) {  // quantized by propose before the
+                                                               // round (no allocation here)
     linear_fp8(ctx, b.hd, lm_head8_, lm_head8_scale_, Tensor{}, b.logits);
   } else {
     linear(ctx, b.hd, lm_head_, Tensor{}, b.logits);
@@ -363,8 +368,9 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   shape.short_vocab = !options_.draft_vocab.empty() && !any_sampled;
   shape.sampled = any_sampled;
   if (shape.short_vocab) prepare_draft_vocab(ctx);
-  if (!shape.short_vocab && options_.fp8_weights && !lm_head8_->defined())
-    std::tie(lm_head8_, lm_head8_scale_) = to_fp8(ctx, lm_head_);
+  // FP8 of a dense LM head (a block-quantized one is used as it is).
+  if (!shape.short_vocab && options_.fp8_weights && !lm_head_.quantized() && !lm_head8_->defined())
+    std::tie(lm_head8_, lm_head8_scale_) = to_fp8(ctx, lm_head_.data);
   shape.cols = shape.short_vocab ? vocab_ids_->numel() : vocab;
   const int64_t R = shape.rows, S = shape.steps, M = R * L;
 

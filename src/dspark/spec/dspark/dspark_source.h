@@ -232,8 +232,8 @@ class DSparkSource final : public DraftSource {
   DSparkSourceOptions options_;
   DType dtype_;
   int block_rows_ = 0;
-  Tensor embed_;    // [V, d] the checkpoint's or the target's
-  Tensor lm_head_;  // [V, d]
+  WeightMatrix embed_;    // [V, d] the checkpoint's or the target's (may be block-quantized)
+  WeightMatrix lm_head_;  // [V, d]
   // The draft vocabulary's device tables, built on its first greedy round: ids i32 [V'], the LM
   // head's and w2's rows of those ids.
   OwnedTensor vocab_ids_, lm_head_short_, w2_short_;

@@ -11,9 +11,9 @@
 
 namespace dspark::cuda {
 
-// One buffer per kernel family (two families never share a counter). linear_streamk's buffer also
-// holds that kernel's partial sums after its counters (gemv_streamk.cu).
-enum class ArrivalPool { markov_step, attention_merge, markov_loop, linear_streamk, count };
+// One buffer per kernel family (two families never share a counter): linear_quant counts the K
+// slices of the quantized linear's row groups (linear_quant.cu).
+enum class ArrivalPool { markov_step, attention_merge, markov_loop, linear_quant, count };
 
 // The zeroed counters of `pool` on ctx's device: `n` of them, allocated on first use and kept for
 // the process (a captured graph keeps the address; `n` must be the same on every call of a

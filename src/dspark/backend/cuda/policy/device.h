@@ -43,6 +43,11 @@ struct Tuning {
   // cluster and merge through distributed shared memory (false: the combine kernel, the path of
   // GPUs without clusters).
   bool attention_cluster_merge = true;
+  // linear with block-quantized weights (policy/linear_quant.h): the tensor-core kernel for up to
+  // this many rows of x (at most 48), above it the weight dequantized into scratch and cuBLASLt.
+  // Not measured yet: 48 is the kernel's limit (a verify of 16 drafts is 17 rows; prefill chunks
+  // are hundreds).
+  int64_t linear_blocks_max_rows = 48;
 };
 
 }  // namespace dspark::cuda

@@ -1,0 +1,380 @@
+// The product with block-quantized weights (contract and arithmetic: quant_gemm.h): the driver
+// (x rows rounded to 8-bit blocks once per call, blocks of weight rows spread over the thread pool,
+// bias and output dtype), the portable kernels, and the run-time choice of the AVX2 ones
+// (quant_gemm_avx2.cpp).
+//
+// The portable kernels decode each weight row once into its integer values and per-unit scales,
+// then follow quant_gemm.h's sequence literally (integer lanes, std::fma into 8 lanes), so their
+// results are the AVX2 kernels' bit for bit. They are written for clarity, not speed.
+#include "dspark/backend/cpu/kernels/quant_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "dspark/backend/cpu/float_io.h"
+#include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
+#include "dspark/core/error.h"
+#include "dspark/core/thread_pool.h"
+
+namespace dspark::cpu {
+namespace quant_gemm_detail {
+
+void quantize_x_row(const float* v, int64_t k, uint8_t* dst) {
+  const int64_t nb = k / 32;
+  auto* q = reinterpret_cast<int8_t*>(dst);
+  auto* d = reinterpret_cast<float*>(dst + k);
+  float* s = d + nb;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* x = v + 32 * b;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < 32; ++i) {
+      const float a = std::fabs(x[i]);
+      finite = finite && a <= 3.402823466e38f;  // false for inf and NaN
+      amax = std::max(amax, a);
+    }
+    int8_t* qb = q + 32 * b;
+    if (!finite || amax < kTinyXBlock) {
+      std::fill(qb, qb + 32, int8_t{0});
+      d[b] = s[b] = finite ? 0.0f : std::nanf("");
+      continue;
+    }
+    const float inv = 127.0f / amax;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      // Round to nearest, ties to even, for |t| <= 127.5 (< 2^22): the float addition rounds.
+      const float t = x[i] * inv;
+      const float r = (t + 12582912.0f) - 12582912.0f;
+      const int qi = static_cast<int>(r);
+      qb[i] = static_cast<int8_t>(qi);
+      sum += qi;
+    }
+    d[b] = amax / 127.0f;
+    s[b] = d[b] * static_cast<float>(sum);
+  }
+}
+
+namespace {
+
+float half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return f16_to_f32(f16{bits});
+}
+
+bool has_min(QuantType t) {
+  return t == QuantType::q4_1 || t == QuantType::q5_1 || t == QuantType::q4_k ||
+         t == QuantType::q5_k;
+}
+
+// One weight row as integer values and the weight's part of each unit's scale (quant_gemm.h).
+struct DecodedRow {
+  std::vector<int8_t> q;      // [k] integer values (Q6_K: q - 32)
+  std::vector<float> scale;   // [k / 32] d_w (legacy, Q6_K) or d_w * sc_u (Q4_K, Q5_K)
+  std::vector<float> min;     // [k / 32] m_b (Q4_1, Q5_1) or dmin * m_u (Q4_K, Q5_K)
+  std::vector<int8_t> sub16;  // [k / 16] Q6_K's scale of each 16 values
+};
+
+// The 5th bits of a Q5_0 / Q5_1 block: bit j of the u32 belongs to element j.
+uint32_t u32_at(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) {
+  const QuantBlock qb = quant_block(type);
+  const int64_t nb = k / qb.elements, units = k / 32;
+  out.q.resize(static_cast<size_t>(k));
+  out.scale.resize(static_cast<size_t>(units));
+  out.min.assign(static_cast<size_t>(units), 0.0f);
+  out.sub16.assign(static_cast<size_t>(k / 16), 0);
+  int8_t* q = out.q.data();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = row + b * qb.bytes;
+    int8_t* y = q + b * qb.elements;
+    switch (type) {
+      case QuantType::q4_0:
+      case QuantType::q4_1: {
+        const bool with_min = type == QuantType::q4_1;
+        const uint8_t* qs = p + (with_min ? 4 : 2);
+        const int off = with_min ? 0 : 8;
+        for (int j = 0; j < 16; ++j) {
+          y[j] = static_cast<int8_t>((qs[j] & 0x0F) - off);
+          y[j + 16] = static_cast<int8_t>((qs[j] >> 4) - off);
+        }
+        out.scale[b] = half(p);
+        if (with_min) out.min[b] = half(p + 2);
+        break;
+      }
+      case QuantType::q5_0:
+      case QuantType::q5_1: {
+        const bool with_min = type == QuantType::q5_1;
+        const uint32_t qh = u32_at(p + (with_min ? 4 : 2));
+        const uint8_t* qs = p + (with_min ? 8 : 6);
+        const int off = with_min ? 0 : 16;
+        for (int j = 0; j < 16; ++j) {
+          const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+          const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+          y[j] = static_cast<int8_t>(lo - off);
+          y[j + 16] = static_cast<int8_t>(hi - off);
+        }
+        out.scale[b] = half(p);
+        if (with_min) out.min[b] = half(p + 2);
+        break;
+      }
+      case QuantType::q8_0:
+        std::memcpy(y, p + 2, 32);
+        out.scale[b] = half(p);
+        break;
+      case QuantType::q4_k:
+      case QuantType::q5_k: {
+        const bool five = type == QuantType::q5_k;
+        const float d = half(p), dmin = half(p + 2);
+        uint8_t sm[16];
+        k_scales_mins(p + 4, sm);
+        const uint8_t* qh = p + 16;
+        const uint8_t* qs = p + (five ? 48 : 16);
+        for (int g = 0; g < 4; ++g) {
+          for (int l = 0; l < 32; ++l) {
+            int lo = qs[32 * g + l] & 0x0F, hi = qs[32 * g + l] >> 4;
+            if (five) {
+              lo |= ((qh[l] >> (2 * g)) & 1) << 4;
+              hi |= ((qh[l] >> (2 * g + 1)) & 1) << 4;
+            }
+            y[64 * g + l] = static_cast<int8_t>(lo);
+            y[64 * g + 32 + l] = static_cast<int8_t>(hi);
+          }
+        }
+        for (int u = 0; u < 8; ++u) {
+          out.scale[8 * b + u] = d * static_cast<float>(sm[u]);
+          out.min[8 * b + u] = dmin * static_cast<float>(sm[8 + u]);
+        }
+        break;
+      }
+      case QuantType::q6_k: {
+        const uint8_t* ql = p;
+        const uint8_t* qh = p + 128;
+        const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+        const float d = half(p + 208);
+        for (int h = 0; h < 2; ++h) {
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t lo0 = ql[64 * h + l], lo1 = ql[64 * h + 32 + l], hb = qh[32 * h + l];
+            int8_t* yh = y + 128 * h;
+            yh[l] = static_cast<int8_t>(((lo0 & 0x0F) | ((hb & 3) << 4)) - 32);
+            yh[l + 32] = static_cast<int8_t>(((lo1 & 0x0F) | (((hb >> 2) & 3) << 4)) - 32);
+            yh[l + 64] = static_cast<int8_t>(((lo0 >> 4) | (((hb >> 4) & 3) << 4)) - 32);
+            yh[l + 96] = static_cast<int8_t>(((lo1 >> 4) | (((hb >> 6) & 3) << 4)) - 32);
+          }
+        }
+        for (int u = 0; u < 8; ++u) out.scale[8 * b + u] = d;
+        for (int i = 0; i < 16; ++i) out.sub16[16 * b + i] = sc[i];
+        break;
+      }
+    }
+  }
+}
+
+// ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7))
+float reduce8(const float* a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) {
+  const int64_t units = x.blocks;
+  const int8_t* xq = x.q(r);  // natural layout
+  const float* xd = x.d(r);
+  const float* xs = x.s(r);
+  const bool q6 = type == QuantType::q6_k, paired = paired_blocks(type);
+  float acc[8] = {}, mn[8] = {};
+  // Sum of products i0 .. i0+3 of unit u (and i0+16 .. i0+19 too when `both_halves`).
+  auto products = [&](int64_t u, int i0, bool both_halves) {
+    const int8_t* wq = w.q.data() + 32 * u;
+    const int8_t* a = xq + 32 * u;
+    int32_t sum = 0;
+    for (int i = i0; i < i0 + 4; ++i) sum += int32_t{wq[i]} * int32_t{a[i]};
+    if (both_halves)
+      for (int i = i0 + 16; i < i0 + 20; ++i) sum += int32_t{wq[i]} * int32_t{a[i]};
+    return sum;
+  };
+  for (int64_t u = 0; u < units;) {
+    if (paired && u + 1 < units) {
+      // Blocks u, u+1: lanes 0-3 block u, 4-7 block u+1, each lane over both halves.
+      for (int h = 0; h < 2; ++h) {
+        const float scale = w.scale[u + h] * xd[u + h];
+        for (int l = 0; l < 4; ++l)
+          acc[4 * h + l] =
+              std::fma(scale, static_cast<float>(products(u + h, 4 * l, true)), acc[4 * h + l]);
+      }
+      u += 2;
+    } else {
+      const float scale = w.scale[u] * xd[u];
+      for (int l = 0; l < 8; ++l) {
+        int32_t lane = products(u, 4 * l, false);
+        if (q6) lane *= w.sub16[2 * u + l / 4];
+        acc[l] = std::fma(scale, static_cast<float>(lane), acc[l]);
+      }
+      u += 1;
+    }
+  }
+  if (has_min(type))
+    for (int64_t u = 0; u < units; ++u) mn[u % 8] = std::fma(w.min[u], xs[u], mn[u % 8]);
+  const float y = reduce8(acc);
+  if (type == QuantType::q4_1 || type == QuantType::q5_1) return y + reduce8(mn);
+  if (has_min(type)) return y - reduce8(mn);
+  return y;
+}
+
+}  // namespace
+
+void block_portable(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w,
+                    int64_t w_row_bytes, int64_t ncols, float* out) {
+  thread_local DecodedRow row;
+  const int64_t k = x.blocks * 32;
+  for (int64_t j = 0; j < ncols; ++j) {
+    decode_row(type, w + j * w_row_bytes, k, row);
+    for (int64_t r = 0; r < m; ++r) out[r * kBlockCols + j] = dot_row(type, row, x, r);
+  }
+}
+
+}  // namespace quant_gemm_detail
+
+namespace {
+
+// The calling thread's x blocks (grow, never shrink; 64-byte aligned).
+uint8_t* x_buffer(int64_t bytes) {
+  thread_local std::vector<uint8_t> buffer;
+  const size_t need = static_cast<size_t>(bytes) + 64;
+  if (buffer.size() < need) buffer.resize(need);
+  const auto addr = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + ((64 - addr % 64) % 64);
+}
+
+// Per-thread f32 outputs of a block of weight rows (grow, never shrink).
+float* out_buffer(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
+}  // namespace
+
+bool quant_gemm_has_avx2() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+QuantGemmIsa quant_gemm_default_isa() {
+  return quant_gemm_has_avx2() ? QuantGemmIsa::avx2 : QuantGemmIsa::portable;
+}
+
+std::string_view quant_gemm_isa_name(QuantGemmIsa isa) {
+  switch (isa) {
+    case QuantGemmIsa::automatic:
+      return "automatic";
+    case QuantGemmIsa::portable:
+      return "portable";
+    case QuantGemmIsa::avx2:
+      return "avx2";
+  }
+  return "?";
+}
+
+void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
+  namespace d = quant_gemm_detail;
+  const QuantBlock qb = quant_block(a.quant);
+  DSPARK_CHECK(a.m >= 0 && a.n >= 0 && a.k >= 0, "quant_gemm: negative size m={} n={} k={}", a.m,
+               a.n, a.k);
+  DSPARK_CHECK(a.k % qb.elements == 0, "quant_gemm: k {} is not a multiple of {}'s {} values", a.k,
+               quant_type_name(a.quant), qb.elements);
+  DSPARK_CHECK(a.m <= 1 || a.ldx >= a.k, "quant_gemm: ldx {} < k {}", a.ldx, a.k);
+  DSPARK_CHECK(a.m <= 1 || a.ldy >= a.n, "quant_gemm: ldy {} < n {}", a.ldy, a.n);
+  DSPARK_CHECK(dtype_is_float(a.x_dtype) && dtype_is_float(a.y_dtype),
+               "quant_gemm: float inputs and outputs only (x {}, y {})", dtype_name(a.x_dtype),
+               dtype_name(a.y_dtype));
+  if (isa == QuantGemmIsa::automatic) isa = quant_gemm_default_isa();
+  DSPARK_CHECK_KIND(unsupported, isa != QuantGemmIsa::avx2 || quant_gemm_has_avx2(),
+                    "quant_gemm: this CPU lacks AVX2/FMA/F16C");
+  if (a.m == 0 || a.n == 0) return;
+  const int64_t m = a.m, n = a.n, k = a.k;
+  const bool avx2 = isa == QuantGemmIsa::avx2;
+#if defined(__x86_64__)
+  const d::BlockFn block = avx2 ? d::block_avx2 : d::block_portable;
+#else
+  const d::BlockFn block = d::block_portable;
+#endif
+
+  // x rounded to 8-bit blocks, once per call (rows spread over the pool when there are many).
+  d::XBlocks xb;
+  xb.row_bytes = d::x_row_bytes(k);
+  xb.blocks = k / 32;
+  uint8_t* xbase = x_buffer(m * xb.row_bytes);
+  xb.base = xbase;
+  dispatch_float(a.x_dtype, [&]<typename TX>(TypeTag<TX>) {
+    auto quantize_rows = [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const TX* src = static_cast<const TX*>(a.x) + r * a.ldx;
+        const float* v;
+        if constexpr (std::is_same_v<TX, float>) {
+          v = src;
+        } else {
+          float* f = thread_scratch(k, 3);
+          load_f32(src, f, k);
+          v = f;
+        }
+        if (avx2) {
+#if defined(__x86_64__)
+          d::quantize_x_row_avx2(v, k, d::paired_blocks(a.quant), xbase + r * xb.row_bytes);
+#endif
+        } else {
+          d::quantize_x_row(v, k, xbase + r * xb.row_bytes);
+        }
+      }
+    };
+    if (m * k >= (int64_t{1} << 16)) {
+      pool.parallel_for(m, std::max<int64_t>(1, 8192 / std::max<int64_t>(k, 1)), quantize_rows);
+    } else {
+      quantize_rows(0, m);
+    }
+  });
+
+  const int64_t row_bytes = quant_row_bytes(a.quant, k);
+  const int64_t n_blocks = (n + d::kBlockCols - 1) / d::kBlockCols;
+  // Blocks of weight rows taken by the pool's threads one chunk at a time (the pool makes up to 4
+  // chunks per thread: small enough to even out two threads, one of which the shared machine may
+  // delay). A product of fewer than kSerialMacs multiply-adds (~6 us) stays on the calling thread:
+  // waking the workers costs more.
+  constexpr int64_t kSerialMacs = int64_t{1} << 17;
+  const int64_t grain = m * n * k < kSerialMacs ? n_blocks : 1;
+  dispatch_float(a.y_dtype, [&]<typename TO>(TypeTag<TO>) {
+    pool.parallel_for(n_blocks, grain, [&](int64_t b0, int64_t b1) {
+      float* out = out_buffer(m * d::kBlockCols);
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t j0 = b * d::kBlockCols;
+        const int64_t ncols = std::min(d::kBlockCols, n - j0);
+        if (k == 0) {
+          std::fill(out, out + m * d::kBlockCols, 0.0f);
+        } else {
+          block(a.quant, xb, m, a.w + j0 * row_bytes, row_bytes, ncols, out);
+        }
+        for (int64_t r = 0; r < m; ++r) {
+          TO* yr = static_cast<TO*>(a.y) + r * a.ldy + j0;
+          const float* o = out + r * d::kBlockCols;
+          if (a.bias) {
+            for (int64_t j = 0; j < ncols; ++j) yr[j] = from_f32<TO>(o[j] + a.bias[j0 + j]);
+          } else {
+            for (int64_t j = 0; j < ncols; ++j) yr[j] = from_f32<TO>(o[j]);
+          }
+        }
+      }
+    });
+  });
+}
+
+}  // namespace dspark::cpu

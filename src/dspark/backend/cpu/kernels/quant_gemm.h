@@ -1,0 +1,83 @@
+// Private to the CPU kernels (and their tests/benchmarks): the product with block-quantized
+// weights behind linear() (ops/matmul.h) for a WeightMatrix of WeightFormat::blocks,
+//     y[M, N] = x[M, K] . dequantize(w)[N, K]^T (+ bias[N])
+// done as llama.cpp does it on the CPU: each row of x is first rounded, per block of 32 values, to
+// 8-bit integers with one f32 scale (the "x blocks" below); every weight block is then multiplied
+// with them in integers and the block's integer sums are scaled into f32 accumulators.
+//
+// x blocks: for the 32 values v of block b of a row, amax = max |v|, d = amax / 127,
+// q = round-to-nearest-even(v * (127 / amax)), s = d * sum(q) (for the formats with a min); a
+// block with amax < 1e-30 rounds to q = 0, d = s = 0, and one with a non-finite value to q = 0,
+// d = s = NaN (so NaN in every output of that row).
+//
+// The integer sums. Each weight value has its integer w as core/quant.h defines it: q - 8 (Q4_0),
+// q - 16 (Q5_0), q (Q4_1, Q5_1, Q4_K, Q5_K: their min is handled apart), the signed byte (Q8_0),
+// q - 32 (Q6_K). Per unit of 32 weights (a block of the legacy formats, a sub-block of 32 of the
+// k-quants), 8 int32 lanes of products w_i * q_i (exact in int32 and in f32):
+//   Q8_0, Q4_K, Q5_K: lane l = products 4l .. 4l+3 of the unit;
+//   Q6_K: the same, times the int8 scale of the 16-value half the lane lies in;
+//   Q4_0, Q4_1, Q5_0, Q5_1: blocks go in pairs (2p, 2p+1): lane l < 4 = products 4l .. 4l+3 and
+//     16+4l .. 16+4l+3 of block 2p, lane 4 + l the same of block 2p+1 (a last odd block alone,
+//     lanes as Q8_0's).
+//
+// The f32 part, per (x row, weight row), 8 f32 accumulator lanes acc[l], in the order of the
+// units along k, one fused multiply-add per lane and unit:
+//     acc[l] = fma(scale_u, float(lane_l), acc[l])        (paired blocks: each lane its block's)
+//   scale_u = d_w * d_x                       Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 (d_w the block's f16 d)
+//   scale_u = (d_w * sc_u) * d_x              Q4_K Q5_K (sc_u the 6-bit scale: d_w * sc_u exact)
+//   scale_u = d_w * d_x                       Q6_K (its int8 scales are inside the lanes)
+// then y = ((acc0+acc1)+(acc2+acc3)) + ((acc4+acc5)+(acc6+acc7)), then the min term, 8 lanes
+// mn[u % 8] = fma(mw_u, s_u, mn[u % 8]) over units u in order from +0 (mw_u = m of Q4_1 / Q5_1
+// blocks, dmin * m_u of Q4_K / Q5_K sub-blocks, exact) reduced by the same tree: y + mn (Q4_1,
+// Q5_1) or y - mn (Q4_K, Q5_K); then + bias[j] (in f32), then the conversion to y's dtype.
+//
+// Batch invariance: that sequence of operations is the same whatever M is, which row of the call
+// a row is, and how the weight rows are split among threads, and it is the same on the AVX2 path
+// (_mm256_maddubs_epi16 / _mm256_madd_epi16 for the lanes, FMA for the f32 part) and on the
+// portable one (plain integer loops and std::fma): both give the same bits (the tests check it).
+// The cost of keeping that for every M: prefill (M in the hundreds) also runs the integer tiles
+// (no sgemm).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "dspark/core/dtype.h"
+#include "dspark/core/quant.h"
+
+namespace dspark {
+class ThreadPool;
+}
+
+namespace dspark::cpu {
+
+enum class QuantGemmIsa {
+  automatic,  // avx2 when the CPU has AVX2 + FMA + F16C, else portable
+  portable,   // plain C++
+  avx2,       // AVX2 + FMA + F16C; only when quant_gemm_has_avx2()
+};
+
+struct QuantGemmArgs {
+  const void* x = nullptr;  // [m, k] of dtype x_dtype (f32, bf16 or f16), row stride ldx (>= k)
+  DType x_dtype = DType::f32;
+  int64_t ldx = 0;
+  const uint8_t* w = nullptr;  // [n] rows of quant_row_bytes(quant, k) bytes, contiguous
+  QuantType quant = QuantType::q8_0;
+  const float* bias = nullptr;  // [n] or null
+  void* y = nullptr;            // [m, n], row stride ldy (>= n), dtype y_dtype (f32, bf16 or f16)
+  DType y_dtype = DType::f32;
+  int64_t ldy = 0;
+  int64_t m = 0, n = 0, k = 0;  // k a multiple of the block's values
+};
+
+// Runs on `pool` (parallel over blocks of weight rows). y must not overlap x or w.
+void quant_gemm(ThreadPool& pool, const QuantGemmArgs& args,
+                QuantGemmIsa isa = QuantGemmIsa::automatic);
+
+// True when this CPU can run the avx2 path (AVX2, FMA and F16C).
+bool quant_gemm_has_avx2();
+// The ISA `automatic` resolves to on this CPU.
+QuantGemmIsa quant_gemm_default_isa();
+std::string_view quant_gemm_isa_name(QuantGemmIsa isa);
+
+}  // namespace dspark::cpu

@@ -1,0 +1,78 @@
+// Private to quant_gemm*.cpp: the x blocks and the per-ISA pieces of the product with
+// block-quantized weights (quant_gemm.h documents the arithmetic both ISAs follow).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "dspark/core/quant.h"
+
+namespace dspark::cpu::quant_gemm_detail {
+
+// Weight rows per block (the unit of the thread split; a multiple of every tile width).
+constexpr int64_t kBlockCols = 16;
+
+// The rows of x rounded to 8 bits (quant_gemm.h), row r at base + r * row_bytes:
+//   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]
+// q in the natural layout: block b = values 32b .. 32b+31 in order; or in the paired layout (the
+// AVX2 kernels of Q4_0 / Q4_1 / Q5_0 / Q5_1): the 64 bytes of blocks 2p, 2p+1 (both present) are
+// [2p: 0..15][2p+1: 0..15][2p: 16..31][2p+1: 16..31], a last odd block natural.
+// row_bytes a multiple of 64, so q and the floats are 32-byte aligned when base is.
+struct XBlocks {
+  const uint8_t* base = nullptr;
+  int64_t row_bytes = 0;
+  int64_t blocks = 0;  // k / 32
+
+  const int8_t* q(int64_t r) const { return reinterpret_cast<const int8_t*>(base + r * row_bytes); }
+  const float* d(int64_t r) const {
+    return reinterpret_cast<const float*>(base + r * row_bytes + blocks * 32);
+  }
+  const float* s(int64_t r) const { return d(r) + blocks; }
+};
+
+inline int64_t x_row_bytes(int64_t k) {
+  return (k + 8 * (k / 32) + 63) / 64 * 64;
+}
+
+// A block of x whose largest magnitude is below this rounds to zeros (127 / amax would overflow).
+constexpr float kTinyXBlock = 1e-30f;
+
+// One row of k f32 values (k a multiple of 32) into its x blocks at dst (x_row_bytes(k) bytes),
+// natural layout.
+void quantize_x_row(const float* v, int64_t k, uint8_t* dst);
+// The same values, natural or paired layout (quant_gemm_avx2.cpp; AVX2 CPUs only).
+void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uint8_t* dst);
+
+// The legacy formats whose lanes pair two blocks (quant_gemm.h).
+inline bool paired_blocks(QuantType t) {
+  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q5_0 ||
+         t == QuantType::q5_1;
+}
+
+// One block of weight rows for every x row:
+//   out[r * kBlockCols + j] = dot(x row r, weight row j)   r < m, j < ncols (1 <= ncols <=
+//   kBlockCols), without the bias; w: ncols rows of w_row_bytes bytes.
+using BlockFn = void (*)(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w,
+                         int64_t w_row_bytes, int64_t ncols, float* out);
+
+void block_portable(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w,
+                    int64_t w_row_bytes, int64_t ncols, float* out);
+// Defined only on x86-64 (quant_gemm_avx2.cpp); callers check quant_gemm_has_avx2() first.
+void block_avx2(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w, int64_t w_row_bytes,
+                int64_t ncols, float* out);
+
+// The 6-bit scales sc[0..7] and mins m[0..7] of a Q4_K / Q5_K super-block from its 12 packed
+// bytes (core/quant.h): bytes 0-7 of `out` are the scales, 8-15 the mins.
+inline void k_scales_mins(const uint8_t* packed, uint8_t out[16]) {
+  constexpr uint32_t kMask1 = 0x3f3f3f3f, kMask2 = 0x0f0f0f0f, kMask3 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  u[3] = ((u[2] >> 4) & kMask2) | (((u[1] >> 6) & kMask3) << 4);
+  const uint32_t mins_lo = u[1] & kMask1;
+  u[1] = (u[2] & kMask2) | (((u[0] >> 6) & kMask3) << 4);
+  u[2] = mins_lo;
+  u[0] &= kMask1;
+  std::memcpy(out, u, 16);
+}
+
+}  // namespace dspark::cpu::quant_gemm_detail

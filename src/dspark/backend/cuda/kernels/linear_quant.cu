@@ -1,0 +1,470 @@
+// linear with block-quantized weights (contract: ops/matmul.h): y[M, N] = x[M, K] .
+// dequantize(w)^T (+ bias), the kernel chosen by choose_linear_blocks (policy/linear_quant.h).
+//
+// The tensor-core kernel (1..48 rows of bf16 / f16 x: decode, verify, draft steps) reads every
+// weight byte once per call:
+//  - Work: K is cut into slices of whole super-blocks (256 values), the weight rows into tiles of
+//    16; a CTA takes one slice of a group of consecutive tiles (a grid of slices x row groups, at
+//    most one CTA per multiprocessor: the policy's plan). Its 8 warps are warps_k x warps_r:
+//    warps_k split the slice's super-blocks, warps_r tiles are in flight at once (a round).
+//  - Weights: each warp streams its 16-row tiles of its super-blocks, a stage (16 rows x 1 or 2
+//    super-blocks, 2.3-4.6 KB) at a time, through its own ring of 3 stages in shared memory by
+//    cp.async (16-byte copies of the 16-byte chunks that hold the stage's bytes: rows of Q6_K /
+//    Q8_0 blocks need not be 16-byte aligned), two stages ahead of its math and across tiles and
+//    rounds. The first two stages are requested before pdl_wait() (weights are never written by
+//    a forward). A warp's stage is its own: __syncwarp, no CTA barrier, between the copies and
+//    the reads.
+//  - x: after pdl_wait() the CTA copies its slice of x (all M rows, 16-bit) into shared memory,
+//    and for formats with a min term sums it per sub-block of 32 (f32, in order).
+//  - Math: per stage, the warp first writes the stage's per-sub-block scales D (and Mn) as f32
+//    into a table (one lane per row and super-block), then walks its super-blocks in MMA steps of
+//    16 values (quant_blocks.cuh): lane (g, c) turns the 4 consecutive values 4c..4c+3 of rows g
+//    and g + 8 into exact bf16 / f16 integers q - offset (the m16n8k16 A fragment, logical k
+//    2c, 2c+1, 2c+8, 2c+9 = physical 4c..4c+3) and loads the same 4 values of x rows g + 8t
+//    (the B fragment) with one 8-byte shared load. The MMA sums a sub-block's steps into f32
+//    registers, which are then added to the accumulators times D (plus Mn times x's sub-block
+//    sums).
+//  - Sums: at the end of a round the warps' accumulators meet in shared memory and each (row,
+//    row of x) is added over warps_k in warp order. With one slice that is y (+ bias); with
+//    several, the CTA writes its slice's f32 sums to scratch and the last CTA of the row group
+//    to finish (an arrival counter, arrival_counters.h) adds the slices in slice order, adds the
+//    bias and writes y. The order depends on the shape and the SM count only: the same bits on
+//    every call (not the same bits for different M: another plan).
+//
+// Everything else (more rows: prefill; f32 x; K not a multiple of 256; unaligned operands): the
+// weight rows are dequantized into ctx.scratch() as x's dtype (quant_rows.cu), at most 64 MB of
+// rows at a time, and each chunk goes through the dense linear (cuBLASLt, or the one-row kernel).
+#include <algorithm>
+#include <type_traits>
+
+#include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/mma.cuh"
+#include "dspark/backend/cuda/device/vec.cuh"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/arrival_counters.h"
+#include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
+#include "dspark/backend/cuda/kernels/quant_blocks.cuh"
+#include "dspark/backend/cuda/kernels/quant_rows.h"
+#include "dspark/backend/cuda/policy/linear_quant.h"
+
+namespace dspark::cuda {
+namespace {
+
+using quant::QuantMma;
+constexpr int kThreads = kQuantMmaWarps * 32;
+constexpr int kStages = kQuantMmaStages;
+// The prefill path's scratch: weight rows dequantized per chunk.
+constexpr size_t kDequantChunkBytes = size_t{64} << 20;
+
+template <typename TX>
+struct QmmaParams {
+  const uint8_t* w;   // [n][row_bytes]
+  int64_t row_bytes;  // ksb super-blocks
+  int64_t w_bytes;    // n * row_bytes: copies past it read zeros
+  const TX* x;        // [m][k], rows ldx apart
+  int64_t ldx;
+  void* y;  // [m][n], rows ldy apart
+  device::FloatKind y_kind;
+  int64_t ldy;
+  const void* bias;  // [n] or null
+  device::FloatKind bias_kind;
+  float* part;         // [slices][m][n] when slices > 1
+  unsigned* counters;  // [row_groups] when slices > 1
+  int m, n, ksb;
+  int slices, slice_sbs, warps_k, warps_r, tiles_per_cta;
+  // Shared memory (policy/linear_quant.h's QuantMmaLayout)
+  int table_stride, part_stride, x_stride, mp;
+  unsigned table_off, part_off, x_off, xsum_off;
+};
+
+// 16 bytes global -> shared, of which the first `src_bytes` (0..16) are read and the rest are
+// zeros; the weights stay out of L1 (.cg) and L2 fetches 256 bytes at a time.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+
+// d = a . b (m16n8k16, f32), the accumulator starting at zero.
+template <typename T>
+__device__ __forceinline__ void mma_first(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %10, %10, %10};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %10, %10, %10};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+  }
+}
+
+// One super-block of rows g (pa) and g + 8 (pb) of a stage: its 16 MMA steps with every tile of
+// 8 rows of x, added to acc. ta / tb: the rows' scale-table entries of this super-block; xr[t]:
+// lane (g, c)'s place in row g + 8t of x's slice (byte offset 8c); sbl: the super-block's index
+// in the slice; xsum: x's sub-block sums ([slice sub-blocks][mp]).
+template <QuantType Q, typename T, int NT, typename Entry>
+__device__ __forceinline__ void mma_super_block(float (&acc)[NT][4], const uint8_t* pa,
+                                                const uint8_t* pb, const Entry* ta, const Entry* tb,
+                                                const uint8_t* const (&xr)[NT], int sbl,
+                                                const float* xsum, int mp, int c) {
+  using F = QuantMma<Q>;
+  const int x0 = 2 * 256 * sbl;  // bytes
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    uint32_t qa[4], qb[4];
+    F::unit(pa, u, c, qa);
+    F::unit(pb, u, c, qb);
+    float sub_acc[NT][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t a0, a1, a2, a3;
+      quant::step_pairs<T, Q>(qa[s], a0, a2);
+      quant::step_pairs<T, Q>(qb[s], a1, a3);
+      const int off = x0 + 2 * F::elem(u, s);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        const uint2 b = *reinterpret_cast<const uint2*>(xr[t] + off);
+        if (s % F::kStepsPerSub == 0) {
+          mma_first<T>(sub_acc[t], a0, a1, a2, a3, b.x, b.y);
+        } else {
+          device::mma<T>(sub_acc[t], a0, a1, a2, a3, b.x, b.y);
+        }
+      }
+      if (s % F::kStepsPerSub == F::kStepsPerSub - 1) {
+        const int sub = F::sub(u, s);
+        if constexpr (F::kMin) {
+          const float2 da = ta[sub], db = tb[sub];
+          const float* xs = xsum + (8 * sbl + sub) * mp + 2 * c;
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            const float2 v = *reinterpret_cast<const float2*>(xs + 8 * t);
+            acc[t][0] = fmaf(da.x, sub_acc[t][0], fmaf(da.y, v.x, acc[t][0]));
+            acc[t][1] = fmaf(da.x, sub_acc[t][1], fmaf(da.y, v.y, acc[t][1]));
+            acc[t][2] = fmaf(db.x, sub_acc[t][2], fmaf(db.y, v.x, acc[t][2]));
+            acc[t][3] = fmaf(db.x, sub_acc[t][3], fmaf(db.y, v.y, acc[t][3]));
+          }
+        } else {
+          const float da = ta[sub], db = tb[sub];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            acc[t][0] = fmaf(da, sub_acc[t][0], acc[t][0]);
+            acc[t][1] = fmaf(da, sub_acc[t][1], acc[t][1]);
+            acc[t][2] = fmaf(db, sub_acc[t][2], acc[t][2]);
+            acc[t][3] = fmaf(db, sub_acc[t][3], acc[t][3]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// NT: tiles of 8 rows of x (M <= 8 NT). T: the 16-bit type of x.
+template <QuantType Q, typename T, int NT>
+__global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const QmmaParams<T> p) {
+  using F = QuantMma<Q>;
+  constexpr QuantMmaFormat kFormat = quant_mma_format(Q);
+  constexpr int CB = kFormat.chunk_sbs, SBB = F::kSbBytes, SUBS = F::kSubs;
+  constexpr int kRowChunks = (CB * SBB + 15) / 16 + 1;  // QuantMmaLayout::row_chunks
+  constexpr int kRowStride = (kRowChunks | 1) * 16;     // QuantMmaLayout::row_stride
+  using Entry = std::conditional_t<F::kMin, float2, float>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ bool s_last;
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int wk = warp % p.warps_k, wr = warp / p.warps_k;
+  const int ks = static_cast<int>(blockIdx.x), rg = static_cast<int>(blockIdx.y);
+  const int slice0 = ks * p.slice_sbs, slice1 = min(slice0 + p.slice_sbs, p.ksb);
+  const int per_warp = (p.slice_sbs + p.warps_k - 1) / p.warps_k;
+  const int my0 = min(slice0 + wk * per_warp, slice1), my1 = min(my0 + per_warp, slice1);
+  const int chunks = (my1 - my0 + CB - 1) / CB;  // stages per round
+  const int tiles = (p.n + 15) / 16;
+  const int tile0 = rg * p.tiles_per_cta, tile1 = min(tile0 + p.tiles_per_cta, tiles);
+  const int rounds = (tile1 - tile0 + p.warps_r - 1) / p.warps_r;
+  const int total = rounds * chunks;
+
+  uint8_t* const ring = smem + static_cast<size_t>(warp) * kStages * 16 * kRowStride;
+  Entry* const table = reinterpret_cast<Entry*>(smem + p.table_off) + warp * 16 * p.table_stride;
+  float* const part_s = reinterpret_cast<float*>(smem + p.part_off);
+  uint8_t* const xs = smem + p.x_off;
+  float* const xsum = reinterpret_cast<float*>(smem + p.xsum_off);
+
+  // Stage i of this warp: round i / chunks (tile tile0 + round * warps_r + wr), super-blocks
+  // my0 + (i % chunks) * CB .. + CB - 1 (fewer at the end of the warp's range).
+  auto issue = [&](int i) {
+    const int tile = chunks > 0 ? tile0 + (i / max(chunks, 1)) * p.warps_r + wr : tile1;
+    if (i < total && tile < tile1) {
+      const int sb0 = my0 + (i % chunks) * CB, nsb = min(CB, my1 - sb0);
+      uint8_t* slot = ring + (i % kStages) * 16 * kRowStride;
+      for (int idx = lane; idx < 16 * kRowChunks; idx += 32) {
+        const int r = idx / kRowChunks, ch = idx % kRowChunks;
+        const int64_t row = min(int64_t{tile} * 16 + r, int64_t{p.n} - 1);
+        const int64_t a = row * p.row_bytes + int64_t{sb0} * SBB;
+        const int64_t off = (a & ~int64_t{15}) + 16 * ch;
+        if (off < a + int64_t{nsb} * SBB) {
+          const int64_t left = p.w_bytes - off;
+          const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
+          cp_async16(slot + r * kRowStride + 16 * ch, p.w + (bytes > 0 ? off : 0), bytes);
+        }
+      }
+    }
+    device::cp_async_commit();  // an empty group past the end keeps the count
+  };
+
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue(i);  // weights: before the wait
+  pdl_wait();
+  pdl_launch_dependents();
+
+  // x's slice: [m][slice values] 16-bit, x_stride bytes apart.
+  const int slice_len = (slice1 - slice0) * 256;
+  {
+    const int vecs = slice_len / 8;
+    const T* x0 = p.x + int64_t{slice0} * 256;
+    for (int idx = static_cast<int>(threadIdx.x); idx < p.m * vecs; idx += kThreads) {
+      const int r = idx / vecs, v = idx % vecs;
+      const uint4 val = __ldg(reinterpret_cast<const uint4*>(x0 + r * p.ldx) + v);
+      *reinterpret_cast<uint4*>(xs + r * p.x_stride + 16 * v) = val;
+    }
+  }
+  __syncthreads();
+  if constexpr (F::kMin) {
+    const int subs = slice_len / 32;
+    for (int idx = static_cast<int>(threadIdx.x); idx < subs * p.m; idx += kThreads) {
+      const int sub = idx / p.m, r = idx % p.m;
+      const T* v = reinterpret_cast<const T*>(xs + r * p.x_stride) + 32 * sub;
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) s += device::to_float(v[j]);
+      xsum[sub * p.mp + r] = s;
+    }
+    __syncthreads();
+  }
+  const uint8_t* xr[NT];  // rows past m read row m - 1 (their sums are never stored)
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xr[t] = xs + min(g + 8 * t, p.m - 1) * p.x_stride + 8 * c;
+
+  float* const mine = part_s + warp * 16 * p.part_stride;
+  int i = 0;
+  for (int round = 0; round < rounds; ++round) {
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    const int tile = tile0 + round * p.warps_r + wr;
+    for (int j = 0; j < chunks; ++j, ++i) {
+      // Into the stage computed in the previous iteration (read before its closing __syncwarp).
+      issue(i + kStages - 1);
+      device::cp_async_wait<kStages - 1>();
+      __syncwarp();
+      if (tile < tile1) {
+        const uint8_t* slot = ring + (i % kStages) * 16 * kRowStride;
+        const int sb0 = my0 + j * CB, nsb = min(CB, my1 - sb0);
+        // Row rr's first byte of the stage (its offset in its first 16-byte chunk).
+        auto row_data = [&](int rr) {
+          const int64_t row = min(int64_t{tile} * 16 + rr, int64_t{p.n} - 1);
+          const int delta = static_cast<int>((row * p.row_bytes + int64_t{sb0} * SBB) & 15);
+          return slot + rr * kRowStride + delta;
+        };
+        for (int idx = lane; idx < 16 * nsb; idx += 32) {
+          const int rr = idx & 15, jj = idx >> 4;
+          F::scales(row_data(rr) + jj * SBB,
+                    reinterpret_cast<float*>(table + rr * p.table_stride + jj * SUBS));
+        }
+        __syncwarp();
+        const uint8_t* pa = row_data(g);
+        const uint8_t* pb = row_data(g + 8);
+        const Entry* ta = table + g * p.table_stride;
+        const Entry* tb = table + (g + 8) * p.table_stride;
+        for (int jj = 0; jj < nsb; ++jj)
+          mma_super_block<Q, T, NT>(acc, pa + jj * SBB, pb + jj * SBB, ta + jj * SUBS,
+                                    tb + jj * SUBS, xr, sb0 + jj - slice0, xsum, p.mp, c);
+      }
+      __syncwarp();
+    }
+    // The round's sums: every warp's accumulators, then each (row, row of x) of the round's tiles
+    // added over warps_k in warp order.
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      const int col = 8 * t + 2 * c;
+      mine[g * p.part_stride + col] = acc[t][0];
+      mine[g * p.part_stride + col + 1] = acc[t][1];
+      mine[(g + 8) * p.part_stride + col] = acc[t][2];
+      mine[(g + 8) * p.part_stride + col + 1] = acc[t][3];
+    }
+    __syncthreads();
+    const int items = p.warps_r * 16 * p.m;
+    for (int idx = static_cast<int>(threadIdx.x); idx < items; idx += kThreads) {
+      const int w2 = idx / (16 * p.m), rem = idx % (16 * p.m), row = rem % 16, tok = rem / 16;
+      const int tile2 = tile0 + round * p.warps_r + w2;
+      const int64_t n_idx = int64_t{tile2} * 16 + row;
+      if (tile2 >= tile1 || n_idx >= p.n) continue;
+      float s = 0.0f;
+      for (int k2 = 0; k2 < p.warps_k; ++k2)
+        s += part_s[((w2 * p.warps_k + k2) * 16 + row) * p.part_stride + tok];
+      if (p.slices == 1) {
+        if (p.bias != nullptr) s += device::load_float(p.bias, n_idx, p.bias_kind);
+        device::store_float(p.y, tok * p.ldy + n_idx, p.y_kind, s);
+      } else {
+        p.part[(int64_t{ks} * p.m + tok) * p.n + n_idx] = s;
+      }
+    }
+    __syncthreads();  // part_s is written again by the next round
+  }
+
+  if (p.slices == 1) return;
+  // The last CTA of the row group to finish adds the slices in order.
+  __threadfence();  // this CTA's partial sums, before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0)
+    s_last = atomicAdd(p.counters + rg, 1u) == static_cast<unsigned>(p.slices - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int64_t row0 = int64_t{tile0} * 16;
+  const int64_t rows = min(int64_t{tile1} * 16, int64_t{p.n}) - row0;
+  for (int64_t idx = threadIdx.x; idx < rows * p.m; idx += kThreads) {
+    const int tok = static_cast<int>(idx / rows);
+    const int64_t n_idx = row0 + idx % rows;
+    float s = 0.0f;
+    for (int q = 0; q < p.slices; ++q) s += __ldcg(p.part + (int64_t{q} * p.m + tok) * p.n + n_idx);
+    if (p.bias != nullptr) s += device::load_float(p.bias, n_idx, p.bias_kind);
+    device::store_float(p.y, tok * p.ldy + n_idx, p.y_kind, s);
+  }
+  if (threadIdx.x == 0) p.counters[rg] = 0;  // every slice has arrived: zero for the next launch
+}
+
+template <QuantType Q, typename T, int NT>
+void launch_mma(const QmmaParams<T>& p, const QuantMmaPlan& plan, size_t smem_limit,
+                cudaStream_t stream) {
+  constexpr auto kernel = &linear_quant_mma_kernel<Q, T, NT>;
+  allow_dynamic_smem<kernel>(smem_limit);  // once per device: the most any plan takes
+  launch_pdl(kernel,
+             dim3(static_cast<unsigned>(plan.slices), static_cast<unsigned>(plan.row_groups)),
+             dim3(kThreads), plan.smem_bytes, stream, p);
+}
+
+template <QuantType Q, typename T>
+void launch_mma_rows(const QmmaParams<T>& p, const QuantMmaPlan& plan, size_t smem_limit,
+                     cudaStream_t stream) {
+  if (p.m <= 8) return launch_mma<Q, T, 1>(p, plan, smem_limit, stream);
+  if (p.m <= 16) return launch_mma<Q, T, 2>(p, plan, smem_limit, stream);
+  if (p.m <= 24) return launch_mma<Q, T, 3>(p, plan, smem_limit, stream);
+  if (p.m <= 32) return launch_mma<Q, T, 4>(p, plan, smem_limit, stream);
+  // 8 NT must equal the layout's rows of partial sums (quant_mma_layout: m rounded up to 8).
+  if (p.m <= 40) return launch_mma<Q, T, 5>(p, plan, smem_limit, stream);
+  launch_mma<Q, T, 6>(p, plan, smem_limit, stream);
+}
+static_assert(kQuantMmaMaxRows == 48, "launch_mma_rows covers 48 rows");
+
+void linear_mma(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                const Tensor& y, const QuantMmaPlan& plan, unsigned* counters) {
+  const RowView xv = row_view(x), yv = row_view(y);
+  const int64_t m = xv.rows, n = w.n;
+  const QuantMmaLayout layout = quant_mma_layout(w.quant, m, plan.slice_sbs);
+  DSPARK_CHECK_KIND(internal, layout.bytes == plan.smem_bytes,
+                    "linear_blocks: the plan's shared memory {} != the layout's {}",
+                    plan.smem_bytes, layout.bytes);
+  float* part = nullptr;
+  if (plan.slices > 1)
+    part =
+        static_cast<float*>(ctx.scratch(static_cast<size_t>(plan.slices * m * n) * sizeof(float)));
+  const bool has_bias = bias.defined() && bias.numel() > 0;
+  dispatch_float(x.dtype(), [&]<typename TX>(TypeTag<TX>) {
+    if constexpr (!std::is_same_v<TX, float>) {
+      using T = device_t<TX>;
+      QmmaParams<T> p{};
+      p.w = static_cast<const uint8_t*>(w.data.data());
+      p.row_bytes = w.data.size(1);
+      p.w_bytes = w.n * p.row_bytes;
+      p.x = device_ptr<TX>(x);
+      p.ldx = m == 1 ? w.k : xv.stride;
+      p.y = y.data();
+      p.y_kind = float_kind(y.dtype());
+      p.ldy = m == 1 ? n : yv.stride;
+      p.bias = has_bias ? bias.data() : nullptr;
+      p.bias_kind = has_bias ? float_kind(bias.dtype()) : device::FloatKind::f32;
+      p.part = part;
+      p.counters = counters;
+      p.m = static_cast<int>(m);
+      p.n = static_cast<int>(n);
+      p.ksb = static_cast<int>(w.k / 256);
+      p.slices = plan.slices;
+      p.slice_sbs = plan.slice_sbs;
+      p.warps_k = plan.warps_k;
+      p.warps_r = plan.warps_r;
+      p.tiles_per_cta = plan.tiles_per_cta;
+      p.table_stride = layout.table_stride;
+      p.part_stride = layout.part_stride;
+      p.x_stride = layout.x_stride;
+      p.mp = layout.mp;
+      p.table_off = static_cast<unsigned>(layout.table);
+      p.part_off = static_cast<unsigned>(layout.part);
+      p.x_off = static_cast<unsigned>(layout.x);
+      p.xsum_off = static_cast<unsigned>(layout.xsum);
+      const size_t limit = quant_mma_smem_limit(ctx.cuda_caps());
+      quant::dispatch_quant(w.quant, [&]<QuantType Q>(quant::QuantTag<Q>) {
+        constexpr QuantMmaFormat f = quant_mma_format(Q);
+        DSPARK_CHECK_KIND(
+            internal, layout.row_stride == (((f.chunk_sbs * f.sb_bytes + 15) / 16 + 1) | 1) * 16,
+            "linear_blocks: the layout's row stride {}", layout.row_stride);
+        launch_mma_rows<Q, T>(p, plan, limit, stream_of(ctx));
+      });
+    }
+  });
+}
+
+// The prefill path: chunks of weight rows dequantized into scratch as x's dtype, then the dense
+// linear into the chunk's columns of y.
+void linear_dequantized(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                        const Tensor& y) {
+  const DType dtype = x.dtype();
+  const int64_t n = w.n, k = w.k;
+  const int64_t row_bytes = k * static_cast<int64_t>(dtype_size(dtype));
+  const int64_t rows = std::clamp<int64_t>(
+      static_cast<int64_t>(kDequantChunkBytes) / std::max<int64_t>(row_bytes, 1), 1, n);
+  void* buffer = ctx.scratch(static_cast<size_t>(rows * row_bytes));
+  const bool has_bias = bias.defined() && bias.numel() > 0;
+  for (int64_t n0 = 0; n0 < n; n0 += rows) {
+    const int64_t nr = std::min(rows, n - n0);
+    const Tensor dense(buffer, dtype, Shape{nr, k}, ctx.device());
+    dequantize_rows(ctx, w, n0, dense);
+    const Tensor ys = nr == n ? y : y.slice(1, n0, n0 + nr);
+    const Tensor bs = has_bias ? (nr == n ? bias : bias.slice(0, n0, n0 + nr)) : Tensor{};
+    cuda::linear(ctx, x, dense, bs, ys);
+  }
+}
+
+}  // namespace
+
+void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                   const Tensor& y) {
+  const RowView xv = row_view(x);
+  if (xv.rows == 0 || w.n == 0) return;
+  LinearBlocksShape s;
+  s.m = xv.rows;
+  s.n = w.n;
+  s.k = w.k;
+  s.quant = w.quant;
+  s.x = x.dtype();
+  s.y = y.dtype();
+  s.aligned = device::is_aligned16(w.data.data()) && device::is_aligned16(x.data()) &&
+              (xv.rows <= 1 || xv.stride % 8 == 0);
+  // Null when first asked for inside a graph capture: no K split then.
+  unsigned* counters =
+      arrival_counters(ctx, ArrivalPool::linear_quant, static_cast<size_t>(kQuantMmaMaxRowGroups));
+  const LinearBlocksChoice choice =
+      choose_linear_blocks(s, ctx.cuda_caps(), ctx.cuda_tuning(), counters != nullptr);
+  if (choice.kernel == LinearBlocksKernel::mma)
+    return linear_mma(ctx, x, w, bias, y, choice.plan, counters);
+  linear_dequantized(ctx, x, w, bias, y);
+}
+
+}  // namespace dspark::cuda

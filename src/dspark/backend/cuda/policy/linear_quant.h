@@ -1,0 +1,132 @@
+// Which kernel runs linear with block-quantized weights on CUDA (kernels/linear_quant.cu), and how
+// the tensor-core kernel cuts the work: pure functions of the call's shape, quant type and dtypes,
+// the device's caps and the context's tuning. Host-only (policy/device.h); the constexpr tables
+// are also read by the kernels.
+//
+// The kernels:
+//  - mma: 1..48 rows of bf16 / f16 x (decode, verify, draft, batched decode). Each weight byte is
+//    read once per call, by cp.async into a warp's shared-memory ring, and multiplied with every
+//    row of x on tensor cores as exact small integers, scaled per sub-block in f32.
+//  - dequantize: every other call (more rows: prefill; f32 x; K not a multiple of 256; unaligned
+//    operands): the weight rows dequantized into the context's scratch as x's dtype, a chunk of
+//    rows at a time, each chunk through the dense linear (cuBLASLt, or the one-row kernel).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dspark/backend/cuda/policy/device.h"
+#include "dspark/core/dtype.h"
+#include "dspark/core/quant.h"
+
+namespace dspark::cuda {
+
+// A format as the tensor-core kernel sees it: super-blocks of 256 values (one K-quant block, or
+// eight legacy blocks of 32).
+struct QuantMmaFormat {
+  int sb_bytes;   // bytes of a super-block
+  int chunk_sbs;  // super-blocks per pipeline stage of a warp (16 weight rows each)
+  int subs;       // scale sub-blocks per super-block
+  bool has_min;   // value = D * q + Mn with Mn != 0: the kernel also sums x per sub-block
+};
+
+constexpr QuantMmaFormat quant_mma_format(QuantType t) {
+  switch (t) {
+    case QuantType::q4_0:
+      return {144, 2, 8, false};
+    case QuantType::q4_1:
+      return {160, 2, 8, true};
+    case QuantType::q5_0:
+      return {176, 1, 8, false};
+    case QuantType::q5_1:
+      return {192, 1, 8, true};
+    case QuantType::q8_0:
+      return {272, 1, 8, false};
+    case QuantType::q4_k:
+      return {144, 2, 8, true};
+    case QuantType::q5_k:
+      return {176, 1, 8, true};
+    case QuantType::q6_k:
+      return {210, 1, 16, false};
+  }
+  return {0, 1, 1, false};
+}
+
+inline constexpr int kQuantMmaWarps = 8;     // per CTA: warps_k x warps_r
+inline constexpr int kQuantMmaStages = 3;    // a warp's ring: two stages in flight ahead
+inline constexpr int kQuantMmaMaxRows = 48;  // rows of x (tiles of 8: up to 6)
+inline constexpr int kQuantMmaMaxSlices = 32;
+// Arrival counters of the K split (one per row group: kernels/arrival_counters.h).
+inline constexpr int kQuantMmaMaxRowGroups = 4096;
+// The most scratch a K split's partial sums (slices x m x n f32) may take: 48 rows of a 128,256-row
+// LM head in 8 slices need 197 MB.
+inline constexpr int64_t kQuantMmaMaxPartialBytes = int64_t{256} << 20;
+
+// The tensor-core kernel's dynamic shared memory for m rows of x and slices of `slice_sbs`
+// super-blocks: byte offsets of its regions (16-byte aligned) and their strides.
+struct QuantMmaLayout {
+  int row_stride = 0;    // bytes between the weight rows of a stage (an odd multiple of 16)
+  int row_chunks = 0;    // 16-byte copies per weight row and stage, at most
+  int table_stride = 0;  // entries between the rows of a warp's scale table (odd)
+  int part_stride = 0;   // floats between the rows of a warp's partial sums
+  int x_stride = 0;      // bytes between the rows of x's slice (32 mod 128)
+  int mp = 0;            // rows of x rounded up to 8
+  size_t ring = 0;       // kQuantMmaWarps x kQuantMmaStages stages of 16 rows
+  size_t table = 0;      // per warp: [16][table_stride] of D (or D, Mn)
+  size_t part = 0;       // per warp: [16][part_stride] f32 partial sums of a row tile
+  size_t x = 0;          // [m][x_stride]: x's slice, 16-bit
+  size_t xsum = 0;       // [slice sub-blocks][mp] f32: x summed per sub-block (has_min)
+  size_t bytes = 0;      // total
+};
+QuantMmaLayout quant_mma_layout(QuantType q, int64_t m, int64_t slice_sbs);
+
+// The dynamic shared memory the tensor-core kernel may use: 226 KB on sm_90, 98 KB before (1 KB
+// under the opt-in limits, for the kernel's static shared memory).
+size_t quant_mma_smem_limit(const DeviceCaps& caps);
+
+// How the tensor-core kernel cuts a call: K into `slices` of `slice_sbs` super-blocks (CTAs of one
+// slice add partial sums; the last CTA of a row group to finish adds the slices in order), the
+// row tiles of 16 into `row_groups` groups of `tiles_per_cta`; a grid of slices x row_groups CTAs
+// (at most one per multiprocessor). In a CTA, warps_k warps split the slice's super-blocks and
+// warps_r tiles are in flight at once; a round of warps_r tiles ends with the warps' sums added in
+// warp order.
+struct QuantMmaPlan {
+  int slices = 0;
+  int slice_sbs = 0;
+  int warps_k = 0;
+  int warps_r = 0;
+  int tiles_per_cta = 0;
+  int row_groups = 0;
+  size_t smem_bytes = 0;
+};
+
+enum class LinearBlocksKernel {
+  mma,         // kernels/linear_quant.cu, tensor cores
+  dequantize,  // rows dequantized into scratch, then the dense linear
+};
+
+// One call y[m, n] = x[m, k] . dequantize(w)^T as the choice sees it.
+struct LinearBlocksShape {
+  int64_t m = 0, n = 0, k = 0;
+  QuantType quant = QuantType::q8_0;
+  DType x = DType::bf16, y = DType::bf16;
+  // w and x 16-byte aligned and (with several rows) x's rows a multiple of 8 elements apart.
+  bool aligned = false;
+};
+
+struct LinearBlocksChoice {
+  LinearBlocksKernel kernel = LinearBlocksKernel::dequantize;
+  QuantMmaPlan plan;  // kernel == mma
+};
+
+// The tensor-core kernel for 1..min(t.linear_blocks_max_rows, 48) rows of bf16 / f16 x, y f32 or
+// x's dtype, K a multiple of 256, aligned, compute capability 8+, and a plan whose shared memory
+// fits; its plan is the cheapest of the candidates by an estimate of the busiest warp's bytes
+// (weights, plus a share of x's slice and of the partial sums, which come from L2) with a cost per
+// round and per split; a split's partial sums within kQuantMmaMaxPartialBytes. `split_k` false: no
+// K split (the arrival counters are unavailable: first used inside a graph capture). Everything
+// else: dequantize.
+LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
+                                        const Tuning& t, bool split_k = true);
+
+}  // namespace dspark::cuda

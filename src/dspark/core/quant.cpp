@@ -1,0 +1,247 @@
+// The reference dequantization of the block formats (core/quant.h): the arithmetic in f32 in the
+// order of the gguf package's, so results are bit-identical to it.
+#include "dspark/core/quant.h"
+
+#include <cctype>
+#include <cstring>
+#include <string>
+
+#include "dspark/core/dtype.h"
+#include "dspark/core/error.h"
+
+namespace dspark {
+namespace {
+
+float half(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return f16_to_f32(f16{bits});
+}
+
+void block_q4_0(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>((qs[j] & 0x0F) - 8);
+    y[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+  }
+}
+
+void block_q4_1(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const float m = half(b + 2);
+  const uint8_t* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = d * static_cast<float>(qs[j] & 0x0F) + m;
+    y[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
+  }
+}
+
+// The fifth bits of a Q5 block: bit j of the little-endian u32 at `p` belongs to element j.
+uint32_t high_bits(const uint8_t* p) {
+  uint32_t qh;
+  std::memcpy(&qh, p, 4);
+  return qh;
+}
+
+void block_q5_0(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const uint32_t qh = high_bits(b + 2);
+  const uint8_t* qs = b + 6;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+    const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = d * static_cast<float>(lo - 16);
+    y[j + 16] = d * static_cast<float>(hi - 16);
+  }
+}
+
+void block_q5_1(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const float m = half(b + 2);
+  const uint32_t qh = high_bits(b + 4);
+  const uint8_t* qs = b + 8;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
+    const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+    y[j] = d * static_cast<float>(lo) + m;
+    y[j + 16] = d * static_cast<float>(hi) + m;
+  }
+}
+
+void block_q8_0(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const auto* q = reinterpret_cast<const int8_t*>(b + 2);
+  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(q[j]);
+}
+
+// The 6-bit scale and min of sub-block j (0..7) packed in the 12 bytes of a K-quant block: bytes
+// 0-3 hold scales 0-3 (low 6 bits), 4-7 mins 0-3; bytes 8-11 hold the low 4 bits of scale/min
+// 4-7, whose top 2 bits are the top bits of bytes 0-3 / 4-7.
+void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = static_cast<uint8_t>((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+    m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+void block_q4_k(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const float dmin = half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  for (int g = 0; g < 4; ++g) {  // groups of 64 values
+    uint8_t sc, m;
+    scale_min_k4(2 * g, scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(2 * g + 1, scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[l] = d1 * static_cast<float>(q[l] & 0x0F) - m1;
+    for (int l = 0; l < 32; ++l) y[l + 32] = d2 * static_cast<float>(q[l] >> 4) - m2;
+    q += 32;
+    y += 64;
+  }
+}
+
+void block_q5_k(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const float dmin = half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  for (int g = 0; g < 4; ++g) {
+    uint8_t sc, m;
+    scale_min_k4(2 * g, scales, sc, m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(2 * g + 1, scales, sc, m);
+    const float d2 = d * sc, m2 = dmin * m;
+    const int u1 = 1 << (2 * g), u2 = 2 << (2 * g);
+    for (int l = 0; l < 32; ++l)
+      y[l] = d1 * static_cast<float>((ql[l] & 0x0F) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l)
+      y[l + 32] = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    ql += 32;
+    y += 64;
+  }
+}
+
+void block_q6_k(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = half(b + 208);
+  for (int half_block = 0; half_block < 2; ++half_block) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0x0F) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
+      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
+      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
+      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    }
+    y += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+using BlockFn = void (*)(const uint8_t*, float*);
+
+BlockFn block_fn(QuantType type) {
+  switch (type) {
+    case QuantType::q4_0:
+      return &block_q4_0;
+    case QuantType::q4_1:
+      return &block_q4_1;
+    case QuantType::q5_0:
+      return &block_q5_0;
+    case QuantType::q5_1:
+      return &block_q5_1;
+    case QuantType::q8_0:
+      return &block_q8_0;
+    case QuantType::q4_k:
+      return &block_q4_k;
+    case QuantType::q5_k:
+      return &block_q5_k;
+    case QuantType::q6_k:
+      return &block_q6_k;
+  }
+  DSPARK_FAIL(internal, "unknown quant type {}", static_cast<int>(type));
+}
+
+}  // namespace
+
+QuantBlock quant_block(QuantType type) {
+  switch (type) {
+    case QuantType::q4_0:
+      return {32, 18};
+    case QuantType::q4_1:
+      return {32, 20};
+    case QuantType::q5_0:
+      return {32, 22};
+    case QuantType::q5_1:
+      return {32, 24};
+    case QuantType::q8_0:
+      return {32, 34};
+    case QuantType::q4_k:
+      return {256, 144};
+    case QuantType::q5_k:
+      return {256, 176};
+    case QuantType::q6_k:
+      return {256, 210};
+  }
+  DSPARK_FAIL(internal, "unknown quant type {}", static_cast<int>(type));
+}
+
+std::string_view quant_type_name(QuantType type) {
+  switch (type) {
+    case QuantType::q4_0:
+      return "Q4_0";
+    case QuantType::q4_1:
+      return "Q4_1";
+    case QuantType::q5_0:
+      return "Q5_0";
+    case QuantType::q5_1:
+      return "Q5_1";
+    case QuantType::q8_0:
+      return "Q8_0";
+    case QuantType::q4_k:
+      return "Q4_K";
+    case QuantType::q5_k:
+      return "Q5_K";
+    case QuantType::q6_k:
+      return "Q6_K";
+  }
+  return "Q?";
+}
+
+std::optional<QuantType> quant_type_from_name(std::string_view name) {
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (QuantType t : kQuantTypes)
+    if (quant_type_name(t) == upper) return t;
+  return std::nullopt;
+}
+
+int64_t quant_row_bytes(QuantType type, int64_t k) {
+  const QuantBlock b = quant_block(type);
+  DSPARK_CHECK_KIND(invalid_input, k >= 0 && k % b.elements == 0,
+                    "a {} row of {} values: the length must be a multiple of {}",
+                    quant_type_name(type), k, b.elements);
+  return k / b.elements * b.bytes;
+}
+
+void dequantize_blocks(QuantType type, const uint8_t* src, int64_t n_blocks, float* dst) {
+  const BlockFn fn = block_fn(type);
+  const QuantBlock b = quant_block(type);
+  for (int64_t i = 0; i < n_blocks; ++i) fn(src + i * b.bytes, dst + i * b.elements);
+}
+
+}  // namespace dspark

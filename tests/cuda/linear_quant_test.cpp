@@ -1,0 +1,370 @@
+// linear and gather_rows with block-quantized weights on CUDA (backend/cuda/kernels/
+// linear_quant.cu, quant_rows.cu; the kernel choice: choose_linear_blocks in
+// backend/cuda/policy/linear_quant.h) against a host reference computed here: core's
+// dequantize_blocks to f32, then the product in double. Weights are random bytes packed into
+// blocks with sane f16 scales (random_blocks). Every QuantType, x bf16 / f16 / f32, y f32 and x's
+// dtype, with and without a bias (f32 or bf16), over shapes that reach every path of the policy on
+// the test's GPU: the tensor-core kernel at 1-48 rows in tiles of 8 (1, 2, 3, 4, 6 tiles), with
+// one slice of K and with K split over CTAs, with 1, 2, 4 and 8 warps on a slice, one or more
+// rounds of row tiles, a short last slice and row group, odd N; the dequantizing path past 48
+// rows, for f32 x and for K not a multiple of 256. Tolerances (relative RMS) are linear's
+// (docs/cuda-kernels.md): f32 1e-5; bf16 / f16 in, f32 out 1e-4; bf16 out 1e-2; f16 out 2e-3;
+// on the dequantizing path with 16-bit x the weight is rounded to x's dtype first: at least
+// 4e-3 (bf16) / 6e-4 (f16). Then: the same bits on every call, rows inside wider buffers, and
+// gather_rows_blocks equal to dequantize_blocks (f32) or its rounding (bf16 / f16).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dspark/backend/cuda/policy/linear_quant.h"
+#include "dspark/backend/op_params.h"
+#include "dspark/core/quant.h"
+#include "dspark/ops/embedding.h"
+#include "dspark/ops/matmul.h"
+
+#include "cuda/cuda_consistency.h"
+
+namespace dspark::test {
+namespace {
+
+void put_half(uint8_t* p, float v) {
+  const f16 h = f32_to_f16(v);
+  std::memcpy(p, &h, sizeof(h));
+}
+
+// An [n, k] matrix of `q` blocks: random bytes, then the f16 scales set to sane values (the
+// signs of d random for the symmetric formats; Q4_1 / Q5_1 mins negative, about -8 d).
+std::vector<uint8_t> random_blocks(QuantType q, int64_t n, int64_t k, uint32_t seed) {
+  const QuantBlock b = quant_block(q);
+  const int64_t blocks = n * (k / b.elements);
+  std::vector<uint8_t> data(static_cast<size_t>(blocks * b.bytes));
+  std::mt19937 gen(seed);
+  for (auto& v : data) v = static_cast<uint8_t>(gen());
+  std::uniform_real_distribution<float> mag(0.5f, 2.0f);
+  std::bernoulli_distribution negative(0.5);
+  for (int64_t i = 0; i < blocks; ++i) {
+    uint8_t* blk = data.data() + i * b.bytes;
+    const float sign = negative(gen) ? -1.0f : 1.0f;
+    switch (q) {
+      case QuantType::q4_0:
+      case QuantType::q5_0:
+        put_half(blk, 0.05f * sign * mag(gen));
+        break;
+      case QuantType::q8_0:
+        put_half(blk, 0.005f * sign * mag(gen));
+        break;
+      case QuantType::q4_1:
+      case QuantType::q5_1:
+        put_half(blk, 0.05f * mag(gen));
+        put_half(blk + 2, -0.4f * mag(gen));
+        break;
+      case QuantType::q4_k:
+      case QuantType::q5_k:
+        put_half(blk, 0.002f * mag(gen));
+        put_half(blk + 2, 0.004f * mag(gen));
+        break;
+      case QuantType::q6_k:
+        put_half(blk + 208, 0.0005f * sign * mag(gen));
+        break;
+    }
+  }
+  return data;
+}
+
+// A quantized weight on the GPU and its reference values on the host.
+struct QuantWeight {
+  QuantType quant;
+  int64_t n, k;
+  std::vector<float> values;  // [n][k], dequantize_blocks
+  OwnedTensor blocks;         // u8 [n][row bytes] on the GPU
+
+  WeightMatrix matrix() const {
+    WeightMatrix w;
+    w.format = WeightFormat::blocks;
+    w.quant = quant;
+    w.data = blocks.view();
+    w.n = n;
+    w.k = k;
+    return w;
+  }
+};
+
+QuantWeight make_weight(QuantType q, int64_t n, int64_t k, uint32_t seed) {
+  const std::vector<uint8_t> bytes = random_blocks(q, n, k, seed);
+  const int64_t row_bytes = quant_row_bytes(q, k);
+  QuantWeight w{q, n, k, std::vector<float>(static_cast<size_t>(n * k)), OwnedTensor{}};
+  for (int64_t r = 0; r < n; ++r)
+    dequantize_blocks(q, bytes.data() + r * row_bytes, k / quant_block(q).elements,
+                      w.values.data() + r * k);
+  w.blocks = OwnedTensor::from_vector(bytes, Shape{n, row_bytes}, kTestGpu);
+  return w;
+}
+
+// y[m][n] = x[m] . w[n] (+ bias[n]) in double: x as stored (its rounded values).
+std::vector<float> reference(const std::vector<float>& x, int64_t m, const QuantWeight& w,
+                             const std::vector<float>& bias) {
+  std::vector<float> y(static_cast<size_t>(m * w.n));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xr = x.data() + i * w.k;
+    for (int64_t j = 0; j < w.n; ++j) {
+      const float* wr = w.values.data() + j * w.k;
+      double s = bias.empty() ? 0.0 : bias[static_cast<size_t>(j)];
+      for (int64_t c = 0; c < w.k; ++c) s += static_cast<double>(xr[c]) * wr[c];
+      y[static_cast<size_t>(i * w.n + j)] = static_cast<float>(s);
+    }
+  }
+  return y;
+}
+
+double expect_rel_rms(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                      const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  bool finite = true;
+  for (float v : got) finite = finite && std::isfinite(v);
+  EXPECT_TRUE(finite) << what << ": a non-finite output";
+  const double err = relative_rms_error(got, want);
+  EXPECT_LE(err, tol) << what << ": relative RMS error " << err << " (max abs "
+                      << max_abs_error(got, want) << ")";
+  return err;
+}
+
+// linear's tolerance (docs/cuda-kernels.md) for a call; on the dequantizing path with 16-bit x the
+// weight is rounded to x's dtype before the product.
+double linear_tolerance(DType x, DType y, bool weight_rounded) {
+#if defined(DSPARK_CONSISTENCY_ON_CPU)
+  // The CPU's kernels may round x to 8 bits per block of 32 (ops/matmul.h: ~1e-2).
+  return 3e-2;
+#endif
+  double tol = y == DType::f32 ? (x == DType::f32 ? 1e-5 : 1e-4) : tolerance(y);
+  if (weight_rounded) tol = std::max(tol, x == DType::bf16 ? 4e-3 : 6e-4);
+  return tol;
+}
+
+// The plans the calls of a test reached (on the test's GPU).
+struct Coverage {
+  std::set<int> row_tiles;  // the kernel's tiles of 8 rows of x: 1, 2, 3, 4 or 6
+  bool one_slice = false, split = false, rounds = false, short_slice = false, dequantize = false;
+  std::set<int> warps_k;
+  void add(const cuda::LinearBlocksShape& s, const cuda::LinearBlocksChoice& c) {
+    if (c.kernel == cuda::LinearBlocksKernel::dequantize) {
+      dequantize = true;
+      return;
+    }
+    const cuda::QuantMmaPlan& p = c.plan;
+    row_tiles.insert(s.m <= 32 ? static_cast<int>((s.m + 7) / 8) : 6);
+    (p.slices == 1 ? one_slice : split) = true;
+    rounds = rounds || p.tiles_per_cta > p.warps_r;
+    short_slice = short_slice || (s.k / 256) % p.slice_sbs != 0;
+    warps_k.insert(p.warps_k);
+  }
+};
+
+// (N, K) per rows of x: on an H200 they reach every path of the plan (Llama-3.1-8B's o and q/k/v
+// projections at decode, a verify's o projection, a deep K with few rows: a K split with a short
+// last slice, small odd N). The legacy formats also get K = 96 (3 blocks: the dequantizing path at
+// every M).
+std::vector<std::pair<int64_t, int64_t>> shapes_for(QuantType q, int64_t m) {
+  std::vector<std::pair<int64_t, int64_t>> s;
+  switch (m) {
+    case 1:
+      s = {{37, 768}, {300, 4096}, {4096, 4096}, {6144, 4096}, {64, 14592}};
+      break;
+    case 9:
+    case 32:
+    case 33:
+      s = {{300, 4096}, {1000, 1280}};
+      break;
+    case 17:
+      s = {{37, 768}, {4096, 4096}, {64, 14592}};
+      break;
+    case 49:
+      s = {{37, 768}, {200, 1280}};
+      break;
+    case 300:
+      s = {{37, 768}};
+      break;
+    default:
+      s = {{37, 768}, {1000, 1280}};
+      break;
+  }
+  if (quant_block(q).elements == 32) s.emplace_back(77, 96);
+  return s;
+}
+
+class CudaLinearQuant : public ::testing::TestWithParam<QuantType> {};
+
+std::string quant_name(const ::testing::TestParamInfo<QuantType>& info) {
+  return std::string(quant_type_name(info.param));
+}
+
+TEST_P(CudaLinearQuant, MatchesHostReference) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const QuantType q = GetParam();
+  Coverage cov;
+  uint32_t seed = 5000 + 100 * static_cast<uint32_t>(q);
+  std::map<std::pair<int64_t, int64_t>, QuantWeight> weights;
+  int call = 0;
+  for (DType xd : {DType::bf16, DType::f16, DType::f32}) {
+    const std::vector<DType> outs =
+        xd == DType::f32 ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, xd};
+    for (DType yd : outs) {
+      for (int64_t m : {1, 2, 5, 9, 17, 32, 33, 48, 49, 300}) {
+        for (const auto& [n, k] : shapes_for(q, m)) {
+          ++call;
+          auto it = weights.find({n, k});
+          if (it == weights.end())
+            it = weights.emplace(std::make_pair(n, k), make_weight(q, n, k, seed++)).first;
+          const QuantWeight& w = it->second;
+          const OwnedTensor xh = random_tensor(xd, Shape{m, k}, seed++);
+          const std::vector<float> xv = to_f32_vector(xh.view());
+          const bool with_bias = call % 3 != 0;
+          const DType bias_dtype = call % 2 == 0 ? DType::f32 : DType::bf16;
+          const OwnedTensor bh = random_tensor(bias_dtype, Shape{n}, seed++);
+          const std::vector<float> bv = with_bias ? to_f32_vector(bh.view()) : std::vector<float>{};
+          const OwnedTensor x = OwnedTensor::copy_of(xh.view(), kTestGpu);
+          const OwnedTensor b = OwnedTensor::copy_of(bh.view(), kTestGpu);
+          const OwnedTensor y = OwnedTensor::zeros(yd, Shape{m, n}, kTestGpu);
+          linear(ctx.gpu, x, w.matrix(), with_bias ? b.view() : Tensor{}, y);
+          ctx.gpu.synchronize();
+
+          const cuda::LinearBlocksShape s{m, n, k, q, xd, yd, true};
+          const cuda::LinearBlocksChoice c =
+              cuda::choose_linear_blocks(s, ctx.gpu.cuda_caps(), ctx.gpu.cuda_tuning());
+          cov.add(s, c);
+          const bool rounded = c.kernel == cuda::LinearBlocksKernel::dequantize && xd != DType::f32;
+          const std::string what = std::string(quant_type_name(q)) + " " + name_of(xd) + " -> " +
+                                   name_of(yd) + " M=" + std::to_string(m) +
+                                   " N=" + std::to_string(n) + " K=" + std::to_string(k) +
+                                   (with_bias ? " +bias" : "") +
+                                   (c.kernel == cuda::LinearBlocksKernel::mma
+                                        ? " (mma, " + std::to_string(c.plan.slices) + " slices)"
+                                        : " (dequantize)");
+          expect_rel_rms(read(y), reference(xv, m, w, bv), linear_tolerance(xd, yd, rounded), what);
+        }
+      }
+    }
+  }
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+  // The paths of the policy these calls reached (the plans depend on the SM count: an H200's 132
+  // reach them all).
+  EXPECT_EQ(cov.row_tiles, (std::set<int>{1, 2, 3, 4, 6}));
+  EXPECT_TRUE(cov.one_slice && cov.split && cov.dequantize);
+  if (ctx.gpu.cuda_caps().sm_count == 132) {
+    EXPECT_TRUE(cov.rounds);
+    EXPECT_TRUE(cov.short_slice);
+    EXPECT_EQ(cov.warps_k, (std::set<int>{1, 2, 4, 8}));
+  }
+#endif
+}
+
+// Two calls give the same bits: one slice of K (a decode step's o projection) and K split over
+// CTAs (a verify's o projection, a deep K with few rows, 48 rows).
+TEST_P(CudaLinearQuant, SameBitsEveryCall) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const QuantType q = GetParam();
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 4096, 4096},
+                                {17, 4096, 4096},
+                                {1, 64, 14592},
+                                {48, 1000, 1280}}) {
+    const QuantWeight w = make_weight(q, n, k, 7000 + static_cast<uint32_t>(m));
+    const Pair x = random_pair(DType::bf16, Shape{m, k}, 7100);
+    const Pair a = zeros_pair(DType::f32, Shape{m, n}), b = zeros_pair(DType::f32, Shape{m, n});
+    linear(ctx.gpu, x.gpu, w.matrix(), Tensor{}, a.gpu);
+    linear(ctx.gpu, x.gpu, w.matrix(), Tensor{}, b.gpu);
+    ctx.gpu.synchronize();
+    const OwnedTensor ha = OwnedTensor::copy_of(a.gpu.view(), Device::cpu());
+    const OwnedTensor hb = OwnedTensor::copy_of(b.gpu.view(), Device::cpu());
+    EXPECT_EQ(0, std::memcmp(ha.view().data(), hb.view().data(),
+                             static_cast<size_t>(m * n) * sizeof(float)))
+        << quant_type_name(q) << " M=" << m << " N=" << n << " K=" << k;
+  }
+}
+
+// x and y rows inside wider buffers: a row stride a multiple of 8 elements keeps the tensor-core
+// kernel, an odd one takes the dequantizing path; both match the reference.
+TEST_P(CudaLinearQuant, RowsInsideWiderBuffers) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const QuantType q = GetParam();
+  constexpr int64_t kN = 100, kK = 1280;
+  const QuantWeight w = make_weight(q, kN, kK, 7300);
+  for (int64_t pad : {8, 1}) {
+    for (int64_t m : {1, 17}) {
+      const OwnedTensor wide_h = random_tensor(DType::bf16, Shape{m, kK + pad}, 7301);
+      const OwnedTensor wide = OwnedTensor::copy_of(wide_h.view(), kTestGpu);
+      const Tensor x = columns(wide.view(), 0, kK);
+      const OwnedTensor y_wide = OwnedTensor::zeros(DType::f32, Shape{m, kN + 3}, kTestGpu);
+      const Tensor y = columns(y_wide.view(), 0, kN);
+      linear(ctx.gpu, x, w.matrix(), Tensor{}, y);
+      ctx.gpu.synchronize();
+      const std::vector<float> all = to_f32_vector(wide_h.view());
+      std::vector<float> xv;
+      for (int64_t i = 0; i < m; ++i)
+        xv.insert(xv.end(), all.begin() + i * (kK + pad), all.begin() + i * (kK + pad) + kK);
+      const std::vector<float> got_all = read(y_wide.view());
+      std::vector<float> got;
+      for (int64_t i = 0; i < m; ++i)
+        got.insert(got.end(), got_all.begin() + i * (kN + 3), got_all.begin() + i * (kN + 3) + kN);
+      const bool rounded = pad % 8 != 0 && m > 1;  // the dequantizing path rounds w to bf16
+      expect_rel_rms(got, reference(xv, m, w, {}),
+                     linear_tolerance(DType::bf16, DType::f32, rounded),
+                     std::string(quant_type_name(q)) + " M=" + std::to_string(m) +
+                         " row stride K+" + std::to_string(pad));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaLinearQuant, ::testing::ValuesIn(kQuantTypes), quant_name);
+
+class CudaGatherQuant : public ::testing::TestWithParam<QuantType> {};
+
+// gather_rows of a quantized table: f32 rows equal dequantize_blocks bit for bit, bf16 / f16 rows
+// its rounding; ids outside the table give zero rows.
+TEST_P(CudaGatherQuant, MatchesDequantize) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const QuantType q = GetParam();
+  constexpr int64_t kV = 50;
+  for (int64_t k : {int64_t{256}, int64_t{2304}, int64_t{4352}}) {
+    const QuantWeight table = make_weight(q, kV, k, 7400 + static_cast<uint32_t>(k));
+    std::vector<int32_t> ids = random_ints(33, 0, kV - 1, 7401);
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)  // the CPU refuses ids outside the table
+    ids[3] = -1;
+    ids[10] = static_cast<int32_t>(kV);
+#endif
+    const OwnedTensor id_t =
+        OwnedTensor::from_vector(ids, Shape{static_cast<int64_t>(ids.size())}, kTestGpu);
+    std::vector<float> want;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= kV) {
+        want.insert(want.end(), static_cast<size_t>(k), 0.0f);
+      } else {
+        want.insert(want.end(), table.values.begin() + id * k, table.values.begin() + (id + 1) * k);
+      }
+    }
+    for (DType out_dtype : kFloatDTypes) {
+      const Shape shape{static_cast<int64_t>(ids.size()), k};
+      const OwnedTensor out = OwnedTensor::zeros(out_dtype, shape, kTestGpu);
+      gather_rows(ctx.gpu, table.matrix(), id_t, out);
+      ctx.gpu.synchronize();
+      // The reference rounded to the output dtype (nearest even, as the host's conversion).
+      const OwnedTensor rounded = make_tensor(want, out_dtype, shape, Device::cpu());
+      expect_equal(out, rounded,
+                   std::string(quant_type_name(q)) + " K=" + std::to_string(k) + " -> " +
+                       name_of(out_dtype));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaGatherQuant, ::testing::ValuesIn(kQuantTypes), quant_name);
+
+}  // namespace
+}  // namespace dspark::test

@@ -1,0 +1,311 @@
+// linear() and gather_rows() with block-quantized weights on the CPU (ops/matmul.h,
+// ops/embedding.h; kernels: backend/cpu/kernels/quant_gemm.h), for every QuantType:
+//  - accuracy: against the double-precision product of core's dequantized weight (the reference
+//    values, tests/unit/quant_format_test.cpp), within the contract's 1e-2 relative RMS, for
+//    M in {1, 2, 3, 5, 8, 17, 33, 70}, odd N, K of several blocks, x f32 / bf16 / f16, y f32 /
+//    bf16, with and without bias, strided x and y (the padding is left alone);
+//  - batch invariance: row r of an M-row call is bitwise equal to the 1-row call on that row, for
+//    every M, on every ISA this CPU runs, whatever the thread count; the portable and AVX2 paths
+//    give the same bits;
+//  - rows of zeros, of tiny values and with a non-finite value;
+//  - gather_rows of a quantized table: the rows of dequantize_blocks.
+// Weights are random blocks: random quant bits, finite f16 scales of realistic size.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/test_util.h"
+#include "dspark/backend/context.h"
+#include "dspark/backend/cpu/kernels/quant_gemm.h"
+#include "dspark/core/quant.h"
+#include "dspark/core/thread_pool.h"
+#include "dspark/ops/embedding.h"
+#include "dspark/ops/matmul.h"
+
+namespace dspark {
+namespace {
+
+using cpu::QuantGemmArgs;
+using cpu::QuantGemmIsa;
+
+constexpr int64_t kMs[] = {1, 2, 3, 5, 8, 17, 33, 70};
+constexpr int64_t kMaxM = 70;
+constexpr int64_t kN = 37;
+
+std::vector<QuantGemmIsa> isas() {
+  std::vector<QuantGemmIsa> v = {QuantGemmIsa::portable};
+  if (cpu::quant_gemm_has_avx2()) v.push_back(QuantGemmIsa::avx2);
+  return v;
+}
+
+bool is_k_quant(QuantType t) {
+  return t == QuantType::q4_k || t == QuantType::q5_k || t == QuantType::q6_k;
+}
+
+// K: several blocks, not a multiple of 8 blocks for the legacy formats.
+int64_t k_for(QuantType t) {
+  return is_k_quant(t) ? 768 : 352;
+}
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t bits = f32_to_f16(v).bits;
+  std::memcpy(p, &bits, 2);
+}
+
+// n rows of k values of random blocks: random quant bits, f16 scales of ~0.01 of either sign, the
+// mins of Q4_1 / Q5_1 / Q4_K / Q5_K chosen so the values are roughly centred on zero.
+std::vector<uint8_t> random_weights(QuantType type, int64_t n, int64_t k, uint32_t seed) {
+  const QuantBlock qb = quant_block(type);
+  const int64_t blocks = n * (k / qb.elements);
+  std::vector<uint8_t> w(static_cast<size_t>(blocks * qb.bytes));
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (auto& b : w) b = static_cast<uint8_t>(byte(gen));
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* p = w.data() + b * qb.bytes;
+    const float d = 0.01f * u(gen) * (byte(gen) < 128 ? -1.0f : 1.0f);
+    switch (type) {
+      case QuantType::q4_0:
+      case QuantType::q5_0:
+      case QuantType::q8_0:
+        put_half(p, d);
+        break;
+      case QuantType::q4_1:
+        put_half(p, d);
+        put_half(p + 2, -8.0f * d * u(gen));
+        break;
+      case QuantType::q5_1:
+        put_half(p, d);
+        put_half(p + 2, -16.0f * d * u(gen));
+        break;
+      case QuantType::q4_k:
+      case QuantType::q5_k:
+        put_half(p, std::fabs(d) * 0.05f);
+        put_half(p + 2, std::fabs(d) * (type == QuantType::q4_k ? 0.25f : 0.5f) * u(gen));
+        break;
+      case QuantType::q6_k:
+        put_half(p + 208, d * 0.05f);
+        break;
+    }
+  }
+  return w;
+}
+
+std::vector<float> dequantized(QuantType type, const std::vector<uint8_t>& w, int64_t n,
+                               int64_t k) {
+  std::vector<float> out(static_cast<size_t>(n * k));
+  dequantize_blocks(type, w.data(), n * (k / quant_block(type).elements), out.data());
+  return out;
+}
+
+WeightMatrix weight_matrix(QuantType type, const OwnedTensor& data, int64_t n, int64_t k) {
+  WeightMatrix wm;
+  wm.format = WeightFormat::blocks;
+  wm.quant = type;
+  wm.data = data.view();
+  wm.n = n;
+  wm.k = k;
+  return wm;
+}
+
+OwnedTensor u8_tensor(const std::vector<uint8_t>& bytes, int64_t n) {
+  const auto rows = n;
+  return OwnedTensor::from_vector(bytes, Shape{rows, static_cast<int64_t>(bytes.size()) / rows},
+                                  Device::cpu());
+}
+
+// y = x . w^T + bias in double.
+std::vector<float> reference(const std::vector<float>& x, const std::vector<float>& w,
+                             const std::vector<float>& bias, int64_t m, int64_t n, int64_t k) {
+  std::vector<float> y(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bias.empty() ? 0.0 : bias[j];
+      for (int64_t i = 0; i < k; ++i) s += static_cast<double>(x[r * k + i]) * w[j * k + i];
+      y[r * n + j] = static_cast<float>(s);
+    }
+  return y;
+}
+
+// y [m, n] f32 = quant_gemm(x rows [row0, row0 + m)) on `pool`.
+std::vector<float> run_kernel(ThreadPool& pool, QuantGemmIsa isa, QuantType type,
+                              const std::vector<uint8_t>& w, const std::vector<float>& x,
+                              int64_t row0, int64_t m, int64_t k, const float* bias = nullptr) {
+  std::vector<float> y(static_cast<size_t>(m * kN), -1.0f);
+  QuantGemmArgs a;
+  a.x = x.data() + row0 * k;
+  a.x_dtype = DType::f32;
+  a.ldx = k;
+  a.w = w.data();
+  a.quant = type;
+  a.bias = bias;
+  a.y = y.data();
+  a.y_dtype = DType::f32;
+  a.ldy = kN;
+  a.m = m;
+  a.n = kN;
+  a.k = k;
+  cpu::quant_gemm(pool, a, isa);
+  return y;
+}
+
+std::string type_name(const ::testing::TestParamInfo<QuantType>& p) {
+  return std::string(quant_type_name(p.param));
+}
+
+class QuantLinear : public ::testing::TestWithParam<QuantType> {};
+
+TEST_P(QuantLinear, MatchesTheDequantizedProduct) {
+  const QuantType type = GetParam();
+  const int64_t k = k_for(type);
+  Context ctx(Device::cpu());
+  const std::vector<uint8_t> wbytes = random_weights(type, kN, k, 7);
+  const OwnedTensor wt = u8_tensor(wbytes, kN);
+  const WeightMatrix wm = weight_matrix(type, wt, kN, k);
+  const std::vector<float> wf = dequantized(type, wbytes, kN, k);
+  struct Dtypes {
+    DType x, y;
+    bool bias;
+  };
+  const Dtypes combos[] = {{DType::f32, DType::f32, true},
+                           {DType::bf16, DType::bf16, false},
+                           {DType::f16, DType::f32, true},
+                           {DType::bf16, DType::f32, true}};
+  for (const Dtypes& c : combos) {
+    for (const int64_t m : kMs) {
+      SCOPED_TRACE(fmt::format("{} M={} N={} K={} x={} y={} bias={}", quant_type_name(type), m, kN,
+                               k, dtype_name(c.x), dtype_name(c.y), c.bias));
+      OwnedTensor x_buf = test::random_tensor(c.x, Shape{m, k + 3}, 100 + static_cast<int>(m));
+      const Tensor x = x_buf.view().slice(1, 0, k);
+      OwnedTensor bias_t;
+      Tensor bias;
+      if (c.bias) {
+        bias_t = test::random_tensor(DType::f32, Shape{kN}, 5, 0.1f);
+        bias = bias_t.view();
+      }
+      OwnedTensor y_buf = OwnedTensor::zeros(c.y, Shape{m, kN + 5}, Device::cpu());
+      const Tensor y = y_buf.view().slice(1, 0, kN);
+      linear(ctx, x, wm, bias, y);
+      const std::vector<float> want = reference(
+          to_f32_vector(x), wf, c.bias ? to_f32_vector(bias) : std::vector<float>{}, m, kN, k);
+      const double err = test::relative_rms_error(to_f32_vector(y), want);
+      EXPECT_LE(err, 1e-2);
+      EXPECT_GT(err, 0.0);  // x really is rounded to 8 bits
+      const std::vector<float> full = to_f32_vector(y_buf);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t j = kN; j < kN + 5; ++j) ASSERT_EQ(full[r * (kN + 5) + j], 0.0f);
+    }
+  }
+}
+
+TEST_P(QuantLinear, BatchInvariantOnEveryIsaAndThreadCount) {
+  const QuantType type = GetParam();
+  const int64_t k = k_for(type);
+  const std::vector<uint8_t> w = random_weights(type, kN, k, 11);
+  const std::vector<float> x = test::random_normal(static_cast<size_t>(kMaxM * k), 12);
+  const std::vector<float> bias = test::random_normal(kN, 13, 0.1f);
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  std::vector<float> first_isa;
+  for (const QuantGemmIsa isa : isas()) {
+    SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), cpu::quant_gemm_isa_name(isa)));
+    // The 1-row results of every row.
+    std::vector<float> ones(static_cast<size_t>(kMaxM * kN));
+    for (int64_t r = 0; r < kMaxM; ++r) {
+      const std::vector<float> y = run_kernel(pool2, isa, type, w, x, r, 1, k, bias.data());
+      std::memcpy(ones.data() + r * kN, y.data(), kN * sizeof(float));
+    }
+    for (const int64_t m : kMs) {
+      for (ThreadPool* pool : {&pool1, &pool2, &pool3}) {
+        if (pool != &pool2 && m != 17 && m != kMaxM) continue;
+        // Rows [row0, row0 + m) so that a row sits at different positions of the tiles.
+        const int64_t row0 = m == kMaxM ? 0 : 1;
+        const std::vector<float> y = run_kernel(*pool, isa, type, w, x, row0, m, k, bias.data());
+        ASSERT_EQ(std::memcmp(y.data(), ones.data() + row0 * kN, y.size() * sizeof(float)), 0)
+            << "M=" << m << " threads=" << pool->size();
+      }
+    }
+    if (first_isa.empty()) {
+      first_isa = ones;
+    } else {
+      EXPECT_EQ(std::memcmp(first_isa.data(), ones.data(), ones.size() * sizeof(float)), 0)
+          << "portable and avx2 differ";
+    }
+  }
+}
+
+TEST_P(QuantLinear, BatchInvariantThroughTheOp) {
+  const QuantType type = GetParam();
+  const int64_t k = k_for(type);
+  Context ctx(Device::cpu());
+  const std::vector<uint8_t> wbytes = random_weights(type, kN, k, 21);
+  const OwnedTensor wt = u8_tensor(wbytes, kN);
+  const WeightMatrix wm = weight_matrix(type, wt, kN, k);
+  const int64_t m = 17;
+  OwnedTensor x = test::random_tensor(DType::bf16, Shape{m, k}, 22);
+  OwnedTensor bias = test::random_tensor(DType::bf16, Shape{kN}, 23, 0.1f);
+  OwnedTensor y = OwnedTensor::zeros(DType::bf16, Shape{m, kN}, Device::cpu());
+  linear(ctx, x.view(), wm, bias.view(), y.view());
+  OwnedTensor y1 = OwnedTensor::zeros(DType::bf16, Shape{1, kN}, Device::cpu());
+  for (int64_t r = 0; r < m; ++r) {
+    linear(ctx, x.view().slice(0, r, r + 1), wm, bias.view(), y1.view());
+    ASSERT_EQ(
+        std::memcmp(y1.view().data(), y.view().slice(0, r, r + 1).data(), kN * sizeof(uint16_t)), 0)
+        << "row " << r;
+  }
+}
+
+TEST_P(QuantLinear, ZeroTinyAndNonFiniteRows) {
+  const QuantType type = GetParam();
+  const int64_t k = k_for(type);
+  const std::vector<uint8_t> w = random_weights(type, kN, k, 31);
+  std::vector<float> x = test::random_normal(static_cast<size_t>(4 * k), 32);
+  std::fill(x.begin(), x.begin() + k, 0.0f);              // row 0: zeros
+  for (int64_t i = 0; i < k; ++i) x[k + i] *= 1e-32f;     // row 1: tiny (rounds to zeros)
+  x[2 * k + 5] = std::numeric_limits<float>::infinity();  // row 2: one inf
+  ThreadPool pool(2);
+  for (const QuantGemmIsa isa : isas()) {
+    SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), cpu::quant_gemm_isa_name(isa)));
+    const std::vector<float> y = run_kernel(pool, isa, type, w, x, 0, 4, k);
+    for (int64_t j = 0; j < kN; ++j) {
+      EXPECT_EQ(y[j], 0.0f);
+      EXPECT_EQ(y[kN + j], 0.0f);
+      EXPECT_TRUE(std::isnan(y[2 * kN + j]));
+      EXPECT_TRUE(std::isfinite(y[3 * kN + j]));
+    }
+  }
+}
+
+TEST_P(QuantLinear, GatherRowsDequantizes) {
+  const QuantType type = GetParam();
+  const int64_t k = k_for(type);
+  Context ctx(Device::cpu());
+  const std::vector<uint8_t> wbytes = random_weights(type, kN, k, 41);
+  const OwnedTensor wt = u8_tensor(wbytes, kN);
+  const WeightMatrix wm = weight_matrix(type, wt, kN, k);
+  const std::vector<float> wf = dequantized(type, wbytes, kN, k);
+  const std::vector<int32_t> ids = {0, 36, 5, 5, 17};
+  const OwnedTensor id_t = OwnedTensor::from_vector(ids, Shape{5}, Device::cpu());
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    OwnedTensor out_buf = OwnedTensor::zeros(dt, Shape{5, k + 3}, Device::cpu());
+    const Tensor out = out_buf.view().slice(1, 0, k);
+    gather_rows(ctx, wm, id_t.view(), out);
+    const std::vector<float> got = to_f32_vector(out);
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t c = 0; c < k; ++c) {
+        float want = wf[static_cast<size_t>(ids[i] * k + c)];
+        if (dt == DType::bf16) want = bf16_to_f32(f32_to_bf16(want));
+        ASSERT_EQ(got[i * k + c], want) << dtype_name(dt) << " id " << ids[i] << " col " << c;
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantLinear, ::testing::ValuesIn(kQuantTypes), type_name);
+
+}  // namespace
+}  // namespace dspark

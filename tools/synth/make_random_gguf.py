@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Writes a random-weight GGUF file with the exact shapes of a published Llama model and the tensor
+types of one of llama.cpp's quantization mixes, for speed benchmarks of quantized decoding:
+
+    python3 tools/synth/make_random_gguf.py --shape llama3.1-8b --mix Q4_K_M --out /tmp/l8b.gguf
+
+Blocks are random bytes with small f16 scales (a valid block of any value is as costly to decode
+as a trained one), written with the `gguf` package. Mixes (as llama.cpp's llama-quantize assigns
+types; close enough for bandwidth, not a bit-exact replica of its rules):
+  Q4_K_M  Q4_K everywhere, Q6_K for output, attn_v and ffn_down of the first and last eighth of
+          the layers and of every third layer between (llama.cpp's use_more_bits)
+  Q8_0, Q4_0, Q6_K  that type for every matrix
+Norms are F32. No tokenizer is written: `llama.vocab_size` gives the vocabulary (benchmarks use
+random token prompts).
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as Q
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_random_checkpoint import SHAPES  # noqa: E402
+
+# Offsets of the f16 scale fields in a block, per type.
+SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_K: [0, 2], Q.Q6_K: [208]}
+# The largest |integer code x sub-scale| of a type: scales are drawn so weights stay ~1/sqrt(k).
+CODE_RANGE = {Q.Q8_0: 127, Q.Q4_0: 8, Q.Q4_K: 63 * 15, Q.Q6_K: 127 * 31}
+
+
+def random_blocks(qtype, rows, cols, rng):
+    elems, nbytes = gguf.GGML_QUANT_SIZES[qtype]
+    n_blocks = rows * cols // elems
+    raw = rng.integers(0, 256, size=(n_blocks, nbytes), dtype=np.uint8)
+    scale = 1.0 / math.sqrt(cols) / CODE_RANGE[qtype]
+    for off in SCALE_FIELDS[qtype]:
+        s = rng.uniform(0.5 * scale, scale, size=n_blocks).astype(np.float16)
+        raw[:, off:off + 2] = s.view(np.uint8).reshape(n_blocks, 2)
+    return raw.reshape(rows, cols // elems * nbytes)
+
+
+def mix_type(mix, name, layer, n_layers):
+    if mix != "Q4_K_M":
+        return {"Q8_0": Q.Q8_0, "Q4_0": Q.Q4_0, "Q6_K": Q.Q6_K}[mix]
+    if name == "output":
+        return Q.Q6_K
+    if name in ("attn_v", "ffn_down"):
+        more = layer < n_layers // 8 or layer >= 7 * n_layers // 8 or (layer - n_layers // 8) % 3 == 2
+        return Q.Q6_K if more else Q.Q4_K
+    return Q.Q4_K
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", default="llama3.1-8b", choices=sorted(SHAPES))
+    ap.add_argument("--mix", default="Q4_K_M", choices=["Q4_K_M", "Q8_0", "Q4_0", "Q6_K"])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    c = SHAPES[a.shape]
+    h, inter, n_layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+    nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
+    hd = c.get("head_dim", h // nh)
+    v = c["vocab_size"]
+    rng = np.random.default_rng(a.seed)
+    t0 = time.time()
+    w = gguf.GGUFWriter(a.out, arch="llama")
+    w.add_name(f"random {a.shape} {a.mix}")
+    w.add_block_count(n_layers)
+    w.add_context_length(min(c.get("max_position_embeddings", 4096), 131072))
+    w.add_embedding_length(h)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(c.get("rope_theta", 10000.0))
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_vocab_size(v)
+    tensors = [("token_embd.weight", "token_embd", -1, (v, h)),
+               ("output.weight", "output", -1, (v, h))]
+    for l in range(n_layers):
+        for name, shape in (("attn_q", (nh * hd, h)), ("attn_k", (nkv * hd, h)),
+                            ("attn_v", (nkv * hd, h)), ("attn_output", (h, nh * hd)),
+                            ("ffn_gate", (inter, h)), ("ffn_up", (inter, h)),
+                            ("ffn_down", (h, inter))):
+            tensors.append((f"blk.{l}.{name}.weight", name, l, shape))
+    total = 0
+    for full, name, layer, (rows, cols) in tensors:
+        qtype = Q.Q4_K if name == "token_embd" and a.mix == "Q4_K_M" else \
+            mix_type(a.mix, name, layer, n_layers)
+        raw = random_blocks(qtype, rows, cols, rng)
+        total += raw.nbytes
+        w.add_tensor(full, raw, raw_dtype=qtype)
+    ones = (1.0 + 0.05 * rng.standard_normal(h)).astype(np.float32)
+    w.add_tensor("output_norm.weight", ones)
+    for l in range(n_layers):
+        w.add_tensor(f"blk.{l}.attn_norm.weight", ones)
+        w.add_tensor(f"blk.{l}.ffn_norm.weight", ones)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"wrote {a.out}: {a.shape} {a.mix}, {total / 1e9:.2f} GB of blocks, "
+          f"{time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
