@@ -14,8 +14,9 @@
 // bytes it reads (1 per weight + the scales).
 // --quant adds block-quantized weights of those GGUF types (core/quant.h; random blocks with sane
 // f16 scales) on the same shapes and rows, through linear's WeightMatrix overload on the kernel
-// policy/linear_quant.h picks (the tensor-core kernel with its plan: slices of K x row groups,
-// warps on K x row tiles in flight; or dequantize + cuBLASLt); its GB/s counts the blocks' bytes
+// policy/linear_quant.h picks (the few-row dp4a kernel with its tiles and warps per row; the
+// tensor-core kernel with its plan: slices of K x row groups, warps on K x row tiles in flight; or
+// dequantize + cuBLASLt); its GB/s counts the blocks' bytes
 // (quantized values and scales), and "vs dense" is the dense call's time over its time.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
 // (fused QKV, o, fused gate/up, down) and its LM head.
@@ -106,6 +107,9 @@ std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint
 
 std::string quant_kernel_name(const cuda::LinearBlocksChoice& c) {
   if (c.kernel == cuda::LinearBlocksKernel::dequantize) return "dequantize + dense";
+  if (c.kernel == cuda::LinearBlocksKernel::gemv) {
+    return fmt::format("gemv {} tiles, {} warps/row", c.gemv_plan.tiles, c.gemv_plan.warps_k);
+  }
   const cuda::QuantMmaPlan& p = c.plan;
   return fmt::format("mma {}x{} CTAs, {}x{} warps", p.slices, p.row_groups, p.warps_k, p.warps_r);
 }

@@ -283,6 +283,27 @@ void expect_valid_plan(const LinearBlocksShape& s, const DeviceCaps& caps, const
   EXPECT_LE(p.smem_bytes, quant_mma_smem_limit(caps)) << what;
 }
 
+// What every plan of the few-row kernel must hold: warps_k a power of two that divides the CTA's
+// warps and leaves no warp of a row without super-blocks but the last's, tiles covering every row,
+// the shared memory of m rows within the limit, and the same warps_k for every m (a row's sums in
+// the same order).
+void expect_valid_gemv_plan(const LinearBlocksShape& s, const DeviceCaps& caps,
+                            const QuantGemvPlan& p) {
+  const std::string what = std::string(quant_type_name(s.quant)) + " " + std::to_string(s.m) + "x" +
+                           std::to_string(s.k) + " -> " + std::to_string(s.n);
+  const int64_t ksb = s.k / 256;
+  EXPECT_TRUE(p.warps_k >= 1 && p.warps_k <= kQuantGemvWarps && kQuantGemvWarps % p.warps_k == 0)
+      << what;
+  EXPECT_LE(p.warps_k, ksb) << what;
+  const int64_t rows_per_tile = kQuantGemvWarps / p.warps_k;
+  EXPECT_EQ(p.tiles, (s.n + rows_per_tile - 1) / rows_per_tile) << what;
+  EXPECT_EQ(p.smem_bytes, quant_gemv_layout(s.quant, s.m, s.k).bytes) << what;
+  EXPECT_LE(p.smem_bytes, quant_mma_smem_limit(caps)) << what;
+  LinearBlocksShape one = s;
+  one.m = 1;
+  EXPECT_EQ(choose_linear_blocks(one, caps, Tuning{}).gemv_plan.warps_k, p.warps_k) << what;
+}
+
 TEST(CudaPolicyLinearBlocks, TensorCoresForDecodeAndVerifyRows) {
   const Tuning t;
   // Llama-3.1-8B: q/k/v 6,144 x 4,096, o 4,096 x 4,096, gate / up 14,336 x 4,096, down
@@ -297,24 +318,36 @@ TEST(CudaPolicyLinearBlocks, TensorCoresForDecodeAndVerifyRows) {
         for (DType x : {DType::bf16, DType::f16}) {
           const LinearBlocksShape s = quant_linear(m, n, k, q, x);
           const LinearBlocksChoice c = choose_linear_blocks(s, kH200, t);
+          if (m <= kQuantGemvMaxRows) {
+            ASSERT_EQ(c.kernel, LinearBlocksKernel::gemv)
+                << quant_type_name(q) << " " << m << "x" << k;
+            expect_valid_gemv_plan(s, kH200, c.gemv_plan);
+            continue;
+          }
           ASSERT_EQ(c.kernel, LinearBlocksKernel::mma)
               << quant_type_name(q) << " " << m << "x" << k;
           expect_valid_plan(s, kH200, c.plan);
-          if (m == 1) {
-            EXPECT_EQ(c.plan.slices, 1) << quant_type_name(q) << " " << n << "x" << k;
-          }
         }
       }
     }
   }
-  // The decode steps' o and down projections in Q4_K: one slice, 128 CTAs of 2 row tiles.
-  QuantMmaPlan p = choose_linear_blocks(quant_linear(1, 4096, 4096), kH200, t).plan;
+  // The decode steps' o and down projections in Q4_K: a warp per row (256 tiles of 16 rows, two
+  // rounds of 132 CTAs); k and v (1,024 rows) two warps per row, 128 tiles.
+  QuantGemvPlan g = choose_linear_blocks(quant_linear(1, 4096, 4096), kH200, t).gemv_plan;
+  EXPECT_EQ(g.warps_k, 1);
+  EXPECT_EQ(g.tiles, 256);
+  g = choose_linear_blocks(quant_linear(1, 4096, 14336), kH200, t).gemv_plan;
+  EXPECT_EQ(g.warps_k, 1);
+  g = choose_linear_blocks(quant_linear(1, 1024, 4096), kH200, t).gemv_plan;
+  EXPECT_EQ(g.warps_k, 2);
+  EXPECT_EQ(g.tiles, 128);
+  // A deep K over few rows: every warp of a CTA on one row.
+  EXPECT_EQ(choose_linear_blocks(quant_linear(1, 64, 14592), kH200, t).gemv_plan.warps_k, 16);
+  // Five rows: the tensor cores, one slice, 128 CTAs of 2 row tiles.
+  QuantMmaPlan p = choose_linear_blocks(quant_linear(5, 4096, 4096), kH200, t).plan;
   EXPECT_EQ(p.slices, 1);
   EXPECT_EQ(p.row_groups, 128);
   EXPECT_EQ(p.tiles_per_cta, 2);
-  p = choose_linear_blocks(quant_linear(1, 4096, 14336), kH200, t).plan;
-  EXPECT_EQ(p.slices, 1);
-  EXPECT_EQ(p.row_groups, 128);
   // A verify of 16 drafts: x's 17 rows of 4,096 do not fit beside the weight rings, so K is split
   // (4 slices of 1,024 for o, 8 of 1,792 for down).
   p = choose_linear_blocks(quant_linear(17, 4096, 4096), kH200, t).plan;
@@ -335,6 +368,7 @@ TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
             const LinearBlocksShape s = quant_linear(m, n, k, q);
             const LinearBlocksChoice c = choose_linear_blocks(s, caps, t);
             if (c.kernel == LinearBlocksKernel::mma) expect_valid_plan(s, caps, c.plan);
+            if (c.kernel == LinearBlocksKernel::gemv) expect_valid_gemv_plan(s, caps, c.gemv_plan);
             // Without the K split's counters: one slice, or the dequantizing path.
             const LinearBlocksChoice one = choose_linear_blocks(s, caps, t, false);
             if (one.kernel == LinearBlocksKernel::mma) {
@@ -346,8 +380,8 @@ TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
       }
     }
   }
-  // Every decode shape fits one slice on the H200, also without counters.
-  EXPECT_EQ(choose_linear_blocks(quant_linear(1, 4096, 4096), kH200, t, false).plan.slices, 1);
+  // Few rows fit one slice on the H200, also without counters.
+  EXPECT_EQ(choose_linear_blocks(quant_linear(5, 4096, 4096), kH200, t, false).plan.slices, 1);
   // 48 rows of x of 14,336 need a split: without counters, the dequantizing path.
   EXPECT_EQ(choose_linear_blocks(quant_linear(48, 4096, 14336), kH200, t, false).kernel,
             LinearBlocksKernel::dequantize);
@@ -363,10 +397,15 @@ TEST(CudaPolicyLinearBlocks, DequantizeEverythingElse) {
   auto kernel = [&](const LinearBlocksShape& s) {
     return choose_linear_blocks(s, kH200, t).kernel;
   };
+  EXPECT_EQ(kernel(quant_linear(4, 4096, 4096)), LinearBlocksKernel::gemv);
+  EXPECT_EQ(kernel(quant_linear(5, 4096, 4096)), LinearBlocksKernel::mma);
   EXPECT_EQ(kernel(quant_linear(48, 4096, 4096)), LinearBlocksKernel::mma);
   EXPECT_EQ(kernel(quant_linear(49, 4096, 4096)), LinearBlocksKernel::dequantize);  // prefill
   EXPECT_EQ(kernel(quant_linear(512, 4096, 4096)), LinearBlocksKernel::dequantize);
+  // f32 x: the few-row kernel rounds any x to int8; the tensor cores take 16-bit x only.
   EXPECT_EQ(kernel(quant_linear(1, 4096, 4096, QuantType::q8_0, DType::f32)),
+            LinearBlocksKernel::gemv);
+  EXPECT_EQ(kernel(quant_linear(5, 4096, 4096, QuantType::q8_0, DType::f32)),
             LinearBlocksKernel::dequantize);
   EXPECT_EQ(kernel(quant_linear(1, 4096, 4128, QuantType::q8_0)),  // K % 256 != 0
             LinearBlocksKernel::dequantize);
@@ -374,7 +413,7 @@ TEST(CudaPolicyLinearBlocks, DequantizeEverythingElse) {
   LinearBlocksShape s = quant_linear(1, 4096, 4096);
   s.aligned = false;
   EXPECT_EQ(kernel(s), LinearBlocksKernel::dequantize);
-  s = quant_linear(1, 4096, 4096);
+  s = quant_linear(5, 4096, 4096);
   s.y = DType::f16;  // bf16 x, f16 y
   EXPECT_EQ(kernel(s), LinearBlocksKernel::dequantize);
   s.x = DType::f16;

@@ -1,7 +1,9 @@
 // linear with block-quantized weights (contract: ops/matmul.h): y[M, N] = x[M, K] .
 // dequantize(w)^T (+ bias), the kernel chosen by choose_linear_blocks (policy/linear_quant.h).
 //
-// The tensor-core kernel (1..48 rows of bf16 / f16 x: decode, verify, draft steps) reads every
+// 1..kQuantGemvMaxRows rows of x (decode, draft steps): the dp4a kernel of linear_quant_gemv.cu.
+//
+// The tensor-core kernel (up to 48 rows of bf16 / f16 x: verify, batched decode) reads every
 // weight byte once per call:
 //  - Work: K is cut into slices of whole super-blocks (256 values), the weight rows into tiles of
 //    16; a CTA takes one slice of a group of consecutive tiles (a grid of slices x row groups, at
@@ -43,6 +45,7 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/arrival_counters.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/linear_quant_gemv.h"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/cuda/kernels/quant_blocks.cuh"
 #include "dspark/backend/cuda/kernels/quant_rows.h"
@@ -462,6 +465,8 @@ void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
       arrival_counters(ctx, ArrivalPool::linear_quant, static_cast<size_t>(kQuantMmaMaxRowGroups));
   const LinearBlocksChoice choice =
       choose_linear_blocks(s, ctx.cuda_caps(), ctx.cuda_tuning(), counters != nullptr);
+  if (choice.kernel == LinearBlocksKernel::gemv)
+    return linear_blocks_gemv(ctx, x, w, bias, y, choice.gemv_plan);
   if (choice.kernel == LinearBlocksKernel::mma)
     return linear_mma(ctx, x, w, bias, y, choice.plan, counters);
   linear_dequantized(ctx, x, w, bias, y);

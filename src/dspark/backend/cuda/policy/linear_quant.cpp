@@ -55,6 +55,25 @@ QuantMmaLayout quant_mma_layout(QuantType q, int64_t m, int64_t slice_sbs) {
   return l;
 }
 
+QuantGemvLayout quant_gemv_layout(QuantType q, int64_t m, int64_t k) {
+  const QuantMmaFormat f = quant_mma_format(q);
+  QuantGemvLayout l;
+  // A stage's bytes start anywhere in a 16-byte chunk, and the unaligned word reads of the last
+  // value look up to 3 bytes past it.
+  l.slot =
+      static_cast<int>(round_up(static_cast<size_t>(kQuantGemvStageSbs * f.sb_bytes) + 19, 16));
+  l.x_q_bytes = static_cast<int>(k / 256 * 320);
+  l.x_row_bytes =
+      static_cast<int>(round_up(static_cast<size_t>(l.x_q_bytes) + static_cast<size_t>(k / 32) * 8 +
+                                    static_cast<size_t>(k / 16) * 4,
+                                16));
+  const size_t ring = size_t{kQuantGemvWarps} * quant_gemv_stages(q) * static_cast<size_t>(l.slot);
+  l.part = static_cast<unsigned>(ring);
+  l.x = static_cast<unsigned>(ring + round_up(size_t{kQuantGemvWarps} * kQuantGemvMaxRows * 4, 16));
+  l.bytes = l.x + static_cast<size_t>(m) * static_cast<size_t>(l.x_row_bytes);
+  return l;
+}
+
 size_t quant_mma_smem_limit(const DeviceCaps& caps) {
   // A CTA may opt in to 227 KB (sm_90) or 99 KB (sm_86 / sm_89; an A100 allows more), static
   // shared memory included: 1 KB is left for the kernel's own.
@@ -64,6 +83,30 @@ size_t quant_mma_smem_limit(const DeviceCaps& caps) {
 LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
                                         const Tuning& t, bool split_k) {
   LinearBlocksChoice choice;  // dequantize
+  const bool gemv_fits = s.m >= 1 && s.m <= kQuantGemvMaxRows && s.aligned && s.n >= 1 &&
+                         s.k >= 256 && s.k % 256 == 0 && caps.compute_major >= 8 &&
+                         caps.sm_count >= 1 && s.n <= (int64_t{1} << 30);
+  if (gemv_fits) {
+    const QuantGemvLayout layout = quant_gemv_layout(s.quant, s.m, s.k);
+    if (layout.bytes <= quant_mma_smem_limit(caps)) {
+      // warps_k: the fewest warps per row for the least super-blocks per warp over the rounds of
+      // tiles, counting one CTA per SM (not the occupancy, which depends on m).
+      const int64_t ksb = s.k / 256;
+      double best = std::numeric_limits<double>::infinity();
+      for (int wk = 1; wk <= kQuantGemvWarps && wk <= ksb; wk *= 2) {
+        const int64_t tiles = ceil_div(s.n, kQuantGemvWarps / wk);
+        const int64_t rounds = ceil_div(tiles, caps.sm_count);
+        const double cost =
+            static_cast<double>(rounds * ceil_div(ksb, wk)) + 0.25 * static_cast<double>(rounds);
+        if (cost < best) {
+          best = cost;
+          choice.gemv_plan = QuantGemvPlan{wk, static_cast<int>(tiles), layout.bytes};
+        }
+      }
+      choice.kernel = LinearBlocksKernel::gemv;
+      return choice;
+    }
+  }
   const int64_t max_rows = std::min<int64_t>(t.linear_blocks_max_rows, kQuantMmaMaxRows);
   const bool fits = s.m >= 1 && s.m <= max_rows && is_16bit(s.x) &&
                     (s.y == DType::f32 || s.y == s.x) && s.aligned && s.n >= 1 && s.k >= 256 &&

@@ -4,6 +4,9 @@
 // are also read by the kernels.
 //
 // The kernels:
+//  - gemv: 1..kQuantGemvMaxRows rows of x of any float dtype (decode, draft steps). x is rounded
+//    to int8 per block of 32 as on the CPU, and each weight word of 4 values meets 4 of x in one
+//    dp4a; each weight byte is read once per call, by cp.async into a warp's shared-memory ring.
 //  - mma: 1..48 rows of bf16 / f16 x (decode, verify, draft, batched decode). Each weight byte is
 //    read once per call, by cp.async into a warp's shared-memory ring, and multiplied with every
 //    row of x on tensor cores as exact small integers, scaled per sub-block in f32.
@@ -100,7 +103,41 @@ struct QuantMmaPlan {
   size_t smem_bytes = 0;
 };
 
+// The few-row kernel (kernels/linear_quant_gemv.cu): CTAs of kQuantGemvWarps warps, each warp a
+// ring of quant_gemv_stages(q) slots of kQuantGemvStageSbs super-blocks of one weight row (a lane
+// per unit of 64 values): 3 stages in flight for the formats of up to 176 bytes per super-block,
+// 2 for the larger (Q6_K, Q8_0: their stages are larger).
+inline constexpr int kQuantGemvWarps = 16;
+inline constexpr int kQuantGemvStageSbs = 8;
+constexpr int quant_gemv_stages(QuantType q) {
+  return quant_mma_format(q).sb_bytes <= 176 ? 4 : 3;
+}
+inline constexpr int kQuantGemvMaxRows = 4;
+
+// Its dynamic shared memory: the warps' rings, their partial sums, and x's rows rounded to int8
+// (per row: q in 320 bytes per super-block of 256 values, then f32 d and s per block of 32, then
+// int32 sums of q per 16 values).
+struct QuantGemvLayout {
+  int slot = 0;         // bytes of a ring slot: a stage, its start anywhere in a 16-byte chunk
+  int x_q_bytes = 0;    // bytes of a row's q, padding included (a multiple of 16)
+  int x_row_bytes = 0;  // bytes of a row of the x region (a multiple of 16)
+  unsigned part = 0;    // byte offsets of the regions
+  unsigned x = 0;
+  size_t bytes = 0;  // total
+};
+QuantGemvLayout quant_gemv_layout(QuantType q, int64_t m, int64_t k);
+
+// How the few-row kernel cuts a call: tiles of kQuantGemvWarps / warps_k weight rows, warps_k
+// warps per row splitting its super-blocks. Chosen from n, k and the SM count only (not m), so
+// that a row's sums are added in the same order for every m.
+struct QuantGemvPlan {
+  int warps_k = 1;
+  int tiles = 0;
+  size_t smem_bytes = 0;
+};
+
 enum class LinearBlocksKernel {
+  gemv,        // kernels/linear_quant_gemv.cu, dp4a
   mma,         // kernels/linear_quant.cu, tensor cores
   dequantize,  // rows dequantized into scratch, then the dense linear
 };
@@ -116,10 +153,13 @@ struct LinearBlocksShape {
 
 struct LinearBlocksChoice {
   LinearBlocksKernel kernel = LinearBlocksKernel::dequantize;
-  QuantMmaPlan plan;  // kernel == mma
+  QuantMmaPlan plan;        // kernel == mma
+  QuantGemvPlan gemv_plan;  // kernel == gemv
 };
 
-// The tensor-core kernel for 1..min(t.linear_blocks_max_rows, 48) rows of bf16 / f16 x, y f32 or
+// The few-row kernel for 1..kQuantGemvMaxRows rows of any float x and y, K a multiple of 256, w
+// and x aligned, compute capability 8+, when its shared memory fits. Otherwise the tensor-core
+// kernel for 1..min(t.linear_blocks_max_rows, 48) rows of bf16 / f16 x, y f32 or
 // x's dtype, K a multiple of 256, aligned, compute capability 8+, and a plan whose shared memory
 // fits; its plan is the cheapest of the candidates by an estimate of the busiest warp's bytes
 // (weights, plus a share of x's slice and of the partial sums, which come from L2) with a cost per

@@ -1,0 +1,539 @@
+// linear with block-quantized weights for 1..kQuantGemvMaxRows rows of x (decode, draft steps):
+// y[M, N] = x[M, K] . dequantize(w)^T (+ bias), in integers as the CPU's quant_gemm does it
+// (backend/cpu/kernels/quant_gemm.h): x rounded per block of 32 values to int8 with one f32 scale,
+// each weight word of 4 values multiplied with 4 of x by one dp4a, the integer sums scaled per
+// sub-block in f32. The x blocks are the CPU's bit for bit; only the order of the f32 sums differs.
+//
+//  - Work: a CTA of kQuantGemvWarps warps takes tiles of 16 / warps_k weight rows (grid-stride
+//    over the tiles); warps_k warps share a row, each a contiguous range of its super-blocks.
+//  - Weights: each warp streams its row's range a stage (kQuantGemvStageSbs super-blocks) at a
+//    time through its own ring of quant_gemv_stages slots in shared memory, by cp.async of the
+//    16-byte chunks that hold the stage (rows of Q6_K or Q8_0 need not be 16-byte aligned), three
+//    stages (Q6_K, Q8_0: two) ahead of its math and across tiles. The first stages are requested
+//    before pdl_wait().
+//  - x: after pdl_wait() the CTA rounds all M rows into shared memory: int8 values (in the order
+//    the lanes read them, XView), per block of 32 the scale d and s = d * sum(q), per 16 values
+//    the integer sum of q (the offset of Q4_0, Q5_0, Q6_K: sum((q_w - off) q_x) =
+//    sum(q_w q_x) - off sum(q_x)).
+//  - Math: lane (b, u) of a warp takes super-block b of the stage and its unit u of 64 values
+//    (quant_blocks.cuh's QuantMma view): 16 words, 16 dp4a per row of x, the unit's 2 (Q6_K: 4)
+//    sub-block scales decoded once. Per sub-block the lane adds D * d_x * sum, and the offset and
+//    min terms.
+//  - Sums: per warp, lanes in registers over the warp's super-blocks in order, then a butterfly;
+//    the warps_k partial sums of a row added in warp order. The plan (warps_k) depends on N, K and
+//    the SM count only, so a row's bits do not depend on M or on the grid.
+#include <algorithm>
+#include <mutex>
+
+#include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/mma.cuh"
+#include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/linear_quant_gemv.h"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
+#include "dspark/backend/cuda/kernels/quant_blocks.cuh"
+#include "dspark/backend/cuda/policy/linear_quant.h"
+
+namespace dspark::cuda {
+namespace {
+
+using quant::QuantMma;
+constexpr int kWarps = kQuantGemvWarps;
+constexpr int kThreads = kWarps * 32;
+
+struct GemvParams {
+  const uint8_t* w;  // [n][row_bytes]
+  int64_t row_bytes;
+  int64_t w_bytes;
+  const void* x;  // [m][k], rows ldx apart
+  device::FloatKind x_kind;
+  int64_t ldx;
+  void* y;  // [m][n], rows ldy apart
+  device::FloatKind y_kind;
+  int64_t ldy;
+  const void* bias;  // [n] or null
+  device::FloatKind bias_kind;
+  int m, n, k, ksb;
+  int warps_k, tiles;
+  QuantGemvLayout layout;
+};
+
+// The offset subtracted from a weight byte before the product (quant_gemm.h's integer w).
+template <QuantType Q>
+constexpr int dp4a_offset() {
+  return Q == QuantType::q4_0 ? 8 : Q == QuantType::q5_0 ? 16 : Q == QuantType::q6_k ? 32 : 0;
+}
+
+// D and Mn of sub-block `sub` of the super-block at sb (value = D * (q - off) + Mn).
+template <QuantType Q>
+__device__ __forceinline__ void sub_scale(const uint8_t* sb, int sub, float& d, float& mn) {
+  using namespace quant;
+  if constexpr (Q == QuantType::q4_k || Q == QuantType::q5_k) {
+    uint32_t sc, m;
+    scale_min_k4(sub, sb + 4, sc, m);
+    d = mul_rn(half_at(sb), static_cast<float>(sc));
+    mn = mul_rn(half_at(sb + 2), static_cast<float>(m));  // subtracted
+  } else if constexpr (Q == QuantType::q6_k) {
+    d = mul_rn(half_at(sb + 208), static_cast<float>(static_cast<int8_t>(byte_at(sb + 192, sub))));
+    mn = 0.0f;
+  } else {
+    constexpr int kBlockBytes = static_cast<int>(quant_block_bytes(Q));
+    const uint8_t* blk = sb + sub * kBlockBytes;
+    d = half_at(blk);
+    mn = QuantMma<Q>::kMin ? half_at(blk + 2) : 0.0f;
+  }
+}
+
+// The x region of row r: int8 q, then f32 d and s per block of 32, then int32 sums per 16 values.
+// q is kept per super-block of 256 values in the order the math reads it: 320 bytes (64 of them
+// padding) per super-block, and in it the 16-value chunk of unit u, step s (QuantMma's view: a
+// unit's 64 values are 4 steps of 16) at 64 s + 16 u. The 4 lanes of a super-block then read one
+// step's x as 64 consecutive bytes, and the next super-block's lanes the next 64 bytes of the 128
+// a quarter warp reads: no bank conflicts.
+struct XView {
+  const uint8_t* base;
+  int row_bytes, q_bytes, blocks;
+  __device__ __forceinline__ const uint8_t* q(int r) const { return base + r * row_bytes; }
+  __device__ __forceinline__ const float* d(int r) const {
+    return reinterpret_cast<const float*>(base + r * row_bytes + q_bytes);
+  }
+  __device__ __forceinline__ const float* s(int r) const { return d(r) + blocks; }
+  __device__ __forceinline__ const int* sum16(int r) const {
+    return reinterpret_cast<const int*>(s(r) + blocks);
+  }
+};
+constexpr int kXSuperBlockBytes = 320;
+
+// Where step s of unit u of super-block sb starts in a row's q.
+__device__ __forceinline__ int xq_step(int sb, int u, int s) {
+  return sb * kXSuperBlockBytes + 64 * s + 16 * u;
+}
+
+// The (unit, step) of the 16-value chunk c16 (0..15) of a super-block, for format Q.
+template <QuantType Q>
+__device__ __forceinline__ int xq_chunk_offset(int c16) {
+  if constexpr (Q == QuantType::q6_k) {
+    // elem(u, s) = 128 (u / 2) + 32 s + 16 (u % 2)
+    const int u = 2 * (c16 >> 3) + (c16 & 1), s = (c16 & 7) >> 1;
+    return 64 * s + 16 * u;
+  } else {
+    // elem(u, s) = 64 u + 16 s
+    return 64 * (c16 & 3) + 16 * (c16 >> 2);
+  }
+}
+
+// 8 consecutive values of x from element i (a multiple of 8; x 16-byte aligned) as f32.
+__device__ __forceinline__ void load8(const void* x, int64_t i, device::FloatKind kind,
+                                      float (&v)[8]) {
+  if (kind == device::FloatKind::f32) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    return;
+  }
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const auto lo = static_cast<unsigned short>(words[j] & 0xFFFFu);
+    const auto hi = static_cast<unsigned short>(words[j] >> 16);
+    if (kind == device::FloatKind::bf16) {
+      v[2 * j] = __bfloat162float(__ushort_as_bfloat16(lo));
+      v[2 * j + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
+    } else {
+      v[2 * j] = __half2float(__ushort_as_half(lo));
+      v[2 * j + 1] = __half2float(__ushort_as_half(hi));
+    }
+  }
+}
+
+// Rounds the m rows of x into the x region (quant_gemm.cpp's quantize_x_row, bit for bit): a
+// thread takes 8 consecutive values, 4 neighbouring lanes a block of 32; the loads of up to 4
+// groups per thread are issued before any of their math.
+template <QuantType Q>
+__device__ void quantize_x(const GemvParams& p, uint8_t* region) {
+  constexpr int kUnroll = 4;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int groups_per_row = p.k / 8, groups = p.m * groups_per_row, blocks = p.k / 32;
+  for (int base = 0; base < groups; base += kUnroll * kThreads) {
+    float v[kUnroll][8];
+#pragma unroll
+    for (int it = 0; it < kUnroll; ++it) {
+      const int g = base + it * kThreads + static_cast<int>(threadIdx.x);
+      if (g < groups) {
+        const int r = g / groups_per_row, col = 8 * (g % groups_per_row);
+        load8(p.x, r * p.ldx + col, p.x_kind, v[it]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) v[it][j] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int it = 0; it < kUnroll; ++it) {
+      // The 4 lanes of a block are all in range or all out (k is a multiple of 32), so the
+      // shuffles below run on every lane and only the stores are guarded.
+      const int g = base + it * kThreads + static_cast<int>(threadIdx.x);
+      float amax = 0.0f;
+      int finite = 1;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float a = fabsf(v[it][j]);
+        finite &= a <= 3.402823466e38f ? 1 : 0;  // 0 for inf and NaN
+        amax = fmaxf(amax, a);
+      }
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        finite &= __shfl_xor_sync(0xffffffffu, finite, o);
+      }
+      int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      float d = 0.0f;
+      if (finite == 0) {
+        d = __int_as_float(0x7fc00000);
+      } else if (amax >= 1e-30f) {
+        const float inv = __fdiv_rn(127.0f, amax);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = static_cast<int>(rintf(__fmul_rn(v[it][j], inv)));
+        d = __fdiv_rn(amax, 127.0f);
+      }
+      int own = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) own += q[j];
+      const int s16 = own + __shfl_xor_sync(0xffffffffu, own, 1);
+      const int sum = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
+      if (g < groups) {
+        const int r = g / groups_per_row, col = 8 * (g % groups_per_row), b = col / 32;
+        uint8_t* row = region + r * p.layout.x_row_bytes;
+        uint32_t w0 = 0, w1 = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          w0 |= (static_cast<uint32_t>(q[j]) & 0xFFu) << (8 * j);
+          w1 |= (static_cast<uint32_t>(q[4 + j]) & 0xFFu) << (8 * j);
+        }
+        const int in_sb = col & 255;
+        auto* dst = reinterpret_cast<uint32_t*>(row + (col >> 8) * kXSuperBlockBytes +
+                                                xq_chunk_offset<Q>(in_sb >> 4) + (in_sb & 15));
+        dst[0] = w0;
+        dst[1] = w1;
+        auto* dv = reinterpret_cast<float*>(row + p.layout.x_q_bytes);
+        auto* sum16 = reinterpret_cast<int*>(dv + 2 * blocks);
+        const int quarter = lane & 3;
+        if (quarter == 0) {
+          dv[b] = d;
+          dv[blocks + b] = finite != 0 ? __fmul_rn(d, static_cast<float>(sum)) : d;
+          sum16[2 * b] = s16;
+        } else if (quarter == 2) {
+          sum16[2 * b + 1] = s16;
+        }
+      }
+    }
+  }
+}
+
+// The 6-bit scales and mins of sub-blocks 2u and 2u + 1 of a Q4_K / Q5_K super-block (its first
+// 16 bytes: d, dmin, the 12 packed bytes; 16-byte aligned in the slot), without branches
+// (backend/cpu/kernels/quant_gemm_detail.h's k_scales_mins).
+__device__ __forceinline__ void kquant_scales_mins(const uint8_t* sb, int u, int (&sc)[2],
+                                                   int (&m)[2]) {
+  const uint4 h = *reinterpret_cast<const uint4*>(sb);
+  const uint32_t u0 = h.y, u1 = h.z, u2 = h.w;
+  const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
+  const uint32_t sw = u < 2 ? sc_lo : sc_hi, mw = u < 2 ? m_lo : m_hi;
+  const int shift = 16 * (u & 1);
+  sc[0] = static_cast<int>((sw >> shift) & 0xFFu);
+  sc[1] = static_cast<int>((sw >> (shift + 8)) & 0xFFu);
+  m[0] = static_cast<int>((mw >> shift) & 0xFFu);
+  m[1] = static_cast<int>((mw >> (shift + 8)) & 0xFFu);
+}
+
+// The 64 values of unit u of the super-block at sb as 16 words of 4 bytes: word 4 s + c holds
+// values elem(u, s) + 4c .. + 3 (QuantMma's view). Q4_K (16-byte aligned in its slot) as two
+// 16-byte reads.
+template <QuantType Q>
+__device__ __forceinline__ void unit_words(const uint8_t* sb, int u, uint32_t (&q)[16]) {
+  if constexpr (Q == QuantType::q4_k) {
+    const uint4 a = *reinterpret_cast<const uint4*>(sb + 16 + 32 * u);
+    const uint4 b = *reinterpret_cast<const uint4*>(sb + 32 + 32 * u);
+    const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      q[c] = wa[c] & 0x0F0F0F0Fu;
+      q[4 + c] = wb[c] & 0x0F0F0F0Fu;
+      q[8 + c] = (wa[c] >> 4) & 0x0F0F0F0Fu;
+      q[12 + c] = (wb[c] >> 4) & 0x0F0F0F0Fu;
+    }
+  } else {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      uint32_t w[4];
+      QuantMma<Q>::unit(sb, u, c, w);
+#pragma unroll
+      for (int st = 0; st < 4; ++st) q[4 * st + c] = w[st];
+    }
+  }
+}
+
+// 16 bytes global -> shared, the first `src_bytes` read and the rest zeros; weights bypass L1.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
+
+// Two CTAs per SM for one or two rows of x (64 registers), one for more.
+template <QuantType Q, int M>
+__global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
+    linear_quant_gemv_kernel(const GemvParams p) {
+  using F = QuantMma<Q>;
+  constexpr int SBB = F::kSbBytes;
+  constexpr int S = kQuantGemvStageSbs;
+  constexpr int kStages = quant_gemv_stages(Q);
+  constexpr int kOff = dp4a_offset<Q>();
+  extern __shared__ __align__(16) uint8_t smem[];
+
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int wk = warp % p.warps_k, wr = warp / p.warps_k, rows_per_tile = kWarps / p.warps_k;
+  const int per_warp = (p.ksb + p.warps_k - 1) / p.warps_k;
+  const int my0 = min(wk * per_warp, p.ksb), my1 = min(my0 + per_warp, p.ksb);
+  const int chunks = (my1 - my0 + S - 1) / S;  // stages per tile
+  const int my_tiles = (p.tiles - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                       static_cast<int>(gridDim.x);
+  const int total = my_tiles * chunks;
+  const int slot_bytes = p.layout.slot;
+  uint8_t* const ring = smem + static_cast<size_t>(warp) * kStages * slot_bytes;
+  float* const part = reinterpret_cast<float*>(smem + p.layout.part);
+  uint8_t* const xregion = smem + p.layout.x;
+
+  // The weight bytes of stage i of this warp: tile i / chunks (its row of this warp, clamped to
+  // the last), super-blocks my0 + (i % chunks) S .. + nsb - 1; chunk j and tile t are tracked
+  // incrementally for the stage being issued (it_*) and the one being computed.
+  const int gx = static_cast<int>(gridDim.x);
+  auto row_at = [&](int tile) {
+    return static_cast<int64_t>(min(tile * rows_per_tile + wr, p.n - 1));
+  };
+  int it_tile = static_cast<int>(blockIdx.x), it_chunk = 0, issued = 0;
+  auto issue_next = [&]() {
+    if (issued < total) {
+      const int sb0 = my0 + it_chunk * S, nsb = min(S, my1 - sb0);
+      const int64_t a = row_at(it_tile) * p.row_bytes + int64_t{sb0} * SBB;
+      const int64_t a0 = a & ~int64_t{15};
+      const int nvec = static_cast<int>((a + int64_t{nsb} * SBB - a0 + 15) >> 4);
+      uint8_t* slot = ring + (issued % kStages) * slot_bytes;
+      const uint8_t* src = p.w + a0;
+      if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
+        for (int v = lane; v < nvec; v += 32) cp_async16(slot + 16 * v, src + 16 * v, 16);
+      } else {  // the matrix's last bytes: reads past it give zeros
+        for (int v = lane; v < nvec; v += 32) {
+          const int64_t left = p.w_bytes - (a0 + 16 * v);
+          const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
+          cp_async16(slot + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
+        }
+      }
+      if (++it_chunk == chunks) it_chunk = 0, it_tile += gx;
+      ++issued;
+    }
+    device::cp_async_commit();  // an empty group past the end keeps the count
+  };
+
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) issue_next();  // weights: before the wait
+  pdl_wait();
+  pdl_launch_dependents();
+  quantize_x<Q>(p, xregion);
+  __syncthreads();
+
+  const XView xv{xregion, p.layout.x_row_bytes, p.layout.x_q_bytes, p.k / 32};
+  const int sbl = lane >> 2, u = lane & 3;
+  constexpr int kSubs = F::kStepsPerSub == 2 ? 2 : 4;  // sub-blocks of a unit
+  int i = 0;
+  for (int t = 0; t < my_tiles; ++t) {
+    float acc[M];
+#pragma unroll
+    for (int r = 0; r < M; ++r) acc[r] = 0.0f;
+    const int64_t row_base = row_at(static_cast<int>(blockIdx.x) + t * gx) * p.row_bytes;
+    for (int j = 0; j < chunks; ++j, ++i) {
+      issue_next();
+      device::cp_async_wait<kStages - 1>();
+      __syncwarp();
+      const int sb0 = my0 + j * S, nsb = min(S, my1 - sb0);
+      const uint8_t* slot = ring + (i % kStages) * slot_bytes +
+                            static_cast<int>((row_base + int64_t{sb0} * SBB) & 15);
+      if (sbl < nsb) {
+        const uint8_t* sb = slot + sbl * SBB;
+        const int sbg = sb0 + sbl;  // the super-block's index in the row
+        uint32_t q[16];
+        unit_words<Q>(sb, u, q);
+        if constexpr (Q == QuantType::q4_k || Q == QuantType::q5_k) {
+          // Per sub-block: D * dx * sum(q_w q_x) - Mn * dx * sum(q_x), with the 6-bit scale and
+          // min multiplied in integers (exact) and d, dmin applied in f32.
+          int sc[2], mq[2];
+          kquant_scales_mins(sb, u, sc, mq);
+          const float d = quant::half_at(sb), dmin = quant::half_at(sb + 2);
+#pragma unroll
+          for (int r = 0; r < M; ++r) {
+            const uint8_t* xq = xv.q(r);
+            int dots[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int st = 0; st < 4; ++st) {
+              const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
+              int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
+              dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
+              dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
+              dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
+            }
+#pragma unroll
+            for (int k2 = 0; k2 < 2; ++k2) {
+              const int e = sbg * 256 + 64 * u + 32 * k2;  // the sub-block's first value
+              const int* s16 = xv.sum16(r) + (e >> 4);
+              const int dot = dots[2 * k2] + dots[2 * k2 + 1];
+              const float t2 = fmaf(d, static_cast<float>(sc[k2] * dot),
+                                    -dmin * static_cast<float>(mq[k2] * (s16[0] + s16[1])));
+              acc[r] = fmaf(xv.d(r)[e >> 5], t2, acc[r]);
+            }
+          }
+        } else {
+          float d[kSubs], mn[kSubs];
+#pragma unroll
+          for (int k2 = 0; k2 < kSubs; ++k2)
+            sub_scale<Q>(sb, F::sub(u, k2 * F::kStepsPerSub), d[k2], mn[k2]);
+#pragma unroll
+          for (int r = 0; r < M; ++r) {
+            const uint8_t* xq = xv.q(r);
+            int dots[4];
+#pragma unroll
+            for (int st = 0; st < 4; ++st) {
+              const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
+              int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
+              dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
+              dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
+              dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
+            }
+#pragma unroll
+            for (int k2 = 0; k2 < kSubs; ++k2) {
+              const int e = sbg * 256 + F::elem(u, k2 * F::kStepsPerSub);  // its first value
+              const int blk = e >> 5;
+              int dt = F::kStepsPerSub == 2 ? dots[2 * k2] + dots[2 * k2 + 1] : dots[k2];
+              if constexpr (kOff != 0) {
+                const int* s16 = xv.sum16(r) + (e >> 4);
+                dt -= kOff * (F::kStepsPerSub == 2 ? s16[0] + s16[1] : s16[0]);
+              }
+              acc[r] = fmaf(__fmul_rn(d[k2], xv.d(r)[blk]), static_cast<float>(dt), acc[r]);
+              if constexpr (F::kMin) acc[r] = fmaf(mn[k2], xv.s(r)[blk], acc[r]);
+            }
+          }
+        }
+      }
+      __syncwarp();  // the slot is refilled by a later issue
+    }
+    // The tile's sums: a butterfly per warp, then the warps_k partial sums of a row in order.
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    }
+    const int tile = static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x);
+    const int64_t row = int64_t{tile} * rows_per_tile + wr;
+    if (p.warps_k == 1) {
+      if (lane < M && row < p.n) {
+        float s = 0.0f;
+#pragma unroll
+        for (int r = 0; r < M; ++r) s = lane == r ? acc[r] : s;
+        if (p.bias != nullptr) s += device::load_float(p.bias, row, p.bias_kind);
+        device::store_float(p.y, lane * p.ldy + row, p.y_kind, s);
+      }
+      continue;
+    }
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < M; ++r) part[warp * M + r] = acc[r];
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < rows_per_tile * M) {
+      const int rr = static_cast<int>(threadIdx.x) / M, tok = static_cast<int>(threadIdx.x) % M;
+      const int64_t n_idx = int64_t{tile} * rows_per_tile + rr;
+      if (n_idx < p.n) {
+        float s = 0.0f;
+        for (int k2 = 0; k2 < p.warps_k; ++k2) s += part[(rr * p.warps_k + k2) * M + tok];
+        if (p.bias != nullptr) s += device::load_float(p.bias, n_idx, p.bias_kind);
+        device::store_float(p.y, tok * p.ldy + n_idx, p.y_kind, s);
+      }
+    }
+    __syncthreads();  // part is written again by the next tile
+  }
+}
+
+template <QuantType Q, int M>
+void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
+  constexpr auto kernel = &linear_quant_gemv_kernel<Q, M>;
+  const size_t limit = quant_mma_smem_limit(caps);
+  allow_dynamic_smem<kernel>(limit);
+  // CTAs resident per SM at this shared memory (queried once per size).
+  static std::mutex mu;
+  static size_t cached_smem = 0;
+  static int cached_ctas = 0;
+  int ctas = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cached_smem != p.layout.bytes) {
+      DSPARK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_ctas, kernel,
+                                                                      kThreads, p.layout.bytes));
+      cached_smem = p.layout.bytes;
+    }
+    ctas = std::max(cached_ctas, 1);
+  }
+  const int grid = std::min(p.tiles, ctas * std::max(caps.sm_count, 1));
+  launch_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), p.layout.bytes, stream, p);
+}
+
+template <QuantType Q>
+void launch_gemv_rows(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
+  static_assert(kQuantGemvMaxRows == 4, "launch_gemv_rows covers 4 rows");
+  switch (p.m) {
+    case 1:
+      return launch_gemv<Q, 1>(p, caps, stream);
+    case 2:
+      return launch_gemv<Q, 2>(p, caps, stream);
+    case 3:
+      return launch_gemv<Q, 3>(p, caps, stream);
+    default:
+      return launch_gemv<Q, 4>(p, caps, stream);
+  }
+}
+
+}  // namespace
+
+void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                        const Tensor& y, const QuantGemvPlan& plan) {
+  const RowView xv = row_view(x), yv = row_view(y);
+  const int64_t m = xv.rows;
+  GemvParams p{};
+  p.w = static_cast<const uint8_t*>(w.data.data());
+  p.row_bytes = w.data.size(1);
+  p.w_bytes = w.n * p.row_bytes;
+  p.x = x.data();
+  p.x_kind = float_kind(x.dtype());
+  p.ldx = m == 1 ? w.k : xv.stride;
+  p.y = y.data();
+  p.y_kind = float_kind(y.dtype());
+  p.ldy = m == 1 ? w.n : yv.stride;
+  const bool has_bias = bias.defined() && bias.numel() > 0;
+  p.bias = has_bias ? bias.data() : nullptr;
+  p.bias_kind = has_bias ? float_kind(bias.dtype()) : device::FloatKind::f32;
+  p.m = static_cast<int>(m);
+  p.n = static_cast<int>(w.n);
+  p.k = static_cast<int>(w.k);
+  p.ksb = static_cast<int>(w.k / 256);
+  p.warps_k = plan.warps_k;
+  p.tiles = plan.tiles;
+  p.layout = quant_gemv_layout(w.quant, m, w.k);
+  DSPARK_CHECK_KIND(internal, p.layout.bytes == plan.smem_bytes,
+                    "linear_blocks: the gemv plan's shared memory {} != the layout's {}",
+                    plan.smem_bytes, p.layout.bytes);
+  quant::dispatch_quant(w.quant, [&]<QuantType Q>(quant::QuantTag<Q>) {
+    launch_gemv_rows<Q>(p, ctx.cuda_caps(), stream_of(ctx));
+  });
+}
+
+}  // namespace dspark::cuda

@@ -1,0 +1,18 @@
+// The few-row kernel of linear with block-quantized weights (linear_quant_gemv.cu), private to
+// backend/cuda/kernels: linear_blocks (linear_quant.cu) calls it when choose_linear_blocks picks
+// LinearBlocksKernel::gemv.
+#pragma once
+
+#include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/linear_quant.h"
+#include "dspark/backend/op_params.h"
+#include "dspark/core/tensor.h"
+
+namespace dspark::cuda {
+
+// y[m, n] = x[m, k] . dequantize(w)^T (+ bias) for 1 <= m <= kQuantGemvMaxRows, as `plan` cuts
+// it (choose_linear_blocks). A programmatic launch on ctx's stream.
+void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                        const Tensor& y, const QuantGemvPlan& plan);
+
+}  // namespace dspark::cuda
