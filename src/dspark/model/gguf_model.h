@@ -1,7 +1,7 @@
 // Models from GGUF files: the `llama` architecture of llama.cpp's format mapped onto our Llama
 // family (hyper-parameters from `llama.*` metadata, tensors renamed to the Hugging Face names,
-// quantized tensors dequantized to f32 at load, then converted to the engine dtype). See
-// docs/gguf.md.
+// block-quantized 2-D weights kept in their format on every device, other quantized tensors
+// dequantized at load to the engine dtype). See docs/gguf.md and docs/quantization.md.
 #pragma once
 
 #include <filesystem>

@@ -116,16 +116,12 @@ int64_t QuantizedWeight::bytes() const {
 
 QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) const {
   DSPARK_CHECK(!parts.empty(), "load_quantized: no parts");
-  // On CUDA the blocks are dequantized at load for now: the block kernels (backend/cuda/kernels/
-  // linear_quant.cu) do not yet beat bf16 weights there (H200, Llama-3.1-8B shape, Q4_K_M: graphed
-  // decode step 4.684 ms against ~4.4 ms in bf16, verify of 16 drafts 1.67x the step).
-  if (!device_.is_cpu()) return {};
   std::vector<QuantizedView> views;
   for (const Part& part : parts) {
     std::optional<QuantizedView> v = source_->get_quantized(part.name);
     if (!v) return {};
-    const bool shape_ok = part.expected.size() == 2 && part.expected[0] == v->n &&
-                          part.expected[1] == v->k;
+    const bool shape_ok =
+        part.expected.size() == 2 && part.expected[0] == v->n && part.expected[1] == v->k;
     DSPARK_CHECK_KIND(io, shape_ok,
                       "tensor '{}' has shape [{}, {}], but the config implies {} ({})", part.name,
                       v->n, v->k, part.expected.str(), source_->origin());
