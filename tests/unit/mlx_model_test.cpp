@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <memory>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/test_util.h"
@@ -51,8 +53,7 @@ struct Twins {
   std::unique_ptr<Model> quantized, dequantized;
 };
 
-Twins load_twins(const char* name) {
-  const std::filesystem::path dir = fixture(name);
+Twins load_twins(const std::filesystem::path& dir) {
   Twins t;
   t.quantized = load_model(dir, Device::cpu(), DType::f32);
   const ModelConfig config = load_model_config(dir);
@@ -96,7 +97,7 @@ class MlxModel : public ::testing::TestWithParam<Fixture> {};
 
 TEST_P(MlxModel, MatchesItsDequantizedTwin) {
   const Fixture f = GetParam();
-  Twins t = load_twins(f.name);
+  Twins t = load_twins(fixture(f.name));
   EXPECT_EQ(t.quantized->lm_head().quantized(), f.blocks);
   EXPECT_EQ(t.quantized->embedding_table().quantized(), f.blocks);
   if (f.blocks) {
@@ -141,15 +142,43 @@ TEST_P(MlxModel, GreedySpeculativeEqualsPlainGreedy) {
   }
 }
 
-TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
+// A scratch copy of the 4-bit fixture with its config.json edited by `edit`.
+std::filesystem::path edited_q4(const char* tag, const std::function<void(nlohmann::json&)>& edit) {
   namespace fs = std::filesystem;
   const fs::path dir =
-      fs::temp_directory_path() / ("dspark_mlx_model_" + std::to_string(::getpid()));
+      fs::temp_directory_path() / fmt::format("dspark_mlx_model_{}_{}", tag, ::getpid());
   fs::remove_all(dir);
   fs::copy(fixture("llama3_q4_g32"), dir, fs::copy_options::recursive);
   nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-  config["quantization"]["bits"] = 3;
+  edit(config);
   std::ofstream(dir / "config.json") << config.dump(2);
+  return dir;
+}
+
+TEST(MlxModelTied, TiedEmbeddingsKeepTheirBlocksAsTheLmHead) {
+  // The checkpoint's lm_head tensors are ignored; the Q4_1 embedding table is the LM head.
+  const std::filesystem::path dir =
+      edited_q4("tied", [](nlohmann::json& c) { c["tie_word_embeddings"] = true; });
+  Twins t = load_twins(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(t.quantized->lm_head().quantized());
+  EXPECT_EQ(t.quantized->lm_head().data.data(), t.quantized->embedding_table().data.data());
+  Context ctx(Device::cpu());
+  for (int salt = 0; salt < 3; ++salt) {
+    const std::vector<int32_t> prompt = prompt_of(t.quantized->config().vocab_size, salt);
+    EXPECT_LE(test::relative_rms_error(last_logits(*t.quantized, ctx, prompt),
+                                       last_logits(*t.dequantized, ctx, prompt)),
+              3e-2)
+        << "prompt " << salt;
+    EXPECT_EQ(generate(*t.quantized, ctx, prompt, greedy(24)).tokens,
+              generate(*t.dequantized, ctx, prompt, greedy(24)).tokens)
+        << "prompt " << salt;
+  }
+}
+
+TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
+  const std::filesystem::path dir =
+      edited_q4("bits3", [](nlohmann::json& c) { c["quantization"]["bits"] = 3; });
   std::string msg;
   try {
     load_model(dir, Device::cpu(), DType::f32);
@@ -157,7 +186,7 @@ TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
     EXPECT_EQ(e.kind(), ErrorKind::io);
     msg = e.what();
   }
-  fs::remove_all(dir);
+  std::filesystem::remove_all(dir);
   for (const char* part :
        {"'model.embed_tokens.weight'", "bits 3 and group_size 32", "bits 4 or 8"})
     EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
