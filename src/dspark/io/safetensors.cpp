@@ -22,7 +22,7 @@ namespace {
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kSingleName = "model.safetensors";
 constexpr const char* kMetadataKey = "__metadata__";
-constexpr const char* kSupportedDtypes = "F32, BF16, F16, I32, I64, I8, U8, BOOL";
+constexpr const char* kSupportedDtypes = "F32, BF16, F16, I32, U32, I64, I8, U8, BOOL";
 
 // Safetensors dtype names -> DType; nullopt for names dspark does not load.
 std::optional<DType> safetensors_dtype(const std::string& name) {
@@ -30,6 +30,8 @@ std::optional<DType> safetensors_dtype(const std::string& name) {
   if (name == "BF16") return DType::bf16;
   if (name == "F16") return DType::f16;
   if (name == "I32") return DType::i32;
+  // U32 has the bits of i32: MLX's packed quantized weights (io/mlx_quant.h).
+  if (name == "U32") return DType::i32;
   if (name == "I64") return DType::i64;
   if (name == "I8") return DType::i8;
   if (name == "U8" || name == "BOOL") return DType::u8;  // BOOL is one byte, 0 or 1

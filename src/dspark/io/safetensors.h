@@ -20,7 +20,8 @@ class SafeTensors {
   // `path`: a checkpoint directory (index.json shards, else model.safetensors, else the only
   // *.safetensors file) or one .safetensors file. Throws ErrorKind::io with the file name and the
   // problem (missing, truncated, bad header, offsets out of range); ErrorKind::unsupported naming
-  // the tensor for a dtype outside F32/BF16/F16/I32/I64/I8/U8/BOOL (BOOL loads as u8).
+  // the tensor for a dtype outside F32/BF16/F16/I32/U32/I64/I8/U8/BOOL (BOOL loads as u8, U32 as
+  // i32: the same bits, read as words by io/mlx_quant.h).
   static SafeTensors open(const std::filesystem::path& path);
 
   SafeTensors(SafeTensors&&) noexcept;

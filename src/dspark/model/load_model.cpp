@@ -1,13 +1,16 @@
-// load_model (model/model.h): config.json -> registered family -> weights from safetensors; or a
-// GGUF file (a .gguf path, or a directory holding one and no config.json).
+// load_model (model/model.h): config.json -> registered family -> weights from safetensors (MLX
+// affine-quantized ones through MlxWeights); or a GGUF file (a .gguf path, or a directory holding
+// one and no config.json).
 #include <system_error>
 
 #include <fmt/ranges.h>
 
 #include "dspark/core/error.h"
 #include "dspark/io/gguf.h"
+#include "dspark/io/mlx_quant.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/gguf_model.h"
+#include "dspark/model/mlx_weights.h"
 #include "dspark/model/model.h"
 #include "dspark/model/registry.h"
 
@@ -43,6 +46,10 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device devic
   }
   check_engine_dtype(device, dtype);
   const SafeTensors st = SafeTensors::open(dir);
+  // An MLX-quantized checkpoint (mlx-lm): its U32 weights unpacked by MlxWeights.
+  if (std::optional<MlxQuantization> q = read_mlx_quantization(dir / "config.json")) {
+    return create_model(config, MlxWeights(st, std::move(*q)), device, dtype);
+  }
   return create_model(config, st, device, dtype);
 }
 

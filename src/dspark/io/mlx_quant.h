@@ -1,0 +1,67 @@
+// MLX (mlx-lm) affine quantization: the config.json entry and the unpacking of its tensors.
+//
+// A quantized linear or embedding `X` of an MLX checkpoint is three tensors:
+//   X.weight  U32 [out, in * bits / 32]  each word holds 32 / bits values, value j of a word in
+//                                        bits [bits * j, bits * j + bits) (the first value in the
+//                                        lowest bits), words in row order
+//   X.scales, X.biases  [out, in / group_size] in bf16, f16 or f32
+// and w[o][i] = scales[o][i / G] * q[o][i] + biases[o][i / G] (f32: one product, one sum).
+// config.json says {"quantization": {"group_size": G, "bits": B, ...}} (newer files also
+// "quantization_config"); a key naming a module maps to false (not quantized) or to its own
+// {"group_size", "bits"}. dspark supports bits 4 and 8 with groups of 32, 64 and 128.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "dspark/core/tensor.h"
+
+namespace dspark {
+
+struct MlxQuantSpec {
+  int bits = 0;
+  int group_size = 0;
+};
+
+struct MlxQuantization {
+  MlxQuantSpec defaults;
+  // Per-module entries ("model.layers.0.mlp.down_proj"): nullopt when the module is not quantized.
+  std::map<std::string, std::optional<MlxQuantSpec>> modules;
+  // The spec of `module` (a tensor name without ".weight"); nullopt when it is not quantized.
+  std::optional<MlxQuantSpec> spec_of(const std::string& module) const;
+};
+
+// The MLX quantization of the config.json at `config_json`: its "quantization" object, else a
+// "quantization_config" without a "quant_method" (another method's); nullopt when there is none.
+// Throws ErrorKind::io for a malformed entry, ErrorKind::unsupported for a "mode" other than
+// "affine". Bits and group sizes are checked per tensor (check_mlx_quant_spec).
+std::optional<MlxQuantization> read_mlx_quantization(const std::filesystem::path& config_json);
+
+// Throws ErrorKind::io naming `tensor`, its bits and group size and the supported ones unless
+// bits is 4 or 8 and the group 32, 64 or 128.
+void check_mlx_quant_spec(const std::string& tensor, MlxQuantSpec spec);
+
+// One quantized tensor's parts (CPU views: `packed` i32 (the U32 words), scales / biases float).
+struct MlxQuantTensor {
+  std::string name;  // the weight's name, for errors
+  MlxQuantSpec spec;
+  Tensor packed, scales, biases;
+};
+
+// Checks the spec and the shapes of the three tensors against each other (ErrorKind::io naming
+// the tensor); returns {rows, values per row}.
+std::pair<int64_t, int64_t> mlx_quant_shape(const MlxQuantTensor& t);
+
+// w = scale * q + bias in f32, [rows, cols] row-major into `out`.
+void mlx_dequantize(const MlxQuantTensor& t, float* out);
+
+// 4-bit only: the tensor as GGUF Q4_1 blocks (core/quant.h), quant_row_bytes(q4_1, cols) bytes per
+// row into `out`; each group of G values is G / 32 blocks with d = scale, m = bias as f16. Returns
+// false (out partly written) when a scale or bias does not convert to f16 exactly: the blocks
+// would then not dequantize to the MLX weight.
+bool mlx_repack_q4_1(const MlxQuantTensor& t, uint8_t* out);
+
+}  // namespace dspark

@@ -1,0 +1,91 @@
+#include "dspark/model/mlx_weights.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "dspark/core/error.h"
+#include "dspark/io/safetensors.h"
+
+namespace dspark {
+namespace {
+
+constexpr std::string_view kWeightSuffix = ".weight";
+
+}  // namespace
+
+MlxWeights::MlxWeights(const SafeTensors& st, MlxQuantization quantization)
+    : st_(st), quantization_(std::move(quantization)) {}
+
+bool MlxWeights::contains(const std::string& name) const {
+  return st_.contains(name);
+}
+
+std::string MlxWeights::origin() const {
+  return st_.path().string();
+}
+
+std::optional<MlxQuantTensor> MlxWeights::quantized(const std::string& name) const {
+  const Tensor w = st_.get(name);
+  if (dtype_is_float(w.dtype())) return std::nullopt;
+  if (w.dtype() != DType::i32 || !name.ends_with(kWeightSuffix)) return std::nullopt;
+  const std::string module = name.substr(0, name.size() - kWeightSuffix.size());
+  const std::optional<MlxQuantSpec> spec = quantization_.spec_of(module);
+  DSPARK_CHECK_KIND(io, spec.has_value(),
+                    "tensor '{}' is U32 (MLX-quantized) but config.json's quantization marks "
+                    "module '{}' as not quantized ({})",
+                    name, module, origin());
+  check_mlx_quant_spec(name, *spec);
+  for (const char* part : {".scales", ".biases"}) {
+    DSPARK_CHECK_KIND(io, st_.contains(module + part),
+                      "tensor '{}' is MLX-quantized (U32, bits {}, group_size {}) but its "
+                      "companion '{}{}' is missing in {}",
+                      name, spec->bits, spec->group_size, module, part, origin());
+  }
+  return MlxQuantTensor{name, *spec, w, st_.get(module + ".scales"), st_.get(module + ".biases")};
+}
+
+Tensor MlxWeights::get(const std::string& name) const {
+  const std::optional<MlxQuantTensor> q = quantized(name);
+  if (!q) return st_.get(name);
+  const auto [rows, cols] = mlx_quant_shape(*q);
+  std::lock_guard lock(mutex_);
+  auto it = dense_.find(name);
+  if (it == dense_.end()) {
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    mlx_dequantize(*q, values.data());
+    it = dense_.emplace(name, std::move(values)).first;
+  }
+  return Tensor(it->second.data(), DType::f32, Shape{rows, cols}, Device::cpu());
+}
+
+std::optional<QuantizedView> MlxWeights::get_quantized(const std::string& name) const {
+  if (!st_.contains(name)) return std::nullopt;
+  const std::optional<MlxQuantTensor> q = quantized(name);
+  if (!q || q->spec.bits != 4) return std::nullopt;  // 8-bit: dequantized (not yet native)
+  const auto [rows, cols] = mlx_quant_shape(*q);
+  const int64_t row_bytes = quant_row_bytes(QuantType::q4_1, cols);
+  std::lock_guard lock(mutex_);
+  if (not_exact_.count(name) != 0) return std::nullopt;
+  auto it = blocks_.find(name);
+  if (it == blocks_.end()) {
+    std::vector<uint8_t> blocks(static_cast<size_t>(rows * row_bytes));
+    if (!mlx_repack_q4_1(*q, blocks.data())) {
+      not_exact_.insert(name);
+      fmt::print(stderr,
+                 "dspark: '{}': an MLX scale or bias is not exact in f16; the tensor is "
+                 "dequantized at load instead of kept as Q4_1 blocks\n",
+                 name);
+      return std::nullopt;
+    }
+    it = blocks_.emplace(name, std::move(blocks)).first;
+  }
+  QuantizedView v;
+  v.quant = QuantType::q4_1;
+  v.n = rows;
+  v.k = cols;
+  v.blocks = Tensor(it->second.data(), DType::u8, Shape{rows, row_bytes}, Device::cpu());
+  return v;
+}
+
+}  // namespace dspark

@@ -1,0 +1,201 @@
+// MLX affine-quantized checkpoints (model/mlx_weights.h) loaded through load_model:
+// tests/data/mlx/llama3_q4_g32 and llama3_q8_g64, the tiny golden Llama 3 quantized as mlx-lm
+// does (tools/mlx/make_mlx_fixtures.py; the 4-bit one with a module left in f32 and one in 8 bits
+// through per-module config entries). The 4-bit weights stay Q4_1 blocks and decode the same
+// greedy tokens as their twin with the same weights dequantized to f32 (logits within the
+// quantized product's tolerance: x is rounded to 8 bits); the 8-bit ones are dequantized at load
+// and equal their twin. Greedy speculative decoding equals plain greedy decoding.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/test_util.h"
+#include "dspark/backend/context.h"
+#include "dspark/core/error.h"
+#include "dspark/engine/generate.h"
+#include "dspark/engine/speculative.h"
+#include "dspark/io/mlx_quant.h"
+#include "dspark/io/safetensors.h"
+#include "dspark/kv/paged_kv_cache.h"
+#include "dspark/model/config.h"
+#include "dspark/model/mlx_weights.h"
+#include "dspark/model/model.h"
+#include "dspark/model/registry.h"
+#include "dspark/spec/ngram_source.h"
+
+namespace dspark {
+namespace {
+
+std::filesystem::path fixture(const char* name) {
+  return test::data_dir() / "mlx" / name;
+}
+
+// MLX weights with the blocks hidden: every quantized tensor dequantized to f32 (scale * q + bias).
+class Dequantized final : public WeightSource {
+ public:
+  explicit Dequantized(const WeightSource& w) : w_(w) {}
+  bool contains(const std::string& name) const override { return w_.contains(name); }
+  Tensor get(const std::string& name) const override { return w_.get(name); }
+  std::string origin() const override { return w_.origin(); }
+
+ private:
+  const WeightSource& w_;
+};
+
+struct Twins {
+  std::unique_ptr<Model> quantized, dequantized;
+};
+
+Twins load_twins(const std::filesystem::path& dir) {
+  Twins t;
+  t.quantized = load_model(dir, Device::cpu(), DType::f32);
+  const ModelConfig config = load_model_config(dir);
+  const SafeTensors st = SafeTensors::open(dir);
+  const MlxWeights weights(st, *read_mlx_quantization(dir / "config.json"));
+  t.dequantized = create_model(config, Dequantized(weights), Device::cpu(), DType::f32);
+  return t;
+}
+
+std::vector<int32_t> prompt_of(int vocab, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < 9; ++i) p.push_back((7 + 31 * i + 13 * salt) % vocab);
+  return p;
+}
+
+GenerateOptions greedy(int n) {
+  GenerateOptions o;
+  o.max_tokens = n;
+  o.eos_token_ids = {};
+  return o;
+}
+
+std::vector<float> last_logits(Model& m, Context& ctx, const std::vector<int32_t>& prompt) {
+  PagedKvCache kv(m.kv_shape(16, 8), Device::cpu());
+  const SeqId seq = kv.create_sequence();
+  ForwardBatch b;
+  b.tokens = prompt;
+  b.row_indptr = {0, static_cast<int32_t>(prompt.size())};
+  b.seqs = {seq};
+  b.logit_indices = {static_cast<int32_t>(prompt.size()) - 1};
+  return to_vector<float>(m.forward(ctx, kv, b).logits);
+}
+
+struct Fixture {
+  const char* name;
+  bool blocks;       // 4-bit: kept as Q4_1 blocks
+  double tolerance;  // relative RMS of the last logits against the dequantized twin
+};
+
+class MlxModel : public ::testing::TestWithParam<Fixture> {};
+
+TEST_P(MlxModel, MatchesItsDequantizedTwin) {
+  const Fixture f = GetParam();
+  Twins t = load_twins(fixture(f.name));
+  EXPECT_EQ(t.quantized->lm_head().quantized(), f.blocks);
+  EXPECT_EQ(t.quantized->embedding_table().quantized(), f.blocks);
+  if (f.blocks) {
+    EXPECT_EQ(t.quantized->lm_head().quant, QuantType::q4_1);
+  }
+  EXPECT_FALSE(t.dequantized->lm_head().quantized());
+  Context ctx(Device::cpu());
+  const int vocab = t.quantized->config().vocab_size;
+  for (int salt = 0; salt < 3; ++salt) {
+    const std::vector<int32_t> prompt = prompt_of(vocab, salt);
+    const std::vector<float> q = last_logits(*t.quantized, ctx, prompt);
+    const std::vector<float> d = last_logits(*t.dequantized, ctx, prompt);
+    const double err = test::relative_rms_error(q, d);
+    EXPECT_LE(err, f.tolerance) << f.name << " prompt " << salt;
+    std::cout << f.name << " prompt " << salt << ": relative RMS " << err << "\n";
+    EXPECT_EQ(generate(*t.quantized, ctx, prompt, greedy(24)).tokens,
+              generate(*t.dequantized, ctx, prompt, greedy(24)).tokens)
+        << f.name << " prompt " << salt;
+  }
+}
+
+TEST_P(MlxModel, GreedySpeculativeEqualsPlainGreedy) {
+  const Fixture f = GetParam();
+  std::unique_ptr<Model> target = load_model(fixture(f.name), Device::cpu(), DType::f32);
+  Context ctx(Device::cpu());
+  const int vocab = target->config().vocab_size;
+  std::vector<std::vector<int32_t>> prompts, plain;
+  for (int salt = 0; salt < 4; ++salt) {
+    prompts.push_back(prompt_of(vocab, salt));
+    plain.push_back(generate(*target, ctx, prompts.back(), greedy(20)).tokens);
+  }
+  for (int gamma : {1, 4}) {
+    NgramSource source(NgramConfig{1, 3});
+    std::vector<RequestInput> reqs;
+    for (const auto& p : prompts) reqs.push_back(RequestInput{p, greedy(20), nullptr, {}});
+    SpecConfig cfg;
+    cfg.gamma = gamma;
+    const auto out = generate_speculative(*target, ctx, &source, std::move(reqs), cfg);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(out[i].result.tokens, plain[i]) << f.name << " gamma " << gamma << " prompt " << i;
+    }
+  }
+}
+
+// A scratch copy of the 4-bit fixture with its config.json edited by `edit`.
+std::filesystem::path edited_q4(const char* tag, const std::function<void(nlohmann::json&)>& edit) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / fmt::format("dspark_mlx_model_{}_{}", tag, ::getpid());
+  fs::remove_all(dir);
+  fs::copy(fixture("llama3_q4_g32"), dir, fs::copy_options::recursive);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  edit(config);
+  std::ofstream(dir / "config.json") << config.dump(2);
+  return dir;
+}
+
+TEST(MlxModelTied, TiedEmbeddingsKeepTheirBlocksAsTheLmHead) {
+  // The checkpoint's lm_head tensors are ignored; the Q4_1 embedding table is the LM head.
+  const std::filesystem::path dir =
+      edited_q4("tied", [](nlohmann::json& c) { c["tie_word_embeddings"] = true; });
+  Twins t = load_twins(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(t.quantized->lm_head().quantized());
+  EXPECT_EQ(t.quantized->lm_head().data.data(), t.quantized->embedding_table().data.data());
+  Context ctx(Device::cpu());
+  for (int salt = 0; salt < 3; ++salt) {
+    const std::vector<int32_t> prompt = prompt_of(t.quantized->config().vocab_size, salt);
+    EXPECT_LE(test::relative_rms_error(last_logits(*t.quantized, ctx, prompt),
+                                       last_logits(*t.dequantized, ctx, prompt)),
+              3e-2)
+        << "prompt " << salt;
+    EXPECT_EQ(generate(*t.quantized, ctx, prompt, greedy(24)).tokens,
+              generate(*t.dequantized, ctx, prompt, greedy(24)).tokens)
+        << "prompt " << salt;
+  }
+}
+
+TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
+  const std::filesystem::path dir =
+      edited_q4("bits3", [](nlohmann::json& c) { c["quantization"]["bits"] = 3; });
+  std::string msg;
+  try {
+    load_model(dir, Device::cpu(), DType::f32);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::io);
+    msg = e.what();
+  }
+  std::filesystem::remove_all(dir);
+  for (const char* part :
+       {"'model.embed_tokens.weight'", "bits 3 and group_size 32", "bits 4 or 8"})
+    EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlxModel,
+                         ::testing::Values(Fixture{"llama3_q4_g32", true, 3e-2},
+                                           Fixture{"llama3_q8_g64", false, 1e-5}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+}  // namespace
+}  // namespace dspark

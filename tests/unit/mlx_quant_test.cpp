@@ -1,0 +1,254 @@
+// MLX affine quantization (io/mlx_quant.h, model/mlx_weights.h) against NumPy:
+// tests/data/mlx/unpack.safetensors (tools/mlx/make_mlx_fixtures.py) holds random MLX-quantized
+// tensors for bits {4, 8} x group_size {32, 64, 128}, packed by NumPy, and NumPy's f32
+// dequantization; the C++ unpacking and the Q4_1 repacking must reproduce it bit for bit. Then the
+// config entry and the errors: unsupported bits / group sizes, missing companions.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "common/test_util.h"
+#include "dspark/core/error.h"
+#include "dspark/core/quant.h"
+#include "dspark/io/mlx_quant.h"
+#include "dspark/io/safetensors.h"
+#include "dspark/model/mlx_weights.h"
+
+namespace dspark {
+namespace {
+
+namespace fs = std::filesystem;
+
+const SafeTensors& unpack_fixture() {
+  static const SafeTensors st = SafeTensors::open(test::data_dir() / "mlx" / "unpack.safetensors");
+  return st;
+}
+
+MlxQuantTensor tensor_of(const SafeTensors& st, const std::string& name, MlxQuantSpec spec) {
+  return MlxQuantTensor{name + ".weight", spec, st.get(name + ".weight"), st.get(name + ".scales"),
+                        st.get(name + ".biases")};
+}
+
+std::vector<float> expected_of(const SafeTensors& st, const std::string& name) {
+  const Tensor t = st.get(name + ".expected");
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  std::memcpy(v.data(), t.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// Bit-for-bit equality of two f32 vectors, reporting the first difference.
+void expect_same_bits(const std::vector<float>& got, const std::vector<float>& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+        << what << " element " << i << ": " << got[i] << " vs NumPy " << want[i];
+  }
+}
+
+struct Case {
+  int bits, group;
+};
+
+class MlxUnpack : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MlxUnpack, DequantizesLikeNumPy) {
+  const auto [bits, group] = GetParam();
+  const std::string name = fmt::format("b{}_g{}", bits, group);
+  const MlxQuantTensor t = tensor_of(unpack_fixture(), name, {bits, group});
+  const auto [rows, cols] = mlx_quant_shape(t);
+  EXPECT_EQ(rows, 6);
+  EXPECT_EQ(cols, 256);
+  std::vector<float> got(static_cast<size_t>(rows * cols));
+  mlx_dequantize(t, got.data());
+  expect_same_bits(got, expected_of(unpack_fixture(), name), name);
+}
+
+TEST_P(MlxUnpack, FourBitsRepackToQ41BlocksOfTheSameValues) {
+  const auto [bits, group] = GetParam();
+  if (bits != 4) GTEST_SKIP() << "8-bit weights are dequantized at load";
+  const std::string name = fmt::format("b{}_g{}", bits, group);
+  const MlxQuantTensor t = tensor_of(unpack_fixture(), name, {bits, group});
+  const auto [rows, cols] = mlx_quant_shape(t);
+  std::vector<uint8_t> blocks(static_cast<size_t>(rows * quant_row_bytes(QuantType::q4_1, cols)));
+  ASSERT_TRUE(mlx_repack_q4_1(t, blocks.data()));
+  std::vector<float> got(static_cast<size_t>(rows * cols));
+  dequantize_blocks(QuantType::q4_1, blocks.data(), rows * cols / 32, got.data());
+  expect_same_bits(got, expected_of(unpack_fixture(), name), name);
+}
+
+INSTANTIATE_TEST_SUITE_P(BitsGroups, MlxUnpack,
+                         ::testing::Values(Case{4, 32}, Case{4, 64}, Case{4, 128}, Case{8, 32},
+                                           Case{8, 64}, Case{8, 128}),
+                         [](const auto& p) {
+                           return fmt::format("b{}_g{}", p.param.bits, p.param.group);
+                         });
+
+TEST(MlxQuant, ScalesNotExactInF16RefuseQ41ButDequantize) {
+  const MlxQuantTensor t = tensor_of(unpack_fixture(), "b4_g64_inexact", {4, 64});
+  std::vector<uint8_t> blocks(static_cast<size_t>(4 * quant_row_bytes(QuantType::q4_1, 128)));
+  EXPECT_FALSE(mlx_repack_q4_1(t, blocks.data()));
+  std::vector<float> got(4 * 128);
+  mlx_dequantize(t, got.data());
+  expect_same_bits(got, expected_of(unpack_fixture(), "b4_g64_inexact"), "inexact");
+}
+
+TEST(MlxQuant, WeightsKeepExactFourBitTensorsAsBlocks) {
+  const SafeTensors& st = unpack_fixture();
+  // Every tensor of the fixture: 4-bit with groups of 64 (the others' bits and groups as named).
+  const MlxWeights w(st, MlxQuantization{{4, 64},
+                                         {{"b4_g32", MlxQuantSpec{4, 32}},
+                                          {"b4_g128", MlxQuantSpec{4, 128}},
+                                          {"b8_g64", MlxQuantSpec{8, 64}}}});
+  for (const char* name : {"b4_g32", "b4_g64", "b4_g128"}) {
+    const std::optional<QuantizedView> v = w.get_quantized(std::string(name) + ".weight");
+    ASSERT_TRUE(v.has_value()) << name;
+    EXPECT_EQ(v->quant, QuantType::q4_1);
+    EXPECT_EQ(v->n, 6);
+    EXPECT_EQ(v->k, 256);
+    std::vector<float> got(6 * 256);
+    dequantize_blocks(QuantType::q4_1, static_cast<const uint8_t*>(v->blocks.data()), 6 * 256 / 32,
+                      got.data());
+    expect_same_bits(got, expected_of(st, name), name);
+  }
+  // 8-bit: dense; not exact in f16: dense, said on stderr. get() dequantizes both like NumPy.
+  EXPECT_FALSE(w.get_quantized("b8_g64.weight").has_value());
+  EXPECT_FALSE(w.get_quantized("b4_g64_inexact.weight").has_value());
+  EXPECT_FALSE(w.get_quantized("b8_g64.expected").has_value());  // a float tensor
+  for (const char* name : {"b8_g64", "b4_g64_inexact"}) {
+    const Tensor t = w.get(std::string(name) + ".weight");
+    ASSERT_EQ(t.dtype(), DType::f32);
+    std::vector<float> got(static_cast<size_t>(t.numel()));
+    std::memcpy(got.data(), t.data(), got.size() * sizeof(float));
+    expect_same_bits(got, expected_of(st, name), name);
+  }
+}
+
+// A scratch directory with a config.json and a model.safetensors written by the test.
+class ScratchCheckpoint {
+ public:
+  ScratchCheckpoint() {
+    dir_ = fs::temp_directory_path() / fmt::format("dspark_mlx_quant_{}_{}", ::getpid(), n_++);
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  ~ScratchCheckpoint() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void config(const std::string& json) const { std::ofstream(dir_ / "config.json") << json; }
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+  static inline int n_ = 0;
+};
+
+std::string error_of(const std::function<void()>& f, ErrorKind kind) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), kind) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no dspark::Error thrown";
+  return "";
+}
+
+void expect_mentions(const std::string& msg, std::initializer_list<const char*> parts) {
+  for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << p << " in: " << msg;
+}
+
+TEST(MlxQuant, ReadsTheConfigEntry) {
+  ScratchCheckpoint c;
+  c.config(R"({"quantization": {"group_size": 64, "bits": 4, "lm_head": false,
+               "model.layers.0.mlp.down_proj": {"group_size": 32, "bits": 8}}})");
+  const std::optional<MlxQuantization> q = read_mlx_quantization(c.dir() / "config.json");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->defaults.bits, 4);
+  EXPECT_EQ(q->defaults.group_size, 64);
+  EXPECT_FALSE(q->spec_of("lm_head").has_value());
+  EXPECT_EQ(q->spec_of("model.layers.0.mlp.down_proj")->bits, 8);
+  EXPECT_EQ(q->spec_of("model.layers.0.mlp.down_proj")->group_size, 32);
+  EXPECT_EQ(q->spec_of("model.layers.0.mlp.up_proj")->group_size, 64);
+
+  c.config(R"({"quantization_config": {"group_size": 32, "bits": 8}})");
+  EXPECT_EQ(read_mlx_quantization(c.dir() / "config.json")->defaults.bits, 8);
+  // Another method's quantization_config is not MLX's.
+  c.config(R"({"quantization_config": {"quant_method": "gptq", "group_size": 128, "bits": 4}})");
+  EXPECT_FALSE(read_mlx_quantization(c.dir() / "config.json").has_value());
+  c.config(R"({"hidden_size": 8})");
+  EXPECT_FALSE(read_mlx_quantization(c.dir() / "config.json").has_value());
+  c.config(R"({"quantization": {"group_size": 32, "bits": 4, "mode": "mxfp4"}})");
+  expect_mentions(
+      error_of([&] { read_mlx_quantization(c.dir() / "config.json"); }, ErrorKind::unsupported),
+      {"mxfp4", "affine"});
+}
+
+// x.weight: 4 rows of 64 values in `bits` bits; scales / biases for groups of `group`.
+void write_quantized(const fs::path& file, int bits, int group, bool with_biases) {
+  const int64_t words = 64 * bits / 32;
+  std::vector<float> groups(static_cast<size_t>(4 * (64 / group)), 0.5f);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  OwnedTensor w(DType::i32, Shape{4, words}, Device::cpu());
+  std::memset(w.view().data(), 0x5A, w.view().nbytes());
+  OwnedTensor s = OwnedTensor::from_vector(groups, Shape{4, 64 / group}, Device::cpu());
+  tensors.emplace_back("x.weight", w.view());
+  tensors.emplace_back("x.scales", s.view());
+  if (with_biases) tensors.emplace_back("x.biases", s.view());
+  write_safetensors(file, tensors);
+}
+
+TEST(MlxQuant, UnsupportedBitsOrGroupNameTheTensorAndTheValues) {
+  ScratchCheckpoint c;
+  const fs::path file = c.dir() / "model.safetensors";
+  for (const auto& [bits, group] : {std::pair{3, 32}, std::pair{4, 16}}) {
+    write_quantized(file, bits == 3 ? 4 : bits, 32, true);
+    const SafeTensors st = SafeTensors::open(file);
+    const MlxWeights w(st, MlxQuantization{{bits, group}, {}});
+    for (const bool blocks : {false, true}) {
+      const std::string msg = error_of(
+          [&] {
+            if (blocks) {
+              w.get_quantized("x.weight");
+            } else {
+              w.get("x.weight");
+            }
+          },
+          ErrorKind::io);
+      expect_mentions(msg, {"'x.weight'", "group_size 32, 64 or 128", "bits 4 or 8"});
+      expect_mentions(msg, {fmt::format("bits {} and group_size {}", bits, group).c_str()});
+    }
+  }
+}
+
+TEST(MlxQuant, MissingCompanionIsNamed) {
+  ScratchCheckpoint c;
+  const fs::path file = c.dir() / "model.safetensors";
+  write_quantized(file, 4, 32, false);
+  const SafeTensors st = SafeTensors::open(file);
+  const MlxWeights w(st, MlxQuantization{{4, 32}, {}});
+  expect_mentions(error_of([&] { w.get("x.weight"); }, ErrorKind::io),
+                  {"'x.weight'", "'x.biases'", "missing", file.string().c_str()});
+  expect_mentions(error_of([&] { w.get_quantized("x.weight"); }, ErrorKind::io),
+                  {"'x.weight'", "'x.biases'"});
+  // A module the config marks unquantized must not hold U32 words.
+  const MlxWeights unmarked(st, MlxQuantization{{4, 32}, {{"x", std::nullopt}}});
+  expect_mentions(error_of([&] { unmarked.get("x.weight"); }, ErrorKind::io),
+                  {"'x.weight'", "not quantized"});
+  // Shapes that disagree: scales for groups of 32 read as groups of 64.
+  const fs::path file2 = c.dir() / "other.safetensors";
+  write_quantized(file2, 4, 32, true);
+  const SafeTensors st2 = SafeTensors::open(file2);
+  const MlxWeights w64(st2, MlxQuantization{{4, 64}, {}});
+  expect_mentions(error_of([&] { w64.get("x.weight"); }, ErrorKind::io),
+                  {"'x.weight'", "scales", "[4, 1]"});
+}
+
+}  // namespace
+}  // namespace dspark
