@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include "common/model_runs.h"
 #include "common/test_util.h"
 #include "cuda_consistency.h"
 #include "dspark/backend/context.h"
@@ -29,32 +30,6 @@ std::unique_ptr<Model> load_fixture(const char* name, Device device, DType dtype
   return create_model(config, weights, device, dtype);
 }
 
-std::vector<int32_t> prompt_of(int vocab, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < 9; ++i) p.push_back((7 + 31 * i + 13 * salt) % vocab);
-  return p;
-}
-
-GenerateOptions greedy(int n) {
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.eos_token_ids = {};
-  return o;
-}
-
-std::vector<float> last_logits(Model& m, Context& ctx, const std::vector<int32_t>& prompt) {
-  PagedKvCache kv(m.kv_shape(16, 8), ctx.device());
-  const SeqId seq = kv.create_sequence();
-  ForwardBatch b;
-  b.tokens = prompt;
-  b.row_indptr = {0, static_cast<int32_t>(prompt.size())};
-  b.seqs = {seq};
-  b.logit_indices = {static_cast<int32_t>(prompt.size()) - 1};
-  const Tensor logits = m.forward(ctx, kv, b).logits;
-  ctx.synchronize();
-  return to_f32_vector(logits);
-}
-
 class CudaQuantModel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CudaQuantModel, KeepsBlocksAndMatchesTheCpu) {
@@ -66,12 +41,12 @@ TEST_P(CudaQuantModel, KeepsBlocksAndMatchesTheCpu) {
   Context gpu(test::kTestGpu), cpu(Device::cpu());
   const int vocab = gpu_model->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
-    const std::vector<int32_t> prompt = prompt_of(vocab, salt);
-    const std::vector<float> g = last_logits(*gpu_model, gpu, prompt);
-    const std::vector<float> c = last_logits(*cpu_model, cpu, prompt);
+    const std::vector<int32_t> prompt = test::fixed_prompt(vocab, salt);
+    const std::vector<float> g = test::last_position_logits(*gpu_model, gpu, prompt);
+    const std::vector<float> c = test::last_position_logits(*cpu_model, cpu, prompt);
     EXPECT_LE(test::relative_rms_error(g, c), 5e-2) << GetParam() << " prompt " << salt;
-    EXPECT_EQ(generate(*gpu_model, gpu, prompt, greedy(16)).tokens,
-              generate(*cpu_model, cpu, prompt, greedy(16)).tokens)
+    EXPECT_EQ(generate(*gpu_model, gpu, prompt, test::greedy_tokens(16)).tokens,
+              generate(*cpu_model, cpu, prompt, test::greedy_tokens(16)).tokens)
         << GetParam() << " prompt " << salt;
   }
 }
@@ -82,12 +57,13 @@ TEST_P(CudaQuantModel, GreedySpeculativeEqualsPlainGreedy) {
   Context ctx(test::kTestGpu);
   const int vocab = target->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
-    const std::vector<int32_t> prompt = prompt_of(vocab, salt);
-    const std::vector<int32_t> plain = generate(*target, ctx, prompt, greedy(20)).tokens;
+    const std::vector<int32_t> prompt = test::fixed_prompt(vocab, salt);
+    const std::vector<int32_t> plain =
+        generate(*target, ctx, prompt, test::greedy_tokens(20)).tokens;
     for (int gamma : {1, 3}) {  // verifies of 2 and 4 rows
       NgramSource source(NgramConfig{1, 3});
       std::vector<RequestInput> reqs;
-      reqs.push_back(RequestInput{prompt, greedy(20), nullptr, {}});
+      reqs.push_back(RequestInput{prompt, test::greedy_tokens(20), nullptr, {}});
       SpecConfig cfg;
       cfg.gamma = gamma;
       const auto out = generate_speculative(*target, ctx, &source, std::move(reqs), cfg);

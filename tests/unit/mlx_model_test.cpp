@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/model_runs.h"
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
 #include "dspark/core/error.h"
@@ -63,30 +64,6 @@ Twins load_twins(const std::filesystem::path& dir) {
   return t;
 }
 
-std::vector<int32_t> prompt_of(int vocab, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < 9; ++i) p.push_back((7 + 31 * i + 13 * salt) % vocab);
-  return p;
-}
-
-GenerateOptions greedy(int n) {
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.eos_token_ids = {};
-  return o;
-}
-
-std::vector<float> last_logits(Model& m, Context& ctx, const std::vector<int32_t>& prompt) {
-  PagedKvCache kv(m.kv_shape(16, 8), Device::cpu());
-  const SeqId seq = kv.create_sequence();
-  ForwardBatch b;
-  b.tokens = prompt;
-  b.row_indptr = {0, static_cast<int32_t>(prompt.size())};
-  b.seqs = {seq};
-  b.logit_indices = {static_cast<int32_t>(prompt.size()) - 1};
-  return to_vector<float>(m.forward(ctx, kv, b).logits);
-}
-
 struct Fixture {
   const char* name;
   bool blocks;       // 4-bit: kept as Q4_1 blocks
@@ -107,14 +84,14 @@ TEST_P(MlxModel, MatchesItsDequantizedTwin) {
   Context ctx(Device::cpu());
   const int vocab = t.quantized->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
-    const std::vector<int32_t> prompt = prompt_of(vocab, salt);
-    const std::vector<float> q = last_logits(*t.quantized, ctx, prompt);
-    const std::vector<float> d = last_logits(*t.dequantized, ctx, prompt);
+    const std::vector<int32_t> prompt = test::fixed_prompt(vocab, salt);
+    const std::vector<float> q = test::last_position_logits(*t.quantized, ctx, prompt);
+    const std::vector<float> d = test::last_position_logits(*t.dequantized, ctx, prompt);
     const double err = test::relative_rms_error(q, d);
     EXPECT_LE(err, f.tolerance) << f.name << " prompt " << salt;
     std::cout << f.name << " prompt " << salt << ": relative RMS " << err << "\n";
-    EXPECT_EQ(generate(*t.quantized, ctx, prompt, greedy(24)).tokens,
-              generate(*t.dequantized, ctx, prompt, greedy(24)).tokens)
+    EXPECT_EQ(generate(*t.quantized, ctx, prompt, test::greedy_tokens(24)).tokens,
+              generate(*t.dequantized, ctx, prompt, test::greedy_tokens(24)).tokens)
         << f.name << " prompt " << salt;
   }
 }
@@ -126,13 +103,14 @@ TEST_P(MlxModel, GreedySpeculativeEqualsPlainGreedy) {
   const int vocab = target->config().vocab_size;
   std::vector<std::vector<int32_t>> prompts, plain;
   for (int salt = 0; salt < 4; ++salt) {
-    prompts.push_back(prompt_of(vocab, salt));
-    plain.push_back(generate(*target, ctx, prompts.back(), greedy(20)).tokens);
+    prompts.push_back(test::fixed_prompt(vocab, salt));
+    plain.push_back(generate(*target, ctx, prompts.back(), test::greedy_tokens(20)).tokens);
   }
   for (int gamma : {1, 4}) {
     NgramSource source(NgramConfig{1, 3});
     std::vector<RequestInput> reqs;
-    for (const auto& p : prompts) reqs.push_back(RequestInput{p, greedy(20), nullptr, {}});
+    for (const auto& p : prompts)
+      reqs.push_back(RequestInput{p, test::greedy_tokens(20), nullptr, {}});
     SpecConfig cfg;
     cfg.gamma = gamma;
     const auto out = generate_speculative(*target, ctx, &source, std::move(reqs), cfg);
@@ -165,13 +143,13 @@ TEST(MlxModelTied, TiedEmbeddingsKeepTheirBlocksAsTheLmHead) {
   EXPECT_EQ(t.quantized->lm_head().data.data(), t.quantized->embedding_table().data.data());
   Context ctx(Device::cpu());
   for (int salt = 0; salt < 3; ++salt) {
-    const std::vector<int32_t> prompt = prompt_of(t.quantized->config().vocab_size, salt);
-    EXPECT_LE(test::relative_rms_error(last_logits(*t.quantized, ctx, prompt),
-                                       last_logits(*t.dequantized, ctx, prompt)),
+    const std::vector<int32_t> prompt = test::fixed_prompt(t.quantized->config().vocab_size, salt);
+    EXPECT_LE(test::relative_rms_error(test::last_position_logits(*t.quantized, ctx, prompt),
+                                       test::last_position_logits(*t.dequantized, ctx, prompt)),
               3e-2)
         << "prompt " << salt;
-    EXPECT_EQ(generate(*t.quantized, ctx, prompt, greedy(24)).tokens,
-              generate(*t.dequantized, ctx, prompt, greedy(24)).tokens)
+    EXPECT_EQ(generate(*t.quantized, ctx, prompt, test::greedy_tokens(24)).tokens,
+              generate(*t.dequantized, ctx, prompt, test::greedy_tokens(24)).tokens)
         << "prompt " << salt;
   }
 }

@@ -10,6 +10,7 @@
 
 #include <memory>
 
+#include "common/model_runs.h"
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
 #include "dspark/engine/generate.h"
@@ -54,31 +55,6 @@ Twins load_twins(const char* name) {
   return t;
 }
 
-std::vector<int32_t> prompt_of(int vocab, int salt) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < 9; ++i) p.push_back((7 + 31 * i + 13 * salt) % vocab);
-  return p;
-}
-
-GenerateOptions greedy(int n) {
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.eos_token_ids = {};
-  return o;
-}
-
-// The last position's logits of `prompt`.
-std::vector<float> last_logits(Model& m, Context& ctx, const std::vector<int32_t>& prompt) {
-  PagedKvCache kv(m.kv_shape(16, 8), Device::cpu());
-  const SeqId seq = kv.create_sequence();
-  ForwardBatch b;
-  b.tokens = prompt;
-  b.row_indptr = {0, static_cast<int32_t>(prompt.size())};
-  b.seqs = {seq};
-  b.logit_indices = {static_cast<int32_t>(prompt.size()) - 1};
-  return to_vector<float>(m.forward(ctx, kv, b).logits);
-}
-
 class QuantModel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(QuantModel, KeepsBlocksAndMatchesItsDequantizedTwin) {
@@ -89,13 +65,13 @@ TEST_P(QuantModel, KeepsBlocksAndMatchesItsDequantizedTwin) {
   Context ctx(Device::cpu());
   const int vocab = t.quantized->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
-    const std::vector<int32_t> prompt = prompt_of(vocab, salt);
-    const std::vector<float> q = last_logits(*t.quantized, ctx, prompt);
-    const std::vector<float> d = last_logits(*t.dequantized, ctx, prompt);
+    const std::vector<int32_t> prompt = test::fixed_prompt(vocab, salt);
+    const std::vector<float> q = test::last_position_logits(*t.quantized, ctx, prompt);
+    const std::vector<float> d = test::last_position_logits(*t.dequantized, ctx, prompt);
     // The 8-bit rounding of x in every product (ops/matmul.h) compounds over the layers.
     EXPECT_LE(test::relative_rms_error(q, d), 3e-2) << GetParam() << " prompt " << salt;
-    EXPECT_EQ(generate(*t.quantized, ctx, prompt, greedy(24)).tokens,
-              generate(*t.dequantized, ctx, prompt, greedy(24)).tokens)
+    EXPECT_EQ(generate(*t.quantized, ctx, prompt, test::greedy_tokens(24)).tokens,
+              generate(*t.dequantized, ctx, prompt, test::greedy_tokens(24)).tokens)
         << GetParam() << " prompt " << salt;
   }
 }
@@ -107,8 +83,8 @@ TEST_P(QuantModel, GreedySpeculativeEqualsPlainGreedy) {
   const int vocab = target.config().vocab_size;
   std::vector<std::vector<int32_t>> prompts, plain;
   for (int salt = 0; salt < 4; ++salt) {
-    prompts.push_back(prompt_of(vocab, salt));
-    plain.push_back(generate(target, ctx, prompts.back(), greedy(20)).tokens);
+    prompts.push_back(test::fixed_prompt(vocab, salt));
+    plain.push_back(generate(target, ctx, prompts.back(), test::greedy_tokens(20)).tokens);
   }
   for (int gamma : {1, 4}) {
     for (bool self : {false, true}) {
@@ -119,7 +95,8 @@ TEST_P(QuantModel, GreedySpeculativeEqualsPlainGreedy) {
         source = std::make_unique<NgramSource>(NgramConfig{1, 3});
       }
       std::vector<RequestInput> reqs;
-      for (const auto& p : prompts) reqs.push_back(RequestInput{p, greedy(20), nullptr, {}});
+      for (const auto& p : prompts)
+        reqs.push_back(RequestInput{p, test::greedy_tokens(20), nullptr, {}});
       SpecConfig cfg;
       cfg.gamma = gamma;
       const auto out = generate_speculative(target, ctx, source.get(), std::move(reqs), cfg);

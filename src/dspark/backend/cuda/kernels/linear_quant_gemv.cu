@@ -274,6 +274,20 @@ __device__ __forceinline__ void unit_words(const uint8_t* sb, int u, uint32_t (&
   }
 }
 
+// dots[st]: the integer products of step st of unit u (its 4 words in q) with x's 16 values of
+// that step in super-block sbg of row xq.
+__device__ __forceinline__ void unit_dots(const uint32_t (&q)[16], const uint8_t* xq, int sbg,
+                                          int u, int (&dots)[4]) {
+#pragma unroll
+  for (int st = 0; st < 4; ++st) {
+    const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
+    int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
+    dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
+    dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
+    dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
+  }
+}
+
 // 16 bytes global -> shared, the first `src_bytes` read and the rest zeros; weights bypass L1.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -374,15 +388,8 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
 #pragma unroll
           for (int r = 0; r < M; ++r) {
             const uint8_t* xq = xv.q(r);
-            int dots[4] = {0, 0, 0, 0};
-#pragma unroll
-            for (int st = 0; st < 4; ++st) {
-              const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
-              int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
-              dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
-              dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
-              dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
-            }
+            int dots[4];
+            unit_dots(q, xq, sbg, u, dots);
 #pragma unroll
             for (int k2 = 0; k2 < 2; ++k2) {
               const int e = sbg * 256 + 64 * u + 32 * k2;  // the sub-block's first value
@@ -402,14 +409,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
           for (int r = 0; r < M; ++r) {
             const uint8_t* xq = xv.q(r);
             int dots[4];
-#pragma unroll
-            for (int st = 0; st < 4; ++st) {
-              const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
-              int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
-              dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
-              dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
-              dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
-            }
+            unit_dots(q, xq, sbg, u, dots);
 #pragma unroll
             for (int k2 = 0; k2 < kSubs; ++k2) {
               const int e = sbg * 256 + F::elem(u, k2 * F::kStepsPerSub);  // its first value

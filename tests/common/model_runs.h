@@ -1,0 +1,24 @@
+// Small runs of a loaded model shared by the model tests (the quantized and MLX fixtures, on the
+// CPU and on CUDA): fixed prompts, greedy options, the last position's logits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dspark/backend/context.h"
+#include "dspark/engine/generate.h"
+#include "dspark/model/model.h"
+
+namespace dspark::test {
+
+// 9 token ids below `vocab`, a different sequence per salt.
+std::vector<int32_t> fixed_prompt(int vocab, int salt);
+
+// Greedy decoding of n tokens that never stops early (no end-of-sequence ids).
+GenerateOptions greedy_tokens(int n);
+
+// The last position's logits (as f32) of one forward of `prompt` on ctx's device, with a KV cache
+// of its own; synchronises ctx.
+std::vector<float> last_position_logits(Model& m, Context& ctx, const std::vector<int32_t>& prompt);
+
+}  // namespace dspark::test
