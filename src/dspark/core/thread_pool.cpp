@@ -41,7 +41,8 @@ ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) {
     if (const char* env = std::getenv("DSPARK_THREADS")) n_threads = std::atoi(env);
   }
-  if (n_threads <= 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads <= 0)
+    n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 

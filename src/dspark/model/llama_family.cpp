@@ -241,8 +241,8 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     lw.norm_post = w.load(p + "post_attention_layernorm.weight", Shape{h}, DType::f32);
     const std::string a = p + "self_attn.";
     const std::vector<WeightLoader::Part> qkv = {{a + "q_proj.weight", Shape{qw, h}},
-                                                  {a + "k_proj.weight", Shape{kvw, h}},
-                                                  {a + "v_proj.weight", Shape{kvw, h}}};
+                                                 {a + "k_proj.weight", Shape{kvw, h}},
+                                                 {a + "v_proj.weight", Shape{kvw, h}}};
     lw.attn.qkv_q = w.load_quantized(qkv);
     if (!lw.attn.qkv_q.defined()) lw.attn.qkv = w.load_concat(qkv);
     if (qkv_bias) {

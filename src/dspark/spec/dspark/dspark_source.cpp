@@ -74,8 +74,8 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
                     drafter_layout_name(config_.layout));
   embed_ = weights_.embed->defined() ? WeightMatrix::dense(weights_.embed.view())
                                      : target.embedding_table();
-  lm_head_ = weights_.lm_head->defined() ? WeightMatrix::dense(weights_.lm_head.view())
-                                         : target.lm_head();
+  lm_head_ =
+      weights_.lm_head->defined() ? WeightMatrix::dense(weights_.lm_head.view()) : target.lm_head();
   check_draft_vocab(options_.draft_vocab, config_.backbone.vocab_size);
   head_.set_markov_enabled(options_.markov_enabled);
   const ModelConfig& c = config_.backbone;
