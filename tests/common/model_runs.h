@@ -8,8 +8,23 @@
 #include "dspark/backend/context.h"
 #include "dspark/engine/generate.h"
 #include "dspark/model/model.h"
+#include "dspark/model/weight_source.h"
 
 namespace dspark::test {
+
+// A weight source with its quantized storage hidden: get_quantized() finds nothing, so a model
+// built from it reads every tensor through get() (the source's dequantized f32 values) and holds
+// dense weights. The twin of a quantized model in the tests.
+class DequantizedView final : public WeightSource {
+ public:
+  explicit DequantizedView(const WeightSource& w) : w_(w) {}
+  bool contains(const std::string& name) const override { return w_.contains(name); }
+  Tensor get(const std::string& name) const override { return w_.get(name); }
+  std::string origin() const override { return w_.origin(); }
+
+ private:
+  const WeightSource& w_;
+};
 
 // 9 token ids below `vocab`, a different sequence per salt.
 std::vector<int32_t> fixed_prompt(int vocab, int salt);

@@ -1,12 +1,17 @@
-// Models whose GGUF weights stay block-quantized on the GPU (tests/unit/quant_model_test.cpp's
-// fixtures, in bf16 on CUDA): the blocks are kept; the last position's logits are the CPU's
-// (f32, the same integer kernels) within 5e-2 relative RMS (bf16 activations; the tensor-core
-// kernel's rows, 5 and more, multiply bf16 x where the CPU rounds x to 8 bits); greedy decoding
-// gives the CPU's tokens; greedy speculative decoding with verifies of up to 4 rows (the few-row
-// kernel: the same bits for every row count) equals plain greedy decoding.
+// Quantized models on the GPU (bf16 activations) against the same files on the CPU (f32), for the
+// GGUF fixtures of tests/unit/quant_model_test.cpp and the MLX fixtures of
+// tests/unit/mlx_model_test.cpp:
+//  - the blocks are kept where the CPU keeps them (every GGUF fixture, MLX 4-bit; MLX 8-bit is
+//    dequantized at load);
+//  - the last position's logits are the CPU's within 5e-2 relative RMS (bf16 activations; the
+//    tensor-core kernel's rows, 5 and more, multiply bf16 x where the CPU rounds x to 8 bits) and
+//    greedy decoding gives the CPU's tokens;
+//  - greedy speculative decoding with verifies of up to 4 rows (the few-row kernel: the same bits
+//    for every row count) equals plain greedy decoding.
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 
 #include "common/model_runs.h"
 #include "common/test_util.h"
@@ -15,45 +20,56 @@
 #include "dspark/engine/generate.h"
 #include "dspark/engine/speculative.h"
 #include "dspark/io/gguf.h"
-#include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/gguf_model.h"
+#include "dspark/model/model.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/ngram_source.h"
 
 namespace dspark {
 namespace {
 
-std::unique_ptr<Model> load_fixture(const char* name, Device device, DType dtype) {
-  const GgufFile file = GgufFile::open(test::data_dir() / "gguf" / name);
+struct Fixture {
+  const char* name;  // the test's name
+  const char* path;  // under tests/data
+  bool gguf;         // a GGUF file, else an MLX checkpoint directory
+  bool blocks;       // its projections stay block-quantized
+};
+
+std::unique_ptr<Model> load_fixture(const Fixture& f, Device device, DType dtype) {
+  const std::filesystem::path path = test::data_dir() / f.path;
+  if (!f.gguf) return load_model(path, device, dtype);
+  const GgufFile file = GgufFile::open(path);
   const ModelConfig config = gguf_model_config(file);
   const GgufWeights weights(file, config);
   return create_model(config, weights, device, dtype);
 }
 
-class CudaQuantModel : public ::testing::TestWithParam<const char*> {};
+class CudaQuantModel : public ::testing::TestWithParam<Fixture> {};
 
 TEST_P(CudaQuantModel, KeepsBlocksAndMatchesTheCpu) {
   DSPARK_REQUIRE_CUDA();
-  auto gpu_model = load_fixture(GetParam(), test::kTestGpu, DType::bf16);
-  auto cpu_model = load_fixture(GetParam(), Device::cpu(), DType::f32);
-  ASSERT_TRUE(gpu_model->lm_head().quantized());
-  ASSERT_TRUE(gpu_model->embedding_table().quantized());
+  const Fixture& f = GetParam();
+  auto gpu_model = load_fixture(f, test::kTestGpu, DType::bf16);
+  auto cpu_model = load_fixture(f, Device::cpu(), DType::f32);
+  ASSERT_EQ(gpu_model->lm_head().quantized(), f.blocks);
+  ASSERT_EQ(gpu_model->embedding_table().quantized(), f.blocks);
   Context gpu(test::kTestGpu), cpu(Device::cpu());
   const int vocab = gpu_model->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
     const std::vector<int32_t> prompt = test::fixed_prompt(vocab, salt);
     const std::vector<float> g = test::last_position_logits(*gpu_model, gpu, prompt);
     const std::vector<float> c = test::last_position_logits(*cpu_model, cpu, prompt);
-    EXPECT_LE(test::relative_rms_error(g, c), 5e-2) << GetParam() << " prompt " << salt;
+    EXPECT_LE(test::relative_rms_error(g, c), 5e-2) << f.name << " prompt " << salt;
     EXPECT_EQ(generate(*gpu_model, gpu, prompt, test::greedy_tokens(16)).tokens,
               generate(*cpu_model, cpu, prompt, test::greedy_tokens(16)).tokens)
-        << GetParam() << " prompt " << salt;
+        << f.name << " prompt " << salt;
   }
 }
 
 TEST_P(CudaQuantModel, GreedySpeculativeEqualsPlainGreedy) {
   DSPARK_REQUIRE_CUDA();
-  auto target = load_fixture(GetParam(), test::kTestGpu, DType::bf16);
+  const Fixture& f = GetParam();
+  auto target = load_fixture(f, test::kTestGpu, DType::bf16);
   Context ctx(test::kTestGpu);
   const int vocab = target->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
@@ -67,19 +83,18 @@ TEST_P(CudaQuantModel, GreedySpeculativeEqualsPlainGreedy) {
       SpecConfig cfg;
       cfg.gamma = gamma;
       const auto out = generate_speculative(*target, ctx, &source, std::move(reqs), cfg);
-      EXPECT_EQ(out[0].result.tokens, plain)
-          << GetParam() << " gamma " << gamma << " prompt " << salt;
+      EXPECT_EQ(out[0].result.tokens, plain) << f.name << " gamma " << gamma << " prompt " << salt;
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaQuantModel,
-                         ::testing::Values("tiny_llama_quant.gguf", "tiny_llama_k.gguf"),
-                         [](const auto& p) {
-                           return std::string(p.param).find("_k") != std::string::npos
-                                      ? std::string("KQuants")
-                                      : std::string("Block32");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, CudaQuantModel,
+    ::testing::Values(Fixture{"Block32", "gguf/tiny_llama_quant.gguf", true, true},
+                      Fixture{"KQuants", "gguf/tiny_llama_k.gguf", true, true},
+                      Fixture{"llama3_q4_g32", "mlx/llama3_q4_g32", false, true},
+                      Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, false}),
+    [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace dspark

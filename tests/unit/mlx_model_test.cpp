@@ -38,18 +38,6 @@ std::filesystem::path fixture(const char* name) {
   return test::data_dir() / "mlx" / name;
 }
 
-// MLX weights with the blocks hidden: every quantized tensor dequantized to f32 (scale * q + bias).
-class Dequantized final : public WeightSource {
- public:
-  explicit Dequantized(const WeightSource& w) : w_(w) {}
-  bool contains(const std::string& name) const override { return w_.contains(name); }
-  Tensor get(const std::string& name) const override { return w_.get(name); }
-  std::string origin() const override { return w_.origin(); }
-
- private:
-  const WeightSource& w_;
-};
-
 struct Twins {
   std::unique_ptr<Model> quantized, dequantized;
 };
@@ -60,7 +48,7 @@ Twins load_twins(const std::filesystem::path& dir) {
   const ModelConfig config = load_model_config(dir);
   const SafeTensors st = SafeTensors::open(dir);
   const MlxWeights weights(st, *read_mlx_quantization(dir / "config.json"));
-  t.dequantized = create_model(config, Dequantized(weights), Device::cpu(), DType::f32);
+  t.dequantized = create_model(config, test::DequantizedView(weights), Device::cpu(), DType::f32);
   return t;
 }
 

@@ -29,18 +29,6 @@ std::filesystem::path fixture(const char* name) {
   return test::data_dir() / "gguf" / name;
 }
 
-// A GGUF file's weights with their quantized storage hidden: every tensor dequantized to f32.
-class DequantizedGguf final : public WeightSource {
- public:
-  explicit DequantizedGguf(const GgufWeights& w) : w_(w) {}
-  bool contains(const std::string& name) const override { return w_.contains(name); }
-  Tensor get(const std::string& name) const override { return w_.get(name); }
-  std::string origin() const override { return w_.origin(); }
-
- private:
-  const GgufWeights& w_;
-};
-
 struct Twins {
   std::unique_ptr<Model> quantized, dequantized;
 };
@@ -51,7 +39,7 @@ Twins load_twins(const char* name) {
   const GgufWeights weights(file, config);
   Twins t;
   t.quantized = create_model(config, weights, Device::cpu(), DType::f32);
-  t.dequantized = create_model(config, DequantizedGguf(weights), Device::cpu(), DType::f32);
+  t.dequantized = create_model(config, test::DequantizedView(weights), Device::cpu(), DType::f32);
   return t;
 }
 

@@ -14,6 +14,7 @@
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
+#include "dspark/backend/cpu/kernels/small_m_gemm.h"
 #include "dspark/core/error.h"
 #include "dspark/core/thread_pool.h"
 
@@ -260,14 +261,9 @@ float* out_buffer(int64_t n) {
 
 }  // namespace
 
+// The same instructions as the dense small-M kernels need (AVX2, FMA, F16C).
 bool quant_gemm_has_avx2() {
-#if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  return has;
-#else
-  return false;
-#endif
+  return small_gemm_has_avx2();
 }
 
 QuantGemmIsa quant_gemm_default_isa() {
