@@ -1,6 +1,28 @@
 # Decides DSPARK_WITH_CUDA and provides dspark_configure_cuda_target().
 include(CheckLanguage)
 set(DSPARK_WITH_CUDA OFF)
+
+# AUTO builds the CUDA backend where it can run: nvcc found and an NVIDIA GPU visible (a device
+# node, or nvidia-smi listing one). A machine without a GPU (CI, a login node) gets the CPU build
+# and skips about half of the compile time; DSPARK_CUDA=ON builds the backend there anyway.
+function(dspark_gpu_visible out)
+  file(GLOB _nodes /dev/nvidia[0-9]*)
+  if(_nodes)
+    set(${out} TRUE PARENT_SCOPE)
+    return()
+  endif()
+  find_program(_smi nvidia-smi)
+  if(_smi)
+    execute_process(COMMAND ${_smi} -L RESULT_VARIABLE _rc OUTPUT_VARIABLE _gpus ERROR_QUIET
+                    TIMEOUT 20)
+    if(_rc EQUAL 0 AND _gpus MATCHES "GPU [0-9]")
+      set(${out} TRUE PARENT_SCOPE)
+      return()
+    endif()
+  endif()
+  set(${out} FALSE PARENT_SCOPE)
+endfunction()
+
 if(NOT DSPARK_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
@@ -8,6 +30,14 @@ if(NOT DSPARK_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(DSPARK_WITH_CUDA ON)
+    if(DSPARK_CUDA STREQUAL "AUTO")
+      dspark_gpu_visible(_gpu)
+      if(NOT _gpu)
+        set(DSPARK_WITH_CUDA OFF)
+        message(STATUS "dspark: nvcc found but no NVIDIA GPU visible: CPU backend only "
+                       "(-DDSPARK_CUDA=ON builds the CUDA backend anyway)")
+      endif()
+    endif()
   elseif(DSPARK_CUDA STREQUAL "ON")
     message(FATAL_ERROR "DSPARK_CUDA=ON but no CUDA compiler was found")
   endif()

@@ -68,7 +68,7 @@ pack_out() {  # the device tool returns at most 8 files from $OUT
 cmake_args=()
 deps_env() {
   [ ${#cmake_args[@]} -gt 0 ] && return 0
-  cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSPARK_BUILD_BENCH=ON)
+  cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DDSPARK_BUILD_BENCH=ON -DDSPARK_CUDA=ON)
   if [ -n "${DSPARK_FORCE_DEPS_ROOT:-}" ] || ! pkg-config --exists libpcre2-8 2>/dev/null; then
     [ -d "$debs" ] || { echo "no C++ dependencies and no $debs (scripts/gpu.sh fetch-debs)"; return 2; }
     local root="$build/deps-root" f
