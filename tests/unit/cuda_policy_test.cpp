@@ -324,6 +324,10 @@ TEST(CudaPolicyLinearBlocks, TensorCoresForDecodeAndVerifyRows) {
             expect_valid_gemv_plan(s, kH200, c.gemv_plan);
             continue;
           }
+          // The largest blocks (Q8_0, Q6_K) leave no room for every row of x beside the 16
+          // warps' rings at the widest calls: those take the dequantizing path.
+          const bool wide = m > 24 && (q == QuantType::q8_0 || q == QuantType::q6_k);
+          if (wide && c.kernel == LinearBlocksKernel::dequantize) continue;
           ASSERT_EQ(c.kernel, LinearBlocksKernel::mma)
               << quant_type_name(q) << " " << m << "x" << k;
           expect_valid_plan(s, kH200, c.plan);
@@ -445,8 +449,8 @@ TEST(CudaPolicyLinearBlocks, SharedMemoryLayout) {
       EXPECT_EQ(l.table_stride % 2, 1);
       EXPECT_EQ(l.mp % 8, 0);
       EXPECT_GE(l.mp, m);
-      for (size_t off : {l.table, l.part, l.x, l.xsum}) EXPECT_EQ(off % 16, 0u);
-      EXPECT_GE(l.bytes, l.xsum);
+      for (size_t off : {l.table, l.part, l.x}) EXPECT_EQ(off % 16, 0u);
+      EXPECT_EQ(l.bytes, l.x + static_cast<size_t>(m) * l.x_stride);
     }
   }
 }

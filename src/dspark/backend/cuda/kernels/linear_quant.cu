@@ -7,25 +7,25 @@
 // weight byte once per call:
 //  - Work: K is cut into slices of whole super-blocks (256 values), the weight rows into tiles of
 //    16; a CTA takes one slice of a group of consecutive tiles (a grid of slices x row groups, at
-//    most one CTA per multiprocessor: the policy's plan). Its 8 warps are warps_k x warps_r:
+//    most one CTA per multiprocessor: the policy's plan). Its 16 warps are warps_k x warps_r:
 //    warps_k split the slice's super-blocks, warps_r tiles are in flight at once (a round).
-//  - Weights: each warp streams its 16-row tiles of its super-blocks, a stage (16 rows x 1 or 2
-//    super-blocks, 2.3-4.6 KB) at a time, through its own ring of 3 stages in shared memory by
+//  - Weights: each warp streams its 16-row tiles of its super-blocks, a stage (16 rows x 1
+//    super-block, 2.3-4.4 KB) at a time, through its own ring of 2 stages in shared memory by
 //    cp.async (16-byte copies of the 16-byte chunks that hold the stage's bytes: rows of Q6_K /
-//    Q8_0 blocks need not be 16-byte aligned), two stages ahead of its math and across tiles and
-//    rounds. The first two stages are requested before pdl_wait() (weights are never written by
-//    a forward). A warp's stage is its own: __syncwarp, no CTA barrier, between the copies and
-//    the reads.
-//  - x: after pdl_wait() the CTA copies its slice of x (all M rows, 16-bit) into shared memory,
-//    and for formats with a min term sums it per sub-block of 32 (f32, in order).
-//  - Math: per stage, the warp first writes the stage's per-sub-block scales D (and Mn) as f32
-//    into a table (one lane per row and super-block), then walks its super-blocks in MMA steps of
-//    16 values (quant_blocks.cuh): lane (g, c) turns the 4 consecutive values 4c..4c+3 of rows g
-//    and g + 8 into exact bf16 / f16 integers q - offset (the m16n8k16 A fragment, logical k
-//    2c, 2c+1, 2c+8, 2c+9 = physical 4c..4c+3) and loads the same 4 values of x rows g + 8t
-//    (the B fragment) with one 8-byte shared load. The MMA sums a sub-block's steps into f32
-//    registers, which are then added to the accumulators times D (plus Mn times x's sub-block
-//    sums).
+//    Q8_0 blocks need not be 16-byte aligned), one stage ahead of its math and across tiles and
+//    rounds: 16 warps with short rings hide more latency than 8 with long ones. The first stage is
+//    requested before pdl_wait() (weights are never written by a forward). A warp's stage is its
+//    own: __syncwarp, no CTA barrier, between the copies and the reads.
+//  - x: after pdl_wait() the CTA copies its slice of x (all M rows, 16-bit) into shared memory.
+//  - Math: per stage, the warp first writes the stage's per-sub-block scales D (and Mn), rounded
+//    to x's type, into a table (one lane per row and super-block), then walks its super-blocks in
+//    MMA steps of 16 values (quant_blocks.cuh): lane (g, c) turns the 4 consecutive values
+//    4c..4c+3 of rows g and g + 8 into exact integers q - offset of x's type, then into weights
+//    D * (q - offset) + Mn by one packed FMA per pair (the m16n8k16 A fragment, logical k 2c,
+//    2c+1, 2c+8, 2c+9 = physical 4c..4c+3), and loads the same 4 values of x rows g + 8t (the B
+//    fragment) with one 8-byte shared load. The MMAs add into f32 accumulators over the warp's
+//    whole range: no per-sub-block work per row of x. The weights are rounded to x's type as on
+//    the dequantizing path (docs/cuda-kernels.md's tolerances).
 //  - Sums: at the end of a round the warps' accumulators meet in shared memory and each (row,
 //    row of x) is added over warps_k in warp order. With one slice that is y (+ bias); with
 //    several, the CTA writes its slice's f32 sums to scratch and the last CTA of the row group
@@ -77,8 +77,8 @@ struct QmmaParams {
   int m, n, ksb;
   int slices, slice_sbs, warps_k, warps_r, tiles_per_cta;
   // Shared memory (policy/linear_quant.h's QuantMmaLayout)
-  int table_stride, part_stride, x_stride, mp;
-  unsigned table_off, part_off, x_off, xsum_off;
+  int table_stride, part_stride, x_stride;
+  unsigned table_off, part_off, x_off;
 };
 
 // 16 bytes global -> shared, of which the first `src_bytes` (0..16) are read and the rest are
@@ -90,34 +90,16 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
                : "memory");
 }
 
-// d = a . b (m16n8k16, f32), the accumulator starting at zero.
-template <typename T>
-__device__ __forceinline__ void mma_first(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%10, %10, %10, %10};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%10, %10, %10, %10};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-  }
-}
-
 // One super-block of rows g (pa) and g + 8 (pb) of a stage: its 16 MMA steps with every tile of
-// 8 rows of x, added to acc. ta / tb: the rows' scale-table entries of this super-block; xr[t]:
-// lane (g, c)'s place in row g + 8t of x's slice (byte offset 8c); sbl: the super-block's index
-// in the slice; xsum: x's sub-block sums ([slice sub-blocks][mp]).
+// 8 rows of x, added to acc. Lane (g, c) turns the 4 values of a step it holds per row into
+// D * (q - offset) + Mn in x's type (quant::step_values: exact q - offset, one packed FMA with the
+// sub-block's scales), the m16n8k16 A fragment. ta / tb: the rows' scale-table entries of this
+// super-block (packed pairs of D, and of Mn); xr[t]: lane (g, c)'s place in row g + 8t of x's
+// slice (byte offset 8c); sbl: the super-block's index in the slice.
 template <QuantType Q, typename T, int NT, typename Entry>
 __device__ __forceinline__ void mma_super_block(float (&acc)[NT][4], const uint8_t* pa,
                                                 const uint8_t* pb, const Entry* ta, const Entry* tb,
-                                                const uint8_t* const (&xr)[NT], int sbl,
-                                                const float* xsum, int mp, int c) {
+                                                const uint8_t* const (&xr)[NT], int sbl, int c) {
   using F = QuantMma<Q>;
   const int x0 = 2 * 256 * sbl;  // bytes
 #pragma unroll
@@ -125,45 +107,17 @@ __device__ __forceinline__ void mma_super_block(float (&acc)[NT][4], const uint8
     uint32_t qa[4], qb[4];
     F::unit(pa, u, c, qa);
     F::unit(pb, u, c, qb);
-    float sub_acc[NT][4];
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
+      const int sub = F::sub(u, s);
       uint32_t a0, a1, a2, a3;
-      quant::step_pairs<T, Q>(qa[s], a0, a2);
-      quant::step_pairs<T, Q>(qb[s], a1, a3);
+      quant::step_values<T, Q>(qa[s], ta[sub], a0, a2);
+      quant::step_values<T, Q>(qb[s], tb[sub], a1, a3);
       const int off = x0 + 2 * F::elem(u, s);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         const uint2 b = *reinterpret_cast<const uint2*>(xr[t] + off);
-        if (s % F::kStepsPerSub == 0) {
-          mma_first<T>(sub_acc[t], a0, a1, a2, a3, b.x, b.y);
-        } else {
-          device::mma<T>(sub_acc[t], a0, a1, a2, a3, b.x, b.y);
-        }
-      }
-      if (s % F::kStepsPerSub == F::kStepsPerSub - 1) {
-        const int sub = F::sub(u, s);
-        if constexpr (F::kMin) {
-          const float2 da = ta[sub], db = tb[sub];
-          const float* xs = xsum + (8 * sbl + sub) * mp + 2 * c;
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            const float2 v = *reinterpret_cast<const float2*>(xs + 8 * t);
-            acc[t][0] = fmaf(da.x, sub_acc[t][0], fmaf(da.y, v.x, acc[t][0]));
-            acc[t][1] = fmaf(da.x, sub_acc[t][1], fmaf(da.y, v.y, acc[t][1]));
-            acc[t][2] = fmaf(db.x, sub_acc[t][2], fmaf(db.y, v.x, acc[t][2]));
-            acc[t][3] = fmaf(db.x, sub_acc[t][3], fmaf(db.y, v.y, acc[t][3]));
-          }
-        } else {
-          const float da = ta[sub], db = tb[sub];
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            acc[t][0] = fmaf(da, sub_acc[t][0], acc[t][0]);
-            acc[t][1] = fmaf(da, sub_acc[t][1], acc[t][1]);
-            acc[t][2] = fmaf(db, sub_acc[t][2], acc[t][2]);
-            acc[t][3] = fmaf(db, sub_acc[t][3], acc[t][3]);
-          }
-        }
+        device::mma<T>(acc[t], a0, a1, a2, a3, b.x, b.y);
       }
     }
   }
@@ -177,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   constexpr int CB = kFormat.chunk_sbs, SBB = F::kSbBytes, SUBS = F::kSubs;
   constexpr int kRowChunks = (CB * SBB + 15) / 16 + 1;  // QuantMmaLayout::row_chunks
   constexpr int kRowStride = (kRowChunks | 1) * 16;     // QuantMmaLayout::row_stride
-  using Entry = std::conditional_t<F::kMin, float2, float>;
+  using Entry = quant::ScaleEntry<F::kMin>;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ bool s_last;
 
@@ -198,32 +152,42 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   Entry* const table = reinterpret_cast<Entry*>(smem + p.table_off) + warp * 16 * p.table_stride;
   float* const part_s = reinterpret_cast<float*>(smem + p.part_off);
   uint8_t* const xs = smem + p.x_off;
-  float* const xsum = reinterpret_cast<float*>(smem + p.xsum_off);
 
-  // Stage i of this warp: round i / chunks (tile tile0 + round * warps_r + wr), super-blocks
-  // my0 + (i % chunks) * CB .. + CB - 1 (fewer at the end of the warp's range).
-  auto issue = [&](int i) {
-    const int tile = chunks > 0 ? tile0 + (i / max(chunks, 1)) * p.warps_r + wr : tile1;
-    if (i < total && tile < tile1) {
-      const int sb0 = my0 + (i % chunks) * CB, nsb = min(CB, my1 - sb0);
-      uint8_t* slot = ring + (i % kStages) * 16 * kRowStride;
-      for (int idx = lane; idx < 16 * kRowChunks; idx += 32) {
-        const int r = idx / kRowChunks, ch = idx % kRowChunks;
-        const int64_t row = min(int64_t{tile} * 16 + r, int64_t{p.n} - 1);
-        const int64_t a = row * p.row_bytes + int64_t{sb0} * SBB;
-        const int64_t off = (a & ~int64_t{15}) + 16 * ch;
-        if (off < a + int64_t{nsb} * SBB) {
-          const int64_t left = p.w_bytes - off;
+  // The stages of this warp in order: stage i is round i / chunks (tile tile0 + round * warps_r +
+  // wr), super-blocks my0 + (i % chunks) * CB .. + CB - 1 (fewer at the end of the warp's range),
+  // in slot i % kStages. The round and chunk of the next stage to request are counted here. Lanes
+  // 2r and 2r + 1 copy row r's 16-byte chunks, alternately: one row address per lane and stage.
+  const int copy_row = lane >> 1, copy_first = lane & 1;
+  int it_round = 0, it_chunk = 0, issued = 0;
+  auto issue_next = [&]() {
+    const int tile = tile0 + it_round * p.warps_r + wr;
+    if (issued < total && tile < tile1) {
+      const int sb0 = my0 + it_chunk * CB, nsb = min(CB, my1 - sb0);
+      uint8_t* dst = ring + (issued % kStages) * 16 * kRowStride + copy_row * kRowStride;
+      const int64_t row = min(int64_t{tile} * 16 + copy_row, int64_t{p.n} - 1);
+      const int64_t a = row * p.row_bytes + int64_t{sb0} * SBB;
+      const int64_t a0 = a & ~int64_t{15};
+      const int nvec = static_cast<int>((a + int64_t{nsb} * SBB - a0 + 15) >> 4);
+      const uint8_t* src = p.w + a0;
+      if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
+        for (int v = copy_first; v < nvec; v += 2) cp_async16(dst + 16 * v, src + 16 * v, 16);
+      } else {  // the matrix's last bytes: reads past it give zeros
+        for (int v = copy_first; v < nvec; v += 2) {
+          const int64_t left = p.w_bytes - (a0 + 16 * v);
           const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
-          cp_async16(slot + r * kRowStride + 16 * ch, p.w + (bytes > 0 ? off : 0), bytes);
+          cp_async16(dst + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
         }
       }
+    }
+    if (issued < total) {
+      if (++it_chunk == chunks) it_chunk = 0, ++it_round;
+      ++issued;
     }
     device::cp_async_commit();  // an empty group past the end keeps the count
   };
 
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) issue(i);  // weights: before the wait
+  for (int i = 0; i < kStages - 1; ++i) issue_next();  // weights: before the wait
   pdl_wait();
   pdl_launch_dependents();
 
@@ -239,18 +203,6 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
     }
   }
   __syncthreads();
-  if constexpr (F::kMin) {
-    const int subs = slice_len / 32;
-    for (int idx = static_cast<int>(threadIdx.x); idx < subs * p.m; idx += kThreads) {
-      const int sub = idx / p.m, r = idx % p.m;
-      const T* v = reinterpret_cast<const T*>(xs + r * p.x_stride) + 32 * sub;
-      float s = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) s += device::to_float(v[j]);
-      xsum[sub * p.mp + r] = s;
-    }
-    __syncthreads();
-  }
   const uint8_t* xr[NT];  // rows past m read row m - 1 (their sums are never stored)
 #pragma unroll
   for (int t = 0; t < NT; ++t) xr[t] = xs + min(g + 8 * t, p.m - 1) * p.x_stride + 8 * c;
@@ -263,8 +215,9 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
     const int tile = tile0 + round * p.warps_r + wr;
     for (int j = 0; j < chunks; ++j, ++i) {
-      // Into the stage computed in the previous iteration (read before its closing __syncwarp).
-      issue(i + kStages - 1);
+      // Stage i + kStages - 1, into the slot computed in the previous iteration (read before its
+      // closing __syncwarp).
+      issue_next();
       device::cp_async_wait<kStages - 1>();
       __syncwarp();
       if (tile < tile1) {
@@ -278,8 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
         };
         for (int idx = lane; idx < 16 * nsb; idx += 32) {
           const int rr = idx & 15, jj = idx >> 4;
-          F::scales(row_data(rr) + jj * SBB,
-                    reinterpret_cast<float*>(table + rr * p.table_stride + jj * SUBS));
+          quant::pack_scales<T, Q>(row_data(rr) + jj * SBB,
+                                   table + rr * p.table_stride + jj * SUBS);
         }
         __syncwarp();
         const uint8_t* pa = row_data(g);
@@ -288,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
         const Entry* tb = table + (g + 8) * p.table_stride;
         for (int jj = 0; jj < nsb; ++jj)
           mma_super_block<Q, T, NT>(acc, pa + jj * SBB, pb + jj * SBB, ta + jj * SUBS,
-                                    tb + jj * SUBS, xr, sb0 + jj - slice0, xsum, p.mp, c);
+                                    tb + jj * SUBS, xr, sb0 + jj - slice0, c);
       }
       __syncwarp();
     }
@@ -407,11 +360,9 @@ void linear_mma(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tens
       p.table_stride = layout.table_stride;
       p.part_stride = layout.part_stride;
       p.x_stride = layout.x_stride;
-      p.mp = layout.mp;
       p.table_off = static_cast<unsigned>(layout.table);
       p.part_off = static_cast<unsigned>(layout.part);
       p.x_off = static_cast<unsigned>(layout.x);
-      p.xsum_off = static_cast<unsigned>(layout.xsum);
       const size_t limit = quant_mma_smem_limit(ctx.cuda_caps());
       quant::dispatch_quant(w.quant, [&]<QuantType Q>(quant::QuantTag<Q>) {
         constexpr QuantMmaFormat f = quant_mma_format(Q);

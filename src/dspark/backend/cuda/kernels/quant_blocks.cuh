@@ -506,6 +506,71 @@ DSPARK_QHD void step_pairs(uint32_t q, uint32_t& p01, uint32_t& p23) {
   }
 }
 
+// A row's entry of the tensor-core kernel's scale table for one sub-block: D as a pair of x's
+// 16-bit type (both halves equal), and for formats with a min term Mn likewise (.x = D, .y = Mn).
+template <bool kMin>
+using ScaleEntry = std::conditional_t<kMin, uint2, uint32_t>;
+
+template <typename T>
+__device__ __forceinline__ uint32_t pair_of(float v) {
+  uint32_t r;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(v, v);
+    __builtin_memcpy(&r, &h, 4);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v, v);
+    __builtin_memcpy(&r, &h, 4);
+  }
+  return r;
+}
+
+// a * b + c (or a * b without c) on packed pairs of T.
+template <typename T, bool kAdd>
+__device__ __forceinline__ uint32_t fma_pairs(uint32_t a, uint32_t b, uint32_t c) {
+  using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  T2 x, y, z;
+  __builtin_memcpy(&x, &a, 4);
+  __builtin_memcpy(&y, &b, 4);
+  __builtin_memcpy(&z, &c, 4);
+  const T2 r = kAdd ? __hfma2(x, y, z) : __hmul2(x, y);
+  uint32_t out;
+  __builtin_memcpy(&out, &r, 4);
+  return out;
+}
+
+// The scale-table entries of every sub-block of the super-block at sb, rounded to T.
+template <typename T, QuantType Q>
+__device__ __forceinline__ void pack_scales(const uint8_t* sb, ScaleEntry<QuantMma<Q>::kMin>* out) {
+  using F = QuantMma<Q>;
+  float v[F::kMin ? 2 * F::kSubs : F::kSubs];
+  F::scales(sb, v);
+#pragma unroll
+  for (int j = 0; j < F::kSubs; ++j) {
+    if constexpr (F::kMin) {
+      out[j] = make_uint2(pair_of<T>(v[2 * j]), pair_of<T>(v[2 * j + 1]));
+    } else {
+      out[j] = pair_of<T>(v[j]);
+    }
+  }
+}
+
+// The A-operand pairs of one step's word q with the sub-block's entry e: the values
+// D * (q - offset) + Mn in T. q - offset is exact; D and Mn are rounded to T, then the packed FMA
+// rounds the weight once more (the dequantizing path rounds the f32 weight once: close, not the
+// same bits).
+template <typename T, QuantType Q>
+__device__ __forceinline__ void step_values(uint32_t q, ScaleEntry<QuantMma<Q>::kMin> e,
+                                            uint32_t& p01, uint32_t& p23) {
+  step_pairs<T, Q>(q, p01, p23);
+  if constexpr (QuantMma<Q>::kMin) {
+    p01 = fma_pairs<T, true>(p01, e.x, e.y);
+    p23 = fma_pairs<T, true>(p23, e.x, e.y);
+  } else {
+    p01 = fma_pairs<T, false>(p01, e, 0u);
+    p23 = fma_pairs<T, false>(p23, e, 0u);
+  }
+}
+
 // The host's table (policy/linear_quant.h), the block sizes and the device's view agree.
 template <QuantType Q>
 constexpr bool matches_policy() {

@@ -22,7 +22,7 @@ bool is_16bit(DType d) {
 // The plan estimate counts bytes of the busiest warp's weight stream (at 75% of the H200's copy
 // bandwidth a warp of a CTA per SM streams ~3 GB/s: 1 KB ~ 0.35 us). Besides its weights: the
 // CTA's bytes from L2 (x's slice, read by every CTA before its math; the partial sums of a split),
-// shared by its 8 warps and weighted by kL2Weight (L2 -> SM at ~4x a warp's share of HBM), a
+// shared by its warps and weighted by kL2Weight (L2 -> SM at ~4x a warp's share of HBM), a
 // round of row tiles (a barrier, the warps' sums added, the stores) and a K split (the last CTA's
 // merge after all its own work: ~0.7 us). Not measured yet: guesses from the H200's figures.
 constexpr double kL2Weight = 0.25;
@@ -48,10 +48,7 @@ QuantMmaLayout quant_mma_layout(QuantType q, int64_t m, int64_t slice_sbs) {
   l.table = l.ring + size_t{kQuantMmaWarps} * kQuantMmaStages * 16 * l.row_stride;
   l.part = l.table + round_up(size_t{kQuantMmaWarps} * 16 * l.table_stride * entry, 16);
   l.x = l.part + round_up(size_t{kQuantMmaWarps} * 16 * l.part_stride * sizeof(float), 16);
-  l.xsum = l.x + static_cast<size_t>(m) * l.x_stride;
-  const size_t xsum_bytes =
-      f.has_min ? static_cast<size_t>(slice_sbs) * 8 * l.mp * sizeof(float) : 0;
-  l.bytes = l.xsum + xsum_bytes;
+  l.bytes = l.x + static_cast<size_t>(m) * l.x_stride;
   return l;
 }
 

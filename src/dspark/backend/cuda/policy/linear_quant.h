@@ -8,8 +8,8 @@
 //    to int8 per block of 32 as on the CPU, and each weight word of 4 values meets 4 of x in one
 //    dp4a; each weight byte is read once per call, by cp.async into a warp's shared-memory ring.
 //  - mma: 1..48 rows of bf16 / f16 x (decode, verify, draft, batched decode). Each weight byte is
-//    read once per call, by cp.async into a warp's shared-memory ring, and multiplied with every
-//    row of x on tensor cores as exact small integers, scaled per sub-block in f32.
+//    read once per call, by cp.async into a warp's shared-memory ring, dequantized in registers to
+//    x's type and multiplied with every row of x on tensor cores.
 //  - dequantize: every other call (more rows: prefill; f32 x; K not a multiple of 256; unaligned
 //    operands): the weight rows dequantized into the context's scratch as x's dtype, a chunk of
 //    rows at a time, each chunk through the dense linear (cuBLASLt, or the one-row kernel).
@@ -30,15 +30,15 @@ struct QuantMmaFormat {
   int sb_bytes;   // bytes of a super-block
   int chunk_sbs;  // super-blocks per pipeline stage of a warp (16 weight rows each)
   int subs;       // scale sub-blocks per super-block
-  bool has_min;   // value = D * q + Mn with Mn != 0: the kernel also sums x per sub-block
+  bool has_min;   // value = D * q + Mn with Mn != 0: the scale table also holds Mn
 };
 
 constexpr QuantMmaFormat quant_mma_format(QuantType t) {
   switch (t) {
     case QuantType::q4_0:
-      return {144, 2, 8, false};
+      return {144, 1, 8, false};
     case QuantType::q4_1:
-      return {160, 2, 8, true};
+      return {160, 1, 8, true};
     case QuantType::q5_0:
       return {176, 1, 8, false};
     case QuantType::q5_1:
@@ -46,7 +46,7 @@ constexpr QuantMmaFormat quant_mma_format(QuantType t) {
     case QuantType::q8_0:
       return {272, 1, 8, false};
     case QuantType::q4_k:
-      return {144, 2, 8, true};
+      return {144, 1, 8, true};
     case QuantType::q5_k:
       return {176, 1, 8, true};
     case QuantType::q6_k:
@@ -55,8 +55,8 @@ constexpr QuantMmaFormat quant_mma_format(QuantType t) {
   return {0, 1, 1, false};
 }
 
-inline constexpr int kQuantMmaWarps = 8;     // per CTA: warps_k x warps_r
-inline constexpr int kQuantMmaStages = 3;    // a warp's ring: two stages in flight ahead
+inline constexpr int kQuantMmaWarps = 16;    // per CTA: warps_k x warps_r
+inline constexpr int kQuantMmaStages = 2;    // a warp's ring: one stage in flight ahead
 inline constexpr int kQuantMmaMaxRows = 48;  // rows of x (tiles of 8: up to 6)
 inline constexpr int kQuantMmaMaxSlices = 32;
 // Arrival counters of the K split (one per row group: kernels/arrival_counters.h).
@@ -75,10 +75,9 @@ struct QuantMmaLayout {
   int x_stride = 0;      // bytes between the rows of x's slice (32 mod 128)
   int mp = 0;            // rows of x rounded up to 8
   size_t ring = 0;       // kQuantMmaWarps x kQuantMmaStages stages of 16 rows
-  size_t table = 0;      // per warp: [16][table_stride] of D (or D, Mn)
+  size_t table = 0;      // per warp: [16][table_stride] of D (or D, Mn) as pairs of x's type
   size_t part = 0;       // per warp: [16][part_stride] f32 partial sums of a row tile
   size_t x = 0;          // [m][x_stride]: x's slice, 16-bit
-  size_t xsum = 0;       // [slice sub-blocks][mp] f32: x summed per sub-block (has_min)
   size_t bytes = 0;      // total
 };
 QuantMmaLayout quant_mma_layout(QuantType q, int64_t m, int64_t slice_sbs);
