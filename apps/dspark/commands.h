@@ -18,5 +18,6 @@ Command add_calibrate_command(CLI::App& app);
 Command add_serve_command(CLI::App& app);
 Command add_demo_command(CLI::App& app);
 Command add_regen_command(CLI::App& app);
+Command add_quantize_command(CLI::App& app);
 
 }  // namespace dspark::cli

@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
     c.emplace_back(app.get_subcommand("demo"), std::move(demo));
     auto regen = dspark::cli::add_regen_command(app);
     c.emplace_back(app.get_subcommand("regen"), std::move(regen));
+    auto quantize = dspark::cli::add_quantize_command(app);
+    c.emplace_back(app.get_subcommand("quantize"), std::move(quantize));
     return c;
   }();
 

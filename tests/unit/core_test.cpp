@@ -1,10 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <string>
+
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
 #include "dspark/core/dtype.h"
 #include "dspark/core/philox.h"
+#include "dspark/core/progress_bar.h"
 #include "dspark/core/tensor.h"
 #include "dspark/core/thread_pool.h"
 
@@ -80,6 +84,22 @@ TEST(ThreadPool, CoversRangeAndRethrows) {
                                    if (b > 50) throw std::runtime_error("boom");
                                  }),
                std::runtime_error);
+}
+
+TEST(ProgressBar, OneLinePerTenthOutsideATerminal) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  ProgressBar bar(f, "tensors");
+  for (int64_t i = 0; i <= 200; ++i) bar.update(i / 2, 100, i * 5, 1000, "w");
+  bar.finish();
+  std::rewind(f);
+  std::string text;
+  for (int c; (c = std::fgetc(f)) != EOF;) text.push_back(static_cast<char>(c));
+  std::fclose(f);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 11) << text;
+  EXPECT_NE(text.find("[" + std::string(30, '#') + "] 100%  100/100 tensors  0.00/0.00 MB  w"),
+            std::string::npos)
+      << text;
 }
 
 TEST(Philox, KnownAnswerAndUniformRange) {

@@ -282,7 +282,8 @@ std::vector<std::string> SafeTensors::names() const {
 
 void write_safetensors(const fs::path& file,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::set<std::string>& as_u32) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header[kMetadataKey] = metadata;
   size_t offset = 0;
@@ -294,7 +295,10 @@ void write_safetensors(const fs::path& file,
                  t.describe());
     nlohmann::json shape = nlohmann::json::array();
     for (int64_t d : t.shape()) shape.push_back(d);
-    header[name] = {{"dtype", safetensors_dtype_name(t.dtype())},
+    const bool u32 = as_u32.count(name) != 0;
+    DSPARK_CHECK(!u32 || t.dtype() == DType::i32, "write_safetensors: '{}' is {}, not i32 (U32)",
+                 name, dtype_name(t.dtype()));
+    header[name] = {{"dtype", u32 ? "U32" : safetensors_dtype_name(t.dtype())},
                     {"shape", shape},
                     {"data_offsets", {offset, offset + t.nbytes()}}};
     offset += t.nbytes();

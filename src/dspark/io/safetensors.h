@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,9 +53,12 @@ class SafeTensors {
   std::map<std::string, std::string> metadata_;
 };
 
-// Writes tensors (CPU, contiguous) to one .safetensors file. Used by tools and tests.
+// Writes tensors (CPU, contiguous) to one .safetensors file. Used by dspark quantize, tools and
+// tests. The i32 tensors named in `as_u32` are stored as U32 (MLX's packed quantized words, which
+// SafeTensors reads back as i32).
 void write_safetensors(const std::filesystem::path& file,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::set<std::string>& as_u32 = {});
 
 }  // namespace dspark

@@ -1,0 +1,68 @@
+// dspark quantize: a float Hugging Face checkpoint written as an MLX affine-quantized one
+// (model/quantize_checkpoint.h), with a progress bar on stderr and a summary on stdout.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "dspark/core/progress_bar.h"
+#include "dspark/model/quantize_checkpoint.h"
+
+namespace dspark::cli {
+namespace {
+
+struct QuantizeArgs {
+  std::string model_dir;
+  std::string output;
+  std::string format = "mlx4";
+  int group_size = 64;
+};
+
+int run_quantize(const QuantizeArgs& a) {
+  QuantizeOptions o;
+  o.input = a.model_dir;
+  o.output = a.output;
+  o.spec = MlxQuantSpec{mlx_format_bits(a.format), a.group_size};
+  ProgressBar bar(stderr, "tensors");
+  const QuantizeSummary s = quantize_checkpoint(o, [&](const QuantizeProgress& p) {
+    bar.update(p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total, p.tensor);
+  });
+  bar.finish();
+  if (!s.not_divisible.empty()) {
+    fmt::print(stderr,
+               "dspark quantize: {} weights kept float: last dim not a multiple of group size {} "
+               "(first: {})\n",
+               s.not_divisible.size(), a.group_size, s.not_divisible.front());
+  }
+  fmt::print(
+      "{}: {} weights quantized ({} bits, group size {}), {} tensors copied, {:.2f} MB -> "
+      "{:.2f} MB in {} file(s); copied {}\n",
+      a.output, s.n_quantized, o.spec.bits, a.group_size, s.n_copied,
+      static_cast<double>(s.bytes_in) / 1e6, static_cast<double>(s.bytes_out) / 1e6, s.files.size(),
+      s.copied_files.empty() ? "no side files"
+                             : fmt::format("{}", fmt::join(s.copied_files, ", ")));
+  return 0;
+}
+
+}  // namespace
+
+Command add_quantize_command(CLI::App& app) {
+  auto args = std::make_shared<QuantizeArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "quantize", "Write a float checkpoint as an MLX affine-quantized one (mlx-lm layout)");
+  sub->add_option("-m,--model", args->model_dir, "Hugging Face checkpoint directory (float)")
+      ->required();
+  sub->add_option("-o,--output", args->output, "Output directory (must not exist, or be empty)")
+      ->required();
+  sub->add_option("--format", args->format, "Output format: mlx4 or mlx8 (MLX affine 4 / 8 bits)")
+      ->check(CLI::IsMember({"mlx4", "mlx8"}))
+      ->capture_default_str();
+  sub->add_option("--group-size", args->group_size, "Values per scale and bias: 32, 64 or 128")
+      ->check(CLI::IsMember({32, 64, 128}))
+      ->capture_default_str();
+  return [args] { return run_quantize(*args); };
+}
+
+}  // namespace dspark::cli

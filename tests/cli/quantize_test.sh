@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# dspark quantize end to end: the tiny Llama 3 written as MLX affine checkpoints (4 bits in groups
+# of 32, 8 bits in groups of 64), checked against an independent NumPy port of MLX's affine rule
+# (mlx/backend/cpu/quantized.cpp: per group the edge farther from zero pinned, rint, codes from the
+# f32 scale and bias, both stored in bf16 for f32 weights): every code word, scale and bias bit
+# for bit, the float tensors unchanged, config.json's quantization entry (with `false` for the
+# weights kept float), the copied tokenizer files, the progress bar; then dspark generate runs
+# the result. The refusals exit non-zero with one error line.
+#   bash tests/cli/quantize_test.sh <path-to-dspark> <repo-root>
+set -euo pipefail
+DSPARK=$1
+ROOT=$2
+MODELS=${DSPARK_TEST_MODELS:-$ROOT/tests/data/models}
+M=$MODELS/llama3
+[[ -d $M ]] || { echo "SKIP: no fixtures"; exit 0; }
+python3 -c "import numpy" 2>/dev/null || { echo "SKIP: no numpy"; exit 0; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+for spec in "mlx4 32" "mlx8 64"; do
+  read -r format group <<< "$spec"
+  out=$TMP/$format-g$group
+  "$DSPARK" quantize -m "$M" -o "$out" --format "$format" --group-size "$group" \
+    > "$TMP/stdout" 2> "$TMP/stderr" || fail "quantize $spec: $(cat "$TMP/stderr")"
+  grep -q "100%" "$TMP/stderr" || fail "no finished progress bar: $(cat "$TMP/stderr")"
+  grep -q "weights quantized" "$TMP/stdout" || fail "no summary: $(cat "$TMP/stdout")"
+  # down_proj has 160 inputs: kept float with groups of 64, said in one line.
+  kept=$(grep -c "kept float" "$TMP/stderr" || true)
+  [[ $kept -eq $((group == 64 ? 1 : 0)) ]] || fail "$kept 'kept float' lines: $(cat "$TMP/stderr")"
+  python3 - "$M" "$out" "${format#mlx}" "$group" <<'PY'
+import json, struct, sys
+import numpy as np
+
+src_dir, out_dir, bits, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+
+def read(path):
+    """name -> (safetensors dtype, raw numpy array); BF16 as uint16 bits."""
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    kinds = {"F32": np.float32, "BF16": np.uint16, "U32": np.uint32, "I64": np.int64}
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        s, t = e["data_offsets"]
+        out[name] = (e["dtype"], np.frombuffer(data[8 + n + s:8 + n + t], kinds[e["dtype"]]).reshape(e["shape"]))
+    return out
+
+def bf16_bits(x):
+    """f32 -> bf16 bits, round to nearest even."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+def mlx_affine(w, bits, group):
+    """MLX's affine quantization in f32: (codes, scales, biases)."""
+    n_bins = np.float32(2**bits - 1)
+    g = w.reshape(w.shape[0], -1, group).astype(np.float32)
+    lo, hi = g.min(-1), g.max(-1)
+    low_edge = np.abs(lo) > np.abs(hi)
+    step = np.maximum((hi - lo) / n_bins, np.float32(1e-7)).astype(np.float32)
+    scale = np.where(low_edge, step, -step).astype(np.float32)
+    edge = np.where(low_edge, lo, hi).astype(np.float32)
+    z = np.rint(edge / scale).astype(np.float32)
+    scale = np.where(z != 0, edge / np.where(z != 0, z, 1), scale).astype(np.float32)
+    bias = np.where(z != 0, edge, 0).astype(np.float32)
+    q = np.clip(np.rint((g - bias[..., None]) / scale[..., None]), 0, n_bins).astype(np.uint32)
+    return q.reshape(w.shape), scale, bias
+
+def pack(q, bits):
+    per = 32 // bits
+    q = q.reshape(q.shape[0], -1, per)
+    return np.bitwise_or.reduce(q << (bits * np.arange(per, dtype=np.uint32)), axis=-1)
+
+src = read(f"{src_dir}/model.safetensors")
+out = read(f"{out_dir}/model.safetensors")
+config = json.load(open(f"{out_dir}/config.json"))
+quant = config["quantization"]
+assert quant["bits"] == bits and quant["group_size"] == group and quant["mode"] == "affine", quant
+assert config["quantization_config"] == quant
+n_quantized = 0
+for name, (dtype, w) in src.items():
+    module = name[: -len(".weight")]
+    if name.endswith(".weight") and w.ndim == 2 and w.shape[1] % group == 0:
+        q, scale, bias = mlx_affine(w, bits, group)
+        assert out[name][0] == "U32", name
+        assert np.array_equal(out[name][1], pack(q, bits)), f"{name}: code words differ"
+        for part, ref in ((".scales", scale), (".biases", bias)):
+            got_dtype, got = out[module + part]
+            assert got_dtype == "BF16", (name, got_dtype)
+            assert np.array_equal(got, bf16_bits(ref)), f"{module}{part} differs"
+        n_quantized += 1
+    else:
+        assert out[name][0] == dtype and np.array_equal(out[name][1], w), f"{name} changed"
+        if name.endswith(".weight") and w.ndim == 2:
+            assert quant.get(module) is False, f"{module}: kept float without a false entry"
+assert n_quantized > 0
+expected = set(src) | {n[:-7] + p for n in src if n.endswith(".weight") and out[n][0] == "U32" for p in (".scales", ".biases")}
+assert set(out) == expected, set(out) ^ expected
+print(f"{out_dir}: {n_quantized} weights match the NumPy reference bit for bit")
+PY
+  for f in tokenizer.json tokenizer_config.json generation_config.json; do
+    cmp -s "$M/$f" "$out/$f" || fail "$f not copied"
+  done
+  "$DSPARK" generate -m "$out" -p "Hello" -n 8 > /dev/null 2> "$TMP/gen_err" ||
+    fail "generate on the $spec checkpoint: $(cat "$TMP/gen_err")"
+done
+
+# expect_error <rc> <message substring> -- <dspark args...>
+expect_error() {
+  local want_rc=$1 want_msg=$2
+  shift 3
+  local rc=0
+  "$DSPARK" "$@" > /dev/null 2> "$TMP/err" || rc=$?
+  [[ $rc -eq $want_rc ]] || fail "dspark $*: exit $rc, want $want_rc: $(cat "$TMP/err")"
+  [[ $(wc -l < "$TMP/err") -eq 1 ]] && grep -q '^error: ' "$TMP/err" ||
+    fail "dspark $*: stderr is not one error line: $(cat "$TMP/err")"
+  grep -qi -- "$want_msg" "$TMP/err" || fail "dspark $*: message lacks '$want_msg': $(cat "$TMP/err")"
+  echo "ok   (dspark $*): $(cat "$TMP/err")"
+}
+expect_error 1 "does not exist" -- quantize -m "$TMP/none" -o "$TMP/x1"
+expect_error 1 "already quantized" -- quantize -m "$TMP/mlx4-g32" -o "$TMP/x2"
+expect_error 1 "not an empty directory" -- quantize -m "$M" -o "$TMP/mlx4-g32"
+expect_error 2 "format" -- quantize -m "$M" -o "$TMP/x3" --format q4_k
+expect_error 2 "group-size" -- quantize -m "$M" -o "$TMP/x4" --group-size 48
+echo "PASS"
