@@ -1,5 +1,6 @@
 // dspark quantize: a float Hugging Face checkpoint written as an MLX affine-quantized one
-// (model/quantize_checkpoint.h), with a progress bar on stderr and a summary on stdout.
+// (model/quantize_checkpoint.h; a DFlash / DSpark drafter with spec/dspark/quantize_drafter.h's
+// policy and check), with a progress bar on stderr and a summary on stdout.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -9,6 +10,8 @@
 #include "commands.h"
 #include "dspark/core/progress_bar.h"
 #include "dspark/model/quantize_checkpoint.h"
+#include "dspark/spec/dspark/drafter_config.h"
+#include "dspark/spec/dspark/quantize_drafter.h"
 
 namespace dspark::cli {
 namespace {
@@ -25,10 +28,14 @@ int run_quantize(const QuantizeArgs& a) {
   o.input = a.model_dir;
   o.output = a.output;
   o.spec = MlxQuantSpec{mlx_format_bits(a.format), a.group_size};
+  // A DFlash / DSpark drafter gets the drafter policy and a check of what was written.
+  const bool drafter = is_block_drafter_dir(o.input);
   ProgressBar bar(stderr, "tensors");
-  const QuantizeSummary s = quantize_checkpoint(o, [&](const QuantizeProgress& p) {
+  const auto progress = [&](const QuantizeProgress& p) {
     bar.update(p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total, p.tensor);
-  });
+  };
+  const QuantizeSummary s =
+      drafter ? quantize_drafter(o, progress) : quantize_checkpoint(o, progress);
   bar.finish();
   if (!s.not_divisible.empty()) {
     fmt::print(stderr,
@@ -43,6 +50,15 @@ int run_quantize(const QuantizeArgs& a) {
       static_cast<double>(s.bytes_in) / 1e6, static_cast<double>(s.bytes_out) / 1e6, s.files.size(),
       s.copied_files.empty() ? "no side files"
                              : fmt::format("{}", fmt::join(s.copied_files, ", ")));
+  if (drafter) {
+    const DrafterSmokeTest t = drafter_smoke_test(o.output);
+    fmt::print(
+        "drafter policy: {} confidence-head weight(s) kept as stored; reloaded: one row of "
+        "{} tap features through the context projection and {} layers' K/V (features RMS "
+        "{:.4g}, K/V RMS {:.4g}, {} matrices held as Q4_1 blocks)\n",
+        s.kept_by_policy.size(), t.features, t.layers, t.features_rms, t.kv_rms,
+        t.matrices_as_blocks);
+  }
   return 0;
 }
 

@@ -5,7 +5,8 @@
 # f32 scale and bias, both stored in bf16 for f32 weights): every code word, scale and bias bit
 # for bit, the float tensors unchanged, config.json's quantization entry (with `false` for the
 # weights kept float), the copied tokenizer files, the progress bar; then dspark generate runs
-# the result. The refusals exit non-zero with one error line.
+# the result. A DSpark drafter gets the drafter policy and drafts for the quantized target with
+# the plain greedy tokens. The refusals exit non-zero with one error line.
 #   bash tests/cli/quantize_test.sh <path-to-dspark> <repo-root>
 set -euo pipefail
 DSPARK=$1
@@ -106,6 +107,33 @@ PY
   "$DSPARK" generate -m "$out" -p "Hello" -n 8 > /dev/null 2> "$TMP/gen_err" ||
     fail "generate on the $spec checkpoint: $(cat "$TMP/gen_err")"
 done
+
+# A DSpark drafter: the drafter policy and its reload check, then it drafts for the quantized
+# qwen3 target with the plain greedy tokens.
+Q=$MODELS/qwen3
+DRAFTER=$ROOT/tests/data/drafters/qwen3_deepspec
+"$DSPARK" quantize -m "$DRAFTER" -o "$TMP/drafter" --format mlx4 --group-size 32 \
+  > "$TMP/stdout" 2> "$TMP/stderr" || fail "quantize the drafter: $(cat "$TMP/stderr")"
+grep -q "^drafter policy: 1 confidence-head weight(s) kept as stored" "$TMP/stdout" &&
+  grep -q "reloaded: one row of 192 tap features" "$TMP/stdout" ||
+  fail "no drafter policy / reload line: $(cat "$TMP/stdout")"
+"$DSPARK" quantize -m "$Q" -o "$TMP/qwen3" --format mlx4 --group-size 32 > /dev/null 2>&1 ||
+  fail "quantize qwen3"
+tokens() {  # args... -> the "tokens" of the JSON line
+  "$DSPARK" generate -m "$TMP/qwen3" -p "The cat sat on the mat. The cat sat on the" -n 32 \
+    --temperature 0 --json "$@" | tail -n 1 |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'
+}
+plain=$(tokens)
+spec=$(tokens --draft "$TMP/drafter" --gamma 4)
+[[ $spec == "$plain" ]] || fail "quantized drafter: $spec != plain $plain"
+expect_group_error() {
+  local rc=0
+  "$DSPARK" quantize -m "$DRAFTER" -o "$TMP/d128" --group-size 128 > /dev/null 2> "$TMP/err" || rc=$?
+  [[ $rc -eq 1 ]] && grep -q "group size 32 or 64" "$TMP/err" ||
+    fail "a drafter with groups of 128: rc $rc: $(cat "$TMP/err")"
+}
+expect_group_error
 
 # expect_error <rc> <message substring> -- <dspark args...>
 expect_error() {

@@ -291,6 +291,28 @@ void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
 
 }  // namespace
 
+void project_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
+                  const QuantizedWeight& q, int64_t begin, int64_t end, const Tensor& bias,
+                  const Tensor& y) {
+  const bool has_bias = bias.defined() && bias.numel() > 0;
+  if (!q.defined()) {
+    project(ctx, x, w.rows(begin, end), scale.defined() ? scale.slice(0, begin, end) : Tensor{},
+            has_bias ? bias : Tensor{}, y);
+    return;
+  }
+  DSPARK_CHECK(0 <= begin && begin < end && end <= q.rows(), "project_rows: rows [{}, {}) of {}",
+               begin, end, q.rows());
+  for (const QuantizedWeight::Part& p : q.parts) {
+    const int64_t lo = std::max(begin, p.row0), hi = std::min(end, p.row0 + p.w.n);
+    if (lo >= hi) continue;
+    WeightMatrix part = p.w;
+    part.data = p.w.data.rows(lo - p.row0, hi - p.row0);
+    part.n = hi - lo;
+    linear(ctx, x, part, has_bias ? bias.slice(0, lo - begin, hi - begin) : Tensor{},
+           y.slice(1, lo - begin, hi - begin));
+  }
+}
+
 void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDims& dims,
                      const RopeOnDevice& rope_table, const ForwardMeta& meta, const Tensor& k_pages,
                      const Tensor& v_pages, const AttentionParams& params, const Tensor& xn,

@@ -196,6 +196,14 @@ struct MlpWeights {
   QuantizedWeight gate_up_q, down_q;      // block-quantized instead, when defined
 };
 
+// y = x . w[begin, end)^T (+ bias [end - begin], optional) for a weight in any of the forms a
+// block holds: block-quantized parts `q` when defined, else `w` dense or as E4M3 codes with
+// per-row `scale` (ops/linear_fp8.h). E.g. the k/v rows of a fused q/k/v weight, or a whole weight
+// (begin 0, end its rows).
+void project_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
+                  const QuantizedWeight& q, int64_t begin, int64_t end, const Tensor& bias,
+                  const Tensor& y);
+
 // The device views of one forward's metadata that every layer reads.
 struct ForwardMeta {
   Tensor positions;  // i32 [n]

@@ -59,6 +59,13 @@ Tensor MlxWeights::get(const std::string& name) const {
   return Tensor(it->second.data(), DType::f32, Shape{rows, cols}, Device::cpu());
 }
 
+Shape MlxWeights::shape_of(const std::string& name) const {
+  const std::optional<MlxQuantTensor> q = quantized(name);
+  if (!q) return st_.get(name).shape();
+  const auto [rows, cols] = mlx_quant_shape(*q);
+  return Shape{rows, cols};
+}
+
 std::optional<QuantizedView> MlxWeights::get_quantized(const std::string& name) const {
   if (!st_.contains(name)) return std::nullopt;
   const std::optional<MlxQuantTensor> q = quantized(name);

@@ -24,6 +24,7 @@ class MlxWeights final : public WeightSource {
   // Float tensors as stored; quantized ones dequantized to f32 (scale * q + bias), kept until the
   // source is destroyed.
   Tensor get(const std::string& name) const override;
+  Shape shape_of(const std::string& name) const override;
   std::string origin() const override;
   // 4-bit weights as Q4_1 blocks (kept until the source is destroyed); nullopt for float and
   // 8-bit tensors and for those whose scales / biases do not convert to f16 exactly (said once on

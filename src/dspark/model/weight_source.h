@@ -28,6 +28,9 @@ class WeightSource {
   // A CPU view of the tensor (a float dtype for weights), valid while the source lives. Throws
   // ErrorKind::io naming the tensor and origin() when it is absent.
   virtual Tensor get(const std::string& name) const = 0;
+  // The tensor's logical shape (a quantized weight's [rows, values per row]) without
+  // dequantizing it.
+  virtual Shape shape_of(const std::string& name) const { return get(name).shape(); }
   // The file or directory, for error messages.
   virtual std::string origin() const = 0;
   // The tensor's blocks as stored when it is a block-quantized 2-D weight (a GGUF file's Q4_K,

@@ -5,43 +5,59 @@
 #include <fmt/format.h>
 
 #include "dspark/core/error.h"
+#include "dspark/io/mlx_quant.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/model/mlx_weights.h"
+#include "dspark/model/weight_source.h"
 
 namespace dspark {
 namespace {
 
 // "" or "model." : the prefix under which the checkpoint stores the drafter.
-std::string root_prefix(const SafeTensors& st) {
-  if (st.contains("fc.weight")) return "";
-  if (st.contains("model.fc.weight")) return "model.";
-  DSPARK_FAIL(io, "{}: no 'fc.weight' tensor: not a DFlash/DSpark drafter checkpoint",
-              st.path().string());
+std::string root_prefix(const WeightSource& w) {
+  if (w.contains("fc.weight")) return "";
+  if (w.contains("model.fc.weight")) return "model.";
+  DSPARK_FAIL(io, "{}: no 'fc.weight' tensor: not a DFlash/DSpark drafter checkpoint", w.origin());
 }
 
 // The name of a head tensor, accepting SpecForge's early "logit_head." nesting.
-std::string head_name(const SafeTensors& st, const std::string& root, const std::string& name) {
-  if (st.contains(root + name)) return root + name;
-  if (st.contains(root + "logit_head." + name)) return root + "logit_head." + name;
+std::string head_name(const WeightSource& w, const std::string& root, const std::string& name) {
+  if (w.contains(root + name)) return root + name;
+  if (w.contains(root + "logit_head." + name)) return root + "logit_head." + name;
   return root + name;  // missing: the loader reports it under its canonical name
 }
 
 }  // namespace
 
-DrafterCheckpointInfo inspect_drafter_checkpoint(const SafeTensors& st) {
-  const std::string root = root_prefix(st);
+DrafterCheckpoint DrafterCheckpoint::open(const std::filesystem::path& dir) {
+  DrafterCheckpoint c;
+  c.st_ = std::make_unique<SafeTensors>(SafeTensors::open(dir));
+  if (std::optional<MlxQuantization> q = read_mlx_quantization(dir / "config.json")) {
+    c.source_ = std::make_unique<MlxWeights>(*c.st_, std::move(*q));
+  } else {
+    c.source_ = std::make_unique<SafeTensorsWeights>(*c.st_);
+  }
+  return c;
+}
+
+DrafterCheckpoint::DrafterCheckpoint(DrafterCheckpoint&&) noexcept = default;
+DrafterCheckpoint::~DrafterCheckpoint() = default;
+
+DrafterCheckpointInfo inspect_drafter_checkpoint(const WeightSource& w) {
+  const std::string root = root_prefix(w);
   DrafterCheckpointInfo info;
-  info.has_embedding = st.contains(root + "embed_tokens.weight");
-  info.has_lm_head = st.contains(root + "lm_head.weight");
-  const Tensor fc = st.get(root + "fc.weight");
-  DSPARK_CHECK_KIND(io, fc.dim() == 2, "{}: fc.weight must be a matrix, got {}", st.path().string(),
-                    fc.shape().str());
-  info.fc_in_features = fc.size(1);
+  info.has_embedding = w.contains(root + "embed_tokens.weight");
+  info.has_lm_head = w.contains(root + "lm_head.weight");
+  const Shape fc = w.shape_of(root + "fc.weight");
+  DSPARK_CHECK_KIND(io, fc.size() == 2, "{}: fc.weight must be a matrix, got {}", w.origin(),
+                    fc.str());
+  info.fc_in_features = fc[1];
   return info;
 }
 
-DrafterWeights load_drafter_weights(const SafeTensors& st, const DrafterConfig& config,
+DrafterWeights load_drafter_weights(const WeightSource& source, const DrafterConfig& config,
                                     int target_hidden, Device device, DType dtype) {
-  const std::string root = root_prefix(st);
+  const std::string root = root_prefix(source);
   const ModelConfig& c = config.backbone;
   const int64_t d = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
   const int64_t qw = static_cast<int64_t>(c.num_heads) * hd;
@@ -49,15 +65,16 @@ DrafterWeights load_drafter_weights(const SafeTensors& st, const DrafterConfig& 
   const int64_t vocab = c.vocab_size, r = config.markov_rank;
   const int64_t m = static_cast<int64_t>(config.target_layer_ids.size());
 
-  WeightLoader w(st, device, dtype);
+  WeightLoader w(source, device, dtype);
   DrafterWeights out;
-  out.fc = w.load(root + "fc.weight", Shape{d, m * target_hidden});
+  out.fc_q = w.load_quantized({{root + "fc.weight", Shape{d, m * target_hidden}}});
+  if (!out.fc_q.defined()) out.fc = w.load(root + "fc.weight", Shape{d, m * target_hidden});
   out.hidden_norm = w.load(root + "hidden_norm.weight", Shape{d}, DType::f32);
   out.norm = w.load(root + "norm.weight", Shape{d}, DType::f32);
   if (w.contains(root + "embed_tokens.weight"))
-    out.embed = w.load(root + "embed_tokens.weight", Shape{vocab, d});
+    out.embed = TableWeight::load(w, root + "embed_tokens.weight", Shape{vocab, d});
   if (w.contains(root + "lm_head.weight"))
-    out.lm_head = w.load(root + "lm_head.weight", Shape{vocab, d});
+    out.lm_head = TableWeight::load(w, root + "lm_head.weight", Shape{vocab, d});
 
   out.layers.resize(static_cast<size_t>(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l) {
@@ -66,9 +83,11 @@ DrafterWeights load_drafter_weights(const SafeTensors& st, const DrafterConfig& 
     lw.norm_in = w.load(p + "input_layernorm.weight", Shape{d}, DType::f32);
     lw.norm_post = w.load(p + "post_attention_layernorm.weight", Shape{d}, DType::f32);
     const std::string a = p + "self_attn.";
-    lw.attn.qkv = w.load_concat({{a + "q_proj.weight", Shape{qw, d}},
-                                 {a + "k_proj.weight", Shape{kvw, d}},
-                                 {a + "v_proj.weight", Shape{kvw, d}}});
+    const std::vector<WeightLoader::Part> qkv = {{a + "q_proj.weight", Shape{qw, d}},
+                                                 {a + "k_proj.weight", Shape{kvw, d}},
+                                                 {a + "v_proj.weight", Shape{kvw, d}}};
+    lw.attn.qkv_q = w.load_quantized(qkv);
+    if (!lw.attn.qkv_q.defined()) lw.attn.qkv = w.load_concat(qkv);
     if (c.attention_bias) {
       lw.attn.qkv_bias = w.load_concat({{a + "q_proj.bias", Shape{qw}},
                                         {a + "k_proj.bias", Shape{kvw}},
@@ -78,33 +97,39 @@ DrafterWeights load_drafter_weights(const SafeTensors& st, const DrafterConfig& 
     }
     lw.attn.q_norm = w.load(a + "q_norm.weight", Shape{hd}, DType::f32);
     lw.attn.k_norm = w.load(a + "k_norm.weight", Shape{hd}, DType::f32);
-    lw.attn.o = w.load(a + "o_proj.weight", Shape{d, qw});
+    lw.attn.o_q = w.load_quantized({{a + "o_proj.weight", Shape{d, qw}}});
+    if (!lw.attn.o_q.defined()) lw.attn.o = w.load(a + "o_proj.weight", Shape{d, qw});
     const std::string mp = p + "mlp.";
-    lw.mlp.gate_up = w.load_concat(
-        {{mp + "gate_proj.weight", Shape{inter, d}}, {mp + "up_proj.weight", Shape{inter, d}}});
-    lw.mlp.down = w.load(mp + "down_proj.weight", Shape{d, inter});
+    const std::vector<WeightLoader::Part> gate_up = {{mp + "gate_proj.weight", Shape{inter, d}},
+                                                     {mp + "up_proj.weight", Shape{inter, d}}};
+    lw.mlp.gate_up_q = w.load_quantized(gate_up);
+    if (!lw.mlp.gate_up_q.defined()) lw.mlp.gate_up = w.load_concat(gate_up);
+    lw.mlp.down_q = w.load_quantized({{mp + "down_proj.weight", Shape{d, inter}}});
+    if (!lw.mlp.down_q.defined()) lw.mlp.down = w.load(mp + "down_proj.weight", Shape{d, inter});
   }
 
   if (config.markov_head != MarkovHeadType::none) {
-    out.markov_w1 = w.load(head_name(st, root, "markov_head.markov_w1.weight"), Shape{vocab, r});
-    out.markov_w2 = w.load(head_name(st, root, "markov_head.markov_w2.weight"), Shape{vocab, r});
+    out.markov_w1 =
+        w.load(head_name(source, root, "markov_head.markov_w1.weight"), Shape{vocab, r});
+    out.markov_w2 =
+        w.load(head_name(source, root, "markov_head.markov_w2.weight"), Shape{vocab, r});
     if (config.markov_head == MarkovHeadType::gated) {
       out.markov_proj =
-          w.load(head_name(st, root, "markov_head.gate_proj.weight"), Shape{r, d + r});
+          w.load(head_name(source, root, "markov_head.gate_proj.weight"), Shape{r, d + r});
       out.markov_proj_bias =
-          w.load(head_name(st, root, "markov_head.gate_proj.bias"), Shape{r}, DType::f32);
+          w.load(head_name(source, root, "markov_head.gate_proj.bias"), Shape{r}, DType::f32);
     } else if (config.markov_head == MarkovHeadType::rnn) {
       out.markov_proj =
-          w.load(head_name(st, root, "markov_head.joint_proj.weight"), Shape{3 * r, 2 * r + d});
+          w.load(head_name(source, root, "markov_head.joint_proj.weight"), Shape{3 * r, 2 * r + d});
       out.markov_proj_bias =
-          w.load(head_name(st, root, "markov_head.joint_proj.bias"), Shape{3 * r}, DType::f32);
+          w.load(head_name(source, root, "markov_head.joint_proj.bias"), Shape{3 * r}, DType::f32);
     }
   }
   if (config.confidence_head) {
     const int64_t in = d + (config.confidence_with_markov ? r : 0);
-    out.confidence_w = w.load(head_name(st, root, "confidence_head.proj.weight"), Shape{1, in});
+    out.confidence_w = w.load(head_name(source, root, "confidence_head.proj.weight"), Shape{1, in});
     out.confidence_b =
-        w.load(head_name(st, root, "confidence_head.proj.bias"), Shape{1}, DType::f32);
+        w.load(head_name(source, root, "confidence_head.proj.bias"), Shape{1}, DType::f32);
   }
   return out;
 }

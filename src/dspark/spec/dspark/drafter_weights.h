@@ -13,8 +13,16 @@
 //   markov_head.gate_proj.{weight [r, d+r], bias [r]}          gated head
 //   markov_head.joint_proj.{weight [3r, 2r+d], bias [3r]}      RNN head
 //   confidence_head.proj.{weight [1, d (+r)], bias [1]}
+//
+// An MLX affine-quantized checkpoint (`dspark quantize`'s drafter policy, docs/quantization.md)
+// loads through MlxWeights: 4-bit fc, projections, embed_tokens and lm_head stay Q4_1 blocks
+// (the `*_q` / TableWeight fields; linear and gather_rows take them); 8-bit ones, and the Markov
+// and confidence heads' matrices (read by kernels that take dense weights), are dequantized at
+// load into the engine dtype.
 #pragma once
 
+#include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "dspark/core/buffer.h"
@@ -24,6 +32,22 @@
 namespace dspark {
 
 class SafeTensors;
+class WeightSource;
+
+// A drafter directory's tensors: its safetensors, through MlxWeights when config.json carries an
+// MLX quantization.
+class DrafterCheckpoint {
+ public:
+  static DrafterCheckpoint open(const std::filesystem::path& dir);
+  DrafterCheckpoint(DrafterCheckpoint&&) noexcept;
+  ~DrafterCheckpoint();
+  const WeightSource& weights() const { return *source_; }
+
+ private:
+  DrafterCheckpoint() = default;
+  std::unique_ptr<SafeTensors> st_;
+  std::unique_ptr<WeightSource> source_;
+};
 
 struct DrafterLayerWeights {
   OwnedTensor norm_in;    // [d] f32
@@ -33,13 +57,14 @@ struct DrafterLayerWeights {
 };
 
 struct DrafterWeights {
-  OwnedTensor fc;           // [d, m * H_target]
+  OwnedTensor fc;           // [d, m * H_target], empty when fc_q holds it
   OwnedTensor fc_scale;     // [d] f32 once fc holds E4M3 codes (FP8 drafting), else empty
+  QuantizedWeight fc_q;     // block-quantized fc, when defined
   OwnedTensor hidden_norm;  // [d] f32
   std::vector<DrafterLayerWeights> layers;
   OwnedTensor norm;              // [d] f32
-  OwnedTensor embed;             // [V, d] or empty (the target's embedding is used)
-  OwnedTensor lm_head;           // [V, d] or empty (the target's LM head is used)
+  TableWeight embed;             // [V, d] or empty (the target's embedding is used)
+  TableWeight lm_head;           // [V, d] or empty (the target's LM head is used)
   OwnedTensor markov_w1;         // [V, r]
   OwnedTensor markov_w2;         // [V, r] (a Linear r -> V)
   OwnedTensor markov_proj;       // gated [r, d + r] / RNN [3r, 2r + d], or empty
@@ -54,11 +79,11 @@ struct DrafterCheckpointInfo {
   bool has_lm_head = false;
   int64_t fc_in_features = 0;  // fc.weight's second dim (m * H of the target it was trained on)
 };
-DrafterCheckpointInfo inspect_drafter_checkpoint(const SafeTensors& st);
+DrafterCheckpointInfo inspect_drafter_checkpoint(const WeightSource& w);
 
 // Loads and checks every tensor against the config (ErrorKind::io naming the tensor and shapes).
 // `target_hidden`: H, the width of each target tap.
-DrafterWeights load_drafter_weights(const SafeTensors& st, const DrafterConfig& config,
+DrafterWeights load_drafter_weights(const WeightSource& w, const DrafterConfig& config,
                                     int target_hidden, Device device, DType dtype);
 
 }  // namespace dspark

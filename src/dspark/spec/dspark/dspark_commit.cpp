@@ -11,10 +11,9 @@
 #include <fmt/format.h>
 
 #include "dspark/ops/embedding.h"
-#include "dspark/ops/linear_fp8.h"
-#include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/qkv_prologue.h"
+#include "dspark/spec/dspark/context_projection.h"
 #include "dspark/spec/dspark/dspark_source.h"
 
 namespace dspark {
@@ -54,21 +53,16 @@ void DSparkSource::enqueue_commit(Context& ctx, const CommitMeta& meta, const Co
                                   std::span<const Tensor> taps) {
   const int64_t m = static_cast<int64_t>(taps.size());
   const int64_t h = target_.config().hidden_size;
-  const int64_t kvw = dims_.kv_width(), qw = dims_.q_width();
   for (int64_t j = 0; j < m; ++j)
     gather_rows(ctx, taps[static_cast<size_t>(j)], meta.tap_rows,
                 b.concat.slice(1, j * h, (j + 1) * h));
-  project(ctx, b.concat, weights_.fc, weights_.fc_scale, Tensor{}, b.c_raw);
+  project_context_features(ctx, weights_, dims_.rms_norm_eps, b.concat, b.c_raw, b.c);
   const RmsNormParams norm{dims_.rms_norm_eps, false};
-  rms_norm(ctx, b.c_raw, weights_.hidden_norm, b.c, norm);
 
   for (size_t l = 0; l < weights_.layers.size(); ++l) {
     const AttentionWeights& a = weights_.layers[l].attn;
     // The k/v rows of the fused q/k/v weight: one GEMM for both.
-    const Tensor w_kv = a.qkv->rows(qw, qw + 2 * kvw);
-    const Tensor b_kv = a.qkv_bias->defined() ? a.qkv_bias->slice(0, qw, qw + 2 * kvw) : Tensor{};
-    const Tensor s_kv = a.qkv_scale->defined() ? a.qkv_scale->slice(0, qw, qw + 2 * kvw) : Tensor{};
-    project(ctx, b.c, w_kv, s_kv, b_kv, b.kv);
+    project_context_kv(ctx, weights_.layers[l], dims_, b.c, b.kv);
     // k_norm, RoPE at the rows' absolute positions and the K/V write: one kernel on CUDA (the
     // prologue without query heads).
     QkvPrologueArgs pro;

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include "dspark/core/philox.h"
-#include "dspark/io/safetensors.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/linear_fp8.h"
@@ -67,15 +66,13 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
       block_rows_(options_.block_size > 0 ? options_.block_size : config_.block_size),
       kv_(kv_shape_for(config_, dtype_, options_), target.device()),
       head_(config_, weights_, dtype_) {
-  check_drafter_fits(config_, target.config(), !weights_.embed->defined(),
-                     !weights_.lm_head->defined());
+  check_drafter_fits(config_, target.config(), !weights_.embed.defined(),
+                     !weights_.lm_head.defined());
   DSPARK_CHECK_KIND(invalid_input, config_.drafts_per_block(block_rows_) >= 1 && block_rows_ <= 256,
                     "dspark: a block of {} rows gives no drafts for a {} drafter", block_rows_,
                     drafter_layout_name(config_.layout));
-  embed_ = weights_.embed->defined() ? WeightMatrix::dense(weights_.embed.view())
-                                     : target.embedding_table();
-  lm_head_ =
-      weights_.lm_head->defined() ? WeightMatrix::dense(weights_.lm_head.view()) : target.lm_head();
+  embed_ = weights_.embed.defined() ? weights_.embed.matrix() : target.embedding_table();
+  lm_head_ = weights_.lm_head.defined() ? weights_.lm_head.matrix() : target.lm_head();
   check_draft_vocab(options_.draft_vocab, config_.backbone.vocab_size);
   head_.set_markov_enabled(options_.markov_enabled);
   const ModelConfig& c = config_.backbone;
@@ -109,7 +106,8 @@ void DSparkSource::quantize_backbone_fp8() {
                     "activations, the target runs {} on {}",
                     dtype_name(dtype_), target_.device().name());
   const int64_t inter = config_.backbone.intermediate_size;
-  const int64_t fc_in = weights_.fc->size(1);
+  const int64_t fc_in =
+      static_cast<int64_t>(config_.target_layer_ids.size()) * target_.config().hidden_size;
   DSPARK_CHECK_KIND(
       invalid_input,
       dims_.hidden % 16 == 0 && dims_.q_width() % 16 == 0 && inter % 16 == 0 && fc_in % 16 == 0,
@@ -119,6 +117,7 @@ void DSparkSource::quantize_backbone_fp8() {
   Context ctx(target_.device());
   std::vector<OwnedTensor> originals;  // freed once the quantization ran
   auto quantize = [&](OwnedTensor& w, OwnedTensor& scale) {
+    if (!w->defined()) return;  // held as blocks (an MLX-quantized drafter): kept as they are
     auto [w8, s] = to_fp8(ctx, w);
     originals.push_back(std::move(w));
     w = std::move(w8);
@@ -576,8 +575,8 @@ std::unique_ptr<DSparkSource> load_dspark_source(const std::filesystem::path& di
                                                  DSparkSourceOptions options,
                                                  bool read_thresholds_file_flag) {
   DrafterConfig config = load_drafter_config(dir);
-  const SafeTensors st = SafeTensors::open(dir);
-  const DrafterCheckpointInfo info = inspect_drafter_checkpoint(st);
+  const DrafterCheckpoint checkpoint = DrafterCheckpoint::open(dir);
+  const DrafterCheckpointInfo info = inspect_drafter_checkpoint(checkpoint.weights());
   const ModelConfig& t = target.config();
   check_drafter_fits(config, t, !info.has_embedding, !info.has_lm_head);
   const int64_t want = static_cast<int64_t>(config.target_layer_ids.size()) * t.hidden_size;
@@ -585,8 +584,8 @@ std::unique_ptr<DSparkSource> load_dspark_source(const std::filesystem::path& di
                     "drafter fc.weight takes {} features, but {} taps of the target's hidden size "
                     "{} give {}",
                     info.fc_in_features, config.target_layer_ids.size(), t.hidden_size, want);
-  DrafterWeights weights =
-      load_drafter_weights(st, config, t.hidden_size, target.device(), target.activation_dtype());
+  DrafterWeights weights = load_drafter_weights(checkpoint.weights(), config, t.hidden_size,
+                                                target.device(), target.activation_dtype());
   const std::filesystem::path file = dir / kThresholdsFileName;
   std::error_code ec;
   if (options.thresholds.empty() && read_thresholds_file_flag &&
