@@ -8,8 +8,8 @@
 //   z = rint(edge / scale); when z != 0: scale = edge / z, bias = edge (0 is then exactly
 //   representable, as code -z); when z == 0: bias = 0
 //   q = clamp(rint((w - bias) / scale), 0, 2^bits - 1)
-// rint rounds halves to even (MLX's CPU kernel; its Metal and CUDA kernels round halves away
-// from zero and seed the max at 0, see docs/quantization.md). The codes are computed with the f32
+// rint rounds halves to even (MLX's CPU kernel; its CUDA kernel rounds halves away from zero and
+// starts the max at 0, see docs/quantization.md). The codes are computed with the f32
 // scale and bias; the file stores them rounded to its scale dtype, as MLX does.
 #pragma once
 
