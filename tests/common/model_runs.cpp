@@ -1,5 +1,11 @@
 #include "common/model_runs.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+
 #include "dspark/core/buffer.h"
 #include "dspark/kv/paged_kv_cache.h"
 
@@ -30,6 +36,30 @@ std::vector<float> last_position_logits(Model& m, Context& ctx,
   const Tensor logits = m.forward(ctx, kv, b).logits;
   ctx.synchronize();
   return to_f32_vector(logits);
+}
+
+void expect_twins_greedy_tokens(Model& model, Model& twin, Context& ctx,
+                                const std::vector<int32_t>& prompt, bool blocks) {
+  const std::vector<int32_t> tokens = generate(model, ctx, prompt, test::greedy_tokens(24)).tokens;
+  if (!blocks) {
+    EXPECT_EQ(tokens, generate(twin, ctx, prompt, test::greedy_tokens(24)).tokens);
+    return;
+  }
+  std::vector<int32_t> seq = prompt;
+  int exact = 0;
+  for (int32_t t : tokens) {
+    const std::vector<float> l = test::last_position_logits(twin, ctx, seq);
+    const std::vector<float> q = test::last_position_logits(model, ctx, seq);
+    double ss = 0;
+    for (size_t i = 0; i < l.size(); ++i) ss += (q[i] - l[i]) * static_cast<double>(q[i] - l[i]);
+    const float best = *std::max_element(l.begin(), l.end());
+    exact += l[static_cast<size_t>(t)] == best;
+    EXPECT_LE(best - l[static_cast<size_t>(t)], 6 * std::sqrt(ss / static_cast<double>(l.size())))
+        << "token " << seq.size() - prompt.size();
+    seq.push_back(t);
+  }
+  std::cout << exact << " of " << tokens.size() << " tokens are the twin's argmax\n";
+  EXPECT_GE(exact, static_cast<int>(tokens.size()) * 9 / 10);
 }
 
 }  // namespace dspark::test

@@ -36,4 +36,14 @@ GenerateOptions greedy_tokens(int n);
 // of its own; synchronises ctx.
 std::vector<float> last_position_logits(Model& m, Context& ctx, const std::vector<int32_t>& prompt);
 
+// The greedy tokens (24) of a quantized model against its dequantized twin's (DequantizedView).
+// With block weights the products round x to 8 bits (logits within ~1.5% relative RMS of the
+// twin's), so a near-tie may break the other way and the two greedy runs part: each token the
+// quantized model picks must be the twin's argmax on the same prefix, or trail it by at most 6x
+// the RMS difference of the two models' logits there (a broken weight trails by whole logits), and
+// at least 90% must be the twin's argmax. Dense weights (`blocks` false): exactly the twin's
+// tokens.
+void expect_twins_greedy_tokens(Model& model, Model& twin, Context& ctx,
+                                const std::vector<int32_t>& prompt, bool blocks);
+
 }  // namespace dspark::test

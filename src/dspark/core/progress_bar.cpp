@@ -18,7 +18,7 @@ void ProgressBar::update(int64_t items, int64_t items_total, int64_t bytes, int6
           ? static_cast<double>(bytes) / static_cast<double>(bytes_total)
           : (items_total > 0 ? static_cast<double>(items) / static_cast<double>(items_total) : 1.0);
   const int tenth = std::clamp(static_cast<int>(frac * 10), 0, 10);
-  if (!tty_ && tenth == last_tenth_) return;
+  if (!tty_ && tenth == last_tenth_ && items != items_total) return;
   last_tenth_ = tenth;
   constexpr int kWidth = 30;
   const int filled = std::clamp(static_cast<int>(frac * kWidth), 0, kWidth);

@@ -1,6 +1,6 @@
 // A progress bar for long offline jobs (dspark quantize): on a terminal one line redrawn in place
 // ("[#####-----]  52%  12/23 tensors  1.20/2.31 GB  name", MB below a GB), elsewhere (a log, a
-// pipe) one line per tenth of the work, so that logs stay short.
+// pipe) one line per tenth of the work and one for the last item, so that logs stay short.
 #pragma once
 
 #include <cstdint>

@@ -135,6 +135,12 @@ QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) con
   return out;
 }
 
+void WeightLoader::load_matrix(const std::vector<Part>& parts, OwnedTensor& dense,
+                               QuantizedWeight& blocks) const {
+  blocks = load_quantized(parts);
+  if (!blocks.defined()) dense = load_concat(parts);
+}
+
 TableWeight TableWeight::load(const WeightLoader& w, const std::string& name,
                               const Shape& expected) {
   TableWeight t;

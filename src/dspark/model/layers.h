@@ -85,6 +85,10 @@ class WeightLoader {
   // blocks), else an empty QuantizedWeight (load them with load / load_concat: dequantized).
   // Consecutive parts of one format become one matrix.
   QuantizedWeight load_quantized(const std::vector<Part>& parts) const;
+  // A block's projection (q/k/v, o, gate/up, down): into `blocks` when load_quantized keeps the
+  // parts as stored, else dense (load_concat) into `dense`.
+  void load_matrix(const std::vector<Part>& parts, OwnedTensor& dense,
+                   QuantizedWeight& blocks) const;
 
  private:
   Tensor checked(const Part& part) const;

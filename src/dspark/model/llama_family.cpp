@@ -243,8 +243,7 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     const std::vector<WeightLoader::Part> qkv = {{a + "q_proj.weight", Shape{qw, h}},
                                                  {a + "k_proj.weight", Shape{kvw, h}},
                                                  {a + "v_proj.weight", Shape{kvw, h}}};
-    lw.attn.qkv_q = w.load_quantized(qkv);
-    if (!lw.attn.qkv_q.defined()) lw.attn.qkv = w.load_concat(qkv);
+    w.load_matrix(qkv, lw.attn.qkv, lw.attn.qkv_q);
     if (qkv_bias) {
       lw.attn.qkv_bias = w.load_concat({{a + "q_proj.bias", Shape{qw}},
                                         {a + "k_proj.bias", Shape{kvw}},
@@ -255,16 +254,13 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
       lw.attn.q_norm = w.load(a + "q_norm.weight", Shape{hd}, DType::f32);
       lw.attn.k_norm = w.load(a + "k_norm.weight", Shape{hd}, DType::f32);
     }
-    lw.attn.o_q = w.load_quantized({{a + "o_proj.weight", Shape{h, qw}}});
-    if (!lw.attn.o_q.defined()) lw.attn.o = w.load(a + "o_proj.weight", Shape{h, qw});
+    w.load_matrix({{a + "o_proj.weight", Shape{h, qw}}}, lw.attn.o, lw.attn.o_q);
     if (o_bias) lw.attn.o_bias = w.load(a + "o_proj.bias", Shape{h}, DType::f32);
     const std::string m = p + "mlp.";
-    const std::vector<WeightLoader::Part> gate_up = {{m + "gate_proj.weight", Shape{inter, h}},
-                                                     {m + "up_proj.weight", Shape{inter, h}}};
-    lw.mlp.gate_up_q = w.load_quantized(gate_up);
-    if (!lw.mlp.gate_up_q.defined()) lw.mlp.gate_up = w.load_concat(gate_up);
-    lw.mlp.down_q = w.load_quantized({{m + "down_proj.weight", Shape{h, inter}}});
-    if (!lw.mlp.down_q.defined()) lw.mlp.down = w.load(m + "down_proj.weight", Shape{h, inter});
+    w.load_matrix(
+        {{m + "gate_proj.weight", Shape{inter, h}}, {m + "up_proj.weight", Shape{inter, h}}},
+        lw.mlp.gate_up, lw.mlp.gate_up_q);
+    w.load_matrix({{m + "down_proj.weight", Shape{h, inter}}}, lw.mlp.down, lw.mlp.down_q);
   }
 
   const RopeTable table = llama_family_rope_table(c, w);

@@ -67,8 +67,7 @@ DrafterWeights load_drafter_weights(const WeightSource& source, const DrafterCon
 
   WeightLoader w(source, device, dtype);
   DrafterWeights out;
-  out.fc_q = w.load_quantized({{root + "fc.weight", Shape{d, m * target_hidden}}});
-  if (!out.fc_q.defined()) out.fc = w.load(root + "fc.weight", Shape{d, m * target_hidden});
+  w.load_matrix({{root + "fc.weight", Shape{d, m * target_hidden}}}, out.fc, out.fc_q);
   out.hidden_norm = w.load(root + "hidden_norm.weight", Shape{d}, DType::f32);
   out.norm = w.load(root + "norm.weight", Shape{d}, DType::f32);
   if (w.contains(root + "embed_tokens.weight"))
@@ -86,8 +85,7 @@ DrafterWeights load_drafter_weights(const WeightSource& source, const DrafterCon
     const std::vector<WeightLoader::Part> qkv = {{a + "q_proj.weight", Shape{qw, d}},
                                                  {a + "k_proj.weight", Shape{kvw, d}},
                                                  {a + "v_proj.weight", Shape{kvw, d}}};
-    lw.attn.qkv_q = w.load_quantized(qkv);
-    if (!lw.attn.qkv_q.defined()) lw.attn.qkv = w.load_concat(qkv);
+    w.load_matrix(qkv, lw.attn.qkv, lw.attn.qkv_q);
     if (c.attention_bias) {
       lw.attn.qkv_bias = w.load_concat({{a + "q_proj.bias", Shape{qw}},
                                         {a + "k_proj.bias", Shape{kvw}},
@@ -97,15 +95,12 @@ DrafterWeights load_drafter_weights(const WeightSource& source, const DrafterCon
     }
     lw.attn.q_norm = w.load(a + "q_norm.weight", Shape{hd}, DType::f32);
     lw.attn.k_norm = w.load(a + "k_norm.weight", Shape{hd}, DType::f32);
-    lw.attn.o_q = w.load_quantized({{a + "o_proj.weight", Shape{d, qw}}});
-    if (!lw.attn.o_q.defined()) lw.attn.o = w.load(a + "o_proj.weight", Shape{d, qw});
+    w.load_matrix({{a + "o_proj.weight", Shape{d, qw}}}, lw.attn.o, lw.attn.o_q);
     const std::string mp = p + "mlp.";
-    const std::vector<WeightLoader::Part> gate_up = {{mp + "gate_proj.weight", Shape{inter, d}},
-                                                     {mp + "up_proj.weight", Shape{inter, d}}};
-    lw.mlp.gate_up_q = w.load_quantized(gate_up);
-    if (!lw.mlp.gate_up_q.defined()) lw.mlp.gate_up = w.load_concat(gate_up);
-    lw.mlp.down_q = w.load_quantized({{mp + "down_proj.weight", Shape{d, inter}}});
-    if (!lw.mlp.down_q.defined()) lw.mlp.down = w.load(mp + "down_proj.weight", Shape{d, inter});
+    w.load_matrix(
+        {{mp + "gate_proj.weight", Shape{inter, d}}, {mp + "up_proj.weight", Shape{inter, d}}},
+        lw.mlp.gate_up, lw.mlp.gate_up_q);
+    w.load_matrix({{mp + "down_proj.weight", Shape{d, inter}}}, lw.mlp.down, lw.mlp.down_q);
   }
 
   if (config.markov_head != MarkovHeadType::none) {
