@@ -1,6 +1,7 @@
 // dspark quantize: a float Hugging Face checkpoint written as an MLX affine-quantized one
 // (model/quantize_checkpoint.h; a DFlash / DSpark drafter with spec/dspark/quantize_drafter.h's
-// policy and check), with a progress bar on stderr and a summary on stdout.
+// policy and check) or as a GGUF file (model/gguf_export.h), with a progress bar on stderr and a
+// summary on stdout.
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -8,7 +9,9 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "dspark/core/error.h"
 #include "dspark/core/progress_bar.h"
+#include "dspark/model/gguf_export.h"
 #include "dspark/model/quantize_checkpoint.h"
 #include "dspark/spec/dspark/drafter_config.h"
 #include "dspark/spec/dspark/quantize_drafter.h"
@@ -27,27 +30,34 @@ int run_quantize(const QuantizeArgs& a) {
   QuantizeOptions o;
   o.input = a.model_dir;
   o.output = a.output;
-  o.spec = MlxQuantSpec{mlx_format_bits(a.format), a.group_size};
   // A DFlash / DSpark drafter gets the drafter policy and a check of what was written.
   const bool drafter = is_block_drafter_dir(o.input);
+  const std::optional<QuantType> gguf = gguf_format_type(a.format);
+  DSPARK_CHECK_KIND(unsupported, !(gguf && drafter),
+                    "--format {}: a DFlash/DSpark drafter is written as mlx4 or mlx8 (drafters "
+                    "load from safetensors)",
+                    a.format);
+  if (!gguf) o.spec = MlxQuantSpec{mlx_format_bits(a.format), a.group_size};
   ProgressBar bar(stderr, "tensors");
   const auto progress = [&](const QuantizeProgress& p) {
     bar.update(p.tensors_done, p.tensors_total, p.bytes_done, p.bytes_total, p.tensor);
   };
-  const QuantizeSummary s =
-      drafter ? quantize_drafter(o, progress) : quantize_checkpoint(o, progress);
+  const QuantizeSummary s = gguf      ? export_gguf(o, *gguf, progress)
+                            : drafter ? quantize_drafter(o, progress)
+                                      : quantize_checkpoint(o, progress);
   bar.finish();
+  const int group = gguf ? 32 : a.group_size;
   if (!s.not_divisible.empty()) {
     fmt::print(stderr,
                "dspark quantize: {} weights kept float: last dim not a multiple of group size {} "
                "(first: {})\n",
-               s.not_divisible.size(), a.group_size, s.not_divisible.front());
+               s.not_divisible.size(), group, s.not_divisible.front());
   }
   fmt::print(
-      "{}: {} weights quantized ({} bits, group size {}), {} tensors copied, {:.2f} MB -> "
+      "{}: {} weights quantized ({}, groups of {}), {} tensors copied, {:.2f} MB -> "
       "{:.2f} MB in {} file(s); copied {}\n",
-      a.output, s.n_quantized, o.spec.bits, a.group_size, s.n_copied,
-      static_cast<double>(s.bytes_in) / 1e6, static_cast<double>(s.bytes_out) / 1e6, s.files.size(),
+      a.output, s.n_quantized, a.format, group, s.n_copied, static_cast<double>(s.bytes_in) / 1e6,
+      static_cast<double>(s.bytes_out) / 1e6, s.files.size(),
       s.copied_files.empty() ? "no side files"
                              : fmt::format("{}", fmt::join(s.copied_files, ", ")));
   if (drafter) {
@@ -72,10 +82,13 @@ Command add_quantize_command(CLI::App& app) {
       ->required();
   sub->add_option("-o,--output", args->output, "Output directory (must not exist, or be empty)")
       ->required();
-  sub->add_option("--format", args->format, "Output format: mlx4 or mlx8 (MLX affine 4 / 8 bits)")
-      ->check(CLI::IsMember({"mlx4", "mlx8"}))
+  sub->add_option("--format", args->format,
+                  "Output format: mlx4 or mlx8 (MLX affine 4 / 8 bits); q8_0, q4_0, q4_1, "
+                  "q5_0 or q5_1 (a GGUF file)")
+      ->check(CLI::IsMember({"mlx4", "mlx8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}))
       ->capture_default_str();
-  sub->add_option("--group-size", args->group_size, "Values per scale and bias: 32, 64 or 128")
+  sub->add_option("--group-size", args->group_size,
+                  "MLX formats: values per scale and bias, 32, 64 or 128 (GGUF blocks hold 32)")
       ->check(CLI::IsMember({32, 64, 128}))
       ->capture_default_str();
   return [args] { return run_quantize(*args); };

@@ -6,7 +6,8 @@
 # for bit, the float tensors unchanged, config.json's quantization entry (with `false` for the
 # weights kept float), the copied tokenizer files, the progress bar; then dspark generate runs
 # the result. A DSpark drafter gets the drafter policy and drafts for the quantized target with
-# the plain greedy tokens. The refusals exit non-zero with one error line.
+# the plain greedy tokens. GGUF output (q8_0, q4_0, q4_1, q5_0, q5_1) against the gguf package.
+# The refusals exit non-zero with one error line.
 #   bash tests/cli/quantize_test.sh <path-to-dspark> <repo-root>
 set -euo pipefail
 DSPARK=$1
@@ -135,6 +136,81 @@ expect_group_error() {
 }
 expect_group_error
 
+# GGUF output: the gguf package reads the file back; every 2-D weight's blocks equal
+# gguf.quants.quantize of the checkpoint's weight (q/k rows in llama.cpp's interleaved order), and
+# gguf.quants.dequantize of them is within the format's error of it; the hyper-parameters and the
+# tokenizer are there; dspark generate runs it.
+if python3 -c "import gguf" 2>/dev/null; then
+  for format in q8_0 q4_0 q4_1 q5_0 q5_1; do
+    "$DSPARK" quantize -m "$M" -o "$TMP/$format" --format "$format" > /dev/null 2> "$TMP/stderr" ||
+      fail "quantize --format $format: $(cat "$TMP/stderr")"
+    python3 - "$M" "$TMP/$format/model.gguf" "$format" <<'PY'
+import json, sys
+import gguf
+import numpy as np
+from safetensors.numpy import load_file
+
+src, path, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
+qtype = getattr(gguf.GGMLQuantizationType, fmt.upper())
+cfg = json.load(open(f"{src}/config.json"))
+st = load_file(f"{src}/model.safetensors")
+r = gguf.GGUFReader(path)
+
+def field(key):
+    f = r.fields[key]
+    if f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[f.data[0]]).decode()
+    if f.types[0] == gguf.GGUFValueType.ARRAY:
+        return len(f.data)
+    return f.parts[f.data[0]][0].item()
+
+assert field("general.architecture") == "llama"
+assert field("llama.block_count") == cfg["num_hidden_layers"]
+assert field("llama.embedding_length") == cfg["hidden_size"]
+assert field("llama.attention.head_count_kv") == cfg["num_key_value_heads"]
+assert field("tokenizer.ggml.model") == "gpt2"
+assert field("tokenizer.ggml.tokens") == cfg["vocab_size"]
+nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+
+def interleave(w, heads):  # llama.cpp's q/k row order: pairs (r, r + half) of each head
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, -1).swapaxes(1, 2).reshape(w.shape)
+
+names = {"model.embed_tokens.weight": "token_embd.weight", "lm_head.weight": "output.weight"}
+layer = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+         "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+         "mlp.down_proj": "ffn_down"}
+for l in range(cfg["num_hidden_layers"]):
+    for hf, g in layer.items():
+        names[f"model.layers.{l}.{hf}.weight"] = f"blk.{l}.{g}.weight"
+tensors = {t.name: t for t in r.tensors}
+tol = {"q8_0": 0.01, "q4_0": 0.15, "q4_1": 0.1, "q5_0": 0.08, "q5_1": 0.05}[fmt]
+for hf, g in names.items():
+    w = st[hf].astype(np.float32)
+    if ".q_proj." in hf:
+        w = interleave(w, nh)
+    if ".k_proj." in hf:
+        w = interleave(w, nkv)
+    t = tensors[g]
+    assert t.tensor_type == qtype, (g, t.tensor_type)
+    assert list(t.shape) == [w.shape[1], w.shape[0]], (g, t.shape)
+    ref = gguf.quants.quantize(w, qtype)
+    assert np.array_equal(np.asarray(t.data).reshape(ref.shape), ref), f"{g}: blocks differ from gguf's"
+    back = gguf.quants.dequantize(np.asarray(t.data), qtype).reshape(w.shape)
+    err = np.sqrt(np.mean((back - w) ** 2) / np.mean(w ** 2))
+    assert err < tol, (g, err)
+for hf, g in (("model.norm.weight", "output_norm.weight"),):
+    assert tensors[g].tensor_type == gguf.GGMLQuantizationType.F32
+    assert np.array_equal(np.asarray(tensors[g].data), st[hf])
+assert "rope_freqs.weight" in tensors  # llama3 rope scaling
+print(f"{path}: {len(names)} weights equal gguf.quants.quantize's blocks")
+PY
+    "$DSPARK" generate -m "$TMP/$format" -p "Hello" -n 8 > /dev/null 2> "$TMP/gen_err" ||
+      fail "generate on the $format GGUF: $(cat "$TMP/gen_err")"
+  done
+else
+  echo "SKIP (GGUF part): no gguf package"
+fi
+
 # expect_error <rc> <message substring> -- <dspark args...>
 expect_error() {
   local want_rc=$1 want_msg=$2
@@ -151,5 +227,7 @@ expect_error 1 "does not exist" -- quantize -m "$TMP/none" -o "$TMP/x1"
 expect_error 1 "already quantized" -- quantize -m "$TMP/mlx4-g32" -o "$TMP/x2"
 expect_error 1 "not an empty directory" -- quantize -m "$M" -o "$TMP/mlx4-g32"
 expect_error 2 "format" -- quantize -m "$M" -o "$TMP/x3" --format q4_k
+expect_error 1 "drafter" -- quantize -m "$DRAFTER" -o "$TMP/x5" --format q8_0
+expect_error 1 "llama" -- quantize -m "$Q" -o "$TMP/x6" --format q4_1
 expect_error 2 "group-size" -- quantize -m "$M" -o "$TMP/x4" --group-size 48
 echo "PASS"

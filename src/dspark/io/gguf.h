@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -194,6 +195,16 @@ struct GgufTokenizerSpec {
   int32_t eos = -1;
 };
 GgufTokenizerSpec gguf_tokenizer_json(const GgufFile& file);
+
+// The inverse, for writing a GGUF file: the tokenizer.ggml.* metadata of the byte-level BPE
+// tokenizer.json in `dir` ("gpt2" model; tokenizer.ggml.pre the name under which
+// gguf_tokenizer_json rebuilds its pre-tokenizer exactly; the tokens by id, padded with unused
+// "[PAD<id>]" tokens up to `vocab_size`; added tokens as CONTROL when special, else
+// USER_DEFINED; the merges; the BOS id and add_bos_token as encoding with special tokens adds
+// it; tokenizer.chat_template from tokenizer_config.json when it has one). Throws
+// ErrorKind::unsupported for another tokenizer model or a pre-tokenizer with no GGUF name.
+std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
+    const std::filesystem::path& dir, int vocab_size);
 
 // tokenizer.chat_template ("" when absent); render it with ChatTemplate::from_string.
 std::string gguf_chat_template(const GgufFile& file);

@@ -16,6 +16,9 @@
 
 #include "dspark/core/error.h"
 #include "dspark/io/gguf.h"
+#include "dspark/io/gguf_writer.h"
+#include "dspark/io/json_util.h"
+#include "dspark/io/tokenizer.h"
 #include "dspark/io/utf8.h"
 
 namespace dspark {
@@ -254,6 +257,70 @@ GgufTokenizerSpec gguf_tokenizer_json(const GgufFile& file) {
 
 std::string gguf_chat_template(const GgufFile& file) {
   return file.find_string("tokenizer.chat_template").value_or("");
+}
+
+std::vector<std::pair<std::string, GgufValue>> gguf_tokenizer_metadata(
+    const std::filesystem::path& dir, int vocab_size) {
+  const std::filesystem::path file = dir / "tokenizer.json";
+  const Json tok = read_json_file(file);
+  const Json& model = tok.at("model");
+  DSPARK_CHECK_KIND(unsupported,
+                    model.value("type", "") == "BPE" && !model.value("byte_fallback", false),
+                    "{}: only byte-level BPE tokenizers can be written to GGUF (this one is {})",
+                    file.string(), model.value("type", "?"));
+  std::string pre;
+  for (const char* name : {"default", "smollm", "llama-bpe", "qwen2"}) {
+    if (tok.contains("pre_tokenizer") && gpt2_pre_tokenizer(name, "") == tok["pre_tokenizer"]) {
+      pre = name;
+      break;
+    }
+  }
+  DSPARK_CHECK_KIND(unsupported, !pre.empty(),
+                    "{}: its pre-tokenizer matches none GGUF can name (supported: gpt2's, "
+                    "smollm's, llama-bpe's, qwen2's)",
+                    file.string());
+
+  std::vector<std::string> tokens(static_cast<size_t>(vocab_size));
+  std::vector<int64_t> types(tokens.size(), kUnused);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = "[PAD" + std::to_string(i) + "]";
+  auto put = [&](const std::string& text, int64_t id, int64_t type) {
+    DSPARK_CHECK_KIND(io, id >= 0 && id < vocab_size,
+                      "{}: token '{}' has id {}, outside the model's vocabulary of {}",
+                      file.string(), text, id, vocab_size);
+    tokens[static_cast<size_t>(id)] = text;
+    types[static_cast<size_t>(id)] = type;
+  };
+  for (const auto& [text, id] : model.at("vocab").items()) put(text, id.get<int64_t>(), kNormal);
+  for (const Json& t : tok.value("added_tokens", Json::array()))
+    put(t.at("content").get<std::string>(), t.at("id").get<int64_t>(),
+        t.value("special", false) ? kControl : kUserDefined);
+  std::vector<std::string> merges;
+  for (const Json& m : model.at("merges")) {
+    merges.push_back(m.is_string() ? m.get<std::string>()
+                                   : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
+  }
+
+  std::vector<std::pair<std::string, GgufValue>> out = {
+      {"tokenizer.ggml.model", gguf_string("gpt2")},
+      {"tokenizer.ggml.pre", gguf_string(pre)},
+      {"tokenizer.ggml.tokens", gguf_strings(std::move(tokens))},
+      {"tokenizer.ggml.token_type", gguf_i32s(std::move(types))},
+      {"tokenizer.ggml.merges", gguf_strings(std::move(merges))}};
+  // BOS as the tokenizer's own post-processor adds it.
+  const Tokenizer t = Tokenizer::from_file(dir);
+  const std::vector<int32_t> plain = t.encode("a"), special = t.encode("a", true);
+  const bool add_bos = special.size() > plain.size() && special.back() == plain.back() &&
+                       std::equal(plain.begin(), plain.end(), special.end() - plain.size());
+  if (add_bos) out.emplace_back("tokenizer.ggml.bos_token_id", gguf_u32(special.front()));
+  out.emplace_back("tokenizer.ggml.add_bos_token", gguf_bool(add_bos));
+  const std::filesystem::path config = dir / "tokenizer_config.json";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(config, ec)) {
+    const Json c = read_json_file(config);
+    if (const auto it = c.find("chat_template"); it != c.end() && it->is_string())
+      out.emplace_back("tokenizer.chat_template", gguf_string(it->get<std::string>()));
+  }
+  return out;
 }
 
 }  // namespace dspark

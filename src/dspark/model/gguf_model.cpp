@@ -51,6 +51,49 @@ std::string hf_name_of(const std::string& name) {
   return name;
 }
 
+}  // namespace
+
+std::optional<std::string> gguf_name_of(const std::string& hf_name) {
+  if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf_name == "model.norm.weight") return "output_norm.weight";
+  if (hf_name == "lm_head.weight") return "output.weight";
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!hf_name.starts_with(kLayers)) return std::nullopt;
+  const size_t dot = hf_name.find('.', kLayers.size());
+  const size_t last = hf_name.rfind('.');
+  if (dot == std::string::npos || last <= dot) return std::nullopt;
+  const std::string layer = hf_name.substr(kLayers.size(), dot - kLayers.size());
+  const std::string key = hf_name.substr(dot + 1, last - dot - 1);
+  for (const LayerName& n : kLayerNames) {
+    if (key == n.hf) return fmt::format("blk.{}.{}.{}", layer, n.gguf, hf_name.substr(last + 1));
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// Moves the rows of each head between the Hugging Face order [half 0 | half 1] and llama.cpp's
+// interleaved pairs: to_hf puts GGUF row 2i + s at HF row s * half + i, else the other way.
+template <typename T>
+void move_head_rows(std::vector<T>& w, int n_heads, int64_t rows, int64_t cols, bool to_hf) {
+  DSPARK_CHECK_KIND(io, n_heads > 0 && rows % (2 * n_heads) == 0,
+                    "q/k projection with {} rows cannot be split into {} heads of even size", rows,
+                    n_heads);
+  const int64_t head_dim = rows / n_heads, half = head_dim / 2;
+  std::vector<T> head(static_cast<size_t>(head_dim * cols));
+  for (int64_t h = 0; h < n_heads; ++h) {
+    T* base = w.data() + h * head_dim * cols;
+    std::copy(base, base + head_dim * cols, head.begin());
+    for (int64_t s = 0; s < 2; ++s) {
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t gguf_row = 2 * i + s, hf_row = s * half + i;
+        const T* src = head.data() + (to_hf ? gguf_row : hf_row) * cols;
+        std::copy(src, src + cols, base + (to_hf ? hf_row : gguf_row) * cols);
+      }
+    }
+  }
+}
+
 bool has_magic(const std::filesystem::path& file) {
   std::ifstream in(file, std::ios::binary);
   char magic[4] = {};
@@ -190,25 +233,6 @@ ModelConfig gguf_model_config(const GgufFile& file) {
 
 namespace {
 
-template <typename T>
-void unpermute_rows(std::vector<T>& w, int n_heads, int64_t rows, int64_t cols) {
-  DSPARK_CHECK_KIND(io, n_heads > 0 && rows % (2 * n_heads) == 0,
-                    "q/k projection with {} rows cannot be split into {} heads of even size", rows,
-                    n_heads);
-  const int64_t head_dim = rows / n_heads, half = head_dim / 2;
-  std::vector<T> head(static_cast<size_t>(head_dim * cols));
-  for (int64_t h = 0; h < n_heads; ++h) {
-    T* base = w.data() + h * head_dim * cols;
-    std::copy(base, base + head_dim * cols, head.begin());
-    for (int64_t s = 0; s < 2; ++s) {
-      for (int64_t i = 0; i < half; ++i) {
-        const T* src = head.data() + (2 * i + s) * cols;           // GGUF row
-        std::copy(src, src + cols, base + (s * half + i) * cols);  // HF row
-      }
-    }
-  }
-}
-
 bool is_qk_projection(const std::string& hf_name, bool& is_q) {
   is_q = hf_name.find(".self_attn.q_proj.") != std::string::npos;
   return is_q || hf_name.find(".self_attn.k_proj.") != std::string::npos;
@@ -217,12 +241,16 @@ bool is_qk_projection(const std::string& hf_name, bool& is_q) {
 }  // namespace
 
 void unpermute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols) {
-  unpermute_rows(w, n_heads, rows, cols);
+  move_head_rows(w, n_heads, rows, cols, true);
+}
+
+void permute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols) {
+  move_head_rows(w, n_heads, rows, cols, false);
 }
 
 void unpermute_gguf_qk_block_rows(std::vector<uint8_t>& w, int n_heads, int64_t rows,
                                   int64_t row_bytes) {
-  unpermute_rows(w, n_heads, rows, row_bytes);
+  move_head_rows(w, n_heads, rows, row_bytes, true);
 }
 
 GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)

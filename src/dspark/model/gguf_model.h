@@ -61,6 +61,13 @@ class GgufWeights final : public WeightSource {
 // undoes it in place on a row-major [n_heads * head_dim, cols] matrix (cols = 1 for a bias); the
 // rows of a block-quantized matrix are moved the same way, `row_bytes` bytes each.
 void unpermute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols);
+// The converter's order from the Hugging Face one (the inverse of unpermute_gguf_qk_rows).
+void permute_gguf_qk_rows(std::vector<float>& w, int n_heads, int64_t rows, int64_t cols);
+
+// The GGUF name of a Hugging Face tensor name of the Llama family ("model.layers.3.mlp.up_proj.
+// weight" -> "blk.3.ffn_up.weight", "lm_head.weight" -> "output.weight"); nullopt for a name the
+// GGUF `llama` architecture has no tensor for.
+std::optional<std::string> gguf_name_of(const std::string& hf_name);
 void unpermute_gguf_qk_block_rows(std::vector<uint8_t>& w, int n_heads, int64_t rows,
                                   int64_t row_bytes);
 

@@ -40,31 +40,13 @@ std::string module_of(const std::string& weight_name) {
   return weight_name.substr(0, weight_name.size() - kWeightSuffix.size());
 }
 
-void check_input(const QuantizeOptions& o, const nlohmann::json& config) {
-  for (const char* key : {"quantization", "quantization_config"}) {
-    const auto it = config.find(key);
-    DSPARK_CHECK_KIND(unsupported, it == config.end() || it->is_null(),
-                      "{}: the checkpoint is already quantized (config.json has '{}'); dspark "
-                      "quantize needs a float checkpoint",
-                      o.input.string(), key);
-  }
-  const MlxQuantSpec s = o.spec;
+void check_spec(MlxQuantSpec s) {
   DSPARK_CHECK_KIND(unsupported,
                     (s.bits == 4 || s.bits == 8) &&
                         (s.group_size == 32 || s.group_size == 64 || s.group_size == 128),
                     "dspark quantize: bits {} with group size {} is not supported (MLX affine: "
                     "bits 4 or 8, group size 32, 64 or 128)",
                     s.bits, s.group_size);
-}
-
-void prepare_output(const fs::path& out) {
-  std::error_code ec;
-  if (fs::exists(out, ec)) {
-    DSPARK_CHECK_KIND(io, fs::is_directory(out, ec) && fs::is_empty(out, ec),
-                      "output '{}' exists and is not an empty directory", out.string());
-  }
-  fs::create_directories(out, ec);
-  DSPARK_CHECK_KIND(io, !ec, "cannot create output directory '{}': {}", out.string(), ec.message());
 }
 
 std::vector<TensorPlan> plan_tensors(const SafeTensors& st, const QuantizeOptions& o,
@@ -188,6 +170,32 @@ std::vector<std::string> copy_side_files(const QuantizeOptions& o) {
 
 }  // namespace
 
+void check_quantize_input(const fs::path& input) {
+  std::error_code ec;
+  DSPARK_CHECK_KIND(io, fs::is_directory(input, ec),
+                    "model directory '{}' does not exist or is not a directory", input.string());
+  DSPARK_CHECK_KIND(io, fs::is_regular_file(input / "config.json", ec), "{}: no config.json",
+                    input.string());
+  const nlohmann::json config = read_json_file(input / "config.json");
+  for (const char* key : {"quantization", "quantization_config"}) {
+    const auto it = config.find(key);
+    DSPARK_CHECK_KIND(unsupported, it == config.end() || it->is_null(),
+                      "{}: the checkpoint is already quantized (config.json has '{}'); dspark "
+                      "quantize needs a float checkpoint",
+                      input.string(), key);
+  }
+}
+
+void create_quantize_output(const fs::path& out) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    DSPARK_CHECK_KIND(io, fs::is_directory(out, ec) && fs::is_empty(out, ec),
+                      "output '{}' exists and is not an empty directory", out.string());
+  }
+  fs::create_directories(out, ec);
+  DSPARK_CHECK_KIND(io, !ec, "cannot create output directory '{}': {}", out.string(), ec.message());
+}
+
 int mlx_format_bits(std::string_view format) {
   if (format == "mlx4") return 4;
   if (format == "mlx8") return 8;
@@ -196,17 +204,13 @@ int mlx_format_bits(std::string_view format) {
 
 QuantizeSummary quantize_checkpoint(const QuantizeOptions& o,
                                     const std::function<void(const QuantizeProgress&)>& progress) {
-  std::error_code ec;
-  DSPARK_CHECK_KIND(io, fs::is_directory(o.input, ec),
-                    "model directory '{}' does not exist or is not a directory", o.input.string());
-  DSPARK_CHECK_KIND(io, fs::is_regular_file(o.input / "config.json", ec), "{}: no config.json",
-                    o.input.string());
+  check_quantize_input(o.input);
+  check_spec(o.spec);
   const nlohmann::json config = read_json_file(o.input / "config.json");
-  check_input(o, config);
   const SafeTensors st = SafeTensors::open(o.input);
   QuantizeSummary summary;
   const std::vector<TensorPlan> plan = plan_tensors(st, o, summary);
-  prepare_output(o.output);
+  create_quantize_output(o.output);
 
   QuantizeProgress pr;
   pr.tensors_total = static_cast<int64_t>(plan.size());

@@ -47,6 +47,13 @@ struct QuantizeSummary {
   std::vector<std::string> copied_files;     // tokenizer and other side files copied
 };
 
+// The checks every output format makes: `input` is a directory with a config.json that has no
+// "quantization" / "quantization_config" entry (ErrorKind::io / unsupported as
+// quantize_checkpoint says); `output` does not exist or is an empty directory, then is created
+// (ErrorKind::io).
+void check_quantize_input(const std::filesystem::path& input);
+void create_quantize_output(const std::filesystem::path& output);
+
 // The bits of an output format name: "mlx4" -> 4, "mlx8" -> 8. Throws ErrorKind::unsupported
 // naming the format and the supported ones.
 int mlx_format_bits(std::string_view format);
