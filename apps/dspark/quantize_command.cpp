@@ -46,7 +46,7 @@ int run_quantize(const QuantizeArgs& a) {
                             : drafter ? quantize_drafter(o, progress)
                                       : quantize_checkpoint(o, progress);
   bar.finish();
-  const int group = gguf ? 32 : a.group_size;
+  const int group = gguf ? static_cast<int>(quant_block(*gguf).elements) : a.group_size;
   if (!s.not_divisible.empty()) {
     fmt::print(stderr,
                "dspark quantize: {} weights kept float: last dim not a multiple of group size {} "
@@ -84,11 +84,12 @@ Command add_quantize_command(CLI::App& app) {
       ->required();
   sub->add_option("--format", args->format,
                   "Output format: mlx4 or mlx8 (MLX affine 4 / 8 bits); q8_0, q4_0, q4_1, "
-                  "q5_0 or q5_1 (a GGUF file)")
-      ->check(CLI::IsMember({"mlx4", "mlx8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"}))
+                  "q5_0, q5_1, q4_k or q6_k (a GGUF file)")
+      ->check(
+          CLI::IsMember({"mlx4", "mlx8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k"}))
       ->capture_default_str();
   sub->add_option("--group-size", args->group_size,
-                  "MLX formats: values per scale and bias, 32, 64 or 128 (GGUF blocks hold 32)")
+                  "MLX formats: values per scale and bias, 32, 64 or 128 (GGUF blocks: 32 or 256)")
       ->check(CLI::IsMember({32, 64, 128}))
       ->capture_default_str();
   return [args] { return run_quantize(*args); };

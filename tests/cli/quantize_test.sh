@@ -141,10 +141,39 @@ expect_group_error
 # gguf.quants.dequantize of them is within the format's error of it; the hyper-parameters and the
 # tokenizer are there; dspark generate runs it.
 if python3 -c "import gguf" 2>/dev/null; then
-  for format in q8_0 q4_0 q4_1 q5_0 q5_1; do
-    "$DSPARK" quantize -m "$M" -o "$TMP/$format" --format "$format" > /dev/null 2> "$TMP/stderr" ||
+  # A random Llama 3 of hidden size 256 for the k-quants' blocks of 256 values.
+  WIDE=$TMP/wide
+  python3 - "$M" "$WIDE" <<'PY'
+import json, os, shutil, sys
+import numpy as np
+from safetensors.numpy import save_file
+src, out = sys.argv[1], sys.argv[2]
+os.makedirs(out)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{src}/{f}", out)
+cfg = json.load(open(f"{src}/config.json"))
+h, inter, hd, nh, nkv, layers, v = 256, 512, 64, 4, 2, 2, cfg["vocab_size"]
+cfg.update(hidden_size=h, intermediate_size=inter, head_dim=hd, num_attention_heads=nh,
+           num_key_value_heads=nkv, num_hidden_layers=layers)
+json.dump(cfg, open(f"{out}/config.json", "w"))
+rng = np.random.default_rng(7)
+shapes = {"model.embed_tokens.weight": (v, h), "lm_head.weight": (v, h), "model.norm.weight": (h,)}
+for l in range(layers):
+    p = f"model.layers.{l}."
+    shapes.update({p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+                   p + "self_attn.q_proj.weight": (nh * hd, h), p + "self_attn.k_proj.weight": (nkv * hd, h),
+                   p + "self_attn.v_proj.weight": (nkv * hd, h), p + "self_attn.o_proj.weight": (h, nh * hd),
+                   p + "mlp.gate_proj.weight": (inter, h), p + "mlp.up_proj.weight": (inter, h),
+                   p + "mlp.down_proj.weight": (h, inter)})
+save_file({k: (1 + 0.1 * rng.standard_normal(s) if len(s) == 1 else rng.standard_normal(s) / 16)
+           .astype(np.float32) for k, s in shapes.items()}, f"{out}/model.safetensors")
+PY
+  for format in q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q6_k; do
+    SRC=$M
+    [[ $format == *_k ]] && SRC=$WIDE
+    "$DSPARK" quantize -m "$SRC" -o "$TMP/$format" --format "$format" > /dev/null 2> "$TMP/stderr" ||
       fail "quantize --format $format: $(cat "$TMP/stderr")"
-    python3 - "$M" "$TMP/$format/model.gguf" "$format" <<'PY'
+    python3 - "$SRC" "$TMP/$format/model.gguf" "$format" <<'PY'
 import json, sys
 import gguf
 import numpy as np
@@ -183,7 +212,9 @@ for l in range(cfg["num_hidden_layers"]):
     for hf, g in layer.items():
         names[f"model.layers.{l}.{hf}.weight"] = f"blk.{l}.{g}.weight"
 tensors = {t.name: t for t in r.tensors}
-tol = {"q8_0": 0.01, "q4_0": 0.15, "q4_1": 0.1, "q5_0": 0.08, "q5_1": 0.05}[fmt]
+tol = {"q8_0": 0.01, "q4_0": 0.15, "q4_1": 0.1, "q5_0": 0.08, "q5_1": 0.05, "q4_k": 0.12,
+       "q6_k": 0.03}[fmt]
+errors = []
 for hf, g in names.items():
     w = st[hf].astype(np.float32)
     if ".q_proj." in hf:
@@ -193,16 +224,19 @@ for hf, g in names.items():
     t = tensors[g]
     assert t.tensor_type == qtype, (g, t.tensor_type)
     assert list(t.shape) == [w.shape[1], w.shape[0]], (g, t.shape)
-    ref = gguf.quants.quantize(w, qtype)
-    assert np.array_equal(np.asarray(t.data).reshape(ref.shape), ref), f"{g}: blocks differ from gguf's"
+    if not fmt.endswith("_k"):  # the gguf package has no k-quant quantizer
+        ref = gguf.quants.quantize(w, qtype)
+        assert np.array_equal(np.asarray(t.data).reshape(ref.shape), ref), f"{g}: blocks differ from gguf's"
     back = gguf.quants.dequantize(np.asarray(t.data), qtype).reshape(w.shape)
     err = np.sqrt(np.mean((back - w) ** 2) / np.mean(w ** 2))
+    errors.append(err)
     assert err < tol, (g, err)
 for hf, g in (("model.norm.weight", "output_norm.weight"),):
     assert tensors[g].tensor_type == gguf.GGMLQuantizationType.F32
     assert np.array_equal(np.asarray(tensors[g].data), st[hf])
 assert "rope_freqs.weight" in tensors  # llama3 rope scaling
-print(f"{path}: {len(names)} weights equal gguf.quants.quantize's blocks")
+what = "" if fmt.endswith("_k") else " equal gguf.quants.quantize's blocks;"
+print(f"{path}: {len(names)} weights{what} dequantized within {max(errors):.4f} relative RMS")
 PY
     "$DSPARK" generate -m "$TMP/$format" -p "Hello" -n 8 > /dev/null 2> "$TMP/gen_err" ||
       fail "generate on the $format GGUF: $(cat "$TMP/gen_err")"
@@ -226,7 +260,7 @@ expect_error() {
 expect_error 1 "does not exist" -- quantize -m "$TMP/none" -o "$TMP/x1"
 expect_error 1 "already quantized" -- quantize -m "$TMP/mlx4-g32" -o "$TMP/x2"
 expect_error 1 "not an empty directory" -- quantize -m "$M" -o "$TMP/mlx4-g32"
-expect_error 2 "format" -- quantize -m "$M" -o "$TMP/x3" --format q4_k
+expect_error 2 "format" -- quantize -m "$M" -o "$TMP/x3" --format q2_k
 expect_error 1 "drafter" -- quantize -m "$DRAFTER" -o "$TMP/x5" --format q8_0
 expect_error 1 "llama" -- quantize -m "$Q" -o "$TMP/x6" --format q4_1
 expect_error 2 "group-size" -- quantize -m "$M" -o "$TMP/x4" --group-size 48

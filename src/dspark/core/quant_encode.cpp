@@ -98,11 +98,100 @@ void encode_with_min(const float* x, uint8_t* b) {
   pack_nibbles(q, qs);
 }
 
+// Q4_K: 8 sub-blocks of 32 values, x = d * sc * q - dmin * m with 6-bit sc, m and 4-bit q.
+// Per sub-block the range [min(lo, 0), hi] is split into 15 steps (scale = range / 15, offset =
+// -min(lo, 0)); d and dmin put the largest scale and offset at 63; sc, m = round(scale / d,
+// offset / dmin) with the f16-rounded d, dmin; q = round((x + dmin * m) / (d * sc)) in 0..15.
+void encode_q4_k(const float* x, uint8_t* b) {
+  float scale[8], offset[8], max_scale = 0.0f, max_offset = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    const auto [lo, hi] = std::minmax_element(x + 32 * j, x + 32 * j + 32);
+    const float low = std::min(*lo, 0.0f);
+    scale[j] = (std::max(*hi, 0.0f) - low) / 15.0f;
+    offset[j] = -low;
+    max_scale = std::max(max_scale, scale[j]);
+    max_offset = std::max(max_offset, offset[j]);
+  }
+  put_half(b, max_scale / 63.0f);
+  put_half(b + 2, max_offset / 63.0f);
+  const float d = f16_to_f32(f32_to_f16(max_scale / 63.0f));
+  const float dmin = f16_to_f32(f32_to_f16(max_offset / 63.0f));
+  uint8_t sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>(std::clamp(std::round(scale[j] * reciprocal(d)), 0.0f, 63.0f));
+    m[j] = static_cast<uint8_t>(std::clamp(std::round(offset[j] * reciprocal(dmin)), 0.0f, 63.0f));
+  }
+  // The 12 scale bytes (core/quant.cpp's scale_min_k4 reads them back).
+  uint8_t* packed = b + 4;
+  for (int j = 0; j < 4; ++j) {
+    packed[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    packed[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+    packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
+  }
+  // Codes: 64 values per 32 bytes, sub-block 2g in the low nibbles, 2g + 1 in the high ones.
+  uint8_t* qs = b + 16;
+  for (int j = 0; j < 8; ++j) {
+    const float step = d * static_cast<float>(sc[j]), id = reciprocal(step);
+    const float shift = dmin * static_cast<float>(m[j]);
+    for (int l = 0; l < 32; ++l) {
+      const auto q =
+          static_cast<uint8_t>(std::clamp(std::round((x[32 * j + l] + shift) * id), 0.0f, 15.0f));
+      uint8_t& byte = qs[32 * (j / 2) + l];
+      byte = j % 2 == 0 ? q : static_cast<uint8_t>(byte | (q << 4));
+    }
+  }
+}
+
+// Q6_K: 16 sub-blocks of 16 values, x = d * sc * (q - 32) with int8 sc and 6-bit q. Per
+// sub-block the value of largest magnitude v gets code 0 (scale = v / -32, as Q4_0 does); d puts
+// the largest |scale| at 127; sc = round(scale / d) with the f16-rounded d; q - 32 = round(x /
+// (d * sc)) in -32..31.
+void encode_q6_k(const float* x, uint8_t* b) {
+  float scale[16], max_abs = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    float amax = 0.0f, v = 0.0f;
+    for (int l = 0; l < 16; ++l) {
+      if (std::fabs(x[16 * i + l]) > amax) {
+        amax = std::fabs(x[16 * i + l]);
+        v = x[16 * i + l];
+      }
+    }
+    scale[i] = v / -32.0f;
+    max_abs = std::max(max_abs, amax / 32.0f);
+  }
+  put_half(b + 208, max_abs / 127.0f);
+  const float d = f16_to_f32(f32_to_f16(max_abs / 127.0f));
+  auto* sc = reinterpret_cast<int8_t*>(b + 192);
+  uint8_t q[256];
+  for (int i = 0; i < 16; ++i) {
+    sc[i] = static_cast<int8_t>(std::clamp(std::round(scale[i] * reciprocal(d)), -128.0f, 127.0f));
+    const float id = reciprocal(d * static_cast<float>(sc[i]));
+    for (int l = 0; l < 16; ++l) {
+      q[16 * i + l] =
+          static_cast<uint8_t>(std::clamp(std::round(x[16 * i + l] * id), -32.0f, 31.0f) + 32.0f);
+    }
+  }
+  // Per half of 128 values: ql[64] low 4 bits (value l and l + 64 share byte l, values l + 32
+  // and l + 96 byte l + 32), qh[32] the top 2 bits of values l, l + 32, l + 64, l + 96.
+  for (int h = 0; h < 2; ++h) {
+    uint8_t* ql = b + 64 * h;
+    uint8_t* qh = b + 128 + 32 * h;
+    const uint8_t* v = q + 128 * h;
+    for (int l = 0; l < 32; ++l) {
+      ql[l] = static_cast<uint8_t>((v[l] & 0x0F) | ((v[l + 64] & 0x0F) << 4));
+      ql[l + 32] = static_cast<uint8_t>((v[l + 32] & 0x0F) | ((v[l + 96] & 0x0F) << 4));
+      qh[l] = static_cast<uint8_t>((v[l] >> 4) | ((v[l + 32] >> 4) << 2) | ((v[l + 64] >> 4) << 4) |
+                                   ((v[l + 96] >> 4) << 6));
+    }
+  }
+}
+
 }  // namespace
 
 bool quant_type_encodable(QuantType type) {
   return type == QuantType::q8_0 || type == QuantType::q4_0 || type == QuantType::q4_1 ||
-         type == QuantType::q5_0 || type == QuantType::q5_1;
+         type == QuantType::q5_0 || type == QuantType::q5_1 || type == QuantType::q4_k ||
+         type == QuantType::q6_k;
 }
 
 void quantize_blocks(QuantType type, const float* x, int64_t n_blocks, uint8_t* dst) {
@@ -123,13 +212,20 @@ void quantize_blocks(QuantType type, const float* x, int64_t n_blocks, uint8_t* 
     case QuantType::q5_1:
       encode = encode_with_min<5>;
       break;
+    case QuantType::q4_k:
+      encode = encode_q4_k;
+      break;
+    case QuantType::q6_k:
+      encode = encode_q6_k;
+      break;
     default:
       DSPARK_FAIL(unsupported,
-                  "quantizing into {} is not supported (supported: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)",
+                  "quantizing into {} is not supported (supported: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                  "Q4_K, Q6_K)",
                   quant_type_name(type));
   }
-  const int64_t bytes = quant_block(type).bytes;
-  for (int64_t i = 0; i < n_blocks; ++i) encode(x + i * 32, dst + i * bytes);
+  const QuantBlock block = quant_block(type);
+  for (int64_t i = 0; i < n_blocks; ++i) encode(x + i * block.elements, dst + i * block.bytes);
 }
 
 }  // namespace dspark

@@ -74,6 +74,8 @@ std::optional<GgmlBlock> ggml_block(GgmlType type);
 // The block format of a quantized type (core/quant.h), or nullopt (a float type, or one dspark
 // does not implement).
 std::optional<QuantType> quant_type_of(GgmlType type);
+// The ggml type of a block format (the inverse of quant_type_of).
+GgmlType ggml_type_of(QuantType type);
 // True for the types dequantize_to_f32 implements: F32, F16, BF16 and every quant_type_of type.
 bool ggml_type_dequantizable(GgmlType type);
 

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "dspark/core/dtype.h"
-#include "dspark/core/quant.h"
 #include "dspark/core/error.h"
+#include "dspark/core/quant.h"
 #include "dspark/core/thread_pool.h"
 #include "dspark/io/gguf.h"
 
@@ -67,6 +67,14 @@ std::optional<QuantType> quant_type_of(GgmlType type) {
     default:
       return std::nullopt;
   }
+}
+
+GgmlType ggml_type_of(QuantType type) {
+  for (GgmlType g : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0,
+                     GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k}) {
+    if (quant_type_of(g) == type) return g;
+  }
+  DSPARK_FAIL(internal, "ggml_type_of: no ggml type for {}", quant_type_name(type));
 }
 
 bool ggml_type_dequantizable(GgmlType type) {

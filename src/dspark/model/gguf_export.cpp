@@ -66,6 +66,10 @@ int file_type_of(QuantType t) {  // llama.cpp's "mostly <type>" file types
       return 8;
     case QuantType::q5_1:
       return 9;
+    case QuantType::q4_k:
+      return 14;  // "Q4_K_S": every weight Q4_K
+    case QuantType::q6_k:
+      return 18;
     default:
       return 7;  // Q8_0
   }
@@ -113,6 +117,8 @@ std::optional<QuantType> gguf_format_type(std::string_view format) {
   if (format == "q4_1") return QuantType::q4_1;
   if (format == "q5_0") return QuantType::q5_0;
   if (format == "q5_1") return QuantType::q5_1;
+  if (format == "q4_k") return QuantType::q4_k;
+  if (format == "q6_k") return QuantType::q6_k;
   return std::nullopt;
 }
 
@@ -122,11 +128,8 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, QuantType type,
   const ModelConfig c = load_model_config(o.input);
   check_exportable(c, o.input);
   const SafeTensors st = SafeTensors::open(o.input);
-  const GgmlType block_type = type == QuantType::q8_0   ? GgmlType::q8_0
-                              : type == QuantType::q4_0 ? GgmlType::q4_0
-                              : type == QuantType::q4_1 ? GgmlType::q4_1
-                              : type == QuantType::q5_0 ? GgmlType::q5_0
-                                                        : GgmlType::q5_1;
+  const GgmlType block_type = ggml_type_of(type);
+  const int64_t block_values = quant_block(type).elements;
   QuantizeSummary summary;
   std::vector<Planned> plan;
   for (const std::string& name : st.names()) {
@@ -140,7 +143,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, QuantType type,
                       "float checkpoint",
                       st.path().string(), name, dtype_name(t.dtype()), t.shape().str());
     Planned p{name, GgufTensorOut{*gguf, GgmlType::f32, t.shape()}, 0};
-    if (t.dim() == 2 && t.size(1) % 32 == 0) {
+    if (t.dim() == 2 && t.size(1) % block_values == 0) {
       p.out.type = block_type;
       ++summary.n_quantized;
     } else {
@@ -188,7 +191,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, QuantType type,
       if (p.out.type == GgmlType::f32) {
         std::memcpy(dst, w.data(), w.size() * sizeof(float));
       } else {
-        quantize_blocks(type, w.data(), t.numel() / 32, dst);
+        quantize_blocks(type, w.data(), t.numel() / block_values, dst);
       }
       pr.bytes_done += static_cast<int64_t>(t.nbytes());
     }
