@@ -177,8 +177,8 @@ struct Coverage {
 
 // (N, K) per rows of x: on an H200 they reach every path of the plan (Llama-3.1-8B's o and q/k/v
 // projections at decode, a verify's q/k/v projection: several rounds of row tiles per CTA for
-// every format, a deep K with few rows: a K split with a short last slice, small odd N). The legacy formats also get K = 96 (3 blocks: the dequantizing path at
-// every M).
+// every format, a deep K with few rows: a K split with a short last slice, small odd N). The legacy
+// formats also get K = 96 (3 blocks: the dequantizing path at every M).
 std::vector<std::pair<int64_t, int64_t>> shapes_for(QuantType q, int64_t m) {
   std::vector<std::pair<int64_t, int64_t>> s;
   switch (m) {
