@@ -2,22 +2,17 @@
 // matter to the output of the engine: the drafter's (its proposals are verified by the target, so
 // coarser weights can only change acceptance, never the text). Half the bytes of bf16 per step.
 //
-// Storage: w8 u8 [N, K] holds E4M3 codes (sign, 4 exponent bits with bias 7, 3 mantissa bits;
-// largest finite 448, no infinities; 0x7F / 0xFF are NaN and never produced), scale f32 [N]; the
-// weight is w[n, k] = e4m3(w8[n, k]) * scale[n].
+// Storage: w8 u8 [N, K] holds E4M3 codes (core/fp8.h; the NaN codes are never produced), scale
+// f32 [N]; the weight is w[n, k] = e4m3(w8[n, k]) * scale[n].
 #pragma once
 
 #include <cstdint>
 
 #include "dspark/backend/context.h"
+#include "dspark/core/fp8.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
-
-// E4M3 code of v rounded to nearest (ties to even), saturated to +-448; NaN -> 0x7F.
-uint8_t f32_to_e4m3(float v);
-// The value of an E4M3 code (NaN for 0x7F / 0xFF).
-float e4m3_to_f32(uint8_t code);
 
 // Per-row quantization: scale[n] = max_k |w[n, k]| / 448 (1 for an all-zero row), w8[n, k] =
 // f32_to_e4m3(w[n, k] / scale[n]) (a correctly rounded f32 division). w: [N, K] any float dtype,
