@@ -84,18 +84,20 @@ TEST(SafeTensors, ReadsHandBuiltFile) {
   const std::vector<float> a = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f, -8.5f};
   const std::vector<uint16_t> b = {0x3f80, 0xc000};  // bf16 1.0, -2.0
   const std::vector<int64_t> c = {-3, 1LL << 40};
-  const std::vector<uint8_t> d = {1, 0, 1};  // BOOL
-  const std::string data = raw(a) + raw(b) + raw(c) + raw(d);
+  const std::vector<uint8_t> d = {1, 0, 1};     // BOOL
+  const std::vector<uint8_t> e = {0x38, 0xB8};  // F8_E4M3 1.0, -1.0
+  const std::string data = raw(a) + raw(b) + raw(c) + raw(d) + raw(e);
   const std::string header = R"({"b":{"dtype":"BF16","shape":[2],"data_offsets":[24,28]},)"
                              R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
                              R"("c":{"dtype":"I64","shape":[2],"data_offsets":[28,44]},)"
                              R"("d":{"dtype":"BOOL","shape":[3],"data_offsets":[44,47]},)"
                              R"("s":{"dtype":"F32","shape":[0,4],"data_offsets":[47,47]},)"
+                             R"("e":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[47,49]},)"
                              R"("__metadata__":{"format":"pt","k":"v"}})";
   write_bytes(dir / "x.safetensors", safetensors_bytes(header, data));
 
   const SafeTensors st = SafeTensors::open(dir / "x.safetensors");
-  EXPECT_EQ(st.names(), (std::vector<std::string>{"a", "b", "c", "d", "s"}));
+  EXPECT_EQ(st.names(), (std::vector<std::string>{"a", "b", "c", "d", "e", "s"}));
   EXPECT_TRUE(st.contains("a"));
   EXPECT_FALSE(st.contains("__metadata__"));
   EXPECT_EQ(st.metadata().at("format"), "pt");
@@ -114,6 +116,13 @@ TEST(SafeTensors, ReadsHandBuiltFile) {
   EXPECT_EQ(td.dtype(), DType::u8);
   EXPECT_EQ(to_vector<uint8_t>(td), d);
   EXPECT_EQ(st.get("s").numel(), 0);
+  // F8_E4M3: the codes as bytes, marked as E4M3 (io/fp8_quant.h reads them).
+  const Tensor te = st.get("e");
+  EXPECT_EQ(te.dtype(), DType::u8);
+  EXPECT_EQ(to_vector<uint8_t>(te), e);
+  EXPECT_TRUE(st.is_e4m3("e"));
+  EXPECT_FALSE(st.is_e4m3("d"));
+  EXPECT_FALSE(st.is_e4m3("nope"));
   expect_error([&] { (void)st.get("nope"); }, ErrorKind::io, {"'nope'", "not found"});
 }
 
@@ -313,10 +322,10 @@ TEST(SafeTensors, BrokenFiles) {
       ErrorKind::unsupported, {name, "'w'", "F64"});
   expect_error(
       [&] {
-        open_bad(safetensors_bytes(R"({"w":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})",
+        open_bad(safetensors_bytes(R"({"w":{"dtype":"F8_E5M2","shape":[8],"data_offsets":[0,8]}})",
                                    data8));
       },
-      ErrorKind::unsupported, {"'w'", "F8_E4M3"});
+      ErrorKind::unsupported, {"'w'", "F8_E5M2", "F8_E4M3"});
   // A valid file, then cut short: the last tensor no longer fits.
   const std::vector<float> v(64, 1.0f);
   write_safetensors(f, {{"x", Tensor(const_cast<float*>(v.data()), DType::f32, Shape{8, 8})}});

@@ -22,7 +22,8 @@ namespace {
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kSingleName = "model.safetensors";
 constexpr const char* kMetadataKey = "__metadata__";
-constexpr const char* kSupportedDtypes = "F32, BF16, F16, I32, U32, I64, I8, U8, BOOL";
+constexpr const char* kE4m3Name = "F8_E4M3";
+constexpr const char* kSupportedDtypes = "F32, BF16, F16, I32, U32, I64, I8, U8, BOOL, F8_E4M3";
 
 // Safetensors dtype names -> DType; nullopt for names dspark does not load.
 std::optional<DType> safetensors_dtype(const std::string& name) {
@@ -35,6 +36,8 @@ std::optional<DType> safetensors_dtype(const std::string& name) {
   if (name == "I64") return DType::i64;
   if (name == "I8") return DType::i8;
   if (name == "U8" || name == "BOOL") return DType::u8;  // BOOL is one byte, 0 or 1
+  // E4M3 codes (core/fp8.h) as bytes: FP8 checkpoints' weights (io/fp8_quant.h).
+  if (name == kE4m3Name) return DType::u8;
   return std::nullopt;
 }
 
@@ -78,6 +81,7 @@ struct ParsedTensor {
   Shape shape;
   size_t offset = 0;
   size_t bytes = 0;
+  bool e4m3 = false;
 };
 struct ParsedHeader {
   std::map<std::string, ParsedTensor> tensors;
@@ -154,7 +158,7 @@ ParsedHeader parse_header(const MappedFile& mapped) {
                       "(file truncated?)",
                       file, name, begin, end, data_size);
     parsed.tensors[name] = ParsedTensor{*dtype, shape, static_cast<size_t>(data_begin + begin),
-                                        static_cast<size_t>(expected)};
+                                        static_cast<size_t>(expected), dtype_name_st == kE4m3Name};
   }
   return parsed;
 }
@@ -243,9 +247,10 @@ SafeTensors SafeTensors::open(const fs::path& path) {
                           "{}: tensor '{}' is listed in {} under shard '{}'", files[i].string(),
                           name, kIndexName, it->second);
       }
-      const bool inserted =
-          st.entries_.emplace(name, Entry{static_cast<int>(i), t.dtype, t.shape, t.offset, t.bytes})
-              .second;
+      const bool inserted = st.entries_
+                                .emplace(name, Entry{static_cast<int>(i), t.dtype, t.shape,
+                                                     t.offset, t.bytes, t.e4m3})
+                                .second;
       DSPARK_CHECK_KIND(io, inserted, "{}: tensor '{}' appears in more than one shard",
                         files[i].string(), name);
     }
@@ -271,6 +276,11 @@ Tensor SafeTensors::get(const std::string& name) const {
   // A zero-byte tensor may sit at the very end of the file (or in an empty data section).
   void* data = base == nullptr ? nullptr : const_cast<uint8_t*>(base + e.offset);
   return Tensor(data, e.dtype, e.shape, Device::cpu());
+}
+
+bool SafeTensors::is_e4m3(const std::string& name) const {
+  const auto it = entries_.find(name);
+  return it != entries_.end() && it->second.e4m3;
 }
 
 std::vector<std::string> SafeTensors::names() const {

@@ -21,8 +21,9 @@ class SafeTensors {
   // `path`: a checkpoint directory (index.json shards, else model.safetensors, else the only
   // *.safetensors file) or one .safetensors file. Throws ErrorKind::io with the file name and the
   // problem (missing, truncated, bad header, offsets out of range); ErrorKind::unsupported naming
-  // the tensor for a dtype outside F32/BF16/F16/I32/U32/I64/I8/U8/BOOL (BOOL loads as u8, U32 as
-  // i32: the same bits, read as words by io/mlx_quant.h).
+  // the tensor for a dtype outside F32/BF16/F16/I32/U32/I64/I8/U8/BOOL/F8_E4M3 (BOOL loads as u8,
+  // U32 as i32: the same bits, read as words by io/mlx_quant.h; F8_E4M3 as u8 codes, read by
+  // io/fp8_quant.h).
   static SafeTensors open(const std::filesystem::path& path);
 
   SafeTensors(SafeTensors&&) noexcept;
@@ -33,6 +34,8 @@ class SafeTensors {
   // A CPU view of the tensor's bytes in the mapping (dtype as stored: f32/bf16/f16/i32/i64/...).
   // Throws io "tensor 'name' not found in <dir>" when absent.
   Tensor get(const std::string& name) const;
+  // Whether the tensor is stored as F8_E4M3 (its u8 view holds E4M3 codes); false when absent.
+  bool is_e4m3(const std::string& name) const;
   std::vector<std::string> names() const;  // sorted
   const std::filesystem::path& path() const { return path_; }
   // The "__metadata__" entries of the (first) header.
@@ -46,6 +49,7 @@ class SafeTensors {
     Shape shape;
     size_t offset = 0;  // absolute offset in the file
     size_t bytes = 0;
+    bool e4m3 = false;  // stored as F8_E4M3
   };
   std::filesystem::path path_;
   std::vector<std::unique_ptr<MappedFile>> files_;
