@@ -1,8 +1,8 @@
 // Quantized models on the GPU (bf16 activations) against the same files on the CPU (f32), for the
-// GGUF fixtures of tests/unit/quant_model_test.cpp and the MLX fixtures of
-// tests/unit/mlx_model_test.cpp:
-//  - the blocks are kept where the CPU keeps them (every GGUF fixture, MLX 4-bit; MLX 8-bit is
-//    dequantized at load);
+// GGUF fixtures of tests/unit/quant_model_test.cpp, the MLX fixtures of
+// tests/unit/mlx_model_test.cpp and the FP8 checkpoint of tests/unit/fp8_checkpoint_test.cpp:
+//  - the blocks are kept where the CPU keeps them (every GGUF fixture, MLX 4-bit; MLX 8-bit and
+//    FP8 are dequantized at load);
 //  - the last position's logits are the CPU's within 5e-2 relative RMS (bf16 activations; the
 //    tensor-core kernel's rows, 5 and more, multiply bf16 x where the CPU rounds x to 8 bits) and
 //    greedy decoding gives the CPU's tokens;
@@ -31,7 +31,7 @@ namespace {
 struct Fixture {
   const char* name;  // the test's name
   const char* path;  // under tests/data
-  bool gguf;         // a GGUF file, else an MLX checkpoint directory
+  bool gguf;         // a GGUF file, else a checkpoint directory (MLX or FP8)
   bool blocks;       // its projections stay block-quantized
 };
 
@@ -93,7 +93,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Fixture{"Block32", "gguf/tiny_llama_quant.gguf", true, true},
                       Fixture{"KQuants", "gguf/tiny_llama_k.gguf", true, true},
                       Fixture{"llama3_q4_g32", "mlx/llama3_q4_g32", false, true},
-                      Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, false}),
+                      Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, false},
+                      Fixture{"llama3_fp8", "fp8/llama3_fp8", false, false}),
     [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

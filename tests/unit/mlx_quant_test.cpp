@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "common/error_checks.h"
 #include "common/test_util.h"
 #include "dspark/core/error.h"
 #include "dspark/core/quant.h"
@@ -149,20 +150,8 @@ class ScratchCheckpoint {
   static inline int n_ = 0;
 };
 
-std::string error_of(const std::function<void()>& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no dspark::Error thrown";
-  return "";
-}
-
-void expect_mentions(const std::string& msg, std::initializer_list<const char*> parts) {
-  for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << p << " in: " << msg;
-}
+using test::error_of;
+using test::expect_mentions;
 
 TEST(MlxQuant, ReadsTheConfigEntry) {
   ScratchCheckpoint c;

@@ -27,8 +27,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OUT = os.path.join(ROOT, "tests", "data", "mlx")
 SRC = os.path.join(ROOT, "tests", "data", "models", "llama3")
 
+# Safetensors dtype -> (NumPy type of the stored bits, bytes); F8_E4M3 for
+# tools/fp8/make_fp8_fixtures.py, which writes through write_safetensors below.
 DTYPES = {"F32": (np.float32, 4), "F16": (np.float16, 2), "BF16": (np.uint16, 2),
-          "U32": (np.uint32, 4), "I32": (np.int32, 4)}
+          "U32": (np.uint32, 4), "I32": (np.int32, 4), "F8_E4M3": (np.uint8, 1)}
 
 
 def read_safetensors(path):
@@ -145,6 +147,15 @@ def quantize(w, bits, group):
     return q, s_bits, b_bits
 
 
+def write_checkpoint(out, config, tensors):
+    """A checkpoint directory: model.safetensors (see write_safetensors) and config.json."""
+    os.makedirs(out, exist_ok=True)
+    write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+
+
 def make_model(name, bits, group, modules):
     weights = read_safetensors(os.path.join(SRC, "model.safetensors"))
     with open(os.path.join(SRC, "config.json")) as f:
@@ -166,12 +177,7 @@ def make_model(name, bits, group, modules):
     quant.update(modules)
     config["quantization"] = quant
     config["quantization_config"] = quant
-    out = os.path.join(OUT, name)
-    os.makedirs(out, exist_ok=True)
-    write_safetensors(os.path.join(out, "model.safetensors"), tensors)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
+    write_checkpoint(os.path.join(OUT, name), config, tensors)
 
 
 def main():

@@ -1,14 +1,16 @@
 // load_model (model/model.h): config.json -> registered family -> weights from safetensors (MLX
-// affine-quantized ones through MlxWeights); or a GGUF file (a .gguf path, or a directory holding
-// one and no config.json).
+// affine-quantized ones through MlxWeights, block-scaled FP8 ones through Fp8Weights); or a GGUF
+// file (a .gguf path, or a directory holding one and no config.json).
 #include <system_error>
 
 #include <fmt/ranges.h>
 
 #include "dspark/core/error.h"
+#include "dspark/io/fp8_quant.h"
 #include "dspark/io/gguf.h"
 #include "dspark/io/mlx_quant.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/model/fp8_weights.h"
 #include "dspark/model/gguf_model.h"
 #include "dspark/model/mlx_weights.h"
 #include "dspark/model/model.h"
@@ -49,6 +51,10 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device devic
   // An MLX-quantized checkpoint (mlx-lm): its U32 weights unpacked by MlxWeights.
   if (std::optional<MlxQuantization> q = read_mlx_quantization(dir / "config.json")) {
     return create_model(config, MlxWeights(st, std::move(*q)), device, dtype);
+  }
+  // A Hugging Face FP8 checkpoint: its F8_E4M3 weights dequantized by Fp8Weights.
+  if (std::optional<Fp8Quantization> q = read_fp8_quantization(dir / "config.json")) {
+    return create_model(config, Fp8Weights(st, std::move(*q)), device, dtype);
   }
   return create_model(config, st, device, dtype);
 }

@@ -55,6 +55,12 @@ bool SafeTensorsWeights::contains(const std::string& name) const {
   return st_.contains(name);
 }
 Tensor SafeTensorsWeights::get(const std::string& name) const {
+  // FP8 codes mean nothing without their block scales, which only Fp8Weights applies.
+  DSPARK_CHECK_KIND(unsupported, !st_.is_e4m3(name),
+                    "tensor '{}' is F8_E4M3: FP8 weights load only in a model checkpoint whose "
+                    "config.json has a quantization_config with quant_method \"fp8\" (not in "
+                    "DSpark / DFlash drafters) ({})",
+                    name, origin());
   return st_.get(name);
 }
 std::string SafeTensorsWeights::origin() const {

@@ -1,0 +1,75 @@
+#include "dspark/model/fp8_weights.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "dspark/core/error.h"
+#include "dspark/io/safetensors.h"
+
+namespace dspark {
+namespace {
+
+constexpr std::string_view kWeightSuffix = ".weight";
+
+}  // namespace
+
+Fp8Weights::Fp8Weights(const SafeTensors& st, Fp8Quantization quantization)
+    : st_(st), quantization_(std::move(quantization)) {}
+
+bool Fp8Weights::contains(const std::string& name) const {
+  return st_.contains(name);
+}
+
+std::string Fp8Weights::origin() const {
+  return st_.path().string();
+}
+
+std::optional<Fp8QuantTensor> Fp8Weights::quantized(const std::string& name) const {
+  if (!st_.is_e4m3(name)) return std::nullopt;
+  DSPARK_CHECK_KIND(io, name.ends_with(kWeightSuffix),
+                    "tensor '{}' is F8_E4M3 but is not a linear's weight (expected a name ending "
+                    "in \".weight\") in {}",
+                    name, origin());
+  const std::string module = name.substr(0, name.size() - kWeightSuffix.size());
+  DSPARK_CHECK_KIND(io, !quantization_.keeps_float(module),
+                    "tensor '{}' is F8_E4M3 but config.json's modules_to_not_convert keeps module "
+                    "'{}' in floats ({})",
+                    name, module, origin());
+  const std::string scale = name + "_scale_inv";
+  DSPARK_CHECK_KIND(io, st_.contains(scale),
+                    "tensor '{}' is F8_E4M3 (FP8, weight_block_size [{}, {}]) but its scales "
+                    "'{}' are missing in {}",
+                    name, quantization_.block_n, quantization_.block_k, scale, origin());
+  return Fp8QuantTensor{name, quantization_.block_n, quantization_.block_k, st_.get(name),
+                        st_.get(scale)};
+}
+
+Tensor Fp8Weights::get(const std::string& name) const {
+  const std::optional<Fp8QuantTensor> q = quantized(name);
+  if (!q) return st_.get(name);
+  const auto [n, k] = fp8_quant_shape(*q);
+  std::lock_guard lock(mutex_);
+  auto it = dense_.find(name);
+  if (it == dense_.end()) {
+    if (dense_.empty()) {
+      fmt::print(stderr,
+                 "dspark: {}: FP8 E4M3 weights (blocks of {}x{}) are dequantized at load to the "
+                 "engine dtype (no native FP8 kernel yet)\n",
+                 origin(), quantization_.block_n, quantization_.block_k);
+    }
+    std::vector<float> values(static_cast<size_t>(n * k));
+    fp8_dequantize(*q, values.data());
+    it = dense_.emplace(name, std::move(values)).first;
+  }
+  return Tensor(it->second.data(), DType::f32, Shape{n, k}, Device::cpu());
+}
+
+Shape Fp8Weights::shape_of(const std::string& name) const {
+  const std::optional<Fp8QuantTensor> q = quantized(name);
+  if (!q) return st_.get(name).shape();
+  const auto [n, k] = fp8_quant_shape(*q);
+  return Shape{n, k};
+}
+
+}  // namespace dspark
