@@ -7,10 +7,12 @@
 //  - Work: a CTA of kQuantGemvWarps warps takes tiles of 16 / warps_k weight rows (grid-stride
 //    over the tiles); warps_k warps share a row, each a contiguous range of its super-blocks.
 //  - Weights: each warp streams its row's range a stage (kQuantGemvStageSbs super-blocks) at a
-//    time through its own ring of quant_gemv_stages slots in shared memory, by cp.async of the
-//    16-byte chunks that hold the stage (rows of Q6_K or Q8_0 need not be 16-byte aligned), three
-//    stages (Q6_K, Q8_0: two) ahead of its math and across tiles. The first stages are requested
-//    before pdl_wait().
+//    time through its own ring of quant_gemv_stages slots in shared memory, the 16-byte chunks
+//    that hold the stage (rows of Q6_K or Q8_0 need not be 16-byte aligned), three stages (Q6_K,
+//    Q8_0: two) ahead of its math and across tiles. The first stages are requested before
+//    pdl_wait(). On sm_90 one lane requests a stage as one bulk copy that completes on the slot's
+//    mbarrier (the math is issue-bound: per-lane cp.async of every 16 bytes cost a third of the
+//    instructions); elsewhere the lanes request its chunks by cp.async.
 //  - x: after pdl_wait() the CTA rounds all M rows into shared memory: int8 values (in the order
 //    the lanes read them, XView), per block of 32 the scale d and s = d * sum(q), per 16 values
 //    the integer sum of q (the offset of Q4_0, Q5_0, Q6_K: sum((q_w - off) q_x) =
@@ -25,6 +27,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "dspark/backend/cuda/device/bulk_copy.cuh"
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/mma.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
@@ -288,6 +291,7 @@ __device__ __forceinline__ void unit_dots(const uint32_t (&q)[16], const uint8_t
   }
 }
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 900
 // 16 bytes global -> shared, the first `src_bytes` read and the rest zeros; weights bypass L1.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -295,6 +299,7 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src
                "r"(src_bytes)
                : "memory");
 }
+#endif
 
 // Two CTAs per SM for one or two rows of x (64 registers), one for more.
 template <QuantType Q, int M>
@@ -328,6 +333,40 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     return static_cast<int64_t>(min(tile * rows_per_tile + wr, p.n - 1));
   };
   int it_tile = static_cast<int>(blockIdx.x), it_chunk = 0, issued = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The warp's kStages slot barriers (one arrival: the issuing lane's, plus the copy's bytes).
+  const unsigned bars = static_cast<unsigned>(__cvta_generic_to_shared(smem + p.layout.bars)) +
+                        static_cast<unsigned>(warp * kStages * 8);
+  const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) device::mbar_init(bars + 8 * s, 1);
+    device::mbar_init_fence();
+  }
+  __syncwarp();
+  // The stage's bytes [a0, e1) as one bulk copy; e1 stops at the matrix's last 16-byte multiple,
+  // and the few bytes of the last super-block past it (Q6_K, Q8_0 rows) are copied by the lane.
+  auto issue_next = [&]() {
+    if (issued < total) {
+      if (lane == 0) {
+        const int sb0 = my0 + it_chunk * S, nsb = min(S, my1 - sb0);
+        const int64_t a = row_at(it_tile) * p.row_bytes + int64_t{sb0} * SBB;
+        const int64_t a0 = a & ~int64_t{15}, end = a + int64_t{nsb} * SBB;
+        const int64_t e1 = min((end + 15) & ~int64_t{15}, p.w_bytes & ~int64_t{15});
+        const int s = issued % kStages;
+        device::fence_proxy_async_shared();  // the slot's last reads before its refill
+        device::mbar_arrive_expect_tx(bars + 8 * s, static_cast<unsigned>(e1 - a0));
+        device::bulk_copy_g2s(ring_s + s * slot_bytes, p.w + a0, static_cast<unsigned>(e1 - a0),
+                              bars + 8 * s);
+        uint8_t* slot = ring + s * slot_bytes;
+        for (int64_t b = e1; b < end; ++b) slot[b - a0] = p.w[b];
+      }
+      if (++it_chunk == chunks) it_chunk = 0, it_tile += gx;
+      ++issued;
+    }
+  };
+  auto wait_stage = [&](int i) { device::mbar_wait(bars + 8 * (i % kStages), (i / kStages) & 1); };
+#else
   auto issue_next = [&]() {
     if (issued < total) {
       const int sb0 = my0 + it_chunk * S, nsb = min(S, my1 - sb0);
@@ -350,6 +389,8 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     }
     device::cp_async_commit();  // an empty group past the end keeps the count
   };
+  auto wait_stage = [&](int) { device::cp_async_wait<kStages - 1>(); };
+#endif
 
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue_next();  // weights: before the wait
@@ -369,7 +410,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     const int64_t row_base = row_at(static_cast<int>(blockIdx.x) + t * gx) * p.row_bytes;
     for (int j = 0; j < chunks; ++j, ++i) {
       issue_next();
-      device::cp_async_wait<kStages - 1>();
+      wait_stage(i);
       __syncwarp();
       const int sb0 = my0 + j * S, nsb = min(S, my1 - sb0);
       const uint8_t* slot = ring + (i % kStages) * slot_bytes +

@@ -66,7 +66,10 @@ QuantGemvLayout quant_gemv_layout(QuantType q, int64_t m, int64_t k) {
                                 16));
   const size_t ring = size_t{kQuantGemvWarps} * quant_gemv_stages(q) * static_cast<size_t>(l.slot);
   l.part = static_cast<unsigned>(ring);
-  l.x = static_cast<unsigned>(ring + round_up(size_t{kQuantGemvWarps} * kQuantGemvMaxRows * 4, 16));
+  l.bars =
+      l.part + static_cast<unsigned>(round_up(size_t{kQuantGemvWarps} * kQuantGemvMaxRows * 4, 16));
+  l.x = l.bars +
+        static_cast<unsigned>(round_up(size_t{kQuantGemvWarps} * quant_gemv_stages(q) * 8, 16));
   l.bytes = l.x + static_cast<size_t>(m) * static_cast<size_t>(l.x_row_bytes);
   return l;
 }

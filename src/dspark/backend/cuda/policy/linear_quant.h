@@ -121,6 +121,7 @@ struct QuantGemvLayout {
   int x_q_bytes = 0;    // bytes of a row's q, padding included (a multiple of 16)
   int x_row_bytes = 0;  // bytes of a row of the x region (a multiple of 16)
   unsigned part = 0;    // byte offsets of the regions
+  unsigned bars = 0;    // the warps' slot barriers (8 bytes each; sm_90)
   unsigned x = 0;
   size_t bytes = 0;  // total
 };
