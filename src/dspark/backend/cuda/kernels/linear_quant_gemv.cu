@@ -252,7 +252,12 @@ __device__ __forceinline__ void kquant_scales_mins(const uint8_t* sb, int u, int
 
 // The 64 values of unit u of the super-block at sb as 16 words of 4 bytes: word 4 s + c holds
 // values elem(u, s) + 4c .. + 3 (QuantMma's view). Q4_K (16-byte aligned in its slot) as two
-// 16-byte reads.
+// 16-byte reads, and its high nibbles (steps 2 and 3) left in place: 16 times the value, as
+// unsigned bytes (kHighNibbles), which saves a shift per word; their dot products are divided by
+// 16 exactly.
+template <QuantType Q>
+constexpr bool kHighNibbles = Q == QuantType::q4_k;
+
 template <QuantType Q>
 __device__ __forceinline__ void unit_words(const uint8_t* sb, int u, uint32_t (&q)[16]) {
   if constexpr (Q == QuantType::q4_k) {
@@ -263,8 +268,8 @@ __device__ __forceinline__ void unit_words(const uint8_t* sb, int u, uint32_t (&
     for (int c = 0; c < 4; ++c) {
       q[c] = wa[c] & 0x0F0F0F0Fu;
       q[4 + c] = wb[c] & 0x0F0F0F0Fu;
-      q[8 + c] = (wa[c] >> 4) & 0x0F0F0F0Fu;
-      q[12 + c] = (wb[c] >> 4) & 0x0F0F0F0Fu;
+      q[8 + c] = wa[c] & 0xF0F0F0F0u;
+      q[12 + c] = wb[c] & 0xF0F0F0F0u;
     }
   } else {
 #pragma unroll
@@ -277,17 +282,32 @@ __device__ __forceinline__ void unit_words(const uint8_t* sb, int u, uint32_t (&
   }
 }
 
+// a . b + c over 4 bytes: a unsigned, b signed.
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // dots[st]: the integer products of step st of unit u (its 4 words in q) with x's 16 values of
-// that step in super-block sbg of row xq.
+// that step in super-block sbg of row xq (steps 2 and 3: 16 times them with kHighNibbles).
+template <QuantType Q>
 __device__ __forceinline__ void unit_dots(const uint32_t (&q)[16], const uint8_t* xq, int sbg,
                                           int u, int (&dots)[4]) {
 #pragma unroll
   for (int st = 0; st < 4; ++st) {
     const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
-    int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
-    dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
-    dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
-    dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
+    if (kHighNibbles<Q> && st >= 2) {
+      int dt = dp4a_us(q[4 * st], xw.x, 0);
+      dt = dp4a_us(q[4 * st + 1], xw.y, dt);
+      dt = dp4a_us(q[4 * st + 2], xw.z, dt);
+      dots[st] = dp4a_us(q[4 * st + 3], xw.w, dt);
+    } else {
+      int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
+      dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
+      dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
+      dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
+    }
   }
 }
 
@@ -413,8 +433,10 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
       wait_stage(i);
       __syncwarp();
       const int sb0 = my0 + j * S, nsb = min(S, my1 - sb0);
-      const uint8_t* slot = ring + (i % kStages) * slot_bytes +
-                            static_cast<int>((row_base + int64_t{sb0} * SBB) & 15);
+      // Where the stage starts in its slot (rows and stages of 16-byte multiples start at 0).
+      int lead = 0;
+      if constexpr (SBB % 16 != 0) lead = static_cast<int>((row_base + int64_t{sb0} * SBB) & 15);
+      const uint8_t* slot = ring + (i % kStages) * slot_bytes + lead;
       if (sbl < nsb) {
         const uint8_t* sb = slot + sbl * SBB;
         const int sbg = sb0 + sbl;  // the super-block's index in the row
@@ -426,19 +448,23 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
           int sc[2], mq[2];
           kquant_scales_mins(sb, u, sc, mq);
           const float d = quant::half_at(sb), dmin = quant::half_at(sb + 2);
+          const int e = sbg * 256 + 64 * u;  // the unit's first value: its two blocks of x
 #pragma unroll
           for (int r = 0; r < M; ++r) {
             const uint8_t* xq = xv.q(r);
             int dots[4];
-            unit_dots(q, xq, sbg, u, dots);
+            unit_dots<Q>(q, xq, sbg, u, dots);
+            const int4 s16 = *reinterpret_cast<const int4*>(xv.sum16(r) + (e >> 4));
+            const float2 dx = *reinterpret_cast<const float2*>(xv.d(r) + (e >> 5));
+            int dot[2] = {dots[0] + dots[1], dots[2] + dots[3]};
+            if constexpr (kHighNibbles<Q>) dot[1] >>= 4;  // exact: a multiple of 16
+            const int xsum[2] = {s16.x + s16.y, s16.z + s16.w};
+            const float dxs[2] = {dx.x, dx.y};
 #pragma unroll
             for (int k2 = 0; k2 < 2; ++k2) {
-              const int e = sbg * 256 + 64 * u + 32 * k2;  // the sub-block's first value
-              const int* s16 = xv.sum16(r) + (e >> 4);
-              const int dot = dots[2 * k2] + dots[2 * k2 + 1];
-              const float t2 = fmaf(d, static_cast<float>(sc[k2] * dot),
-                                    -dmin * static_cast<float>(mq[k2] * (s16[0] + s16[1])));
-              acc[r] = fmaf(xv.d(r)[e >> 5], t2, acc[r]);
+              const float t2 = fmaf(d, static_cast<float>(sc[k2] * dot[k2]),
+                                    -dmin * static_cast<float>(mq[k2] * xsum[k2]));
+              acc[r] = fmaf(dxs[k2], t2, acc[r]);
             }
           }
         } else {
@@ -450,7 +476,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
           for (int r = 0; r < M; ++r) {
             const uint8_t* xq = xv.q(r);
             int dots[4];
-            unit_dots(q, xq, sbg, u, dots);
+            unit_dots<Q>(q, xq, sbg, u, dots);
 #pragma unroll
             for (int k2 = 0; k2 < kSubs; ++k2) {
               const int e = sbg * 256 + F::elem(u, k2 * F::kStepsPerSub);  // its first value
