@@ -45,12 +45,13 @@ void check_engine_exactness(const SamplingParams& sp, bool speculative, int64_t 
       test::sample_joint3(*target, ctx, source.get(), kPrompt, sp, n_samples, 4, 6, 1);
   const test::GTestResult g = test::g_test(run.observed, expected, 1e-3);
   std::printf(
-      "[ exact    ] %s %s T=%.1f top_k=%d top_p=%.2f samples=%lld tau=%.2f accept=%.3f: "
+      "[ exact    ] %s T=%.1f top_k=%d top_p=%.2f samples=%lld tau=%.2f accept=%.3f: "
       "%s\n",
-      speculative ? "speculative" : "plain",
-      sp.spec == SpecSampling::coupled ? "coupled" : "rejection", sp.temperature, sp.top_k,
-      sp.top_p, static_cast<long long>(n_samples), run.spec.tau(), run.spec.acceptance(),
-      g.summary().c_str());
+      speculative
+          ? (sp.spec == SpecSampling::coupled ? "speculative coupled" : "speculative rejection")
+          : "plain",
+      sp.temperature, sp.top_k, sp.top_p, static_cast<long long>(n_samples), run.spec.tau(),
+      run.spec.acceptance(), g.summary().c_str());
   EXPECT_TRUE(g.pass()) << g.summary();
   if (speculative) {
     // The draft must be accepted sometimes and rejected sometimes, or the test proves little.
