@@ -4,7 +4,10 @@
 //
 //   bench_spec -m MODEL [--draft none|ngram|model:DIR|DIR] [--gamma 4] [--device cpu|cuda]
 //              [-n 128] [--prompts FILE[.jsonl]] [--n-prompts 8] [--chat] [--eos]
-//              [--temperature 0] [--json FILE]
+//              [--temperature 0] [--top-p 1] [--seed 0] [--spec-sampling coupled|rejection]
+//              [--json FILE]
+// Greedy runs, and sampled runs with --spec-sampling coupled, must give the plain outputs
+// (exit status 3 otherwise).
 // MODEL: a checkpoint directory or a .gguf file. --chat renders each prompt as one user message
 // through the model's chat template; --eos ends each generation at the model's EOS (default:
 // fixed length, so that runs are comparable on random weights).
@@ -24,6 +27,7 @@
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
 #include "dspark/engine/model_chat_template.h"
+#include "dspark/engine/spec_sampling.h"
 #include "dspark/engine/speculative.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/io/tokenizer.h"
@@ -47,7 +51,9 @@ struct Args {
   int n_prompts = 8;
   int prompt_tokens = 64;  // random prompts (no tokenizer)
   float temperature = 0.0f;
+  float top_p = 1.0f;
   uint64_t seed = 0;
+  std::string spec_sampling = "coupled";
   std::string json_file;
   bool chat = false;
   bool eos = false;
@@ -73,6 +79,8 @@ RunStats run(Model& target, Context& ctx, DraftSource* source,
     r.prompt = p;
     r.options.max_tokens = a.max_tokens;
     r.options.sampling.temperature = a.temperature;
+    r.options.sampling.top_p = a.top_p;
+    r.options.sampling.spec = *spec_sampling_from_name(a.spec_sampling);
     r.options.seed = a.seed;
     r.options.eos_token_ids = a.eos_ids;  // empty: fixed length (comparable runs)
     SpecConfig cfg;
@@ -107,7 +115,11 @@ int main_impl(int argc, char** argv) {
   app.add_option("--n-prompts", a.n_prompts, "prompts used")->check(CLI::Range(1, 100000));
   app.add_option("--prompt-tokens", a.prompt_tokens, "length of random prompts (no tokenizer)");
   app.add_option("--temperature", a.temperature)->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--top-p", a.top_p)->check(CLI::Range(1e-6f, 1.0f));
   app.add_option("--seed", a.seed);
+  app.add_option("--spec-sampling", a.spec_sampling,
+                 "coupled | rejection (as dspark generate --spec-sampling)")
+      ->check(CLI::IsMember({"coupled", "rejection"}));
   app.add_option("--json", a.json_file, "also write the JSON result to this file");
   app.add_flag("--chat", a.chat, "render prompts as a user message through the chat template");
   app.add_flag("--eos", a.eos, "stop at the model's EOS (default: fixed length)");
@@ -179,8 +191,10 @@ int main_impl(int argc, char** argv) {
   std::optional<RunStats> spec;
   if (source) spec = run(*target, ctx, source.get(), prompts, a);
 
+  // Greedy, and coupled sampling with the same seed, must reproduce the plain outputs.
+  const SpecSampling mode = *spec_sampling_from_name(a.spec_sampling);
   int mismatches = 0;
-  if (spec && a.temperature == 0)
+  if (spec && (a.temperature == 0 || mode == SpecSampling::coupled))
     for (size_t i = 0; i < prompts.size(); ++i) mismatches += plain.outputs[i] != spec->outputs[i];
 
   const double step_bytes = roof.bytes_per_step(plain.mean_context());
@@ -195,6 +209,9 @@ int main_impl(int argc, char** argv) {
       {"prompts", prompts.size()},
       {"max_tokens", a.max_tokens},
       {"temperature", a.temperature},
+      {"top_p", a.top_p},
+      {"seed", a.seed},
+      {"spec_sampling", a.spec_sampling},
       {"chat", a.chat},
       {"stop_at_eos", a.eos},
       {"weight_bytes", roof.weight_bytes},
@@ -213,9 +230,9 @@ int main_impl(int argc, char** argv) {
                   fmt::format("{:.1f}", plain_gbs), "-"});
   if (spec) {
     const double speedup = plain.tok_per_s() > 0 ? spec->tok_per_s() / plain.tok_per_s() : 0;
-    j["speculative"] = {{"tok_per_s", spec->tok_per_s()},  {"decode_ms", spec->decode_ms},
-                        {"tokens", spec->tokens},          {"speedup", speedup},
-                        {"greedy_mismatches", mismatches}, {"spec", spec->spec.to_json()}};
+    j["speculative"] = {{"tok_per_s", spec->tok_per_s()}, {"decode_ms", spec->decode_ms},
+                        {"tokens", spec->tokens},         {"speedup", speedup},
+                        {"mismatches", mismatches},       {"spec", spec->spec.to_json()}};
     std::string acc;
     for (size_t p = 0; p < spec->spec.drafted_at.size(); ++p)
       acc += fmt::format("{}{:.2f}", p ? " " : "",
@@ -236,7 +253,7 @@ int main_impl(int argc, char** argv) {
         roof.weight_bytes / 1e9);
   if (spec)
     std::printf(
-        "phases (ms, all prompts): draft %.1f  verify %.1f  rest %.1f; greedy mismatches %d\n",
+        "phases (ms, all prompts): draft %.1f  verify %.1f  rest %.1f; mismatches with plain %d\n",
         spec->spec.draft_ms, spec->spec.verify_ms, spec->spec.rest_ms, mismatches);
   const std::string dump = j.dump();
   std::printf("%s\n", dump.c_str());

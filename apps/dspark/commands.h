@@ -20,4 +20,15 @@ Command add_demo_command(CLI::App& app);
 Command add_regen_command(CLI::App& app);
 Command add_quantize_command(CLI::App& app);
 
+// --spec-sampling NAME (coupled or rejection; engine/spec_sampling.h) into `value`.
+inline CLI::Option* add_spec_sampling_option(CLI::App* sub, std::string& value) {
+  return sub
+      ->add_option("--spec-sampling", value,
+                   "How sampled requests verify drafts: coupled (the same seed gives the same text "
+                   "as without a drafter) or rejection (speculative sampling: often more drafts "
+                   "accepted, but the text depends on the drafter)")
+      ->check(CLI::IsMember({"coupled", "rejection"}))
+      ->capture_default_str();
+}
+
 }  // namespace dspark::cli

@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "dspark/backend/context.h"
+#include "dspark/engine/spec_sampling.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/source_factory.h"
@@ -25,6 +26,7 @@ struct GenerateArgs {
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
   uint64_t seed = 0;
+  std::string spec_sampling = "coupled";
   std::string device = "cpu";
   std::vector<std::string> stop;
   bool json = false;
@@ -49,6 +51,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.top_k) o.sampling.top_k = *a.top_k;
   if (a.top_p) o.sampling.top_p = *a.top_p;
   if (a.min_p) o.sampling.min_p = *a.min_p;
+  o.sampling.spec = *spec_sampling_from_name(a.spec_sampling);
   o.seed = a.seed;
   o.max_tokens = a.max_tokens;
   o.stop = a.stop;
@@ -105,6 +108,7 @@ int run_generate(const GenerateArgs& a) {
       j["spec"] = spec->to_json();
       j["spec"]["draft"] = created.kind;
       j["spec"]["gamma"] = spec_config.gamma;
+      j["spec"]["sampling"] = spec_sampling_name(o.sampling.spec);
     }
     const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::fprintf(stdout, "%s\n", line.c_str());
@@ -158,6 +162,7 @@ Command add_generate_command(CLI::App& app) {
                   "Keep tokens with p >= min_p * p_max, in [0, 1] (0 = off)")
       ->check(number_in(0, 1, false, "in [0, 1]"));
   sub->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  add_spec_sampling_option(sub, args->spec_sampling);
   sub->add_option("--stop", args->stop, "Stop string (repeatable); not included in the output")
       ->allow_extra_args(false);
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();

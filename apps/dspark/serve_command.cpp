@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "dspark/core/error.h"
+#include "dspark/engine/spec_sampling.h"
 #include "dspark/server/http_server.h"
 
 namespace dspark::cli {
@@ -30,6 +31,7 @@ struct ServeArgs {
   server::ServerConfig config;
   std::string kv_memory;
   std::optional<int> gamma;
+  std::string spec_sampling = "coupled";
 };
 
 // "1073741824", "512M", "4G", "4GiB", "1.5G" -> bytes (K/M/G/T are powers of 1024).
@@ -69,6 +71,7 @@ size_t parse_bytes(const std::string& text) {
 int run_serve(ServeArgs& a) {
   server::ServerConfig& c = a.config;
   c.engine.gamma = a.gamma;
+  c.spec_sampling = *spec_sampling_from_name(a.spec_sampling);
   if (!a.kv_memory.empty()) c.engine.kv_memory = parse_bytes(a.kv_memory);
   // Testing hook (docs/server.md): fail the first step with this many live rows.
   if (const char* rows = std::getenv("DSPARK_SERVE_FAIL_AT_ROWS"))
@@ -148,6 +151,11 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(int_in(0, 64));
+  add_spec_sampling_option(sub, args->spec_sampling)
+      ->description(
+          "Default for requests without \"spec_sampling\": coupled (the same seed gives the "
+          "same text as without a drafter) or rejection (speculative sampling: often more drafts "
+          "accepted, but the text depends on the drafter)");
   sub->add_option("--ngram-min", c.engine.ngram.ngram_min, "Prompt lookup: shortest n-gram")
       ->check(int_in(1, 64))
       ->capture_default_str();

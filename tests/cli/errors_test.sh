@@ -43,6 +43,8 @@ expect_error 2 "" -- generate -m "$TMP/none" -p hi -n -1
 expect_error 2 "" -- generate -m "$TMP/none" -p hi --temperature -1
 expect_error 2 "" -- generate -m "$TMP/none" -p hi --top-p 2
 expect_error 2 "" -- generate -m "$TMP/none" -p hi --top-p 0
+expect_error 2 "--spec-sampling: maximal not in {coupled,rejection}" -- generate -m "$TMP/none" -p hi --spec-sampling maximal
+expect_error 2 "--spec-sampling" -- serve -m "$TMP/none" --spec-sampling greedy
 expect_error 2 "" -- generate -m "$TMP/none" -p hi --min-p 1.5
 expect_error 2 "" -- generate -m "$TMP/none" -p hi --top-k -3
 expect_error 2 "" -- generate -m "$TMP/none" -p hi -n lots

@@ -1,4 +1,5 @@
-// Greedy losslessness on CUDA (bf16) for every tiny golden target (see common/lossless.h).
+// Greedy losslessness on CUDA for every tiny golden target, and coupled sampling: the same seed
+// gives the same tokens with speculation on and off (see common/lossless.h).
 #include <gtest/gtest.h>
 
 #include "common/lossless.h"
@@ -12,6 +13,14 @@ class CudaSpecLossless : public ::testing::TestWithParam<std::string> {};
 TEST_P(CudaSpecLossless, GreedySpeculativeEqualsPlainGreedy) {
   DSPARK_REQUIRE_CUDA();
   test::check_greedy_lossless(GetParam(), test::kTestGpu);
+}
+
+TEST_P(CudaSpecLossless, CoupledSamplingEqualsPlainSampling) {
+  DSPARK_REQUIRE_CUDA();
+  std::vector<test::NamedSource> extra;
+  if (GetParam() == "qwen3") extra.push_back(test::dspark_fixture_source("qwen3_dflash"));
+  if (GetParam() == "llama3") extra.push_back(test::dspark_fixture_source("llama3_deepspec"));
+  test::check_coupled_equals_plain(GetParam(), test::kTestGpu, extra);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaSpecLossless,

@@ -92,6 +92,8 @@ def cases():
         ("stream_options without stream", CHAT, with_(stream_options={"include_usage": True}),
          400),
         ("seed a string", CHAT, with_(seed="abc"), 400),
+        ("spec_sampling unknown", CHAT, with_(spec_sampling="maximal"), 400),
+        ("spec_sampling a number", CHAT, with_(spec_sampling=1), 400),
         ("logprobs", CHAT, with_(logprobs=True), 400),
         ("presence_penalty", CHAT, with_(presence_penalty=1.0), 400),
         ("oversized chat prompt", CHAT, msgs({"role": "user", "content": long_prompt}), 400),

@@ -1,7 +1,8 @@
 """32 concurrent streaming clients with speculative decoding (prompt lookup, a DSpark block drafter,
 a draft model): every request completes, each output is identical to its sequential greedy run
 (`dspark generate`, plain decoding), requests really were batched (engine steps far fewer than
-the rounds of all requests), and the KV pages return to their idle count afterwards.
+the rounds of all requests), and the KV pages return to their idle count afterwards. A seeded
+sampled request with coupled speculative sampling gives plain sampling's text.
 """
 
 import os
@@ -66,6 +67,8 @@ def run_one(client, req, results, i, barrier):
 def main():
     reqs = requests()
     refs = [generate(DSPARK, M, r["ref_prompt"], r["n"], "--temperature", "0") for r in reqs]
+    sampling = ["--temperature", "0.8", "--top-p", "0.9", "--seed", "7"]
+    sampled_ref = generate(DSPARK, M, reqs[0]["ref_prompt"], 32, *sampling)
     for draft in ("ngram", DRAFTER, "model:" + M):
         with Server(DSPARK, M, "--draft", draft, "--max-batch", str(N_CLIENTS)) as srv:
             idle = srv.metrics()
@@ -107,6 +110,12 @@ def main():
                                       "requests were not batched")
             print(f"--draft {os.path.basename(draft)}: {N_CLIENTS} streams identical to greedy; "
                   f"{int(steps)} steps for {int(rounds)} row rounds, tau {m['dspark_spec_tau']:.2f}")
+            sampled = srv.client().completions.create(
+                model="qwen3", prompt=reqs[0]["prompt"], max_tokens=32, temperature=0.8,
+                top_p=0.9, seed=7, extra_body={"spec_sampling": "coupled"})
+            check(sampled.choices[0].text == sampled_ref["text"],
+                  f"--draft {draft}: coupled sampling gave {sampled.choices[0].text!r}, plain "
+                  f"sampling with the same seed {sampled_ref['text']!r}")
     print("PASS")
 
 

@@ -2,7 +2,8 @@
 // target (vocabulary 8) and a tiny random drafter written here; the joint distribution of the
 // first three emitted tokens must match the target's exact distribution (enumerated with plain
 // forwards of every prefix) by a G-test at false-alarm rate 1e-3. The drafter samples its blocks
-// (q = processed Markov-corrected logits), so acceptance is neither ~0 nor ~1.
+// (q = processed Markov-corrected logits), so acceptance is neither ~0 nor ~1. Rejection and
+// coupled speculative sampling (the drafter then drafts with the target's own uniforms).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,10 +57,11 @@ void check_exactness(const std::string& layout, const std::string& markov, const
   const SpecTelemetry& total = run.spec;
   const test::GTestResult g = test::g_test(observed, expected, 1e-3);
   std::printf(
-      "[ exact    ] dspark %s/%s T=%.1f top_k=%d top_p=%.2f samples=%lld tau=%.2f "
+      "[ exact    ] dspark %s/%s %s T=%.1f top_k=%d top_p=%.2f samples=%lld tau=%.2f "
       "accept=%.3f: %s\n",
-      layout.c_str(), markov.c_str(), sp.temperature, sp.top_k, sp.top_p,
-      static_cast<long long>(n_samples), total.tau(), total.acceptance(), g.summary().c_str());
+      layout.c_str(), markov.c_str(), sp.spec == SpecSampling::coupled ? "coupled" : "rejection",
+      sp.temperature, sp.top_k, sp.top_p, static_cast<long long>(n_samples), total.tau(),
+      total.acceptance(), g.summary().c_str());
   EXPECT_TRUE(g.pass()) << g.summary();
   // Drafts must be accepted sometimes and rejected sometimes, or the test proves little (random
   // drafters are poor: ~6-30% here, i.e. >= 10^4 accepted drafts over the run).
@@ -68,11 +70,13 @@ void check_exactness(const std::string& layout, const std::string& markov, const
   EXPECT_EQ(source->dspark_stats().n_rows_projected, source->dspark_stats().n_rows_committed);
 }
 
-SamplingParams params(float t, int top_k, float top_p) {
+SamplingParams params(float t, int top_k, float top_p,
+                      SpecSampling spec = SpecSampling::rejection) {
   SamplingParams p;
   p.temperature = t;
   p.top_k = top_k;
   p.top_p = top_p;
+  p.spec = spec;
   return p;
 }
 
@@ -84,6 +88,9 @@ TEST(DSparkSamplingEngine, RnnHeadWithTopK) {
 }
 TEST(DSparkSamplingEngine, DFlashWithTopP) {
   check_exactness("dflash", "none", params(2.0f, 0, 0.9f), 200000);
+}
+TEST(DSparkSamplingEngine, CoupledVanillaMarkovMatchesExactDistribution) {
+  check_exactness("deepspec", "vanilla", params(1.0f, 0, 1.0f, SpecSampling::coupled), 200000);
 }
 
 }  // namespace

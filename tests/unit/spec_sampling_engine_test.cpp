@@ -2,7 +2,8 @@
 // whose distribution differs strongly; the joint distribution of the first three emitted tokens
 // under speculative sampling must match the target's exact distribution (computed by enumerating
 // all prefixes with plain forwards), by a G-test at false-alarm rate 1e-3, with and without top-k /
-// top-p. Plain sampling through the same engine is checked the same way (a check of the test).
+// top-p, for rejection and coupled speculative sampling. Plain sampling through the same engine is
+// checked the same way (a check of the test).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -43,10 +44,14 @@ void check_engine_exactness(const SamplingParams& sp, bool speculative, int64_t 
   const test::Joint3Run run =
       test::sample_joint3(*target, ctx, source.get(), kPrompt, sp, n_samples, 4, 6, 1);
   const test::GTestResult g = test::g_test(run.observed, expected, 1e-3);
-  std::printf("[ exact    ] %s T=%.1f top_k=%d top_p=%.2f samples=%lld tau=%.2f accept=%.3f: %s\n",
-              speculative ? "speculative" : "plain", sp.temperature, sp.top_k, sp.top_p,
-              static_cast<long long>(n_samples), run.spec.tau(), run.spec.acceptance(),
-              g.summary().c_str());
+  std::printf(
+      "[ exact    ] %s T=%.1f top_k=%d top_p=%.2f samples=%lld tau=%.2f accept=%.3f: "
+      "%s\n",
+      speculative
+          ? (sp.spec == SpecSampling::coupled ? "speculative coupled" : "speculative rejection")
+          : "plain",
+      sp.temperature, sp.top_k, sp.top_p, static_cast<long long>(n_samples), run.spec.tau(),
+      run.spec.acceptance(), g.summary().c_str());
   EXPECT_TRUE(g.pass()) << g.summary();
   if (speculative) {
     // The draft must be accepted sometimes and rejected sometimes, or the test proves little.
@@ -55,11 +60,13 @@ void check_engine_exactness(const SamplingParams& sp, bool speculative, int64_t 
   }
 }
 
-SamplingParams params(float t, int top_k, float top_p) {
+SamplingParams params(float t, int top_k, float top_p,
+                      SpecSampling spec = SpecSampling::rejection) {
   SamplingParams p;
   p.temperature = t;
   p.top_k = top_k;
   p.top_p = top_p;
+  p.spec = spec;
   return p;
 }
 
@@ -74,6 +81,12 @@ TEST(SpecSamplingEngine, SpeculativeSamplingWithTopK) {
 }
 TEST(SpecSamplingEngine, SpeculativeSamplingWithTopP) {
   check_engine_exactness(params(2.0f, 0, 0.9f), true, 200000);
+}
+TEST(SpecSamplingEngine, CoupledSamplingMatchesExactDistribution) {
+  check_engine_exactness(params(1.0f, 0, 1.0f, SpecSampling::coupled), true, 200000);
+}
+TEST(SpecSamplingEngine, CoupledSamplingWithTopP) {
+  check_engine_exactness(params(2.0f, 0, 0.9f, SpecSampling::coupled), true, 200000);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// The verifier alone: greedy prefix rule, and exactness of speculative sampling on a toy Markov
-// chain target with a strongly different Markov chain drafter (G-test on the joint distribution of
-// the first three emitted tokens, false-alarm rate 1e-3).
+// The verifier alone: greedy prefix rule, and exactness of rejection and coupled speculative
+// sampling on a toy Markov chain target with a strongly different Markov chain drafter (G-test on
+// the joint distribution of the first three emitted tokens, false-alarm rate 1e-3). Coupled rows
+// draft with the target's own uniforms (draft_lane), as the real drafters do.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "common/stat_test.h"
 #include "dspark/backend/context.h"
+#include "dspark/core/philox.h"
 #include "dspark/spec/verifier.h"
 
 namespace dspark {
@@ -70,6 +72,7 @@ struct Case {
   int top_k;
   double top_p;
   int gamma;
+  SpecSampling mode = SpecSampling::rejection;
 };
 
 void run_exactness(const Case& c, int64_t n_samples) {
@@ -81,6 +84,7 @@ void run_exactness(const Case& c, int64_t n_samples) {
   params.temperature = 1.0f;
   params.top_k = c.top_k;
   params.top_p = static_cast<float>(c.top_p);
+  params.spec = c.mode;
   // Processed chains: what the emitted tokens must follow (target) and what drafts come from.
   Chain tp(t.size()), dp(d.size());
   for (size_t i = 0; i < t.size(); ++i) {
@@ -96,8 +100,11 @@ void run_exactness(const Case& c, int64_t n_samples) {
   std::vector<int64_t> observed(expected.size(), 0);
   std::mt19937_64 draft_rng(12345);
   std::uniform_real_distribution<double> unif(0.0, 1.0);
-  auto draw = [&](const std::vector<double>& p) {
-    double u = unif(draft_rng), cum = 0;
+  auto draw = [&](const std::vector<double>& p, uint64_t seed, int position) {
+    double u = c.mode == SpecSampling::coupled
+                   ? philox_uniform(seed, static_cast<uint64_t>(position), kLaneSample)
+                   : unif(draft_rng);
+    double cum = 0;
     for (int i = 0; i < kVocab; ++i) {
       cum += p[i];
       if (u < cum && p[i] > 0) return i;
@@ -125,20 +132,21 @@ void run_exactness(const Case& c, int64_t n_samples) {
       std::vector<int32_t> positions;
       for (int64_t i : live) {
         const auto& em = emitted[static_cast<size_t>(i)];
+        const uint64_t seed = static_cast<uint64_t>(base + i) * 7919u + 17u;
         int prev = em.empty() ? kVocab : em.back();
         for (int j = 0; j <= c.gamma; ++j) {
           for (int v = 0; v < kVocab; ++v)  // target row j scores draft j given the prefix
             logits.push_back(static_cast<float>(std::log(t[static_cast<size_t>(prev)][v])));
           if (j == c.gamma) break;
           const auto& qrow = dp[static_cast<size_t>(prev)];
-          const int x = draw(qrow);
+          const int x = draw(qrow, seed, position[static_cast<size_t>(i)] + j);
           prop.tokens.push_back(x);
           for (int v = 0; v < kVocab; ++v) q.push_back(static_cast<float>(qrow[v]));
           prev = x;
         }
         prop.indptr.push_back(static_cast<int32_t>(prop.tokens.size()));
         ps.push_back(params);
-        seeds.push_back(static_cast<uint64_t>(base + i) * 7919u + 17u);
+        seeds.push_back(seed);
         positions.push_back(position[static_cast<size_t>(i)]);
       }
       const int64_t rows = static_cast<int64_t>(logits.size()) / kVocab;
@@ -157,10 +165,11 @@ void run_exactness(const Case& c, int64_t n_samples) {
     for (const auto& em : emitted) ++observed[(em[0] * kVocab + em[1]) * kVocab + em[2]];
   }
   const test::GTestResult g = test::g_test(observed, expected, 1e-3);
-  EXPECT_TRUE(g.pass()) << "top_k=" << c.top_k << " top_p=" << c.top_p << " gamma=" << c.gamma
-                        << ": " << g.summary();
-  std::printf("[ exact    ] top_k=%d top_p=%.2f gamma=%d samples=%lld: %s\n", c.top_k, c.top_p,
-              c.gamma, static_cast<long long>(n_samples), g.summary().c_str());
+  const char* mode = c.mode == SpecSampling::coupled ? "coupled" : "rejection";
+  EXPECT_TRUE(g.pass()) << mode << " top_k=" << c.top_k << " top_p=" << c.top_p
+                        << " gamma=" << c.gamma << ": " << g.summary();
+  std::printf("[ exact    ] %s top_k=%d top_p=%.2f gamma=%d samples=%lld: %s\n", mode, c.top_k,
+              c.top_p, c.gamma, static_cast<long long>(n_samples), g.summary().c_str());
 }
 
 TEST(VerifierSampling, JointOfFirstThreeTokensMatchesTarget) {
@@ -171,6 +180,12 @@ TEST(VerifierSampling, JointMatchesWithTopK) {
 }
 TEST(VerifierSampling, JointMatchesWithTopP) {
   run_exactness({0, 0.7, 2}, 200000);
+}
+TEST(VerifierSampling, CoupledJointOfFirstThreeTokensMatchesTarget) {
+  run_exactness({0, 1.0, 3, SpecSampling::coupled}, 200000);
+}
+TEST(VerifierSampling, CoupledJointMatchesWithTopKAndTopP) {
+  run_exactness({3, 0.8, 4, SpecSampling::coupled}, 200000);
 }
 
 TEST(VerifierGreedy, LongestMatchingPrefixThenTargetToken) {

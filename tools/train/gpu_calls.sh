@@ -125,7 +125,7 @@ case "$step" in
         --n-prompts "${BENCH_PROMPTS:-64}" -n 256 --chat --eos --device "$DEVICE" \
         --json "$PO/bench_spec_$name.json" >"$PO/logs/bench_spec_$name.log" 2>&1
       echo "bench_spec $name: exit $?"
-      grep -E "^\| |greedy mismatches" "$PO/logs/bench_spec_$name.log" | tail -n 4
+      grep -E "^\| |mismatches with plain" "$PO/logs/bench_spec_$name.log" | tail -n 4
     done
     pack "$KEEP/drafter"
     ;;

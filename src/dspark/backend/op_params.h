@@ -59,12 +59,23 @@ struct AttentionParams {
   float softcap = 0.0f;    // 0 = none; else scores = softcap * tanh(scores / softcap)
 };
 
+// How speculative decoding samples (ops/speculative.h, docs/spec-decoding.md):
+//   coupled: the token at each sequence position is the target's own sample there, drawn from
+//     Philox(seed, position) exactly as plain sampling draws it; a draft is accepted iff it equals
+//     that sample. The same seed gives the same text with speculation on and off.
+//   rejection: speculative sampling (accept with probability min(1, p/q), else resample from the
+//     residual): same distribution, higher acceptance when q is close to p, but the text depends on
+//     the drafts.
+enum class SpecSampling : uint8_t { coupled, rejection };
+
 // Logit processing and sampling (ops/sampling.h).
 struct SamplingParams {
   float temperature = 0.0f;  // 0 = greedy (argmax); must be >= 0
   int top_k = 0;             // 0 = off; keep the k most probable tokens
   float top_p = 1.0f;        // 1 = off; keep the smallest set whose mass reaches top_p
   float min_p = 0.0f;        // 0 = off; keep tokens with p >= min_p * p_max
+  // Speculative decoding only (the verifier and the drafters); plain sampling ignores it.
+  SpecSampling spec = SpecSampling::coupled;
   bool greedy() const { return temperature <= 0.0f; }
 };
 

@@ -13,10 +13,11 @@
 
 namespace dspark {
 
-// Uniform lanes used at a sequence position; plain sampling uses lane 0 (ops/speculative.h).
-inline constexpr int kLaneAccept = 1;    // the accept test of the draft at this position
-inline constexpr int kLaneResample = 2;  // the residual / bonus draw at this position
-inline constexpr int kLaneDraft = 3;     // a drafter's own sampling at this position
+// Uniform lanes used at a sequence position (ops/speculative.h).
+inline constexpr int kLaneSample = 0;    // the target's own sample: plain and coupled sampling
+inline constexpr int kLaneAccept = 1;    // rejection sampling: the accept test of the draft
+inline constexpr int kLaneResample = 2;  // rejection sampling: the residual / bonus draw
+inline constexpr int kLaneDraft = 3;     // rejection sampling: a drafter's own sampling
 
 struct Philox4 {
   uint32_t v[4];

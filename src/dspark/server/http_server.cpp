@@ -389,6 +389,7 @@ void HttpServer::start() {
           p.chat_eos_token_ids.end())
     p.chat_eos_token_ids.push_back(eos);
   p.default_sampling = default_sampling(m.defaults);
+  p.default_sampling.spec = s.config.spec_sampling;
   p.vocab_size = m.vocab_size;
   p.max_context = m.max_context;
 

@@ -27,6 +27,8 @@ struct ServerConfig {
   std::string model_name;  // the served model id; default: the model directory's name
   size_t max_body_bytes = size_t{32} << 20;
   int http_threads = 0;  // 0: max_batch + max_queue + 16 (one per in-flight request)
+  // Requests without "spec_sampling" use this (--spec-sampling).
+  SpecSampling spec_sampling = SpecSampling::coupled;
 };
 
 class HttpServer {

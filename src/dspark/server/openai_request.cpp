@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dspark/core/error.h"
+#include "dspark/engine/spec_sampling.h"
 #include "dspark/io/tokenizer.h"
 #include "dspark/io/utf8.h"
 #include "dspark/server/errors.h"
@@ -112,6 +113,15 @@ SamplingParams parse_sampling(const json& body, const SamplingParams& defaults) 
   if (auto m = number_field(body, "min_p")) {
     if (*m < 0 || *m > 1) throw bad_value("min_p", fmt::format("must be in [0, 1], got {}.", *m));
     p.min_p = static_cast<float>(*m);
+  }
+  if (const json* v = field(body, "spec_sampling")) {
+    if (!v->is_string()) throw wrong_type("spec_sampling", "a string", *v);
+    const std::optional<SpecSampling> mode = spec_sampling_from_name(v->get<std::string>());
+    if (!mode)
+      throw bad_value("spec_sampling",
+                      fmt::format("must be one of {}, got '{}'.", kSpecSamplingNames,
+                                  utf8::to_valid_lossy(v->get<std::string>().substr(0, 64))));
+    p.spec = *mode;
   }
   return p;
 }

@@ -120,7 +120,8 @@ void DraftModelSource::propose(Context& ctx, std::span<const ProposeRequest> req
         params[static_cast<size_t>(a)] = req.sampling;
         // The drafted token's sequence position: history.size() - 1 is the pending token's.
         const uint64_t position = r.history.size() + static_cast<uint64_t>(step);
-        u[static_cast<size_t>(a)] = philox_uniform(req.seed, position, kLaneDraft);
+        u[static_cast<size_t>(a)] =
+            philox_uniform(req.seed, position, draft_lane(req.sampling.spec));
       }
       Tensor probs = ensure_rows(step_probs_, DType::f32, m, vocab, ctx.device());
       process_logits(ctx, fo.logits, params, probs);

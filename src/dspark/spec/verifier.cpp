@@ -113,9 +113,9 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   Tensor p = ensure(probs_, DType::f32, rows * vocab, device).reshape(Shape{rows, vocab});
   process_logits(ctx, target_logits, row_params_, p);
 
-  // One packed upload: [tokens | indptr | positions | n_accepted | next_token], and the seeds,
-  // from host staging (8-byte aligned after the i32 part).
-  const int64_t n_index = n_drafts + 2 * n + 1;
+  // One packed upload: [tokens | indptr | positions | modes | n_accepted | next_token], and the
+  // seeds, from host staging (8-byte aligned after the i32 part).
+  const int64_t n_index = n_drafts + 3 * n + 1;
   const size_t seeds_at = (static_cast<size_t>(n_index) * sizeof(int32_t) + 7) / 8 * 8;
   if (upload_in_flight_) ctx.synchronize();  // a failed verify left its upload queued
   auto* staging = static_cast<char*>(upload_.get(device, seeds_at + seeds.size_bytes()));
@@ -124,6 +124,8 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   std::copy(proposal.tokens.begin(), proposal.tokens.begin() + n_drafts, host);
   std::copy(proposal.indptr.begin(), proposal.indptr.begin() + n + 1, host + n_drafts);
   std::copy(positions.begin(), positions.end(), host + n_drafts + n + 1);
+  for (int64_t i = 0; i < n; ++i)
+    host[n_drafts + 2 * n + 1 + i] = static_cast<int32_t>(params[static_cast<size_t>(i)].spec);
   std::copy(seeds.begin(), seeds.end(), reinterpret_cast<uint64_t*>(staging + seeds_at));
   Tensor packed = ensure(packed_, DType::i32, n_index + 2 * n, device);
   ctx.copy_async(packed.data(), host, static_cast<size_t>(n_index) * sizeof(int32_t));
@@ -140,8 +142,9 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   Tensor tokens = take(n_drafts);
   Tensor indptr = take(n + 1);
   Tensor pos = take(n);
+  Tensor modes = take(n);
   Tensor out = take(2 * n);
-  speculative_accept(ctx, p, proposal.q, tokens, indptr, seed_t, pos, out.slice(0, 0, n),
+  speculative_accept(ctx, p, proposal.q, tokens, indptr, seed_t, pos, modes, out.slice(0, 0, n),
                      out.slice(0, n, 2 * n));
   const int32_t* result = read_back(ctx, out);  // the round's one device read
   r.n_accepted.assign(result, result + n);

@@ -1,8 +1,9 @@
 // The lossless verifier: one pure function of (target logits, drafts, draft distributions,
 // sampling parameters, seeds, positions) -> (accepted count, next token) per request, on the CPU
 // or CUDA. Greedy requests accept the longest prefix of drafts equal to the target's argmax and
-// then emit the target's own argmax; sampled requests use speculative sampling
-// (ops/speculative.h), so emitted tokens are distributed exactly as the target's.
+// then emit the target's own argmax; sampled requests use coupled or rejection speculative
+// sampling (SamplingParams::spec, ops/speculative.h), so emitted tokens are distributed exactly as
+// the target's (coupled: they are the tokens plain sampling with the same seed emits).
 // The Verifier object only caches device workspace and host staging between calls.
 #pragma once
 

@@ -60,7 +60,7 @@ int paged_attention_splits(const Context& ctx, int64_t n_tokens, int64_t n_heads
                            int64_t page_size);
 void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Tensor& draft_tokens,
                         const Tensor& draft_indptr, const Tensor& seeds, const Tensor& positions,
-                        const Tensor& n_accepted, const Tensor& next_token);
+                        const Tensor& modes, const Tensor& n_accepted, const Tensor& next_token);
 
 void sigmoid_gate(Context& ctx, const Tensor& gate, const Tensor& x, const Tensor& out);
 void rnn_head_cell(Context& ctx, const Tensor& proj, const Tensor& state, const Tensor& out);

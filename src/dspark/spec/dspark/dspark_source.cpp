@@ -405,8 +405,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
       const ProposeRequest& q = requests[active[static_cast<size_t>(a)]];
       // Draft s sits at sequence position P + 1 + s (P: the pending token's position).
       for (int64_t s = 0; s < S; ++s) {
-        const float u =
-            philox_uniform(q.seed, static_cast<uint64_t>(lengths[a] + 1 + s), kLaneDraft);
+        const float u = philox_uniform(q.seed, static_cast<uint64_t>(lengths[a] + 1 + s),
+                                       draft_lane(q.sampling.spec));
         std::memcpy(&uniform_bits[static_cast<size_t>(s * R + a)], &u, sizeof(float));
       }
     }

@@ -14,8 +14,8 @@
 // the first draft position k > 0 whose confidence sigmoid(logit_k) < t_k (position 0 is never
 // pruned).
 // Sampled rows keep q = process_logits(z_k, request params) for the verifier and draw with
-// philox_uniform(seed, position of the drafted token, kLaneDraft); greedy-only rounds leave
-// Proposal::q undefined.
+// philox_uniform(seed, position of the drafted token, draft_lane(params.spec)) (the target's own
+// uniform for coupled rows); greedy-only rounds leave Proposal::q undefined.
 // Capacity: a commit that does not fit the drafter's KV cache throws out_of_memory; a round whose
 // blocks do not fit proposes nothing (counted in DSparkStats::n_kv_full).
 // CUDA graphs: while the target's graphs are on (Model::cuda_graphs), greedy rounds on CUDA are

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include "dspark/backend/cpu/float_io.h"
+#include "dspark/backend/cpu/inverse_cdf.h"
 #include "dspark/backend/cpu/kernels.h"
 #include "dspark/core/philox.h"
 #include "dspark/core/thread_pool.h"
@@ -105,23 +106,6 @@ void process_row(const T* raw, float* z, int64_t v, const SamplingParams& sp, fl
   for (int64_t i = 0; i < v; ++i) probs[i] = static_cast<float>(probs[i] / sum_kept);
 }
 
-// Inverse-CDF draw: the first index whose cumulative (double) probability exceeds u * total.
-int32_t draw_index(const float* probs, int64_t v, float u) {
-  double total = 0.0;
-  for (int64_t i = 0; i < v; ++i)
-    if (probs[i] > 0.0f) total += probs[i];
-  const double target = static_cast<double>(u) * total;
-  double cum = 0.0;
-  int64_t last = -1;
-  for (int64_t i = 0; i < v; ++i) {
-    if (!(probs[i] > 0.0f)) continue;
-    cum += probs[i];
-    last = i;
-    if (cum > target) return static_cast<int32_t>(i);
-  }
-  return static_cast<int32_t>(last < 0 ? 0 : last);
-}
-
 const SamplingParams& params_of(std::span<const SamplingParams> params, int64_t r) {
   return params[params.size() == 1 ? 0 : static_cast<size_t>(r)];
 }
@@ -171,7 +155,7 @@ void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> 
         }
         process_row(raw, z, v, sp, probs, work);
         const size_t i = static_cast<size_t>(r);
-        out[r] = draw_index(probs, v, philox_uniform(seeds[i], counters[i], 0));
+        out[r] = draw_index(probs, v, philox_uniform(seeds[i], counters[i], kLaneSample));
       }
     });
   });

@@ -15,6 +15,7 @@
 #include <cfloat>
 
 #include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/inverse_cdf.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
@@ -23,7 +24,7 @@
 namespace dspark::cuda {
 namespace {
 
-constexpr int kThreads = 512;
+constexpr int kThreads = device::kDrawThreads;
 constexpr int kWays = 16;
 
 // SamplingParams as the device reads them.
@@ -53,11 +54,7 @@ struct Shared {
   double d[32 * kWays];
   int i[32 * kWays];
   float f[32];
-  double part[kThreads];
-  int64_t owner;
-  double base;
-  double target;
-  int32_t token;
+  device::InverseCdfShared<kThreads> draw;
 };
 
 // Order-preserving key of a float (-0 and +0 share a key; NaN is never passed).
@@ -128,70 +125,6 @@ __device__ int32_t row_argmax(const T* x, int64_t n, Shared& sh) {
   }
   device::block_argmax(best, best_i, sh.f, sh.i);
   return best_i == INT32_MAX ? 0 : best_i;
-}
-
-// Inverse-CDF draw over q[0, n) with uniform u (entries <= 0 or NaN count as 0): the first i whose
-// cumulative sum exceeds u * total; the last positive entry if rounding leaves none; 0 if none is
-// positive. Thread t owns the contiguous chunk [t * chunk, (t + 1) * chunk): chunk sums, a serial
-// exclusive scan over the chunks, then the owning thread rescans its chunk with the same partial
-// sums it reduced (so its chunk provably contains the crossing).
-__device__ int32_t draw_index(const float* q, int64_t n, float u, Shared& sh) {
-  const int64_t chunk = (n + blockDim.x - 1) / blockDim.x;
-  const int64_t lo = threadIdx.x * chunk, hi = min(n, lo + chunk);
-  double local = 0.0;
-  int64_t last_positive = -1;
-  for (int64_t i = lo; i < hi; ++i) {
-    const float v = q[i];
-    if (v > 0.0f) {
-      local += v;
-      last_positive = i;
-    }
-  }
-  __syncthreads();
-  sh.part[threadIdx.x] = local;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (unsigned t = 0; t < blockDim.x; ++t) total += sh.part[t];
-    const double target = static_cast<double>(u) * total;
-    double acc = 0.0;
-    sh.owner = -1;
-    for (unsigned t = 0; t < blockDim.x; ++t) {
-      const double next = acc + sh.part[t];
-      if (next > target) {
-        sh.owner = t;
-        sh.base = acc;
-        break;
-      }
-      acc = next;
-    }
-    sh.target = target;
-    sh.token = -1;
-  }
-  __syncthreads();
-  if (static_cast<int64_t>(threadIdx.x) == sh.owner) {
-    double partial = 0.0;  // the same additions, in the same order, as `local`
-    for (int64_t i = lo; i < hi; ++i) {
-      const float v = q[i];
-      if (!(v > 0.0f)) continue;
-      partial += v;
-      if (sh.base + partial > sh.target) {
-        sh.token = static_cast<int32_t>(i);
-        break;
-      }
-    }
-  }
-  __syncthreads();
-  if (sh.token >= 0) return sh.token;
-  // Fallback: the last positive entry (block max of each chunk's last positive index).
-  int idx = static_cast<int>(last_positive);
-  for (int offset = 16; offset > 0; offset >>= 1)
-    idx = max(idx, __shfl_xor_sync(device::kFullMask, idx, offset));
-  if ((threadIdx.x & 31) == 0) sh.i[threadIdx.x >> 5] = idx;
-  __syncthreads();
-  int best = -1;
-  for (unsigned w = 0; w < (blockDim.x + 31) / 32; ++w) best = max(best, sh.i[w]);
-  return best < 0 ? 0 : best;
 }
 
 // Writes one-hot(index) into out[0, n).
@@ -277,8 +210,8 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs<T> a) {
 
   if constexpr (kSample) {
     __syncthreads();  // the draw reads entries written by other threads
-    const float u = philox_uniform(a.seeds[row], a.counters[row], 0);
-    const int32_t token = draw_index(out, n, u, sh);
+    const float u = philox_uniform(a.seeds[row], a.counters[row], kLaneSample);
+    const int32_t token = device::draw_index(out, n, u, sh.draw);
     if (threadIdx.x == 0) a.tokens[row] = token;
   }
 }
@@ -293,8 +226,8 @@ struct DrawArgs {
 
 __global__ void __launch_bounds__(kThreads) sample_from_probs_kernel(DrawArgs a) {
   __shared__ Shared sh;
-  const int32_t token =
-      draw_index(a.probs + blockIdx.x * a.probs_stride, a.vocab, a.uniforms[blockIdx.x], sh);
+  const int32_t token = device::draw_index(a.probs + blockIdx.x * a.probs_stride, a.vocab,
+                                           a.uniforms[blockIdx.x], sh.draw);
   if (threadIdx.x == 0) a.tokens[blockIdx.x] = token;
 }
 

@@ -1,19 +1,22 @@
 // CUDA kernel of the speculative accept/resample step (contract: ops/speculative.h).
-// One CTA per request row: the accept tests are scalar and sequential over the row's drafts; the
-// residual / bonus draw is a block-wide inverse CDF (segment sums in double, exclusive scan over
-// threads, then a sequential scan inside the one segment that holds the target).
+// One CTA per request row. Coupled rows draw the target's sample at each position with the block
+// draw of plain sampling (device/inverse_cdf.cuh, same block size: the same token as sample()).
+// Rejection rows: the accept tests are scalar and sequential over the row's drafts; the residual /
+// bonus draw is a block-wide inverse CDF (segment sums in double, exclusive scan over threads,
+// then a sequential scan inside the one segment that holds the target).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "dspark/backend/cuda/check.h"
+#include "dspark/backend/cuda/device/inverse_cdf.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/core/philox.h"
 
 namespace dspark::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = device::kDrawThreads;
 
 struct AcceptParams {
   const float* p;
@@ -22,6 +25,7 @@ struct AcceptParams {
   const int32_t* draft_indptr;
   const int64_t* seeds;
   const int32_t* positions;
+  const int32_t* modes;  // SpecSampling per row
   int32_t* n_accepted;
   int32_t* next_token;
   int64_t vocab;
@@ -105,12 +109,34 @@ __device__ int32_t block_draw(const float* p, const float* q, int32_t onehot, in
   return s_pick;
 }
 
-__global__ void accept_kernel(AcceptParams a) {
+// A coupled row: the target's own sample at each position decides.
+__device__ void accept_coupled(const AcceptParams& a, int r, int64_t d0, int64_t k, int64_t p0,
+                               uint64_t seed) {
+  __shared__ device::InverseCdfShared<kThreads> sh;
+  for (int64_t j = 0; j <= k; ++j) {
+    const uint64_t counter = static_cast<uint64_t>(a.positions[r] + j);
+    const float u = philox_uniform(seed, counter, kLaneSample);
+    const int32_t t = device::draw_index(a.p + (p0 + j) * a.vocab, a.vocab, u, sh);
+    if (j == k || a.draft_tokens[d0 + j] != t) {
+      if (threadIdx.x == 0) {
+        a.n_accepted[r] = static_cast<int32_t>(j);
+        a.next_token[r] = t;
+      }
+      return;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) accept_kernel(AcceptParams a) {
   const int r = blockIdx.x;
   const int64_t d0 = a.draft_indptr[r];
   const int64_t k = a.draft_indptr[r + 1] - d0;
   const int64_t p0 = d0 + r;
   const uint64_t seed = static_cast<uint64_t>(a.seeds[r]);
+  if (a.modes[r] == static_cast<int32_t>(SpecSampling::coupled)) {
+    accept_coupled(a, r, d0, k, p0, seed);
+    return;
+  }
   int64_t j = 0;
   for (; j < k; ++j) {
     const int32_t x = a.draft_tokens[d0 + j];
@@ -142,7 +168,7 @@ __global__ void accept_kernel(AcceptParams a) {
 
 void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Tensor& draft_tokens,
                         const Tensor& draft_indptr, const Tensor& seeds, const Tensor& positions,
-                        const Tensor& n_accepted, const Tensor& next_token) {
+                        const Tensor& modes, const Tensor& n_accepted, const Tensor& next_token) {
   AcceptParams a{};
   a.p = p.data_as<float>();
   a.q = q.defined() ? q.data_as<float>() : nullptr;
@@ -150,6 +176,7 @@ void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Te
   a.draft_indptr = draft_indptr.data_as<int32_t>();
   a.seeds = seeds.data_as<int64_t>();
   a.positions = positions.data_as<int32_t>();
+  a.modes = modes.data_as<int32_t>();
   a.n_accepted = n_accepted.data_as<int32_t>();
   a.next_token = next_token.data_as<int32_t>();
   a.vocab = p.size(1);
