@@ -9,6 +9,8 @@
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
 #include "dspark/core/error.h"
+#include "dspark/io/safetensors.h"
+#include "dspark/model/config.h"
 #include "dspark/ops/moe.h"
 
 namespace dspark {
@@ -126,6 +128,33 @@ TEST(OpsMoe, CombineIsTheWeightedSumOfTheSlots) {
               e[static_cast<size_t>(slots[static_cast<size_t>(r * k + j)] * h + c)];
     EXPECT_LE(test::max_abs_error(to_f32_vector(out.view()), ref), 1e-6);
   }
+}
+
+// The router logits transformers computed on the qwen3_moe fixture's prompts
+// (tools/goldens/make_goldens.py) routed by moe_route: the same experts in the same order, and
+// the same weights.
+TEST(OpsMoe, RouteMatchesTransformersOnTheGoldenFixture) {
+  const auto dir = test::data_dir() / "models" / "qwen3_moe";
+  if (!std::filesystem::exists(dir / "goldens.safetensors")) GTEST_SKIP() << "no qwen3_moe";
+  const ModelConfig c = load_model_config(dir);
+  const SafeTensors gold = SafeTensors::open(dir / "goldens.safetensors");
+  Context ctx(Device::cpu());
+  int checked = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (int l = 0; l < c.num_layers; ++l) {
+      const std::string p = fmt::format("p{}.router{}.", i, l);
+      ASSERT_EQ(gold.contains(p + "logits"), static_cast<bool>(c.layer_moe[static_cast<size_t>(l)]))
+          << p;
+      if (!gold.contains(p + "logits")) continue;
+      const Routed got =
+          route(ctx, gold.get(p + "logits"), c.num_experts_per_tok, c.norm_topk_prob);
+      EXPECT_EQ(got.ids, to_vector<int32_t>(gold.get(p + "ids"))) << p;
+      EXPECT_LE(test::max_abs_error(got.weights, to_vector<float>(gold.get(p + "weights"))), 1e-6)
+          << p;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 9);  // 3 prompts x 3 MoE layers
 }
 
 TEST(OpsMoe, RefusesBadArguments) {
