@@ -78,12 +78,8 @@ std::vector<float> all_logits(Model& model, Context& ctx, const std::vector<int3
   return to_vector<float>(out.logits);
 }
 
-TEST(GgufModel, TinyLlamaConfigFromMetadata) {
-  const GgufFile g = GgufFile::open(gguf_dir() / "tiny_llama.gguf");
-  const ModelConfig c = gguf_model_config(g);
-  const ModelConfig hf = load_model_config(test::data_dir() / "models" / "llama3");
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.num_layers, 1);
+// The hyper-parameters a GGUF config shares with the Hugging Face one it was converted from.
+void expect_same_hyper_parameters(const ModelConfig& c, const ModelConfig& hf) {
   EXPECT_EQ(c.vocab_size, hf.vocab_size);
   EXPECT_EQ(c.hidden_size, hf.hidden_size);
   EXPECT_EQ(c.intermediate_size, hf.intermediate_size);
@@ -95,6 +91,15 @@ TEST(GgufModel, TinyLlamaConfigFromMetadata) {
   EXPECT_EQ(c.max_position_embeddings, hf.max_position_embeddings);
   EXPECT_EQ(c.tie_word_embeddings, hf.tie_word_embeddings);
   EXPECT_EQ(c.eos_token_ids, hf.eos_token_ids);
+}
+
+TEST(GgufModel, TinyLlamaConfigFromMetadata) {
+  const GgufFile g = GgufFile::open(gguf_dir() / "tiny_llama.gguf");
+  const ModelConfig c = gguf_model_config(g);
+  const ModelConfig hf = load_model_config(test::data_dir() / "models" / "llama3");
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.num_layers, 1);
+  expect_same_hyper_parameters(c, hf);
 }
 
 TEST(GgufModel, TinyLlamaLogitsMatchSafetensorsLoad) {
@@ -138,19 +143,12 @@ TEST(GgufModel, TinyQwen3MoeConfigFromMetadata) {
   EXPECT_EQ(c.architecture, "Qwen3MoeForCausalLM");
   EXPECT_TRUE(c.qk_norm);
   EXPECT_EQ(c.num_layers, hf.num_layers);
-  EXPECT_EQ(c.vocab_size, hf.vocab_size);
-  EXPECT_EQ(c.hidden_size, hf.hidden_size);
-  EXPECT_EQ(c.intermediate_size, hf.intermediate_size);
-  EXPECT_EQ(c.num_heads, hf.num_heads);
-  EXPECT_EQ(c.num_kv_heads, hf.num_kv_heads);
-  EXPECT_EQ(c.head_dim, hf.head_dim);
-  EXPECT_EQ(c.rope_theta, hf.rope_theta);
+  expect_same_hyper_parameters(c, hf);
   EXPECT_EQ(c.num_experts, hf.num_experts);
   EXPECT_EQ(c.num_experts_per_tok, hf.num_experts_per_tok);
   EXPECT_EQ(c.moe_intermediate_size, hf.moe_intermediate_size);
   EXPECT_EQ(c.norm_topk_prob, hf.norm_topk_prob);
   EXPECT_EQ(c.layer_moe, hf.layer_moe);
-  EXPECT_EQ(c.eos_token_ids, hf.eos_token_ids);
 }
 
 TEST(GgufModel, TinyQwen3MoeLogitsMatchSafetensorsLoad) {

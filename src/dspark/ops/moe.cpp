@@ -23,15 +23,20 @@ void check_choices(const char* op, const char* name, const Tensor& t, DType dtyp
   check_on_device(op, name, t, ctx);
 }
 
+// A 2-D float tensor with contiguous rows on ctx's device.
+void check_float_rows(const char* op, const char* name, const Tensor& t, const Context& ctx) {
+  check_rank(op, name, t, 2);
+  check_float(op, name, t);
+  check_rows_contiguous(op, name, t);
+  check_on_device(op, name, t, ctx);
+}
+
 }  // namespace
 
 void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
                const Tensor& weights) {
   constexpr const char* kOp = "moe_route";
-  check_rank(kOp, "logits", logits, 2);
-  check_float(kOp, "logits", logits);
-  check_rows_contiguous(kOp, "logits", logits);
-  check_on_device(kOp, "logits", logits, ctx);
+  check_float_rows(kOp, "logits", logits, ctx);
   check_rank(kOp, "ids", ids, 2);
   const int64_t n = logits.size(0), experts = logits.size(1), k = ids.size(1);
   DSPARK_CHECK(k >= 1 && k <= experts, "{}: top-k {} must be in [1, {}] (the number of experts)",
@@ -49,14 +54,8 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out) {
   constexpr const char* kOp = "moe_combine";
-  check_rank(kOp, "expert_out", expert_out, 2);
-  check_float(kOp, "expert_out", expert_out);
-  check_rows_contiguous(kOp, "expert_out", expert_out);
-  check_on_device(kOp, "expert_out", expert_out, ctx);
-  check_rank(kOp, "out", out, 2);
-  check_float(kOp, "out", out);
-  check_rows_contiguous(kOp, "out", out);
-  check_on_device(kOp, "out", out, ctx);
+  check_float_rows(kOp, "expert_out", expert_out, ctx);
+  check_float_rows(kOp, "out", out, ctx);
   check_rank(kOp, "slots", slots, 2);
   const int64_t n = out.size(0), k = slots.size(1);
   DSPARK_CHECK(out.size(1) == expert_out.size(1), "{}: out has {} columns, expert_out {}", kOp,
