@@ -1,4 +1,5 @@
 // dspark info: the config summary of a model directory (no weights are loaded).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -43,11 +44,16 @@ int run_info(const InfoArgs& a) {
       gguf ? gguf_model_config(GgufFile::open(*gguf)) : load_model_config(a.model_dir);
   const GenerationDefaults g = load_generation_defaults(a.model_dir);
   const bool supported = find_architecture(c.architecture) != nullptr;
+  // Per layer: attention, then a dense MLP or, in a MoE layer, the router and every expert.
+  const int moe_layers = static_cast<int>(std::count(c.layer_moe.begin(), c.layer_moe.end(), true));
+  const int64_t expert_params = 3LL * c.hidden_size * c.moe_intermediate_size;
   const int64_t params_est =
       2LL * c.vocab_size * c.hidden_size / (c.tie_word_embeddings ? 2 : 1) +
-      static_cast<int64_t>(c.num_layers) * (static_cast<int64_t>(c.hidden_size) * c.head_dim *
-                                                (2 * c.num_heads + 2 * c.num_kv_heads) +
-                                            3LL * c.hidden_size * c.intermediate_size);
+      static_cast<int64_t>(c.num_layers) * static_cast<int64_t>(c.hidden_size) * c.head_dim *
+          (2 * c.num_heads + 2 * c.num_kv_heads) +
+      static_cast<int64_t>(c.num_layers - moe_layers) * 3LL * c.hidden_size * c.intermediate_size +
+      static_cast<int64_t>(moe_layers) *
+          (static_cast<int64_t>(c.num_experts) * (c.hidden_size + expert_params));
   if (a.json) {
     nlohmann::json j = {{"architecture", c.architecture},
                         {"supported", supported},
@@ -68,7 +74,12 @@ int run_info(const InfoArgs& a) {
                         {"layer_window", c.layer_window},
                         {"torch_dtype", dtype_name(c.torch_dtype)},
                         {"eos_token_ids", c.eos_token_ids},
-                        {"parameters_estimate", params_est}};
+                        {"parameters_estimate", params_est},
+                        {"num_experts", c.num_experts},
+                        {"num_experts_per_tok", c.num_experts_per_tok},
+                        {"moe_intermediate_size", c.moe_intermediate_size},
+                        {"norm_topk_prob", c.norm_topk_prob},
+                        {"moe_layers", moe_layers}};
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
@@ -87,6 +98,11 @@ int run_info(const InfoArgs& a) {
   fmt::print("sliding_window     {}\n", windows_summary(c.layer_window));
   fmt::print("tied_embeddings    {}\n", c.tie_word_embeddings);
   fmt::print("qkv_bias / qk_norm {} / {}\n", c.attention_bias, c.qk_norm);
+  if (moe_layers > 0) {
+    fmt::print("experts            {} of width {}, top-{}{}, in {} of {} layers\n", c.num_experts,
+               c.moe_intermediate_size, c.num_experts_per_tok,
+               c.norm_topk_prob ? " renormalised" : "", moe_layers, c.num_layers);
+  }
   fmt::print("torch_dtype        {}\n", dtype_name(c.torch_dtype));
   fmt::print("eos_token_ids      [{}]\n", fmt::join(c.eos_token_ids, ", "));
   auto opt = [](double v) { return v < 0 ? std::string("unset") : fmt::format("{}", v); };

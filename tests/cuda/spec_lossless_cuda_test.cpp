@@ -24,7 +24,8 @@ TEST_P(CudaSpecLossless, CoupledSamplingEqualsPlainSampling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaSpecLossless,
-                         ::testing::Values("llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral"));
+                         ::testing::Values("llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral",
+                                           "qwen3_moe"));
 
 }  // namespace
 }  // namespace dspark

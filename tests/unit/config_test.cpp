@@ -238,6 +238,57 @@ TEST(ModelConfig, MistralSlidingWindowAndDefaults) {
   EXPECT_EQ(parse_model_config(j).head_dim, 8);
 }
 
+// Qwen3MoeConfig's defaults and the MoE layer rule: experts where l is not in mlp_only_layers and
+// (l + 1) % decoder_sparse_step == 0.
+TEST(ModelConfig, Qwen3MoeExpertsAndLayers) {
+  json j = base("Qwen3MoeForCausalLM");
+  ModelConfig c = parse_model_config(j);
+  EXPECT_EQ(c.model_type, "qwen3_moe");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 16);  // no head_dim default: hidden / heads
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate_size, 768);
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.layer_moe, std::vector<bool>(4, true));
+  EXPECT_EQ(c.layer_window, std::vector<int>(4, 0));
+
+  j["num_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 32;
+  j["norm_topk_prob"] = true;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 16;
+  c = parse_model_config(j);
+  EXPECT_EQ(c.num_experts, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_EQ(c.moe_intermediate_size, 32);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, false, false}));
+  EXPECT_EQ(c.layer_window, std::vector<int>(4, 16));  // every layer (Qwen3-MoE's rule)
+
+  // transformers >= 5.2x writes the count as num_local_experts.
+  j.erase("num_experts");
+  j["num_local_experts"] = 6;
+  EXPECT_EQ(parse_model_config(j).num_experts, 6);
+  // A dense architecture ignores the expert keys.
+  EXPECT_EQ(parse_model_config(base("Qwen3ForCausalLM")).num_experts, 0);
+
+  j["num_experts_per_tok"] = 7;
+  expect_error([&] { parse_model_config(j); }, ErrorKind::io,
+               {"num_experts_per_tok (7)", "num_experts (6)"});
+  j["num_experts_per_tok"] = 2;
+  j["mlp_only_layers"] = {4};
+  expect_error([&] { parse_model_config(j); }, ErrorKind::io, {"mlp_only_layers", "4"});
+  j["mlp_only_layers"] = "all";
+  expect_error([&] { parse_model_config(j); }, ErrorKind::io, {"mlp_only_layers"});
+  j["mlp_only_layers"] = json::array();
+  j["decoder_sparse_step"] = 0;
+  expect_error([&] { parse_model_config(j); }, ErrorKind::io, {"decoder_sparse_step"});
+}
+
 TEST(ModelConfig, LlamaDefaultsAndIdForms) {
   json j = base("LlamaForCausalLM");
   j.erase("num_key_value_heads");

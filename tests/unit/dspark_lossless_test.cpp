@@ -1,6 +1,7 @@
 // Greedy losslessness of the block drafter through engine/speculative.h on the CPU (f32): the
-// tiny qwen3 / llama3 targets, every layout, gamma in {4, 7, 16}, with and without confidence
-// thresholds, six prompts batched (see unit/dspark_drafter_testing.h).
+// tiny qwen3 / llama3 targets, every layout (and the qwen3_moe target with two of them), gamma in
+// {4, 7, 16}, with and without confidence thresholds, six prompts batched (see
+// unit/dspark_drafter_testing.h).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -34,6 +35,9 @@ std::vector<test::LosslessCase> cases() {
       }
   out.push_back({"qwen3", "specforge", "gated", 7, true});
   out.push_back({"llama3", "specforge", "rnn", 7, true});
+  // A mixture-of-experts target (its taps come from layers with and without experts).
+  out.push_back({"qwen3_moe", "deepspec", "vanilla", 7, true});
+  out.push_back({"qwen3_moe", "dflash", "none", 16, false});
   return out;
 }
 

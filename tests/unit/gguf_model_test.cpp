@@ -12,13 +12,18 @@
 //     activations in every product compounds over 30 layers: 1.3-4.8% measured).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
 #include "dspark/core/error.h"
+#include "dspark/core/quant_encode.h"
 #include "dspark/io/gguf.h"
+#include "dspark/io/gguf_writer.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/gguf_model.h"
@@ -73,12 +78,8 @@ std::vector<float> all_logits(Model& model, Context& ctx, const std::vector<int3
   return to_vector<float>(out.logits);
 }
 
-TEST(GgufModel, TinyLlamaConfigFromMetadata) {
-  const GgufFile g = GgufFile::open(gguf_dir() / "tiny_llama.gguf");
-  const ModelConfig c = gguf_model_config(g);
-  const ModelConfig hf = load_model_config(test::data_dir() / "models" / "llama3");
-  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
-  EXPECT_EQ(c.num_layers, 1);
+// The hyper-parameters a GGUF config shares with the Hugging Face one it was converted from.
+void expect_same_hyper_parameters(const ModelConfig& c, const ModelConfig& hf) {
   EXPECT_EQ(c.vocab_size, hf.vocab_size);
   EXPECT_EQ(c.hidden_size, hf.hidden_size);
   EXPECT_EQ(c.intermediate_size, hf.intermediate_size);
@@ -90,6 +91,15 @@ TEST(GgufModel, TinyLlamaConfigFromMetadata) {
   EXPECT_EQ(c.max_position_embeddings, hf.max_position_embeddings);
   EXPECT_EQ(c.tie_word_embeddings, hf.tie_word_embeddings);
   EXPECT_EQ(c.eos_token_ids, hf.eos_token_ids);
+}
+
+TEST(GgufModel, TinyLlamaConfigFromMetadata) {
+  const GgufFile g = GgufFile::open(gguf_dir() / "tiny_llama.gguf");
+  const ModelConfig c = gguf_model_config(g);
+  const ModelConfig hf = load_model_config(test::data_dir() / "models" / "llama3");
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.num_layers, 1);
+  expect_same_hyper_parameters(c, hf);
 }
 
 TEST(GgufModel, TinyLlamaLogitsMatchSafetensorsLoad) {
@@ -121,6 +131,114 @@ TEST(GgufModel, TinyLlamaLogitsMatchSafetensorsLoad) {
   // GGUF row 2i+s holds HF row s*8+i: HF row 1 (s=0, i=1) comes from GGUF row 2.
   EXPECT_EQ(rows[1], 2.0f);
   EXPECT_EQ(rows[8], 1.0f);
+}
+
+// tests/data/gguf/tiny_qwen3_moe.gguf: the qwen3_moe golden fixture in llama.cpp's qwen3moe
+// layout (tools/gguf/make_fixtures.py): stacked expert tensors, a router per MoE layer, layer 1
+// dense.
+TEST(GgufModel, TinyQwen3MoeConfigFromMetadata) {
+  const GgufFile g = GgufFile::open(gguf_dir() / "tiny_qwen3_moe.gguf");
+  const ModelConfig c = gguf_model_config(g);
+  const ModelConfig hf = load_model_config(test::data_dir() / "models" / "qwen3_moe");
+  EXPECT_EQ(c.architecture, "Qwen3MoeForCausalLM");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.num_layers, hf.num_layers);
+  expect_same_hyper_parameters(c, hf);
+  EXPECT_EQ(c.num_experts, hf.num_experts);
+  EXPECT_EQ(c.num_experts_per_tok, hf.num_experts_per_tok);
+  EXPECT_EQ(c.moe_intermediate_size, hf.moe_intermediate_size);
+  EXPECT_EQ(c.norm_topk_prob, hf.norm_topk_prob);
+  EXPECT_EQ(c.layer_moe, hf.layer_moe);
+}
+
+TEST(GgufModel, TinyQwen3MoeLogitsMatchSafetensorsLoad) {
+  Context ctx(Device::cpu());
+  const auto dir = test::data_dir() / "models" / "qwen3_moe";
+  const GgufFile g = GgufFile::open(gguf_dir() / "tiny_qwen3_moe.gguf");
+  const ModelConfig config = load_model_config(dir);
+  const SafeTensors st = SafeTensors::open(dir);
+  const GgufWeights names(g, gguf_model_config(g));
+  // Each expert is its own slice of the stacked tensor.
+  EXPECT_EQ(names.gguf_name("model.layers.2.mlp.experts.5.up_proj.weight"),
+            "blk.2.ffn_up_exps.weight");
+  EXPECT_EQ(names.shape_of("model.layers.2.mlp.experts.5.down_proj.weight"),
+            (Shape{config.hidden_size, config.moe_intermediate_size}));
+  EXPECT_FALSE(names.contains("model.layers.1.mlp.experts.0.up_proj.weight"));  // dense layer
+  auto reference = create_model(config, RoundedLikeGguf(st, g, names), Device::cpu(), DType::f32);
+  auto model = load_model(gguf_dir() / "tiny_qwen3_moe.gguf", Device::cpu(), DType::f32);
+  // The fixture's longest golden prompt (74 tokens).
+  const std::vector<int32_t> tokens =
+      to_vector<int32_t>(SafeTensors::open(dir / "goldens.safetensors").get("p2.tokens"));
+  const std::vector<float> want = all_logits(*reference, ctx, tokens);
+  const std::vector<float> got = all_logits(*model, ctx, tokens);
+  const double err = test::relative_rms_error(got, want);
+  std::cout << "[tiny qwen3 moe gguf vs safetensors] rel RMS " << err << "\n";
+  EXPECT_LE(err, 1e-5);
+}
+
+// A weight source that hides block-quantized storage: every weight dequantized.
+class DequantizedOnly final : public WeightSource {
+ public:
+  explicit DequantizedOnly(const WeightSource& w) : w_(w) {}
+  bool contains(const std::string& name) const override { return w_.contains(name); }
+  Tensor get(const std::string& name) const override { return w_.get(name); }
+  Shape shape_of(const std::string& name) const override { return w_.shape_of(name); }
+  std::string origin() const override { return w_.origin(); }
+
+ private:
+  const WeightSource& w_;
+};
+
+// tiny_qwen3_moe.gguf with every stacked expert tensor re-encoded as Q8_0 (written here with
+// dspark's encoder and writer): each expert's blocks are its slice of the stacked tensor, and the
+// model that keeps them as blocks matches the one given the same weights dequantized, up to the
+// 8-bit rounding of activations that block-quantized linear does (ops/matmul.h).
+TEST(GgufModel, TinyQwen3MoeQuantizedExperts) {
+  const GgufFile src = GgufFile::open(gguf_dir() / "tiny_qwen3_moe.gguf");
+  const std::vector<std::pair<std::string, GgufValue>> meta(src.metadata().begin(),
+                                                            src.metadata().end());
+  std::vector<GgufTensorOut> outs;
+  for (const GgufTensorInfo& t : src.tensors()) {
+    const bool experts = t.name.ends_with("_exps.weight");
+    outs.push_back({t.name, experts ? GgmlType::q8_0 : t.type, t.shape});
+  }
+  const auto path = std::filesystem::temp_directory_path() /
+                    fmt::format("dspark_tiny_qwen3_moe_q8_{}.gguf", ::getpid());
+  write_gguf(path, meta, outs, [&](size_t i, uint8_t* dst) {
+    const GgufTensorInfo& t = src.tensors()[i];
+    if (outs[i].type == GgmlType::q8_0) {
+      const std::vector<float> v = src.dequantize(t.name);
+      quantize_blocks(QuantType::q8_0, v.data(), t.numel / 32, dst);
+    } else {
+      std::memcpy(dst, src.data(t), t.bytes);
+    }
+  });
+  const GgufFile q = GgufFile::open(path);
+  std::filesystem::remove(path);  // the mapping stays valid
+  const ModelConfig config = gguf_model_config(q);
+  const GgufWeights weights(q, config);
+  for (const std::string name : {"model.layers.0.mlp.experts.0.gate_proj.weight",
+                                 "model.layers.2.mlp.experts.5.up_proj.weight",
+                                 "model.layers.3.mlp.experts.7.down_proj.weight"}) {
+    const std::optional<QuantizedView> v = weights.get_quantized(name);
+    ASSERT_TRUE(v.has_value()) << name;
+    EXPECT_EQ(v->quant, QuantType::q8_0);
+    EXPECT_EQ((Shape{v->n, v->k}), weights.shape_of(name));
+    std::vector<float> from_blocks(static_cast<size_t>(v->n * v->k));
+    dequantize_to_f32(GgmlType::q8_0, static_cast<const uint8_t*>(v->blocks.data()), v->n * v->k,
+                      from_blocks.data(), name);
+    EXPECT_EQ(from_blocks, to_vector<float>(weights.get(name))) << name;
+  }
+  Context ctx(Device::cpu());
+  auto blocks = create_model(config, weights, Device::cpu(), DType::f32);
+  auto dense = create_model(config, DequantizedOnly(weights), Device::cpu(), DType::f32);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back((i * 37 + 11) % config.vocab_size);
+  const double err =
+      test::relative_rms_error(all_logits(*blocks, ctx, tokens), all_logits(*dense, ctx, tokens));
+  std::cout << "[tiny qwen3 moe, Q8_0 experts as blocks vs dequantized] rel RMS " << err << "\n";
+  EXPECT_GT(err, 0.0);  // the experts did run as blocks (activations rounded to 8 bits)
+  EXPECT_LE(err, 2e-2);
 }
 
 TEST(GgufModel, PathResolution) {

@@ -22,8 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kFixtures = {"llama3", "llama3_sharded", "qwen2",
-                                            "qwen3",  "qwen3_yarn",     "mistral"};
+const std::vector<std::string> kFixtures = {"llama3",     "llama3_sharded", "qwen2",    "qwen3",
+                                            "qwen3_yarn", "mistral",        "qwen3_moe"};
 
 fs::path fixture_dir(const std::string& name) {
   return test::data_dir() / "models" / name;
@@ -37,7 +37,8 @@ void expect_tensor(const SafeTensors& st, const std::string& name, DType dtype,
   EXPECT_EQ(t.shape(), shape) << name << ": " << t.shape().str() << " vs " << shape.str();
 }
 
-// The Hugging Face weight names and shapes of a Llama-family decoder, from the config alone.
+// The Hugging Face weight names and shapes of a Llama-family decoder (with experts where the
+// config has them), from the config alone.
 std::map<std::string, Shape> expected_weights(const ModelConfig& c) {
   const int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim,
                 kv = int64_t{c.num_kv_heads} * c.head_dim, ff = c.intermediate_size;
@@ -61,6 +62,17 @@ std::map<std::string, Shape> expected_weights(const ModelConfig& c) {
     if (c.qk_norm) {
       w[p + "self_attn.q_norm.weight"] = Shape{c.head_dim};
       w[p + "self_attn.k_norm.weight"] = Shape{c.head_dim};
+    }
+    if (!c.layer_moe.empty() && c.layer_moe[static_cast<size_t>(l)]) {
+      const int64_t e_ff = c.moe_intermediate_size;
+      w[p + "mlp.gate.weight"] = Shape{c.num_experts, h};
+      for (int e = 0; e < c.num_experts; ++e) {
+        const std::string x = fmt::format("{}mlp.experts.{}.", p, e);
+        w[x + "gate_proj.weight"] = Shape{e_ff, h};
+        w[x + "up_proj.weight"] = Shape{e_ff, h};
+        w[x + "down_proj.weight"] = Shape{h, e_ff};
+      }
+      continue;
     }
     w[p + "mlp.gate_proj.weight"] = Shape{ff, h};
     w[p + "mlp.up_proj.weight"] = Shape{ff, h};
@@ -113,6 +125,13 @@ TEST_P(GoldenFixture, CheckpointMatchesConfig) {
     EXPECT_DOUBLE_EQ(c.rope_scaling.original_max_position_embeddings, 64);
   } else if (name == "mistral") {
     EXPECT_EQ(c.layer_window, std::vector<int>(c.num_layers, 8));
+  } else if (name == "qwen3_moe") {
+    EXPECT_EQ(c.architecture, "Qwen3MoeForCausalLM");
+    EXPECT_TRUE(c.qk_norm);
+    EXPECT_EQ(c.num_experts, 8);
+    EXPECT_EQ(c.num_experts_per_tok, 2);
+    EXPECT_TRUE(c.norm_topk_prob);
+    EXPECT_EQ(c.layer_moe, (std::vector<bool>{true, false, true, true})) << "layer 1 dense";
   }
   if (name == "llama3_sharded") {
     EXPECT_TRUE(fs::is_regular_file(dir / "model.safetensors.index.json"));

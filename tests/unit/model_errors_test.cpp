@@ -100,6 +100,37 @@ TEST_F(ModelErrors, MissingTensorIsNamed) {
   EXPECT_NE(msg.find("lm_head.weight"), std::string::npos) << msg;
 }
 
+TEST_F(ModelErrors, MoeExpertsThatDoNotMatchTheConfigAreNamed) {
+  if (!fs::exists(fixture("qwen3_moe"))) GTEST_SKIP() << "no qwen3_moe fixture";
+  std::string msg;
+  {
+    // moe_intermediate_size 16 in the config, 32 in the weights: the first expert is named.
+    EditedFixture f("qwen3_moe", [](nlohmann::json& c) { c["moe_intermediate_size"] = 16; });
+    EXPECT_EQ(kind_of([&] { load_model(f.dir(), Device::cpu(), DType::f32); }, &msg),
+              ErrorKind::io);
+    EXPECT_NE(msg.find("model.layers.0.mlp.experts.0.gate_proj.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("[16, 64]"), std::string::npos) << msg;
+  }
+  {
+    // 9 experts in the config, 8 in the checkpoint: expert 8 is missing.
+    EditedFixture f("qwen3_moe", [](nlohmann::json& c) {
+      c.erase("num_local_experts");
+      c["num_experts"] = 9;
+    });
+    EXPECT_EQ(kind_of([&] { load_model(f.dir(), Device::cpu(), DType::f32); }, &msg),
+              ErrorKind::io);
+    EXPECT_NE(msg.find("mlp.gate.weight"), std::string::npos) << msg;  // the router: [9, 64]
+  }
+  {
+    // Layer 1 declared MoE but stored dense: its router is missing.
+    EditedFixture f("qwen3_moe",
+                    [](nlohmann::json& c) { c["mlp_only_layers"] = nlohmann::json::array(); });
+    EXPECT_EQ(kind_of([&] { load_model(f.dir(), Device::cpu(), DType::f32); }, &msg),
+              ErrorKind::io);
+    EXPECT_NE(msg.find("model.layers.1.mlp.gate.weight"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(ModelErrors, FullCacheAndBadBatchesChangeNothing) {
   Context ctx(Device::cpu());
   auto model = load_model(fixture("qwen3"), Device::cpu(), DType::f32);

@@ -13,7 +13,8 @@ TEST_P(SpecLossless, GreedySpeculativeEqualsPlainGreedy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, SpecLossless,
-                         ::testing::Values("llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral"));
+                         ::testing::Values("llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral",
+                                           "qwen3_moe"));
 
 }  // namespace
 }  // namespace dspark

@@ -21,6 +21,12 @@ Writes into tests/data/gguf/:
                           permuted to the interleaved RoPE layout, llama3 rope scaling as a
                           `rope_freqs.weight` tensor, tokenizer as gpt2 / llama-bpe. To stay
                           under 200 KB: one layer, q/k/norms F32, the other matrices F16.
+  tiny_qwen3_moe.gguf      the tiny golden Qwen3-MoE (tests/data/models/qwen3_moe) in llama.cpp's
+                          `qwen3moe` layout: router `ffn_gate_inp` F32 [E, H], experts stacked
+                          into `ffn_{gate,up,down}_exps` [E, rows, cols] (F16), the dense layer
+                          (mlp_only_layers) as `ffn_gate/up/down` (which llama.cpp itself does not
+                          write for qwen3moe), norms F32, other matrices F16; q/k unpermuted (the
+                          converter permutes Llama only)
 With --smollm2 FILE (needs torch + transformers + tokenizers):
   smollm2_tokenizer_golden.json   ids from Hugging Face `tokenizers` for a set of strings; the
                           reference tokenizer is built from the GGUF vocabulary and merges with
@@ -290,6 +296,65 @@ def make_tiny_llama(n_layers=1, file="tiny_llama.gguf", qtype_of=tiny_llama_type
     print("wrote", path, os.path.getsize(path), "bytes")
 
 
+def make_tiny_qwen3_moe(file="tiny_qwen3_moe.gguf"):
+    src = os.path.join(ROOT, "tests", "data", "models", "qwen3_moe")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    st = load_file(os.path.join(src, "model.safetensors"))
+    n_layers = cfg["num_hidden_layers"]
+    n_experts = cfg.get("num_experts", cfg.get("num_local_experts"))
+    path = os.path.join(OUT, file)
+    w = gguf.GGUFWriter(path, arch="qwen3moe")
+    w.add_name("tiny qwen3 moe fixture")
+    w.add_block_count(n_layers)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(cfg["head_dim"])
+    w.add_value_length(cfg["head_dim"])
+    w.add_rope_freq_base(cfg.get("rope_parameters", cfg).get("rope_theta", cfg.get("rope_theta")))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_expert_count(n_experts)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_weights_norm(bool(cfg["norm_topk_prob"]))
+    w.add_file_type(1)
+    tok_json = json.load(open(os.path.join(src, "tokenizer.json")))
+    assert add_bpe_tokenizer(w, tok_json, "qwen2") == cfg["vocab_size"]
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_add_bos_token(False)
+
+    def put(name, x, f32=False):
+        x = x.astype(np.float32)
+        w.add_tensor(name, x if f32 or x.ndim == 1 else x.astype(np.float16))
+
+    put("token_embd.weight", st["model.embed_tokens.weight"])
+    put("output_norm.weight", st["model.norm.weight"])
+    put("output.weight", st["lm_head.weight"])
+    names = [("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"),
+             ("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
+             ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
+             ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm")]
+    for l in range(n_layers):
+        p = f"model.layers.{l}."
+        for g, hf in names:
+            put(f"blk.{l}.{g}.weight", st[p + hf + ".weight"])
+        if p + "mlp.gate.weight" not in st:  # a dense layer (mlp_only_layers)
+            for g in ("gate", "up", "down"):
+                put(f"blk.{l}.ffn_{g}.weight", st[f"{p}mlp.{g}_proj.weight"])
+            continue
+        put(f"blk.{l}.ffn_gate_inp.weight", st[p + "mlp.gate.weight"], f32=True)
+        for g in ("gate", "up", "down"):
+            experts = [st[f"{p}mlp.experts.{e}.{g}_proj.weight"] for e in range(n_experts)]
+            put(f"blk.{l}.ffn_{g}_exps.weight", np.stack(experts))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print("wrote", path, os.path.getsize(path), "bytes")
+
+
 def gguf_field(reader, key):
     f = reader.fields[key]
     if f.types[0] == gguf.GGUFValueType.ARRAY:
@@ -356,8 +421,12 @@ def make_smollm2(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smollm2", help="SmolLM2-135M-Instruct.Q4_1.gguf: also write its goldens")
+    ap.add_argument("--only-moe", action="store_true", help="only write tiny_qwen3_moe.gguf")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
+    make_tiny_qwen3_moe()
+    if args.only_moe:
+        return 0
     make_dequant(np.random.default_rng(20260529))
     make_tiny_llama()
     make_tiny_llama(4, "tiny_llama_quant.gguf", tiny_llama_quant_type)

@@ -18,13 +18,18 @@ goldens.safetensors, for prompt i in 0..2 (n_i tokens), all computed in float32,
   p{i}.greedy_logits f32 [32, V]    the logits of each greedy decision: model(prompt ++ greedy)
                                     .logits rows n_i-1 .. n_i+30 (row k chose greedy[k])
   p{i}.greedy_margin f32 [32]       top-1 minus top-2 of each row of greedy_logits
+  p{i}.router{l}.logits, .ids, .weights   (MoE models, for each MoE layer l) the router logits
+                                    f32 [n_i, E] of the prompt and transformers' routing of them:
+                                    the top-k expert ids i32 [n_i, k] and their weights f32
 Metadata: versions, taps, the smallest top-1/top-2 logit margin along the greedy paths, ...
 
 Weights are drawn with a fixed torch generator from SEED_TRIES seeds per model. A seed is
 acceptable when every greedy decision has a top-1/top-2 margin >= MIN_MARGIN, EOS is never the
-argmax (so the EOS-disabled path equals plain argmax), the same model in bfloat16 (torch, CPU)
-takes the same argmax at every decision, and each continuation has >= MIN_DISTINCT_GREEDY
-distinct tokens; the acceptable seed with the largest minimum margin is kept.
+argmax (so the EOS-disabled path equals plain argmax), the same model in bfloat16 (torch, CPU;
+not required of MoE models) takes the same argmax at every decision, and each continuation has
+>= MIN_DISTINCT_GREEDY distinct tokens; the acceptable seed with the largest minimum margin is
+kept. For MoE models every routing decision along the prompts and greedy paths must also be
+clear: the k-th and (k+1)-th expert probabilities of each token differ by >= MIN_ROUTER_GAP.
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ MIN_MARGIN = 0.05
 N_GREEDY = 32
 SEED_TRIES = 64  # seeds tried per model; the most robust acceptable one is kept
 MIN_DISTINCT_GREEDY = 8  # distinct tokens per greedy continuation (no degenerate loops)
+MIN_ROUTER_GAP = 1e-5  # MoE: k-th minus (k+1)-th expert probability (f32 noise: ~1e-7)
 
 VOCAB = 384
 HIDDEN = 64
@@ -98,6 +104,11 @@ class ModelSpec:
     # holds a term sum_i w_i e_ti^2 from the current token's own embedding in h; with w > 0 it
     # makes every token predict itself. Random signs cancel that term.
     final_norm_random_sign: bool = False
+    # Reject seeds whose bfloat16 model (torch, CPU) takes another greedy path. Off for MoE: with
+    # random weights some token always has two experts close enough for bf16 to swap them, and the
+    # swapped expert changes the logits (HF's own bf16 model diverges on nearly every seed); the
+    # GPU tests run MoE fixtures in f32 instead.
+    require_bf16_greedy: bool = True
 
 
 def _base_config(**overrides) -> dict:
@@ -171,6 +182,24 @@ MODELS = [
         _base_config(sliding_window=8),
         seed=5000,
     ),
+    ModelSpec(
+        "qwen3_moe",
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        # 8 experts of width 32, top-2 renormalised; layer 1 keeps a dense MLP (mlp_only_layers).
+        _base_config(
+            head_dim=24,
+            rope_theta=1000000.0,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[1],
+        ),
+        seed=6000,
+        require_bf16_greedy=False,
+    ),
 ]
 SHARDED = {"llama3": "llama3_sharded"}
 
@@ -199,9 +228,9 @@ def init_weights(model: torch.nn.Module, spec: ModelSpec, seed: int) -> None:
                 p.copy_(normal(p.shape, spec.logit_std / math.sqrt(p.shape[1])))
             elif name.endswith(".bias"):
                 p.copy_(normal(p.shape, spec.bias_std))
-            elif p.dim() == 2:  # nn.Linear [out, in]
+            elif p.dim() in (2, 3):  # nn.Linear [out, in]; stacked experts [E, out, in]
                 gain = spec.residual_gain if name.endswith(("o_proj.weight", "down_proj.weight")) else 1
-                p.copy_(normal(p.shape, gain / math.sqrt(p.shape[1])))
+                p.copy_(normal(p.shape, gain / math.sqrt(p.shape[-1])))
             else:
                 raise RuntimeError(f"no init rule for parameter {name} {tuple(p.shape)}")
         if spec.final_norm_random_sign:
@@ -244,6 +273,8 @@ class Goldens:
     bf16_max_logit_error: float  # along the greedy decisions
     problems: list
     distinct_greedy: list
+    min_router_gap: float  # MoE: inf for dense models
+    bf16_divergence: list
 
 
 def top2_margin(logits: torch.Tensor) -> torch.Tensor:
@@ -251,10 +282,57 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
     return top[..., 0] - top[..., 1]
 
 
-def compute_goldens(model, prompt_ids: list[list[int]], taps: list[int], eot: int) -> Goldens:
+def moe_layers(config) -> list[int]:
+    """The layers with experts (transformers' rule), [] for dense models."""
+    n = getattr(config, "num_experts", 0) or 0
+    if n == 0:
+        return []
+    only = config.mlp_only_layers or []
+    return [
+        l
+        for l in range(config.num_hidden_layers)
+        if l not in only and (l + 1) % config.decoder_sparse_step == 0
+    ]
+
+
+def routing(model, x: torch.Tensor) -> list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(layer, router logits [n, E], top-k ids [n, k], weights [n, k]) for each MoE layer, the
+    routing as transformers' Qwen3MoeSparseMoeBlock does it (softmax in f32, topk, optional
+    renormalisation)."""
+    layers = moe_layers(model.config)
+    if not layers:
+        return []
+    with torch.no_grad():
+        logits = model(x, output_router_logits=True).router_logits
+    assert len(logits) == len(layers), (len(logits), layers)
+    out = []
+    for l, rl in zip(layers, logits):
+        rl = rl.reshape(-1, rl.shape[-1]).float()
+        p = torch.softmax(rl, dim=-1, dtype=torch.float)
+        w, ids = torch.topk(p, model.config.num_experts_per_tok, dim=-1)
+        if model.config.norm_topk_prob:
+            w = w / w.sum(dim=-1, keepdim=True)
+        out.append((l, rl, ids, w))
+    return out
+
+
+def min_router_gap(model, x: torch.Tensor) -> float:
+    """The smallest k-th minus (k+1)-th expert probability over tokens and MoE layers."""
+    k = model.config.num_experts_per_tok
+    gaps = []
+    for _, rl, _, _ in routing(model, x):
+        p = torch.sort(torch.softmax(rl, dim=-1), dim=-1, descending=True).values
+        gaps.append(float((p[:, k - 1] - p[:, k]).min()))
+    return min(gaps, default=math.inf)
+
+
+def compute_goldens(
+    model, prompt_ids: list[list[int]], taps: list[int], eot: int, require_bf16: bool = True
+) -> Goldens:
     tensors = {}
     problems = []
-    margins, prompt_margins, bf16_errors, distinct = [], [], [], []
+    margins, prompt_margins, bf16_errors, distinct, router_gaps = [], [], [], [], []
+    bf16_divergence = []  # per prompt: the first greedy step where bf16 differs, -1 none
     model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
     gen_cfg = transformers.GenerationConfig(
         max_new_tokens=N_GREEDY,
@@ -287,9 +365,12 @@ def compute_goldens(model, prompt_ids: list[list[int]], taps: list[int], eot: in
                 f"p{i}: generate() differs from argmax at step {k} "
                 f"(argmax {int(argmax[k])}, generated {int(greedy[k])}; EOS={eot})"
             )
+        bf16_divergence.append(-1)
         if not torch.equal(dec_bf16.argmax(-1), greedy):
             k = int((dec_bf16.argmax(-1) != greedy).nonzero()[0])
-            problems.append(f"p{i}: bfloat16 argmax differs at greedy step {k}")
+            bf16_divergence[-1] = k
+            if require_bf16:
+                problems.append(f"p{i}: bfloat16 argmax differs at greedy step {k}")
         m = top2_margin(dec)
         margins.append(float(m.min()))
         if float(m.min()) < MIN_MARGIN:
@@ -308,6 +389,14 @@ def compute_goldens(model, prompt_ids: list[list[int]], taps: list[int], eot: in
         tensors[f"p{i}.greedy"] = greedy.to(torch.int32).contiguous()
         tensors[f"p{i}.greedy_logits"] = dec.contiguous()
         tensors[f"p{i}.greedy_margin"] = m.contiguous()
+        for l, rl, ids_l, w_l in routing(model, x):
+            tensors[f"p{i}.router{l}.logits"] = rl.contiguous()
+            tensors[f"p{i}.router{l}.ids"] = ids_l.to(torch.int32).contiguous()
+            tensors[f"p{i}.router{l}.weights"] = w_l.float().contiguous()
+        gap = min_router_gap(model, full)  # the prompt and the greedy path
+        router_gaps.append(gap)
+        if gap < MIN_ROUTER_GAP:
+            problems.append(f"p{i}: an expert choice is within {gap:.2e} of the next expert")
     return Goldens(
         tensors,
         min(margins),
@@ -315,6 +404,8 @@ def compute_goldens(model, prompt_ids: list[list[int]], taps: list[int], eot: in
         max(bf16_errors),
         problems,
         distinct,
+        min(router_gaps),
+        bf16_divergence,
     )
 
 
@@ -403,7 +494,7 @@ def make_model(spec: ModelSpec, tok, prompt_ids, out_root: str, tries: int) -> d
     best = None
     for seed in range(spec.seed, spec.seed + tries):
         model = build_model(spec, seed, special_ids)
-        g = compute_goldens(model, prompt_ids, taps, eot)
+        g = compute_goldens(model, prompt_ids, taps, eot, spec.require_bf16_greedy)
         if g.problems:
             print(f"  {spec.name}: seed {seed} rejected: {'; '.join(g.problems)}", flush=True)
         elif best is None or g.min_margin > best[1].min_margin:
@@ -434,6 +525,12 @@ def make_model(spec: ModelSpec, tok, prompt_ids, out_root: str, tries: int) -> d
         "min_margin_prompt_positions": f"{g.min_margin_prompt:.6f}",
         "bf16_max_logit_error": f"{g.bf16_max_logit_error:.6f}",
         "greedy_distinct_tokens": json.dumps(g.distinct_greedy),
+        "bf16_greedy_divergence": json.dumps(g.bf16_divergence),
+        **(
+            {"min_router_gap": f"{g.min_router_gap:.3e}"}
+            if math.isfinite(g.min_router_gap)
+            else {}
+        ),
         **versions(),
     }
     safetensors.torch.save_file(g.tensors, os.path.join(out_dir, "goldens.safetensors"), meta)

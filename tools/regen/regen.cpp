@@ -444,6 +444,10 @@ void write_target_model(Model& model, Context& ctx, const std::filesystem::path&
   DSPARK_CHECK_KIND(unsupported, family.has_value(),
                     "regen: the target's weights can be written for the Llama family only, not {}",
                     c.architecture);
+  DSPARK_CHECK_KIND(unsupported, c.num_experts == 0,
+                    "regen: the target's weights can be written for dense models only, not the "
+                    "mixture of experts {}",
+                    c.architecture);
   const auto [qkv_bias, o_bias, qk_norm] = *family;
   const DType dtype = model.activation_dtype();
 

@@ -21,9 +21,10 @@ using nlohmann::json;
 namespace {
 
 enum class WindowRule {
-  none,     // Llama: full attention everywhere
-  mistral,  // every layer when `sliding_window` is set
-  qwen,     // `layer_types`, else layers >= max_window_layers when use_sliding_window
+  none,             // Llama: full attention everywhere
+  mistral,          // every layer when `sliding_window` is set
+  qwen,             // `layer_types`, else layers >= max_window_layers when use_sliding_window
+  every_when_used,  // Qwen3-MoE: every layer when use_sliding_window
 };
 
 struct ArchInfo {
@@ -37,17 +38,27 @@ struct ArchInfo {
   bool qkv_bias_always;      // Qwen2: q/k/v biases whatever attention_bias says
   bool qk_norm;
   WindowRule window_rule;
+  bool moe;  // Qwen3-MoE: routed experts (parse_moe)
 };
 
-// Defaults as in transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig.
-constexpr std::array<ArchInfo, 4> kArchitectures = {{
-    {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none},
-    {"MistralForCausalLM", "mistral", 8, -1, 131072, 1, 2, false, false, WindowRule::mistral},
-    {"Qwen2ForCausalLM", "qwen2", 32, -1, 32768, -1, -1, true, false, WindowRule::qwen},
-    {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, -1, -1, false, true, WindowRule::qwen},
+// Defaults as in transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
+// Qwen3MoeConfig.
+constexpr std::array<ArchInfo, 5> kArchitectures = {{
+    {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none, false},
+    {"MistralForCausalLM", "mistral", 8, -1, 131072, 1, 2, false, false, WindowRule::mistral,
+     false},
+    {"Qwen2ForCausalLM", "qwen2", 32, -1, 32768, -1, -1, true, false, WindowRule::qwen, false},
+    {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, -1, -1, false, true, WindowRule::qwen, false},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", 4, -1, 32768, -1, -1, false, true,
+     WindowRule::every_when_used, true},
 }};
-constexpr int kDefaultSlidingWindow = 4096;  // Mistral/Qwen2/Qwen3 config default
-constexpr int kDefaultMaxWindowLayers = 28;  // Qwen2/Qwen3 config default
+// Qwen3MoeConfig's defaults for the expert keys.
+constexpr int kDefaultNumExperts = 128;
+constexpr int kDefaultExpertsPerToken = 8;
+constexpr int kDefaultMoeIntermediate = 768;
+constexpr int kDefaultMoeDenseIntermediate = 6144;  // intermediate_size (mlp_only_layers' MLP)
+constexpr int kDefaultSlidingWindow = 4096;         // Mistral/Qwen2/Qwen3 config default
+constexpr int kDefaultMaxWindowLayers = 28;         // Qwen2/Qwen3 config default
 
 const ArchInfo& find_architecture(const std::string& name, std::string_view source) {
   for (const ArchInfo& a : kArchitectures)
@@ -221,9 +232,13 @@ void parse_layer_windows(const json& j, std::string_view source, const ArchInfo&
     std::fill(c.layer_window.begin(), c.layer_window.end(), window_value(kDefaultSlidingWindow));
     return;
   }
-  // Qwen2 / Qwen3: the window only exists when use_sliding_window is true.
+  // Qwen2 / Qwen3 / Qwen3-MoE: the window only exists when use_sliding_window is true.
   const bool use_sliding = json_optional_bool(j, "use_sliding_window", source).value_or(false);
   const int window = use_sliding ? window_value(kDefaultSlidingWindow) : 0;
+  if (arch.window_rule == WindowRule::every_when_used) {
+    std::fill(c.layer_window.begin(), c.layer_window.end(), window);
+    return;
+  }
   const auto types = j.find("layer_types");
   if (types != j.end() && !types->is_null()) {
     DSPARK_CHECK_KIND(io, types->is_array() && types->size() == static_cast<size_t>(c.num_layers),
@@ -245,6 +260,39 @@ void parse_layer_windows(const json& j, std::string_view source, const ArchInfo&
   for (int l = 0; l < c.num_layers; ++l) c.layer_window[l] = l >= first_sliding ? window : 0;
 }
 
+// The expert keys of a MoE architecture, and which layers have experts.
+void parse_moe(const json& j, std::string_view source, ModelConfig& c) {
+  // Newer transformers write the count as `num_local_experts` (Qwen3MoeConfig's attribute_map).
+  c.num_experts = positive_int(j, j.contains("num_experts") ? "num_experts" : "num_local_experts",
+                               source, kDefaultNumExperts);
+  c.num_experts_per_tok = positive_int(j, "num_experts_per_tok", source, kDefaultExpertsPerToken);
+  DSPARK_CHECK_KIND(io, c.num_experts_per_tok <= c.num_experts,
+                    "{}: num_experts_per_tok ({}) exceeds num_experts ({})", source,
+                    c.num_experts_per_tok, c.num_experts);
+  c.moe_intermediate_size =
+      positive_int(j, "moe_intermediate_size", source, kDefaultMoeIntermediate);
+  c.norm_topk_prob = json_optional_bool(j, "norm_topk_prob", source).value_or(false);
+  const int step = positive_int(j, "decoder_sparse_step", source, 1);
+  std::vector<bool> dense(static_cast<size_t>(c.num_layers), false);
+  const auto only = j.find("mlp_only_layers");
+  if (only != j.end() && !only->is_null()) {
+    DSPARK_CHECK_KIND(io, only->is_array(), "{}: mlp_only_layers must be a list of layer indices",
+                      source);
+    for (const json& v : *only) {
+      DSPARK_CHECK_KIND(io, v.is_number_integer(),
+                        "{}: mlp_only_layers must be a list of layer indices, got {}", source,
+                        json_brief(*only));
+      const int l = v.get<int>();
+      DSPARK_CHECK_KIND(io, l >= 0 && l < c.num_layers,
+                        "{}: mlp_only_layers entry {} is outside [0, {})", source, l, c.num_layers);
+      dense[static_cast<size_t>(l)] = true;
+    }
+  }
+  c.layer_moe.assign(static_cast<size_t>(c.num_layers), false);
+  for (int l = 0; l < c.num_layers; ++l)
+    c.layer_moe[static_cast<size_t>(l)] = !dense[static_cast<size_t>(l)] && (l + 1) % step == 0;
+}
+
 ModelConfig parse_config(const json& j, std::string_view source) {
   DSPARK_CHECK_KIND(io, j.is_object(), "{}: expected a JSON object, got {}", source, json_brief(j));
   const auto archs = j.find("architectures");
@@ -261,8 +309,11 @@ ModelConfig parse_config(const json& j, std::string_view source) {
 
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.hidden_size = positive_int(j, "hidden_size", source);
-  c.intermediate_size = positive_int(j, "intermediate_size", source);
+  c.intermediate_size =
+      positive_int(j, "intermediate_size", source,
+                   arch.moe ? std::optional<int64_t>(kDefaultMoeDenseIntermediate) : std::nullopt);
   c.num_layers = positive_int(j, "num_hidden_layers", source);
+  if (arch.moe) parse_moe(j, source, c);
   c.num_heads = positive_int(j, "num_attention_heads", source);
   c.num_kv_heads =
       positive_int(j, "num_key_value_heads", source,

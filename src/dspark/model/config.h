@@ -15,7 +15,7 @@ namespace dspark {
 
 struct ModelConfig {
   std::string architecture;  // the first of `architectures`, e.g. "Qwen3ForCausalLM"
-  std::string model_type;    // "llama", "qwen2", "qwen3", "mistral"
+  std::string model_type;    // "llama", "qwen2", "qwen3", "mistral", "qwen3_moe"
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -35,6 +35,14 @@ struct ModelConfig {
   // `sliding_window` is set; Qwen2: layers >= max_window_layers when use_sliding_window;
   // `layer_types` ("sliding_attention" / "full_attention") wins when present.
   std::vector<int> layer_window;
+  // Mixture of experts (Qwen3-MoE; num_experts 0: dense everywhere). Layer l has a MoE FFN when
+  // layer_moe[l], else the dense MLP of intermediate_size: transformers' rule, l not in
+  // mlp_only_layers and (l + 1) % decoder_sparse_step == 0.
+  int num_experts = 0;
+  int num_experts_per_tok = 0;    // top-k
+  int moe_intermediate_size = 0;  // each expert's SwiGLU width
+  bool norm_topk_prob = false;    // the top-k probabilities renormalised to sum to 1
+  std::vector<bool> layer_moe;    // [num_layers], empty without experts
   DType torch_dtype = DType::bf16;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

@@ -26,8 +26,11 @@ constexpr LayerName kLayerNames[] = {
     {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
     {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
     {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},
+    {"ffn_down", "mlp.down_proj"},       {"ffn_gate_inp", "mlp.gate"},
 };
+// Stacked expert tensors "blk.N.<key>.weight" [experts, rows, cols] -> per-expert HF projections.
+constexpr LayerName kExpertNames[] = {
+    {"ffn_gate_exps", "gate_proj"}, {"ffn_up_exps", "up_proj"}, {"ffn_down_exps", "down_proj"}};
 
 // The Hugging Face name of a GGUF tensor name; other names are kept as they are.
 std::string hf_name_of(const std::string& name) {
@@ -153,8 +156,9 @@ std::vector<int> gguf_eos_token_ids(const GgufFile& file) {
 ModelConfig gguf_model_config(const GgufFile& file) {
   const std::string where = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  DSPARK_CHECK_KIND(unsupported, arch == "llama",
-                    "{}: GGUF architecture '{}' is not supported (supported: llama)", where, arch);
+  DSPARK_CHECK_KIND(unsupported, arch == "llama" || arch == "qwen3moe",
+                    "{}: GGUF architecture '{}' is not supported (supported: llama, qwen3moe)",
+                    where, arch);
   const std::string p = arch + ".";
   auto positive = [&](const std::string& key) {
     const int64_t v = file.get_int(p + key);
@@ -162,16 +166,36 @@ ModelConfig gguf_model_config(const GgufFile& file) {
                       p, key, v);
     return static_cast<int>(v);
   };
-  DSPARK_CHECK_KIND(unsupported, file.find_int(p + "expert_count").value_or(0) == 0,
-                    "{}: mixture-of-experts GGUF models ({}expert_count) are not supported", where,
-                    p);
 
   ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.model_type = "llama";
   c.num_layers = positive("block_count");
   c.hidden_size = positive("embedding_length");
-  c.intermediate_size = positive("feed_forward_length");
+  if (arch == "llama") {
+    DSPARK_CHECK_KIND(unsupported, file.find_int(p + "expert_count").value_or(0) == 0,
+                      "{}: llama GGUF models with experts ({}expert_count) are not supported",
+                      where, p);
+    c.architecture = "LlamaForCausalLM";
+    c.model_type = "llama";
+    c.intermediate_size = positive("feed_forward_length");
+  } else {
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.model_type = "qwen3_moe";
+    c.qk_norm = true;
+    c.num_experts = positive("expert_count");
+    c.num_experts_per_tok = positive("expert_used_count");
+    DSPARK_CHECK_KIND(io, c.num_experts_per_tok <= c.num_experts,
+                      "{}: {}expert_used_count {} exceeds expert_count {}", where, p,
+                      c.num_experts_per_tok, c.num_experts);
+    c.moe_intermediate_size = positive("expert_feed_forward_length");
+    c.norm_topk_prob = file.find_bool(p + "expert_weights_norm").value_or(true);
+    c.layer_moe.resize(static_cast<size_t>(c.num_layers));
+    for (int l = 0; l < c.num_layers; ++l)
+      c.layer_moe[static_cast<size_t>(l)] =
+          file.contains(fmt::format("blk.{}.ffn_gate_inp.weight", l));
+    // The dense layers' MLP width (only needed when a layer has no experts).
+    c.intermediate_size = file.has(p + "feed_forward_length") ? positive("feed_forward_length")
+                                                              : c.moe_intermediate_size;
+  }
   c.num_heads = positive("attention.head_count");
   c.num_kv_heads =
       file.has(p + "attention.head_count_kv") ? positive("attention.head_count_kv") : c.num_heads;
@@ -254,20 +278,64 @@ void unpermute_gguf_qk_block_rows(std::vector<uint8_t>& w, int n_heads, int64_t 
 }
 
 GgufWeights::GgufWeights(const GgufFile& file, const ModelConfig& config)
-    : file_(file), num_heads_(config.num_heads), num_kv_heads_(config.num_kv_heads) {
-  for (const GgufTensorInfo& t : file.tensors()) hf_to_gguf_[hf_name_of(t.name)] = t.name;
+    : file_(file),
+      permuted_qk_(config.architecture == "LlamaForCausalLM"),
+      num_heads_(config.num_heads),
+      num_kv_heads_(config.num_kv_heads) {
+  for (const GgufTensorInfo& t : file.tensors()) {
+    hf_to_gguf_[hf_name_of(t.name)] = t.name;
+    for (const LayerName& n : kExpertNames) {
+      const std::string suffix = fmt::format(".{}.weight", n.gguf);
+      if (!t.name.starts_with("blk.") || !t.name.ends_with(suffix)) continue;
+      const std::string layer = t.name.substr(4, t.name.size() - 4 - suffix.size());
+      DSPARK_CHECK_KIND(io, t.shape.size() == 3,
+                        "{}: expert tensor '{}' has shape {}; expected [experts, rows, cols]",
+                        origin(), t.name, t.shape.str());
+      for (int64_t e = 0; e < t.shape[0]; ++e) {
+        experts_[fmt::format("model.layers.{}.mlp.experts.{}.{}.weight", layer, e, n.hf)] =
+            ExpertSlice{t.name, e};
+      }
+    }
+  }
+}
+
+const GgufWeights::ExpertSlice* GgufWeights::expert_slice(const std::string& hf_name) const {
+  const auto it = experts_.find(hf_name);
+  return it == experts_.end() ? nullptr : &it->second;
 }
 
 bool GgufWeights::contains(const std::string& name) const {
-  return hf_to_gguf_.count(name) != 0;
+  return hf_to_gguf_.count(name) != 0 || experts_.count(name) != 0;
+}
+
+Shape GgufWeights::shape_of(const std::string& name) const {
+  if (const ExpertSlice* slice = expert_slice(name)) {
+    const Shape& s = file_.tensor(slice->gguf).shape;
+    return Shape{s[1], s[2]};
+  }
+  return WeightSource::shape_of(name);
+}
+
+const std::vector<float>& GgufWeights::dequantized(const std::string& gguf) const {
+  std::lock_guard lock(mutex_);
+  auto cached = cache_.find(gguf);
+  if (cached == cache_.end()) cached = cache_.emplace(gguf, file_.dequantize(gguf)).first;
+  return cached->second;
 }
 
 std::string GgufWeights::gguf_name(const std::string& hf_name) const {
+  if (const ExpertSlice* slice = expert_slice(hf_name)) return slice->gguf;
   const auto it = hf_to_gguf_.find(hf_name);
   return it == hf_to_gguf_.end() ? std::string() : it->second;
 }
 
 Tensor GgufWeights::get(const std::string& name) const {
+  if (const ExpertSlice* slice = expert_slice(name)) {
+    const Shape& s = file_.tensor(slice->gguf).shape;
+    const std::vector<float>& all = dequantized(slice->gguf);
+    return Tensor(const_cast<float*>(all.data()) + slice->expert * s[1] * s[2], DType::f32,
+                  Shape{s[1], s[2]}, Device::cpu());
+  }
   const auto it = hf_to_gguf_.find(name);
   DSPARK_CHECK_KIND(io, it != hf_to_gguf_.end(), "tensor '{}' not found in {}", name, origin());
   const GgufTensorInfo& info = file_.tensor(it->second);
@@ -276,7 +344,7 @@ Tensor GgufWeights::get(const std::string& name) const {
   if (cached == cache_.end()) {
     std::vector<float> values = file_.dequantize(it->second);
     bool is_q = false;
-    if (is_qk_projection(name, is_q)) {
+    if (permuted_qk_ && is_qk_projection(name, is_q)) {
       const int64_t rows = info.shape[0];
       const int64_t cols = info.shape.size() > 1 ? info.numel / rows : 1;
       unpermute_gguf_qk_rows(values, is_q ? num_heads_ : num_kv_heads_, rows, cols);
@@ -287,6 +355,22 @@ Tensor GgufWeights::get(const std::string& name) const {
 }
 
 std::optional<QuantizedView> GgufWeights::get_quantized(const std::string& name) const {
+  if (const ExpertSlice* slice = expert_slice(name)) {
+    const GgufTensorInfo& info = file_.tensor(slice->gguf);
+    const std::optional<QuantType> quant = quant_type_of(info.type);
+    if (!quant) return std::nullopt;
+    QuantizedView v;
+    v.quant = *quant;
+    v.n = info.shape[1];
+    v.k = info.shape[2];
+    const int64_t row_bytes = quant_row_bytes(*quant, v.k);
+    DSPARK_CHECK_KIND(io, static_cast<int64_t>(info.bytes) == info.shape[0] * v.n * row_bytes,
+                      "{}: tensor '{}' holds {} bytes, not {} experts of {} rows of {}", origin(),
+                      slice->gguf, info.bytes, info.shape[0], v.n, row_bytes);
+    const uint8_t* data = file_.data(info) + slice->expert * v.n * row_bytes;
+    v.blocks = Tensor(const_cast<uint8_t*>(data), DType::u8, Shape{v.n, row_bytes}, Device::cpu());
+    return v;
+  }
   const auto it = hf_to_gguf_.find(name);
   if (it == hf_to_gguf_.end()) return std::nullopt;
   const GgufTensorInfo& info = file_.tensor(it->second);
@@ -302,7 +386,7 @@ std::optional<QuantizedView> GgufWeights::get_quantized(const std::string& name)
                     info.bytes, v.n, row_bytes);
   const uint8_t* data = file_.data(info);
   bool is_q = false;
-  if (is_qk_projection(name, is_q)) {
+  if (permuted_qk_ && is_qk_projection(name, is_q)) {
     std::lock_guard lock(mutex_);
     auto cached = block_cache_.find(name);
     if (cached == block_cache_.end()) {

@@ -1,5 +1,6 @@
-// Models from GGUF files: the `llama` architecture of llama.cpp's format mapped onto our Llama
-// family (hyper-parameters from `llama.*` metadata, tensors renamed to the Hugging Face names,
+// Models from GGUF files: the `llama` and `qwen3moe` architectures of llama.cpp's format mapped
+// onto our Llama family (hyper-parameters from `<arch>.*` metadata, tensors renamed to the Hugging
+// Face names, each expert of a stacked `ffn_*_exps` tensor seen as its own Hugging Face matrix,
 // block-quantized 2-D weights kept in their format on every device, other quantized tensors
 // dequantized at load to the engine dtype). See docs/gguf.md and docs/quantization.md.
 #pragma once
@@ -26,14 +27,19 @@ namespace dspark {
 // Face checkpoint directory).
 std::optional<std::filesystem::path> resolve_gguf_model(const std::filesystem::path& path);
 
-// The hyper-parameters of a GGUF model (`general.architecture` "llama" -> LlamaForCausalLM).
+// The hyper-parameters of a GGUF model (`general.architecture` "llama" -> LlamaForCausalLM,
+// "qwen3moe" -> Qwen3MoeForCausalLM: a layer has experts when it has `ffn_gate_inp`; the top-k
+// weights are renormalised unless `qwen3moe.expert_weights_norm` is false, as llama.cpp does).
 // Throws ErrorKind::unsupported for another architecture or rope scaling type, ErrorKind::io for
 // missing or inconsistent keys (naming the file and the key).
 ModelConfig gguf_model_config(const GgufFile& file);
 
 // The tensors of a GGUF file under their Hugging Face names, dequantized to f32 on first use (and
 // kept until the source is destroyed). For Llama, q/k projection rows are put back from
-// llama.cpp's interleaved RoPE order into the Hugging Face (rotate-half) order.
+// llama.cpp's interleaved RoPE order into the Hugging Face (rotate-half) order. Expert E of
+// `blk.N.ffn_{gate,up,down}_exps.weight` ([experts, rows, cols]) is
+// `model.layers.N.mlp.experts.E.{gate,up,down}_proj.weight`: a view of its rows (its blocks as
+// stored, when quantized).
 class GgufWeights final : public WeightSource {
  public:
   GgufWeights(const GgufFile& file, const ModelConfig& config);
@@ -43,11 +49,24 @@ class GgufWeights final : public WeightSource {
   // Block-quantized 2-D tensors as stored (the mapping's bytes; q/k projection rows reordered
   // into a copy kept until the source is destroyed).
   std::optional<QuantizedView> get_quantized(const std::string& name) const override;
-  // The GGUF tensor name behind a Hugging Face name ("" when none).
+  // The GGUF tensor name behind a Hugging Face name ("" when none; an expert's matrix: the stacked
+  // tensor holding it).
   std::string gguf_name(const std::string& hf_name) const;
+  Shape shape_of(const std::string& name) const override;
 
  private:
+  // One expert's matrix inside a stacked [experts, rows, cols] GGUF tensor.
+  struct ExpertSlice {
+    std::string gguf;
+    int64_t expert = 0;
+  };
+  const ExpertSlice* expert_slice(const std::string& hf_name) const;
+  // The whole GGUF tensor `gguf` dequantized (cached).
+  const std::vector<float>& dequantized(const std::string& gguf) const;
+
   const GgufFile& file_;
+  bool permuted_qk_ = false;  // llama: q/k rows in llama.cpp's interleaved RoPE order
+  std::map<std::string, ExpertSlice> experts_;
   int num_heads_ = 0;
   int num_kv_heads_ = 0;
   std::map<std::string, std::string> hf_to_gguf_;

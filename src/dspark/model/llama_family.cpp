@@ -1,5 +1,6 @@
-// Llama / Qwen2 / Qwen3 / Mistral: pre-norm decoder layers (RMSNorm -> GQA attention with RoPE ->
-// residual -> RMSNorm -> SwiGLU MLP -> residual), final RMSNorm, LM head (tied or not).
+// Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE: pre-norm decoder layers (RMSNorm -> GQA attention
+// with RoPE -> residual -> RMSNorm -> SwiGLU MLP, or a mixture of SwiGLU experts (model/moe.h) ->
+// residual), final RMSNorm, LM head (tied or not).
 //
 // Forward data flow (residual stream x in f32, matmul inputs in the activation dtype):
 //   x = embed(tokens); xn = norm_in[0](x)
@@ -21,6 +22,7 @@
 #include "dspark/backend/graph_cache.h"
 #include "dspark/backend/pinned_memory.h"
 #include "dspark/model/layers.h"
+#include "dspark/model/moe.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/matmul.h"
@@ -43,11 +45,12 @@ constexpr FamilyTraits kLlama{false, true, false};
 constexpr FamilyTraits kQwen2{true, false, false};
 constexpr FamilyTraits kQwen3{false, true, true};
 constexpr FamilyTraits kMistral{false, false, false};
-constexpr std::pair<const char*, FamilyTraits> kArchitectures[] = {
-    {"LlamaForCausalLM", kLlama},
-    {"Qwen2ForCausalLM", kQwen2},
-    {"Qwen3ForCausalLM", kQwen3},
-    {"MistralForCausalLM", kMistral}};
+// Qwen3-MoE is Qwen3 with expert FFNs (the config's num_experts and layer_moe).
+constexpr std::pair<const char*, FamilyTraits> kArchitectures[] = {{"LlamaForCausalLM", kLlama},
+                                                                   {"Qwen2ForCausalLM", kQwen2},
+                                                                   {"Qwen3ForCausalLM", kQwen3},
+                                                                   {"MistralForCausalLM", kMistral},
+                                                                   {"Qwen3MoeForCausalLM", kQwen3}};
 
 LlamaFamilyTensors tensors_of(const FamilyTraits& t, const ModelConfig& c) {
   return LlamaFamilyTensors{t.qkv_bias_always || c.attention_bias,
@@ -59,8 +62,17 @@ struct LayerWeights {
   OwnedTensor norm_in;    // [H] f32 (input_layernorm)
   OwnedTensor norm_post;  // [H] f32 (post_attention_layernorm)
   AttentionWeights attn;
-  MlpWeights mlp;
+  MlpWeights mlp;  // a dense layer's FFN
+  MoeWeights moe;  // a MoE layer's FFN (config.layer_moe)
 };
+
+bool has_moe_layer(const ModelConfig& c) {
+  return std::find(c.layer_moe.begin(), c.layer_moe.end(), true) != c.layer_moe.end();
+}
+bool has_dense_layer(const ModelConfig& c) {
+  return std::find(c.layer_moe.begin(), c.layer_moe.end(), true) == c.layer_moe.end() ||
+         std::find(c.layer_moe.begin(), c.layer_moe.end(), false) != c.layer_moe.end();
+}
 
 // Whether the batch wants the logits of every token, in order (verify steps and batched decode):
 // the LM head then reads the final norm's output directly, without gather_rows.
@@ -88,6 +100,17 @@ void validate_config(const ModelConfig& c) {
       io, c.layer_window.empty() || static_cast<int>(c.layer_window.size()) == c.num_layers,
       "config: {} sliding-window entries for {} layers", c.layer_window.size(), c.num_layers);
   DSPARK_CHECK_KIND(io, c.rms_norm_eps > 0, "config.json: rms_norm_eps must be positive");
+  DSPARK_CHECK_KIND(io, c.layer_moe.empty() || static_cast<int>(c.layer_moe.size()) == c.num_layers,
+                    "config: {} MoE layer entries for {} layers", c.layer_moe.size(), c.num_layers);
+  if (has_moe_layer(c)) {
+    DSPARK_CHECK_KIND(io,
+                      c.num_experts > 0 && c.moe_intermediate_size > 0 &&
+                          c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.num_experts,
+                      "config of {}: num_experts ({}) and moe_intermediate_size ({}) must be "
+                      "positive and num_experts_per_tok ({}) in [1, num_experts]",
+                      c.architecture, c.num_experts, c.moe_intermediate_size,
+                      c.num_experts_per_tok);
+  }
 }
 
 class LlamaFamilyModel final : public Model {
@@ -119,6 +142,7 @@ class LlamaFamilyModel final : public Model {
     Tensor x, xn, proj, gate_up, mlp, logit_rows, logits;
     Tensor argmax;  // i32 [m]: ForwardBatch::want_argmax
     AttentionScratch attn;
+    MoeScratch moe;  // MoE layers only
     std::vector<Tensor> taps;
   };
   // Host side of one forward: positions continue each sequence; the KV plan.
@@ -197,6 +221,8 @@ class LlamaFamilyModel final : public Model {
   OwnedTensor final_norm_;  // [H] f32
   std::vector<LayerWeights> layers_;
   RopeOnDevice rope_;
+  bool has_moe_ = false;
+  mutable PackedIndices moe_indices_;  // the expert grouping of the running MoE layer
 
   PackedIndices meta_;
   ActivationArena arena_;
@@ -226,6 +252,7 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
   const int64_t h = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
   const int64_t qw = dims_.q_width(), kvw = dims_.kv_width();
   const auto [qkv_bias, o_bias, qk_norm] = tensors_of(traits, c);
+  has_moe_ = has_moe_layer(c);
 
   WeightLoader w(weights, device, dtype);
   embed_ = TableWeight::load(w, "model.embed_tokens.weight", Shape{c.vocab_size, h});
@@ -257,6 +284,10 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     w.load_matrix({{a + "o_proj.weight", Shape{h, qw}}}, lw.attn.o, lw.attn.o_q);
     if (o_bias) lw.attn.o_bias = w.load(a + "o_proj.bias", Shape{h}, DType::f32);
     const std::string m = p + "mlp.";
+    if (has_moe_ && c.layer_moe[static_cast<size_t>(l)]) {
+      lw.moe = load_moe_weights(w, m, c);
+      continue;
+    }
     w.load_matrix(
         {{m + "gate_proj.weight", Shape{inter, h}}, {m + "up_proj.weight", Shape{inter, h}}},
         lw.mlp.gate_up, lw.mlp.gate_up_q);
@@ -320,8 +351,20 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
   f(a.attn.k_tmp, dtype_, Shape{n, dims_.kv_width()});
   f(a.attn.attn, dtype_, Shape{n, dims_.q_width()});
   f(a.proj, DType::f32, Shape{n, h});
-  f(a.gate_up, dtype_, Shape{n, 2 * inter});
-  f(a.mlp, dtype_, Shape{n, inter});
+  const int64_t dense_rows = has_dense_layer(config_) ? n : 0;
+  f(a.gate_up, dtype_, Shape{dense_rows, 2 * inter});
+  f(a.mlp, dtype_, Shape{dense_rows, inter});
+  if (has_moe_) {
+    const int64_t k = config_.num_experts_per_tok, e_inter = config_.moe_intermediate_size;
+    f(a.moe.router_logits, DType::f32, Shape{n, int64_t{config_.num_experts}});
+    f(a.moe.ids, DType::i32, Shape{n, k});
+    f(a.moe.weights, DType::f32, Shape{n, k});
+    f(a.moe.rows, dtype_, Shape{n * k, h});
+    f(a.moe.gate_up, dtype_, Shape{n * k, 2 * e_inter});
+    f(a.moe.act, dtype_, Shape{n * k, e_inter});
+    f(a.moe.expert_out, dtype_, Shape{n * k, h});
+    a.moe.indices = &moe_indices_;
+  }
   a.taps.resize(n_taps);
   for (Tensor& t : a.taps) f(t, dtype_, Shape{n, h});
   f(a.logit_rows, dtype_, Shape{m, h});
@@ -456,7 +499,11 @@ void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatc
     const ResidualNorm next{
         a.x, last ? final_norm_.view() : layers_[static_cast<size_t>(l) + 1].norm_in.view(), a.xn,
         norm, tap >= 0 ? a.taps[static_cast<size_t>(tap)] : Tensor{}};
-    mlp_block(ctx, lw.mlp, a.xn, a.gate_up, a.mlp, a.proj, &next);
+    if (lw.moe.defined()) {
+      moe_block(ctx, lw.moe, a.xn, a.moe, a.proj, &next);
+    } else {
+      mlp_block(ctx, lw.mlp, a.xn, a.gate_up, a.mlp, a.proj, &next);
+    }
     save_taps(l, tap);
   }
 
@@ -487,7 +534,8 @@ ForwardOutput LlamaFamilyModel::output(const ForwardBatch& b, const Activations&
 // ---- CUDA graphs -------------------------------------------------------------------------------
 
 bool LlamaFamilyModel::graph_eligible(const Context& ctx, const ForwardBatch& b) const {
-  return graphs_enabled_ && ctx.is_cuda() &&
+  // A MoE layer groups its rows by expert on the host: not capturable.
+  return graphs_enabled_ && !has_moe_ && ctx.is_cuda() &&
          static_cast<int64_t>(b.tokens.size()) <= kGraphMaxTokens;
 }
 
@@ -587,11 +635,12 @@ RopeTable llama_family_rope_table(const ModelConfig& c, const WeightLoader& weig
 }
 
 std::vector<std::pair<std::string, ModelFactory>> llama_family_architectures() {
-  static_assert(std::size(kArchitectures) == 4, "one factory per architecture below");
+  static_assert(std::size(kArchitectures) == 5, "one factory per architecture below");
   return {{"LlamaForCausalLM", &create<kLlama>},
           {"Qwen2ForCausalLM", &create<kQwen2>},
           {"Qwen3ForCausalLM", &create<kQwen3>},
-          {"MistralForCausalLM", &create<kMistral>}};
+          {"MistralForCausalLM", &create<kMistral>},
+          {"Qwen3MoeForCausalLM", &create<kQwen3>}};
 }
 
 }  // namespace dspark

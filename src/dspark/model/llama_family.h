@@ -1,5 +1,6 @@
 // The Llama decoder family: Llama (1-3.x), Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm),
-// Mistral (sliding-window attention); tied or untied embeddings.
+// Mistral (sliding-window attention), Qwen3-MoE (Qwen3 with expert FFNs, model/moe.h); tied or
+// untied embeddings.
 #pragma once
 
 #include <optional>

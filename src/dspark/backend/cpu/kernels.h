@@ -31,6 +31,10 @@ void rope(Context& ctx, const Tensor& x, const Tensor& positions, const Tensor& 
 void softmax(Context& ctx, const Tensor& x, const Tensor& out);
 void log_softmax(Context& ctx, const Tensor& x, const Tensor& out);
 void argmax(Context& ctx, const Tensor& x, const Tensor& out, const Tensor& index_map);
+void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+               const Tensor& weights);
+void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
+                 const Tensor& out);
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);
 void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,

@@ -1,0 +1,133 @@
+// moe_route and moe_combine (contract: ops/moe.h).
+//   moe_route: one warp per row. The row's probabilities live in shared memory; the top-k are
+//   chosen by k warp-wide argmax rounds under the CPU kernel's order (larger first, equal: the
+//   lower index, NaN last), so both backends choose the same experts for the same probabilities.
+//   moe_combine: one block per row, threads over the columns, the k choices summed in order.
+#include <algorithm>
+
+#include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/kernels/common.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+constexpr int kRouteWarps = 4;  // rows per block
+
+// (a, ia) ranks before (b, ib): larger probability first, equal ones by the lower index, NaN
+// after every number; ib < 0 is "none yet".
+__device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
+  if (ia < 0) return false;
+  if (ib < 0) return true;
+  const bool a_nan = isnan(a), b_nan = isnan(b);
+  if (a_nan != b_nan) return b_nan;
+  if (!a_nan && a != b) return a > b;
+  return ia < ib;
+}
+
+template <typename T>
+__global__ void moe_route_kernel(const T* logits, int64_t stride, int64_t n, int experts, int k,
+                                 bool normalize, int32_t* ids, float* weights) {
+  extern __shared__ float s_p[];  // [kRouteWarps][experts]
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (r >= n) return;
+  float* p = s_p + static_cast<int64_t>(warp) * experts;
+  const T* x = logits + r * stride;
+  float m = -INFINITY;
+  for (int e = lane; e < experts; e += 32) {
+    p[e] = device::to_float(x[e]);
+    m = fmaxf(m, p[e]);
+  }
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float sum = 0.0f;
+  for (int e = lane; e < experts; e += 32) {
+    p[e] = expf(p[e] - m);
+    sum += p[e];
+  }
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  for (int e = lane; e < experts; e += 32) p[e] /= sum;
+  __syncwarp();
+
+  int32_t* row_ids = ids + r * k;
+  float* row_w = weights + r * k;
+  float chosen_sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    float best = 0.0f;
+    int best_i = -1;
+    for (int e = lane; e < experts; e += 32) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken = taken || row_ids[i] == e;
+      if (!taken && ranks_before(p[e], e, best, best_i)) {
+        best = p[e];
+        best_i = e;
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (ranks_before(ob, oi, best, best_i)) {
+        best = ob;
+        best_i = oi;
+      }
+    }
+    if (lane == 0) {
+      row_ids[j] = best_i;
+      row_w[j] = best;
+    }
+    chosen_sum += best;
+    __syncwarp();  // row_ids[j] is read by every lane in the next round
+  }
+  if (normalize && lane == 0) {
+    for (int j = 0; j < k; ++j) row_w[j] /= chosen_sum;
+  }
+}
+
+template <typename TE, typename TO>
+__global__ void moe_combine_kernel(const TE* expert_out, int64_t e_stride, const int32_t* slots,
+                                   const float* weights, int k, TO* out, int64_t o_stride,
+                                   int64_t cols) {
+  const int64_t r = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int64_t s = slots[r * k + j];
+      acc += weights[r * k + j] * device::to_float(expert_out[s * e_stride + c]);
+    }
+    out[r * o_stride + c] = device::from_float<TO>(acc);
+  }
+}
+
+}  // namespace
+
+void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+               const Tensor& weights) {
+  const RowView lv = row_view(logits);
+  const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
+  const size_t shared = static_cast<size_t>(kRouteWarps) * static_cast<size_t>(experts) * 4;
+  DSPARK_CHECK(shared <= 48 * 1024, "moe_route: {} experts exceed the kernel's shared memory",
+               experts);
+  const auto blocks = static_cast<unsigned>(ceil_div(lv.rows, int64_t{kRouteWarps}));
+  dispatch_float(logits.dtype(), [&]<typename T>(TypeTag<T>) {
+    moe_route_kernel<<<blocks, 32 * kRouteWarps, shared, stream_of(ctx)>>>(
+        device_ptr<T>(logits), lv.stride, lv.rows, experts, k, normalize, ids.data_as<int32_t>(),
+        weights.data_as<float>());
+    DSPARK_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
+                 const Tensor& out) {
+  const RowView ev = row_view(expert_out), ov = row_view(out);
+  const int threads = static_cast<int>(std::clamp<int64_t>(ceil_div(ov.cols, 32) * 32, 32, 512));
+  dispatch_float(expert_out.dtype(), [&]<typename TE>(TypeTag<TE>) {
+    dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
+      moe_combine_kernel<<<static_cast<unsigned>(ov.rows), threads, 0, stream_of(ctx)>>>(
+          device_ptr<TE>(expert_out), ev.stride, slots.data_as<int32_t>(), weights.data_as<float>(),
+          static_cast<int>(slots.size(1)), device_ptr<TO>(out), ov.stride, ov.cols);
+      DSPARK_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+}  // namespace dspark::cuda
