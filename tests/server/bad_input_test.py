@@ -140,6 +140,7 @@ def raw_cases(port):
         ("unknown GET route", b"GET /v2/everything HTTP/1.1\r\nHost: x\r\n\r\n", 404),
         ("unknown model path", b"GET /v1/models/nope HTTP/1.1\r\nHost: x\r\n\r\n", 404),
         ("bad chunked body", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                             b"Content-Type: application/json\r\n"
                              b"Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n", 400),
         ("multipart body", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                            b"Content-Type: multipart/form-data; boundary=XX\r\n"
@@ -147,6 +148,7 @@ def raw_cases(port):
         ("body over the limit", b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                                 b"Content-Length: 41943040\r\n\r\n" + b" " * 41943040, 413),
         ("many headers, good body", (f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n{many_headers}"
+                                     "Content-Type: application/json\r\n"
                                      f"Content-Length: {len(good)}\r\n\r\n{good}").encode(), 200),
     ]
 
@@ -197,13 +199,14 @@ def disconnects(srv):
     # 2. Not streamed: send, then reset without reading.
     body = long_body.replace('"stream": true', '"stream": false')
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-    s.sendall((f"POST {COMPLETIONS} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
-               f"{body}").encode())
+    s.sendall((f"POST {COMPLETIONS} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
     time.sleep(0.3)  # admitted and decoding
     abrupt_close(s)
     # 3. Gone while sending the body, and gone before sending anything.
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
-    s.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{{\"mod".encode())
+    s.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             f"Content-Length: 1000\r\n\r\n{{\"mod".encode())
     abrupt_close(s)
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
     abrupt_close(s)

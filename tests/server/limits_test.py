@@ -30,7 +30,8 @@ def open_stream(port, max_tokens=8000):
     body = json.dumps({"model": "qwen3", "prompt": PROMPT, "max_tokens": max_tokens,
                        "temperature": 0, "stream": True})
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n"
                f"{body}").encode())
     got = b""
     while b"data: " not in got:
@@ -77,7 +78,8 @@ def queue_full():
                            "temperature": 0})
         second = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
         second.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-                        f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                        f"{body}").encode())
         wait_until(lambda: srv.metrics()["dspark_queue_depth"] == 1, 10, "the second queued")
         try:
             srv.client().completions.create(model="qwen3", prompt=PROMPT, max_tokens=4)

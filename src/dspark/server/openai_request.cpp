@@ -316,7 +316,7 @@ std::vector<int32_t> parse_prompt(const json& body, const PromptContext& ctx) {
     p = &v->front();
   }
   if (p->is_string()) {
-    const std::string text = p->get<std::string>();
+    const std::string& text = p->get_ref<const std::string&>();
     if (text.empty()) throw bad_value("prompt", "the prompt is empty.");
     std::vector<int32_t> ids = encode(ctx, text, /*special=*/true, "prompt");
     if (ids.empty()) throw bad_value("prompt", "the prompt encodes to no tokens.");
@@ -356,6 +356,16 @@ std::vector<int32_t> chat_prompt(const json& body, const PromptContext& ctx) {
     throw ApiError(500, "server_error",
                    fmt::format("The chat template could not be rendered: {}", e.what()), {},
                    "chat_template_error", "chat_template");
+  }
+  // A template without tool support ignores `tools`: refuse rather than drop them silently.
+  if (const auto tools = extra.find("tools"); tools != extra.end() && !tools->empty()) {
+    json without = extra;
+    without.erase("tools");
+    if (ctx.render_chat(messages, without) == text)
+      throw bad_request(
+          "This model's chat template does not render 'tools' (the prompt is the same with and "
+          "without them); describe the tools in a message instead.",
+          "tools", "tools_unsupported", "unsupported_parameter");
   }
   std::vector<int32_t> ids = encode(ctx, text, ctx.chat_add_special_tokens, "messages");
   if (ids.empty()) throw bad_value("messages", "the conversation renders to no tokens.");
