@@ -169,7 +169,9 @@ void EngineWorker::load(Engine& e) {
     kv_tokens = int64_t{PagedKvCache::pages_for_bytes(unit, config_.kv_memory)} * page;
   } else {
     const int64_t want = per_request * config_.max_batch;
-    const int64_t cap = int64_t{PagedKvCache::pages_for_bytes(unit, kDefaultKvBytes)} * page;
+    const int64_t cap = device.is_cpu()
+                            ? std::max(per_request, kDefaultCpuKvTokens)
+                            : int64_t{PagedKvCache::pages_for_bytes(unit, kDefaultKvBytes)} * page;
     kv_tokens = std::min(want, cap);
   }
   DSPARK_CHECK_KIND(invalid_input, kv_tokens >= per_request,

@@ -464,6 +464,7 @@ void HttpServer::start() {
   p.default_sampling = default_sampling(m.defaults);
   p.vocab_size = m.vocab_size;
   p.max_context = m.max_context;
+  p.max_prompt_bytes = max_prompt_bytes(*m.tokenizer, m.max_context);
 
   s.routes();
   s.port = s.svr.bind(s.config.host, s.config.port);

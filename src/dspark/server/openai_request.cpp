@@ -293,6 +293,13 @@ json parse_template_extra(const json& body) {
 
 std::vector<int32_t> encode(const PromptContext& ctx, const std::string& text, bool special,
                             const char* param) {
+  // A text longer than max_context tokens of the longest kind cannot fit: refuse it before the
+  // tokenizer spends tens of bytes of memory per byte of text on it.
+  if (ctx.max_prompt_bytes > 0 && text.size() > ctx.max_prompt_bytes)
+    throw bad_request(fmt::format("This model's maximum context length is {} tokens; the prompt "
+                                  "is {} bytes, more than such a context can hold ({} bytes).",
+                                  ctx.max_context, text.size(), ctx.max_prompt_bytes),
+                      param, "context_length_exceeded", "context_length_exceeded");
   try {
     return ctx.tokenizer->encode(text, special);
   } catch (const Error& e) {
@@ -373,6 +380,15 @@ std::vector<int32_t> chat_prompt(const json& body, const PromptContext& ctx) {
 }
 
 }  // namespace
+
+size_t max_prompt_bytes(const Tokenizer& tokenizer, int max_context) {
+  size_t longest = 1;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const int32_t one[1] = {id};
+    longest = std::max(longest, tokenizer.decode(one).size() + 1);  // +1: a stripped lead space
+  }
+  return 2 * longest * static_cast<size_t>(std::max(max_context, 1));
+}
 
 int json_nesting_depth(std::string_view text, int limit) {
   int depth = 0, max_depth = 0;
