@@ -6,7 +6,8 @@
   - an engine step that throws ($DSPARK_SERVE_FAIL_AT_ROWS hook): the live requests fail (a stream
     with an error event, a plain request with a 500), the KV pages come back, later requests work;
   - shutdown (SIGTERM) with a stream in flight: the stream gets an error event and then
-    `data: [DONE]`, and the server exits 0.
+    `data: [DONE]`, and the server exits 0;
+  - defaults: on the CPU the KV cache holds 16,384 tokens, not --max-batch full contexts.
 """
 
 import json
@@ -176,7 +177,14 @@ def engine_failure():
               m['dspark_requests_finished_total{reason="error"}'] == 2, f"failure metrics {m}")
 
 
+def defaults():
+    with Server(DSPARK, M) as srv:  # max context 512: 32 full contexts would be 18,944 tokens
+        check("max batch 32, max context 512, KV 16384 tokens" in srv.banner,
+              f"default KV on the CPU: {srv.banner}")
+
+
 def main():
+    defaults()
     auth()
     queue_full()
     engine_failure()
