@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 
-from server_util import Server, args, check, post, raw_http, read_response
+from server_util import Server, args, check, post, raw_http, read_response, run_test
 
 DSPARK, ROOT, MODELS = args()
 M = os.path.join(MODELS, "qwen3")
@@ -272,11 +272,7 @@ def main():
     slow_clients(with_timeout=True)
     body_limit()
     tools()
-    print("PASS")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # noqa: BLE001
-        check(False, f"{type(e).__name__}: {e}")
+    run_test(main)

@@ -18,7 +18,7 @@ import threading
 
 import openai
 
-from server_util import Server, args, check, fail, post, wait_until
+from server_util import Server, args, check, fail, post, run_test, wait_until
 
 DSPARK, ROOT, MODELS = args()
 M = os.path.join(MODELS, "qwen3")
@@ -189,11 +189,7 @@ def main():
     queue_full()
     engine_failure()
     shutdown()
-    print("PASS")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # noqa: BLE001
-        fail(f"{type(e).__name__}: {e}")
+    run_test(main)
