@@ -100,10 +100,10 @@ int run_serve(ServeArgs& a) {
   const server::ServedModel& m = srv.model();
   std::printf(
       "dspark serve: model '%s' on %s, draft %s (gamma %d), max batch %d, max context %d, KV %d "
-      "tokens (%d pages), %s; listening on http://%s:%d\n",
+      "tokens (%d pages), %.0f MiB reserved, %s; listening on http://%s:%d\n",
       srv.model_id().c_str(), m.device.c_str(), m.draft_kind.c_str(), m.gamma, c.engine.max_batch,
-      m.max_context, m.kv_tokens, m.kv_pages, srv.chat_template_description().c_str(),
-      c.host.c_str(), srv.port());
+      m.max_context, m.kv_tokens, m.kv_pages, static_cast<double>(m.reserved_bytes) / (1 << 20),
+      srv.chat_template_description().c_str(), c.host.c_str(), srv.port());
   std::fflush(stdout);
   if (const std::string why = srv.chat_template_error(); !why.empty())
     std::fprintf(stderr,

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "dspark/backend/context.h"
+#include "dspark/core/buffer.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/model/registry.h"
 #include "dspark/server/errors.h"
@@ -204,6 +205,7 @@ void EngineWorker::load(Engine& e) {
   model_.max_context = max_context;
   model_.kv_tokens = static_cast<int>(kv_tokens);
   model_.kv_pages = e.engine->kv().shape().num_pages;
+  model_.reserved_bytes = memory_stats(device).active_bytes;
   model_.device = device.name();
   model_.draft_kind = e.source.kind;
   model_.gamma = e.source.source ? spec.gamma : 0;

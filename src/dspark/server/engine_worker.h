@@ -67,6 +67,9 @@ struct ServedModel {
   int max_context = 0;
   int kv_tokens = 0;  // target KV capacity over all rows
   int kv_pages = 0;
+  // Device memory reserved after loading: weights, KV caches (host caches become resident as
+  // they are written), the drafter's buffers.
+  int64_t reserved_bytes = 0;
   std::string device;
   std::string draft_kind;  // "none", "ngram", "model", "dspark", "dflash"
   int gamma = 0;
