@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -29,8 +30,9 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 constexpr size_t kReadChunk = size_t{64} << 10;
-constexpr auto kLinger = 2s;         // a refused connection's unread input is drained this long
-constexpr auto kPollerTick = 100ms;  // deadlines are checked this often
+constexpr auto kLinger = 2s;           // a refused connection's unread input is drained this long
+constexpr auto kPollerTick = 100ms;    // deadlines are checked this often
+constexpr auto kDrainOnShutdown = 2s;  // responses in flight get this long to finish at shutdown
 
 // Set by the response logger when the response carries "Connection: close".
 thread_local bool tl_close_after = false;
@@ -126,9 +128,17 @@ Head parse_head(std::string_view head, size_t max_body_bytes) {
     if (next == std::string_view::npos) next = head.size();
     const std::string_view line = head.substr(pos, next - pos);
     pos = next + 1;
+    if (trim(line).empty()) continue;  // the blank line that ends the head
     const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    const std::string_view name = trim(line.substr(0, colon));
+    const std::string_view name = line.substr(0, colon);
+    // Folded lines and names with whitespace are read differently by different parsers (a
+    // request-smuggling shape): RFC 9112 says to refuse them.
+    if (colon == std::string_view::npos || name.empty() || trim(name) != name ||
+        name.find(' ') != std::string_view::npos) {
+      h.reject_status = 400;
+      h.reject_message = fmt::format("Malformed header line '{}'.", trim(line.substr(0, 80)));
+      return h;
+    }
     const std::string_view value = trim(line.substr(colon + 1));
     if (iequals(name, "Content-Length")) {
       if (length && *length != value) {
@@ -295,6 +305,7 @@ class HttpTransport::Poller {
   void retire(std::shared_ptr<Conn> c) {
     std::lock_guard lock(mu_);
     busy_.erase(c.get());
+    idle_cv_.notify_all();
     if (stopped_) return;
     refuse_more(std::move(c));
   }
@@ -304,7 +315,14 @@ class HttpTransport::Poller {
       std::lock_guard lock(mu_);
       busy_.erase(c.get());
     }
+    idle_cv_.notify_all();
     adopt(std::move(c));
+  }
+
+  // Waits until no request is being served, or `timeout` passed.
+  void wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    idle_cv_.wait_for(lock, timeout, [&] { return busy_.empty(); });
   }
 
   void stop() {
@@ -448,6 +466,7 @@ class HttpTransport::Poller {
   const TransportConfig& config_;
   RejectBody reject_;
   std::mutex mu_;
+  std::condition_variable idle_cv_;
   bool stopped_ = false;
   std::unordered_map<int, std::shared_ptr<Conn>> waiting_;
   std::unordered_set<Conn*> busy_;
@@ -489,6 +508,9 @@ void HttpTransport::set_response_logger(httplib::Logger logger) {
 }
 
 void HttpTransport::shutdown() {
+  // Responses in flight finish first (a stream's last events included): the library ends a
+  // chunked response early once the server is stopped.
+  poller_->wait_idle(kDrainOnShutdown);
   stop();  // the accept loop
   poller_->stop();
 }

@@ -53,8 +53,8 @@ class HttpTransport : public httplib::Server {
   int bind(const std::string& host, int port);
   // Like Server::set_logger; the connection layer also reads each response's Connection header.
   void set_response_logger(httplib::Logger logger);
-  // Stops accepting, closes idle connections, ends reads in flight, joins the workers.
-  // Thread-safe, idempotent.
+  // Lets the requests being served finish (up to 2 s), then stops accepting, closes idle
+  // connections, ends reads still in flight and joins the workers. Thread-safe, idempotent.
   void shutdown();
 
  private:
