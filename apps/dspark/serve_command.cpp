@@ -177,7 +177,8 @@ Command add_serve_command(CLI::App& app) {
       ->check(int_in(2, 1 << 24));
   sub->add_option("--kv-memory", args->kv_memory,
                   "Target KV cache size in bytes (K/M/G/T suffixes: 512M, 4G; default: room for "
-                  "--max-batch full-context requests, at most 8G)");
+                  "--max-batch full-context requests, at most 8G on CUDA and 16384 tokens on the "
+                  "CPU, at least one full-context request)");
   sub->add_option("--max-body-bytes", args->max_body_bytes,
                   "Largest request body (K/M/G suffixes); larger ones get 413 before they are read "
                   "(default 8M)");
