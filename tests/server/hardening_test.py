@@ -198,21 +198,18 @@ def body_limit():
 def framing(srv):
     good = GOOD.encode()
     head = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-    cases = [
-        ("conflicting Content-Length",
-         f"{head}Content-Length: {len(good)}\r\nContent-Length: 5\r\n\r\n".encode() + good),
+    n = len(good)
+    cases = [  # (name, the header lines after `head`); each request carries the good body
+        ("conflicting Content-Length", f"Content-Length: {n}\r\nContent-Length: 5"),
         ("Content-Length and Transfer-Encoding",
-         f"{head}Content-Length: {len(good)}\r\nTransfer-Encoding: chunked\r\n\r\n".encode() +
-         good),
-        ("negative Content-Length", f"{head}Content-Length: -1\r\n\r\n".encode() + good),
-        ("Content-Length with junk", f"{head}Content-Length: 12abc\r\n\r\n".encode() + good),
-        ("space before the colon",
-         f"{head}Content-Length : {len(good)}\r\n\r\n".encode() + good),
-        ("folded header line",
-         f"{head}X-A: 1\r\n Content-Length: 3\r\nContent-Length: {len(good)}\r\n\r\n".encode() +
-         good),
-        ("header line without a colon", f"{head}Content-Length {len(good)}\r\n\r\n".encode() + good),
+         f"Content-Length: {n}\r\nTransfer-Encoding: chunked"),
+        ("negative Content-Length", "Content-Length: -1"),
+        ("Content-Length with junk", "Content-Length: 12abc"),
+        ("space before the colon", f"Content-Length : {n}"),
+        ("folded header line", f"X-A: 1\r\n Content-Length: 3\r\nContent-Length: {n}"),
+        ("header line without a colon", f"Content-Length {n}"),
     ]
+    cases = [(name, f"{head}{lines}\r\n\r\n".encode() + good) for name, lines in cases]
     for name, data in cases:
         status, headers, body = raw_http(srv.port, data)
         e = error_of(status, body, 400, name)
