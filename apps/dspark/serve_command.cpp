@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -30,18 +31,20 @@ extern "C" void on_signal(int) {
 struct ServeArgs {
   server::ServerConfig config;
   std::string kv_memory;
+  std::string max_body_bytes;
+  double request_timeout_s = 30;
   std::optional<int> gamma;
   std::string spec_sampling = "coupled";
 };
 
 // "1073741824", "512M", "4G", "4GiB", "1.5G" -> bytes (K/M/G/T are powers of 1024).
-size_t parse_bytes(const std::string& text) {
+size_t parse_bytes(const std::string& text, const char* flag) {
   size_t used = 0;
   double value = 0;
   try {
     value = std::stod(text, &used);
   } catch (const std::exception&) {
-    DSPARK_FAIL(invalid_input, "--kv-memory: '{}' is not a size (e.g. 2147483648, 512M, 4G)", text);
+    DSPARK_FAIL(invalid_input, "{}: '{}' is not a size (e.g. 2147483648, 512M, 4G)", flag, text);
   }
   std::string unit = text.substr(used);
   if (unit.size() >= 2 &&
@@ -59,11 +62,11 @@ size_t parse_bytes(const std::string& text) {
   } else if (unit == "T" || unit == "t") {
     scale = 1024.0 * 1024 * 1024 * 1024;
   } else {
-    DSPARK_CHECK_KIND(invalid_input, unit.empty(),
-                      "--kv-memory: unknown unit in '{}' (use K, M, G or T)", text);
+    DSPARK_CHECK_KIND(invalid_input, unit.empty(), "{}: unknown unit in '{}' (use K, M, G or T)",
+                      flag, text);
   }
   const double bytes = value * scale;
-  DSPARK_CHECK_KIND(invalid_input, bytes >= 1 && bytes < 1e18, "--kv-memory: '{}' is out of range",
+  DSPARK_CHECK_KIND(invalid_input, bytes >= 1 && bytes < 1e18, "{}: '{}' is out of range", flag,
                     text);
   return static_cast<size_t>(bytes);
 }
@@ -72,7 +75,10 @@ int run_serve(ServeArgs& a) {
   server::ServerConfig& c = a.config;
   c.engine.gamma = a.gamma;
   c.spec_sampling = *spec_sampling_from_name(a.spec_sampling);
-  if (!a.kv_memory.empty()) c.engine.kv_memory = parse_bytes(a.kv_memory);
+  if (!a.kv_memory.empty()) c.engine.kv_memory = parse_bytes(a.kv_memory, "--kv-memory");
+  if (!a.max_body_bytes.empty())
+    c.max_body_bytes = parse_bytes(a.max_body_bytes, "--max-body-bytes");
+  c.request_timeout = std::chrono::milliseconds(static_cast<int64_t>(a.request_timeout_s * 1000));
   // Testing hook (docs/server.md): fail the first step with this many live rows.
   if (const char* rows = std::getenv("DSPARK_SERVE_FAIL_AT_ROWS"))
     c.engine.fail_at_rows = std::atoi(rows);
@@ -97,10 +103,10 @@ int run_serve(ServeArgs& a) {
   const server::ServedModel& m = srv.model();
   std::printf(
       "dspark serve: model '%s' on %s, draft %s (gamma %d), max batch %d, max context %d, KV %d "
-      "tokens (%d pages), %s; listening on http://%s:%d\n",
+      "tokens (%d pages), %.0f MiB reserved, %s; listening on http://%s:%d\n",
       srv.model_id().c_str(), m.device.c_str(), m.draft_kind.c_str(), m.gamma, c.engine.max_batch,
-      m.max_context, m.kv_tokens, m.kv_pages, srv.chat_template_description().c_str(),
-      c.host.c_str(), srv.port());
+      m.max_context, m.kv_tokens, m.kv_pages, static_cast<double>(m.reserved_bytes) / (1 << 20),
+      srv.chat_template_description().c_str(), c.host.c_str(), srv.port());
   std::fflush(stdout);
   if (const std::string why = srv.chat_template_error(); !why.empty())
     std::fprintf(stderr,
@@ -179,7 +185,20 @@ Command add_serve_command(CLI::App& app) {
       ->check(int_in(2, 1 << 24));
   sub->add_option("--kv-memory", args->kv_memory,
                   "Target KV cache size in bytes (K/M/G/T suffixes: 512M, 4G; default: room for "
-                  "--max-batch full-context requests, at most 8G)");
+                  "--max-batch full-context requests, at most 8G on CUDA and 16384 tokens on the "
+                  "CPU, at least one full-context request)");
+  sub->add_option("--max-body-bytes", args->max_body_bytes,
+                  "Largest request body (K/M/G suffixes); larger ones get 413 before they are read "
+                  "(default 8M)");
+  sub->add_option("--request-timeout", args->request_timeout_s,
+                  "Seconds a client has to send a request's head and body, counted from its first "
+                  "byte; slower connections are dropped (408)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  sub->add_option("--http-threads", c.http_threads,
+                  "HTTP worker threads, each serving one request at a time (default: max-batch + "
+                  "max-queue + 16); idle and slow connections hold none")
+      ->check(int_in(1, 1 << 16));
   sub->add_flag("!--no-prefix-cache", c.engine.prefix_cache,
                 "Recompute every prompt instead of reusing the target KV of prompt prefixes seen "
                 "before (reuse is off anyway with DFlash/DSpark drafters, which need the target's "

@@ -6,7 +6,8 @@
   - an engine step that throws ($DSPARK_SERVE_FAIL_AT_ROWS hook): the live requests fail (a stream
     with an error event, a plain request with a 500), the KV pages come back, later requests work;
   - shutdown (SIGTERM) with a stream in flight: the stream gets an error event and then
-    `data: [DONE]`, and the server exits 0.
+    `data: [DONE]`, and the server exits 0;
+  - defaults: on the CPU the KV cache holds 16,384 tokens, not --max-batch full contexts.
 """
 
 import json
@@ -17,7 +18,7 @@ import threading
 
 import openai
 
-from server_util import Server, args, check, fail, post, wait_until
+from server_util import Server, args, check, fail, post, run_test, wait_until
 
 DSPARK, ROOT, MODELS = args()
 M = os.path.join(MODELS, "qwen3")
@@ -30,7 +31,8 @@ def open_stream(port, max_tokens=8000):
     body = json.dumps({"model": "qwen3", "prompt": PROMPT, "max_tokens": max_tokens,
                        "temperature": 0, "stream": True})
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n"
                f"{body}").encode())
     got = b""
     while b"data: " not in got:
@@ -77,7 +79,8 @@ def queue_full():
                            "temperature": 0})
         second = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
         second.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-                        f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                        f"{body}").encode())
         wait_until(lambda: srv.metrics()["dspark_queue_depth"] == 1, 10, "the second queued")
         try:
             srv.client().completions.create(model="qwen3", prompt=PROMPT, max_tokens=4)
@@ -174,16 +177,19 @@ def engine_failure():
               m['dspark_requests_finished_total{reason="error"}'] == 2, f"failure metrics {m}")
 
 
+def defaults():
+    with Server(DSPARK, M) as srv:  # max context 512: 32 full contexts would be 18,944 tokens
+        check("max batch 32, max context 512, KV 16384 tokens" in srv.banner,
+              f"default KV on the CPU: {srv.banner}")
+
+
 def main():
+    defaults()
     auth()
     queue_full()
     engine_failure()
     shutdown()
-    print("PASS")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception as e:  # noqa: BLE001
-        fail(f"{type(e).__name__}: {e}")
+    run_test(main)

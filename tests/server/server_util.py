@@ -43,6 +43,16 @@ def check(cond, message):
         fail(message)
 
 
+def run_test(main):
+    """Runs a test's main(); any exception (a client error, a timeout) fails it with its message,
+    then PASS."""
+    try:
+        main()
+    except Exception as e:  # noqa: BLE001
+        fail(f"{type(e).__name__}: {e}")
+    print("PASS")
+
+
 class Server:
     """`dspark serve -m MODEL --port 0 ARGS...`; the port is read from its first stdout line."""
 

@@ -2,6 +2,8 @@
 // runtime (a stub that reports "built without CUDA" in a build without it).
 #include "dspark/core/device_memory.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +33,16 @@ void device_free(Device device, void* ptr) noexcept {
   } else {
     cuda::free_device(ptr);
   }
+}
+
+void* host_map_zeroed(size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  DSPARK_CHECK_KIND(out_of_memory, p != MAP_FAILED, "host mapping of {} bytes failed", bytes);
+  return p;
+}
+
+void host_unmap(void* ptr, size_t bytes) noexcept {
+  munmap(ptr, bytes);
 }
 
 void device_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {

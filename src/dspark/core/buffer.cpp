@@ -20,8 +20,7 @@ struct Counters {
 Counters& counters(Device device) {
   static std::array<Counters, kMaxCudaDevices + 1> all;
   const int slot = device.is_cpu() ? 0 : 1 + device.index;
-  DSPARK_CHECK(slot >= 0 && slot <= kMaxCudaDevices, "device index {} out of range",
-               device.index);
+  DSPARK_CHECK(slot >= 0 && slot <= kMaxCudaDevices, "device index {} out of range", device.index);
   return all[slot];
 }
 
@@ -52,12 +51,30 @@ Buffer::Buffer(Device device, size_t bytes) : bytes_(bytes), device_(device) {
   count_allocation(device, static_cast<int64_t>(bytes));
 }
 
-Buffer::~Buffer() { reset(); }
+Buffer Buffer::zeros(Device device, size_t bytes) {
+  if (!device.is_cpu() || bytes < kHostMapMinBytes) {
+    Buffer b(device, bytes);
+    if (bytes > 0) device_memset(b.data_, device, 0, bytes);
+    return b;
+  }
+  Buffer b;
+  b.data_ = host_map_zeroed(bytes);
+  b.bytes_ = bytes;
+  b.device_ = device;
+  b.mapped_ = true;
+  count_allocation(device, static_cast<int64_t>(bytes));
+  return b;
+}
+
+Buffer::~Buffer() {
+  reset();
+}
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : data_(other.data_), bytes_(other.bytes_), device_(other.device_) {
+    : data_(other.data_), bytes_(other.bytes_), device_(other.device_), mapped_(other.mapped_) {
   other.data_ = nullptr;
   other.bytes_ = 0;
+  other.mapped_ = false;
 }
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
@@ -66,19 +83,26 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     data_ = other.data_;
     bytes_ = other.bytes_;
     device_ = other.device_;
+    mapped_ = other.mapped_;
     other.data_ = nullptr;
     other.bytes_ = 0;
+    other.mapped_ = false;
   }
   return *this;
 }
 
 void Buffer::reset() noexcept {
   if (data_) {
-    device_free(device_, data_);
+    if (mapped_) {
+      host_unmap(data_, bytes_);
+    } else {
+      device_free(device_, data_);
+    }
     counters(device_).active.fetch_sub(static_cast<int64_t>(bytes_));
   }
   data_ = nullptr;
   bytes_ = 0;
+  mapped_ = false;
 }
 
 OwnedTensor::OwnedTensor(DType dtype, Shape shape, Device device)
@@ -86,8 +110,9 @@ OwnedTensor::OwnedTensor(DType dtype, Shape shape, Device device)
       view_(buffer_.data(), dtype, shape, device) {}
 
 OwnedTensor OwnedTensor::zeros(DType dtype, Shape shape, Device device) {
-  OwnedTensor t(dtype, shape, device);
-  if (t.view().nbytes() > 0) device_memset(t.view().data(), device, 0, t.view().nbytes());
+  OwnedTensor t;
+  t.buffer_ = Buffer::zeros(device, static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  t.view_ = Tensor(t.buffer_.data(), dtype, shape, device);
   return t;
 }
 
@@ -141,8 +166,8 @@ OwnedTensor OwnedTensor::copy_of(const Tensor& src, Device device) {
 }
 
 void copy_tensor(const Tensor& dst, const Tensor& src) {
-  DSPARK_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(),
-               "copy_tensor: {} from {}", dst.describe(), src.describe());
+  DSPARK_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel(), "copy_tensor: {} from {}",
+               dst.describe(), src.describe());
   DSPARK_CHECK(dst.is_contiguous() && src.is_contiguous(), "copy_tensor: needs contiguous tensors");
   if (src.numel() == 0) return;
   device_copy(dst.data(), dst.device(), src.data(), src.device(), src.nbytes());

@@ -24,6 +24,8 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(Device device, size_t bytes);
+  // Zero-filled; large host buffers are mapped lazily (device_memory.h: host_map_zeroed).
+  static Buffer zeros(Device device, size_t bytes);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
@@ -39,6 +41,7 @@ class Buffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_{};
+  bool mapped_ = false;  // from host_map_zeroed
 };
 
 class OwnedTensor {

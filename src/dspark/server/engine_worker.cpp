@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "dspark/backend/context.h"
+#include "dspark/core/buffer.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/model/registry.h"
 #include "dspark/server/errors.h"
@@ -169,7 +170,9 @@ void EngineWorker::load(Engine& e) {
     kv_tokens = int64_t{PagedKvCache::pages_for_bytes(unit, config_.kv_memory)} * page;
   } else {
     const int64_t want = per_request * config_.max_batch;
-    const int64_t cap = int64_t{PagedKvCache::pages_for_bytes(unit, kDefaultKvBytes)} * page;
+    const int64_t cap = device.is_cpu()
+                            ? std::max(per_request, kDefaultCpuKvTokens)
+                            : int64_t{PagedKvCache::pages_for_bytes(unit, kDefaultKvBytes)} * page;
     kv_tokens = std::min(want, cap);
   }
   DSPARK_CHECK_KIND(invalid_input, kv_tokens >= per_request,
@@ -202,6 +205,7 @@ void EngineWorker::load(Engine& e) {
   model_.max_context = max_context;
   model_.kv_tokens = static_cast<int>(kv_tokens);
   model_.kv_pages = e.engine->kv().shape().num_pages;
+  model_.reserved_bytes = memory_stats(device).active_bytes;
   model_.device = device.name();
   model_.draft_kind = e.source.kind;
   model_.gamma = e.source.source ? spec.gamma : 0;

@@ -43,8 +43,9 @@ struct EngineWorkerConfig {
   int max_batch = 32;    // live rows at most
   int max_queue = 256;   // waiting requests at most (then 503)
   int max_context = 0;   // prompt + completion tokens per request; 0: the model's maximum
-  size_t kv_memory = 0;  // target KV cache bytes; 0: room for max_batch full-context requests
-                         // (at most kDefaultKvBytes)
+  size_t kv_memory = 0;  // target KV cache bytes; 0: room for max_batch full-context requests,
+                         // at most kDefaultKvBytes (CUDA) or kDefaultCpuKvTokens tokens (CPU,
+                         // and at least one full-context request)
   int page_size = 16;
   int prefill_chunk = 512;
   bool prefix_cache = true;  // reuse the target KV of repeated prompt prefixes (SpecConfig)
@@ -54,6 +55,8 @@ struct EngineWorkerConfig {
 };
 
 inline constexpr size_t kDefaultKvBytes = size_t{8} << 30;
+// On the CPU the cache shares memory with everything else: e.g. 4 requests of 4k tokens.
+inline constexpr int64_t kDefaultCpuKvTokens = 16384;
 
 // What the HTTP side needs to know about the loaded model (read-only after start()).
 struct ServedModel {
@@ -64,6 +67,9 @@ struct ServedModel {
   int max_context = 0;
   int kv_tokens = 0;  // target KV capacity over all rows
   int kv_pages = 0;
+  // Device memory reserved after loading: weights, KV caches (host caches become resident as
+  // they are written), the drafter's buffers.
+  int64_t reserved_bytes = 0;
   std::string device;
   std::string draft_kind;  // "none", "ngram", "model", "dspark", "dflash"
   int gamma = 0;

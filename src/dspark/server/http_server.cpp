@@ -14,6 +14,7 @@
 #include "dspark/server/chat_prompt.h"
 #include "dspark/server/connection_watch.h"
 #include "dspark/server/errors.h"
+#include "dspark/server/http_transport.h"
 #include "dspark/server/openai_request.h"
 #include "dspark/server/openai_response.h"
 
@@ -41,6 +42,33 @@ std::string allowed_methods(const std::string& path) {
   if (route == "chat" || route == "completions") return "POST";
   if (route == "other") return "";
   return "GET, HEAD";
+}
+
+// "application/json", optionally with "; charset=utf-8" (any case, quoted or not) and other
+// parameters.
+bool json_media_type(std::string_view value) {
+  auto lower_trim = [](std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    std::string out(s);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  size_t semi = value.find(';');
+  if (lower_trim(value.substr(0, semi)) != "application/json") return false;
+  while (semi != std::string_view::npos) {
+    const std::string_view rest = value.substr(semi + 1);
+    semi = rest.find(';');
+    const std::string_view param = rest.substr(0, semi);
+    if (semi != std::string_view::npos) semi += value.size() - rest.size();
+    const size_t eq = param.find('=');
+    if (eq == std::string_view::npos || lower_trim(param.substr(0, eq)) != "charset") continue;
+    std::string charset = lower_trim(param.substr(eq + 1));
+    if (charset.size() >= 2 && charset.front() == '"' && charset.back() == '"')
+      charset = charset.substr(1, charset.size() - 2);
+    if (charset != "utf-8" && charset != "utf8") return false;
+  }
+  return true;
 }
 
 bool same_secret(std::string_view a, std::string_view b) {
@@ -77,7 +105,7 @@ struct HttpServer::Impl {
   ServerConfig config;
   ServerMetrics metrics;
   EngineWorker worker;
-  httplib::Server svr;
+  HttpTransport svr;
   PromptContext prompt_ctx;
   ChatPrompt chat;
   std::string model_id;
@@ -85,7 +113,34 @@ struct HttpServer::Impl {
   int port = -1;
   std::once_flag stop_once;
 
-  explicit Impl(ServerConfig c) : config(std::move(c)), worker(config.engine, metrics) {}
+  explicit Impl(ServerConfig c)
+      : config(std::move(c)),
+        worker(config.engine, metrics),
+        svr(transport_config(config),
+            [this](int status, const std::string& message, const std::string& path) {
+              return refusal(status, message, path);
+            }) {}
+
+  static TransportConfig transport_config(const ServerConfig& c) {
+    TransportConfig t;
+    t.threads = c.http_threads > 0 ? c.http_threads : c.engine.max_batch + c.engine.max_queue + 16;
+    t.max_body_bytes = c.max_body_bytes;
+    t.request_timeout = c.request_timeout;
+    return t;
+  }
+
+  // A request the connection layer refused before routing (bad framing, too large, too slow).
+  std::string refusal(int status, const std::string& message, const std::string& path) {
+    const char* code = status == 413   ? "payload_too_large"
+                       : status == 408 ? "request_timeout"
+                       : status == 431 ? "headers_too_large"
+                                       : "invalid_framing";
+    const ApiError e(status, "invalid_request_error", message, {}, code,
+                     status == 413 ? "payload_too_large" : "http_protocol");
+    metrics.record_error(e.kind());
+    metrics.record_response(route_of(path.substr(0, path.find('?'))), status);
+    return dump_json(e.to_json());
+  }
 
   void send_error(httplib::Response& res, const ApiError& e) {
     metrics.record_error(e.kind());
@@ -125,16 +180,14 @@ struct HttpServer::Impl {
                      {}, "invalid_api_key", "unauthorized");
   }
 
-  // The request body, at most max_body_bytes (chunked bodies included).
+  // The request body, at most max_body_bytes (chunked bodies included; a larger Content-Length
+  // was refused before the handler ran).
   std::string read_body(const httplib::Request& req, httplib::Response& res,
                         const httplib::ContentReader& reader) {
-    if (req.is_multipart_form_data()) {
-      res.set_header("Connection", "close");
-      throw ApiError(415, "invalid_request_error",
-                     "multipart/form-data bodies are not supported: send JSON", {},
-                     "unsupported_media_type", "unsupported_media_type");
-    }
     std::string body;
+    if (const size_t n = req.get_header_value<uint64_t>("Content-Length");
+        n <= config.max_body_bytes)
+      body.reserve(n);
     bool too_big = false;
     const bool ok = reader([&](const char* data, size_t n) {
       if (body.size() + n > config.max_body_bytes) {
@@ -158,12 +211,32 @@ struct HttpServer::Impl {
     return body;
   }
 
+  // Only application/json (charset utf-8 if given): a browser page can send text/plain, form and
+  // multipart bodies cross-origin without a CORS preflight, JSON it cannot.
+  static void check_json_content_type(const httplib::Request& req, httplib::Response& res) {
+    const std::string value = req.get_header_value("Content-Type");
+    if (!json_media_type(value)) {
+      res.set_header("Connection", "close");  // the body is not read
+      throw ApiError(415, "invalid_request_error",
+                     value.empty()
+                         ? "Missing Content-Type: send 'Content-Type: application/json'."
+                         : fmt::format("Unsupported Content-Type '{}': send 'application/json' "
+                                       "(UTF-8).",
+                                       utf8_safe(value)),
+                     {}, "unsupported_media_type", "unsupported_media_type");
+    }
+  }
+
   void handle_generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res,
                        const httplib::ContentReader& reader) {
     guarded(res, [&] {
       check_auth(req);
-      const std::string body = read_body(req, res, reader);
-      ParsedRequest pr = parse_request(endpoint, body, prompt_ctx);
+      check_json_content_type(req, res);
+      ParsedRequest pr;
+      {
+        const std::string body = read_body(req, res, reader);  // freed before generation
+        pr = parse_request(endpoint, body, prompt_ctx);
+      }
       ResponseMeta meta = make_meta(endpoint, pr.model);
       std::shared_ptr<RequestChannel> ch =
           worker.submit(std::move(pr.prompt), std::move(pr.options));
@@ -349,7 +422,7 @@ struct HttpServer::Impl {
         [this](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
           send_error(res, ApiError(500, "server_error", "internal error", {}, {}, "internal"));
         });
-    svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    svr.set_response_logger([this](const httplib::Request& req, const httplib::Response& res) {
       metrics.record_response(route_of(req.path), res.status);
     });
   }
@@ -392,22 +465,10 @@ void HttpServer::start() {
   p.default_sampling.spec = s.config.spec_sampling;
   p.vocab_size = m.vocab_size;
   p.max_context = m.max_context;
+  p.max_prompt_bytes = max_prompt_bytes(*m.tokenizer, m.max_context);
 
-  const int threads = s.config.http_threads > 0
-                          ? s.config.http_threads
-                          : s.config.engine.max_batch + s.config.engine.max_queue + 16;
-  s.svr.new_task_queue = [threads] {
-    return new httplib::ThreadPool(static_cast<size_t>(threads));
-  };
-  s.svr.set_tcp_nodelay(true);
-  s.svr.set_keep_alive_max_count(1000);
-  s.svr.set_payload_max_length(s.config.max_body_bytes);
   s.routes();
-  if (s.config.port == 0) {
-    s.port = s.svr.bind_to_any_port(s.config.host);
-  } else {
-    s.port = s.svr.bind_to_port(s.config.host, s.config.port) ? s.config.port : -1;
-  }
+  s.port = s.svr.bind(s.config.host, s.config.port);
   if (s.port < 0) {
     s.worker.stop();
     DSPARK_FAIL(io, "cannot listen on {}:{} (address in use, or not a local address)",
@@ -443,7 +504,7 @@ void HttpServer::stop() {
   Impl& s = *impl_;
   std::call_once(s.stop_once, [&] {
     s.worker.stop();  // every waiting handler sees its request end
-    s.svr.stop();
+    s.svr.shutdown();
   });
 }
 

@@ -11,6 +11,7 @@
 // that goes away cancels its request. Errors use the OpenAI shape (errors.h).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -25,7 +26,9 @@ struct ServerConfig {
   int port = 8000;         // 0: any free port (see port())
   std::string api_key;     // non-empty: /v1/* need "Authorization: Bearer <api_key>"
   std::string model_name;  // the served model id; default: the model directory's name
-  size_t max_body_bytes = size_t{32} << 20;
+  size_t max_body_bytes = size_t{8} << 20;  // larger bodies get 413 (read no further)
+  // A request's head and body must arrive within this long of its first byte (else 408 / closed).
+  std::chrono::milliseconds request_timeout{30'000};
   int http_threads = 0;  // 0: max_batch + max_queue + 16 (one per in-flight request)
   // Requests without "spec_sampling" use this (--spec-sampling).
   SpecSampling spec_sampling = SpecSampling::coupled;

@@ -303,6 +303,13 @@ json parse_template_extra(const json& body) {
 
 std::vector<int32_t> encode(const PromptContext& ctx, const std::string& text, bool special,
                             const char* param) {
+  // A text longer than max_context tokens of the longest kind cannot fit: refuse it before the
+  // tokenizer spends tens of bytes of memory per byte of text on it.
+  if (ctx.max_prompt_bytes > 0 && text.size() > ctx.max_prompt_bytes)
+    throw bad_request(fmt::format("This model's maximum context length is {} tokens; the prompt "
+                                  "is {} bytes, more than such a context can hold ({} bytes).",
+                                  ctx.max_context, text.size(), ctx.max_prompt_bytes),
+                      param, "context_length_exceeded", "context_length_exceeded");
   try {
     return ctx.tokenizer->encode(text, special);
   } catch (const Error& e) {
@@ -326,7 +333,7 @@ std::vector<int32_t> parse_prompt(const json& body, const PromptContext& ctx) {
     p = &v->front();
   }
   if (p->is_string()) {
-    const std::string text = p->get<std::string>();
+    const std::string& text = p->get_ref<const std::string&>();
     if (text.empty()) throw bad_value("prompt", "the prompt is empty.");
     std::vector<int32_t> ids = encode(ctx, text, /*special=*/true, "prompt");
     if (ids.empty()) throw bad_value("prompt", "the prompt encodes to no tokens.");
@@ -367,12 +374,31 @@ std::vector<int32_t> chat_prompt(const json& body, const PromptContext& ctx) {
                    fmt::format("The chat template could not be rendered: {}", e.what()), {},
                    "chat_template_error", "chat_template");
   }
+  // A template without tool support ignores `tools`: refuse rather than drop them silently.
+  if (const auto tools = extra.find("tools"); tools != extra.end() && !tools->empty()) {
+    json without = extra;
+    without.erase("tools");
+    if (ctx.render_chat(messages, without) == text)
+      throw bad_request(
+          "This model's chat template does not render 'tools' (the prompt is the same with and "
+          "without them); describe the tools in a message instead.",
+          "tools", "tools_unsupported", "unsupported_parameter");
+  }
   std::vector<int32_t> ids = encode(ctx, text, ctx.chat_add_special_tokens, "messages");
   if (ids.empty()) throw bad_value("messages", "the conversation renders to no tokens.");
   return ids;
 }
 
 }  // namespace
+
+size_t max_prompt_bytes(const Tokenizer& tokenizer, int max_context) {
+  size_t longest = 1;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const int32_t one[1] = {id};
+    longest = std::max(longest, tokenizer.decode(one).size() + 1);  // +1: a stripped lead space
+  }
+  return 2 * longest * static_cast<size_t>(std::max(max_context, 1));
+}
 
 int json_nesting_depth(std::string_view text, int limit) {
   int depth = 0, max_depth = 0;

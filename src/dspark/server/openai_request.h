@@ -42,7 +42,14 @@ struct PromptContext {
   SamplingParams default_sampling;          // the model's generation_config.json
   int64_t vocab_size = 0;
   int max_context = 0;  // prompt + completion tokens at most
+  // Prompt texts longer than this are refused without tokenizing (0: no limit); see
+  // max_prompt_bytes().
+  size_t max_prompt_bytes = 0;
 };
+
+// A bound no prompt that fits max_context tokens exceeds: twice max_context tokens of the
+// vocabulary's longest decoded token (the factor leaves room for normalizers that drop bytes).
+size_t max_prompt_bytes(const Tokenizer& tokenizer, int max_context);
 
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::chat;
