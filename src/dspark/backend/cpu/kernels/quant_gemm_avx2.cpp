@@ -13,14 +13,17 @@
 // scales of 8 blocks are converted at once and multiplied by x's 8 scales in one multiply.
 //
 // A tile is MR x rows by NR weight rows: each weight unit is unpacked once and used for all MR
-// rows while in registers (MR = 1, NR = 4 for decode; MR = 4, NR = 2 for verify and prefill
-// batches); the min terms are folded into the MR = 1 tile and done in a short separate pass for
-// the wider ones (the same operations either way). The weight stream is prefetched into L2 a few
-// KiB ahead.
+// rows while in registers. Decode: MR = 1, NR = 4. More rows go in blocks of 8 (verify widths):
+// 5-8 rows against one weight row at a time (legacy_rows, k_tile), 2-4 rows against two, a last
+// single row as decode. The min terms are folded into the MR = 1 tile and done in a
+// short separate pass for the wider ones (the same operations either way). The weight stream is
+// prefetched into L2 a few KiB ahead.
 //
-// Per 32 weights and x row on the 2-core EPYC (Zen 3, 3.0 GHz) VM, weights in cache, M = 1:
-// Q4_1 1.45 ns, Q8_0 1.4 ns, Q4_K 1.6 ns, Q6_K 2.1 ns (ggml's vec_dot on the same machine:
-// Q4_1 3.0 ns, Q8_0 1.6 ns, Q4_0 2.1 ns); about 1 ns per extra row at M = 16.
+// Per 32 weights and x row on the 2-core EPYC (Zen 3) VM, weights in cache, M = 1:
+// Q4_1 1.45 ns, Q8_0 1.4 ns, Q4_K 1.3 ns, Q6_K 1.95 ns (ggml's vec_dot on the same machine:
+// Q4_1 3.0 ns, Q8_0 1.6 ns, Q4_0 2.1 ns); at M = 8, per 32 weights and row (thread CPU time,
+// 576 x 1536): Q4_1 0.66 ns, Q4_0 0.8, Q8_0 0.83, Q4_K 0.86, Q6_K 1.0 (the 4 x 2 tile before:
+// 0.82, 1.0, 0.98, 0.91, 1.14).
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
 
 #if defined(__x86_64__)
@@ -31,6 +34,9 @@
 #include <cmath>
 
 #define DSPARK_AVX2 __attribute__((target("avx2,fma,f16c")))
+// For the lambdas of the tiles: GCC may otherwise call them out of line, the accumulators then
+// going through memory (measured 1.4-1.5x slower tiles).
+#define DSPARK_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline))
 
 namespace dspark::cpu::quant_gemm_detail {
 namespace {
@@ -346,7 +352,7 @@ DSPARK_AVX2 void legacy_tile(const XBlocks& x, int64_t r0, const uint8_t* const*
           mn[r][j] = _mm256_fmadd_ps(m8, load_partial(xs[r] + g, c), mn[r][j]);
       }
     }
-    auto pair_step = [&](int q, __m256i index) DSPARK_AVX2 {
+    auto pair_step = [&](int q, __m256i index) DSPARK_AVX2_INLINE {
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) {
         __m256i lo, hi;
@@ -363,7 +369,7 @@ DSPARK_AVX2 void legacy_tile(const XBlocks& x, int64_t r0, const uint8_t* const*
         }
       }
     };
-    auto single_step = [&](int u) DSPARK_AVX2 {
+    auto single_step = [&](int u) DSPARK_AVX2_INLINE {
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) {
         const __m256i w = F::one(wr[j] + (g + u) * kBytes);
@@ -396,6 +402,125 @@ DSPARK_AVX2 void legacy_tile(const XBlocks& x, int64_t r0, const uint8_t* const*
     }
   }
   if constexpr (F::kMin && !kFusedMin) legacy_mins<T, MR, NR>(x, r0, wr, mn);
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const float y = reduce8(acc[r][j]);
+      out[r * kCols + j] = F::kMin ? y + reduce8(mn[r][j]) : y;
+    }
+}
+
+// MR x rows by NR weight rows for M > 1 (MR x NR accumulators, at most 8): each unit (or pair)
+// of a weight row is unpacked once and multiplied with every x row while it is in registers. A
+// pair's scales are d_w[2p], d_w[2p+1] (permuted once per weight row) times x's pair-expanded dp,
+// one multiply per x row, so the accumulators, the unpacked values and the scales fit the 16
+// registers. The per-lane products and sums are those of legacy_tile.
+template <QuantType T, int MR, int NR>
+DSPARK_AVX2 void legacy_rows(const XBlocks& x, int64_t r0, const uint8_t* const* wr, float* out) {
+  using F = Legacy<T>;
+  constexpr int64_t kBytes = F::kBytes;
+  const int8_t* xq[MR];
+  const float* xd[MR];
+  const float* xp[MR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    xq[r] = x.q(r0 + r);
+    xd[r] = x.d(r0 + r);
+    xp[r] = x.dp(r0 + r);
+  }
+  __m256 acc[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[r][j] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t nb = x.blocks;
+  for (int64_t g = 0; g < nb; g += 8) {
+    const int64_t c = std::min<int64_t>(8, nb - g);
+    __m256 d8[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      prefetch_ahead(wr[j] + g * kBytes, 8 * kBytes);
+      d8[j] = group_halves<kBytes, 0>(wr[j] + g * kBytes, c);
+    }
+    auto pair_step = [&](int q) DSPARK_AVX2_INLINE {
+      const int64_t b = g + 2 * q;
+      const __m256i index = pair_index(q);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        __m256i lo, hi;
+        F::pair(wr[j] + b * kBytes, lo, hi);
+        const __m256i lo_abs = magnitude<F::kSigned>(lo), hi_abs = magnitude<F::kSigned>(hi);
+        const __m256 dw = _mm256_permutevar8x32_ps(d8[j], index);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+          const int8_t* a = xq[r] + 32 * b;
+          const __m256i p16 = _mm256_add_epi16(products16<F::kSigned>(lo, lo_abs, load256(a)),
+                                               products16<F::kSigned>(hi, hi_abs, load256(a + 32)));
+          const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(xp[r] + 4 * b));
+          acc[r][j] =
+              _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[r][j]);
+        }
+      }
+    };
+    auto single_step = [&](int u) DSPARK_AVX2_INLINE {
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        const uint8_t* p = wr[j] + (g + u) * kBytes;
+        const __m256i wv = F::one(p);
+        const __m256i w_abs = magnitude<F::kSigned>(wv);
+        const float dw = half(p);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+          const __m256i p16 = products16<F::kSigned>(wv, w_abs, load256(xq[r] + 32 * (g + u)));
+          const __m256 scale = _mm256_set1_ps(dw * xd[r][g + u]);
+          acc[r][j] =
+              _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[r][j]);
+        }
+      }
+    };
+    if constexpr (F::kPaired) {
+      if (c == 8) {
+        pair_step(0);
+        pair_step(1);
+        pair_step(2);
+        pair_step(3);
+      } else {
+        for (int q = 0; q < c / 2; ++q) pair_step(q);
+        if (c % 2) single_step(static_cast<int>(c - 1));
+      }
+    } else {
+      // Q8_0: the 8 scales d_w * d_x of each (row, weight row), broadcast per block.
+      alignas(32) float sv[MR][NR][8];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m256 dx = load_partial(xd[r] + g, c);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) _mm256_store_ps(sv[r][j], _mm256_mul_ps(d8[j], dx));
+      }
+      for (int u = 0; u < c; ++u) {
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {
+          const __m256i wv = F::one(wr[j] + (g + u) * kBytes);
+          const __m256i w_abs = magnitude<F::kSigned>(wv);
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r) {
+            const __m256i p16 = products16<F::kSigned>(wv, w_abs, load256(xq[r] + 32 * (g + u)));
+            acc[r][j] =
+                _mm256_fmadd_ps(_mm256_broadcast_ss(&sv[r][j][u]),
+                                _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[r][j]);
+          }
+        }
+      }
+    }
+  }
+  __m256 mn[MR][NR];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) mn[r][j] = _mm256_setzero_ps();
+  if constexpr (F::kMin) legacy_mins<T, MR, NR>(x, r0, wr, mn);
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 8
@@ -577,6 +702,8 @@ template <QuantType T, int MR, int NR>
 DSPARK_AVX2 inline void tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, float* out) {
   if constexpr (T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k) {
     k_tile<T, MR, NR>(x, r0, wr, out);
+  } else if constexpr (MR > 4) {
+    legacy_rows<T, MR, NR>(x, r0, wr, out);
   } else {
     legacy_tile<T, MR, NR>(x, r0, wr, out);
   }
@@ -589,37 +716,54 @@ inline void column_ptrs(const uint8_t* w, int64_t row_bytes, int64_t j0, int64_t
   for (int j = 0; j < NR; ++j) wr[j] = w + std::min<int64_t>(j0 + j, ncols - 1) * row_bytes;
 }
 
+// x rows r0 .. r0+MR-1 against the block's ncols weight rows, NR at a time.
+template <QuantType T, int MR, int NR>
+DSPARK_AVX2 void columns(const XBlocks& x, int64_t r0, const uint8_t* w, int64_t row_bytes,
+                         int64_t ncols, float* out) {
+  static_assert(kCols % NR == 0);
+  for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
+    const uint8_t* wr[NR];
+    column_ptrs(w, row_bytes, j0, ncols, wr);
+    tile<T, MR, NR>(x, r0, wr, out + j0);
+  }
+}
+
 template <QuantType T>
 DSPARK_AVX2 void block_type(const XBlocks& x, int64_t m, const uint8_t* w, int64_t row_bytes,
                             int64_t ncols, float* out) {
-  if (m == 1) {
-    constexpr int kNr = 4;  // 2 and 8 measured slower
-    static_assert(kCols % kNr == 0);
-    for (int64_t j0 = 0; j0 < ncols; j0 += kNr) {
-      const uint8_t* wr[kNr];
-      column_ptrs(w, row_bytes, j0, ncols, wr);
-      tile<T, 1, kNr>(x, 0, wr, out + j0);
-    }
-    return;
-  }
-  // 4 x rows by 2 weight rows (2x4, 3x4, 4x4 and 2x2 measured alike or slower at M = 16).
-  constexpr int kMr = 4, kNr = 2;
-  static_assert(kCols % kNr == 0 && kMr <= 4);
+  if (m == 1) return columns<T, 1, 4>(x, 0, w, row_bytes, ncols, out);  // NR 2 and 8: slower
+  // Blocks of up to 8 x rows: 5 to 8 rows against one weight row at a time (8 accumulators), 2 to
+  // 4 against two (fewer rows share each unpacked weight row: two amortise its fixed costs; the
+  // wide legacy tile measured slower there), a last single row as decode does it.
+  constexpr int kMr = 8;
   for (int64_t r0 = 0; r0 < m; r0 += kMr) {
     const int64_t rows = std::min<int64_t>(kMr, m - r0);
-    for (int64_t j0 = 0; j0 < ncols; j0 += kNr) {
-      const uint8_t* wr[kNr];
-      column_ptrs(w, row_bytes, j0, ncols, wr);
-      float* o = out + r0 * kCols + j0;
-      if (rows == kMr) {
-        tile<T, kMr, kNr>(x, r0, wr, o);
-      } else if (rows == 3) {
-        tile<T, 3, kNr>(x, r0, wr, o);
-      } else if (rows == 2) {
-        tile<T, 2, kNr>(x, r0, wr, o);
-      } else {
-        tile<T, 1, kNr>(x, r0, wr, o);
-      }
+    float* o = out + r0 * kCols;
+    switch (rows) {
+      case 8:
+        columns<T, 8, 1>(x, r0, w, row_bytes, ncols, o);
+        break;
+      case 7:
+        columns<T, 7, 1>(x, r0, w, row_bytes, ncols, o);
+        break;
+      case 6:
+        columns<T, 6, 1>(x, r0, w, row_bytes, ncols, o);
+        break;
+      case 5:
+        columns<T, 5, 1>(x, r0, w, row_bytes, ncols, o);
+        break;
+      case 4:
+        columns<T, 4, 2>(x, r0, w, row_bytes, ncols, o);
+        break;
+      case 3:
+        columns<T, 3, 2>(x, r0, w, row_bytes, ncols, o);
+        break;
+      case 2:
+        columns<T, 2, 2>(x, r0, w, row_bytes, ncols, o);
+        break;
+      default:
+        columns<T, 1, 4>(x, r0, w, row_bytes, ncols, o);
+        break;
     }
   }
 }
@@ -701,6 +845,7 @@ DSPARK_AVX2 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uin
       int8_t* base = q + 64 * (b / 2) + 16 * (b % 2);
       std::memcpy(base, bytes, 16);
       std::memcpy(base + 32, bytes + 16, 16);
+      std::fill_n(s + nb + 4 * b, 4, d[b]);  // dp (XBlocks)
     } else {
       std::memcpy(q + 32 * b, bytes, 32);
     }
