@@ -67,6 +67,45 @@ DSPARK_AVX2 inline float reduce8(__m256 a) {
   return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
 }
 
+// reduce8 of 8 vectors at once: lane i = reduce8(v[i]), the same additions in the same order.
+DSPARK_AVX2 inline __m256 reduce8x8(const __m256* v) {
+  const __m256 q0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 q1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+}
+
+// The outputs of a tile of MR x rows by NR weight rows: reduce8(acc) plus (kMinSign 1) or minus
+// (-1) reduce8(mn), or alone (0). One weight row: the MR reductions at once (reduce8x8).
+template <int kMinSign, int MR, int NR>
+DSPARK_AVX2 inline void store_tile(const __m256 (&acc)[MR][NR], const __m256 (&mn)[MR][NR],
+                                   float* out) {
+  if constexpr (NR == 1 && MR > 1) {
+    __m256 a[8], b[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      a[r] = r < MR ? acc[r][0] : _mm256_setzero_ps();
+      b[r] = r < MR ? mn[r][0] : _mm256_setzero_ps();
+    }
+    __m256 y = reduce8x8(a);
+    if constexpr (kMinSign > 0) y = _mm256_add_ps(y, reduce8x8(b));
+    if constexpr (kMinSign < 0) y = _mm256_sub_ps(y, reduce8x8(b));
+    alignas(32) float t[8];
+    _mm256_store_ps(t, y);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) out[r * kCols] = t[r];
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        const float y = reduce8(acc[r][j]);
+        out[r * kCols + j] = kMinSign > 0   ? y + reduce8(mn[r][j])
+                             : kMinSign < 0 ? y - reduce8(mn[r][j])
+                                            : y;
+      }
+  }
+}
+
 // The 32 nibbles of 16 bytes: element j < 16 the low nibble of byte j, j + 16 its high nibble.
 DSPARK_AVX2 inline __m256i nibbles32(const uint8_t* p) {
   const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -521,13 +560,7 @@ DSPARK_AVX2 void legacy_rows(const XBlocks& x, int64_t r0, const uint8_t* const*
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) mn[r][j] = _mm256_setzero_ps();
   if constexpr (F::kMin) legacy_mins<T, MR, NR>(x, r0, wr, mn);
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const float y = reduce8(acc[r][j]);
-      out[r * kCols + j] = F::kMin ? y + reduce8(mn[r][j]) : y;
-    }
+  store_tile<F::kMin ? 1 : 0>(acc, mn, out);
 }
 
 // ---- k-quants: super-blocks of 256, units of 32 -----------------------------------------------
@@ -687,13 +720,7 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
     }
   }
   if constexpr (kMin && !kFusedMin) k_mins<T, MR, NR>(x, r0, wr, mn);
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const float y = reduce8(acc[r][j]);
-      out[r * kCols + j] = kMin ? y - reduce8(mn[r][j]) : y;
-    }
+  store_tile<kMin ? -1 : 0>(acc, mn, out);
 }
 
 // ---- Driver of one block of weight rows --------------------------------------------------------
