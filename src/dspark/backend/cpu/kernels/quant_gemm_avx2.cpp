@@ -14,10 +14,10 @@
 //
 // A tile is MR x rows by NR weight rows: each weight unit is unpacked once and used for all MR
 // rows while in registers. Decode: MR = 1, NR = 4. More rows go in blocks of 8 (verify widths):
-// 5-8 rows against one weight row at a time (legacy_rows, k_tile), 2-4 rows against two, a last
-// single row as decode. The min terms are folded into the MR = 1 tile and done in a
-// short separate pass for the wider ones (the same operations either way). The weight stream is
-// prefetched into L2 a few KiB ahead.
+// 5-8 rows against one weight row at a time (legacy_rows, k_tile), 3-4 rows too for the paired
+// formats and against two for the others, 2 rows against two, a last single row as decode. The min
+// terms are folded into the MR = 1 tile and done in a short separate pass for the wider ones (the
+// same operations either way). The weight stream is prefetched into L2 a few KiB ahead.
 //
 // Per 32 weights and x row on the 2-core EPYC (Zen 3) VM, weights in cache, M = 1:
 // Q4_1 1.45 ns, Q8_0 1.4 ns, Q4_K 1.3 ns, Q6_K 1.95 ns (ggml's vec_dot on the same machine:
@@ -729,7 +729,7 @@ template <QuantType T, int MR, int NR>
 DSPARK_AVX2 inline void tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, float* out) {
   if constexpr (T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k) {
     k_tile<T, MR, NR>(x, r0, wr, out);
-  } else if constexpr (MR > 4) {
+  } else if constexpr (MR > 1 && NR == 1) {
     legacy_rows<T, MR, NR>(x, r0, wr, out);
   } else {
     legacy_tile<T, MR, NR>(x, r0, wr, out);
@@ -759,9 +759,11 @@ template <QuantType T>
 DSPARK_AVX2 void block_type(const XBlocks& x, int64_t m, const uint8_t* w, int64_t row_bytes,
                             int64_t ncols, float* out) {
   if (m == 1) return columns<T, 1, 4>(x, 0, w, row_bytes, ncols, out);  // NR 2 and 8: slower
-  // Blocks of up to 8 x rows: 5 to 8 rows against one weight row at a time (8 accumulators), 2 to
-  // 4 against two (fewer rows share each unpacked weight row: two amortise its fixed costs; the
-  // wide legacy tile measured slower there), a last single row as decode does it.
+  // Blocks of up to 8 x rows: 5 to 8 rows against one weight row at a time (8 accumulators); 3
+  // or 4 rows the same for the paired formats, against two weight rows for the others; 2 rows
+  // against two (fewer rows share each unpacked weight row: two amortise its fixed costs); a last
+  // single row as decode does it (the faster choices measured at each row count).
+  constexpr int kNarrow = paired_blocks(T) ? 1 : 2;
   constexpr int kMr = 8;
   for (int64_t r0 = 0; r0 < m; r0 += kMr) {
     const int64_t rows = std::min<int64_t>(kMr, m - r0);
@@ -780,10 +782,10 @@ DSPARK_AVX2 void block_type(const XBlocks& x, int64_t m, const uint8_t* w, int64
         columns<T, 5, 1>(x, r0, w, row_bytes, ncols, o);
         break;
       case 4:
-        columns<T, 4, 2>(x, r0, w, row_bytes, ncols, o);
+        columns<T, 4, kNarrow>(x, r0, w, row_bytes, ncols, o);
         break;
       case 3:
-        columns<T, 3, 2>(x, r0, w, row_bytes, ncols, o);
+        columns<T, 3, kNarrow>(x, r0, w, row_bytes, ncols, o);
         break;
       case 2:
         columns<T, 2, 2>(x, r0, w, row_bytes, ncols, o);

@@ -48,7 +48,7 @@ void quantize_x_row(const float* v, int64_t k, uint8_t* dst);
 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uint8_t* dst);
 
 // The legacy formats whose lanes pair two blocks (quant_gemm.h).
-inline bool paired_blocks(QuantType t) {
+constexpr bool paired_blocks(QuantType t) {
   return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q5_0 ||
          t == QuantType::q5_1;
 }
