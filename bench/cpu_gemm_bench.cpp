@@ -14,12 +14,17 @@
 //     97 MB per token, once with q/k/v and gate/up fused (121 calls) and once as separate
 //     matrices as in the file (211 calls): the per-token linear time that bounds decode tok/s.
 //
+//   - with --cpu-time (and DSPARK_THREADS=1): the calling thread's CPU time instead of the wall
+//     clock, so that other processes on a shared machine hardly move the figures (they still
+//     share the caches and the memory bus).
+//
 //   bench_cpu_gemm [--m 1,2,4,8,16] [--shapes 576x576,...] [--isa automatic|portable]
 //                  [--w-dtype f32|bf16] [--pool-mb 256] [--min-ms 300] [--no-forward]
-//                  [--huge-pages] [--quant q4_1,q8_0,...] [--no-f32] [--json FILE]
+//                  [--huge-pages] [--quant q4_1,q8_0,...] [--no-f32] [--cpu-time] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -47,6 +52,16 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// The clock of time_calls: wall (steady) or, with --cpu-time, the calling thread's CPU time.
+bool g_cpu_time = false;
+double clock_ms() {
+  if (!g_cpu_time)
+    return std::chrono::duration<double, std::milli>(Clock::now().time_since_epoch()).count();
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
 }
 
 // f32 storage from mmap, optionally backed by transparent huge pages (madvise), filled with
@@ -115,12 +130,12 @@ double time_calls(double min_ms, F&& call) {
   double best = 1e300;
   for (int batch = 0; batch < 5; ++batch) {
     int64_t calls = 0;
-    const auto t0 = Clock::now();
+    const double t0 = clock_ms();
     double elapsed = 0;
     while (calls < 3 || elapsed < min_ms / 5) {
       call(i++);
       ++calls;
-      elapsed = ms_since(t0);
+      elapsed = clock_ms() - t0;
     }
     best = std::min(best, elapsed / static_cast<double>(calls));
   }
@@ -138,6 +153,7 @@ struct Args {
   bool huge_pages = false;
   std::string quant;  // quantized types to time ("" = none)
   bool no_f32 = false;
+  bool cpu_time = false;
   std::string json_file;
 };
 
@@ -333,10 +349,18 @@ int run(const Args& a) {
   out["w_dtype"] = a.w_dtype;
   out["openblas"] = DSPARK_HAVE_CBLAS != 0;
   out["huge_pages"] = a.huge_pages;
+  out["cpu_time"] = a.cpu_time;
+  DSPARK_CHECK_KIND(
+      invalid_input, !a.cpu_time || pool.size() == 1,
+      "--cpu-time counts the calling thread only: run with DSPARK_THREADS=1 (the pool "
+      "has {} threads)",
+      pool.size());
+  g_cpu_time = a.cpu_time;
 
   // Thread pool cost: a parallel_for of two chunks of ~20 us of work each, against the same work
   // on the calling thread alone (the difference is the cost of waking and joining the workers).
-  {
+  // Not with --cpu-time (one thread).
+  if (!a.cpu_time) {
     auto busy = [](int64_t begin, int64_t end) {
       for (int64_t c = begin; c < end; ++c) {
         const auto t0 = Clock::now();
@@ -501,6 +525,9 @@ int main(int argc, char** argv) {
   app.add_option("--quant", a.quant,
                  "also time these block-quantized types (q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k)");
   app.add_flag("--no-f32", a.no_f32, "skip the f32 / bf16 weights (with --quant)");
+  app.add_flag("--cpu-time", a.cpu_time,
+               "time with the calling thread's CPU clock (needs DSPARK_THREADS=1): steadier on a "
+               "shared machine");
   app.add_option("--json", a.json_file, "also write the JSON result to this file");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -6,7 +6,8 @@
 //    bf16, with and without bias, strided x and y (the padding is left alone);
 //  - batch invariance: row r of an M-row call is bitwise equal to the 1-row call on that row, for
 //    every M, on every ISA this CPU runs, whatever the thread count; the portable and AVX2 paths
-//    give the same bits;
+//    give the same bits; every M from 1 to 17 (each tile of x rows the AVX2 kernels pick: 1, 2-3,
+//    4, 5-8 rows and their remainders) at K with full and partial groups of 8 blocks;
 //  - rows of zeros, of tiny values and with a non-finite value;
 //  - gather_rows of a quantized table: the rows of dequantize_blocks.
 // Weights are random blocks: random quant bits, finite f16 scales of realistic size.
@@ -239,6 +240,35 @@ TEST_P(QuantLinear, BatchInvariantOnEveryIsaAndThreadCount) {
   }
 }
 
+TEST_P(QuantLinear, EveryRowCountUpTo17MatchesOneRowBitForBit) {
+  const QuantType type = GetParam();
+  // Legacy: 11 blocks (a group of 8, then a pair and a single block), 16 (two full groups), 18
+  // (two groups and a pair); k-quants: 3 and 6 super-blocks.
+  const std::vector<int64_t> ks =
+      is_k_quant(type) ? std::vector<int64_t>{768, 1536} : std::vector<int64_t>{352, 512, 576};
+  constexpr int64_t kRows = 18;
+  ThreadPool pool(2);
+  for (const int64_t k : ks) {
+    const std::vector<uint8_t> w = random_weights(type, kN, k, 51);
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(kRows * k), 52);
+    for (const QuantGemmIsa isa : isas()) {
+      SCOPED_TRACE(
+          fmt::format("{} K={} isa={}", quant_type_name(type), k, cpu::quant_gemm_isa_name(isa)));
+      std::vector<float> ones(static_cast<size_t>(kRows * kN));
+      for (int64_t r = 0; r < kRows; ++r) {
+        const std::vector<float> y = run_kernel(pool, isa, type, w, x, r, 1, k);
+        std::memcpy(ones.data() + r * kN, y.data(), kN * sizeof(float));
+      }
+      for (int64_t m = 1; m <= 17; ++m)
+        for (const int64_t row0 : {int64_t{0}, int64_t{1}}) {
+          const std::vector<float> y = run_kernel(pool, isa, type, w, x, row0, m, k);
+          ASSERT_EQ(std::memcmp(y.data(), ones.data() + row0 * kN, y.size() * sizeof(float)), 0)
+              << "M=" << m << " row0=" << row0;
+        }
+    }
+  }
+}
+
 TEST_P(QuantLinear, BatchInvariantThroughTheOp) {
   const QuantType type = GetParam();
   const int64_t k = k_for(type);
@@ -264,19 +294,22 @@ TEST_P(QuantLinear, ZeroTinyAndNonFiniteRows) {
   const QuantType type = GetParam();
   const int64_t k = k_for(type);
   const std::vector<uint8_t> w = random_weights(type, kN, k, 31);
-  std::vector<float> x = test::random_normal(static_cast<size_t>(4 * k), 32);
+  // 8 rows: the widest tile of x rows (rows 3-7 ordinary).
+  std::vector<float> x = test::random_normal(static_cast<size_t>(8 * k), 32);
   std::fill(x.begin(), x.begin() + k, 0.0f);              // row 0: zeros
   for (int64_t i = 0; i < k; ++i) x[k + i] *= 1e-32f;     // row 1: tiny (rounds to zeros)
   x[2 * k + 5] = std::numeric_limits<float>::infinity();  // row 2: one inf
   ThreadPool pool(2);
   for (const QuantGemmIsa isa : isas()) {
     SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), cpu::quant_gemm_isa_name(isa)));
-    const std::vector<float> y = run_kernel(pool, isa, type, w, x, 0, 4, k);
-    for (int64_t j = 0; j < kN; ++j) {
-      EXPECT_EQ(y[j], 0.0f);
-      EXPECT_EQ(y[kN + j], 0.0f);
-      EXPECT_TRUE(std::isnan(y[2 * kN + j]));
-      EXPECT_TRUE(std::isfinite(y[3 * kN + j]));
+    for (const int64_t m : {4, 8}) {
+      const std::vector<float> y = run_kernel(pool, isa, type, w, x, 0, m, k);
+      for (int64_t j = 0; j < kN; ++j) {
+        EXPECT_EQ(y[j], 0.0f) << "M=" << m;
+        EXPECT_EQ(y[kN + j], 0.0f) << "M=" << m;
+        EXPECT_TRUE(std::isnan(y[2 * kN + j])) << "M=" << m;
+        for (int64_t r = 3; r < m; ++r) EXPECT_TRUE(std::isfinite(y[r * kN + j])) << "M=" << m;
+      }
     }
   }
 }

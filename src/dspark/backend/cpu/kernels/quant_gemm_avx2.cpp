@@ -13,14 +13,17 @@
 // scales of 8 blocks are converted at once and multiplied by x's 8 scales in one multiply.
 //
 // A tile is MR x rows by NR weight rows: each weight unit is unpacked once and used for all MR
-// rows while in registers (MR = 1, NR = 4 for decode; MR = 4, NR = 2 for verify and prefill
-// batches); the min terms are folded into the MR = 1 tile and done in a short separate pass for
-// the wider ones (the same operations either way). The weight stream is prefetched into L2 a few
-// KiB ahead.
+// rows while in registers. Decode: MR = 1, NR = 4. More rows go in blocks of 8 (verify widths):
+// 5-8 rows against one weight row at a time (legacy_tile, k_tile), 3-4 rows too for the paired
+// formats and against two for the others, 2 rows against two, a last single row as decode. The min
+// terms are folded into the MR = 1 tile and done in a short separate pass for the wider ones (the
+// same operations either way). The weight stream is prefetched into L2 a few KiB ahead.
 //
-// Per 32 weights and x row on the 2-core EPYC (Zen 3, 3.0 GHz) VM, weights in cache, M = 1:
-// Q4_1 1.45 ns, Q8_0 1.4 ns, Q4_K 1.6 ns, Q6_K 2.1 ns (ggml's vec_dot on the same machine:
-// Q4_1 3.0 ns, Q8_0 1.6 ns, Q4_0 2.1 ns); about 1 ns per extra row at M = 16.
+// Per 32 weights and x row on the 2-core EPYC (Zen 3) VM, weights in cache, M = 1:
+// Q4_1 1.45 ns, Q8_0 1.4 ns, Q4_K 1.3 ns, Q6_K 1.95 ns (ggml's vec_dot on the same machine:
+// Q4_1 3.0 ns, Q8_0 1.6 ns, Q4_0 2.1 ns); at M = 8, per 32 weights and row (thread CPU time,
+// 576 x 1536): Q4_1 0.66 ns, Q4_0 0.8, Q8_0 0.83, Q4_K 0.86, Q6_K 1.0 (the 4 x 2 tile before:
+// 0.82, 1.0, 0.98, 0.91, 1.14).
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
 
 #if defined(__x86_64__)
@@ -31,6 +34,9 @@
 #include <cmath>
 
 #define DSPARK_AVX2 __attribute__((target("avx2,fma,f16c")))
+// For the lambdas of the tiles: GCC may otherwise call them out of line, the accumulators then
+// going through memory (measured 1.4-1.5x slower tiles).
+#define DSPARK_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline))
 
 namespace dspark::cpu::quant_gemm_detail {
 namespace {
@@ -59,6 +65,45 @@ DSPARK_AVX2 inline float reduce8(__m256 a) {
   const __m256 h = _mm256_hadd_ps(a, a);  // [a0+a1, a2+a3, ., . | a4+a5, a6+a7, ., .]
   const __m256 q = _mm256_hadd_ps(h, h);  // [(a0+a1)+(a2+a3), . | (a4+a5)+(a6+a7), .]
   return _mm_cvtss_f32(_mm_add_ss(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1)));
+}
+
+// reduce8 of 8 vectors at once: lane i = reduce8(v[i]), the same additions in the same order.
+DSPARK_AVX2 inline __m256 reduce8x8(const __m256* v) {
+  const __m256 q0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 q1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(q0, q1, 0x20), _mm256_permute2f128_ps(q0, q1, 0x31));
+}
+
+// The outputs of a tile of MR x rows by NR weight rows: reduce8(acc) plus (kMinSign 1) or minus
+// (-1) reduce8(mn), or alone (0). One weight row: the MR reductions at once (reduce8x8).
+template <int kMinSign, int MR, int NR>
+DSPARK_AVX2 inline void store_tile(const __m256 (&acc)[MR][NR], const __m256 (&mn)[MR][NR],
+                                   float* out) {
+  if constexpr (NR == 1 && MR > 1) {
+    __m256 a[8], b[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; ++r) {
+      a[r] = r < MR ? acc[r][0] : _mm256_setzero_ps();
+      b[r] = r < MR ? mn[r][0] : _mm256_setzero_ps();
+    }
+    __m256 y = reduce8x8(a);
+    if constexpr (kMinSign > 0) y = _mm256_add_ps(y, reduce8x8(b));
+    if constexpr (kMinSign < 0) y = _mm256_sub_ps(y, reduce8x8(b));
+    alignas(32) float t[8];
+    _mm256_store_ps(t, y);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) out[r * kCols] = t[r];
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) {
+        const float y = reduce8(acc[r][j]);
+        out[r * kCols + j] = kMinSign > 0   ? y + reduce8(mn[r][j])
+                             : kMinSign < 0 ? y - reduce8(mn[r][j])
+                                            : y;
+      }
+  }
 }
 
 // The 32 nibbles of 16 bytes: element j < 16 the low nibble of byte j, j + 16 its high nibble.
@@ -175,6 +220,32 @@ DSPARK_AVX2 inline void bits_pair(const uint8_t* qh0, const uint8_t* qh1, __m256
   hi = _mm256_cmpeq_epi8(_mm256_or_si256(_mm256_shuffle_epi8(src, pick_hi), others), all);
 }
 
+// The x rows r0 .. r0+MR-1 of a tile: their bytes, scales d, sums s and pair-expanded scales dp
+// (XBlocks).
+template <int MR>
+struct XRows {
+  const int8_t* q[MR];
+  const float* d[MR];
+  const float* s[MR];
+  const float* dp[MR];
+  XRows(const XBlocks& x, int64_t r0) {
+    for (int r = 0; r < MR; ++r) {
+      q[r] = x.q(r0 + r);
+      d[r] = x.d(r0 + r);
+      s[r] = x.s(r0 + r);
+      dp[r] = x.dp(r0 + r);
+    }
+  }
+};
+
+template <int MR, int NR>
+DSPARK_AVX2 inline void set_zero(__m256 (&v)[MR][NR]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) v[r][j] = _mm256_setzero_ps();
+}
+
 template <QuantType T>
 struct Legacy;
 
@@ -275,6 +346,22 @@ DSPARK_AVX2 inline __m256i magnitude(__m256i w) {
   }
 }
 
+// The 8 lanes (as f32) of a pair of blocks, lo / hi values against x's 64 paired bytes at a, and
+// of one block, values w against x's 32 bytes at a (quant_gemm.h).
+template <bool kSigned>
+DSPARK_AVX2_INLINE inline __m256 pair_lanes(__m256i lo, __m256i lo_abs, __m256i hi, __m256i hi_abs,
+                                            const int8_t* a) {
+  const __m256i p16 = _mm256_add_epi16(products16<kSigned>(lo, lo_abs, load256(a)),
+                                       products16<kSigned>(hi, hi_abs, load256(a + 32)));
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+template <bool kSigned>
+DSPARK_AVX2_INLINE inline __m256 unit_lanes(__m256i w, __m256i w_abs, const int8_t* a) {
+  return _mm256_cvtepi32_ps(
+      _mm256_madd_epi16(products16<kSigned>(w, w_abs, load256(a)), _mm256_set1_epi16(1)));
+}
+
 // vpermps index: lanes 0-3 <- lane 2q, lanes 4-7 <- lane 2q + 1.
 DSPARK_AVX2 inline __m256i pair_index(int q) {
   return _mm256_set_epi32(2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q + 1, 2 * q, 2 * q, 2 * q, 2 * q);
@@ -306,84 +393,83 @@ DSPARK_AVX2 void legacy_mins(const XBlocks& x, int64_t r0, const uint8_t* const*
   }
 }
 
+// The scales: per group of 8 blocks, d_w * d_x of every (x row, weight row) on the stack, a pair's
+// lanes permuted out of them per x row; or, in the wide tiles of the paired formats (MR > 1 x rows
+// against one weight row), the weight's d permuted once per pair and multiplied by x's
+// pair-expanded dp, one multiply per x row, so that the MR accumulators, the unpacked values and
+// the scales fit the 16 registers. The same products either way.
 template <QuantType T, int MR, int NR>
 DSPARK_AVX2 void legacy_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, float* out) {
   using F = Legacy<T>;
   constexpr int64_t kBytes = F::kBytes;
   constexpr bool kFusedMin = F::kMin && MR == 1;
-  const int8_t* xq[MR];
-  const float* xd[MR];
-  const float* xs[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    xq[r] = x.q(r0 + r);
-    xd[r] = x.d(r0 + r);
-    xs[r] = x.s(r0 + r);
-  }
+  constexpr bool kWide = F::kPaired && MR > 1 && NR == 1;
+  const XRows<MR> xr(x, r0);
   __m256 acc[MR][NR], mn[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) acc[r][j] = mn[r][j] = _mm256_setzero_ps();
-  const __m256i ones = _mm256_set1_epi16(1);
+  set_zero(acc);
+  set_zero(mn);
   const int64_t nb = x.blocks;
-  // Groups of 8 blocks (fewer at the end of the row): the 8 scales d_w * d_x at once.
   for (int64_t g = 0; g < nb; g += 8) {
     const int64_t c = std::min<int64_t>(8, nb - g);
-    alignas(32) float sv[MR][NR][8];
+    alignas(32) float sv[kWide ? 1 : MR][NR][8];
+    __m256 d8[NR];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       const uint8_t* p = wr[j] + g * kBytes;
       prefetch_ahead(p, 8 * kBytes);
-      const __m256 d8 = group_halves<kBytes, 0>(p, c);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r)
-        _mm256_store_ps(sv[r][j], _mm256_mul_ps(d8, load_partial(xd[r] + g, c)));
-      if constexpr (kFusedMin) {
-        const __m256 m8 = group_halves<kBytes, 2>(p, c);
+      d8[j] = group_halves<kBytes, 0>(p, c);
+      if constexpr (!kWide) {
 #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r)
-          mn[r][j] = _mm256_fmadd_ps(m8, load_partial(xs[r] + g, c), mn[r][j]);
+          _mm256_store_ps(sv[r][j], _mm256_mul_ps(d8[j], load_partial(xr.d[r] + g, c)));
+      }
+      if constexpr (kFusedMin) {
+        const __m256 m8 = group_halves<kBytes, 2>(p, c);
+        mn[0][j] = _mm256_fmadd_ps(m8, load_partial(xr.s[0] + g, c), mn[0][j]);
       }
     }
-    auto pair_step = [&](int q, __m256i index) DSPARK_AVX2 {
+    auto pair_step = [&](int q) DSPARK_AVX2_INLINE {
+      const int64_t b = g + 2 * q;
+      const __m256i index = pair_index(q);
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) {
         __m256i lo, hi;
-        F::pair(wr[j] + (g + 2 * q) * kBytes, lo, hi);
+        F::pair(wr[j] + b * kBytes, lo, hi);
         const __m256i lo_abs = magnitude<F::kSigned>(lo), hi_abs = magnitude<F::kSigned>(hi);
+        const __m256 dw = _mm256_permutevar8x32_ps(d8[j], index);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
-          const int8_t* a = xq[r] + 32 * (g + 2 * q);
-          const __m256i p16 = _mm256_add_epi16(products16<F::kSigned>(lo, lo_abs, load256(a)),
-                                               products16<F::kSigned>(hi, hi_abs, load256(a + 32)));
-          const __m256 scale = _mm256_permutevar8x32_ps(_mm256_load_ps(sv[r][j]), index);
-          acc[r][j] =
-              _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[r][j]);
+          const __m256 scale =
+              kWide ? _mm256_mul_ps(dw, _mm256_loadu_ps(xr.dp[r] + 4 * b))
+                    : _mm256_permutevar8x32_ps(_mm256_load_ps(sv[kWide ? 0 : r][j]), index);
+          const __m256 lanes = pair_lanes<F::kSigned>(lo, lo_abs, hi, hi_abs, xr.q[r] + 32 * b);
+          acc[r][j] = _mm256_fmadd_ps(scale, lanes, acc[r][j]);
         }
       }
     };
-    auto single_step = [&](int u) DSPARK_AVX2 {
+    auto single_step = [&](int u) DSPARK_AVX2_INLINE {
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) {
-        const __m256i w = F::one(wr[j] + (g + u) * kBytes);
+        const uint8_t* p = wr[j] + (g + u) * kBytes;
+        const __m256i w = F::one(p);
         const __m256i w_abs = magnitude<F::kSigned>(w);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; ++r) {
-          const __m256i p16 = products16<F::kSigned>(w, w_abs, load256(xq[r] + 32 * (g + u)));
-          acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sv[r][j][u]),
-                                      _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), acc[r][j]);
+          const __m256 scale = kWide ? _mm256_set1_ps(half(p) * xr.d[r][g + u])
+                                     : _mm256_broadcast_ss(&sv[kWide ? 0 : r][j][u]);
+          acc[r][j] = _mm256_fmadd_ps(
+              scale, unit_lanes<F::kSigned>(w, w_abs, xr.q[r] + 32 * (g + u)), acc[r][j]);
         }
       }
     };
     if constexpr (F::kPaired) {
       if (c == 8) {
-        pair_step(0, pair_index(0));
-        pair_step(1, pair_index(1));
-        pair_step(2, pair_index(2));
-        pair_step(3, pair_index(3));
+        pair_step(0);
+        pair_step(1);
+        pair_step(2);
+        pair_step(3);
       } else {
-        for (int q = 0; q < c / 2; ++q) pair_step(q, pair_index(q));
+        for (int q = 0; q < c / 2; ++q) pair_step(q);
         if (c % 2) single_step(static_cast<int>(c - 1));
       }
     } else {
@@ -396,13 +482,7 @@ DSPARK_AVX2 void legacy_tile(const XBlocks& x, int64_t r0, const uint8_t* const*
     }
   }
   if constexpr (F::kMin && !kFusedMin) legacy_mins<T, MR, NR>(x, r0, wr, mn);
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const float y = reduce8(acc[r][j]);
-      out[r * kCols + j] = F::kMin ? y + reduce8(mn[r][j]) : y;
-    }
+  store_tile<F::kMin ? 1 : 0>(acc, mn, out);
 }
 
 // ---- k-quants: super-blocks of 256, units of 32 -----------------------------------------------
@@ -465,9 +545,7 @@ DSPARK_AVX2 inline Q6Unit q6_unit(const uint8_t* p, int u) {
 template <QuantType T, int MR, int NR>
 DSPARK_AVX2 void k_mins(const XBlocks& x, int64_t r0, const uint8_t* const* wr,
                         __m256 (&mn)[MR][NR]) {
-  const float* xs[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) xs[r] = x.s(r0 + r);
+  const XRows<MR> xr(x, r0);
   for (int64_t sb = 0; sb < x.blocks / 8; ++sb) {
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
@@ -479,7 +557,7 @@ DSPARK_AVX2 void k_mins(const XBlocks& x, int64_t r0, const uint8_t* const* wr,
       const __m256 wmin = _mm256_mul_ps(_mm256_set1_ps(lane1(half2(p))), mins);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r)
-        mn[r][j] = _mm256_fmadd_ps(wmin, _mm256_loadu_ps(xs[r] + 8 * sb), mn[r][j]);
+        mn[r][j] = _mm256_fmadd_ps(wmin, _mm256_loadu_ps(xr.s[r] + 8 * sb), mn[r][j]);
     }
   }
 }
@@ -490,20 +568,10 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
   constexpr int64_t kBytes = super_bytes(T);
   constexpr bool kMin = !kQ6;
   constexpr bool kFusedMin = kMin && MR == 1;
-  const int8_t* xq[MR];
-  const float* xd[MR];
-  const float* xs[MR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-    xq[r] = x.q(r0 + r);
-    xd[r] = x.d(r0 + r);
-    xs[r] = x.s(r0 + r);
-  }
+  const XRows<MR> xr(x, r0);
   __m256 acc[MR][NR], mn[MR][NR];
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) acc[r][j] = mn[r][j] = _mm256_setzero_ps();
+  set_zero(acc);
+  set_zero(mn);
   const int64_t n_super = x.blocks / 8;
   for (int64_t sb = 0; sb < n_super; ++sb) {
     // The scale of each (row, column, unit): (d * sc_u) * d_x (Q4_K, Q5_K) or d * d_x (Q6_K).
@@ -528,9 +596,9 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
       }
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
-        _mm256_store_ps(sv[r][j], _mm256_mul_ps(wsc, _mm256_loadu_ps(xd[r] + 8 * sb)));
+        _mm256_store_ps(sv[r][j], _mm256_mul_ps(wsc, _mm256_loadu_ps(xr.d[r] + 8 * sb)));
         if constexpr (kFusedMin)
-          mn[r][j] = _mm256_fmadd_ps(wmin, _mm256_loadu_ps(xs[r] + 8 * sb), mn[r][j]);
+          mn[r][j] = _mm256_fmadd_ps(wmin, _mm256_loadu_ps(xr.s[r] + 8 * sb), mn[r][j]);
       }
     }
 #pragma GCC unroll 8
@@ -543,7 +611,7 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
           const __m256i w_abs = _mm256_sign_epi8(w.w, w.w);
 #pragma GCC unroll 8
           for (int r = 0; r < MR; ++r) {
-            const __m256i a = load256(xq[r] + 256 * sb + 32 * u);
+            const __m256i a = load256(xr.q[r] + 256 * sb + 32 * u);
             const __m256i p16 = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w.w));
             const __m256i lanes = _mm256_madd_epi16(p16, w.scale16);
             acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sv[r][j][u]),
@@ -553,7 +621,7 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
           const __m256i w = KQuant<T>::unit(p, u);
 #pragma GCC unroll 8
           for (int r = 0; r < MR; ++r) {
-            const __m256i a = load256(xq[r] + 256 * sb + 32 * u);
+            const __m256i a = load256(xr.q[r] + 256 * sb + 32 * u);
             acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sv[r][j][u]),
                                         _mm256_cvtepi32_ps(lanes_u(w, a)), acc[r][j]);
           }
@@ -562,13 +630,7 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
     }
   }
   if constexpr (kMin && !kFusedMin) k_mins<T, MR, NR>(x, r0, wr, mn);
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const float y = reduce8(acc[r][j]);
-      out[r * kCols + j] = kMin ? y - reduce8(mn[r][j]) : y;
-    }
+  store_tile<kMin ? -1 : 0>(acc, mn, out);
 }
 
 // ---- Driver of one block of weight rows --------------------------------------------------------
@@ -589,39 +651,42 @@ inline void column_ptrs(const uint8_t* w, int64_t row_bytes, int64_t j0, int64_t
   for (int j = 0; j < NR; ++j) wr[j] = w + std::min<int64_t>(j0 + j, ncols - 1) * row_bytes;
 }
 
+// x rows r0 .. r0+MR-1 against the block's ncols weight rows, NR at a time.
+template <QuantType T, int MR, int NR>
+DSPARK_AVX2 void columns(const XBlocks& x, int64_t r0, const uint8_t* w, int64_t row_bytes,
+                         int64_t ncols, float* out) {
+  static_assert(kCols % NR == 0);
+  for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
+    const uint8_t* wr[NR];
+    column_ptrs(w, row_bytes, j0, ncols, wr);
+    tile<T, MR, NR>(x, r0, wr, out + j0);
+  }
+}
+
+// A block of `rows` (1 .. R) x rows, R counted down at compile time to the tile that serves it:
+// 5 to 8 rows against one weight row at a time (8 accumulators); 3 or 4 rows the same for the
+// paired formats, against two weight rows for the others; 2 rows against two (fewer rows share
+// each unpacked weight row: two amortise its fixed costs); a single row as decode does it (the
+// faster choices measured at each row count).
+template <QuantType T, int R>
+DSPARK_AVX2 void row_block(const XBlocks& x, int64_t r0, int64_t rows, const uint8_t* w,
+                           int64_t row_bytes, int64_t ncols, float* out) {
+  if constexpr (R == 1) {
+    columns<T, 1, 4>(x, r0, w, row_bytes, ncols, out);
+  } else if (rows == R) {
+    constexpr int kNr = R >= 5 || (R >= 3 && paired_blocks(T)) ? 1 : 2;
+    columns<T, R, kNr>(x, r0, w, row_bytes, ncols, out);
+  } else {
+    row_block<T, R - 1>(x, r0, rows, w, row_bytes, ncols, out);
+  }
+}
+
 template <QuantType T>
 DSPARK_AVX2 void block_type(const XBlocks& x, int64_t m, const uint8_t* w, int64_t row_bytes,
                             int64_t ncols, float* out) {
-  if (m == 1) {
-    constexpr int kNr = 4;  // 2 and 8 measured slower
-    static_assert(kCols % kNr == 0);
-    for (int64_t j0 = 0; j0 < ncols; j0 += kNr) {
-      const uint8_t* wr[kNr];
-      column_ptrs(w, row_bytes, j0, ncols, wr);
-      tile<T, 1, kNr>(x, 0, wr, out + j0);
-    }
-    return;
-  }
-  // 4 x rows by 2 weight rows (2x4, 3x4, 4x4 and 2x2 measured alike or slower at M = 16).
-  constexpr int kMr = 4, kNr = 2;
-  static_assert(kCols % kNr == 0 && kMr <= 4);
-  for (int64_t r0 = 0; r0 < m; r0 += kMr) {
-    const int64_t rows = std::min<int64_t>(kMr, m - r0);
-    for (int64_t j0 = 0; j0 < ncols; j0 += kNr) {
-      const uint8_t* wr[kNr];
-      column_ptrs(w, row_bytes, j0, ncols, wr);
-      float* o = out + r0 * kCols + j0;
-      if (rows == kMr) {
-        tile<T, kMr, kNr>(x, r0, wr, o);
-      } else if (rows == 3) {
-        tile<T, 3, kNr>(x, r0, wr, o);
-      } else if (rows == 2) {
-        tile<T, 2, kNr>(x, r0, wr, o);
-      } else {
-        tile<T, 1, kNr>(x, r0, wr, o);
-      }
-    }
-  }
+  if (m == 1) return columns<T, 1, 4>(x, 0, w, row_bytes, ncols, out);  // NR 2 and 8: slower
+  for (int64_t r0 = 0; r0 < m; r0 += 8)
+    row_block<T, 8>(x, r0, std::min<int64_t>(8, m - r0), w, row_bytes, ncols, out + r0 * kCols);
 }
 
 }  // namespace
@@ -701,6 +766,7 @@ DSPARK_AVX2 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uin
       int8_t* base = q + 64 * (b / 2) + 16 * (b % 2);
       std::memcpy(base, bytes, 16);
       std::memcpy(base + 32, bytes + 16, 16);
+      std::fill_n(s + nb + 4 * b, 4, d[b]);  // dp (XBlocks)
     } else {
       std::memcpy(q + 32 * b, bytes, 32);
     }

@@ -13,7 +13,10 @@ namespace dspark::cpu::quant_gemm_detail {
 constexpr int64_t kBlockCols = 16;
 
 // The rows of x rounded to 8 bits (quant_gemm.h), row r at base + r * row_bytes:
-//   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]
+//   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]  |  f32 dp[4 * (k / 32)]
+// dp (paired layout only): the scales d of each pair of blocks 2p, 2p+1 as the paired lanes use
+// them, [d[2p] x 4, d[2p+1] x 4] at dp + 8p, so that the wide kernels scale a pair with one
+// multiply (d_w * d_x lane by lane, the same products as the scalar ones).
 // q in the natural layout: block b = values 32b .. 32b+31 in order; or in the paired layout (the
 // AVX2 kernels of Q4_0 / Q4_1 / Q5_0 / Q5_1): the 64 bytes of blocks 2p, 2p+1 (both present) are
 // [2p: 0..15][2p+1: 0..15][2p: 16..31][2p+1: 16..31], a last odd block natural.
@@ -28,10 +31,11 @@ struct XBlocks {
     return reinterpret_cast<const float*>(base + r * row_bytes + blocks * 32);
   }
   const float* s(int64_t r) const { return d(r) + blocks; }
+  const float* dp(int64_t r) const { return d(r) + 2 * blocks; }
 };
 
 inline int64_t x_row_bytes(int64_t k) {
-  return (k + 8 * (k / 32) + 63) / 64 * 64;
+  return (k + 24 * (k / 32) + 63) / 64 * 64;
 }
 
 // A block of x whose largest magnitude is below this rounds to zeros (127 / amax would overflow).
@@ -44,7 +48,7 @@ void quantize_x_row(const float* v, int64_t k, uint8_t* dst);
 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uint8_t* dst);
 
 // The legacy formats whose lanes pair two blocks (quant_gemm.h).
-inline bool paired_blocks(QuantType t) {
+constexpr bool paired_blocks(QuantType t) {
   return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q5_0 ||
          t == QuantType::q5_1;
 }
