@@ -70,8 +70,8 @@ bool has_moe_layer(const ModelConfig& c) {
   return std::find(c.layer_moe.begin(), c.layer_moe.end(), true) != c.layer_moe.end();
 }
 bool has_dense_layer(const ModelConfig& c) {
-  return std::find(c.layer_moe.begin(), c.layer_moe.end(), true) == c.layer_moe.end() ||
-         std::find(c.layer_moe.begin(), c.layer_moe.end(), false) != c.layer_moe.end();
+  return std::find(c.layer_moe.begin(), c.layer_moe.end(), false) != c.layer_moe.end() ||
+         !has_moe_layer(c);
 }
 
 // Whether the batch wants the logits of every token, in order (verify steps and batched decode):
