@@ -34,7 +34,9 @@ TEST(CudaMoe, RouteMatchesCpu) {
         const std::string what =
             fmt::format("{} n={} E={} k={} normalize={}", name_of(dtype), n, experts, k, normalize);
         EXPECT_EQ(to_vector<int32_t>(ids.gpu), to_vector<int32_t>(ids.cpu)) << "ids " << what;
-        expect_close(w.gpu, w.cpu, 1e-6, "weights " + what);
+        // The softmax denominator sums E experts in another order (warp tree against the CPU's
+        // sequential loop): f32 rounding of up to ~E ulps in the worst case, ~sqrt(E) typical.
+        expect_close(w.gpu, w.cpu, 1e-5, "weights " + what);
       }
     }
   }
