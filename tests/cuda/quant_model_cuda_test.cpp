@@ -1,8 +1,9 @@
 // Quantized models on the GPU (bf16 activations) against the same files on the CPU (f32), for the
 // GGUF fixtures of tests/unit/quant_model_test.cpp, the MLX fixtures of
 // tests/unit/mlx_model_test.cpp and the FP8 checkpoint of tests/unit/fp8_checkpoint_test.cpp:
-//  - the blocks are kept where the CPU keeps them (every GGUF fixture, MLX 4-bit; MLX 8-bit and
-//    FP8 are dequantized at load);
+//  - the blocks are kept where the CPU keeps them (every GGUF fixture, MLX 4-bit; MLX 8-bit is
+//    dequantized at load); the FP8 projections stay E4M3 codes with their block scales (nothing
+//    says on stderr that they were dequantized);
 //  - the last position's logits are the CPU's within 5e-2 relative RMS (bf16 activations; the
 //    tensor-core kernel's rows, 5 and more, multiply bf16 x where the CPU rounds x to 8 bits) and
 //    greedy decoding gives the CPU's tokens;
@@ -32,7 +33,8 @@ struct Fixture {
   const char* name;  // the test's name
   const char* path;  // under tests/data
   bool gguf;         // a GGUF file, else a checkpoint directory (MLX or FP8)
-  bool blocks;       // its projections stay block-quantized
+  bool blocks;       // its tables (embedding, LM head) stay block-quantized
+  bool fp8 = false;  // an FP8 checkpoint whose projections stay as stored
 };
 
 std::unique_ptr<Model> load_fixture(const Fixture& f, Device device, DType dtype) {
@@ -49,7 +51,12 @@ class CudaQuantModel : public ::testing::TestWithParam<Fixture> {};
 TEST_P(CudaQuantModel, KeepsBlocksAndMatchesTheCpu) {
   DSPARK_REQUIRE_CUDA();
   const Fixture& f = GetParam();
+  testing::internal::CaptureStderr();
   auto gpu_model = load_fixture(f, test::kTestGpu, DType::bf16);
+  const std::string err = testing::internal::GetCapturedStderr();
+  if (f.fp8) {
+    EXPECT_EQ(err.find("dequantized"), std::string::npos) << err;
+  }
   auto cpu_model = load_fixture(f, Device::cpu(), DType::f32);
   ASSERT_EQ(gpu_model->lm_head().quantized(), f.blocks);
   ASSERT_EQ(gpu_model->embedding_table().quantized(), f.blocks);
@@ -94,7 +101,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"KQuants", "gguf/tiny_llama_k.gguf", true, true},
                       Fixture{"llama3_q4_g32", "mlx/llama3_q4_g32", false, true},
                       Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, false},
-                      Fixture{"llama3_fp8", "fp8/llama3_fp8", false, false}),
+                      Fixture{"llama3_fp8", "fp8/llama3_fp8", false, false, true}),
     [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -252,6 +252,10 @@ TEST(CudaPolicyLinearFp8, KernelByRowsAndShape) {
   EXPECT_EQ(choose_linear_fp8(17, 4096, 4096, kH200), Fp8Kernel::tile);
   EXPECT_EQ(choose_linear_fp8(64, 4096, 4096, kH200), Fp8Kernel::tile);
   EXPECT_EQ(choose_linear_fp8(16, 4096, 4160, kH200), Fp8Kernel::stream2);
+  // Block-scaled weights (a target's): never the x-in-registers kernel, whose split of K differs.
+  EXPECT_EQ(choose_linear_fp8(1, 4096, 4096, kH200, true), Fp8Kernel::stream4);
+  EXPECT_EQ(choose_linear_fp8(16, 12288, 4096, kH200, true), Fp8Kernel::stream2_tiles2);
+  EXPECT_EQ(choose_linear_fp8(17, 4096, 4096, kH200, true), Fp8Kernel::tile);
 }
 
 LinearBlocksShape quant_linear(int64_t m, int64_t n, int64_t k, QuantType q = QuantType::q4_k,

@@ -93,22 +93,25 @@ TEST(Fp8Checkpoint, ReadsEveryWeightAsItsNumPyTwin) {
   EXPECT_FALSE(st.is_e4m3("lm_head.weight"));
 }
 
-TEST(Fp8Checkpoint, DecodesExactlyLikeItsTwin) {
+// The projections stay E4M3 codes with their block scales (nothing is dequantized at load, so
+// nothing is said on stderr) and decode like the dequantized twin: logits within f32 summation
+// error (the FP8 kernel sums each 64 products, then scales them by their block), the same greedy
+// tokens.
+TEST(Fp8Checkpoint, DecodesLikeItsTwin) {
   testing::internal::CaptureStderr();
   const std::unique_ptr<Model> model =
       load_model(fp8_data("llama3_fp8"), Device::cpu(), DType::f32);
   const std::string err = testing::internal::GetCapturedStderr();
-  // One line says the weights are dequantized at load.
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
-  expect_mentions(err, {"FP8", "dequantized at load", "128x128"});
+  EXPECT_EQ(err, "");
   const std::unique_ptr<Model> twin =
       load_model(fp8_data("llama3_fp8_twin"), Device::cpu(), DType::f32);
   Context ctx(Device::cpu());
   const int vocab = model->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
     const std::vector<int32_t> prompt = test::fixed_prompt(vocab, salt);
-    EXPECT_EQ(test::last_position_logits(*model, ctx, prompt),
-              test::last_position_logits(*twin, ctx, prompt))
+    EXPECT_LE(test::relative_rms_error(test::last_position_logits(*model, ctx, prompt),
+                                       test::last_position_logits(*twin, ctx, prompt)),
+              1e-5)
         << "prompt " << salt;
     EXPECT_EQ(generate(*model, ctx, prompt, test::greedy_tokens(24)).tokens,
               generate(*twin, ctx, prompt, test::greedy_tokens(24)).tokens)

@@ -5,6 +5,10 @@ exact shapes of published models, directly on the machine that will use them (no
     python3 tools/synth/make_random_checkpoint.py --shape qwen3-8b --out /tmp/qwen3-8b
     python3 tools/synth/make_random_checkpoint.py --list
 
+--fp8 writes a target's projections as a Hugging Face FP8 checkpoint does (F8_E4M3 codes with one
+f32 weight_scale_inv per 128 x 128 block, quantization_config quant_method "fp8"; embeddings, norms
+and the LM head stay bf16), as Qwen3-*-FP8 publish them.
+
 Speed (decode cost) does not depend on weight values, so these are fine for benchmarks; acceptance
 rates need trained pairs. Tensors are generated on the GPU when one is present (fast), written as
 ~4 GB safetensors shards with a model.safetensors.index.json. A tokenizer is not written: pass
@@ -118,6 +122,8 @@ def main():
     ap.add_argument("--shard-gb", type=float, default=4.0)
     ap.add_argument("--tokenizer", help="directory to copy tokenizer.json / tokenizer_config.json from")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--fp8", action="store_true",
+                    help="the projections as F8_E4M3 with 128x128 block scales (targets only)")
     args = ap.parse_args()
     if args.list:
         for name, cfg in sorted(SHAPES.items()):
@@ -132,6 +138,12 @@ def main():
 
     cfg = dict(SHAPES[args.shape])
     cfg["torch_dtype"] = "bfloat16"
+    if args.fp8:
+        if cfg["architectures"][0] in ("DFlashDraftModel", "Qwen3DSparkModel"):
+            ap.error("--fp8 writes targets only")
+        cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
+                                      "activation_scheme": "dynamic",
+                                      "weight_block_size": [128, 128]}
     os.makedirs(args.out, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator(device=device).manual_seed(args.seed)
@@ -154,8 +166,15 @@ def main():
             t = torch.zeros(shape, dtype=torch.bfloat16)
         else:
             t = (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * args.std)
-            t = t.to(torch.bfloat16).cpu()
-        nbytes = t.numel() * 2
+            if args.fp8 and name.endswith("_proj.weight"):
+                codes, scales = _fp8_blocks(torch, t)
+                current[name + "_scale_inv"] = scales
+                current_bytes += scales.numel() * 4
+                total += scales.numel() * 4
+                t = codes
+            else:
+                t = t.to(torch.bfloat16).cpu()
+        nbytes = t.numel() * t.element_size()
         if current and current_bytes + nbytes > shard_limit:
             flush()
         current[name] = t.contiguous()
@@ -169,7 +188,8 @@ def main():
         save_file(shard, os.path.join(args.out, fname), metadata={"format": "pt"})
         for k in shard:
             weight_map[k] = fname
-        print(f"synth: wrote {fname} ({sum(t.numel() * 2 for t in shard.values()) / 1e9:.2f} GB, "
+        print(f"synth: wrote {fname} "
+              f"({sum(t.numel() * t.element_size() for t in shard.values()) / 1e9:.2f} GB, "
               f"{time.time() - t0:.0f} s)", flush=True)
     if len(shards) > 1:
         with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
@@ -183,6 +203,20 @@ def main():
                 shutil.copy(src, os.path.join(args.out, fn))
     print(f"synth: {args.shape} -> {args.out}: {total / 1e9:.2f} GB in {time.time() - t0:.0f} s")
     return 0
+
+
+def _fp8_blocks(torch, w, block=128):
+    """E4M3 codes of w (f32 [N, K]) with one scale per block x block (the last ones partial):
+    scale = amax / 448 (1 for an all-zero block), codes = w / scale rounded to nearest."""
+    n, k = w.shape
+    rows, cols = -(-n // block), -(-k // block)
+    padded = torch.zeros(rows * block, cols * block, device=w.device, dtype=torch.float32)
+    padded[:n, :k] = w
+    blocks = padded.view(rows, block, cols, block)
+    amax = blocks.abs().amax(dim=(1, 3))
+    scales = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    q = (blocks / scales[:, None, :, None]).view(rows * block, cols * block)[:n, :k]
+    return q.to(torch.float8_e4m3fn).cpu().contiguous(), scales.cpu().contiguous()
 
 
 def _numel(shape):

@@ -12,6 +12,10 @@ namespace dspark {
 enum class WeightFormat : uint8_t {
   dense,   // data: a float tensor [n, k] (rows contiguous)
   blocks,  // data: u8 [n, quant_row_bytes(quant, k)], each row k / elements blocks (core/quant.h)
+  // data: u8 [n, k] E4M3 codes (core/fp8.h), scales: f32 [ceil(n / block_n), ceil(k / block_k)];
+  // w[i][j] = e4m3(data[i][j]) * scales[i / block_n][j / block_k] (Hugging Face FP8 checkpoints'
+  // block scales, io/fp8_quant.h)
+  fp8_blocks,
 };
 
 // A weight matrix as stored: what linear() and gather_rows() take for weights that may be
@@ -20,7 +24,9 @@ struct WeightMatrix {
   WeightFormat format = WeightFormat::dense;
   QuantType quant = QuantType::q8_0;  // WeightFormat::blocks only
   Tensor data;
-  int64_t n = 0, k = 0;  // the logical shape: n rows (outputs) of k values (inputs)
+  int64_t n = 0, k = 0;              // the logical shape: n rows (outputs) of k values (inputs)
+  Tensor scales;                     // WeightFormat::fp8_blocks only
+  int64_t block_n = 0, block_k = 0;  // WeightFormat::fp8_blocks only: rows, columns per scale
 
   bool quantized() const { return format != WeightFormat::dense; }
   // A dense float weight [n, k].
@@ -32,6 +38,14 @@ struct WeightMatrix {
     return m;
   }
 };
+
+// Whether CUDA's FP8 kernels take scale blocks of block_n x block_k: block_n a multiple of 16 (the
+// kernels' row tiles) and block_k 64 times a power of two (their chunks of k).
+inline bool cuda_fp8_blocks_supported(int64_t block_n, int64_t block_k) {
+  const int64_t chunks = block_k / 64;
+  return block_n > 0 && block_n % 16 == 0 && block_k > 0 && block_k % 64 == 0 &&
+         (chunks & (chunks - 1)) == 0;
+}
 
 // RMSNorm (ops/norm.h).
 struct RmsNormParams {

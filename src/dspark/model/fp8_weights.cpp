@@ -54,8 +54,8 @@ Tensor Fp8Weights::get(const std::string& name) const {
   if (it == dense_.end()) {
     if (dense_.empty()) {
       fmt::print(stderr,
-                 "dspark: {}: FP8 E4M3 weights (blocks of {}x{}) are dequantized at load to the "
-                 "engine dtype (no native FP8 kernel yet)\n",
+                 "dspark: {}: FP8 E4M3 weights (blocks of {}x{}) that the device's kernels do not "
+                 "take are dequantized at load to the engine dtype\n",
                  origin(), quantization_.block_n, quantization_.block_k);
     }
     std::vector<float> values(static_cast<size_t>(n * k));
@@ -63,6 +63,21 @@ Tensor Fp8Weights::get(const std::string& name) const {
     it = dense_.emplace(name, std::move(values)).first;
   }
   return Tensor(it->second.data(), DType::f32, Shape{n, k}, Device::cpu());
+}
+
+std::optional<QuantizedView> Fp8Weights::get_quantized(const std::string& name) const {
+  const std::optional<Fp8QuantTensor> q = quantized(name);
+  if (!q) return std::nullopt;
+  const auto [n, k] = fp8_quant_shape(*q);
+  QuantizedView v;
+  v.format = WeightFormat::fp8_blocks;
+  v.blocks = q->codes;
+  v.n = n;
+  v.k = k;
+  v.scales = q->scale_inv;
+  v.block_n = q->block_n;
+  v.block_k = q->block_k;
+  return v;
 }
 
 Shape Fp8Weights::shape_of(const std::string& name) const {

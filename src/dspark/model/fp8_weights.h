@@ -1,6 +1,7 @@
 // Hugging Face FP8 checkpoints with block scales (io/fp8_quant.h) as a WeightSource: the F8_E4M3
-// weights are dequantized to f32 at load (w = e4m3(code) * weight_scale_inv of its block) and run
-// as dense weights in the engine dtype; there is no native FP8 kernel for them yet. See
+// weights as stored (get_quantized: codes and block scales, which the model keeps in memory and
+// multiplies with natively, WeightFormat::fp8_blocks), or dequantized to f32 (get: w =
+// e4m3(code) * weight_scale_inv of its block) where a model loads them dense. See
 // docs/quantization.md.
 #pragma once
 
@@ -27,6 +28,8 @@ class Fp8Weights final : public WeightSource {
   Tensor get(const std::string& name) const override;
   Shape shape_of(const std::string& name) const override;
   std::string origin() const override;
+  // F8_E4M3 weights as stored (WeightFormat::fp8_blocks), nullopt for other tensors.
+  std::optional<QuantizedView> get_quantized(const std::string& name) const override;
 
  private:
   // The parts of the F8_E4M3 weight `name`, nullopt for a tensor not stored as F8_E4M3. Throws

@@ -86,9 +86,50 @@ OwnedTensor WeightLoader::load_concat(const std::vector<Part>& parts, DType dtyp
   return OwnedTensor::copy_of(host.view(), device_);
 }
 
+namespace {
+
+// FP8 views i..j-1 (io/fp8_quant.h) stacked along the rows into one part on `device`: the codes
+// as stored, the block scales as f32.
+QuantizedWeight::Part concat_fp8(const std::vector<QuantizedView>& views, size_t i, size_t j,
+                                 int64_t rows, int64_t row0, Device device) {
+  const QuantizedView& first = views[i];
+  const int64_t k = first.k, scale_cols = first.scales.size(1);
+  int64_t scale_rows = 0;
+  for (size_t p = i; p < j; ++p) scale_rows += views[p].scales.size(0);
+  OwnedTensor codes(DType::u8, Shape{rows, k}, Device::cpu());
+  OwnedTensor scales(DType::f32, Shape{scale_rows, scale_cols}, Device::cpu());
+  auto* dst = static_cast<uint8_t*>(codes.view().data());
+  auto* sdst = static_cast<float*>(scales.view().data());
+  for (size_t p = i; p < j; ++p) {
+    const QuantizedView& v = views[p];
+    const size_t bytes = static_cast<size_t>(v.blocks.numel());
+    std::memcpy(dst, v.blocks.data(), bytes);
+    dst += bytes;
+    convert_host(v.scales.data(), v.scales.dtype(), sdst, DType::f32, v.scales.numel());
+    sdst += v.scales.numel();
+  }
+  QuantizedWeight::Part part;
+  part.blocks = device.is_cpu() ? std::move(codes) : OwnedTensor::copy_of(codes.view(), device);
+  part.scales = device.is_cpu() ? std::move(scales) : OwnedTensor::copy_of(scales.view(), device);
+  part.w.format = WeightFormat::fp8_blocks;
+  part.w.data = part.blocks.view();
+  part.w.scales = part.scales.view();
+  part.w.n = rows;
+  part.w.k = k;
+  part.w.block_n = first.block_n;
+  part.w.block_k = first.block_k;
+  part.row0 = row0;
+  return part;
+}
+
+}  // namespace
+
 int64_t QuantizedWeight::bytes() const {
   int64_t b = 0;
-  for (const Part& p : parts) b += static_cast<int64_t>(p.blocks.view().numel());
+  for (const Part& p : parts) {
+    b += static_cast<int64_t>(p.blocks.view().numel());
+    if (p.scales->defined()) b += static_cast<int64_t>(p.scales.view().numel() * sizeof(float));
+  }
   return b;
 }
 
@@ -103,15 +144,34 @@ QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) con
     DSPARK_CHECK_KIND(io, shape_ok,
                       "tensor '{}' has shape [{}, {}], but the config implies {} ({})", part.name,
                       v->n, v->k, part.expected.str(), source_->origin());
+    if (v->format == WeightFormat::fp8_blocks && !device_.is_cpu() &&
+        !(dtype_ == DType::bf16 && v->k % 16 == 0 &&
+          cuda_fp8_blocks_supported(v->block_n, v->block_k)))
+      return {};
     views.push_back(*v);
   }
   QuantizedWeight out;
   int64_t row0 = 0;
   for (size_t i = 0; i < views.size();) {
     // A run of parts of one format: one matrix.
-    size_t j = i;
-    int64_t rows = 0;
-    while (j < views.size() && views[j].quant == views[i].quant) rows += views[j++].n;
+    const QuantizedView& first = views[i];
+    const bool fp8 = first.format == WeightFormat::fp8_blocks;
+    auto joins = [&](size_t p) {
+      const QuantizedView& v = views[p];
+      if (v.format != first.format) return false;
+      if (!fp8) return v.quant == first.quant;
+      return v.block_n == first.block_n && v.block_k == first.block_k &&
+             views[p - 1].n % first.block_n == 0;
+    };
+    size_t j = i + 1;
+    int64_t rows = first.n;
+    while (j < views.size() && joins(j)) rows += views[j++].n;
+    if (fp8) {
+      out.parts.push_back(concat_fp8(views, i, j, rows, row0, device_));
+      row0 += rows;
+      i = j;
+      continue;
+    }
     const int64_t row_bytes = views[i].blocks.size(1);
     OwnedTensor host(DType::u8, Shape{rows, row_bytes}, Device::cpu());
     auto* dst = static_cast<uint8_t*>(host.view().data());
@@ -145,6 +205,10 @@ TableWeight TableWeight::load(const WeightLoader& w, const std::string& name,
                               const Shape& expected) {
   TableWeight t;
   t.quantized = w.load_quantized({{name, expected}});
+  // Tables of FP8 blocks (rare: checkpoints keep embeddings and heads in floats) load dense, since
+  // gather_rows takes GGUF blocks only.
+  if (t.quantized.defined() && t.quantized.parts[0].w.format == WeightFormat::fp8_blocks)
+    t.quantized = {};
   if (!t.quantized.defined()) t.dense = w.load(name, expected);
   return t;
 }
@@ -314,6 +378,13 @@ void project_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
     WeightMatrix part = p.w;
     part.data = p.w.data.rows(lo - p.row0, hi - p.row0);
     part.n = hi - lo;
+    if (part.format == WeightFormat::fp8_blocks) {
+      DSPARK_CHECK(lo == p.row0 || (lo - p.row0) % part.block_n == 0,
+                   "project_rows: rows from {} of FP8 blocks of {} rows", lo - p.row0,
+                   part.block_n);
+      const int64_t b0 = (lo - p.row0) / part.block_n;
+      part.scales = p.w.scales.rows(b0, b0 + (part.n + part.block_n - 1) / part.block_n);
+    }
     linear(ctx, x, part, has_bias ? bias.slice(0, lo - begin, hi - begin) : Tensor{},
            y.slice(1, lo - begin, hi - begin));
   }

@@ -29,7 +29,8 @@ class WeightSource;
 // (a Q4_K_M file keeps v_proj in Q6_K beside q/k in Q4_K: two parts). Empty: not quantized.
 struct QuantizedWeight {
   struct Part {
-    OwnedTensor blocks;  // u8 [n, row bytes] on the model's device
+    OwnedTensor blocks;  // u8 [n, row bytes] (FP8: [n, k] codes) on the model's device
+    OwnedTensor scales;  // FP8 blocks only: f32 [row blocks, column blocks] on the model's device
     WeightMatrix w;      // the view linear() takes
     int64_t row0 = 0;    // the part's first row in the stacked weight
   };
@@ -80,10 +81,12 @@ class WeightLoader {
   OwnedTensor load_concat(const std::vector<Part>& parts) const {
     return load_concat(parts, dtype_);
   }
-  // The parts as stored when every one is block-quantized with a shape matching `expected` and
-  // the device is the CPU (the weight then stays quantized in memory: linear() multiplies with the
-  // blocks), else an empty QuantizedWeight (load them with load / load_concat: dequantized).
-  // Consecutive parts of one format become one matrix.
+  // The parts as stored when every one is block-quantized with a shape matching `expected` (the
+  // weight then stays quantized in memory: linear() multiplies with the blocks), else an empty
+  // QuantizedWeight (load them with load / load_concat: dequantized). FP8 blocks stay as stored on
+  // the CPU, and on CUDA in bf16 models where its kernels take their blocks
+  // (cuda_fp8_blocks_supported, k a multiple of 16). Consecutive parts of one format become one
+  // matrix (FP8: while every part but the last fills whole row blocks).
   QuantizedWeight load_quantized(const std::vector<Part>& parts) const;
   // A block's projection (q/k/v, o, gate/up, down): into `blocks` when load_quantized keeps the
   // parts as stored, else dense (load_concat) into `dense`.

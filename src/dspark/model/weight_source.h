@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "dspark/backend/op_params.h"
 #include "dspark/core/quant.h"
 #include "dspark/core/tensor.h"
 
@@ -13,12 +14,17 @@ namespace dspark {
 
 class SafeTensors;
 
-// A 2-D weight stored in a block-quantized format (core/quant.h): `blocks` is a CPU view u8
-// [n, quant_row_bytes(quant, k)] of its rows, valid while the source lives.
+// A 2-D weight stored in a block-quantized format, CPU views valid while the source lives:
+//  - WeightFormat::blocks (core/quant.h): `blocks` u8 [n, quant_row_bytes(quant, k)];
+//  - WeightFormat::fp8_blocks (io/fp8_quant.h): `blocks` u8 [n, k] E4M3 codes, `scales` any float
+//    dtype [ceil(n / block_n), ceil(k / block_k)].
 struct QuantizedView {
+  WeightFormat format = WeightFormat::blocks;
   QuantType quant = QuantType::q8_0;
   Tensor blocks;
   int64_t n = 0, k = 0;
+  Tensor scales;
+  int64_t block_n = 0, block_k = 0;
 };
 
 class WeightSource {
@@ -34,8 +40,8 @@ class WeightSource {
   // The file or directory, for error messages.
   virtual std::string origin() const = 0;
   // The tensor's blocks as stored when it is a block-quantized 2-D weight (a GGUF file's Q4_K,
-  // Q8_0, ...), in the Hugging Face row order; nullopt for float tensors and sources without
-  // quantized storage.
+  // Q8_0, ..., an FP8 checkpoint's E4M3 codes with their block scales), in the Hugging Face row
+  // order; nullopt for float tensors and sources without quantized storage.
   virtual std::optional<QuantizedView> get_quantized(const std::string& name) const {
     (void)name;
     return std::nullopt;

@@ -72,7 +72,8 @@ void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& 
   check_float(kOp, "y", y);
   check_rows_contiguous(kOp, "x", x);
   DSPARK_CHECK(x.size(1) == w.k, "{}: x {} and w [{}, {}] ({}) disagree on in_features", kOp,
-               x.describe(), w.n, w.k, quant_type_name(w.quant));
+               x.describe(), w.n, w.k,
+               w.format == WeightFormat::fp8_blocks ? "FP8" : quant_type_name(w.quant));
   check_shape(kOp, "y", y, Shape{x.size(0), w.n});
   check_rows_contiguous(kOp, "y", y);
   DSPARK_CHECK(!overlaps(x, y), "{}: y must not overlap x", kOp);
@@ -82,9 +83,23 @@ void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& 
   if (ctx.is_cuda())
     DSPARK_CHECK_KIND(unsupported, y.dtype() == DType::f32 || y.dtype() == x.dtype(),
                       "{} on CUDA: y must be f32 or the input dtype, got {}", kOp, y.describe());
+  const bool fp8 = w.format == WeightFormat::fp8_blocks;
+  if (fp8 && ctx.is_cuda())
+    DSPARK_CHECK_KIND(unsupported,
+                      x.dtype() == DType::bf16 && w.k % 16 == 0 &&
+                          cuda_fp8_blocks_supported(w.block_n, w.block_k),
+                      "{} on CUDA: FP8 blocks need x bf16, k a multiple of 16, block_n a multiple "
+                      "of 16 and block_k 64 times a power of two; got x {}, k {}, blocks {}x{}",
+                      kOp, x.describe(), w.k, w.block_n, w.block_k);
   if (x.size(0) == 0 || w.n == 0) return;
   if (ctx.is_cuda()) {
-    DSPARK_ON_CUDA(cuda::linear_blocks(ctx, x, w, bias, y));
+    if (fp8) {
+      DSPARK_ON_CUDA(cuda::linear_fp8_blocks(ctx, x, w, bias, y));
+    } else {
+      DSPARK_ON_CUDA(cuda::linear_blocks(ctx, x, w, bias, y));
+    }
+  } else if (fp8) {
+    cpu::linear_fp8_blocks(ctx, x, w, bias, y);
   } else {
     cpu::linear_blocks(ctx, x, w, bias, y);
   }

@@ -22,7 +22,11 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // data u8 [n, quant_row_bytes] contiguous) give y = x . dequantize(w)^T with f32 sums, where the
 // kernels may first round each block of 32 values of a row of x to 8 bits with one f32 scale
 // (as llama.cpp does): y then matches the f32 product of the dequantized weight to ~1e-2
-// relative RMS. On the CPU a row's result does not depend on M or on the other rows. x any float
+// relative RMS. FP8 blocks (WeightFormat::fp8_blocks) give f32 sums over each 64 values of k
+// (x unrounded) times their block's scale, added in k order: CPU any float x; CUDA x bf16, k a
+// multiple of 16, block_n a multiple of 16 and block_k 64 times a power of two (the tensor-core
+// kernels of ops/linear_fp8.h). A row's result does not depend on M or on the other rows (on
+// CUDA: for the block formats at M <= 64, the x-in-registers FP8 kernel excepted). x any float
 // dtype on the CPU, bf16 / f16 / f32 on CUDA; y f32 or x's dtype.
 void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
             const Tensor& y);

@@ -80,20 +80,32 @@ inline Tensor as_rows(const char* op, const char* name, const Tensor& t) {
   return Tensor(t.data(), t.dtype(), Shape{rows, cols}, Shape{row_stride, 1}, t.device());
 }
 
-// A block-quantized weight matrix (WeightFormat::blocks): data u8 [n, row bytes of k] contiguous
-// on ctx's device, k a multiple of the block's values.
+// A quantized weight matrix on ctx's device: WeightFormat::blocks, data u8 [n, row bytes of k]
+// contiguous, k a multiple of the block's values; or WeightFormat::fp8_blocks, data u8 [n, k]
+// contiguous and scales f32 [ceil(n / block_n), ceil(k / block_k)] contiguous.
 inline void check_weight_matrix(const Context& ctx, const char* op, const char* name,
                                 const WeightMatrix& w) {
+  check_rank(op, name, w.data, 2);
+  check_dtype(op, name, w.data, DType::u8);
+  DSPARK_CHECK(w.data.is_contiguous(), "{}: {}'s blocks must be contiguous", op, name);
+  check_on_device(op, name, w.data, ctx);
+  if (w.format == WeightFormat::fp8_blocks) {
+    DSPARK_CHECK(w.block_n > 0 && w.block_k > 0, "{}: {} has FP8 blocks of {}x{}", op, name,
+                 w.block_n, w.block_k);
+    check_shape(op, name, w.data, Shape{w.n, w.k});
+    const Shape scales{(w.n + w.block_n - 1) / w.block_n, (w.k + w.block_k - 1) / w.block_k};
+    check_dtype(op, "scales", w.scales, DType::f32);
+    check_shape(op, "scales", w.scales, scales);
+    DSPARK_CHECK(w.scales.is_contiguous(), "{}: {}'s scales must be contiguous", op, name);
+    check_on_device(op, "scales", w.scales, ctx);
+    return;
+  }
   DSPARK_CHECK(w.format == WeightFormat::blocks, "{}: {} has an unknown weight format", op, name);
   const QuantBlock b = quant_block(w.quant);
   DSPARK_CHECK(w.n >= 0 && w.k >= 0 && w.k % b.elements == 0,
                "{}: {} [{}, {}] of {} blocks: the row length must be a multiple of {}", op, name,
                w.n, w.k, quant_type_name(w.quant), b.elements);
-  check_rank(op, name, w.data, 2);
-  check_dtype(op, name, w.data, DType::u8);
   check_shape(op, name, w.data, Shape{w.n, w.k / b.elements * b.bytes});
-  DSPARK_CHECK(w.data.is_contiguous(), "{}: {}'s blocks must be contiguous", op, name);
-  check_on_device(op, name, w.data, ctx);
 }
 
 // The params span holds one entry per row or one for all rows.

@@ -23,6 +23,9 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // linear with block-quantized weights (WeightFormat::blocks; ops/matmul.h).
 void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                    const Tensor& y);
+// linear with FP8 block-scaled weights (WeightFormat::fp8_blocks; ops/matmul.h).
+void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                       const Tensor& y);
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);
 void convert(Context& ctx, const Tensor& src, const Tensor& out);

@@ -78,5 +78,8 @@ bool markov_greedy_loop(Context& ctx, const Tensor& w1, const Tensor& w2, const 
 void quantize_rows_fp8(Context& ctx, const Tensor& w, const Tensor& w8, const Tensor& scale);
 void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& scale,
                 const Tensor& bias, const Tensor& y);
+// linear with FP8 block-scaled weights (WeightFormat::fp8_blocks; ops/matmul.h), the same kernels.
+void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                       const Tensor& y);
 
 }  // namespace dspark::cuda

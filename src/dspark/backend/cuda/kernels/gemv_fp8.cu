@@ -1,5 +1,10 @@
 // FP8 (E4M3) weights with per-row scales (contract: ops/linear_fp8.h): the per-row quantization,
-// and y[M, N] = x[M, K] . (e4m3(w8) * scale)^T for bf16 x on tensor cores.
+// and y[M, N] = x[M, K] . (e4m3(w8) * scale)^T for bf16 x on tensor cores. The same kernels take
+// block scales (WeightFormat::fp8_blocks, ops/matmul.h: Hugging Face FP8 checkpoints' 128 x 128
+// blocks): each 64-element chunk's MMA sums then start from zero and are added to the total times
+// their block's scale (chunk() below; a chunk lies in one block of 64 << kb_shift columns, a 16-row
+// tile in one block of rows), and the x-in-registers kernel is not used, so that a row's bits do
+// not depend on M (choose_linear_fp8's m_invariant).
 //
 // A 16-row weight tile (the MMA's M) is summed by the 8 warps of a CTA, which split K evenly, by K
 // only (gemv_tile.cuh); tokens are the MMA's N in tiles of 8. In 64-element chunks: lane (g = lane
@@ -55,13 +60,18 @@ constexpr int kMaxTiles = 8;  // token tiles of 8 per launch: 64 rows of x
 
 template <typename TY>
 struct Fp8Params {
-  const uint8_t* w;  // [N, K]
-  const float* scale;
+  const uint8_t* w;        // [N, K]
+  const float* scale;      // per row [N], or null (block scales)
   const __nv_bfloat16* x;  // [M, K], row stride ldx
   TY* y;                   // [M, N], row stride ldy
   const void* bias;
   device::FloatKind bias_kind;
   int64_t m, n, k, ldx, ldy;
+  // Block scales (WeightFormat::fp8_blocks): [ceil(N / block_n), scale_ld], one per block_n rows
+  // and 64 << kb_shift values of k; null with per-row scales.
+  const float* block_scale = nullptr;
+  int64_t scale_ld = 0, block_n = 0;
+  int kb_shift = 0;
 };
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
@@ -142,6 +152,42 @@ __device__ __forceinline__ void mma_chunk_permuted(float (&acc)[NT][4], const ui
 
 // xs[t]: this lane's offset (c * 16) in token row g + 8t of x (rows past M read row M - 1, whose
 // results are never stored).
+// The block scales of the 16-row tile that starts at row0 (a tile past N reads the last one).
+template <typename TY>
+__device__ __forceinline__ const float* scale_row(const Fp8Params<TY>& p, int64_t row0) {
+  return p.block_scale + (min(row0, p.n - 1) / p.block_n) * p.scale_ld;
+}
+
+// One 64-element chunk into acc: with per-row scales (KB false) the MMAs accumulate into acc;
+// with block scales the chunk's sums start from zero and acc += its block's scale * sums, so a
+// chunk never mixes two blocks (block_k is 64 << shift, tiles of 16 rows lie in one block_n).
+template <bool KB, bool kPermuted, int NT>
+__device__ __forceinline__ void chunk(float (&acc)[NT][4], const uint4& a, const uint4& b,
+                                      const uint4 (&x)[NT][2], const float* srow, int64_t ch,
+                                      int shift) {
+  if constexpr (!KB) {
+    if constexpr (kPermuted) {
+      mma_chunk_permuted<NT>(acc, a, b, x);
+    } else {
+      mma_chunk<NT>(acc, a, b, x);
+    }
+  } else {
+    float t[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) t[i][0] = t[i][1] = t[i][2] = t[i][3] = 0.0f;
+    if constexpr (kPermuted) {
+      mma_chunk_permuted<NT>(t, a, b, x);
+    } else {
+      mma_chunk<NT>(t, a, b, x);
+    }
+    const float s = __ldg(srow + (ch >> shift));
+#pragma unroll
+    for (int i = 0; i < NT; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(s, t[i][j], acc[i][j]);
+  }
+}
+
 template <int NT, typename TY>
 __device__ __forceinline__ void x_rows(const Fp8Params<TY>& p, const __nv_bfloat16* (&xs)[NT]) {
   const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
@@ -164,11 +210,11 @@ __device__ __forceinline__ void load_x(uint4 (&xv)[NT][2], const __nv_bfloat16* 
 
 // One chunk that may reach past K (K % 16 == 0: a lane's 16 elements are all inside or all
 // outside); wa / wb point at the lane's offset of weight rows g and g + 8.
-template <int NT>
+template <bool KB, int NT>
 __device__ __forceinline__ void mma_partial_chunk(float (&acc)[NT][4], const uint8_t* wa,
                                                   const uint8_t* wb,
                                                   const __nv_bfloat16* const (&xs)[NT], int64_t ch,
-                                                  int64_t k) {
+                                                  int64_t k, const float* srow, int shift) {
   const int c = threadIdx.x & 3;
   const bool in = ch * kChunk + c * 16 < k;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -181,7 +227,7 @@ __device__ __forceinline__ void mma_partial_chunk(float (&acc)[NT][4], const uin
   }
   const uint4 a = in ? load_stream(wa + ch * kChunk) : zero;
   const uint4 b = in ? load_stream(wb + ch * kChunk) : zero;
-  mma_chunk<NT>(acc, a, b, xv);
+  chunk<KB, false, NT>(acc, a, b, xv, srow, ch, shift);
 }
 
 // The epilogue: the row's scale, then its bias.
@@ -195,14 +241,14 @@ struct Store {
   __device__ explicit Store(const Fp8Params<TY>& p)
       : scale(p.scale), bias(p.bias), bias_kind(p.bias_kind), y(p.y), ldy(p.ldy) {}
   __device__ __forceinline__ void operator()(int64_t row, int token, float sum) const {
-    sum *= scale[row];
+    if (scale) sum *= scale[row];
     if (bias) sum += device::load_float(bias, row, bias_kind);
     y[token * ldy + row] = device::from_float<TY>(sum);
   }
 };
 
 // NT: token tiles of 8 (M <= 8 * NT); U: chunks in flight per lane.
-template <typename TY, int NT, int U>
+template <typename TY, int NT, int U, bool KB>
 __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) {
   __shared__ float partial[kWarps][kRows][8 * NT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -213,6 +259,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) 
   const uint8_t* wb = p.w + min(row0 + g + 8, last) * p.k + c * 16;
   const __nv_bfloat16* xs[NT];
   x_rows<NT>(p, xs);
+  const float* srow = KB ? scale_row(p, row0) : nullptr;
 
   static_assert(kSplitAlign % U == 0);
   const gemv_tile::ChunkRange range = gemv_tile::warp_chunks(p.k, kChunk, warp);
@@ -234,9 +281,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) 
       load_x<NT>(xv[u], xs, ch + u);
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) mma_chunk<NT>(acc, a[u], b[u], xv[u]);
+    for (int u = 0; u < U; ++u)
+      chunk<KB, false, NT>(acc, a[u], b[u], xv[u], srow, ch + u, p.kb_shift);
   }
-  for (; ch < end; ++ch) mma_partial_chunk<NT>(acc, wa, wb, xs, ch, p.k);
+  for (; ch < end; ++ch) mma_partial_chunk<KB, NT>(acc, wa, wb, xs, ch, p.k, srow, p.kb_shift);
 
   gemv_tile::reduce_warps<NT>(partial, acc, row0, p.n, p.m, Store<TY>{p});
 }
@@ -246,7 +294,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_fp8_kernel(Fp8Params<TY> p) 
 // Stage j of a warp is chunks begin + jU .. begin + jU + U - 1 of the RT tiles of some block;
 // `groups` stages per block, then the chunks of the warp's range that do not fill a stage (only
 // where K is not a multiple of 8 * 64 * U / 2), unpipelined. RT > 1 loads x once for RT tiles.
-template <typename TY, int NT, int U, int RT>
+template <typename TY, int NT, int U, int RT, bool KB>
 __global__ void __launch_bounds__(kWarps * 32, 2) gemv_fp8_stream_kernel(Fp8Params<TY> p) {
   __shared__ float partial[2][RT][kWarps][kRows][8 * NT];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -288,6 +336,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_fp8_stream_kernel(Fp8Para
 #pragma unroll
       for (int t = 0; t < NT; ++t)
         acc[rt][t][0] = acc[rt][t][1] = acc[rt][t][2] = acc[rt][t][3] = 0.0f;
+    const float* srow[RT];
+#pragma unroll
+    for (int rt = 0; rt < RT; ++rt)
+      srow[rt] = KB ? scale_row(p, block * kRows * RT + kRows * rt) : nullptr;
     for (int64_t j = 0; j < groups; ++j) {
       // The next stage: this block's, else the next block's first (none after the last).
       const bool more = j + 1 < groups;
@@ -300,7 +352,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_fp8_stream_kernel(Fp8Para
         uint4 xv[NT][2];
         load_x<NT>(xv, xs, ch + u);
 #pragma unroll
-        for (int rt = 0; rt < RT; ++rt) mma_chunk<NT>(acc[rt], a[u][rt], b[u][rt], xv);
+        for (int rt = 0; rt < RT; ++rt)
+          chunk<KB, false, NT>(acc[rt], a[u][rt], b[u][rt], xv, srow[rt], ch + u, p.kb_shift);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -315,7 +368,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) gemv_fp8_stream_kernel(Fp8Para
       const uint8_t* wa = row(block, rt, 0, 0);
       const uint8_t* wb = row(block, rt, 1, 0);
       for (int64_t ch = first_left; ch < range.end; ++ch)
-        mma_partial_chunk<NT>(acc[rt], wa, wb, xs, ch, p.k);
+        mma_partial_chunk<KB, NT>(acc[rt], wa, wb, xs, ch, p.k, srow[rt], p.kb_shift);
     }
     // One barrier per row tile: partial[buf] is written again two blocks later, after every
     // thread has passed the next block's barriers, so after it has read this block's sums.
@@ -360,7 +413,7 @@ struct XregSmem {
 };
 
 // S: ring stages (S - 1 row tiles in flight ahead of the one computed); launched with kXRing.
-template <typename TY, int NT, int S>
+template <typename TY, int NT, int S, bool KB>
 __global__ void __launch_bounds__(kXWarps * 32, 1) gemv_fp8_xreg_kernel(Fp8Params<TY> p) {
   extern __shared__ uint4 xreg_smem[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -414,6 +467,7 @@ __global__ void __launch_bounds__(kXWarps * 32, 1) gemv_fp8_xreg_kernel(Fp8Param
   auto* partial = reinterpret_cast<float(*)[kXWarps][kRows][8 * NT]>(
       reinterpret_cast<char*>(xreg_smem) + XregSmem<NT, S>::kRing);
   const Store<TY> out{p};
+  const int64_t last_chunk = ceil_div(p.k, int64_t{kChunk}) - 1;  // chunks past K: zero sums
   for (int it = 0; tile < tiles; tile += gridDim.x, ++it) {
     const int stage = it % S, buf = it & 1;
     // Into the stage computed in the previous iteration (this lane's own bytes, read before it
@@ -427,61 +481,64 @@ __global__ void __launch_bounds__(kXWarps * 32, 1) gemv_fp8_xreg_kernel(Fp8Param
     float acc[NT][4];
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    const float* srow = KB ? scale_row(p, tile * kRows) : nullptr;
 #pragma unroll
     for (int u = 0; u < kXChunks; ++u)
-      mma_chunk_permuted<NT>(acc, *slot(stage, u, 0), *slot(stage, u, 1), xr[u]);
+      chunk<KB, true, NT>(acc, *slot(stage, u, 0), *slot(stage, u, 1), xr[u], srow,
+                          min(int64_t{warp * kXChunks + u}, last_chunk), p.kb_shift);
     // partial[buf] is written again two tiles later, after every thread has passed the next
     // tile's barrier, so after it has read this tile's sums.
     gemv_tile::reduce_warps<NT, kXWarps>(partial[buf], acc, tile * kRows, p.n, p.m, out);
   }
 }
 
-template <typename TY, int NT, int S>
+template <typename TY, int NT, int S, bool KB>
 void launch_xreg(const Fp8Params<TY>& p, int sms, cudaStream_t stream) {
-  allow_dynamic_smem<&gemv_fp8_xreg_kernel<TY, NT, S>>(XregSmem<NT, S>::kBytes);
+  allow_dynamic_smem<&gemv_fp8_xreg_kernel<TY, NT, S, KB>>(XregSmem<NT, S>::kBytes);
   const int64_t tiles = ceil_div(p.n, int64_t{kRows}), slots = sms;
   const auto grid = static_cast<unsigned>(ceil_div(tiles, ceil_div(tiles, slots)));
-  launch_pdl(gemv_fp8_xreg_kernel<TY, NT, S>, dim3(grid), dim3(kXWarps * 32),
+  launch_pdl(gemv_fp8_xreg_kernel<TY, NT, S, KB>, dim3(grid), dim3(kXWarps * 32),
              XregSmem<NT, S>::kBytes, stream, p);
 }
 
 // The stream kernel's grid: as many CTAs as give each the same number of blocks (ceil(blocks /
 // ceil(blocks / slots)), slots = 2 per SM), so that no CTA walks one block more than the others.
-template <typename TY, int NT, int U, int RT>
+template <typename TY, int NT, int U, int RT, bool KB>
 void launch_stream(const Fp8Params<TY>& p, int sms, cudaStream_t stream) {
   const int64_t blocks = ceil_div(p.n, int64_t{kRows * RT});
   const int64_t slots = 2 * static_cast<int64_t>(sms);
   const auto grid = static_cast<unsigned>(ceil_div(blocks, ceil_div(blocks, slots)));
-  launch_pdl(gemv_fp8_stream_kernel<TY, NT, U, RT>, dim3(grid), dim3(kWarps * 32), 0, stream, p);
+  launch_pdl(gemv_fp8_stream_kernel<TY, NT, U, RT, KB>, dim3(grid), dim3(kWarps * 32), 0, stream,
+             p);
 }
 
-template <typename TY, int NT>
+template <typename TY, int NT, bool KB>
 void launch(const Fp8Params<TY>& p, const DeviceCaps& caps, cudaStream_t stream) {
   if constexpr (NT <= 2) {  // M <= 16
-    switch (choose_linear_fp8(p.m, p.n, p.k, caps)) {
+    switch (choose_linear_fp8(p.m, p.n, p.k, caps, KB)) {
       case Fp8Kernel::registers:
-        return launch_xreg<TY, NT, kXRing>(p, caps.sm_count, stream);
+        return launch_xreg<TY, NT, kXRing, KB>(p, caps.sm_count, stream);
       case Fp8Kernel::stream2_tiles2:
-        return launch_stream<TY, NT, 2, 2>(p, caps.sm_count, stream);
+        return launch_stream<TY, NT, 2, 2, KB>(p, caps.sm_count, stream);
       case Fp8Kernel::stream2:
-        return launch_stream<TY, NT, 2, 1>(p, caps.sm_count, stream);
+        return launch_stream<TY, NT, 2, 1, KB>(p, caps.sm_count, stream);
       case Fp8Kernel::stream4:
-        return launch_stream<TY, NT, 4, 1>(p, caps.sm_count, stream);
+        return launch_stream<TY, NT, 4, 1, KB>(p, caps.sm_count, stream);
       case Fp8Kernel::tile:
         break;
     }
   }
   constexpr int kUnroll = NT <= 2 ? 4 : 2;
-  launch_pdl(gemv_fp8_kernel<TY, NT, kUnroll>,
+  launch_pdl(gemv_fp8_kernel<TY, NT, kUnroll, KB>,
              dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{kRows}))), dim3(kWarps * 32), 0,
              stream, p);
 }
 
-template <typename TY, int NT = 1>
+template <typename TY, bool KB, int NT = 1>
 void launch_tiles(const Fp8Params<TY>& p, const DeviceCaps& caps, cudaStream_t stream) {
   if constexpr (NT <= kMaxTiles) {
-    if (p.m <= NT * 8) return launch<TY, NT>(p, caps, stream);
-    launch_tiles<TY, NT * 2>(p, caps, stream);
+    if (p.m <= NT * 8) return launch<TY, NT, KB>(p, caps, stream);
+    launch_tiles<TY, KB, NT * 2>(p, caps, stream);
   }
 }
 
@@ -513,8 +570,12 @@ void quantize_rows_fp8(Context& ctx, const Tensor& w, const Tensor& w8, const Te
   });
 }
 
-void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& scale,
-                const Tensor& bias, const Tensor& y) {
+namespace {
+
+// y = x . w^T over launches of 64 rows of x: per-row scales (`scale` [N]) or, when `blocks` is
+// given, its block scales.
+void run_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const float* scale,
+             const WeightMatrix* blocks, const Tensor& bias, const Tensor& y) {
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t m = xv.rows, k = xv.cols, n = w8.size(0);
   DSPARK_CHECK_KIND(unsupported,
@@ -524,26 +585,48 @@ void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& s
                     "multiple of 8 elements apart, got {} and {}",
                     x.describe(), w8.describe());
   const bool has_bias = bias.defined() && bias.numel() > 0;
+  int kb_shift = 0;
+  if (blocks)
+    while ((int64_t{kChunk} << kb_shift) < blocks->block_k) ++kb_shift;
   dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {
     if constexpr (!std::is_same_v<TY, f16>) {
       for (int64_t m0 = 0; m0 < m; m0 += 8 * kMaxTiles) {  // 64 rows of x per launch
         const int64_t rows = std::min<int64_t>(8 * kMaxTiles, m - m0);
-        const Fp8Params<device_t<TY>> p{
-            static_cast<const uint8_t*>(w8.data()),
-            static_cast<const float*>(scale.data()),
-            device_ptr<bf16>(x) + m0 * xv.stride,
-            device_ptr<TY>(y) + m0 * yv.stride,
-            has_bias ? bias.data() : nullptr,
-            has_bias ? float_kind(bias.dtype()) : device::FloatKind::f32,
-            rows,
-            n,
-            k,
-            rows == 1 ? k : xv.stride,
-            rows == 1 ? n : yv.stride};
-        launch_tiles<device_t<TY>>(p, ctx.cuda_caps(), stream_of(ctx));
+        Fp8Params<device_t<TY>> p{static_cast<const uint8_t*>(w8.data()),
+                                  scale,
+                                  device_ptr<bf16>(x) + m0 * xv.stride,
+                                  device_ptr<TY>(y) + m0 * yv.stride,
+                                  has_bias ? bias.data() : nullptr,
+                                  has_bias ? float_kind(bias.dtype()) : device::FloatKind::f32,
+                                  rows,
+                                  n,
+                                  k,
+                                  rows == 1 ? k : xv.stride,
+                                  rows == 1 ? n : yv.stride};
+        if (blocks) {
+          p.block_scale = static_cast<const float*>(blocks->scales.data());
+          p.scale_ld = blocks->scales.size(1);
+          p.block_n = blocks->block_n;
+          p.kb_shift = kb_shift;
+          launch_tiles<device_t<TY>, true>(p, ctx.cuda_caps(), stream_of(ctx));
+        } else {
+          launch_tiles<device_t<TY>, false>(p, ctx.cuda_caps(), stream_of(ctx));
+        }
       }
     }
   });
+}
+
+}  // namespace
+
+void linear_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const Tensor& scale,
+                const Tensor& bias, const Tensor& y) {
+  run_fp8(ctx, x, w8, static_cast<const float*>(scale.data()), nullptr, bias, y);
+}
+
+void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                       const Tensor& y) {
+  run_fp8(ctx, x, w.data, nullptr, &w, bias, y);
 }
 
 }  // namespace dspark::cuda

@@ -24,7 +24,10 @@ enum class Fp8Kernel {
 // else for M <= 8 the stream kernel with stages of 4, else (M 9..16, where x's loads keep L1 busy)
 // stages of 2 over two row tiles when every CTA slot (two per multiprocessor) still gets a block,
 // stages of 2 when every row tile gets its own slot, else the tile kernel; the tile kernel for
-// M > 16.
-Fp8Kernel choose_linear_fp8(int64_t m, int64_t n, int64_t k, const DeviceCaps& caps);
+// M > 16. `m_invariant` (a target's block-scaled weights): never the x-in-registers kernel, whose
+// split of K differs from the others', so that a row's bits do not depend on M up to 64 (verify
+// rows equal decode rows).
+Fp8Kernel choose_linear_fp8(int64_t m, int64_t n, int64_t k, const DeviceCaps& caps,
+                            bool m_invariant = false);
 
 }  // namespace dspark::cuda
