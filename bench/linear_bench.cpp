@@ -11,7 +11,8 @@
 //                [--quant Q4_K,Q6_K,Q8_0] [--json FILE]
 // --fp8 adds the FP8 weight path (ops/linear_fp8.h: E4M3 codes with per-row scales, the drafter's
 // --draft-fp8) on the same shapes, on the kernel policy/linear_fp8.h picks; its GB/s counts the
-// bytes it reads (1 per weight + the scales).
+// bytes it reads (1 per weight + the scales); and the same codes with 128x128 block scales (a
+// Hugging Face FP8 checkpoint's, WeightFormat::fp8_blocks: the M-invariant kernels).
 // --quant adds block-quantized weights of those GGUF types (core/quant.h; random blocks with sane
 // f16 scales) on the same shapes and rows, through linear's WeightMatrix overload on the kernel
 // policy/linear_quant.h picks (the few-row dp4a kernel with its tiles and warps per row; the
@@ -195,10 +196,26 @@ int main(int argc, char** argv) {
         weights.push_back(random_16bit_tensor(dtype, Shape{s.n, s.k}, static_cast<uint32_t>(c + 1),
                                               Device::cuda(0)));
       std::vector<OwnedTensor> w8, scales;  // --fp8: E4M3 codes of every copy
+      std::vector<WeightMatrix> w8_blocks;  // the same codes with block scales
+      const OwnedTensor block_scales =
+          fp8 ? OwnedTensor::from_vector(
+                    std::vector<float>(
+                        static_cast<size_t>(((s.n + 127) / 128) * ((s.k + 127) / 128)),
+                        1.0f / 448.0f),
+                    Shape{(s.n + 127) / 128, (s.k + 127) / 128}, Device::cuda(0))
+              : OwnedTensor{};
       for (size_t c = 0; fp8 && c < copies; ++c) {
         w8.emplace_back(DType::u8, Shape{s.n, s.k}, Device::cuda(0));
         scales.emplace_back(DType::f32, Shape{s.n}, Device::cuda(0));
         quantize_rows_fp8(ctx, weights[c], w8.back(), scales.back());
+        WeightMatrix w;
+        w.format = WeightFormat::fp8_blocks;
+        w.data = w8.back().view();
+        w.scales = block_scales.view();
+        w.n = s.n;
+        w.k = s.k;
+        w.block_n = w.block_k = 128;
+        w8_blocks.push_back(w);
       }
       for (int64_t m : ms) {
         const OwnedTensor x = random_16bit_tensor(dtype, Shape{m, s.k}, 99, Device::cuda(0));
@@ -239,6 +256,15 @@ int main(int argc, char** argv) {
           r["fp8_fraction_of_copy"] = fp8_gbs * 1e9 / copy_bw;
           row[4] = kernel_name(fk);
           row[5] = cell(fp8_ms, fp8_bytes);
+          const double blocks_ms = time_loop(ctx, copies, iters, [&](int i) {
+            linear(ctx, x, w8_blocks[static_cast<size_t>(i) % copies], Tensor{}, y);
+          });
+          const double blocks_bytes = static_cast<double>(s.n * s.k);
+          r["fp8_blocks_kernel"] = kernel_name(
+              cuda::choose_linear_fp8(std::min<int64_t>(m, 64), s.n, s.k, ctx.cuda_caps(), true));
+          r["fp8_blocks_ms"] = blocks_ms;
+          r["fp8_blocks_fraction_of_copy"] = blocks_bytes / (blocks_ms * 1e-3) / copy_bw;
+          row.push_back(cell(blocks_ms, blocks_bytes));
         }
         j["results"].push_back(std::move(r));
         rows.push_back(std::move(row));
@@ -303,8 +329,10 @@ int main(int argc, char** argv) {
     }
     std::printf("bench_linear on %s, %s, copy bandwidth %.0f GB/s (read + write)\n",
                 info.name.c_str(), std::string(dtype_name(dtype)).c_str(), copy_bw / 1e9);
+    for (auto& row : rows)
+      if (row.size() < 7) row.push_back("-");
     std::printf("%s", format_table({"NxK", "M", "kernel", "time, GB/s (of copy)", "FP8 kernel",
-                                    "FP8 time, GB/s (of copy)"},
+                                    "FP8 time, GB/s (of copy)", "FP8 128x128 blocks"},
                                    rows)
                           .c_str());
     if (!quant_rows.empty()) {
