@@ -32,7 +32,7 @@ int run_quantize(const QuantizeArgs& a) {
   o.output = a.output;
   // A DFlash / DSpark drafter gets the drafter policy and a check of what was written.
   const bool drafter = is_block_drafter_dir(o.input);
-  const std::optional<QuantType> gguf = gguf_format_type(a.format);
+  const std::optional<GgufFormat> gguf = gguf_format(a.format);
   DSPARK_CHECK_KIND(unsupported, !(gguf && drafter),
                     "--format {}: a DFlash/DSpark drafter is written as mlx4 or mlx8 (drafters "
                     "load from safetensors)",
@@ -46,7 +46,7 @@ int run_quantize(const QuantizeArgs& a) {
                             : drafter ? quantize_drafter(o, progress)
                                       : quantize_checkpoint(o, progress);
   bar.finish();
-  const int group = gguf ? static_cast<int>(quant_block(*gguf).elements) : a.group_size;
+  const int group = gguf ? static_cast<int>(quant_block(gguf->base).elements) : a.group_size;
   if (!s.not_divisible.empty()) {
     fmt::print(stderr,
                "dspark quantize: {} weights kept float: last dim not a multiple of group size {} "
@@ -84,9 +84,11 @@ Command add_quantize_command(CLI::App& app) {
       ->required();
   sub->add_option("--format", args->format,
                   "Output format: mlx4 or mlx8 (MLX affine 4 / 8 bits); q8_0, q4_0, q4_1, "
-                  "q5_0, q5_1, q4_k or q6_k (a GGUF file)")
-      ->check(
-          CLI::IsMember({"mlx4", "mlx8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q6_k"}))
+                  "q5_0, q5_1, q4_k, q5_k or q6_k (a GGUF file, every weight in that type); "
+                  "q4_k_m or q5_k_m (a GGUF file, llama-quantize's medium mix: the LM head and "
+                  "some layers' v_proj / down_proj in Q6_K)")
+      ->check(CLI::IsMember({"mlx4", "mlx8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
+                             "q6_k", "q4_k_m", "q5_k_m"}))
       ->capture_default_str();
   sub->add_option("--group-size", args->group_size,
                   "MLX formats: values per scale and bias, 32, 64 or 128 (GGUF blocks: 32 or 256)")

@@ -168,9 +168,9 @@ for l in range(layers):
 save_file({k: (1 + 0.1 * rng.standard_normal(s) if len(s) == 1 else rng.standard_normal(s) / 16)
            .astype(np.float32) for k, s in shapes.items()}, f"{out}/model.safetensors")
 PY
-  for format in q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q6_k; do
+  for format in q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m; do
     SRC=$M
-    [[ $format == *_k ]] && SRC=$WIDE
+    [[ $format == *_k || $format == *_k_m ]] && SRC=$WIDE
     "$DSPARK" quantize -m "$SRC" -o "$TMP/$format" --format "$format" > /dev/null 2> "$TMP/stderr" ||
       fail "quantize --format $format: $(cat "$TMP/stderr")"
     python3 - "$SRC" "$TMP/$format/model.gguf" "$format" <<'PY'
@@ -180,8 +180,21 @@ import numpy as np
 from safetensors.numpy import load_file
 
 src, path, fmt = sys.argv[1], sys.argv[2], sys.argv[3]
-qtype = getattr(gguf.GGMLQuantizationType, fmt.upper())
+mix = fmt.endswith("_m")  # llama-quantize's medium mix of the base k-quant
+base = fmt[:-2] if mix else fmt
 cfg = json.load(open(f"{src}/config.json"))
+n_layers = cfg["num_hidden_layers"]
+
+def more_bits(i, n):
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+def type_of(hf):  # the type each weight must be written in
+    t = base
+    if mix and (hf == "lm_head.weight" or (
+            hf.endswith((".self_attn.v_proj.weight", ".mlp.down_proj.weight"))
+            and more_bits(int(hf.split(".")[2]), n_layers))):
+        t = "q6_k"
+    return t
 st = load_file(f"{src}/model.safetensors")
 r = gguf.GGUFReader(path)
 
@@ -212,9 +225,9 @@ for l in range(cfg["num_hidden_layers"]):
     for hf, g in layer.items():
         names[f"model.layers.{l}.{hf}.weight"] = f"blk.{l}.{g}.weight"
 tensors = {t.name: t for t in r.tensors}
-tol = {"q8_0": 0.01, "q4_0": 0.15, "q4_1": 0.1, "q5_0": 0.08, "q5_1": 0.05, "q4_k": 0.12,
-       "q6_k": 0.03}[fmt]
-errors = []
+tols = {"q8_0": 0.01, "q4_0": 0.15, "q4_1": 0.1, "q5_0": 0.08, "q5_1": 0.05, "q4_k": 0.12,
+        "q5_k": 0.06, "q6_k": 0.03}
+errors, promoted = [], 0
 for hf, g in names.items():
     w = st[hf].astype(np.float32)
     if ".q_proj." in hf:
@@ -222,9 +235,12 @@ for hf, g in names.items():
     if ".k_proj." in hf:
         w = interleave(w, nkv)
     t = tensors[g]
-    assert t.tensor_type == qtype, (g, t.tensor_type)
+    want = type_of(hf)
+    promoted += want != base
+    qtype, tol = getattr(gguf.GGMLQuantizationType, want.upper()), tols[want]
+    assert t.tensor_type == qtype, (g, t.tensor_type, want)
     assert list(t.shape) == [w.shape[1], w.shape[0]], (g, t.shape)
-    if not fmt.endswith("_k"):  # the gguf package has no k-quant quantizer
+    if not want.endswith("_k"):  # the gguf package has no k-quant quantizer
         ref = gguf.quants.quantize(w, qtype)
         assert np.array_equal(np.asarray(t.data).reshape(ref.shape), ref), f"{g}: blocks differ from gguf's"
     back = gguf.quants.dequantize(np.asarray(t.data), qtype).reshape(w.shape)
@@ -235,7 +251,10 @@ for hf, g in (("model.norm.weight", "output_norm.weight"),):
     assert tensors[g].tensor_type == gguf.GGMLQuantizationType.F32
     assert np.array_equal(np.asarray(tensors[g].data), st[hf])
 assert "rope_freqs.weight" in tensors  # llama3 rope scaling
-what = "" if fmt.endswith("_k") else " equal gguf.quants.quantize's blocks;"
+what = "" if base.endswith("_k") else " equal gguf.quants.quantize's blocks;"
+if mix:
+    assert promoted == 3, promoted  # the head, layer 1's v_proj and down_proj (of 2 layers)
+    what += f" {promoted} in Q6_K;"
 print(f"{path}: {len(names)} weights{what} dequantized within {max(errors):.4f} relative RMS")
 PY
     "$DSPARK" generate -m "$TMP/$format" -p "Hello" -n 8 > /dev/null 2> "$TMP/gen_err" ||

@@ -1,14 +1,17 @@
-// dspark quantize --format q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q6_k (model/gguf_export.h): the tiny
+// dspark quantize --format q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k and the mixes q4_k_m|q5_k_m
+// (model/gguf_export.h): the tiny
 // golden Llama 3 written as a GGUF `llama` file loads through load_model (a directory holding
 // model.gguf), keeps its blocks, decodes the greedy tokens of its dequantized twin (up to
 // near-ties) and stays close to the float checkpoint it came from (q/k row order, names,
 // hyper-parameters and rope factors right); its tokenizer encodes as the checkpoint's
-// tokenizer.json does; the refusals. The blocks themselves are checked against the gguf package in
+// tokenizer.json does; the mixes' type of every weight (llama-quantize's rule) and a mixed file's
+// decoding; the refusals. The blocks themselves are checked against the gguf package in
 // tests/cli/quantize_test.sh.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -31,15 +34,18 @@ namespace dspark {
 namespace {
 namespace fs = std::filesystem;
 
-fs::path export_to(const std::string& tag, const fs::path& src, QuantType type) {
+fs::path export_to(const std::string& tag, const fs::path& src, const GgufFormat& format) {
   const fs::path out =
       fs::temp_directory_path() / fmt::format("dspark_gguf_export_{}_{}", tag, ::getpid());
   fs::remove_all(out);
   QuantizeOptions o;
   o.input = src;
   o.output = out;
-  export_gguf(o, type, nullptr);
+  export_gguf(o, format, nullptr);
   return out;
+}
+fs::path export_to(const std::string& tag, const fs::path& src, QuantType type) {
+  return export_to(tag, src, GgufFormat{type, false});
 }
 
 // A random Llama 3 shaped for the k-quants' blocks of 256 values (hidden 256, MLP 512, 2 layers),
@@ -94,6 +100,30 @@ fs::path write_wide_llama(const std::string& tag) {
   return dir;
 }
 
+// The GGUF file in `out` loads with its blocks and decodes the greedy tokens of its dequantized
+// twin (up to near-ties), whose last logits are within `vs_float` relative RMS of the float
+// checkpoint `src`'s, for `prompts` prompts.
+void expect_decodes_like_twin(const fs::path& out, const fs::path& src, double vs_float,
+                              int prompts, const std::string& what) {
+  std::unique_ptr<Model> model = load_model(out, Device::cpu(), DType::f32);
+  EXPECT_TRUE(model->lm_head().quantized());
+  const GgufFile file = GgufFile::open(out / "model.gguf");
+  const ModelConfig config = gguf_model_config(file);
+  const GgufWeights weights(file, config);
+  std::unique_ptr<Model> twin =
+      create_model(config, test::DequantizedView(weights), Device::cpu(), DType::f32);
+  std::unique_ptr<Model> original = load_model(src, Device::cpu(), DType::f32);
+  Context ctx(Device::cpu());
+  for (int salt = 0; salt < prompts; ++salt) {
+    const std::vector<int32_t> prompt = test::fixed_prompt(config.vocab_size, salt);
+    const double err = test::relative_rms_error(test::last_position_logits(*twin, ctx, prompt),
+                                                test::last_position_logits(*original, ctx, prompt));
+    std::cout << what << " prompt " << salt << ": relative RMS to the float model " << err << "\n";
+    EXPECT_LE(err, vs_float) << what << " prompt " << salt;
+    test::expect_twins_greedy_tokens(*model, *twin, ctx, prompt, true);
+  }
+}
+
 struct Case {
   const char* name;
   QuantType type;
@@ -112,25 +142,8 @@ TEST_P(GgufExport, LoadsAndDecodesLikeItsTwinAndTheFloatModel) {
   const fs::path src = k_quant ? write_wide_llama(c.name) : test::data_dir() / "models" / "llama3";
   const fs::path out = export_to(c.name, src, c.type);
   ASSERT_TRUE(fs::exists(out / "model.gguf"));
-  std::unique_ptr<Model> model = load_model(out, Device::cpu(), DType::f32);
-  EXPECT_TRUE(model->lm_head().quantized());
-  EXPECT_EQ(model->lm_head().quant, c.type);
-  const GgufFile file = GgufFile::open(out / "model.gguf");
-  const ModelConfig config = gguf_model_config(file);
-  const GgufWeights weights(file, config);
-  std::unique_ptr<Model> twin =
-      create_model(config, test::DequantizedView(weights), Device::cpu(), DType::f32);
-  std::unique_ptr<Model> original = load_model(src, Device::cpu(), DType::f32);
-  Context ctx(Device::cpu());
-  for (int salt = 0; salt < 3; ++salt) {
-    const std::vector<int32_t> prompt = test::fixed_prompt(config.vocab_size, salt);
-    const double err = test::relative_rms_error(test::last_position_logits(*twin, ctx, prompt),
-                                                test::last_position_logits(*original, ctx, prompt));
-    std::cout << c.name << " prompt " << salt << ": relative RMS to the float model " << err
-              << "\n";
-    EXPECT_LE(err, c.vs_float) << c.name << " prompt " << salt;
-    test::expect_twins_greedy_tokens(*model, *twin, ctx, prompt, true);
-  }
+  EXPECT_EQ(load_model(out, Device::cpu(), DType::f32)->lm_head().quant, c.type);
+  expect_decodes_like_twin(out, src, c.vs_float, 3, c.name);
   fs::remove_all(out);
   if (k_quant) fs::remove_all(src);
 }
@@ -140,8 +153,69 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"q8_0", QuantType::q8_0, 2e-2}, Case{"q4_0", QuantType::q4_0, 0.35},
                       Case{"q4_1", QuantType::q4_1, 0.35}, Case{"q5_0", QuantType::q5_0, 0.2},
                       Case{"q5_1", QuantType::q5_1, 0.2}, Case{"q4_k", QuantType::q4_k, 0.6},
-                      Case{"q6_k", QuantType::q6_k, 0.1}),
+                      Case{"q5_k", QuantType::q5_k, 0.3}, Case{"q6_k", QuantType::q6_k, 0.1}),
     [](const auto& p) { return std::string(p.param.name); });
+
+// llama-quantize's medium mix on a 32-layer model: the head and the tied embedding in Q6_K; v_proj
+// and down_proj in Q6_K in layers 0-3, 6, 9, ..., 27 and 28-31, in the base type elsewhere; the
+// other weights in the base type; a row that is not a multiple of 256 in the fallback type, of 32
+// nowhere (F32).
+TEST(GgufExportMix, ChoosesLlamaQuantizesTypes) {
+  const GgufFormat m{QuantType::q4_k, true};
+  EXPECT_EQ(gguf_weight_type(m, "lm_head.weight", 4096, 32, false), QuantType::q6_k);
+  EXPECT_EQ(gguf_weight_type(m, "model.embed_tokens.weight", 4096, 32, false), QuantType::q4_k);
+  EXPECT_EQ(gguf_weight_type(m, "model.embed_tokens.weight", 4096, 32, true), QuantType::q6_k);
+  const std::vector<int> more = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
+  for (int l = 0; l < 32; ++l) {
+    const bool more_bits = std::find(more.begin(), more.end(), l) != more.end();
+    const QuantType want = more_bits ? QuantType::q6_k : QuantType::q4_k;
+    const std::string p = fmt::format("model.layers.{}.", l);
+    EXPECT_EQ(gguf_weight_type(m, p + "self_attn.v_proj.weight", 4096, 32, false), want) << l;
+    EXPECT_EQ(gguf_weight_type(m, p + "mlp.down_proj.weight", 14336, 32, false), want) << l;
+    EXPECT_EQ(gguf_weight_type(m, p + "self_attn.q_proj.weight", 4096, 32, false), QuantType::q4_k);
+    EXPECT_EQ(gguf_weight_type(m, p + "mlp.up_proj.weight", 4096, 32, false), QuantType::q4_k);
+  }
+  const GgufFormat m5{QuantType::q5_k, true};
+  EXPECT_EQ(gguf_weight_type(m5, "model.layers.5.self_attn.o_proj.weight", 4096, 32, false),
+            QuantType::q5_k);
+  EXPECT_EQ(gguf_weight_type(m5, "model.layers.31.mlp.down_proj.weight", 4096, 32, false),
+            QuantType::q6_k);
+  // Rows of 160 values: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0; of 48: F32.
+  EXPECT_EQ(gguf_weight_type(m, "model.layers.5.mlp.up_proj.weight", 160, 32, false),
+            QuantType::q5_0);
+  EXPECT_EQ(gguf_weight_type(m5, "model.layers.5.mlp.up_proj.weight", 160, 32, false),
+            QuantType::q5_1);
+  EXPECT_EQ(gguf_weight_type(m, "lm_head.weight", 160, 32, false), QuantType::q8_0);
+  EXPECT_EQ(gguf_weight_type(m, "lm_head.weight", 48, 32, false), std::nullopt);
+  // Single-type formats: every weight in the type, F32 when the row does not fit its blocks.
+  const GgufFormat pure{QuantType::q4_k, false};
+  EXPECT_EQ(gguf_weight_type(pure, "lm_head.weight", 4096, 32, false), QuantType::q4_k);
+  EXPECT_EQ(gguf_weight_type(pure, "model.layers.0.mlp.down_proj.weight", 160, 32, false),
+            std::nullopt);
+  EXPECT_EQ(gguf_format("q4_k_m")->base, QuantType::q4_k);
+  EXPECT_TRUE(gguf_format("q5_k_m")->medium);
+  EXPECT_FALSE(gguf_format("q5_k")->medium);
+  EXPECT_FALSE(gguf_format("q3_k_m").has_value());
+}
+
+// A Q4_K_M file of the wide random model (2 layers: layer 1 gets more bits) holds the mix's types,
+// loads, keeps its blocks and decodes like its dequantized twin, within Q4_K's error of the float
+// model.
+TEST(GgufExportMix, WritesAndDecodesAQ4KMFile) {
+  const fs::path src = write_wide_llama("q4_k_m");
+  const fs::path out = export_to("q4_k_m", src, GgufFormat{QuantType::q4_k, true});
+  const GgufFile file = GgufFile::open(out / "model.gguf");
+  EXPECT_EQ(file.tensor("output.weight").type, GgmlType::q6_k);
+  EXPECT_EQ(file.tensor("token_embd.weight").type, GgmlType::q4_k);
+  EXPECT_EQ(file.tensor("blk.0.attn_v.weight").type, GgmlType::q4_k);
+  EXPECT_EQ(file.tensor("blk.1.attn_v.weight").type, GgmlType::q6_k);
+  EXPECT_EQ(file.tensor("blk.1.ffn_down.weight").type, GgmlType::q6_k);
+  EXPECT_EQ(file.tensor("blk.1.ffn_up.weight").type, GgmlType::q4_k);
+  EXPECT_EQ(load_model(out, Device::cpu(), DType::f32)->lm_head().quant, QuantType::q6_k);
+  expect_decodes_like_twin(out, src, 0.6, 2, "q4_k_m");
+  fs::remove_all(out);
+  fs::remove_all(src);
+}
 
 TEST(GgufExportTokenizer, EncodesAsTheCheckpoint) {
   const fs::path src = test::data_dir() / "models" / "llama3";

@@ -98,16 +98,19 @@ void encode_with_min(const float* x, uint8_t* b) {
   pack_nibbles(q, qs);
 }
 
-// Q4_K: 8 sub-blocks of 32 values, x = d * sc * q - dmin * m with 6-bit sc, m and 4-bit q.
-// Per sub-block the range [min(lo, 0), hi] is split into 15 steps (scale = range / 15, offset =
-// -min(lo, 0)); d and dmin put the largest scale and offset at 63; sc, m = round(scale / d,
-// offset / dmin) with the f16-rounded d, dmin; q = round((x + dmin * m) / (d * sc)) in 0..15.
-void encode_q4_k(const float* x, uint8_t* b) {
+// Q4_K (kBits 4) / Q5_K (kBits 5): 8 sub-blocks of 32 values, x = d * sc * q - dmin * m with 6-bit
+// sc, m and kBits-bit q. Per sub-block the range [min(lo, 0), hi] is split into 2^kBits - 1 steps
+// (scale = range / top, offset = -min(lo, 0)); d and dmin put the largest scale and offset at 63;
+// sc, m = round(scale / d, offset / dmin) with the f16-rounded d, dmin; q = round((x + dmin * m) /
+// (d * sc)) in 0..top.
+template <int kBits>
+void encode_k_with_min(const float* x, uint8_t* b) {
+  constexpr float kTop = static_cast<float>((1 << kBits) - 1);
   float scale[8], offset[8], max_scale = 0.0f, max_offset = 0.0f;
   for (int j = 0; j < 8; ++j) {
     const auto [lo, hi] = std::minmax_element(x + 32 * j, x + 32 * j + 32);
     const float low = std::min(*lo, 0.0f);
-    scale[j] = (std::max(*hi, 0.0f) - low) / 15.0f;
+    scale[j] = (std::max(*hi, 0.0f) - low) / kTop;
     offset[j] = -low;
     max_scale = std::max(max_scale, scale[j]);
     max_offset = std::max(max_offset, offset[j]);
@@ -128,16 +131,21 @@ void encode_q4_k(const float* x, uint8_t* b) {
     packed[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
     packed[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
   }
-  // Codes: 64 values per 32 bytes, sub-block 2g in the low nibbles, 2g + 1 in the high ones.
-  uint8_t* qs = b + 16;
+  // Codes: 64 values per 32 bytes, sub-block 2g in the low nibbles, 2g + 1 in the high ones; Q5_K's
+  // fifth bits before them, bit j of qh[l] for value l of sub-block j.
+  uint8_t* qh = b + 16;
+  uint8_t* qs = kBits == 5 ? b + 48 : b + 16;
+  if constexpr (kBits == 5) std::memset(qh, 0, 32);
   for (int j = 0; j < 8; ++j) {
     const float step = d * static_cast<float>(sc[j]), id = reciprocal(step);
     const float shift = dmin * static_cast<float>(m[j]);
     for (int l = 0; l < 32; ++l) {
       const auto q =
-          static_cast<uint8_t>(std::clamp(std::round((x[32 * j + l] + shift) * id), 0.0f, 15.0f));
+          static_cast<uint8_t>(std::clamp(std::round((x[32 * j + l] + shift) * id), 0.0f, kTop));
       uint8_t& byte = qs[32 * (j / 2) + l];
-      byte = j % 2 == 0 ? q : static_cast<uint8_t>(byte | (q << 4));
+      byte = j % 2 == 0 ? static_cast<uint8_t>(q & 0x0F)
+                        : static_cast<uint8_t>(byte | ((q & 0x0F) << 4));
+      if constexpr (kBits == 5) qh[l] = static_cast<uint8_t>(qh[l] | ((q >> 4) << j));
     }
   }
 }
@@ -191,7 +199,7 @@ void encode_q6_k(const float* x, uint8_t* b) {
 bool quant_type_encodable(QuantType type) {
   return type == QuantType::q8_0 || type == QuantType::q4_0 || type == QuantType::q4_1 ||
          type == QuantType::q5_0 || type == QuantType::q5_1 || type == QuantType::q4_k ||
-         type == QuantType::q6_k;
+         type == QuantType::q5_k || type == QuantType::q6_k;
 }
 
 void quantize_blocks(QuantType type, const float* x, int64_t n_blocks, uint8_t* dst) {
@@ -213,7 +221,10 @@ void quantize_blocks(QuantType type, const float* x, int64_t n_blocks, uint8_t* 
       encode = encode_with_min<5>;
       break;
     case QuantType::q4_k:
-      encode = encode_q4_k;
+      encode = encode_k_with_min<4>;
+      break;
+    case QuantType::q5_k:
+      encode = encode_k_with_min<5>;
       break;
     case QuantType::q6_k:
       encode = encode_q6_k;
@@ -221,7 +232,7 @@ void quantize_blocks(QuantType type, const float* x, int64_t n_blocks, uint8_t* 
     default:
       DSPARK_FAIL(unsupported,
                   "quantizing into {} is not supported (supported: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-                  "Q4_K, Q6_K)",
+                  "Q4_K, Q5_K, Q6_K)",
                   quant_type_name(type));
   }
   const QuantBlock block = quant_block(type);

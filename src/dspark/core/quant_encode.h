@@ -1,7 +1,8 @@
 // Block quantization of f32 values into GGUF's formats (core/quant.h), for `dspark quantize
-// --format q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q6_k`. The legacy blocks of 32 values follow the rules
-// of GGUF's reference quantizers, bit for bit those of the `gguf` Python package's
-// gguf.quants.quantize (d and m stored f16, the codes computed from the unrounded f32 d):
+// --format q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k` (and the mixes q4_k_m, q5_k_m). The legacy
+// blocks of 32 values follow the rules of GGUF's reference quantizers, bit for bit those of the
+// `gguf` Python package's gguf.quants.quantize (d and m stored f16, the codes computed from the
+// unrounded f32 d):
 //   Q8_0  d = max|x| / 127; q = round(x / d) (halves away from zero)
 //   Q4_0  d = -v / 8 where v is the value of largest magnitude (the first one on a tie);
 //         q = min(15, trunc(x / d + 8.5))
@@ -10,7 +11,8 @@
 //   Q5_1  the same with 31
 // (x / d is x times the f32 reciprocal of d, and 0 when d is 0.) The k-quants (blocks of 256)
 // use a plain rule of our own, without llama.cpp's search for the best scales (the gguf package
-// has no k-quant quantizer to match): see encode_q4_k / encode_q6_k in quant_encode.cpp.
+// has no k-quant quantizer to match): see encode_k_with_min (Q4_K, Q5_K) / encode_q6_k in
+// quant_encode.cpp.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +21,7 @@
 
 namespace dspark {
 
-// True for the types quantize_blocks writes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K).
+// True for the types quantize_blocks writes (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 bool quant_type_encodable(QuantType type);
 
 // Quantizes n_blocks blocks of values at `x` (quant_block(type).elements each) into n_blocks

@@ -21,7 +21,8 @@ namespace {
 struct Planned {
   std::string hf;  // the checkpoint's name ("" for rope_freqs, computed)
   GgufTensorOut out;
-  int qk_heads = 0;  // q/k projections: heads whose rows are reordered
+  int qk_heads = 0;                // q/k projections: heads whose rows are reordered
+  std::optional<QuantType> quant;  // the block type, nullopt: F32
 };
 
 void check_exportable(const ModelConfig& c, const fs::path& dir) {
@@ -56,8 +57,9 @@ std::vector<float> llama3_rope_factors(const ModelConfig& c) {
   return f;
 }
 
-int file_type_of(QuantType t) {  // llama.cpp's "mostly <type>" file types
-  switch (t) {
+int file_type_of(const GgufFormat& f) {  // llama.cpp's "mostly <type>" file types
+  if (f.medium) return f.base == QuantType::q5_k ? 17 : 15;  // Q5_K_M, Q4_K_M
+  switch (f.base) {
     case QuantType::q4_0:
       return 2;
     case QuantType::q4_1:
@@ -68,6 +70,8 @@ int file_type_of(QuantType t) {  // llama.cpp's "mostly <type>" file types
       return 9;
     case QuantType::q4_k:
       return 14;  // "Q4_K_S": every weight Q4_K
+    case QuantType::q5_k:
+      return 16;  // "Q5_K_S"
     case QuantType::q6_k:
       return 18;
     default:
@@ -75,13 +79,14 @@ int file_type_of(QuantType t) {  // llama.cpp's "mostly <type>" file types
   }
 }
 
-std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c, QuantType type,
+std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
+                                                           const GgufFormat& format,
                                                            const fs::path& input) {
   const int rotary = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   std::vector<std::pair<std::string, GgufValue>> m = {
       {"general.architecture", gguf_string("llama")},
       {"general.name", gguf_string(input.filename().string())},
-      {"general.file_type", gguf_u32(file_type_of(type))},
+      {"general.file_type", gguf_u32(file_type_of(format))},
       {"general.quantization_version", gguf_u32(2)},
       {"llama.vocab_size", gguf_u32(c.vocab_size)},
       {"llama.context_length", gguf_u32(c.max_position_embeddings)},
@@ -109,7 +114,61 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
   return m;
 }
 
+// llama-quantize's layers that get more bits in the medium mixes: the first and last eighth, and
+// every third layer between.
+bool more_bits_layer(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+
+// The layer of "model.layers.<i>.", or -1.
+int layer_of(std::string_view name) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (!name.starts_with(kPrefix)) return -1;
+  int layer = 0;
+  size_t i = kPrefix.size();
+  if (i >= name.size() || name[i] < '0' || name[i] > '9') return -1;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9'; ++i)
+    layer = layer * 10 + (name[i] - '0');
+  return layer;
+}
+
+// The 32-value type a k-quant falls back to when a row is not a multiple of 256 (llama.cpp's).
+QuantType legacy_fallback(QuantType t) {
+  switch (t) {
+    case QuantType::q4_k:
+      return QuantType::q5_0;
+    case QuantType::q5_k:
+      return QuantType::q5_1;
+    default:
+      return QuantType::q8_0;
+  }
+}
+
 }  // namespace
+
+std::optional<QuantType> gguf_weight_type(const GgufFormat& format, std::string_view hf_name,
+                                          int64_t cols, int n_layers, bool tied) {
+  QuantType type = format.base;
+  if (format.medium) {
+    const bool head =
+        hf_name == "lm_head.weight" || (tied && hf_name == "model.embed_tokens.weight");
+    const bool v_or_down =
+        hf_name.ends_with(".self_attn.v_proj.weight") || hf_name.ends_with(".mlp.down_proj.weight");
+    const int layer = layer_of(hf_name);
+    if (head || (v_or_down && layer >= 0 && more_bits_layer(layer, n_layers)))
+      type = QuantType::q6_k;
+    if (cols % quant_block(type).elements != 0) type = legacy_fallback(type);
+  }
+  if (cols % quant_block(type).elements != 0) return std::nullopt;
+  return type;
+}
+
+std::optional<GgufFormat> gguf_format(std::string_view format) {
+  if (format == "q4_k_m") return GgufFormat{QuantType::q4_k, true};
+  if (format == "q5_k_m") return GgufFormat{QuantType::q5_k, true};
+  if (const std::optional<QuantType> t = gguf_format_type(format)) return GgufFormat{*t, false};
+  return std::nullopt;
+}
 
 std::optional<QuantType> gguf_format_type(std::string_view format) {
   if (format == "q8_0") return QuantType::q8_0;
@@ -118,18 +177,17 @@ std::optional<QuantType> gguf_format_type(std::string_view format) {
   if (format == "q5_0") return QuantType::q5_0;
   if (format == "q5_1") return QuantType::q5_1;
   if (format == "q4_k") return QuantType::q4_k;
+  if (format == "q5_k") return QuantType::q5_k;
   if (format == "q6_k") return QuantType::q6_k;
   return std::nullopt;
 }
 
-QuantizeSummary export_gguf(const QuantizeOptions& o, QuantType type,
+QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
                             const std::function<void(const QuantizeProgress&)>& progress) {
   check_quantize_input(o.input);
   const ModelConfig c = load_model_config(o.input);
   check_exportable(c, o.input);
   const SafeTensors st = SafeTensors::open(o.input);
-  const GgmlType block_type = ggml_type_of(type);
-  const int64_t block_values = quant_block(type).elements;
   QuantizeSummary summary;
   std::vector<Planned> plan;
   for (const std::string& name : st.names()) {
@@ -142,9 +200,11 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, QuantType type,
                       "{}: tensor '{}' ({} {}) looks quantized already; dspark quantize needs a "
                       "float checkpoint",
                       st.path().string(), name, dtype_name(t.dtype()), t.shape().str());
-    Planned p{name, GgufTensorOut{*gguf, GgmlType::f32, t.shape()}, 0};
-    if (t.dim() == 2 && t.size(1) % block_values == 0) {
-      p.out.type = block_type;
+    Planned p{name, GgufTensorOut{*gguf, GgmlType::f32, t.shape()}, 0, std::nullopt};
+    if (t.dim() == 2)
+      p.quant = gguf_weight_type(format, name, t.size(1), c.num_layers, c.tie_word_embeddings);
+    if (p.quant) {
+      p.out.type = ggml_type_of(*p.quant);
       ++summary.n_quantized;
     } else {
       if (t.dim() == 2) summary.not_divisible.push_back(name);
@@ -161,10 +221,11 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, QuantType type,
     plan.push_back(
         {"",
          {"rope_freqs.weight", GgmlType::f32, Shape{static_cast<int64_t>(rope_factors.size())}},
-         0});
+         0,
+         std::nullopt});
     ++summary.n_copied;
   }
-  const std::vector<std::pair<std::string, GgufValue>> metadata = metadata_of(c, type, o.input);
+  const std::vector<std::pair<std::string, GgufValue>> metadata = metadata_of(c, format, o.input);
   create_quantize_output(o.output);
 
   std::vector<GgufTensorOut> outs;
@@ -191,7 +252,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, QuantType type,
       if (p.out.type == GgmlType::f32) {
         std::memcpy(dst, w.data(), w.size() * sizeof(float));
       } else {
-        quantize_blocks(type, w.data(), t.numel() / block_values, dst);
+        quantize_blocks(*p.quant, w.data(), t.numel() / quant_block(*p.quant).elements, dst);
       }
       pr.bytes_done += static_cast<int64_t>(t.nbytes());
     }
