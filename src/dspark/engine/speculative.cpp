@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "dspark/ops/sampling.h"
 
@@ -59,22 +60,34 @@ RowId SpeculativeEngine::add(RequestInput input) {
   row->out = std::make_unique<OutputStream>(input.options, static_cast<int>(row->prompt.size()),
                                             input.detokenizer, std::move(input.on_text));
   row->seq = kv_.create_sequence();
+  if (source_) source_->begin(ctx_, row->id, row->prompt);
   // At least the last prompt token is computed again: its logits give the first token.
-  if (prefix_cache_active()) {
-    row->prefilled =
-        kv_.attach_prefix(row->seq, row->prompt, static_cast<int>(row->prompt.size()) - 1);
-    row->spec.prefix_reused = row->prefilled;
-  }
+  if (prefix_cache_active()) attach_prefix(*row);
   const int capacity =
       reserve_tokens(static_cast<int>(row->prompt.size()), input.options.max_tokens);
   if (!kv_.reserve(row->seq, capacity)) {
     kv_.release(row->seq);
+    if (source_) source_->release(row->id);
     DSPARK_FAIL(out_of_memory, "KV cache full: the request needs {} pages for {} tokens, {} free",
                 kv_.pages_for_tokens(capacity), capacity, kv_.free_pages());
   }
-  if (source_) source_->begin(ctx_, row->id, row->prompt);
   rows_.push_back(std::move(row));
   return rows_.back()->id;
+}
+
+void SpeculativeEngine::attach_prefix(Row& row) {
+  int n = kv_.attach_prefix(row.seq, row.prompt, static_cast<int>(row.prompt.size()) - 1);
+  if (n > 0 && !taps_.empty()) {
+    // The source's state of the prefix (its context K/V) too: both keep the longest common length
+    // that is whole pages of both caches (a shared page is never written into).
+    const int granule = std::lcm(kv_.shape().page_size, source_->prefix_page());
+    const int m = source_->attach_prefix(row.id, row.prompt, n / granule * granule);
+    n = m / granule * granule;
+    source_->trim_prefix(row.id, n);
+    if (kv_.length(row.seq) > n) kv_.rollback_to(row.seq, n);
+  }
+  row.prefilled = n;
+  row.spec.prefix_reused = n;
 }
 
 bool SpeculativeEngine::has_work() const {
@@ -175,6 +188,7 @@ void SpeculativeEngine::prefill_step() {
   }
 
   std::vector<RowUpdate> updates;
+  std::vector<Row*> publish;  // rows whose prompt the source publishes after its commit
   size_t ci = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     Row& r = *rows[i];
@@ -190,11 +204,16 @@ void SpeculativeEngine::prefill_step() {
     if (ci < completing.size() && completing[ci] == &r) {
       r.pending = first[ci++];
       u.pending = r.pending;
-      if (prefix_cache_active()) kv_.publish_prefix(r.seq, r.prompt, r.prefilled);
+      if (prefix_cache_active()) {
+        kv_.publish_prefix(r.seq, r.prompt, r.prefilled);
+        if (!taps_.empty()) publish.push_back(&r);
+      }
     }
     updates.push_back(u);
   }
   if (source_) source_->commit(ctx_, updates, fo.taps);
+  // The source's state of the prompts is complete after the commit.
+  for (Row* r : publish) source_->publish_prefix(r->id, r->prompt, r->prefilled);
   clock.mark(PrefillMark::end);
   const double ms = clock.wall_ms(PrefillMark::begin, PrefillMark::end);
   for (Row* r : rows) {

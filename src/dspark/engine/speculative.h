@@ -45,8 +45,9 @@ struct SpecConfig {
   // shares the device with prefill chunks: for benchmarks of the round at a fixed batch. Off: a
   // long prompt being prefilled does not stall the rows already decoding (serving).
   bool prefill_first = false;
-  // Reuse the target KV of prompt prefixes seen before (PagedKvCache prefix pages). Applies only
-  // when the draft source needs no target taps (they would be missing for the reused tokens).
+  // Reuse the target KV of prompt prefixes seen before (PagedKvCache prefix pages). With a draft
+  // source that needs target taps, only when it reuses its own state of those prefixes too
+  // (DraftSource::reuses_prefixes: a DFlash/DSpark drafter's context K/V).
   bool prefix_cache = false;
   // Also measure the engine thread's CPU time per phase of each decode round
   // (SpecTelemetry::draft_cpu_ms, ..., and the verify phase's parts verify_batch_cpu_ms, ...;
@@ -89,14 +90,19 @@ class SpeculativeEngine {
   bool has_work() const;
   std::vector<std::pair<RowId, RequestOutput>> take_finished();
   const PagedKvCache& kv() const { return kv_; }
-  // Whether prompt prefixes are reused (SpecConfig::prefix_cache and a source without taps).
-  bool prefix_cache_active() const { return config_.prefix_cache && taps_.empty(); }
+  // Whether prompt prefixes are reused (SpecConfig::prefix_cache, and a source without taps or one
+  // that reuses its own state of the prefixes).
+  bool prefix_cache_active() const {
+    return config_.prefix_cache && (taps_.empty() || source_->reuses_prefixes());
+  }
 
  private:
   struct Row;
   void prefill_step();
   void decode_round();
   void finish_row(Row& row);
+  // Attaches the published KV (and the source's state) of the prompt's longest cached prefix.
+  void attach_prefix(Row& row);
   int reserve_tokens(int prompt_tokens, int max_tokens) const;
 
   // The boundaries of a decode round's phases: draft from begin to proposed, verify to verified

@@ -86,6 +86,26 @@ class DraftSource {
   virtual void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) = 0;
   virtual void release(RowId row) = 0;
   virtual DraftStats stats() const { return {}; }
+
+  // Prefix reuse (SpecConfig::prefix_cache) for a source that keeps per-token state made from the
+  // target's taps (which a reused prefix never produces): it publishes that state like the
+  // target's KV pages and attaches it for a later row whose prompt starts with the same tokens.
+  // Sources without such state (no taps) need none of this.
+  virtual bool reuses_prefixes() const { return false; }
+  // The granule of attach_prefix's lengths (the source's KV page).
+  virtual int prefix_page() const { return 1; }
+  // After begin(row): attaches the published state of prompt[0 .. n), n <= max_tokens a multiple
+  // of prefix_page(), and returns n (0 when nothing matches).
+  virtual int attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) {
+    (void)row, (void)prompt, (void)max_tokens;
+    return 0;
+  }
+  // Drops the attached state from position n on (n a multiple of prefix_page()).
+  virtual void trim_prefix(RowId row, int n) { (void)row, (void)n; }
+  // After the commit that completed the row's prompt: publishes the state of prompt[0 .. n).
+  virtual void publish_prefix(RowId row, std::span<const int32_t> prompt, int n) {
+    (void)row, (void)prompt, (void)n;
+  }
 };
 
 // A source that passes every call to `inner` (which must outlive it): the base of decorators
@@ -107,6 +127,15 @@ class ForwardingDraftSource : public DraftSource {
   }
   void release(RowId row) override { inner_.release(row); }
   DraftStats stats() const override { return inner_.stats(); }
+  bool reuses_prefixes() const override { return inner_.reuses_prefixes(); }
+  int prefix_page() const override { return inner_.prefix_page(); }
+  int attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) override {
+    return inner_.attach_prefix(row, prompt, max_tokens);
+  }
+  void trim_prefix(RowId row, int n) override { inner_.trim_prefix(row, n); }
+  void publish_prefix(RowId row, std::span<const int32_t> prompt, int n) override {
+    inner_.publish_prefix(row, prompt, n);
+  }
 
  protected:
   DraftSource& inner() const { return inner_; }

@@ -172,6 +172,19 @@ void DSparkSource::begin(Context&, RowId row, std::span<const int32_t>) {
   rows_[row] = std::move(r);
 }
 
+int DSparkSource::attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) {
+  return kv_.attach_prefix(row_ref(row).seq, prompt, max_tokens);
+}
+
+void DSparkSource::trim_prefix(RowId row, int n) {
+  const Row& r = row_ref(row);
+  if (kv_.length(r.seq) > n) kv_.rollback_to(r.seq, n);
+}
+
+void DSparkSource::publish_prefix(RowId row, std::span<const int32_t> prompt, int n) {
+  kv_.publish_prefix(row_ref(row).seq, prompt, n);
+}
+
 void DSparkSource::release(RowId row) {
   auto it = rows_.find(row);
   if (it == rows_.end()) return;

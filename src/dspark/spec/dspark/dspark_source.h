@@ -129,6 +129,12 @@ class DSparkSource final : public DraftSource {
   void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override;
   void release(RowId row) override;
   DraftStats stats() const override { return stats_; }
+  // The context K/V of a prompt's prefix is published and attached with the drafter's KV pages.
+  bool reuses_prefixes() const override { return true; }
+  int prefix_page() const override { return kv_.shape().page_size; }
+  int attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) override;
+  void trim_prefix(RowId row, int n) override;
+  void publish_prefix(RowId row, std::span<const int32_t> prompt, int n) override;
 
   const DrafterConfig& config() const { return config_; }
   const DSparkStats& dspark_stats() const { return dstats_; }
