@@ -17,17 +17,7 @@ trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # The golden prompt 1 and its greedy continuation (goldens.safetensors, from transformers).
-python3 - "$M" > "$TMP/golden.json" <<'PY'
-import json, sys
-from safetensors.numpy import load_file
-from safetensors import safe_open
-m = sys.argv[1]
-g = load_file(f"{m}/goldens.safetensors")
-with safe_open(f"{m}/goldens.safetensors", "np") as f:
-    prompts = json.loads(f.metadata()["prompts"])
-print(json.dumps({"prompt": prompts[1], "greedy": g["p1.greedy"].tolist(),
-                  "n_prompt": int(g["p1.tokens"].shape[0])}))
-PY
+python3 "$ROOT/tests/cli/golden_prompt.py" "$M" > "$TMP/golden.json"
 PROMPT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["prompt"])' "$TMP/golden.json")
 
 # --version and info

@@ -296,6 +296,68 @@ def make_tiny_llama(n_layers=1, file="tiny_llama.gguf", qtype_of=tiny_llama_type
     print("wrote", path, os.path.getsize(path), "bytes")
 
 
+def qwen_writer(path, arch, cfg, src):
+    """A GGUFWriter for a Qwen-family checkpoint: hyper-parameters and tokenizer as llama.cpp's
+    converter writes them (the MoE keys are added by the caller)."""
+    w = gguf.GGUFWriter(path, arch=arch)
+    w.add_name(f"tiny {arch} fixture")
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(cfg.get("rope_parameters", cfg).get("rope_theta", cfg.get("rope_theta")))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    tok_json = json.load(open(os.path.join(src, "tokenizer.json")))
+    assert add_bpe_tokenizer(w, tok_json, "qwen2") == cfg["vocab_size"]
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_add_bos_token(False)
+    return w
+
+
+QWEN_LAYER_NAMES = [("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"),
+                    ("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
+                    ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
+                    ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm")]
+
+
+def write_qwen_dense(src, path, arch):
+    """A dense Qwen2 / Qwen3 checkpoint directory as a GGUF file of llama.cpp's `qwen2` / `qwen3`
+    layout, every tensor F32 (the same values as the checkpoint's f32 ones): q/k rows as stored
+    (the converter permutes Llama's only), Qwen2's q/k/v biases as `attn_{q,k,v}.bias`, Qwen3's
+    per-head norms as `attn_{q,k}_norm`, no `output.weight` for tied embeddings. Used by
+    tests/cli/gguf_qwen_test.sh (written at test time, not committed)."""
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    st = load_file(os.path.join(src, "model.safetensors"))
+    w = qwen_writer(path, arch, cfg, src)
+    w.add_file_type(0)
+
+    def put(name, hf):
+        if hf in st:
+            w.add_tensor(name, st[hf].astype(np.float32))
+
+    put("token_embd.weight", "model.embed_tokens.weight")
+    put("output_norm.weight", "model.norm.weight")
+    if not cfg.get("tie_word_embeddings", False):
+        put("output.weight", "lm_head.weight")
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        for g, hf in QWEN_LAYER_NAMES:
+            put(f"blk.{l}.{g}.weight", p + hf + ".weight")
+        for g in ("q", "k", "v"):
+            put(f"blk.{l}.attn_{g}.bias", f"{p}self_attn.{g}_proj.bias")
+        for g in ("gate", "up", "down"):
+            put(f"blk.{l}.ffn_{g}.weight", f"{p}mlp.{g}_proj.weight")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def make_tiny_qwen3_moe(file="tiny_qwen3_moe.gguf"):
     src = os.path.join(ROOT, "tests", "data", "models", "qwen3_moe")
     cfg = json.load(open(os.path.join(src, "config.json")))
@@ -303,27 +365,12 @@ def make_tiny_qwen3_moe(file="tiny_qwen3_moe.gguf"):
     n_layers = cfg["num_hidden_layers"]
     n_experts = cfg.get("num_experts", cfg.get("num_local_experts"))
     path = os.path.join(OUT, file)
-    w = gguf.GGUFWriter(path, arch="qwen3moe")
-    w.add_name("tiny qwen3 moe fixture")
-    w.add_block_count(n_layers)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(cfg["num_attention_heads"])
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(cfg["head_dim"])
-    w.add_value_length(cfg["head_dim"])
-    w.add_rope_freq_base(cfg.get("rope_parameters", cfg).get("rope_theta", cfg.get("rope_theta")))
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w = qwen_writer(path, "qwen3moe", cfg, src)
     w.add_expert_count(n_experts)
     w.add_expert_used_count(cfg["num_experts_per_tok"])
     w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
     w.add_expert_weights_norm(bool(cfg["norm_topk_prob"]))
     w.add_file_type(1)
-    tok_json = json.load(open(os.path.join(src, "tokenizer.json")))
-    assert add_bpe_tokenizer(w, tok_json, "qwen2") == cfg["vocab_size"]
-    w.add_eos_token_id(cfg["eos_token_id"])
-    w.add_add_bos_token(False)
 
     def put(name, x, f32=False):
         x = x.astype(np.float32)
@@ -332,13 +379,9 @@ def make_tiny_qwen3_moe(file="tiny_qwen3_moe.gguf"):
     put("token_embd.weight", st["model.embed_tokens.weight"])
     put("output_norm.weight", st["model.norm.weight"])
     put("output.weight", st["lm_head.weight"])
-    names = [("attn_norm", "input_layernorm"), ("ffn_norm", "post_attention_layernorm"),
-             ("attn_q", "self_attn.q_proj"), ("attn_k", "self_attn.k_proj"),
-             ("attn_v", "self_attn.v_proj"), ("attn_output", "self_attn.o_proj"),
-             ("attn_q_norm", "self_attn.q_norm"), ("attn_k_norm", "self_attn.k_norm")]
     for l in range(n_layers):
         p = f"model.layers.{l}."
-        for g, hf in names:
+        for g, hf in QWEN_LAYER_NAMES:
             put(f"blk.{l}.{g}.weight", st[p + hf + ".weight"])
         if p + "mlp.gate.weight" not in st:  # a dense layer (mlp_only_layers)
             for g in ("gate", "up", "down"):
@@ -422,7 +465,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smollm2", help="SmolLM2-135M-Instruct.Q4_1.gguf: also write its goldens")
     ap.add_argument("--only-moe", action="store_true", help="only write tiny_qwen3_moe.gguf")
+    ap.add_argument("--qwen-dense", nargs=3, metavar=("SRC_DIR", "OUT_GGUF", "ARCH"),
+                    help="only write SRC_DIR (a dense Qwen2 / Qwen3 checkpoint) as OUT_GGUF of "
+                         "GGUF architecture ARCH (qwen2 / qwen3), every tensor F32")
     args = ap.parse_args()
+    if args.qwen_dense:
+        write_qwen_dense(*args.qwen_dense)
+        return 0
     os.makedirs(OUT, exist_ok=True)
     make_tiny_qwen3_moe()
     if args.only_moe:

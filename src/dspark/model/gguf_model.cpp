@@ -156,9 +156,10 @@ std::vector<int> gguf_eos_token_ids(const GgufFile& file) {
 ModelConfig gguf_model_config(const GgufFile& file) {
   const std::string where = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  DSPARK_CHECK_KIND(unsupported, arch == "llama" || arch == "qwen3moe",
-                    "{}: GGUF architecture '{}' is not supported (supported: llama, qwen3moe)",
-                    where, arch);
+  DSPARK_CHECK_KIND(
+      unsupported, arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe",
+      "{}: GGUF architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
+      where, arch);
   const std::string p = arch + ".";
   auto positive = [&](const std::string& key) {
     const int64_t v = file.get_int(p + key);
@@ -170,12 +171,17 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   ModelConfig c;
   c.num_layers = positive("block_count");
   c.hidden_size = positive("embedding_length");
-  if (arch == "llama") {
+  if (arch != "qwen3moe") {
     DSPARK_CHECK_KIND(unsupported, file.find_int(p + "expert_count").value_or(0) == 0,
-                      "{}: llama GGUF models with experts ({}expert_count) are not supported",
-                      where, p);
-    c.architecture = "LlamaForCausalLM";
-    c.model_type = "llama";
+                      "{}: {} GGUF models with experts ({}expert_count) are not supported", where,
+                      arch, p);
+    // Qwen2 / Qwen3 keep q/k rows as the checkpoint has them (llama.cpp permutes Llama's only);
+    // Qwen2's q/k/v biases are found below, Qwen3's per-head q/k norms here.
+    c.architecture = arch == "llama"   ? "LlamaForCausalLM"
+                     : arch == "qwen2" ? "Qwen2ForCausalLM"
+                                       : "Qwen3ForCausalLM";
+    c.model_type = arch;
+    c.qk_norm = arch == "qwen3";
     c.intermediate_size = positive("feed_forward_length");
   } else {
     c.architecture = "Qwen3MoeForCausalLM";
