@@ -217,6 +217,23 @@ TEST(GgufExportMix, WritesAndDecodesAQ4KMFile) {
   fs::remove_all(src);
 }
 
+// Qwen2 (q/k/v biases, tied embeddings) and Qwen3 (q/k norms) as GGUF `qwen2` / `qwen3` files in
+// Q8_0: the architecture is named, q/k rows stay as stored, the biases and norms are written (F32),
+// and the file decodes like its dequantized twin, close to the float checkpoint.
+TEST(GgufExportQwen, WritesQwen2AndQwen3Files) {
+  for (const std::string arch : {"qwen2", "qwen3"}) {
+    const fs::path src = test::data_dir() / "models" / arch;
+    const fs::path out = export_to(arch, src, QuantType::q8_0);
+    const GgufFile file = GgufFile::open(out / "model.gguf");
+    EXPECT_EQ(file.get_string("general.architecture"), arch);
+    EXPECT_EQ(file.contains("blk.0.attn_q.bias"), arch == "qwen2");
+    EXPECT_EQ(file.contains("blk.0.attn_q_norm.weight"), arch == "qwen3");
+    EXPECT_EQ(file.contains("output.weight"), arch == "qwen3");  // Qwen2's fixture ties them
+    expect_decodes_like_twin(out, src, 5e-2, 2, arch);
+    fs::remove_all(out);
+  }
+}
+
 TEST(GgufExportTokenizer, EncodesAsTheCheckpoint) {
   const fs::path src = test::data_dir() / "models" / "llama3";
   const fs::path out = export_to("tok", src, QuantType::q8_0);
@@ -236,13 +253,13 @@ TEST(GgufExportErrors, RefusesWhatTheLlamaArchitectureCannotHold) {
   fs::remove_all(out);
   QuantizeOptions o;
   o.output = out;
-  o.input = test::data_dir() / "models" / "qwen3";
+  o.input = test::data_dir() / "models" / "qwen3_moe";
   try {
     export_gguf(o, QuantType::q8_0, nullptr);
-    ADD_FAILURE() << "qwen3 exported";
+    ADD_FAILURE() << "qwen3_moe exported";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
-    EXPECT_NE(std::string(e.what()).find("Qwen3ForCausalLM"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Qwen3MoeForCausalLM"), std::string::npos) << e.what();
   }
   o.input = test::data_dir() / "mlx" / "llama3_q4_g32";
   try {

@@ -25,24 +25,36 @@ struct Planned {
   std::optional<QuantType> quant;  // the block type, nullopt: F32
 };
 
-void check_exportable(const ModelConfig& c, const fs::path& dir) {
+// The GGUF architecture a checkpoint is written as (llama.cpp's names), after the checks: Llama /
+// Mistral as `llama` (no biases, no q/k norms, rope none / linear / llama3), Qwen2 as `qwen2`
+// (q/k/v biases), Qwen3 as `qwen3` (q/k norms; rope none / linear); no sliding windows.
+std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
   const std::string where = (dir / "config.json").string();
-  DSPARK_CHECK_KIND(unsupported,
-                    c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM",
-                    "{}: GGUF output is for the `llama` architecture (LlamaForCausalLM, "
-                    "MistralForCausalLM), not {}",
+  const std::string arch =
+      c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ? "llama"
+      : c.architecture == "Qwen2ForCausalLM"                                         ? "qwen2"
+      : c.architecture == "Qwen3ForCausalLM"                                         ? "qwen3"
+                                                                                     : "";
+  DSPARK_CHECK_KIND(unsupported, !arch.empty(),
+                    "{}: GGUF output is for LlamaForCausalLM, MistralForCausalLM, "
+                    "Qwen2ForCausalLM and Qwen3ForCausalLM, not {}",
                     where, c.architecture);
-  DSPARK_CHECK_KIND(unsupported, !c.attention_bias && !c.qk_norm,
-                    "{}: q/k/v biases and q/k norms have no GGUF `llama` tensors", where);
+  DSPARK_CHECK_KIND(unsupported, arch == "qwen2" || !c.attention_bias,
+                    "{}: q/k/v biases have no GGUF `{}` tensors", where, arch);
+  DSPARK_CHECK_KIND(unsupported, arch == "qwen3" || !c.qk_norm,
+                    "{}: q/k norms have no GGUF `{}` tensors", where, arch);
   for (int w : c.layer_window) {
     DSPARK_CHECK_KIND(unsupported, w == 0,
-                      "{}: sliding-window layers cannot be written to a GGUF `llama` file", where);
+                      "{}: sliding-window layers cannot be written to a GGUF `{}` file", where,
+                      arch);
   }
   const std::string& rope = c.rope_scaling.type;
-  DSPARK_CHECK_KIND(unsupported, rope == "default" || rope == "linear" || rope == "llama3",
-                    "{}: rope scaling '{}' cannot be written to GGUF (supported: none, linear, "
-                    "llama3)",
-                    where, rope);
+  DSPARK_CHECK_KIND(unsupported,
+                    rope == "default" || rope == "linear" || (arch == "llama" && rope == "llama3"),
+                    "{}: rope scaling '{}' cannot be written to a GGUF `{}` file (supported: "
+                    "none, linear{})",
+                    where, rope, arch, arch == "llama" ? ", llama3" : "");
+  return arch;
 }
 
 // llama3 rope scaling as GGUF stores it: per frequency, the factor that divides the plain
@@ -80,29 +92,31 @@ int file_type_of(const GgufFormat& f) {  // llama.cpp's "mostly <type>" file typ
 }
 
 std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
+                                                           const std::string& arch,
                                                            const GgufFormat& format,
                                                            const fs::path& input) {
+  const std::string p = arch + ".";
   const int rotary = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   std::vector<std::pair<std::string, GgufValue>> m = {
-      {"general.architecture", gguf_string("llama")},
+      {"general.architecture", gguf_string(arch)},
       {"general.name", gguf_string(input.filename().string())},
       {"general.file_type", gguf_u32(file_type_of(format))},
       {"general.quantization_version", gguf_u32(2)},
-      {"llama.vocab_size", gguf_u32(c.vocab_size)},
-      {"llama.context_length", gguf_u32(c.max_position_embeddings)},
-      {"llama.embedding_length", gguf_u32(c.hidden_size)},
-      {"llama.block_count", gguf_u32(c.num_layers)},
-      {"llama.feed_forward_length", gguf_u32(c.intermediate_size)},
-      {"llama.attention.head_count", gguf_u32(c.num_heads)},
-      {"llama.attention.head_count_kv", gguf_u32(c.num_kv_heads)},
-      {"llama.attention.key_length", gguf_u32(c.head_dim)},
-      {"llama.attention.value_length", gguf_u32(c.head_dim)},
-      {"llama.attention.layer_norm_rms_epsilon", gguf_f32(c.rms_norm_eps)},
-      {"llama.rope.dimension_count", gguf_u32(rotary)},
-      {"llama.rope.freq_base", gguf_f32(c.rope_theta)}};
+      {p + "vocab_size", gguf_u32(c.vocab_size)},
+      {p + "context_length", gguf_u32(c.max_position_embeddings)},
+      {p + "embedding_length", gguf_u32(c.hidden_size)},
+      {p + "block_count", gguf_u32(c.num_layers)},
+      {p + "feed_forward_length", gguf_u32(c.intermediate_size)},
+      {p + "attention.head_count", gguf_u32(c.num_heads)},
+      {p + "attention.head_count_kv", gguf_u32(c.num_kv_heads)},
+      {p + "attention.key_length", gguf_u32(c.head_dim)},
+      {p + "attention.value_length", gguf_u32(c.head_dim)},
+      {p + "attention.layer_norm_rms_epsilon", gguf_f32(c.rms_norm_eps)},
+      {p + "rope.dimension_count", gguf_u32(rotary)},
+      {p + "rope.freq_base", gguf_f32(c.rope_theta)}};
   if (c.rope_scaling.type == "linear") {
-    m.emplace_back("llama.rope.scaling.type", gguf_string("linear"));
-    m.emplace_back("llama.rope.scaling.factor", gguf_f32(c.rope_scaling.factor));
+    m.emplace_back(p + "rope.scaling.type", gguf_string("linear"));
+    m.emplace_back(p + "rope.scaling.factor", gguf_f32(c.rope_scaling.factor));
   }
   for (auto& kv : gguf_tokenizer_metadata(input, c.vocab_size)) m.push_back(std::move(kv));
   const char* eos_keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
@@ -186,15 +200,15 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
                             const std::function<void(const QuantizeProgress&)>& progress) {
   check_quantize_input(o.input);
   const ModelConfig c = load_model_config(o.input);
-  check_exportable(c, o.input);
+  const std::string arch = gguf_architecture(c, o.input);
   const SafeTensors st = SafeTensors::open(o.input);
   QuantizeSummary summary;
   std::vector<Planned> plan;
   for (const std::string& name : st.names()) {
     if (name == "lm_head.weight" && c.tie_word_embeddings) continue;  // the embedding is the head
     const std::optional<std::string> gguf = gguf_name_of(name);
-    DSPARK_CHECK_KIND(unsupported, gguf.has_value(),
-                      "{}: tensor '{}' has no GGUF `llama` counterpart", o.input.string(), name);
+    DSPARK_CHECK_KIND(unsupported, gguf.has_value(), "{}: tensor '{}' has no GGUF `{}` counterpart",
+                      o.input.string(), name, arch);
     const Tensor t = st.get(name);
     DSPARK_CHECK_KIND(unsupported, dtype_is_float(t.dtype()),
                       "{}: tensor '{}' ({} {}) looks quantized already; dspark quantize needs a "
@@ -210,8 +224,11 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       if (t.dim() == 2) summary.not_divisible.push_back(name);
       ++summary.n_copied;
     }
-    if (name.find(".self_attn.q_proj.") != std::string::npos) p.qk_heads = c.num_heads;
-    if (name.find(".self_attn.k_proj.") != std::string::npos) p.qk_heads = c.num_kv_heads;
+    // llama.cpp interleaves Llama's q/k rows for its RoPE; Qwen's stay as stored.
+    if (arch == "llama" && name.find(".self_attn.q_proj.") != std::string::npos)
+      p.qk_heads = c.num_heads;
+    if (arch == "llama" && name.find(".self_attn.k_proj.") != std::string::npos)
+      p.qk_heads = c.num_kv_heads;
     summary.bytes_in += static_cast<int64_t>(t.nbytes());
     plan.push_back(std::move(p));
   }
@@ -225,7 +242,8 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
          std::nullopt});
     ++summary.n_copied;
   }
-  const std::vector<std::pair<std::string, GgufValue>> metadata = metadata_of(c, format, o.input);
+  const std::vector<std::pair<std::string, GgufValue>> metadata =
+      metadata_of(c, arch, format, o.input);
   create_quantize_output(o.output);
 
   std::vector<GgufTensorOut> outs;

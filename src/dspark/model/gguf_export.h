@@ -1,8 +1,7 @@
 // `dspark quantize --format q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m|q5_k_m`: a float
-// Hugging Face Llama-family
-// checkpoint written as a GGUF file of llama.cpp's `llama` architecture (what model/gguf_model.h
-// loads), with the writer of io/gguf_writer.h and the block quantizers of core/quant_encode.h. See
-// docs/quantization.md.
+// Hugging Face Llama-family checkpoint written as a GGUF file of llama.cpp's `llama`, `qwen2` or
+// `qwen3` architecture (what model/gguf_model.h loads), with the writer of io/gguf_writer.h and the
+// block quantizers of core/quant_encode.h. See docs/quantization.md.
 //
 // OUT/model.gguf gets: the `llama.*` hyper-parameters; the tokenizer (gguf_tokenizer_metadata:
 // byte-level BPE only); every 2-D weight in the chosen type (q/k rows in llama.cpp's interleaved
@@ -13,8 +12,10 @@
 // dim is not a multiple of 256 in Q5_0 / Q5_1 / Q8_0 (for Q4_K / Q5_K / Q6_K); norms in F32; for
 // llama3 rope
 // scaling the `rope_freqs.weight` factors. Refused (ErrorKind::unsupported, naming what): other
-// architectures than LlamaForCausalLM / MistralForCausalLM, q/k/v biases, q/k norms, sliding
-// windows, rope scaling other than none / linear / llama3.
+// architectures than LlamaForCausalLM / MistralForCausalLM (`llama`), Qwen2ForCausalLM (`qwen2`,
+// with q/k/v biases) and Qwen3ForCausalLM (`qwen3`, with q/k norms), biases or q/k norms where the
+// architecture has none, sliding windows, rope scaling other than none / linear (and llama3 for
+// `llama`). Qwen's q/k rows are written as stored (llama.cpp permutes Llama's only).
 #pragma once
 
 #include <functional>
