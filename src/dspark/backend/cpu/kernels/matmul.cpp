@@ -13,6 +13,7 @@
 #endif
 
 #include <algorithm>
+#include <mutex>
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels.h"
@@ -47,17 +48,19 @@ void fill_bias(float* y, int64_t ldy, int64_t m, int64_t n, const std::vector<fl
   }
 }
 
-void sgemm_nt(int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx, const float* w,
-              int64_t ldw, float beta, float* y, int64_t ldy) {
-  if (m == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<blasint>(n), static_cast<blasint>(k), 1.0f,
-                w, static_cast<blasint>(ldw), x, 1, beta, y, 1);
-  } else {
+// y[m, n] = x . w^T + beta * y through OpenBLAS, its columns split over dspark's pool, each
+// part one single-threaded sgemm: OpenBLAS's own threads would spin (sched_yield) beside the
+// pool's on the same cores.
+void sgemm_nt(ThreadPool& pool, int64_t m, int64_t n, int64_t k, const float* x, int64_t ldx,
+              const float* w, int64_t ldw, float beta, float* y, int64_t ldy) {
+  static std::once_flag single_threaded;
+  std::call_once(single_threaded, [] { openblas_set_num_threads(1); });
+  pool.parallel_for(n, 64, [&](int64_t begin, int64_t end) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-                static_cast<blasint>(n), static_cast<blasint>(k), 1.0f, x,
-                static_cast<blasint>(ldx), w, static_cast<blasint>(ldw), beta, y,
-                static_cast<blasint>(ldy));
-  }
+                static_cast<blasint>(end - begin), static_cast<blasint>(k), 1.0f, x,
+                static_cast<blasint>(ldx), w + begin * ldw, static_cast<blasint>(ldw), beta,
+                y + begin, static_cast<blasint>(ldy));
+  });
 }
 
 // Many rows (k > 0): y = xf . w^T + b through sgemm. scratch: [y as f32 when y is not f32, m * n]
@@ -72,7 +75,7 @@ void linear_sgemm(Context& ctx, const float* xf, int64_t ldx, const Tensor& w,
   float* wblock = scratch + (y_f32 ? 0 : m * n);
   fill_bias(yf, ldy, m, n, b);
   if (w.dtype() == DType::f32) {
-    sgemm_nt(m, n, k, xf, ldx, w.data_as<float>(), k, 1.0f, yf, ldy);
+    sgemm_nt(ctx.pool(), m, n, k, xf, ldx, w.data_as<float>(), k, 1.0f, yf, ldy);
   } else {
     dispatch_float(w.dtype(), [&]<typename TW>(TypeTag<TW>) {
       const TW* wp = static_cast<const TW*>(w.data());
@@ -81,7 +84,7 @@ void linear_sgemm(Context& ctx, const float* xf, int64_t ldx, const Tensor& w,
         ctx.pool().parallel_for(rows, 8, [&](int64_t begin, int64_t end) {
           load_f32(wp + (j0 + begin) * k, wblock + begin * k, (end - begin) * k);
         });
-        sgemm_nt(m, rows, k, xf, ldx, wblock, k, 1.0f, yf + j0, ldy);
+        sgemm_nt(ctx.pool(), m, rows, k, xf, ldx, wblock, k, 1.0f, yf + j0, ldy);
       }
     });
   }
