@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
     c.emplace_back(app.get_subcommand("regen"), std::move(regen));
     auto quantize = dspark::cli::add_quantize_command(app);
     c.emplace_back(app.get_subcommand("quantize"), std::move(quantize));
+    auto eval = dspark::cli::add_eval_command(app);
+    c.emplace_back(app.get_subcommand("eval"), std::move(eval));
     return c;
   }();
 

@@ -8,6 +8,7 @@
 #   bash tools/train/gpu_calls.sh regen      # build + ctest -L cuda, then the regen stage
 #   bash tools/train/gpu_calls.sh train      # train (again: continue from the last drafter)
 #   bash tools/train/gpu_calls.sh finish     # calibrate, evaluate, bench_spec new vs bundled
+#   bash tools/train/gpu_calls.sh evalset    # dspark eval, new drafter: held-out chat set + HumanEval
 #   # here: bash tools/train/gpu_calls.sh unpack /work/.device/N DEST  (rebuilds DEST/drafter)
 #
 # The target must already be on the machine (MODEL; TRAINING.md: "Getting the GGUF onto the GPU
@@ -22,6 +23,9 @@
 #   drafter, e.g. the bundled one)   TRAIN_SCHEDULE (minutes: one cosine learning-rate schedule
 #   over several train calls; each call continues it where the last stopped, $KEEP/minutes_done)
 #   BENCH_PROMPTS [64]   DEVICE [cuda]   BENCH_BUNDLED [1]: finish also benchmarks the bundled one
+#   BROAD_FRACTION [0.3]   SELF_INSTRUCT_N [16000] (regen: the pipeline's knobs)
+#   HUMANEVAL_PROMPTS [.carry/humaneval.jsonl] (evalset: made here by tools/eval/humaneval_prompts.py;
+#   the GPU machine has no PyPI)   EVAL_MAX_TOKENS_SET [256]
 set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
@@ -73,7 +77,8 @@ case "$step" in
     fi
     rm -rf "$PO" "$KEEP"
     pipeline regen TRAIN_PROMPTS_N="${TRAIN_PROMPTS_N:-70000}" REGEN_SAMPLES=0:0 \
-      REGEN_SECONDS="${REGEN_SECONDS:-300}" >"$OUT/regen.log" 2>&1
+      REGEN_SECONDS="${REGEN_SECONDS:-300}" BROAD_FRACTION="${BROAD_FRACTION:-0.3}" \
+      SELF_INSTRUCT_N="${SELF_INSTRUCT_N:-16000}" >"$OUT/regen.log" 2>&1
     rc=$?
     grep -v '^\s*$' "$OUT/regen.log" | tail -n 8
     exit "$rc"
@@ -128,6 +133,20 @@ case "$step" in
       grep -E "^\| |mismatches with plain" "$PO/logs/bench_spec_$name.log" | tail -n 4
     done
     pack "$KEEP/drafter"
+    ;;
+  evalset)  # the standing evaluation (docs/performance.md) of the latest drafter, greedy, gamma 7
+    [ -f "$KEEP/drafter/config.json" ] || { echo "no trained drafter in $KEEP"; exit 2; }
+    he="${HUMANEVAL_PROMPTS:-$repo/.carry/humaneval.jsonl}"
+    sets="chat"
+    [ -f "$he" ] && sets="chat humaneval" || echo "no $he: HumanEval skipped"
+    lib="$repo/$BUILD/deps-root/usr/lib/x86_64-linux-gnu"
+    export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
+    DSPARK="${DSPARK:-$repo/$BUILD/bin/dspark}" MODEL="$MODEL" DRAFTER="$KEEP/drafter" \
+      DRAFT_VOCAB=none DEVICE="$DEVICE" MAX_TOKENS="${EVAL_MAX_TOKENS_SET:-256}" SETS="$sets" \
+      HUMANEVAL_PROMPTS="$he" PLOT=0 OUT="$PO/evalset" bash tools/eval/run_eval.sh
+    rc=$?
+    tar czf "$OUT/evalset.tgz" -C "$PO" evalset
+    exit "$rc"
     ;;
   unpack)  # here: DIR (the call's files) DEST
     src=${2:?files directory}

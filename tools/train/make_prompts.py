@@ -441,12 +441,16 @@ PROSE_WEIGHTS = {
 }
 
 
-def prose_lists():
-    """The module prose_lists.py next to this file."""
+def sibling(name: str):
+    """The module NAME.py next to this file."""
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)
-    return importlib.import_module("prose_lists")
+    return importlib.import_module(name)
+
+
+def prose_lists():
+    return sibling("prose_lists")
 
 
 def phrase_re(items) -> re.Pattern | None:
@@ -649,6 +653,8 @@ def extend(args) -> int:
     # Open-ended prose (its own random stream, so that the other sources draw as before).
     held_templated = [r["prompt"] for r in held_rows if r["source"].startswith("template:")]
     prose, banned, prose_info = prose_pool(random.Random(args.seed + 2), held_templated)
+    # Broad chat categories and Debian package descriptions (broad_sources.py; own stream too).
+    broad, broad_info = sibling("broad_sources").broad_pool(random.Random(args.seed + 3))
     template_skipped = set()
 
     def templates():
@@ -686,14 +692,19 @@ def extend(args) -> int:
     # The prose pool takes a slot whenever it holds less than --prose-fraction of the new prompts
     # (the first, then about every 1/fraction-th); the round robin fills the others, so its
     # sources keep their proportions. Either one, once it runs out, leaves the rest to the other.
+    # The broad pool takes a slot the same way, before the prose pool, with --broad-fraction.
     counts = {k: 0 for k in sources}
     counts["prose"] = 0
+    counts["broad"] = 0
     rows = [{"prompt": r["prompt"], "source": r["source"]} for r in base]
     rr, rr_live, prose_live = round_robin(), True, args.prose_fraction > 0
     while len(rows) < args.extend and (rr_live or prose_live):
         new = len(rows) - len(base)
         got = None
-        if prose_live and (counts["prose"] < args.prose_fraction * (new + 1) or not rr_live):
+        if args.broad_fraction > 0 and counts["broad"] < args.broad_fraction * (new + 1):
+            got = take(broad)
+            kind = "broad"
+        elif prose_live and (counts["prose"] < args.prose_fraction * (new + 1) or not rr_live):
             got = take(prose)
             if got is None:
                 prose_live = False
@@ -711,10 +722,13 @@ def extend(args) -> int:
         for i, r in enumerate(rows):
             line = {"id": f"train-{i:06d}", "prompt": r["prompt"], "source": r["source"]}
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
-    by_kind = {}
+    by_kind, broad_by_kind = {}, {}
     for r in rows[len(base):]:
         if r["source"].startswith("template:"):
             by_kind[r["source"]] = by_kind.get(r["source"], 0) + 1
+        if r["source"].startswith(("broad:", "debian:")):
+            k = r["source"] if r["source"].startswith("broad:") else "debian"
+            broad_by_kind[k] = broad_by_kind.get(k, 0) + 1
     prose_available = sum(prose_info["candidates_by_kind"].values())
     info = {
         "seed": args.seed, "python": sys.version.split()[0], "prompts": len(rows),
@@ -723,6 +737,9 @@ def extend(args) -> int:
         "available": {"doc": len(docs), "code": len(codes), "topic": len(topics),
                       "prose": prose_available},
         "prose_fraction": args.prose_fraction,
+        "broad_fraction": args.broad_fraction,
+        "new_broad_by_kind": dict(sorted(broad_by_kind.items())),
+        "broad": broad_info,
         "prose_available_by_kind": prose_info["candidates_by_kind"],
         "held_out_docstrings_excluded": len(held_items),
         "held_out_prose_items": prose_info["held_out_items"],
@@ -731,7 +748,10 @@ def extend(args) -> int:
         "licences": {"stdlib": "PSF-2.0 (Python standard library docstrings and source code)",
                      "pydoc": "PSF-2.0 (Python documentation: pydoc_data.topics)",
                      "template": "self-authored (repository licence)",
-                     "prose": "self-authored (tools/train/prose_lists.py; repository licence)"},
+                     "prose": "self-authored (tools/train/prose_lists.py; repository licence)",
+                     "broad": "self-authored (tools/train/broad_sources.py; repository licence)",
+                     "debian": "Debian 12 main package descriptions (DFSG-free packages' "
+                               "debian/control, data/debian_descriptions.jsonl.xz)"},
     }
     info_file = os.path.splitext(args.extend_out)[0] + "_info.json"
     with open(info_file, "w", encoding="utf-8") as f:
@@ -762,6 +782,9 @@ def main() -> int:
     ap.add_argument("--prose-fraction", type=float, default=0.22,
                     help="--extend: share of the new prompts taken from the open-ended prose "
                          "pool (prose_lists.py)")
+    ap.add_argument("--broad-fraction", type=float, default=0.0,
+                    help="--extend: share of the new prompts taken from the broad chat "
+                         "categories and Debian package descriptions (broad_sources.py)")
     args = ap.parse_args()
     if args.extend:
         warnings.simplefilter("ignore")

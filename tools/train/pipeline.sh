@@ -39,6 +39,16 @@
 #                  then more stdlib docstrings x templates, stdlib code, language-reference texts,
 #                  templated questions, open-ended prose; never a held-out source item)
 #   PROSE_FRACTION [make_prompts.py's 0.22]: share of the extension taken from the prose pool
+#   BROAD_FRACTION [0.3]: share of the extension taken from the broad chat categories and Debian
+#                  package descriptions (broad_sources.py; 0 gives the set of runs 3 and 4)
+#   SELF_INSTRUCT_N [0]: > 0 = self_instruct.py first: the target writes N questions in the chat
+#                  categories (sampled, SELF_INSTRUCT_SEED [20261204]) and answers
+#                  SELF_INSTRUCT_FOLLOWUPS [N/4] of them, each with a follow-up turn; the questions
+#                  and conversations are appended to the training prompts (T_SELF_INSTRUCT [300] s)
+#   SEED [0]: train.py --seed. The prompt files, seeds and git commit of a run go to
+#                  $OUT/data_manifest.json (data_manifest.py). The training prompts are checked
+#                  against the held-out evaluation set first (tools/eval/check_overlap.py; and
+#                  HumanEval when .carry/humaneval.jsonl is there): an overlap stops the run
 #   REGEN_SAMPLES [0:0]: comma list of TEMPERATURE:SEED, one regen run each into its own shard
 #                  directory, all trained on (0 = greedy; e.g. "0:0,0.8:1,0.8:2"). With E entries,
 #                  entry i starts at prompt i*N/E (wrapping), so a time-limited run spreads its
@@ -205,10 +215,31 @@ train_prompts="$data/train.jsonl"
 if [ "$TRAIN_PROMPTS_N" -gt 0 ]; then
   step prompts_large 300 python3 tools/train/make_prompts.py --out "$data" \
     --extend "$TRAIN_PROMPTS_N" --extend-out "$WORK/prompts/train_large.jsonl" \
-    ${PROSE_FRACTION:+--prose-fraction "$PROSE_FRACTION"} || exit 4
+    ${PROSE_FRACTION:+--prose-fraction "$PROSE_FRACTION"} \
+    --broad-fraction "${BROAD_FRACTION:-0.3}" || exit 4
   cp "$WORK/prompts/train_large_info.json" "$OUT/" || true
   train_prompts="$WORK/prompts/train_large.jsonl"
 fi
+SELF_INSTRUCT_N="${SELF_INSTRUCT_N:-0}"
+if [ "$SELF_INSTRUCT_N" -gt 0 ]; then
+  step self_instruct "${T_SELF_INSTRUCT:-300}" python3 tools/train/self_instruct.py \
+    --dspark "$DSPARK" --model "$MODEL" --out "$WORK/self_instruct" --device "$DEVICE" \
+    --questions "$SELF_INSTRUCT_N" --followups "${SELF_INSTRUCT_FOLLOWUPS:-$((SELF_INSTRUCT_N / 4))}" \
+    --seed "${SELF_INSTRUCT_SEED:-20261204}" --batch "$REGEN_BATCH" \
+    ${chat_args[2]:+--chat-template "${chat_args[2]}"} || exit 4
+  cp "$WORK/self_instruct/self_instruct_info.json" "$OUT/" || true
+  cat "$train_prompts" "$WORK/self_instruct/self_instruct.jsonl" >"$WORK/prompts/train_all.jsonl"
+  train_prompts="$WORK/prompts/train_all.jsonl"
+fi
+# No training prompt may overlap the held-out evaluation set (and HumanEval, when carried here).
+he_args=()
+[ -f "$repo/.carry/humaneval.jsonl" ] && he_args=(--humaneval "$repo/.carry/humaneval.jsonl")
+step check_overlap 300 python3 tools/eval/check_overlap.py --train "$train_prompts" \
+  "${he_args[@]}" || exit 4
+python3 tools/train/data_manifest.py --out "$OUT/data_manifest.json" "$train_prompts" \
+  "$data/test.jsonl" "$data/calib.jsonl" --seed "train=${SEED:-0}" --seed "prompts=20260529" \
+  --seed "regen_samples=$REGEN_SAMPLES" --seed "self_instruct=${SELF_INSTRUCT_SEED:-20261204}" \
+  --info "$OUT/train_large_info.json" --info "$OUT/self_instruct_info.json" || true
 IFS=',' read -r -a samples <<<"$REGEN_SAMPLES"
 n_samples=${#samples[@]}
 regen_start=$(date +%s)
@@ -265,7 +296,7 @@ prompts_args=()
 [ -f "$WORK/prompts/entry_0.jsonl" ] && prompts_args=(--prompts-file "$WORK/prompts/entry_0.jsonl")
 # shellcheck disable=SC2086
 step train "$T_TRAIN" python3 tools/train/train.py --data "${regen_dirs[@]}" --out "$OUT/drafter" \
-  --device "$DEVICE" --minutes "$TRAIN_MINUTES" --gamma "$GAMMA" --taps "$TAPS" \
+  --device "$DEVICE" --minutes "$TRAIN_MINUTES" --gamma "$GAMMA" --taps "$TAPS" --seed "${SEED:-0}" \
   ${init_args[@]+"${init_args[@]}"} ${prompts_args[@]+"${prompts_args[@]}"} ${TRAIN_ARGS:-} ||
   exit 6
 fi
