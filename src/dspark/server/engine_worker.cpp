@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "dspark/backend/context.h"
 #include "dspark/core/buffer.h"
@@ -13,6 +14,29 @@
 namespace dspark::server {
 
 // ---- RequestChannel ----------------------------------------------------------------------------
+
+uint64_t ChannelWakeup::changes() const {
+  std::lock_guard lock(mutex_);
+  return changes_;
+}
+
+void ChannelWakeup::wait_after(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  cv_.wait_for(lock, timeout, [&] { return changes_ != seen; });
+}
+
+void ChannelWakeup::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    ++changes_;
+  }
+  cv_.notify_all();
+}
+
+void RequestChannel::notify() {
+  cv_.notify_all();
+  if (wakeup_) wakeup_->notify();
+}
 
 RequestChannel::Update RequestChannel::wait(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
@@ -31,9 +55,14 @@ void RequestChannel::push_text(std::string_view piece) {
   }
   {
     std::lock_guard lock(mutex_);
-    pieces_.emplace_back(piece);
+    pieces_.push_back(Piece{std::string(piece), std::exchange(loose_, {})});
   }
-  cv_.notify_all();
+  notify();
+}
+
+void RequestChannel::push_logprobs(const TokenLogprobs& entry) {
+  std::lock_guard lock(mutex_);
+  loose_.push_back(entry);  // delivered with the next piece (or, at the end, from output())
 }
 
 void RequestChannel::complete(RequestOutput output, int error_status) {
@@ -44,7 +73,7 @@ void RequestChannel::complete(RequestOutput output, int error_status) {
     error_status_ = error_status;
     done_ = true;
   }
-  cv_.notify_all();
+  notify();
 }
 
 // ---- EngineWorker ------------------------------------------------------------------------------
@@ -84,8 +113,9 @@ bool EngineWorker::running() const {
 }
 
 std::shared_ptr<RequestChannel> EngineWorker::submit(std::vector<int32_t> prompt,
-                                                     GenerateOptions options) {
-  auto ch = std::make_shared<RequestChannel>();
+                                                     GenerateOptions options,
+                                                     std::shared_ptr<ChannelWakeup> wakeup) {
+  auto ch = std::make_shared<RequestChannel>(std::move(wakeup));
   ch->submitted_ = RequestChannel::Clock::now();
   {
     std::lock_guard lock(mutex_);
@@ -240,6 +270,8 @@ void EngineWorker::admit(Engine& e, std::vector<Pending>& admitted) {
     in.options = std::move(p.options);
     in.detokenizer = detok.get();
     in.on_text = [c = &ch](std::string_view piece) { c->push_text(piece); };
+    if (in.options.logprobs >= 0)
+      in.on_logprobs = [c = &ch](const TokenLogprobs& entry) { c->push_logprobs(entry); };
     try {
       ch.row_ = e.engine->add(std::move(in));
       live_.emplace(ch.row_, Live{p.channel, std::move(detok)});

@@ -75,18 +75,41 @@ struct ServedModel {
   int gamma = 0;
 };
 
+// Wakes one handler that reads several channels (the choices of an n > 1 request): every change
+// of a channel that shares it bumps `changes`.
+class ChannelWakeup {
+ public:
+  // The change count now; then wait_after(count, timeout) returns once a change follows it.
+  uint64_t changes() const;
+  void wait_after(uint64_t seen, std::chrono::milliseconds timeout);
+  void notify();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t changes_ = 0;
+};
+
 // One request's channel between the engine thread (writer) and its HTTP handler (reader).
 class RequestChannel {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // Text as the engine emitted it (one piece per token, or more tokens where stop-string
+  // hold-back released them together), with the logprobs entries recorded since the previous
+  // piece (requests with logprobs).
+  struct Piece {
+    std::string text;
+    std::vector<TokenLogprobs> logprobs;
+  };
   struct Update {
-    // Text pieces that arrived since the last wait, as the engine emitted them (one per token,
-    // or more tokens where stop-string hold-back released them together): a stream relays each
-    // as its own chunk, as OpenAI's API does, however late the handler wakes.
-    std::vector<std::string> pieces;
+    // Pieces that arrived since the last wait: a stream relays each as its own chunk, as
+    // OpenAI's API does, however late the handler wakes.
+    std::vector<Piece> pieces;
     bool done = false;  // the request has ended: output() is valid
   };
+  explicit RequestChannel(std::shared_ptr<ChannelWakeup> wakeup = nullptr)
+      : wakeup_(std::move(wakeup)) {}
   // Handler: waits up to `timeout` for text or the end of the request.
   Update wait(std::chrono::milliseconds timeout);
   // Handler, once done: the result (finish_reason error / cancelled carry result.error).
@@ -97,13 +120,17 @@ class RequestChannel {
 
   // Engine thread.
   void push_text(std::string_view piece);
+  void push_logprobs(const TokenLogprobs& entry);
   void complete(RequestOutput output, int error_status = 500);
 
  private:
   friend class EngineWorker;
+  void notify();
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::vector<std::string> pieces_;
+  std::shared_ptr<ChannelWakeup> wakeup_;
+  std::vector<Piece> pieces_;
+  std::vector<TokenLogprobs> loose_;  // entries not yet attached to a piece
   bool done_ = false;
   RequestOutput output_;
   int error_status_ = 500;
@@ -126,8 +153,9 @@ class EngineWorker {
   void start();
   const ServedModel& model() const { return model_; }
   // Queues a request (prompt validated by the caller). Throws ApiError 503 when the queue is full
-  // or the worker is stopping.
-  std::shared_ptr<RequestChannel> submit(std::vector<int32_t> prompt, GenerateOptions options);
+  // or the worker is stopping. `wakeup` (optional) is notified of every change of the channel.
+  std::shared_ptr<RequestChannel> submit(std::vector<int32_t> prompt, GenerateOptions options,
+                                         std::shared_ptr<ChannelWakeup> wakeup = nullptr);
   // The client went away: the request leaves the queue, or the engine between two steps.
   void cancel(const std::shared_ptr<RequestChannel>& channel);
   // Ends every request (cancelled, status 503) and joins the engine thread. Idempotent.
