@@ -25,6 +25,8 @@ struct GenerateArgs {
   int max_tokens = 128;
   std::optional<float> temperature, top_p, min_p;
   std::optional<int> top_k;
+  PenaltyParams penalties;
+  int logprobs = -1;
   uint64_t seed = 0;
   std::string spec_sampling = "coupled";
   std::string device = "cpu";
@@ -52,6 +54,8 @@ int run_generate(const GenerateArgs& a) {
   if (a.top_p) o.sampling.top_p = *a.top_p;
   if (a.min_p) o.sampling.min_p = *a.min_p;
   o.sampling.spec = *spec_sampling_from_name(a.spec_sampling);
+  o.penalties = a.penalties;
+  o.logprobs = a.logprobs;
   o.seed = a.seed;
   o.max_tokens = a.max_tokens;
   o.stop = a.stop;
@@ -104,6 +108,15 @@ int run_generate(const GenerateArgs& a) {
           {"seed", o.seed}}},
     };
     if (r.finish_reason == FinishReason::stop) j["stop"] = r.stop_matched;
+    if (o.logprobs >= 0) {
+      nlohmann::json lp = nlohmann::json::array();
+      for (const TokenLogprobs& e : r.logprobs) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const TokenLogprob& alt : e.top) top.push_back({alt.token, alt.logprob});
+        lp.push_back({{"token", e.token}, {"logprob", e.logprob}, {"top", std::move(top)}});
+      }
+      j["logprobs"] = std::move(lp);
+    }
     if (spec) {
       j["spec"] = spec->to_json();
       j["spec"]["draft"] = created.kind;
@@ -161,6 +174,24 @@ Command add_generate_command(CLI::App& app) {
   sub->add_option("--min-p", args->min_p,
                   "Keep tokens with p >= min_p * p_max, in [0, 1] (0 = off)")
       ->check(number_in(0, 1, false, "in [0, 1]"));
+  sub->add_option("--presence-penalty", args->penalties.presence,
+                  "Subtracted from the logit of every token generated so far, in [-2, 2]")
+      ->check(number_in(-2, 2, false, "in [-2, 2]"))
+      ->capture_default_str();
+  sub->add_option("--frequency-penalty", args->penalties.frequency,
+                  "Times each token's count in the generated text, subtracted from its logit, "
+                  "in [-2, 2]")
+      ->check(number_in(-2, 2, false, "in [-2, 2]"))
+      ->capture_default_str();
+  sub->add_option("--repetition-penalty", args->penalties.repetition,
+                  "Divides positive (multiplies negative) logits of prompt and generated tokens, "
+                  "> 0 (1 = off)")
+      ->check(number_in(0, 1e6, true, "> 0"))
+      ->capture_default_str();
+  sub->add_option("--logprobs", args->logprobs,
+                  "With --json: each generated token's log-probability and this many most "
+                  "probable alternatives, in [0, 20] (docs/server.md)")
+      ->check(number_in(0, kMaxTopLogprobs, false, "in [0, 20]"));
   sub->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
   add_spec_sampling_option(sub, args->spec_sampling);
   sub->add_option("--stop", args->stop, "Stop string (repeatable); not included in the output")

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "commands.h"
 #include "dspark/core/error.h"
 #include "dspark/engine/spec_sampling.h"
@@ -101,11 +103,17 @@ int run_serve(ServeArgs& a) {
   server::HttpServer srv(c);
   srv.start();
   const server::ServedModel& m = srv.model();
+  // CUDA: what stays free once the weights and caches are reserved.
+  const std::string free_memory =
+      m.total_bytes > 0 ? fmt::format(" ({:.0f} of {:.0f} MiB free)", m.free_bytes / 1048576.0,
+                                      m.total_bytes / 1048576.0)
+                        : "";
   std::printf(
       "dspark serve: model '%s' on %s, draft %s (gamma %d), max batch %d, max context %d, KV %d "
-      "tokens (%d pages), %.0f MiB reserved, %s; listening on http://%s:%d\n",
+      "tokens (%d pages, %.0f MiB), %.0f MiB reserved%s, %s; listening on http://%s:%d\n",
       srv.model_id().c_str(), m.device.c_str(), m.draft_kind.c_str(), m.gamma, c.engine.max_batch,
-      m.max_context, m.kv_tokens, m.kv_pages, static_cast<double>(m.reserved_bytes) / (1 << 20),
+      m.max_context, m.kv_tokens, m.kv_pages, static_cast<double>(m.kv_bytes) / (1 << 20),
+      static_cast<double>(m.reserved_bytes) / (1 << 20), free_memory.c_str(),
       srv.chat_template_description().c_str(), c.host.c_str(), srv.port());
   std::fflush(stdout);
   if (const std::string why = srv.chat_template_error(); !why.empty())
@@ -185,8 +193,9 @@ Command add_serve_command(CLI::App& app) {
       ->check(int_in(2, 1 << 24));
   sub->add_option("--kv-memory", args->kv_memory,
                   "Target KV cache size in bytes (K/M/G/T suffixes: 512M, 4G; default: room for "
-                  "--max-batch full-context requests, at most 8G on CUDA and 16384 tokens on the "
-                  "CPU, at least one full-context request)");
+                  "--max-batch full-context requests, at most 16384 tokens on the CPU and on CUDA "
+                  "the memory free after the weights less max(1 GiB, 10%), halved when a drafter "
+                  "keeps its own cache; at least one full-context request)");
   sub->add_option("--max-body-bytes", args->max_body_bytes,
                   "Largest request body (K/M/G suffixes); larger ones get 413 before they are read "
                   "(default 8M)");

@@ -84,7 +84,9 @@ def cases():
         ("max_tokens a float", CHAT, with_(max_tokens=5.5), 400),
         ("max_tokens a string", COMPLETIONS, json.dumps({"model": "qwen3", "prompt": "x",
                                                          "max_tokens": "10"}), 400),
-        ("n = 2", CHAT, with_(n=2), 400),
+        ("n = 0", CHAT, with_(n=0), 400),
+        ("n = 17", CHAT, with_(n=17), 400),
+        ("n a float", CHAT, with_(n=2.0), 400),
         ("stop a number", CHAT, with_(stop=5), 400),
         ("stop empty string", CHAT, with_(stop=[""]), 400),
         ("too many stops", CHAT, with_(stop=["a"] * 100), 400),
@@ -94,8 +96,22 @@ def cases():
         ("seed a string", CHAT, with_(seed="abc"), 400),
         ("spec_sampling unknown", CHAT, with_(spec_sampling="maximal"), 400),
         ("spec_sampling a number", CHAT, with_(spec_sampling=1), 400),
-        ("logprobs", CHAT, with_(logprobs=True), 400),
-        ("presence_penalty", CHAT, with_(presence_penalty=1.0), 400),
+        ("chat logprobs a number", CHAT, with_(logprobs=3), 400),
+        ("top_logprobs without logprobs", CHAT, with_(top_logprobs=2), 400),
+        ("top_logprobs 21", CHAT, with_(logprobs=True, top_logprobs=21), 400),
+        ("top_logprobs negative", CHAT, with_(logprobs=True, top_logprobs=-1), 400),
+        ("completions logprobs 21", COMPLETIONS,
+         json.dumps({"model": "qwen3", "prompt": "x", "logprobs": 21}), 400),
+        ("completions logprobs a bool", COMPLETIONS,
+         json.dumps({"model": "qwen3", "prompt": "x", "logprobs": True}), 400),
+        ("completions top_logprobs", COMPLETIONS,
+         json.dumps({"model": "qwen3", "prompt": "x", "logprobs": 1, "top_logprobs": 1}), 400),
+        ("presence_penalty 2.5", CHAT, with_(presence_penalty=2.5), 400),
+        ("frequency_penalty -3", CHAT, with_(frequency_penalty=-3), 400),
+        ("repetition_penalty 0", CHAT, with_(repetition_penalty=0), 400),
+        ("repetition_penalty negative", CHAT, with_(repetition_penalty=-1.2), 400),
+        ("best_of 2", COMPLETIONS,
+         json.dumps({"model": "qwen3", "prompt": "x", "best_of": 2}), 400),
         ("oversized chat prompt", CHAT, msgs({"role": "user", "content": long_prompt}), 400),
         ("oversized completion prompt", COMPLETIONS,
          json.dumps({"model": "qwen3", "prompt": long_prompt}), 400),
@@ -122,7 +138,8 @@ def type_matrix():
     fields = {"model": "s", "messages": "a", "temperature": "fi", "top_p": "fi", "top_k": "i",
               "min_p": "fi", "max_tokens": "i", "max_completion_tokens": "i", "seed": "i",
               "stop": "sa", "stream": "b", "n": "i", "stream_options": "o", "tools": "a",
-              "chat_template_kwargs": "o", "prompt": "sa"}
+              "chat_template_kwargs": "o", "prompt": "sa", "logprobs": "b", "top_logprobs": "i",
+              "presence_penalty": "fi", "frequency_penalty": "fi", "repetition_penalty": "fi"}
     required = {"model", "messages", "prompt"}
     out = []
     for field, accepted in fields.items():
@@ -132,6 +149,8 @@ def type_matrix():
         for type_name, value in wrong:
             want = 200 if value is None and field not in required else 400
             case = {**body, field: value}
+            if field == "top_logprobs":
+                case["logprobs"] = True  # top_logprobs needs it
             if field == "max_tokens" and value is None:
                 case["max_completion_tokens"] = 4  # a null limit must not leave it unbounded
             out.append((f"{field} {type_name}", path, json.dumps(case), want))

@@ -93,6 +93,14 @@ struct SamplingParams {
   bool greedy() const { return temperature <= 0.0f; }
 };
 
+// One edit of apply_penalties (ops/penalties.h): logits[row, token] -> repetition, then subtract.
+struct PenaltyEntry {
+  int32_t row = 0;
+  int32_t token = 0;
+  float repetition = 1.0f;  // x > 0 ? x / repetition : x * repetition (1: unchanged)
+  float subtract = 0.0f;    // then x - subtract
+};
+
 // Optional parts of linear_add_rms_norm (ops/linear_norm.h).
 struct LinearNormExtras {
   // When defined ([M, N], any float dtype): also residual_copy = the updated residual, converted

@@ -1,8 +1,10 @@
 #include "dspark/engine/generate.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "dspark/core/error.h"
+#include "dspark/ops/penalties.h"
 
 namespace dspark {
 namespace {
@@ -35,6 +37,9 @@ std::vector<int32_t> default_eos_token_ids(const ModelConfig& config,
 
 void validate(const GenerateOptions& o, int64_t vocab_size) {
   validate(o.sampling, vocab_size);
+  validate(o.penalties);
+  DSPARK_CHECK_KIND(invalid_input, o.logprobs >= -1 && o.logprobs <= kMaxTopLogprobs,
+                    "logprobs must be in [-1, {}] (got {})", kMaxTopLogprobs, o.logprobs);
   DSPARK_CHECK_KIND(invalid_input, o.max_tokens >= 0, "max_tokens must be >= 0 (got {})",
                     o.max_tokens);
   DSPARK_CHECK_KIND(invalid_input, o.page_size > 0, "page_size must be > 0 (got {})", o.page_size);
@@ -43,6 +48,22 @@ void validate(const GenerateOptions& o, int64_t vocab_size) {
   for (const std::string& s : o.stop) {
     DSPARK_CHECK_KIND(invalid_input, !s.empty(), "stop strings must not be empty");
   }
+}
+
+const float* host_logits_rows(Context& ctx, const Tensor& logits, int64_t begin, int64_t count,
+                              std::vector<float>& staging) {
+  DSPARK_CHECK(logits.dim() == 2 && logits.dtype() == DType::f32 && begin >= 0 &&
+                   begin + count <= logits.size(0),
+               "host_logits_rows: rows [{}, {}) of {}", begin, begin + count, logits.describe());
+  const int64_t v = logits.size(1);
+  const float* base = logits.data_as<float>() + begin * logits.stride(0);
+  if (!ctx.is_cuda() && logits.stride(0) == v) return base;
+  staging.resize(static_cast<size_t>(count * v));
+  for (int64_t r = 0; r < count; ++r)
+    ctx.copy_async(staging.data() + r * v, base + r * logits.stride(0),
+                   static_cast<size_t>(v) * sizeof(float));
+  ctx.synchronize();
+  return staging.data();
 }
 
 std::string_view finish_reason_name(FinishReason reason) {
@@ -91,6 +112,7 @@ GenerationSession begin_session(Model& model, Context& ctx, std::span<const int3
   s.on_text = std::move(on_text);
   if (!options.stop.empty()) s.stop.emplace(options.stop);
   s.sampled = OwnedTensor(DType::i32, Shape{1}, model.device());
+  s.penalties = PenaltyHistory(options.penalties, prompt);
   s.result.n_prompt = static_cast<int>(prompt.size());
   s.result.tokens.reserve(static_cast<size_t>(options.max_tokens));
   return s;
@@ -115,8 +137,17 @@ int32_t sample_token(GenerationSession& s, const Tensor& logits) {
   const SamplingParams params[1] = {s.options.sampling};
   const uint64_t seeds[1] = {s.options.seed};
   const uint64_t counters[1] = {static_cast<uint64_t>(s.kv->length(s.seq))};
+  if (s.penalties.active()) {
+    s.penalty_entries.clear();
+    s.penalties.append_entries(0, {}, s.penalty_entries);
+    apply_penalties(*s.ctx, logits, s.penalty_entries);
+  }
   sample(*s.ctx, logits, params, seeds, counters, s.sampled);
   const int32_t token = to_vector<int32_t>(s.sampled).front();  // waits for the device
+  if (s.options.logprobs >= 0)
+    s.pending_logprobs =
+        token_logprobs(host_logits_rows(*s.ctx, logits, 0, 1, s.logits_host), logits.size(1),
+                       s.options.sampling.temperature, token, s.options.logprobs);
   if (s.result.tokens.empty()) s.t_first_token = std::chrono::steady_clock::now();
   return token;
 }
@@ -140,11 +171,14 @@ bool emit_tokens(GenerationSession& s, std::span<const int32_t> tokens) {
       break;
     }
     s.result.tokens.push_back(token);
+    s.penalties.add_generated(token);
+    std::optional<TokenLogprobs> lp = std::exchange(s.pending_logprobs, std::nullopt);
     if (std::find(eos.begin(), eos.end(), token) != eos.end()) {
       s.finished = true;
       s.result.finish_reason = FinishReason::eos;
       break;
     }
+    if (lp && lp->token == token) s.result.logprobs.push_back(std::move(*lp));
     if (s.detokenizer) emit_text(s, s.detokenizer->push(token));
     if (s.stop && s.stop->stopped()) {
       s.finished = true;

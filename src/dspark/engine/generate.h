@@ -27,7 +27,9 @@
 
 #include "dspark/backend/context.h"
 #include "dspark/core/buffer.h"
+#include "dspark/engine/penalties.h"
 #include "dspark/engine/stop.h"
+#include "dspark/engine/token_logprobs.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/config.h"
 #include "dspark/model/model.h"
@@ -47,7 +49,11 @@ class Detokenizer {
 };
 
 struct GenerateOptions {
-  SamplingParams sampling;             // temperature 0 = greedy
+  SamplingParams sampling;  // temperature 0 = greedy
+  PenaltyParams penalties;  // repetition / presence / frequency (engine/penalties.h)
+  // Log-probabilities of the generated tokens (engine/token_logprobs.h): -1 off; 0..kMaxTopLogprobs
+  // the chosen token's, with this many most probable alternatives.
+  int logprobs = -1;
   uint64_t seed = 0;                   // sampling seed; the Philox counter is the token position
   int max_tokens = 256;                // generated tokens at most (>= 0)
   std::vector<int32_t> eos_token_ids;  // generation ends after one of these (kept in tokens, not
@@ -56,6 +62,8 @@ struct GenerateOptions {
   int page_size = 16;                  // KV cache page size
   int prefill_chunk = 512;             // prompt tokens per forward (bounds activation memory)
 };
+
+inline constexpr int kMaxTopLogprobs = 20;
 
 // The EOS set of a model: config.json's eos_token_id(s) merged with generation_config.json's.
 std::vector<int32_t> default_eos_token_ids(const ModelConfig& config,
@@ -79,6 +87,9 @@ struct GenerateTimings {
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated tokens (an EOS token that ended generation included)
   std::string text;             // emitted text (without a matched stop string and what follows)
+  // With GenerateOptions::logprobs >= 0: one entry per generated token, except an EOS token that
+  // ended generation (its text is not part of `text`).
+  std::vector<TokenLogprobs> logprobs;
   int n_prompt = 0;
   int n_generated = 0;
   FinishReason finish_reason = FinishReason::length;
@@ -88,6 +99,13 @@ struct GenerateResult {
 };
 
 using TextCallback = std::function<void(std::string_view piece)>;
+// Called with each entry of GenerateResult::logprobs as it is recorded (before its token's text).
+using LogprobsCallback = std::function<void(const TokenLogprobs& entry)>;
+
+// Logits rows [begin, begin + count) of `logits` (f32 [n, V] on ctx's device) in host memory: the
+// tensor's own rows on the CPU; on CUDA a copy into `staging` (waits for the device).
+const float* host_logits_rows(Context& ctx, const Tensor& logits, int64_t begin, int64_t count,
+                              std::vector<float>& staging);
 
 // ---- phases ------------------------------------------------------------------------------------
 
@@ -102,6 +120,10 @@ struct GenerationSession {
   TextCallback on_text;                // optional
   std::optional<StopStringMatcher> stop;
   OwnedTensor sampled;  // i32 [1] on the model's device
+  PenaltyHistory penalties;
+  std::vector<PenaltyEntry> penalty_entries;      // sample_token's scratch
+  std::vector<float> logits_host;                 // sample_token's scratch (CUDA logprobs)
+  std::optional<TokenLogprobs> pending_logprobs;  // the sampled token's, until emitted
 
   GenerateResult result;
   bool finished = false;
@@ -115,8 +137,9 @@ GenerationSession begin_session(Model& model, Context& ctx, std::span<const int3
 // Runs the prompt through the model (in chunks); returns the logits of the last prompt token
 // (f32 [1, V] on the device, valid until the next forward).
 Tensor prefill(GenerationSession& s);
-// Draws the next token from logits [1, V] with the session's sampling params; the Philox counter
-// is the position the token will occupy.
+// Draws the next token from logits [1, V] with the session's sampling params, after its penalties
+// (applied to `logits` in place); the Philox counter is the position the token will occupy. With
+// logprobs on, the token's entry is kept for emit_tokens.
 int32_t sample_token(GenerationSession& s, const Tensor& logits);
 // Appends `token` to the sequence; returns its logits [1, V].
 Tensor decode_step(GenerationSession& s, int32_t token);

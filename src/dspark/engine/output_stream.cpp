@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "dspark/core/error.h"
+
 namespace dspark {
 namespace {
 double ms_between(std::chrono::steady_clock::time_point a,
@@ -31,9 +33,12 @@ void OutputStream::emit_text(std::string_view piece) {
   if (on_text_) on_text_(out);
 }
 
-bool OutputStream::push(std::span<const int32_t> tokens) {
+bool OutputStream::push(std::span<const int32_t> tokens, std::span<const TokenLogprobs> logprobs) {
+  DSPARK_CHECK(logprobs.empty() || logprobs.size() == tokens.size(),
+               "OutputStream: {} logprobs entries for {} tokens", logprobs.size(), tokens.size());
   const auto& eos = options_.eos_token_ids;
-  for (const int32_t token : tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t token = tokens[i];
     if (finished_) break;
     if (result_.tokens.empty()) t_first_token_ = std::chrono::steady_clock::now();
     result_.tokens.push_back(token);
@@ -41,6 +46,10 @@ bool OutputStream::push(std::span<const int32_t> tokens) {
       finished_ = true;
       result_.finish_reason = FinishReason::eos;
       break;
+    }
+    if (!logprobs.empty()) {
+      result_.logprobs.push_back(logprobs[i]);
+      if (on_logprobs_) on_logprobs_(logprobs[i]);
     }
     if (detokenizer_) emit_text(detokenizer_->push(token));
     if (stop_ && stop_->stopped()) {

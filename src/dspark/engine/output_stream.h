@@ -18,8 +18,11 @@ class OutputStream {
   OutputStream(const GenerateOptions& options, int n_prompt, Detokenizer* detokenizer,
                TextCallback on_text);
 
-  // Emits tokens in order until one finishes the request; returns finished().
-  bool push(std::span<const int32_t> tokens);
+  // Emits tokens in order until one finishes the request; returns finished(). `logprobs`: empty,
+  // or one entry per token (recorded with it, except for an EOS token that ends the request).
+  bool push(std::span<const int32_t> tokens, std::span<const TokenLogprobs> logprobs = {});
+  // Receives each logprobs entry as it is recorded (streaming).
+  void set_logprobs_callback(LogprobsCallback cb) { on_logprobs_ = std::move(cb); }
   bool finished() const { return finished_; }
   int n_generated() const { return static_cast<int>(result_.tokens.size()); }
   // Ends the request early (cancelled, or error with a message): nothing more is emitted, and
@@ -34,6 +37,7 @@ class OutputStream {
   GenerateOptions options_;
   Detokenizer* detokenizer_;
   TextCallback on_text_;
+  LogprobsCallback on_logprobs_;
   std::optional<StopStringMatcher> stop_;
   GenerateResult result_;
   bool finished_ = false;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 
+#include "dspark/ops/penalties.h"
 #include "dspark/ops/sampling.h"
 
 namespace dspark {
@@ -24,7 +25,17 @@ struct SpeculativeEngine::Row {
   std::unique_ptr<OutputStream> out;
   SpecTelemetry spec;
   bool done = false;
-  std::vector<int32_t> kept;  // storage behind RowUpdate::kept_tokens for one commit
+  std::vector<int32_t> kept;            // storage behind RowUpdate::kept_tokens for one commit
+  PenaltyHistory penalties;             // prompt + emitted tokens (options.penalties)
+  std::vector<TokenLogprobs> logprobs;  // the round's entries, for emit (options.logprobs >= 0)
+  bool wants_logprobs() const { return options.logprobs >= 0; }
+  // Emits tokens (with the round's logprobs entries when asked for) and adds them to the history.
+  bool push(std::span<const int32_t> tokens) {
+    const bool finished = out->push(tokens, logprobs);
+    for (const int32_t t : tokens) penalties.add_generated(t);
+    logprobs.clear();
+    return finished;
+  }
 };
 
 SpeculativeEngine::SpeculativeEngine(Model& target, Context& ctx, DraftSource* source,
@@ -59,6 +70,8 @@ RowId SpeculativeEngine::add(RequestInput input) {
   row->options = input.options;
   row->out = std::make_unique<OutputStream>(input.options, static_cast<int>(row->prompt.size()),
                                             input.detokenizer, std::move(input.on_text));
+  row->out->set_logprobs_callback(std::move(input.on_logprobs));
+  row->penalties = PenaltyHistory(row->options.penalties, row->prompt);
   row->seq = kv_.create_sequence();
   if (source_) source_->begin(ctx_, row->id, row->prompt);
   // At least the last prompt token is computed again: its logits give the first token.
@@ -183,8 +196,22 @@ void SpeculativeEngine::prefill_step() {
     if (!sampled_.view().defined() || sampled_.view().numel() < m)
       sampled_ = OwnedTensor(DType::i32, Shape{std::max<int64_t>(m, 16)}, target_.device());
     Tensor tokens = sampled_.view().slice(0, 0, m);
+    // The first token's history is the prompt (only a repetition penalty applies).
+    std::vector<PenaltyEntry>& edits = round_.penalties;
+    edits.clear();
+    for (size_t i = 0; i < completing.size(); ++i)
+      completing[i]->penalties.append_entries(static_cast<int32_t>(i), {}, edits);
+    if (!edits.empty()) apply_penalties(ctx_, fo.logits, edits);
     sample(ctx_, fo.logits, params, seeds, counters, tokens);
     first = to_vector<int32_t>(tokens);
+    for (size_t i = 0; i < completing.size(); ++i) {
+      Row& r = *completing[i];
+      if (!r.wants_logprobs()) continue;
+      const float* row =
+          host_logits_rows(ctx_, fo.logits, static_cast<int64_t>(i), 1, round_.logits_host);
+      r.logprobs.assign(1, token_logprobs(row, fo.logits.size(1), r.options.sampling.temperature,
+                                          first[i], r.options.logprobs));
+    }
   }
 
   std::vector<RowUpdate> updates;
@@ -220,7 +247,7 @@ void SpeculativeEngine::prefill_step() {
     r->spec.prefill_ms += ms;
     if (r->pending >= 0 && r->prefilled == static_cast<int>(r->prompt.size()) &&
         r->out->n_generated() == 0) {
-      if (r->out->push(std::span<const int32_t>(&r->pending, 1))) finish_row(*r);
+      if (r->push(std::span<const int32_t>(&r->pending, 1))) finish_row(*r);
     }
   }
 }
@@ -308,8 +335,11 @@ void SpeculativeEngine::build_verify_batch() {
   }
   batch.logit_indices.resize(batch.tokens.size());
   for (size_t t = 0; t < batch.tokens.size(); ++t) batch.logit_indices[t] = static_cast<int32_t>(t);
-  // A greedy round takes the target's argmax from the forward itself.
-  batch.want_argmax = Verifier::is_greedy(proposal, s.params);
+  // A greedy round takes the target's argmax from the forward itself, unless penalties change the
+  // logits after the forward.
+  const bool penalized =
+      std::any_of(s.rows.begin(), s.rows.end(), [](const Row* r) { return r->penalties.active(); });
+  batch.want_argmax = Verifier::is_greedy(proposal, s.params) && !penalized;
 }
 
 // One target forward over the batch, then the verifier: accepted counts and next tokens.
@@ -317,9 +347,49 @@ ForwardOutput SpeculativeEngine::verify(RoundClock& clock) {
   RoundScratch& s = round_;
   ForwardOutput fo = target_.forward(ctx_, kv_, s.batch);
   clock.mark_cpu(RoundMark::forwarded);
+  penalize_verify_logits(fo.logits);
   verifier_.verify(ctx_, fo.logits, s.proposal, s.params, s.seeds, s.positions, s.verified,
                    fo.argmax);
+  round_logprobs(fo.logits);
   return fo;
+}
+
+// Row i's logits row j (scoring draft j + 1) sees the drafts 1..j as generated tokens.
+void SpeculativeEngine::penalize_verify_logits(const Tensor& logits) {
+  RoundScratch& s = round_;
+  std::vector<PenaltyEntry>& edits = s.penalties;
+  edits.clear();
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const Row& r = *s.rows[i];
+    if (!r.penalties.active()) continue;
+    const int32_t row0 = s.batch.row_indptr[i];
+    const std::span<const int32_t> drafts(s.proposal.tokens.data() + s.proposal.indptr[i],
+                                          static_cast<size_t>(s.proposal.count(i)));
+    for (size_t j = 0; j <= drafts.size(); ++j)
+      r.penalties.append_entries(row0 + static_cast<int32_t>(j), drafts.first(j), edits);
+  }
+  if (!edits.empty()) apply_penalties(ctx_, logits, edits);
+}
+
+// The emitted tokens of row i are its accepted drafts, then the target's token: logits rows
+// row0 .. row0 + n_accepted.
+void SpeculativeEngine::round_logprobs(const Tensor& logits) {
+  RoundScratch& s = round_;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    Row& r = *s.rows[i];
+    r.logprobs.clear();
+    if (!r.wants_logprobs()) continue;
+    const int32_t row0 = s.batch.row_indptr[i];
+    const int32_t n_acc = s.verified.n_accepted[i];
+    const float* rows = host_logits_rows(ctx_, logits, row0, n_acc + 1, s.logits_host);
+    const int64_t v = logits.size(1);
+    for (int32_t j = 0; j <= n_acc; ++j) {
+      const int32_t token =
+          j < n_acc ? s.proposal.tokens[s.proposal.indptr[i] + j] : s.verified.next_token[i];
+      r.logprobs.push_back(token_logprobs(rows + j * v, v, r.options.sampling.temperature, token,
+                                          r.options.logprobs));
+    }
+  }
 }
 
 // The target keeps [pending, accepted drafts]; the rest of its KV is dropped.
@@ -365,7 +435,7 @@ void SpeculativeEngine::emit() {
     s.burst.push_back(next);
     r.pending = next;
     r.spec.record_round(s.proposal.count(i), s.verified.n_accepted[i]);
-    if (r.out->push(s.burst)) s.ending.push_back(&r);
+    if (r.push(s.burst)) s.ending.push_back(&r);
   }
 }
 

@@ -60,6 +60,7 @@ struct RequestInput {
   GenerateOptions options;
   Detokenizer* detokenizer = nullptr;  // optional (needed for stop strings)
   TextCallback on_text;                // optional
+  LogprobsCallback on_logprobs = {};   // optional (with options.logprobs >= 0)
 };
 
 struct RequestOutput {
@@ -114,6 +115,10 @@ class SpeculativeEngine {
   bool propose();  // false: no row decodes this round
   void build_verify_batch();
   ForwardOutput verify(RoundClock& clock);  // marks `forwarded`
+  // The round's penalties on the verify logits (each row with the drafts before its position).
+  void penalize_verify_logits(const Tensor& logits);
+  // The logprobs entries of the tokens the round emits (Row::logprobs), from the verify logits.
+  void round_logprobs(const Tensor& logits);
   void roll_back_target_kv();
   void commit_to_source(std::span<const Tensor> taps);
   void emit();
@@ -146,6 +151,8 @@ class SpeculativeEngine {
     std::vector<RowUpdate> updates;        // commit_to_source (and Row::kept)
     std::vector<int32_t> burst;            // emit: one row's tokens
     std::vector<Row*> ending;              // emit: the rows this round ends
+    std::vector<PenaltyEntry> penalties;   // verify: the penalty edits of the logits
+    std::vector<float> logits_host;        // verify: logits rows copied for logprobs (CUDA)
   };
   RoundScratch round_;
 };

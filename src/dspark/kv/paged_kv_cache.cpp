@@ -44,6 +44,11 @@ PagedKvCache::PagedKvCache(const KvCacheShape& shape, Device device)
   cache_.resize(static_cast<size_t>(shape.num_pages));
 }
 
+size_t PagedKvCache::bytes_per_page(const KvCacheShape& shape) {
+  check_shape_valid(shape);
+  return page_bytes(shape);
+}
+
 int PagedKvCache::pages_for_bytes(const KvCacheShape& shape, size_t bytes) {
   check_shape_valid(shape);
   return static_cast<int>(std::min<size_t>(bytes / page_bytes(shape), 1u << 30));

@@ -47,6 +47,8 @@ class PagedKvCache {
   PagedKvCache(const KvCacheShape& shape, Device device);
   // Pages that fit in `bytes` for this shape (for sizing from a memory budget).
   static int pages_for_bytes(const KvCacheShape& shape, size_t bytes);
+  // Bytes of one page (K and V, every layer) of this shape.
+  static size_t bytes_per_page(const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }
   Device device() const { return device_; }

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/model/registry.h"
@@ -13,6 +15,29 @@
 namespace dspark::server {
 
 // ---- RequestChannel ----------------------------------------------------------------------------
+
+uint64_t ChannelWakeup::changes() const {
+  std::lock_guard lock(mutex_);
+  return changes_;
+}
+
+void ChannelWakeup::wait_after(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  cv_.wait_for(lock, timeout, [&] { return changes_ != seen; });
+}
+
+void ChannelWakeup::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    ++changes_;
+  }
+  cv_.notify_all();
+}
+
+void RequestChannel::notify() {
+  cv_.notify_all();
+  if (wakeup_) wakeup_->notify();
+}
 
 RequestChannel::Update RequestChannel::wait(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
@@ -31,9 +56,14 @@ void RequestChannel::push_text(std::string_view piece) {
   }
   {
     std::lock_guard lock(mutex_);
-    pieces_.emplace_back(piece);
+    pieces_.push_back(Piece{std::string(piece), std::exchange(loose_, {})});
   }
-  cv_.notify_all();
+  notify();
+}
+
+void RequestChannel::push_logprobs(const TokenLogprobs& entry) {
+  std::lock_guard lock(mutex_);
+  loose_.push_back(entry);  // delivered with the next piece (or, at the end, from output())
 }
 
 void RequestChannel::complete(RequestOutput output, int error_status) {
@@ -44,7 +74,7 @@ void RequestChannel::complete(RequestOutput output, int error_status) {
     error_status_ = error_status;
     done_ = true;
   }
-  cv_.notify_all();
+  notify();
 }
 
 // ---- EngineWorker ------------------------------------------------------------------------------
@@ -84,8 +114,9 @@ bool EngineWorker::running() const {
 }
 
 std::shared_ptr<RequestChannel> EngineWorker::submit(std::vector<int32_t> prompt,
-                                                     GenerateOptions options) {
-  auto ch = std::make_shared<RequestChannel>();
+                                                     GenerateOptions options,
+                                                     std::shared_ptr<ChannelWakeup> wakeup) {
+  auto ch = std::make_shared<RequestChannel>(std::move(wakeup));
   ch->submitted_ = RequestChannel::Clock::now();
   {
     std::lock_guard lock(mutex_);
@@ -149,6 +180,19 @@ void EngineWorker::thread_main() {
   running_ = false;
 }
 
+int64_t default_kv_tokens(const KvSizing& s) {
+  const int64_t want = s.per_request * std::max(1, s.max_batch);
+  int64_t cap = kDefaultCpuKvTokens;
+  if (s.cuda) {
+    const size_t margin = std::max(kMinCudaMarginBytes, s.total_bytes / 10);
+    size_t budget = s.free_bytes > margin ? s.free_bytes - margin : 0;
+    if (s.drafter_cache) budget /= 2;
+    cap =
+        static_cast<int64_t>(budget / static_cast<size_t>(std::max<int64_t>(1, s.bytes_per_token)));
+  }
+  return std::max(s.per_request, std::min(want, cap));
+}
+
 void EngineWorker::load(Engine& e) {
   const Device device = parse_device(config_.device);
   e.ctx = std::make_unique<Context>(device);
@@ -169,11 +213,18 @@ void EngineWorker::load(Engine& e) {
   if (config_.kv_memory > 0) {
     kv_tokens = int64_t{PagedKvCache::pages_for_bytes(unit, config_.kv_memory)} * page;
   } else {
-    const int64_t want = per_request * config_.max_batch;
-    const int64_t cap = device.is_cpu()
-                            ? std::max(per_request, kDefaultCpuKvTokens)
-                            : int64_t{PagedKvCache::pages_for_bytes(unit, kDefaultKvBytes)} * page;
-    kv_tokens = std::min(want, cap);
+    KvSizing sizing;
+    sizing.per_request = per_request;
+    sizing.max_batch = config_.max_batch;
+    sizing.cuda = device.is_cuda();
+    sizing.bytes_per_token = static_cast<int64_t>(PagedKvCache::bytes_per_page(unit) / page);
+    if (device.is_cuda()) {
+      const cuda::MemoryInfo mem = cuda::memory_info(device.index);
+      sizing.free_bytes = mem.free_bytes;
+      sizing.total_bytes = mem.total_bytes;
+    }
+    sizing.drafter_cache = config_.draft != "none" && config_.draft != "ngram";
+    kv_tokens = default_kv_tokens(sizing);
   }
   DSPARK_CHECK_KIND(invalid_input, kv_tokens >= per_request,
                     "the KV cache ({} tokens) cannot hold one request of the maximum context ({} "
@@ -205,7 +256,13 @@ void EngineWorker::load(Engine& e) {
   model_.max_context = max_context;
   model_.kv_tokens = static_cast<int>(kv_tokens);
   model_.kv_pages = e.engine->kv().shape().num_pages;
+  model_.kv_bytes = static_cast<int64_t>(PagedKvCache::bytes_per_page(unit)) * model_.kv_pages;
   model_.reserved_bytes = memory_stats(device).active_bytes;
+  if (device.is_cuda()) {
+    const cuda::MemoryInfo mem = cuda::memory_info(device.index);
+    model_.free_bytes = static_cast<int64_t>(mem.free_bytes);
+    model_.total_bytes = static_cast<int64_t>(mem.total_bytes);
+  }
   model_.device = device.name();
   model_.draft_kind = e.source.kind;
   model_.gamma = e.source.source ? spec.gamma : 0;
@@ -240,6 +297,8 @@ void EngineWorker::admit(Engine& e, std::vector<Pending>& admitted) {
     in.options = std::move(p.options);
     in.detokenizer = detok.get();
     in.on_text = [c = &ch](std::string_view piece) { c->push_text(piece); };
+    if (in.options.logprobs >= 0)
+      in.on_logprobs = [c = &ch](const TokenLogprobs& entry) { c->push_logprobs(entry); };
     try {
       ch.row_ = e.engine->add(std::move(in));
       live_.emplace(ch.row_, Live{p.channel, std::move(detok)});

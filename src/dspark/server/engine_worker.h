@@ -43,9 +43,7 @@ struct EngineWorkerConfig {
   int max_batch = 32;    // live rows at most
   int max_queue = 256;   // waiting requests at most (then 503)
   int max_context = 0;   // prompt + completion tokens per request; 0: the model's maximum
-  size_t kv_memory = 0;  // target KV cache bytes; 0: room for max_batch full-context requests,
-                         // at most kDefaultKvBytes (CUDA) or kDefaultCpuKvTokens tokens (CPU,
-                         // and at least one full-context request)
+  size_t kv_memory = 0;  // target KV cache bytes; 0: default_kv_tokens()
   int page_size = 16;
   int prefill_chunk = 512;
   bool prefix_cache = true;  // reuse the target KV of repeated prompt prefixes (SpecConfig)
@@ -54,9 +52,29 @@ struct EngineWorkerConfig {
   int fail_at_rows = 0;
 };
 
-inline constexpr size_t kDefaultKvBytes = size_t{8} << 30;
 // On the CPU the cache shares memory with everything else: e.g. 4 requests of 4k tokens.
 inline constexpr int64_t kDefaultCpuKvTokens = 16384;
+// CUDA: device memory left free after the KV cache, for activations, workspaces and CUDA graphs:
+// the larger of 1 GiB and a tenth of the device.
+inline constexpr size_t kMinCudaMarginBytes = size_t{1} << 30;
+
+// What the default KV size depends on.
+struct KvSizing {
+  int64_t per_request = 0;      // tokens one full-context request reserves (page-rounded)
+  int max_batch = 1;            // requests decoded together
+  bool cuda = false;            // else the CPU
+  int64_t bytes_per_token = 0;  // target KV bytes per token (all layers, K and V)
+  size_t free_bytes = 0;        // CUDA: free device memory after the weights are loaded
+  size_t total_bytes = 0;       // CUDA: the device's memory
+  bool drafter_cache = false;   // a draft model or DSpark drafter keeps a cache of its own
+};
+// Target KV tokens when --kv-memory is not given: room for max_batch full-context requests,
+//   CPU: at most kDefaultCpuKvTokens;
+//   CUDA: at most what free memory holds after a margin (kMinCudaMarginBytes or total / 10),
+//     half of it when the drafter keeps its own cache (a drafter's cache per token is smaller
+//     than the target's);
+// and never less than one full-context request (a device too small for that fails to load).
+int64_t default_kv_tokens(const KvSizing& s);
 
 // What the HTTP side needs to know about the loaded model (read-only after start()).
 struct ServedModel {
@@ -67,6 +85,9 @@ struct ServedModel {
   int max_context = 0;
   int kv_tokens = 0;  // target KV capacity over all rows
   int kv_pages = 0;
+  int64_t kv_bytes = 0;  // the target KV cache's size
+  // CUDA: the device's free and total memory once everything is loaded (0 on the CPU).
+  int64_t free_bytes = 0, total_bytes = 0;
   // Device memory reserved after loading: weights, KV caches (host caches become resident as
   // they are written), the drafter's buffers.
   int64_t reserved_bytes = 0;
@@ -75,18 +96,41 @@ struct ServedModel {
   int gamma = 0;
 };
 
+// Wakes one handler that reads several channels (the choices of an n > 1 request): every change
+// of a channel that shares it bumps `changes`.
+class ChannelWakeup {
+ public:
+  // The change count now; then wait_after(count, timeout) returns once a change follows it.
+  uint64_t changes() const;
+  void wait_after(uint64_t seen, std::chrono::milliseconds timeout);
+  void notify();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  uint64_t changes_ = 0;
+};
+
 // One request's channel between the engine thread (writer) and its HTTP handler (reader).
 class RequestChannel {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // Text as the engine emitted it (one piece per token, or more tokens where stop-string
+  // hold-back released them together), with the logprobs entries recorded since the previous
+  // piece (requests with logprobs).
+  struct Piece {
+    std::string text;
+    std::vector<TokenLogprobs> logprobs;
+  };
   struct Update {
-    // Text pieces that arrived since the last wait, as the engine emitted them (one per token,
-    // or more tokens where stop-string hold-back released them together): a stream relays each
-    // as its own chunk, as OpenAI's API does, however late the handler wakes.
-    std::vector<std::string> pieces;
+    // Pieces that arrived since the last wait: a stream relays each as its own chunk, as
+    // OpenAI's API does, however late the handler wakes.
+    std::vector<Piece> pieces;
     bool done = false;  // the request has ended: output() is valid
   };
+  explicit RequestChannel(std::shared_ptr<ChannelWakeup> wakeup = nullptr)
+      : wakeup_(std::move(wakeup)) {}
   // Handler: waits up to `timeout` for text or the end of the request.
   Update wait(std::chrono::milliseconds timeout);
   // Handler, once done: the result (finish_reason error / cancelled carry result.error).
@@ -97,13 +141,17 @@ class RequestChannel {
 
   // Engine thread.
   void push_text(std::string_view piece);
+  void push_logprobs(const TokenLogprobs& entry);
   void complete(RequestOutput output, int error_status = 500);
 
  private:
   friend class EngineWorker;
+  void notify();
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::vector<std::string> pieces_;
+  std::shared_ptr<ChannelWakeup> wakeup_;
+  std::vector<Piece> pieces_;
+  std::vector<TokenLogprobs> loose_;  // entries not yet attached to a piece
   bool done_ = false;
   RequestOutput output_;
   int error_status_ = 500;
@@ -126,8 +174,9 @@ class EngineWorker {
   void start();
   const ServedModel& model() const { return model_; }
   // Queues a request (prompt validated by the caller). Throws ApiError 503 when the queue is full
-  // or the worker is stopping.
-  std::shared_ptr<RequestChannel> submit(std::vector<int32_t> prompt, GenerateOptions options);
+  // or the worker is stopping. `wakeup` (optional) is notified of every change of the channel.
+  std::shared_ptr<RequestChannel> submit(std::vector<int32_t> prompt, GenerateOptions options,
+                                         std::shared_ptr<ChannelWakeup> wakeup = nullptr);
   // The client went away: the request leaves the queue, or the engine between two steps.
   void cancel(const std::shared_ptr<RequestChannel>& channel);
   // Ends every request (cancelled, status 503) and joins the engine thread. Idempotent.

@@ -78,14 +78,27 @@ bool same_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// The channels of one request's choices (n of them; index i = choice i).
+using Choices = std::vector<std::shared_ptr<RequestChannel>>;
+
 // One streamed response: shared by the content provider and its releaser.
 struct StreamState {
-  std::shared_ptr<RequestChannel> channel;
+  Choices channels;
+  std::shared_ptr<ChannelWakeup> wakeup;  // n > 1: any channel's change
+  std::vector<ChoiceStream> choices;
+  std::vector<bool> done;  // per choice: its finish chunk was written
   ResponseMeta meta;
   bool include_usage = false;
   bool began = false;
   bool finished = false;  // the last event was written (or the request ended)
 };
+
+// The request's outputs, in choice order (all channels done).
+std::vector<const RequestOutput*> outputs(const Choices& channels) {
+  std::vector<const RequestOutput*> outs;
+  for (const auto& ch : channels) outs.push_back(&ch->output());
+  return outs;
+}
 
 // The error a request that ended without completing reports.
 ApiError ended_error(const RequestOutput& out, int status) {
@@ -238,48 +251,72 @@ struct HttpServer::Impl {
         pr = parse_request(endpoint, body, prompt_ctx);
       }
       ResponseMeta meta = make_meta(endpoint, pr.model);
-      std::shared_ptr<RequestChannel> ch =
-          worker.submit(std::move(pr.prompt), std::move(pr.options));
+      if (pr.options.logprobs >= 0) meta.logprobs_tokenizer = prompt_ctx.tokenizer;
+      auto wakeup = pr.n > 1 ? std::make_shared<ChannelWakeup>() : nullptr;
+      Choices channels = submit_choices(pr, wakeup);
       if (pr.stream) {
-        start_stream(res, std::move(ch), std::move(meta), pr.include_usage);
+        start_stream(res, std::move(channels), std::move(wakeup), std::move(meta),
+                     pr.include_usage);
       } else {
-        respond_when_done(req, res, ch, meta);
+        respond_when_done(req, res, channels, meta);
       }
     });
   }
 
+  // n requests, choice i sampling with seed + i; all or none are queued.
+  Choices submit_choices(ParsedRequest& pr, const std::shared_ptr<ChannelWakeup>& wakeup) {
+    Choices channels;
+    try {
+      for (int i = 0; i < pr.n; ++i) {
+        GenerateOptions options = pr.options;
+        options.seed = pr.options.seed + static_cast<uint64_t>(i);
+        channels.push_back(worker.submit(pr.prompt, std::move(options), wakeup));
+      }
+    } catch (...) {
+      for (const auto& ch : channels) worker.cancel(ch);
+      throw;
+    }
+    return channels;
+  }
+
   void respond_when_done(const httplib::Request& req, httplib::Response& res,
-                         const std::shared_ptr<RequestChannel>& ch, const ResponseMeta& meta) {
+                         const Choices& channels, const ResponseMeta& meta) {
     const ConnectionWatch watch(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-    for (;;) {
-      if (ch->wait(kPollInterval).done) break;
-      if (watch.closed()) {
-        worker.cancel(ch);
-        // Nobody reads this; it keeps the logs and metrics honest.
-        res.set_header("Connection", "close");
-        send_error(res, ApiError(499, "invalid_request_error", "the client closed the connection",
-                                 {}, "client_closed", "client_disconnected"));
+    for (const auto& ch : channels) {
+      for (;;) {
+        if (ch->wait(kPollInterval).done) break;
+        if (watch.closed()) {
+          for (const auto& c : channels) worker.cancel(c);
+          // Nobody reads this; it keeps the logs and metrics honest.
+          res.set_header("Connection", "close");
+          send_error(res, ApiError(499, "invalid_request_error", "the client closed the connection",
+                                   {}, "client_closed", "client_disconnected"));
+          return;
+        }
+      }
+      const FinishReason reason = ch->output().result.finish_reason;
+      if (reason == FinishReason::error || reason == FinishReason::cancelled) {
+        for (const auto& c : channels) worker.cancel(c);  // the other choices are not needed
+        send_error(res, ended_error(ch->output(), ch->error_status()));
         return;
       }
     }
-    const RequestOutput& out = ch->output();
-    const FinishReason reason = out.result.finish_reason;
-    if (reason == FinishReason::error || reason == FinishReason::cancelled) {
-      send_error(res, ended_error(out, ch->error_status()));
-      return;
-    }
     res.status = 200;
-    res.set_content(dump_json(completion_json(meta, out)), "application/json");
+    res.set_content(dump_json(completion_json(meta, outputs(channels))), "application/json");
   }
 
   static bool write(httplib::DataSink& sink, const std::string& data) {
     return sink.write(data.data(), data.size());
   }
 
-  void start_stream(httplib::Response& res, std::shared_ptr<RequestChannel> ch, ResponseMeta meta,
-                    bool include_usage) {
+  void start_stream(httplib::Response& res, Choices channels, std::shared_ptr<ChannelWakeup> wakeup,
+                    ResponseMeta meta, bool include_usage) {
     auto st = std::make_shared<StreamState>();
-    st->channel = std::move(ch);
+    st->channels = std::move(channels);
+    st->wakeup = std::move(wakeup);
+    for (size_t i = 0; i < st->channels.size(); ++i)
+      st->choices.push_back(ChoiceStream{.index = static_cast<int>(i)});
+    st->done.assign(st->channels.size(), false);
     st->meta = std::move(meta);
     st->include_usage = include_usage;
     res.status = 200;
@@ -291,42 +328,69 @@ struct HttpServer::Impl {
         [this, st](size_t, httplib::DataSink& sink) { return stream_step(*st, sink); },
         [this, st](bool) {
           // The stream ended early (client gone, write failed): cancel at the next round.
-          if (!st->finished) worker.cancel(st->channel);
+          if (!st->finished)
+            for (const auto& ch : st->channels) worker.cancel(ch);
         });
   }
 
-  // One call of the content provider: waits briefly, relays new text, ends the stream at the end.
+  // One call of the content provider: waits briefly, relays new text of every choice, ends a
+  // choice with its finish chunk and the stream once every choice has ended.
   bool stream_step(StreamState& st, httplib::DataSink& sink) {
+    const size_t n = st.channels.size();
     if (!st.began) {
       st.began = true;
-      if (st.meta.endpoint == Endpoint::chat &&
-          !write(sink, sse_event(role_chunk(st.meta, st.include_usage))))
-        return false;
+      if (st.meta.endpoint == Endpoint::chat) {
+        std::string events;
+        for (size_t i = 0; i < n; ++i)
+          events += sse_event(role_chunk(st.meta, static_cast<int>(i), st.include_usage));
+        if (!write(sink, events)) return false;
+      }
     }
-    const RequestChannel::Update u = st.channel->wait(kPollInterval);
+    // One choice: block on its channel. Several: look at each, then sleep until any changes.
+    const uint64_t seen = st.wakeup ? st.wakeup->changes() : 0;
+    const auto timeout = n == 1 ? kPollInterval : std::chrono::milliseconds(0);
+    std::string events;
+    bool any = false, all_done = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (st.done[i]) continue;
+      const RequestChannel::Update u = st.channels[i]->wait(timeout);
+      for (const RequestChannel::Piece& piece : u.pieces)
+        events += sse_event(
+            text_chunk(st.meta, st.choices[i], piece.text, piece.logprobs, st.include_usage));
+      any = any || !u.pieces.empty() || u.done;
+      if (!u.done) {
+        all_done = false;
+        continue;
+      }
+      const RequestOutput& out = st.channels[i]->output();
+      const FinishReason reason = out.result.finish_reason;
+      if (reason == FinishReason::error || reason == FinishReason::cancelled) {
+        // One choice failed: the stream ends with its error (the others are cancelled).
+        const ApiError e = ended_error(out, st.channels[i]->error_status());
+        metrics.record_error(e.kind());
+        for (const auto& ch : st.channels) worker.cancel(ch);
+        events += sse_event(e.to_json());
+        events += kSseDone;
+        st.finished = true;
+        if (!write(sink, events)) return false;
+        sink.done();
+        return true;
+      }
+      events += sse_event(finish_chunk(st.meta, st.choices[i], out, st.include_usage));
+      st.done[i] = true;
+    }
     if (!sink.is_writable()) return false;
-    if (!u.pieces.empty()) {
-      std::string events;
-      for (const std::string& piece : u.pieces)
-        events += sse_event(text_chunk(st.meta, piece, st.include_usage));
-      if (!write(sink, events)) return false;
+    if (all_done) {
+      if (st.include_usage) events += sse_event(usage_chunk(st.meta, outputs(st.channels)));
+      events += kSseDone;
+      st.finished = true;
     }
-    if (!u.done) return true;
-    const RequestOutput& out = st.channel->output();
-    std::string tail;
-    const FinishReason reason = out.result.finish_reason;
-    if (reason == FinishReason::error || reason == FinishReason::cancelled) {
-      const ApiError e = ended_error(out, st.channel->error_status());
-      metrics.record_error(e.kind());
-      tail = sse_event(e.to_json());
-    } else {
-      tail = sse_event(finish_chunk(st.meta, reason, st.include_usage));
-      if (st.include_usage) tail += sse_event(usage_chunk(st.meta, out));
+    if (!events.empty() && !write(sink, events)) return false;
+    if (st.finished) {
+      sink.done();
+      return true;
     }
-    tail += kSseDone;
-    st.finished = true;
-    if (!write(sink, tail)) return false;
-    sink.done();
+    if (!any && st.wakeup) st.wakeup->wait_after(seen, kPollInterval);
     return true;
   }
 

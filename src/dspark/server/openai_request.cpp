@@ -164,25 +164,10 @@ std::vector<std::string> parse_stop(const json& body) {
 
 // Fields of the OpenAI API that dspark does not implement: refused when they ask for something.
 void reject_unsupported(const json& body) {
-  if (auto n = int_field(body, "n", std::numeric_limits<int64_t>::min(),
-                         std::numeric_limits<int64_t>::max());
-      n && *n != 1)
-    throw bad_value("n", fmt::format("only n = 1 is supported, got {}.", *n));
   if (auto b = int_field(body, "best_of", std::numeric_limits<int64_t>::min(),
                          std::numeric_limits<int64_t>::max());
       b && *b != 1)
     throw unsupported("best_of", "only best_of = 1 is supported.");
-  for (const char* key : {"frequency_penalty", "presence_penalty"}) {
-    if (auto x = number_field(body, key); x && *x != 0)
-      throw unsupported(key, "penalties are not supported (use 0).");
-  }
-  if (const json* lp = field(body, "logprobs")) {
-    const bool wants =
-        lp->is_boolean() ? lp->get<bool>() : !lp->is_number() || lp->get<double>() != 0;
-    if (wants) throw unsupported("logprobs", "log probabilities are not supported.");
-  }
-  if (field(body, "top_logprobs"))
-    throw unsupported("top_logprobs", "log probabilities are not supported.");
   if (const json* lb = field(body, "logit_bias")) {
     if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty()) throw unsupported("logit_bias", "logit_bias is not supported.");
@@ -204,6 +189,41 @@ void reject_unsupported(const json& body) {
         tc->is_string() && (tc->get<std::string>() == "auto" || tc->get<std::string>() == "none");
     if (!plain) throw unsupported("tool_choice", "only \"auto\" and \"none\" are supported.");
   }
+}
+
+// presence_penalty, frequency_penalty (OpenAI: [-2, 2]) and repetition_penalty (vLLM: > 0).
+PenaltyParams parse_penalties(const json& body) {
+  PenaltyParams p;
+  for (const auto& [key, value] :
+       {std::pair{"presence_penalty", &p.presence}, std::pair{"frequency_penalty", &p.frequency}}) {
+    if (auto x = number_field(body, key)) {
+      if (*x < -2 || *x > 2) throw bad_value(key, fmt::format("must be in [-2, 2], got {}.", *x));
+      *value = static_cast<float>(*x);
+    }
+  }
+  if (auto x = number_field(body, "repetition_penalty")) {
+    if (!(*x > 0) || *x > 1e6)
+      throw bad_value("repetition_penalty", fmt::format("must be > 0 (1 = off), got {}.", *x));
+    p.repetition = static_cast<float>(*x);
+  }
+  return p;
+}
+
+// GenerateOptions::logprobs from chat's logprobs (bool) + top_logprobs, or completions' logprobs
+// (the number of alternatives).
+int parse_logprobs(Endpoint endpoint, const json& body) {
+  if (endpoint == Endpoint::completions) {
+    if (field(body, "top_logprobs"))
+      throw bad_value("top_logprobs",
+                      "top_logprobs is a chat completions field; completions take 'logprobs': N.");
+    const auto n = int_field(body, "logprobs", 0, kMaxTopLogprobs);
+    return n ? static_cast<int>(*n) : -1;
+  }
+  const bool wants = bool_field(body, "logprobs").value_or(false);
+  const auto top = int_field(body, "top_logprobs", 0, kMaxTopLogprobs);
+  if (top && !wants)
+    throw bad_value("top_logprobs", "'logprobs' must be true when 'top_logprobs' is given.");
+  return wants ? static_cast<int>(top.value_or(0)) : -1;
 }
 
 // A message's content: a string, or an array of {"type": "text", "text": ...} parts (the chat
@@ -461,6 +481,9 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view text, const Prom
 
   reject_unsupported(body);
   r.options.sampling = parse_sampling(body, ctx.default_sampling);
+  r.options.penalties = parse_penalties(body);
+  r.options.logprobs = parse_logprobs(endpoint, body);
+  r.n = static_cast<int>(int_field(body, "n", 1, kMaxChoices).value_or(1));
   r.options.seed = parse_seed(body);
   r.options.stop = parse_stop(body);
   r.stream = bool_field(body, "stream").value_or(false);

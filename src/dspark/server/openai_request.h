@@ -55,7 +55,8 @@ struct ParsedRequest {
   Endpoint endpoint = Endpoint::chat;
   std::string model;            // as requested (echoed in responses)
   std::vector<int32_t> prompt;  // token ids
-  GenerateOptions options;      // sampling, seed, max_tokens, EOS ids, stop strings
+  GenerateOptions options;      // sampling, penalties, logprobs, seed, max_tokens, EOS, stop
+  int n = 1;                    // choices; choice i samples with seed options.seed + i
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
@@ -64,6 +65,7 @@ struct ParsedRequest {
 inline constexpr size_t kMaxStopStrings = 16;
 inline constexpr size_t kMaxStopBytes = 1024;
 inline constexpr int kMaxJsonDepth = 64;
+inline constexpr int kMaxChoices = 16;  // n
 
 // Parses a request body. Throws ApiError.
 ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const PromptContext& ctx);

@@ -1,10 +1,14 @@
 #include "dspark/server/openai_response.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+
+#include "dspark/io/tokenizer.h"
+#include "dspark/io/utf8.h"
 
 namespace dspark::server {
 namespace {
@@ -26,8 +30,11 @@ json chunk_base(const ResponseMeta& meta, bool include_usage) {
   return j;
 }
 
-json choice(const ResponseMeta& meta, json delta_or_text, json finish_reason) {
-  json c = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", std::move(finish_reason)}};
+json choice(const ResponseMeta& meta, int index, json delta_or_text, json finish_reason,
+            json logprobs = nullptr) {
+  json c = {{"index", index},
+            {"logprobs", std::move(logprobs)},
+            {"finish_reason", std::move(finish_reason)}};
   if (meta.endpoint == Endpoint::chat) {
     c["delta"] = std::move(delta_or_text);
   } else {
@@ -63,14 +70,23 @@ json finish_reason_json(FinishReason reason) {
   }
 }
 
-json usage_json(const RequestOutput& out) {
-  const GenerateResult& r = out.result;
-  const SpecTelemetry& s = out.spec;
-  return {{"prompt_tokens", r.n_prompt},
-          {"completion_tokens", r.n_generated},
-          {"total_tokens", r.n_prompt + r.n_generated},
+json usage_json(std::span<const RequestOutput* const> outs) {
+  SpecTelemetry s;
+  int64_t completion = 0, cached = outs.empty() ? 0 : outs[0]->spec.prefix_reused;
+  for (const RequestOutput* o : outs) {
+    completion += o->result.n_generated;
+    s.drafted += o->spec.drafted;
+    s.accepted += o->spec.accepted;
+    s.rounds += o->spec.rounds;
+    s.emitted += o->spec.emitted;
+    cached = std::min(cached, o->spec.prefix_reused);
+  }
+  const int64_t prompt = outs.empty() ? 0 : outs[0]->result.n_prompt;
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion},
           // OpenAI's field for prompt tokens served from a cache (our prefix cache).
-          {"prompt_tokens_details", {{"cached_tokens", s.prefix_reused}}},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}},
           {"speculation",
            {{"drafted", s.drafted},
             {"accepted", s.accepted},
@@ -79,49 +95,137 @@ json usage_json(const RequestOutput& out) {
             {"acceptance", s.acceptance()}}}};
 }
 
-json completion_json(const ResponseMeta& meta, const RequestOutput& out) {
-  const GenerateResult& r = out.result;
-  json c = {
-      {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason_json(r.finish_reason)}};
+namespace {
+
+double clamp_logprob(float lp) {
+  return std::max(static_cast<double>(lp), -9999.0);  // also -inf -> -9999 (JSON has no -inf)
+}
+
+json bytes_json(const std::string& raw) {
+  json b = json::array();
+  for (const char c : raw) b.push_back(static_cast<unsigned char>(c));
+  return b;
+}
+
+size_t utf8_chars(const std::string& text) {
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
+}  // namespace
+
+json logprobs_json(const ResponseMeta& meta, std::span<const TokenLogprobs> entries,
+                   int64_t& text_offset) {
+  const Tokenizer& tok = *meta.logprobs_tokenizer;
+  // A token's raw bytes (a byte-level BPE token may hold part of a UTF-8 character) and its text.
+  auto raw = [&](int32_t id) { return tok.decode(std::span<const int32_t>(&id, 1)); };
   if (meta.endpoint == Endpoint::chat) {
-    c["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
-  } else {
-    c["text"] = r.text;
+    json content = json::array();
+    for (const TokenLogprobs& e : entries) {
+      const std::string bytes = raw(e.token);
+      json top = json::array();
+      for (const TokenLogprob& t : e.top) {
+        const std::string b = raw(t.token);
+        top.push_back({{"token", utf8::to_valid_lossy(b)},
+                       {"logprob", clamp_logprob(t.logprob)},
+                       {"bytes", bytes_json(b)}});
+      }
+      content.push_back({{"token", utf8::to_valid_lossy(bytes)},
+                         {"logprob", clamp_logprob(e.logprob)},
+                         {"bytes", bytes_json(bytes)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
   }
-  if (r.finish_reason == FinishReason::stop) c["stop_reason"] = r.stop_matched;
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
+  for (const TokenLogprobs& e : entries) {
+    const std::string text = utf8::to_valid_lossy(raw(e.token));
+    tokens.push_back(text);
+    token_logprobs.push_back(clamp_logprob(e.logprob));
+    // The legacy shape: the N most probable tokens and the chosen one (up to N + 1 keys).
+    json top = json::object();
+    for (const TokenLogprob& t : e.top)
+      top[utf8::to_valid_lossy(raw(t.token))] = clamp_logprob(t.logprob);
+    top[text] = clamp_logprob(e.logprob);
+    top_logprobs.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(utf8_chars(text));
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
+json completion_json(const ResponseMeta& meta, std::span<const RequestOutput* const> outs) {
+  json choices = json::array();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const GenerateResult& r = outs[i]->result;
+    json c = {{"index", i},
+              {"logprobs", nullptr},
+              {"finish_reason", finish_reason_json(r.finish_reason)}};
+    if (meta.logprobs_tokenizer) {
+      int64_t offset = 0;
+      c["logprobs"] = logprobs_json(meta, r.logprobs, offset);
+    }
+    if (meta.endpoint == Endpoint::chat) {
+      c["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
+    } else {
+      c["text"] = r.text;
+    }
+    if (r.finish_reason == FinishReason::stop) c["stop_reason"] = r.stop_matched;
+    choices.push_back(std::move(c));
+  }
   return {{"id", meta.id},
           {"object", object_name(meta.endpoint, false)},
           {"created", meta.created},
           {"model", meta.model},
           {"system_fingerprint", nullptr},
-          {"choices", json::array({std::move(c)})},
-          {"usage", usage_json(out)}};
+          {"choices", std::move(choices)},
+          {"usage", usage_json(outs)}};
 }
 
-json role_chunk(const ResponseMeta& meta, bool include_usage) {
+json role_chunk(const ResponseMeta& meta, int index, bool include_usage) {
   json j = chunk_base(meta, include_usage);
-  j["choices"] = json::array({choice(meta, {{"role", "assistant"}, {"content", ""}}, nullptr)});
+  j["choices"] =
+      json::array({choice(meta, index, {{"role", "assistant"}, {"content", ""}}, nullptr)});
   return j;
 }
 
-json text_chunk(const ResponseMeta& meta, std::string_view text, bool include_usage) {
+json text_chunk(const ResponseMeta& meta, ChoiceStream& cs, std::string_view text,
+                std::span<const TokenLogprobs> logprobs, bool include_usage) {
   json j = chunk_base(meta, include_usage);
   json body = meta.endpoint == Endpoint::chat ? json{{"content", text}} : json(text);
-  j["choices"] = json::array({choice(meta, std::move(body), nullptr)});
+  json lp = nullptr;
+  if (meta.logprobs_tokenizer) {
+    lp = logprobs_json(meta, logprobs, cs.text_offset);
+    cs.logprobs_sent += logprobs.size();
+  }
+  j["choices"] = json::array({choice(meta, cs.index, std::move(body), nullptr, std::move(lp))});
   return j;
 }
 
-json finish_chunk(const ResponseMeta& meta, FinishReason reason, bool include_usage) {
+json finish_chunk(const ResponseMeta& meta, ChoiceStream& cs, const RequestOutput& out,
+                  bool include_usage) {
   json j = chunk_base(meta, include_usage);
   json body = meta.endpoint == Endpoint::chat ? json::object() : json("");
-  j["choices"] = json::array({choice(meta, std::move(body), finish_reason_json(reason))});
+  json lp = nullptr;
+  const std::vector<TokenLogprobs>& all = out.result.logprobs;
+  if (meta.logprobs_tokenizer && cs.logprobs_sent < all.size()) {
+    lp = logprobs_json(meta, std::span(all).subspan(cs.logprobs_sent), cs.text_offset);
+    cs.logprobs_sent = all.size();
+  }
+  j["choices"] = json::array({choice(meta, cs.index, std::move(body),
+                                     finish_reason_json(out.result.finish_reason), std::move(lp))});
   return j;
 }
 
-json usage_chunk(const ResponseMeta& meta, const RequestOutput& out) {
+json usage_chunk(const ResponseMeta& meta, std::span<const RequestOutput* const> outs) {
   json j = chunk_base(meta, false);
   j["choices"] = json::array();
-  j["usage"] = usage_json(out);
+  j["usage"] = usage_json(outs);
   return j;
 }
 

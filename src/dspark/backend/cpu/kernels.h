@@ -38,6 +38,7 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
                const Tensor& weights);
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out);
+void apply_penalties(Context& ctx, const Tensor& logits, std::span<const PenaltyEntry> entries);
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);
 void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,

@@ -64,6 +64,17 @@ DeviceInfo device_info(int index) {
   return info;
 }
 
+MemoryInfo memory_info(int index) {
+  int current = 0;
+  DSPARK_CUDA_CHECK(cudaGetDevice(&current));
+  DSPARK_CUDA_CHECK(cudaSetDevice(index));
+  MemoryInfo info;
+  const cudaError_t err = cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
+  DSPARK_CUDA_CHECK(cudaSetDevice(current));
+  DSPARK_CUDA_CHECK(err);
+  return info;
+}
+
 void* malloc_device(size_t bytes) {
   void* p = nullptr;
   DSPARK_CUDA_CHECK(cudaMalloc(&p, bytes));

@@ -24,6 +24,12 @@ struct DeviceInfo {
   size_t l2_bytes = 0;
 };
 DeviceInfo device_info(int index);
+// Free and total bytes of device `index`'s memory now (cudaMemGetInfo).
+struct MemoryInfo {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+MemoryInfo memory_info(int index);
 
 void* malloc_device(size_t bytes);
 void free_device(void* ptr) noexcept;

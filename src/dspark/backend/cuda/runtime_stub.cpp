@@ -31,6 +31,9 @@ std::string device_name(int) {
 DeviceInfo device_info(int) {
   no_cuda();
 }
+MemoryInfo memory_info(int) {
+  no_cuda();
+}
 void* malloc_device(size_t) {
   no_cuda();
 }
