@@ -35,6 +35,7 @@
 
 #include "bench_common.h"
 #include "dspark/backend/cpu/kernels/quant_gemm.h"
+#include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/backend/cpu/kernels/small_m_gemm.h"
 #include "dspark/core/quant.h"
 #include "dspark/core/thread_pool.h"
@@ -201,13 +202,15 @@ class QuantBytes {
 };
 
 cpu::QuantGemmArgs quant_args(const float* x, const uint8_t* w, QuantType type, float* y, int64_t m,
-                              const WeightShape& s) {
+                              const WeightShape& s, cpu::QuantGemmIsa isa) {
   cpu::QuantGemmArgs g;
   g.x = x;
   g.x_dtype = DType::f32;
   g.ldx = s.k;
   g.w = w;
   g.quant = type;
+  // As a model loaded on the CPU holds them (the bytes are random: either layout reads them).
+  g.packed = cpu::quant_packable(type) && isa != cpu::QuantGemmIsa::portable;
   g.y = y;
   g.y_dtype = DType::f32;
   g.ldy = s.n;
@@ -220,8 +223,9 @@ cpu::QuantGemmArgs quant_args(const float* x, const uint8_t* w, QuantType type, 
 // The quantized part: per type, shape and M; then the SmolLM2-135M Q4_1 forward.
 void run_quant(const Args& a, ThreadPool& pool, const std::vector<int64_t>& ms,
                const std::vector<WeightShape>& shapes, nlohmann::json& out) {
-  const cpu::QuantGemmIsa isa =
-      a.isa == "portable" ? cpu::QuantGemmIsa::portable : cpu::quant_gemm_default_isa();
+  const cpu::QuantGemmIsa isa = a.isa == "portable" ? cpu::QuantGemmIsa::portable
+                                : a.isa == "avx2"   ? cpu::QuantGemmIsa::avx2
+                                                    : cpu::quant_gemm_default_isa();
   out["quant_isa"] = cpu::quant_gemm_isa_name(isa);
   const int64_t max_m = *std::max_element(ms.begin(), ms.end());
   std::vector<float> x(static_cast<size_t>(max_m * 8192));
@@ -250,7 +254,7 @@ void run_quant(const Args& a, ThreadPool& pool, const std::vector<int64_t>& ms,
       for (const int64_t m : ms) {
         const double t = time_calls(a.min_ms, [&](int64_t i) {
           const uint8_t* w = wpool.data() + (static_cast<size_t>(i) % windows) * wbytes;
-          cpu::quant_gemm(pool, quant_args(x.data(), w, *type, y.data(), m, s), isa);
+          cpu::quant_gemm(pool, quant_args(x.data(), w, *type, y.data(), m, s, isa), isa);
         });
         if (m == ms.front()) t1 = t;
         const double gbs = static_cast<double>(wbytes) / (t * 1e6);
@@ -311,7 +315,7 @@ void run_quant(const Args& a, ThreadPool& pool, const std::vector<int64_t>& ms,
       const double t = time_calls(a.min_ms * 3, [&](int64_t) {
         for (size_t i = 0; i < all.size(); ++i)
           cpu::quant_gemm(
-              pool, quant_args(x.data(), ws[i]->data(), all[i].t, y.data(), m, all[i].s), isa);
+              pool, quant_args(x.data(), ws[i]->data(), all[i].t, y.data(), m, all[i].s, isa), isa);
       });
       if (m == ms.front()) t1 = t;
       frows.push_back({std::to_string(m), fmt::format("{:.3f}", t),
@@ -514,7 +518,8 @@ int main(int argc, char** argv) {
   CLI::App app{"CPU small-M matrix product vs OpenBLAS"};
   app.add_option("--m", a.m_list, "input rows, comma-separated");
   app.add_option("--shapes", a.shapes, "weight shapes NxK, comma-separated");
-  app.add_option("--isa", a.isa, "automatic | portable");
+  app.add_option("--isa", a.isa,
+                 "automatic | portable | avx2 (avx2: the quantized products without AVX-512)");
   app.add_option("--w-dtype", a.w_dtype, "f32 | bf16 (bf16: ours only)");
   app.add_option("--pool-mb", a.pool_mb, "weight pool rotated through (MB)")
       ->check(CLI::Range(1, 8192));

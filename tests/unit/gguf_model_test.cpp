@@ -8,8 +8,10 @@
 //     last-position logits of 3 prompts vs transformers loading the same GGUF (torch f32, CPU;
 //     tests/data/gguf/smollm2_logits_golden.safetensors from tools/gguf/make_fixtures.py), on the
 //     64 largest logits + 2048 fixed random ids, the same argmax, and rel RMS <= 1e-4 with the
-//     weights dequantized at load, <= 8e-2 with the blocks kept (the 8-bit rounding of the
-//     activations in every product compounds over 30 layers: 1.3-4.8% measured).
+//     weights dequantized at load, <= 1.2e-1 with the blocks kept (the 8-bit rounding of the
+//     activations in every product compounds over 30 layers; the figure swings with rounding-
+//     level changes of the products: 1.3-4.8% with 8-lane f32 sums per weight row, 2.2-9.3% with
+//     one f32 sum per row, 2.1-7.0% with the same products summed in double).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -291,7 +293,7 @@ TEST(GgufModel, SmolLM2LogitsMatchTransformers) {
   for (const bool native : {false, true}) {
     auto model = native ? create_model(config, weights, Device::cpu(), DType::f32)
                         : create_model(config, dequantized, Device::cpu(), DType::f32);
-    check_smollm2_logits(*model, ctx, native ? 8e-2 : 1e-4, native ? "blocks" : "dequantized");
+    check_smollm2_logits(*model, ctx, native ? 1.2e-1 : 1e-4, native ? "blocks" : "dequantized");
   }
 }
 

@@ -5,9 +5,13 @@
 //    M in {1, 2, 3, 5, 8, 17, 33, 70}, odd N, K of several blocks, x f32 / bf16 / f16, y f32 /
 //    bf16, with and without bias, strided x and y (the padding is left alone);
 //  - batch invariance: row r of an M-row call is bitwise equal to the 1-row call on that row, for
-//    every M, on every ISA this CPU runs, whatever the thread count; the portable and AVX2 paths
-//    give the same bits; every M from 1 to 17 (each tile of x rows the AVX2 kernels pick: 1, 2-3,
-//    4, 5-8 rows and their remainders) at K with full and partial groups of 8 blocks;
+//    every M, on every ISA this CPU runs (portable, AVX2, AVX-512 VNNI), whatever the thread count,
+//    in either weight layout of Q4_0 / Q4_1 / Q8_0 (plain, 8 rows interleaved: N = 37 has 4
+//    groups and 5 plain rows); every path gives the same bits; every M from 1 to 17 (each tile
+//    of x rows the kernels pick and their remainders) at K with full and partial groups of 8
+//    blocks;
+//  - linear and gather_rows through the ops with WeightFormat::blocks_x8 weights;
+//  - the interleaved layout round trip (pack, then unpack every row);
 //  - rows of zeros, of tiny values and with a non-finite value;
 //  - gather_rows of a quantized table: the rows of dequantize_blocks.
 // Weights are random blocks: random quant bits, finite f16 scales of realistic size.
@@ -23,6 +27,7 @@
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
 #include "dspark/backend/cpu/kernels/quant_gemm.h"
+#include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/core/quant.h"
 #include "dspark/core/thread_pool.h"
 #include "dspark/ops/embedding.h"
@@ -38,9 +43,26 @@ constexpr int64_t kMs[] = {1, 2, 3, 5, 8, 17, 33, 70};
 constexpr int64_t kMaxM = 70;
 constexpr int64_t kN = 37;
 
-std::vector<QuantGemmIsa> isas() {
-  std::vector<QuantGemmIsa> v = {QuantGemmIsa::portable};
-  if (cpu::quant_gemm_has_avx2()) v.push_back(QuantGemmIsa::avx2);
+// An ISA and a weight layout (packed: quant_pack.h's interleaved rows).
+struct Variant {
+  QuantGemmIsa isa;
+  bool packed;
+};
+
+std::string variant_name(const Variant& v) {
+  return fmt::format("{}{}", cpu::quant_gemm_isa_name(v.isa), v.packed ? " packed" : "");
+}
+
+// Every ISA this CPU runs, each with the plain layout and (Q4_0, Q4_1, Q8_0) the interleaved one.
+std::vector<Variant> variants(QuantType type) {
+  std::vector<QuantGemmIsa> isas = {QuantGemmIsa::portable};
+  if (cpu::quant_gemm_has_avx2()) isas.push_back(QuantGemmIsa::avx2);
+  if (cpu::quant_gemm_has_avx512()) isas.push_back(QuantGemmIsa::avx512);
+  std::vector<Variant> v;
+  for (const QuantGemmIsa isa : isas) {
+    v.push_back({isa, false});
+    if (cpu::quant_packable(type)) v.push_back({isa, true});
+  }
   return v;
 }
 
@@ -105,9 +127,17 @@ std::vector<float> dequantized(QuantType type, const std::vector<uint8_t>& w, in
   return out;
 }
 
-WeightMatrix weight_matrix(QuantType type, const OwnedTensor& data, int64_t n, int64_t k) {
+std::vector<uint8_t> packed_copy(QuantType type, const std::vector<uint8_t>& w, int64_t n,
+                                 int64_t k) {
+  std::vector<uint8_t> out(w.size());
+  cpu::pack_rows_x8(type, w.data(), n, k, out.data());
+  return out;
+}
+
+WeightMatrix weight_matrix(QuantType type, const OwnedTensor& data, int64_t n, int64_t k,
+                           WeightFormat format = WeightFormat::blocks) {
   WeightMatrix wm;
-  wm.format = WeightFormat::blocks;
+  wm.format = format;
   wm.quant = type;
   wm.data = data.view();
   wm.n = n;
@@ -134,16 +164,19 @@ std::vector<float> reference(const std::vector<float>& x, const std::vector<floa
   return y;
 }
 
-// y [m, n] f32 = quant_gemm(x rows [row0, row0 + m)) on `pool`.
-std::vector<float> run_kernel(ThreadPool& pool, QuantGemmIsa isa, QuantType type,
+// y [m, n] f32 = quant_gemm(x rows [row0, row0 + m)) on `pool`; w plain (re-laid here for a
+// packed variant).
+std::vector<float> run_kernel(ThreadPool& pool, Variant v, QuantType type,
                               const std::vector<uint8_t>& w, const std::vector<float>& x,
                               int64_t row0, int64_t m, int64_t k, const float* bias = nullptr) {
   std::vector<float> y(static_cast<size_t>(m * kN), -1.0f);
+  const std::vector<uint8_t> wp = v.packed ? packed_copy(type, w, kN, k) : std::vector<uint8_t>{};
   QuantGemmArgs a;
   a.x = x.data() + row0 * k;
   a.x_dtype = DType::f32;
   a.ldx = k;
-  a.w = w.data();
+  a.w = v.packed ? wp.data() : w.data();
+  a.packed = v.packed;
   a.quant = type;
   a.bias = bias;
   a.y = y.data();
@@ -152,8 +185,14 @@ std::vector<float> run_kernel(ThreadPool& pool, QuantGemmIsa isa, QuantType type
   a.m = m;
   a.n = kN;
   a.k = k;
-  cpu::quant_gemm(pool, a, isa);
+  cpu::quant_gemm(pool, a, v.isa);
   return y;
+}
+
+// The weight formats linear() takes for `type` on the CPU.
+std::vector<WeightFormat> formats(QuantType type) {
+  if (!cpu::quant_packable(type)) return {WeightFormat::blocks};
+  return {WeightFormat::blocks, WeightFormat::blocks_x8};
 }
 
 std::string type_name(const ::testing::TestParamInfo<QuantType>& p) {
@@ -167,40 +206,44 @@ TEST_P(QuantLinear, MatchesTheDequantizedProduct) {
   const int64_t k = k_for(type);
   Context ctx(Device::cpu());
   const std::vector<uint8_t> wbytes = random_weights(type, kN, k, 7);
-  const OwnedTensor wt = u8_tensor(wbytes, kN);
-  const WeightMatrix wm = weight_matrix(type, wt, kN, k);
   const std::vector<float> wf = dequantized(type, wbytes, kN, k);
-  struct Dtypes {
-    DType x, y;
-    bool bias;
-  };
-  const Dtypes combos[] = {{DType::f32, DType::f32, true},
-                           {DType::bf16, DType::bf16, false},
-                           {DType::f16, DType::f32, true},
-                           {DType::bf16, DType::f32, true}};
-  for (const Dtypes& c : combos) {
-    for (const int64_t m : kMs) {
-      SCOPED_TRACE(fmt::format("{} M={} N={} K={} x={} y={} bias={}", quant_type_name(type), m, kN,
-                               k, dtype_name(c.x), dtype_name(c.y), c.bias));
-      OwnedTensor x_buf = test::random_tensor(c.x, Shape{m, k + 3}, 100 + static_cast<int>(m));
-      const Tensor x = x_buf.view().slice(1, 0, k);
-      OwnedTensor bias_t;
-      Tensor bias;
-      if (c.bias) {
-        bias_t = test::random_tensor(DType::f32, Shape{kN}, 5, 0.1f);
-        bias = bias_t.view();
+  for (const WeightFormat format : formats(type)) {
+    const bool packed = format == WeightFormat::blocks_x8;
+    const OwnedTensor wt = u8_tensor(packed ? packed_copy(type, wbytes, kN, k) : wbytes, kN);
+    const WeightMatrix wm = weight_matrix(type, wt, kN, k, format);
+    struct Dtypes {
+      DType x, y;
+      bool bias;
+    };
+    const Dtypes combos[] = {{DType::f32, DType::f32, true},
+                             {DType::bf16, DType::bf16, false},
+                             {DType::f16, DType::f32, true},
+                             {DType::bf16, DType::f32, true}};
+    for (const Dtypes& c : combos) {
+      for (const int64_t m : kMs) {
+        SCOPED_TRACE(fmt::format("{} M={} N={} K={} x={} y={} bias={} packed={}",
+                                 quant_type_name(type), m, kN, k, dtype_name(c.x), dtype_name(c.y),
+                                 c.bias, packed));
+        OwnedTensor x_buf = test::random_tensor(c.x, Shape{m, k + 3}, 100 + static_cast<int>(m));
+        const Tensor x = x_buf.view().slice(1, 0, k);
+        OwnedTensor bias_t;
+        Tensor bias;
+        if (c.bias) {
+          bias_t = test::random_tensor(DType::f32, Shape{kN}, 5, 0.1f);
+          bias = bias_t.view();
+        }
+        OwnedTensor y_buf = OwnedTensor::zeros(c.y, Shape{m, kN + 5}, Device::cpu());
+        const Tensor y = y_buf.view().slice(1, 0, kN);
+        linear(ctx, x, wm, bias, y);
+        const std::vector<float> want = reference(
+            to_f32_vector(x), wf, c.bias ? to_f32_vector(bias) : std::vector<float>{}, m, kN, k);
+        const double err = test::relative_rms_error(to_f32_vector(y), want);
+        EXPECT_LE(err, 1e-2);
+        EXPECT_GT(err, 0.0);  // x really is rounded to 8 bits
+        const std::vector<float> full = to_f32_vector(y_buf);
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t j = kN; j < kN + 5; ++j) ASSERT_EQ(full[r * (kN + 5) + j], 0.0f);
       }
-      OwnedTensor y_buf = OwnedTensor::zeros(c.y, Shape{m, kN + 5}, Device::cpu());
-      const Tensor y = y_buf.view().slice(1, 0, kN);
-      linear(ctx, x, wm, bias, y);
-      const std::vector<float> want = reference(
-          to_f32_vector(x), wf, c.bias ? to_f32_vector(bias) : std::vector<float>{}, m, kN, k);
-      const double err = test::relative_rms_error(to_f32_vector(y), want);
-      EXPECT_LE(err, 1e-2);
-      EXPECT_GT(err, 0.0);  // x really is rounded to 8 bits
-      const std::vector<float> full = to_f32_vector(y_buf);
-      for (int64_t r = 0; r < m; ++r)
-        for (int64_t j = kN; j < kN + 5; ++j) ASSERT_EQ(full[r * (kN + 5) + j], 0.0f);
     }
   }
 }
@@ -213,8 +256,8 @@ TEST_P(QuantLinear, BatchInvariantOnEveryIsaAndThreadCount) {
   const std::vector<float> bias = test::random_normal(kN, 13, 0.1f);
   ThreadPool pool1(1), pool2(2), pool3(3);
   std::vector<float> first_isa;
-  for (const QuantGemmIsa isa : isas()) {
-    SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), cpu::quant_gemm_isa_name(isa)));
+  for (const Variant isa : variants(type)) {
+    SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), variant_name(isa)));
     // The 1-row results of every row.
     std::vector<float> ones(static_cast<size_t>(kMaxM * kN));
     for (int64_t r = 0; r < kMaxM; ++r) {
@@ -235,7 +278,7 @@ TEST_P(QuantLinear, BatchInvariantOnEveryIsaAndThreadCount) {
       first_isa = ones;
     } else {
       EXPECT_EQ(std::memcmp(first_isa.data(), ones.data(), ones.size() * sizeof(float)), 0)
-          << "portable and avx2 differ";
+          << "differs from the portable path";
     }
   }
 }
@@ -251,9 +294,9 @@ TEST_P(QuantLinear, EveryRowCountUpTo17MatchesOneRowBitForBit) {
   for (const int64_t k : ks) {
     const std::vector<uint8_t> w = random_weights(type, kN, k, 51);
     const std::vector<float> x = test::random_normal(static_cast<size_t>(kRows * k), 52);
-    for (const QuantGemmIsa isa : isas()) {
-      SCOPED_TRACE(
-          fmt::format("{} K={} isa={}", quant_type_name(type), k, cpu::quant_gemm_isa_name(isa)));
+    std::vector<float> first;
+    for (const Variant isa : variants(type)) {
+      SCOPED_TRACE(fmt::format("{} K={} isa={}", quant_type_name(type), k, variant_name(isa)));
       std::vector<float> ones(static_cast<size_t>(kRows * kN));
       for (int64_t r = 0; r < kRows; ++r) {
         const std::vector<float> y = run_kernel(pool, isa, type, w, x, r, 1, k);
@@ -265,6 +308,9 @@ TEST_P(QuantLinear, EveryRowCountUpTo17MatchesOneRowBitForBit) {
           ASSERT_EQ(std::memcmp(y.data(), ones.data() + row0 * kN, y.size() * sizeof(float)), 0)
               << "M=" << m << " row0=" << row0;
         }
+      if (first.empty()) first = ones;
+      EXPECT_EQ(std::memcmp(first.data(), ones.data(), ones.size() * sizeof(float)), 0)
+          << "differs from the portable path";
     }
   }
 }
@@ -274,19 +320,23 @@ TEST_P(QuantLinear, BatchInvariantThroughTheOp) {
   const int64_t k = k_for(type);
   Context ctx(Device::cpu());
   const std::vector<uint8_t> wbytes = random_weights(type, kN, k, 21);
-  const OwnedTensor wt = u8_tensor(wbytes, kN);
-  const WeightMatrix wm = weight_matrix(type, wt, kN, k);
-  const int64_t m = 17;
-  OwnedTensor x = test::random_tensor(DType::bf16, Shape{m, k}, 22);
-  OwnedTensor bias = test::random_tensor(DType::bf16, Shape{kN}, 23, 0.1f);
-  OwnedTensor y = OwnedTensor::zeros(DType::bf16, Shape{m, kN}, Device::cpu());
-  linear(ctx, x.view(), wm, bias.view(), y.view());
-  OwnedTensor y1 = OwnedTensor::zeros(DType::bf16, Shape{1, kN}, Device::cpu());
-  for (int64_t r = 0; r < m; ++r) {
-    linear(ctx, x.view().slice(0, r, r + 1), wm, bias.view(), y1.view());
-    ASSERT_EQ(
-        std::memcmp(y1.view().data(), y.view().slice(0, r, r + 1).data(), kN * sizeof(uint16_t)), 0)
-        << "row " << r;
+  for (const WeightFormat format : formats(type)) {
+    const bool packed = format == WeightFormat::blocks_x8;
+    const OwnedTensor wt = u8_tensor(packed ? packed_copy(type, wbytes, kN, k) : wbytes, kN);
+    const WeightMatrix wm = weight_matrix(type, wt, kN, k, format);
+    const int64_t m = 17;
+    OwnedTensor x = test::random_tensor(DType::bf16, Shape{m, k}, 22);
+    OwnedTensor bias = test::random_tensor(DType::bf16, Shape{kN}, 23, 0.1f);
+    OwnedTensor y = OwnedTensor::zeros(DType::bf16, Shape{m, kN}, Device::cpu());
+    linear(ctx, x.view(), wm, bias.view(), y.view());
+    OwnedTensor y1 = OwnedTensor::zeros(DType::bf16, Shape{1, kN}, Device::cpu());
+    for (int64_t r = 0; r < m; ++r) {
+      linear(ctx, x.view().slice(0, r, r + 1), wm, bias.view(), y1.view());
+      ASSERT_EQ(
+          std::memcmp(y1.view().data(), y.view().slice(0, r, r + 1).data(), kN * sizeof(uint16_t)),
+          0)
+          << "row " << r << " packed " << packed;
+    }
   }
 }
 
@@ -300,8 +350,8 @@ TEST_P(QuantLinear, ZeroTinyAndNonFiniteRows) {
   for (int64_t i = 0; i < k; ++i) x[k + i] *= 1e-32f;     // row 1: tiny (rounds to zeros)
   x[2 * k + 5] = std::numeric_limits<float>::infinity();  // row 2: one inf
   ThreadPool pool(2);
-  for (const QuantGemmIsa isa : isas()) {
-    SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), cpu::quant_gemm_isa_name(isa)));
+  for (const Variant isa : variants(type)) {
+    SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), variant_name(isa)));
     for (const int64_t m : {4, 8}) {
       const std::vector<float> y = run_kernel(pool, isa, type, w, x, 0, m, k);
       for (int64_t j = 0; j < kN; ++j) {
@@ -319,22 +369,40 @@ TEST_P(QuantLinear, GatherRowsDequantizes) {
   const int64_t k = k_for(type);
   Context ctx(Device::cpu());
   const std::vector<uint8_t> wbytes = random_weights(type, kN, k, 41);
-  const OwnedTensor wt = u8_tensor(wbytes, kN);
-  const WeightMatrix wm = weight_matrix(type, wt, kN, k);
   const std::vector<float> wf = dequantized(type, wbytes, kN, k);
-  const std::vector<int32_t> ids = {0, 36, 5, 5, 17};
-  const OwnedTensor id_t = OwnedTensor::from_vector(ids, Shape{5}, Device::cpu());
-  for (const DType dt : {DType::f32, DType::bf16}) {
-    OwnedTensor out_buf = OwnedTensor::zeros(dt, Shape{5, k + 3}, Device::cpu());
-    const Tensor out = out_buf.view().slice(1, 0, k);
-    gather_rows(ctx, wm, id_t.view(), out);
-    const std::vector<float> got = to_f32_vector(out);
-    for (size_t i = 0; i < ids.size(); ++i)
-      for (int64_t c = 0; c < k; ++c) {
-        float want = wf[static_cast<size_t>(ids[i] * k + c)];
-        if (dt == DType::bf16) want = bf16_to_f32(f32_to_bf16(want));
-        ASSERT_EQ(got[i * k + c], want) << dtype_name(dt) << " id " << ids[i] << " col " << c;
-      }
+  for (const WeightFormat format : formats(type)) {
+    const bool packed = format == WeightFormat::blocks_x8;
+    const OwnedTensor wt = u8_tensor(packed ? packed_copy(type, wbytes, kN, k) : wbytes, kN);
+    const WeightMatrix wm = weight_matrix(type, wt, kN, k, format);
+    const std::vector<int32_t> ids = {0, 36, 5, 5, 17};
+    const OwnedTensor id_t = OwnedTensor::from_vector(ids, Shape{5}, Device::cpu());
+    for (const DType dt : {DType::f32, DType::bf16}) {
+      OwnedTensor out_buf = OwnedTensor::zeros(dt, Shape{5, k + 3}, Device::cpu());
+      const Tensor out = out_buf.view().slice(1, 0, k);
+      gather_rows(ctx, wm, id_t.view(), out);
+      const std::vector<float> got = to_f32_vector(out);
+      for (size_t i = 0; i < ids.size(); ++i)
+        for (int64_t c = 0; c < k; ++c) {
+          float want = wf[static_cast<size_t>(ids[i] * k + c)];
+          if (dt == DType::bf16) want = bf16_to_f32(f32_to_bf16(want));
+          ASSERT_EQ(got[i * k + c], want)
+              << dtype_name(dt) << " id " << ids[i] << " col " << c << " packed " << packed;
+        }
+    }
+  }
+}
+
+TEST_P(QuantLinear, InterleavedLayoutRoundTrips) {
+  const QuantType type = GetParam();
+  if (!cpu::quant_packable(type)) GTEST_SKIP() << "no interleaved layout";
+  const int64_t k = k_for(type), row_bytes = quant_row_bytes(type, k);
+  const std::vector<uint8_t> w = random_weights(type, kN, k, 61);
+  const std::vector<uint8_t> packed = packed_copy(type, w, kN, k);
+  EXPECT_NE(std::memcmp(packed.data(), w.data(), 8 * static_cast<size_t>(row_bytes)), 0);
+  std::vector<uint8_t> row(static_cast<size_t>(row_bytes));
+  for (int64_t r = 0; r < kN; ++r) {
+    cpu::unpack_row_x8(type, packed.data(), kN, k, r, row.data());
+    ASSERT_EQ(std::memcmp(row.data(), w.data() + r * row_bytes, row.size()), 0) << "row " << r;
   }
 }
 

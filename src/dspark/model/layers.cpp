@@ -180,9 +180,18 @@ QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) con
       std::memcpy(dst, views[p].blocks.data(), bytes);
       dst += bytes;
     }
+    // The rows as the device reads them best (the CPU: groups of 8 rows interleaved).
+    const WeightFormat format = preferred_block_format(device_, views[i].quant);
+    if (format != WeightFormat::blocks) {
+      OwnedTensor relaid(DType::u8, Shape{rows, row_bytes}, Device::cpu());
+      relayout_blocks(views[i].quant, rows, views[i].k,
+                      static_cast<const uint8_t*>(host.view().data()), format,
+                      static_cast<uint8_t*>(relaid.view().data()));
+      host = std::move(relaid);
+    }
     QuantizedWeight::Part part;
     part.blocks = device_.is_cpu() ? std::move(host) : OwnedTensor::copy_of(host.view(), device_);
-    part.w.format = WeightFormat::blocks;
+    part.w.format = format;
     part.w.quant = views[i].quant;
     part.w.data = part.blocks.view();
     part.w.n = rows;
@@ -376,6 +385,9 @@ void project_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
     const int64_t lo = std::max(begin, p.row0), hi = std::min(end, p.row0 + p.w.n);
     if (lo >= hi) continue;
     WeightMatrix part = p.w;
+    DSPARK_CHECK(p.w.format != WeightFormat::blocks_x8 ||
+                     ((lo - p.row0) % 8 == 0 && ((hi - p.row0) % 8 == 0 || hi == p.row0 + p.w.n)),
+                 "project_rows: rows [{}, {}) split a group of 8 interleaved rows", lo, hi);
     part.data = p.w.data.rows(lo - p.row0, hi - p.row0);
     part.n = hi - lo;
     if (part.format == WeightFormat::fp8_blocks) {

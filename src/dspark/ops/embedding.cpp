@@ -38,7 +38,7 @@ void gather_rows(Context& ctx, const WeightMatrix& table, const Tensor& ids, con
   if (!table.quantized()) return gather_rows(ctx, table.data, ids, out);
   constexpr const char* kOp = "gather_rows";
   check_weight_matrix(ctx, kOp, "table", table);
-  DSPARK_CHECK_KIND(unsupported, table.format == WeightFormat::blocks,
+  DSPARK_CHECK_KIND(unsupported, table.format != WeightFormat::fp8_blocks,
                     "{}: tables of FP8 blocks are not supported (load them dequantized)", kOp);
   check_vector(kOp, "ids", ids, DType::i32, -1);
   const int64_t n = ids.size(0);

@@ -1,7 +1,11 @@
 // Argument checks and device dispatch of linear (contract: ops/matmul.h).
 #include "dspark/ops/matmul.h"
 
+#include <cstring>
+
 #include "dspark/backend/cpu/kernels.h"
+#include "dspark/backend/cpu/kernels/quant_gemm.h"
+#include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/ops/dispatch.h"
 #include "dspark/ops/op_checks.h"
@@ -112,6 +116,23 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
     DSPARK_ON_CUDA(cuda::linear(ctx, x, w, bias, y));
   } else {
     cpu::linear(ctx, x, w, bias, y);
+  }
+}
+
+WeightFormat preferred_block_format(Device device, QuantType quant) {
+  const bool x8 = !device.is_cuda() && cpu::quant_packable(quant) &&
+                  cpu::quant_gemm_default_isa() != cpu::QuantGemmIsa::portable;
+  return x8 ? WeightFormat::blocks_x8 : WeightFormat::blocks;
+}
+
+void relayout_blocks(QuantType quant, int64_t n, int64_t k, const uint8_t* src, WeightFormat format,
+                     uint8_t* dst) {
+  DSPARK_CHECK(format == WeightFormat::blocks || format == WeightFormat::blocks_x8,
+               "relayout_blocks: not a block format");
+  if (format == WeightFormat::blocks) {
+    std::memcpy(dst, src, static_cast<size_t>(n * quant_row_bytes(quant, k)));
+  } else {
+    cpu::pack_rows_x8(quant, src, n, k, dst);
   }
 }
 

@@ -31,4 +31,14 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
             const Tensor& y);
 
+// The layout of `quant` blocks that linear() and gather_rows() read fastest on `device`:
+// WeightFormat::blocks_x8 for Q4_0 / Q4_1 / Q8_0 on a CPU with the AVX2 kernels (8 rows
+// interleaved, backend/cpu/kernels/quant_pack.h), else WeightFormat::blocks.
+WeightFormat preferred_block_format(Device device, QuantType quant);
+
+// n rows of k values of `quant` blocks from the plain layout (WeightFormat::blocks) at src into
+// `format` at dst (host memory, the same number of bytes; they must not overlap).
+void relayout_blocks(QuantType quant, int64_t n, int64_t k, const uint8_t* src, WeightFormat format,
+                     uint8_t* dst);
+
 }  // namespace dspark

@@ -80,9 +80,10 @@ inline Tensor as_rows(const char* op, const char* name, const Tensor& t) {
   return Tensor(t.data(), t.dtype(), Shape{rows, cols}, Shape{row_stride, 1}, t.device());
 }
 
-// A quantized weight matrix on ctx's device: WeightFormat::blocks, data u8 [n, row bytes of k]
-// contiguous, k a multiple of the block's values; or WeightFormat::fp8_blocks, data u8 [n, k]
-// contiguous and scales f32 [ceil(n / block_n), ceil(k / block_k)] contiguous.
+// A quantized weight matrix on ctx's device: WeightFormat::blocks (or blocks_x8 on the CPU), data
+// u8 [n, row bytes of k] contiguous, k a multiple of the block's values; or
+// WeightFormat::fp8_blocks, data u8 [n, k] contiguous and scales f32 [ceil(n / block_n), ceil(k /
+// block_k)] contiguous.
 inline void check_weight_matrix(const Context& ctx, const char* op, const char* name,
                                 const WeightMatrix& w) {
   check_rank(op, name, w.data, 2);
@@ -100,7 +101,13 @@ inline void check_weight_matrix(const Context& ctx, const char* op, const char* 
     check_on_device(op, "scales", w.scales, ctx);
     return;
   }
-  DSPARK_CHECK(w.format == WeightFormat::blocks, "{}: {} has an unknown weight format", op, name);
+  DSPARK_CHECK(w.format == WeightFormat::blocks || w.format == WeightFormat::blocks_x8,
+               "{}: {} has an unknown weight format", op, name);
+  DSPARK_CHECK_KIND(unsupported, w.format != WeightFormat::blocks_x8 || !ctx.is_cuda(),
+                    "{}: {} is in the CPU's interleaved layout", op, name);
+  DSPARK_CHECK(w.format != WeightFormat::blocks_x8 || w.quant == QuantType::q4_0 ||
+                   w.quant == QuantType::q4_1 || w.quant == QuantType::q8_0,
+               "{}: {} of {} cannot be interleaved", op, name, quant_type_name(w.quant));
   const QuantBlock b = quant_block(w.quant);
   DSPARK_CHECK(w.n >= 0 && w.k >= 0 && w.k % b.elements == 0,
                "{}: {} [{}, {}] of {} blocks: the row length must be a multiple of {}", op, name,

@@ -20,7 +20,7 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
                   const Tensor& out, const RmsNormParams& params);
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
-// linear with block-quantized weights (WeightFormat::blocks; ops/matmul.h).
+// linear with block-quantized weights (WeightFormat::blocks or blocks_x8; ops/matmul.h).
 void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                    const Tensor& y);
 // linear with FP8 block-scaled weights (WeightFormat::fp8_blocks; ops/matmul.h).

@@ -6,6 +6,8 @@
 // 32 times), with an online-softmax rescale per lane and chunk and f32 accumulators.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "dspark/backend/cpu/float_io.h"
@@ -47,69 +49,143 @@ struct Lanes {
   int64_t* hi = nullptr;
 };
 
-// The hot loops are compiled twice where GCC can (target_clones: baseline x86-64 and Haswell,
-// picked at load time by the CPU): AVX2 runs the same arithmetic in wider registers (no
-// reassociation, no FMA contraction under -std=c++20), so the results are bitwise those of the
+// The hot loops are compiled twice where GCC can (target_clones: baseline x86-64 and AVX2, picked
+// at load time by the CPU's features; "arch=haswell" would match Intel Haswell-family models
+// only, so AMD CPUs ran the baseline clone): AVX2 runs the same arithmetic in wider registers (no
+// reassociation; FMA is not enabled, so no contraction), so the results are bitwise those of the
 // baseline build.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__)
-#define DSPARK_AVX2_CLONES __attribute__((target_clones("default", "arch=haswell")))
+#define DSPARK_AVX2_CLONES __attribute__((target_clones("default", "avx2")))
 #else
 #define DSPARK_AVX2_CLONES
 #endif
 
-// Scores of keys [j0, j0 + c) (rows of kbuf) for every lane, then the lane's online-softmax step:
-// its running max / sum are rescaled and scores[a] becomes the chunk's weights (0 where masked).
+// The score of lane a against key jj, from its scaled query and key (dot_f32's arithmetic), or
+// -inf where the key is masked; then the lane's online-softmax step over the chunk: its running
+// max / sum are rescaled and scores[a] becomes the chunk's weights (0 where masked).
 DSPARK_AVX2_CLONES
-void score_chunk(const Lanes& ln, int64_t j0, int64_t c, const float* kbuf, float softcap) {
+void softmax_step(const Lanes& ln, int64_t a, int64_t c, float softcap) {
+  const int64_t d = ln.head_dim;
+  float* s = ln.scores + a * kKeyChunk;
+  float chunk_max = -INFINITY;
+  for (int64_t jj = 0; jj < c; ++jj) {
+    if (s[jj] == -INFINITY) continue;
+    if (softcap > 0.0f) s[jj] = softcap * std::tanh(s[jj] / softcap);
+    chunk_max = std::max(chunk_max, s[jj]);
+  }
+  if (chunk_max == -INFINITY) {  // the lane sees nothing in this chunk
+    std::fill(s, s + c, 0.0f);
+    return;
+  }
+  const float new_max = std::max(ln.m[a], chunk_max);
+  const float correction = std::exp(ln.m[a] - new_max);  // 0 on the lane's first chunk
+  float* o = ln.acc + a * d;
+  if (correction != 1.0f) {
+    ln.l[a] *= correction;
+    for (int64_t i = 0; i < d; ++i) o[i] *= correction;
+  }
+  for (int64_t jj = 0; jj < c; ++jj) {
+    s[jj] = std::exp(s[jj] - new_max);  // masked: exp(-inf) = 0
+    ln.l[a] += s[jj];
+  }
+  ln.m[a] = new_max;
+}
+
+// Scores of keys [j0, j0 + c) for every lane, key jj at krow[jj] (f32), one dot_f32 each: the
+// way for few lanes (decode: one query per task).
+DSPARK_AVX2_CLONES
+void score_rows(const Lanes& ln, int64_t j0, int64_t c, const float* const* krow) {
   const int64_t d = ln.head_dim;
   for (int64_t a = 0; a < ln.n; ++a) {
     float* s = ln.scores + a * kKeyChunk;
-    float chunk_max = -INFINITY;
     for (int64_t jj = 0; jj < c; ++jj) {
       const int64_t j = j0 + jj;
-      float v = -INFINITY;
-      if (j >= ln.lo[a] && j < ln.hi[a]) {
-        v = dot_f32(ln.q + a * d, kbuf + jj * d, d);
-        if (softcap > 0.0f) v = softcap * std::tanh(v / softcap);
-        chunk_max = std::max(chunk_max, v);
-      }
-      s[jj] = v;
+      s[jj] = j >= ln.lo[a] && j < ln.hi[a] ? dot_f32(ln.q + a * d, krow[jj], d) : -INFINITY;
     }
-    if (chunk_max == -INFINITY) {  // the lane sees nothing in this chunk
-      std::fill(s, s + c, 0.0f);
-      continue;
-    }
-    const float new_max = std::max(ln.m[a], chunk_max);
-    const float correction = std::exp(ln.m[a] - new_max);  // 0 on the lane's first chunk
-    float* o = ln.acc + a * d;
-    if (correction != 1.0f) {
-      ln.l[a] *= correction;
-      for (int64_t i = 0; i < d; ++i) o[i] *= correction;
-    }
-    for (int64_t jj = 0; jj < c; ++jj) {
-      s[jj] = std::exp(s[jj] - new_max);  // masked: exp(-inf) = 0
-      ln.l[a] += s[jj];
-    }
-    ln.m[a] = new_max;
   }
 }
 
-// acc[a] += sum_jj weight[a][jj] * V[jj], keys in increasing order for every lane.
+// The same scores from the chunk's keys transposed (kt[i * kKeyChunk + jj] = value i of key jj,
+// d a multiple of 16): the same products and sums as dot_f32 (partial sums of the values i with
+// i % 16 = l, in increasing i, then the same tree), 8 keys at a time in the vector lanes, so no
+// horizontal sums: the way for many lanes (a verify's queries share each transposed chunk).
 DSPARK_AVX2_CLONES
-void accumulate_chunk(const Lanes& ln, int64_t c, const float* vbuf) {
+void score_transposed(const Lanes& ln, int64_t j0, int64_t c, const float* kt) {
+  typedef float V8 __attribute__((vector_size(32)));
+  const int64_t d = ln.head_dim;
+  for (int64_t a = 0; a < ln.n; ++a) {
+    float* s = ln.scores + a * kKeyChunk;
+    const float* q = ln.q + a * d;
+    for (int64_t k0 = 0; k0 < c; k0 += 8) {
+      // lo[l] / hi[l]: the partial sums l and l + 8 of 8 keys.
+      V8 lo[8] = {}, hi[8] = {};
+      for (int64_t i0 = 0; i0 < d; i0 += 16) {
+        for (int l = 0; l < 8; ++l) {
+          V8 k;
+          std::memcpy(&k, kt + (i0 + l) * kKeyChunk + k0, sizeof(k));
+          lo[l] += q[i0 + l] * k;
+        }
+        for (int l = 0; l < 8; ++l) {
+          V8 k;
+          std::memcpy(&k, kt + (i0 + 8 + l) * kKeyChunk + k0, sizeof(k));
+          hi[l] += q[i0 + 8 + l] * k;
+        }
+      }
+      for (int l = 0; l < 8; ++l) lo[l] += hi[l];
+      for (int w = 4; w > 0; w /= 2)
+        for (int l = 0; l < w; ++l) lo[l] += lo[l + w];
+      const int64_t n = std::min<int64_t>(8, c - k0);
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t j = j0 + k0 + k;
+        // + 0.0f: dot_f32's sum with its (empty) tail.
+        s[k0 + k] = j >= ln.lo[a] && j < ln.hi[a] ? lo[0][k] + 0.0f : -INFINITY;
+      }
+    }
+  }
+}
+
+// acc[a] += sum_jj weight[a][jj] * V[jj], keys in increasing order for every lane (axpy_f32's
+// arithmetic), the lane's D outputs held in registers over the chunk.
+template <int D>
+DSPARK_AVX2_CLONES void accumulate_fixed(const Lanes& ln, int64_t c, const float* const* vrow) {
+  for (int64_t a = 0; a < ln.n; ++a) {
+    const float* w = ln.scores + a * kKeyChunk;
+    float* o = ln.acc + a * D;
+    float r[D];
+    for (int i = 0; i < D; ++i) r[i] = o[i];
+    for (int64_t jj = 0; jj < c; ++jj) {
+      if (w[jj] == 0.0f) continue;
+      const float* v = vrow[jj];
+      for (int i = 0; i < D; ++i) r[i] += w[jj] * v[i];
+    }
+    for (int i = 0; i < D; ++i) o[i] = r[i];
+  }
+}
+
+DSPARK_AVX2_CLONES
+void accumulate_chunk(const Lanes& ln, int64_t c, const float* const* vrow) {
+  if (ln.head_dim == 64) return accumulate_fixed<64>(ln, c, vrow);
+  if (ln.head_dim == 128) return accumulate_fixed<128>(ln, c, vrow);
   const int64_t d = ln.head_dim;
   for (int64_t a = 0; a < ln.n; ++a) {
     const float* w = ln.scores + a * kKeyChunk;
     float* o = ln.acc + a * d;
     for (int64_t jj = 0; jj < c; ++jj)
-      if (w[jj] != 0.0f) axpy_f32(w[jj], vbuf + jj * d, o, d);
+      if (w[jj] != 0.0f) axpy_f32(w[jj], vrow[jj], o, d);
   }
 }
 
+// Lanes from which the transposed scores pay for the transpose (a verify of 8 queries has 8 x the
+// kv group's heads).
+constexpr int64_t kTransposeLanes = 6;
+
+// kbuf / vbuf: kKeyChunk rows of d f32 each (the keys and values converted when the cache is not
+// f32); kt: d x kKeyChunk f32.
 template <typename TKV>
 void attend(const Lanes& ln, int64_t key_lo, int64_t key_hi, const int32_t* pages, int64_t kv_head,
-            const Tensor& k_pages, const Tensor& v_pages, float softcap, float* kbuf, float* vbuf) {
+            const Tensor& k_pages, const Tensor& v_pages, float softcap, float* kbuf, float* vbuf,
+            float* kt) {
   const int64_t d = ln.head_dim;
   const int64_t page_size = k_pages.size(1), n_kv_heads = k_pages.size(2);
   const TKV* kp = static_cast<const TKV*>(k_pages.data());
@@ -118,12 +194,32 @@ void attend(const Lanes& ln, int64_t key_lo, int64_t key_hi, const int32_t* page
     const int64_t page = pages[j / page_size];
     return ((page * page_size + j % page_size) * n_kv_heads + kv_head) * d;
   };
+  // Row jj of a chunk as f32: in the cache itself when it holds f32, else converted into buf.
+  auto row = [&](const TKV* base, int64_t j, float* buf) -> const float* {
+    if constexpr (std::is_same_v<TKV, float>) {
+      return base + offset(j);
+    } else {
+      load_f32(base + offset(j), buf, d);
+      return buf;
+    }
+  };
+  const bool transpose = ln.n >= kTransposeLanes && d % 16 == 0;
+  const float* rows[kKeyChunk];
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += kKeyChunk) {
     const int64_t c = std::min(kKeyChunk, key_hi - j0);
-    for (int64_t jj = 0; jj < c; ++jj) load_f32(kp + offset(j0 + jj), kbuf + jj * d, d);
-    score_chunk(ln, j0, c, kbuf, softcap);
-    for (int64_t jj = 0; jj < c; ++jj) load_f32(vp + offset(j0 + jj), vbuf + jj * d, d);
-    accumulate_chunk(ln, c, vbuf);
+    for (int64_t jj = 0; jj < c; ++jj) rows[jj] = row(kp, j0 + jj, kbuf + jj * d);
+    if (transpose) {
+      for (int64_t jj = 0; jj < c; ++jj)
+        for (int64_t i = 0; i < d; ++i) kt[i * kKeyChunk + jj] = rows[jj][i];
+      for (int64_t jj = c; jj < (c + 7) / 8 * 8; ++jj)
+        for (int64_t i = 0; i < d; ++i) kt[i * kKeyChunk + jj] = 0.0f;
+      score_transposed(ln, j0, c, kt);
+    } else {
+      score_rows(ln, j0, c, rows);
+    }
+    for (int64_t a = 0; a < ln.n; ++a) softmax_step(ln, a, c, softcap);
+    for (int64_t jj = 0; jj < c; ++jj) rows[jj] = row(vp, j0 + jj, vbuf + jj * d);
+    accumulate_chunk(ln, c, rows);
   }
 }
 
@@ -182,7 +278,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
       ln.head_dim = d;
       ln.q = thread_scratch(max_lanes * d, 0);
       ln.acc = thread_scratch(max_lanes * d, 1);
-      float* work = thread_scratch(max_lanes * (kKeyChunk + 2 + 4) + 2 * kKeyChunk * d, 2);
+      float* work = thread_scratch(max_lanes * (kKeyChunk + 2 + 4) + 3 * kKeyChunk * d, 2);
       ln.scores = work;
       ln.m = ln.scores + max_lanes * kKeyChunk;
       ln.l = ln.m + max_lanes;
@@ -190,6 +286,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
       ln.hi = ln.lo + max_lanes;
       float* kbuf = reinterpret_cast<float*>(ln.hi + max_lanes);
       float* vbuf = kbuf + kKeyChunk * d;
+      float* kt = vbuf + kKeyChunk * d;
       for (int64_t task_index = begin; task_index < end; ++task_index) {
         const Task& task = tasks[static_cast<size_t>(task_index)];
         const int64_t kv_len = kv_lens[task.row];
@@ -217,7 +314,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
         }
         std::fill(ln.acc, ln.acc + ln.n * d, 0.0f);
         attend<TKV>(ln, key_lo, key_hi, pages + page_indptr[task.row], task.kv_head, kv.k_pages,
-                    kv.v_pages, params.softcap, kbuf, vbuf);
+                    kv.v_pages, params.softcap, kbuf, vbuf, kt);
         for (int64_t a = 0; a < ln.n; ++a) {
           float* o = ln.acc + a * d;
           const float inv = ln.l[a] > 0.0f ? 1.0f / ln.l[a] : 0.0f;  // no visible key: zeros

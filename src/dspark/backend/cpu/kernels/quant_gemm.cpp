@@ -1,7 +1,8 @@
 // The product with block-quantized weights (contract and arithmetic: quant_gemm.h): the driver
 // (x rows rounded to 8-bit blocks once per call, blocks of weight rows spread over the thread pool,
-// bias and output dtype), the portable kernels, and the run-time choice of the AVX2 ones
-// (quant_gemm_avx2.cpp).
+// each in the layout its kernel reads, bias and output dtype), the portable kernels, and the
+// run-time choice of the SIMD ones (quant_gemm_avx2.cpp; the block sums of Q4_0 / Q4_1 / Q8_0 on
+// interleaved rows: quant_gemm_x8.cpp, AVX2 or AVX-512 VNNI).
 //
 // The portable kernels decode each weight row once into its integer values and per-unit scales,
 // then follow quant_gemm.h's sequence literally (integer lanes, std::fma into 8 lanes), so their
@@ -14,6 +15,7 @@
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
+#include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/backend/cpu/kernels/small_m_gemm.h"
 #include "dspark/core/error.h"
 #include "dspark/core/thread_pool.h"
@@ -36,9 +38,11 @@ void quantize_x_row(const float* v, int64_t k, uint8_t* dst) {
       amax = std::max(amax, a);
     }
     int8_t* qb = q + 32 * b;
+    int32_t* isum = reinterpret_cast<int32_t*>(d + 6 * nb);
     if (!finite || amax < kTinyXBlock) {
       std::fill(qb, qb + 32, int8_t{0});
       d[b] = s[b] = finite ? 0.0f : std::nanf("");
+      isum[b] = 0;
       continue;
     }
     const float inv = 127.0f / amax;
@@ -53,6 +57,7 @@ void quantize_x_row(const float* v, int64_t k, uint8_t* dst) {
     }
     d[b] = amax / 127.0f;
     s[b] = d[b] * static_cast<float>(sum);
+    isum[b] = sum;
   }
 }
 
@@ -182,7 +187,23 @@ float reduce8(const float* a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
+// The block-sum formats (quant_gemm.h).
+float dot_row_block_sums(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) {
+  const int8_t* xq = x.q(r);
+  const float* xd = x.d(r);
+  const float* xs = x.s(r);
+  float acc = 0.0f;
+  for (int64_t b = 0; b < x.blocks; ++b) {
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) sum += int32_t{w.q[32 * b + i]} * int32_t{xq[32 * b + i]};
+    acc = std::fma(w.scale[b] * xd[b], static_cast<float>(sum), acc);
+    if (type == QuantType::q4_1) acc = std::fma(w.min[b], xs[b], acc);
+  }
+  return acc;
+}
+
 float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) {
+  if (block_sum_format(type)) return dot_row_block_sums(type, w, x, r);
   const int64_t units = x.blocks;
   const int8_t* xq = x.q(r);  // natural layout
   const float* xd = x.d(r);
@@ -259,6 +280,46 @@ float* out_buffer(int64_t n) {
   return buffer.data();
 }
 
+// Per-thread weight rows re-laid for a kernel (grow, never shrink).
+uint8_t* w_buffer(int64_t bytes) {
+  thread_local std::vector<uint8_t> buffer;
+  if (static_cast<int64_t>(buffer.size()) < bytes) buffer.resize(static_cast<size_t>(bytes));
+  return buffer.data();
+}
+
+// Weight rows j0 .. j0+ncols-1 of a call, as the kernel of its ISA and format reads them: the
+// block-sum formats' SIMD kernels take groups of 8 interleaved rows (pointers in g, `groups` of
+// them), the others plain rows (returned). Rows that are not in the needed layout (a plain matrix,
+// a packed matrix's last n % 8 rows; or packed rows for the portable kernels) are re-laid into a
+// per-thread buffer.
+const uint8_t* block_rows(const QuantGemmArgs& a, int64_t row_bytes, bool x8, int64_t j0,
+                          int64_t ncols, const uint8_t* (&g)[2], int64_t& groups) {
+  const int64_t full = a.packed ? a.n / 8 * 8 : 0;  // rows in interleaved groups
+  if (!x8) {
+    if (!a.packed || j0 >= full) return a.w + j0 * row_bytes;
+    uint8_t* rows = w_buffer(ncols * row_bytes);
+    for (int64_t j = 0; j < ncols; ++j)
+      unpack_row_x8(a.quant, a.w, a.n, a.k, j0 + j, rows + j * row_bytes);
+    return rows;
+  }
+  groups = (ncols + 7) / 8;
+  uint8_t* scratch = nullptr;
+  for (int64_t q = 0; q < groups; ++q) {
+    const int64_t r0 = j0 + 8 * q;
+    if (r0 + 8 <= full) {
+      g[q] = a.w + r0 * row_bytes;
+      continue;
+    }
+    if (!scratch) scratch = w_buffer(16 * row_bytes);
+    const uint8_t* rows[8];
+    for (int r = 0; r < 8; ++r) rows[r] = r0 + r < a.n ? a.w + (r0 + r) * row_bytes : nullptr;
+    uint8_t* dst = scratch + 8 * q * row_bytes;
+    pack_group_x8(a.quant, rows, a.k, dst);
+    g[q] = dst;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 // The same instructions as the dense small-M kernels need (AVX2, FMA, F16C).
@@ -266,7 +327,20 @@ bool quant_gemm_has_avx2() {
   return small_gemm_has_avx2();
 }
 
+bool quant_gemm_has_avx512() {
+#if defined(__x86_64__)
+  static const bool has = quant_gemm_has_avx2() && __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+#else
+  return false;
+#endif
+}
+
 QuantGemmIsa quant_gemm_default_isa() {
+  if (quant_gemm_has_avx512()) return QuantGemmIsa::avx512;
   return quant_gemm_has_avx2() ? QuantGemmIsa::avx2 : QuantGemmIsa::portable;
 }
 
@@ -278,6 +352,8 @@ std::string_view quant_gemm_isa_name(QuantGemmIsa isa) {
       return "portable";
     case QuantGemmIsa::avx2:
       return "avx2";
+    case QuantGemmIsa::avx512:
+      return "avx512";
   }
   return "?";
 }
@@ -294,12 +370,17 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
   DSPARK_CHECK(dtype_is_float(a.x_dtype) && dtype_is_float(a.y_dtype),
                "quant_gemm: float inputs and outputs only (x {}, y {})", dtype_name(a.x_dtype),
                dtype_name(a.y_dtype));
+  DSPARK_CHECK(!a.packed || quant_packable(a.quant), "quant_gemm: {} has no packed layout",
+               quant_type_name(a.quant));
   if (isa == QuantGemmIsa::automatic) isa = quant_gemm_default_isa();
   DSPARK_CHECK_KIND(unsupported, isa != QuantGemmIsa::avx2 || quant_gemm_has_avx2(),
                     "quant_gemm: this CPU lacks AVX2/FMA/F16C");
+  DSPARK_CHECK_KIND(unsupported, isa != QuantGemmIsa::avx512 || quant_gemm_has_avx512(),
+                    "quant_gemm: this CPU lacks AVX-512 F/BW/VL/VNNI");
   if (a.m == 0 || a.n == 0) return;
   const int64_t m = a.m, n = a.n, k = a.k;
-  const bool avx2 = isa == QuantGemmIsa::avx2;
+  const bool avx2 = isa == QuantGemmIsa::avx2 || isa == QuantGemmIsa::avx512;
+  const bool x8 = avx2 && d::block_sum_format(a.quant);
 #if defined(__x86_64__)
   const d::BlockFn block = avx2 ? d::block_avx2 : d::block_portable;
 #else
@@ -357,7 +438,16 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
         if (k == 0) {
           std::fill(out, out + m * d::kBlockCols, 0.0f);
         } else {
-          block(a.quant, xb, m, a.w + j0 * row_bytes, row_bytes, ncols, out);
+          const uint8_t* g[2] = {};
+          int64_t groups = 0;
+          const uint8_t* rows = block_rows(a, row_bytes, x8, j0, ncols, g, groups);
+          if (x8) {
+#if defined(__x86_64__)
+            d::block_x8(a.quant, isa == QuantGemmIsa::avx512, xb, m, g, groups, out);
+#endif
+          } else {
+            block(a.quant, xb, m, rows, row_bytes, ncols, out);
+          }
         }
         for (int64_t r = 0; r < m; ++r) {
           TO* yr = static_cast<TO*>(a.y) + r * a.ldy + j0;

@@ -1,14 +1,16 @@
 // AVX2 + FMA + F16C kernels of the product with block-quantized weights (quant_gemm.h gives the
 // arithmetic, which the portable kernels in quant_gemm.cpp follow too, bit for bit). The library
 // is built for baseline x86-64, so every function here carries __attribute__((target(...))) and
-// is only called after quant_gemm_has_avx2() said yes.
+// is only called after quant_gemm_has_avx2() said yes. Q4_0, Q4_1 and Q8_0 run elsewhere
+// (block sums on interleaved rows, quant_gemm_x8.cpp); these kernels serve Q5_0, Q5_1 and the
+// k-quants.
 //
 // Per unit of 32 weights and x row, as llama.cpp's ggml_vec_dot_*_q8_* do it: the weight's
 // integer values unpacked into the bytes of a register (nibbles: one load, a shift and masks;
 // Q5's fifth bits: a byte shuffle of the 32-bit mask, or the bit planes of Q5_K / Q6_K; signed
 // values through _mm256_sign_epi8 on both operands), _mm256_maddubs_epi16 + _mm256_madd_epi16 for
-// the 8 int32 lanes, converted once and scaled into the f32 accumulator with one FMA. Q4_0 / Q4_1
-// / Q5_0 / Q5_1 go two blocks per register pair (the low halves of both blocks, then the high
+// the 8 int32 lanes, converted once and scaled into the f32 accumulator with one FMA. Q5_0 / Q5_1
+// go two blocks per register pair (the low halves of both blocks, then the high
 // halves, against x stored in that order), so one madd / convert / FMA serves two blocks. The f16
 // scales of 8 blocks are converted at once and multiplied by x's 8 scales in one multiply.
 //
@@ -19,11 +21,9 @@
 // terms are folded into the MR = 1 tile and done in a short separate pass for the wider ones (the
 // same operations either way). The weight stream is prefetched into L2 a few KiB ahead.
 //
-// Per 32 weights and x row on the 2-core EPYC (Zen 3) VM, weights in cache, M = 1:
-// Q4_1 1.45 ns, Q8_0 1.4 ns, Q4_K 1.3 ns, Q6_K 1.95 ns (ggml's vec_dot on the same machine:
-// Q4_1 3.0 ns, Q8_0 1.6 ns, Q4_0 2.1 ns); at M = 8, per 32 weights and row (thread CPU time,
-// 576 x 1536): Q4_1 0.66 ns, Q4_0 0.8, Q8_0 0.83, Q4_K 0.86, Q6_K 1.0 (the 4 x 2 tile before:
-// 0.82, 1.0, 0.98, 0.91, 1.14).
+// Per 32 weights and x row on the 2-core EPYC VM, weights in cache, M = 1: Q4_K 1.3 ns, Q6_K
+// 1.95 ns; at M = 8, per 32 weights and row (thread CPU time, 576 x 1536): Q4_K 0.86, Q6_K 1.0
+// (the 4 x 2 tile before: 0.91, 1.14).
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
 
 #if defined(__x86_64__)
@@ -146,12 +146,12 @@ DSPARK_AVX2 inline void prefetch_ahead(const uint8_t* p, int64_t bytes) {
 
 // ---- Legacy formats -------------------------------------------------------------------------
 //
-// Q4_0 / Q4_1 / Q5_0 / Q5_1 go two blocks at a time (quant_gemm.h's paired lanes): one register
+// Q5_0 / Q5_1 go two blocks at a time (quant_gemm.h's paired lanes): one register
 // holds the 16 low values of blocks b and b+1, another their 16 high values, which is what one
 // 16-byte load per block, a shift and two masks give; the x blocks are stored in that order
 // (XBlocks, paired layout), the two products are added as int16 (no overflow: |w| <= 31) and one
-// madd / convert / FMA serves both blocks, lanes 0-3 scaled by block b, 4-7 by block b+1. Q8_0
-// goes block by block. The f16 scales of 8 blocks are gathered and converted at once and
+// madd / convert / FMA serves both blocks, lanes 0-3 scaled by block b, 4-7 by block b+1 (a last
+// odd block alone). The f16 scales of 8 blocks are gathered and converted at once and
 // multiplied by x's 8 scales in one vector multiply.
 
 inline int load_u16(const uint8_t* p) {
@@ -253,34 +253,6 @@ struct Legacy;
 // one(p): block p's 32 values in natural order; pair(p, lo, hi): blocks p and p + kBytes in the
 // paired order.
 template <>
-struct Legacy<QuantType::q4_0> {
-  static constexpr int64_t kBytes = 18;
-  static constexpr bool kSigned = true, kMin = false, kPaired = true;
-  DSPARK_AVX2 static __m256i one(const uint8_t* p) {
-    return _mm256_sub_epi8(nibbles32(p + 2), _mm256_set1_epi8(8));
-  }
-  DSPARK_AVX2 static void pair(const uint8_t* p, __m256i& lo, __m256i& hi) {
-    const __m256i v = load2x128(p + 2, p + kBytes + 2);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
-    lo = _mm256_sub_epi8(_mm256_and_si256(v, m4), eight);
-    hi = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), eight);
-  }
-};
-
-template <>
-struct Legacy<QuantType::q4_1> {
-  static constexpr int64_t kBytes = 20;
-  static constexpr bool kSigned = false, kMin = true, kPaired = true;
-  DSPARK_AVX2 static __m256i one(const uint8_t* p) { return nibbles32(p + 4); }
-  DSPARK_AVX2 static void pair(const uint8_t* p, __m256i& lo, __m256i& hi) {
-    const __m256i v = load2x128(p + 4, p + kBytes + 4);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    lo = _mm256_and_si256(v, m4);
-    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  }
-};
-
-template <>
 struct Legacy<QuantType::q5_0> {
   static constexpr int64_t kBytes = 22;
   static constexpr bool kSigned = true, kMin = false, kPaired = true;
@@ -317,14 +289,6 @@ struct Legacy<QuantType::q5_1> {
     lo = _mm256_or_si256(_mm256_and_si256(v, m4), _mm256_and_si256(blo, b4));
     hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), _mm256_and_si256(bhi, b4));
   }
-};
-
-template <>
-struct Legacy<QuantType::q8_0> {
-  static constexpr int64_t kBytes = 34;
-  static constexpr bool kSigned = true, kMin = false, kPaired = false;
-  DSPARK_AVX2 static __m256i one(const uint8_t* p) { return load256(p + 2); }
-  DSPARK_AVX2 static void pair(const uint8_t*, __m256i&, __m256i&) {}
 };
 
 // The int16 pair sums of 32 products (before the madd), signed or unsigned weights.
@@ -694,22 +658,18 @@ DSPARK_AVX2 void block_type(const XBlocks& x, int64_t m, const uint8_t* w, int64
 void block_avx2(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w, int64_t row_bytes,
                 int64_t ncols, float* out) {
   switch (type) {
-    case QuantType::q4_0:
-      return block_type<QuantType::q4_0>(x, m, w, row_bytes, ncols, out);
-    case QuantType::q4_1:
-      return block_type<QuantType::q4_1>(x, m, w, row_bytes, ncols, out);
     case QuantType::q5_0:
       return block_type<QuantType::q5_0>(x, m, w, row_bytes, ncols, out);
     case QuantType::q5_1:
       return block_type<QuantType::q5_1>(x, m, w, row_bytes, ncols, out);
-    case QuantType::q8_0:
-      return block_type<QuantType::q8_0>(x, m, w, row_bytes, ncols, out);
     case QuantType::q4_k:
       return block_type<QuantType::q4_k>(x, m, w, row_bytes, ncols, out);
     case QuantType::q5_k:
       return block_type<QuantType::q5_k>(x, m, w, row_bytes, ncols, out);
     case QuantType::q6_k:
       return block_type<QuantType::q6_k>(x, m, w, row_bytes, ncols, out);
+    default:  // the block-sum formats: quant_gemm_x8.cpp
+      return;
   }
 }
 
@@ -723,6 +683,7 @@ DSPARK_AVX2 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uin
   auto* q = reinterpret_cast<int8_t*>(dst);
   auto* d = reinterpret_cast<float*>(dst + k);
   float* s = d + nb;
+  auto* isum = reinterpret_cast<int32_t*>(d + 6 * nb);
   const __m256 sign = _mm256_set1_ps(-0.0f), fmax = _mm256_set1_ps(3.402823466e38f);
   for (int64_t b = 0; b < nb; ++b) {
     __m256 x[4], a[4];
@@ -740,6 +701,7 @@ DSPARK_AVX2 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uin
     if (finite != 0xFF || amax < kTinyXBlock) {
       std::memset(bytes, 0, 32);
       d[b] = s[b] = finite == 0xFF ? 0.0f : std::nanf("");
+      isum[b] = 0;
     } else {
       const __m256 inv = _mm256_set1_ps(127.0f / amax);
       __m256i qi[4];
@@ -760,6 +722,7 @@ DSPARK_AVX2 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uin
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
       d[b] = amax / 127.0f;
       s[b] = d[b] * static_cast<float>(_mm_cvtsi128_si32(s4));
+      isum[b] = _mm_cvtsi128_si32(s4);
     }
     if (paired && (b / 2) * 2 + 1 < nb) {
       // Blocks 2p and 2p+1: [2p: 0..15][2p+1: 0..15][2p: 16..31][2p+1: 16..31].

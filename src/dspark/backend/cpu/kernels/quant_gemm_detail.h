@@ -13,7 +13,8 @@ namespace dspark::cpu::quant_gemm_detail {
 constexpr int64_t kBlockCols = 16;
 
 // The rows of x rounded to 8 bits (quant_gemm.h), row r at base + r * row_bytes:
-//   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]  |  f32 dp[4 * (k / 32)]
+//   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]  |  f32 dp[4 * (k / 32)]  |  i32 sum[k / 32]
+// sum: each block's sum of q (the packed kernels' correction of an offset weight; quant_pack.h).
 // dp (paired layout only): the scales d of each pair of blocks 2p, 2p+1 as the paired lanes use
 // them, [d[2p] x 4, d[2p+1] x 4] at dp + 8p, so that the wide kernels scale a pair with one
 // multiply (d_w * d_x lane by lane, the same products as the scalar ones).
@@ -32,10 +33,13 @@ struct XBlocks {
   }
   const float* s(int64_t r) const { return d(r) + blocks; }
   const float* dp(int64_t r) const { return d(r) + 2 * blocks; }
+  const int32_t* sum(int64_t r) const {
+    return reinterpret_cast<const int32_t*>(d(r) + 6 * blocks);
+  }
 };
 
 inline int64_t x_row_bytes(int64_t k) {
-  return (k + 24 * (k / 32) + 63) / 64 * 64;
+  return (k + 28 * (k / 32) + 63) / 64 * 64;
 }
 
 // A block of x whose largest magnitude is below this rounds to zeros (127 / amax would overflow).
@@ -49,8 +53,13 @@ void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uint8_t* dst);
 
 // The legacy formats whose lanes pair two blocks (quant_gemm.h).
 constexpr bool paired_blocks(QuantType t) {
-  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q5_0 ||
-         t == QuantType::q5_1;
+  return t == QuantType::q5_0 || t == QuantType::q5_1;
+}
+
+// The formats multiplied a whole block at a time (quant_gemm.h, "block sums"), by the kernels of
+// quant_gemm_x8.cpp on weights in the 8-row interleaved layout (quant_pack.h).
+constexpr bool block_sum_format(QuantType t) {
+  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0;
 }
 
 // One block of weight rows for every x row:
@@ -62,8 +71,15 @@ using BlockFn = void (*)(QuantType type, const XBlocks& x, int64_t m, const uint
 void block_portable(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w,
                     int64_t w_row_bytes, int64_t ncols, float* out);
 // Defined only on x86-64 (quant_gemm_avx2.cpp); callers check quant_gemm_has_avx2() first.
+// Not for the block-sum formats.
 void block_avx2(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w, int64_t w_row_bytes,
                 int64_t ncols, float* out);
+
+// The block-sum formats on x86-64 (quant_gemm_x8.cpp): `groups` (1 or 2) groups of 8 weight rows
+// in the interleaved layout (quant_pack.h) at g[0], g[1]: out[r * kBlockCols + 8 * j + c] = output
+// c of group j for x row r. avx512: AVX-512 VNNI + VL (quant_gemm_has_avx512()); else AVX2.
+void block_x8(QuantType type, bool avx512, const XBlocks& x, int64_t m, const uint8_t* const* g,
+              int64_t groups, float* out);
 
 // The 6-bit scales sc[0..7] and mins m[0..7] of a Q4_K / Q5_K super-block from its 12 packed
 // bytes (core/quant.h): bytes 0-7 of `out` are the scales, 8-15 the mins.

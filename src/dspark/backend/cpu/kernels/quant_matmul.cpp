@@ -4,12 +4,14 @@
 //    weight block multiplied in integers, AVX2 when the CPU has it): one path for every M, so a
 //    row's result does not depend on M, on the other rows or on the thread split.
 //  - gather_rows: each requested row dequantized with core/quant.h's reference (the values of
-//    gguf.quants.dequantize), rows spread over the pool.
+//    gguf.quants.dequantize; an interleaved row first put back in the plain layout), rows spread
+//    over the pool.
 #include <vector>
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels.h"
 #include "dspark/backend/cpu/kernels/quant_gemm.h"
+#include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/core/quant.h"
 #include "dspark/core/thread_pool.h"
 
@@ -36,6 +38,7 @@ void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
   args.ldx = leading_dim(x);
   args.w = static_cast<const uint8_t*>(w.data.data());
   args.quant = w.quant;
+  args.packed = w.format == WeightFormat::blocks_x8;
   args.bias = b.empty() ? nullptr : b.data();
   args.y = y.data();
   args.y_dtype = y.dtype();
@@ -52,10 +55,19 @@ void gather_rows_blocks(Context& ctx, const WeightMatrix& table, const Tensor& i
   const int64_t blocks_per_row = k / quant_block(table.quant).elements;
   const int32_t* id = ids.data_as<int32_t>();
   dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
+    const bool packed = table.format == WeightFormat::blocks_x8;
+    const int64_t row_bytes = quant_row_bytes(table.quant, k);
     ctx.pool().parallel_for(n, 4, [&](int64_t begin, int64_t end) {
       float* row = thread_scratch(k);
+      std::vector<uint8_t> plain(packed ? static_cast<size_t>(row_bytes) : 0);
       for (int64_t i = begin; i < end; ++i) {
-        dequantize_blocks(table.quant, weight_row(table, id[i]), blocks_per_row, row);
+        const uint8_t* src = weight_row(table, id[i]);
+        if (packed) {
+          unpack_row_x8(table.quant, static_cast<const uint8_t*>(table.data.data()), table.n, k,
+                        id[i], plain.data());
+          src = plain.data();
+        }
+        dequantize_blocks(table.quant, src, blocks_per_row, row);
         store_f32(row, row_ptr<TO>(out, i), k);
       }
     });

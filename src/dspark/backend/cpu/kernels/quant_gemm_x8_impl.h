@@ -1,0 +1,205 @@
+// Included twice by quant_gemm_x8.cpp, once per instruction set (X8_NS, X8_TARGET, X8_VNNI): the
+// tiles of the block-sum formats on weights in the interleaved layout (quant_pack.h).
+//
+// A tile is MR x rows by NG groups of 8 weight rows. Per block of 32 values and group, the values
+// are unpacked into 8 registers of "steps" (step s: values 4s' .. 4s'+3 of the block for the 8
+// rows, s' = s for Q8_0; for the nibble formats steps 0-3 are the low nibbles of the 4 chunks,
+// values 4t .. 4t+3, and 4-7 the high ones, values 16+4t ..), each multiplied with the 4 x bytes
+// of those values broadcast to the 8 lanes: VNNI's vpdpbusd adds the 4 products into the row's
+// int32 lane; AVX2 adds pairs with vpmaddubsw into int16 (exact for 4-bit weights: 16 products of
+// at most 15 * 127 per lane) and widens once per block with vpmaddwd (Q8_0: signs moved onto x,
+// one vpmaddwd per step). The 8 int32 block sums are then converted and scaled at once. The
+// integer sums are exact, so both instruction sets give the same bits (quant_gemm.h).
+// Registers: VNNI has 32, AVX2 16, hence the wider VNNI tiles; at one x row the block's steps go
+// into 2-4 partial sums per group so that the vpdpbusd chains do not wait on each other.
+
+namespace X8_NS {
+
+constexpr int kCols = static_cast<int>(kBlockCols);
+
+template <QuantType T>
+struct X8Format {
+  static constexpr int64_t kBlock = T == QuantType::q4_0 ? 18 : T == QuantType::q4_1 ? 20 : 34;
+  static constexpr int64_t kGroupBlock = 8 * kBlock;            // one block of the 8 rows
+  static constexpr int kHead = T == QuantType::q4_1 ? 32 : 16;  // the f16 d[8] (and m[8])
+  static constexpr bool kNibbles = T != QuantType::q8_0;
+};
+
+X8_TARGET inline __m256i load256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
+
+X8_TARGET inline __m256i bcast4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// The 8 steps of block b of a group (the weights as the multiply takes them: unsigned bytes; for
+// Q8_0 on AVX2 the signed values).
+template <QuantType T>
+X8_TARGET inline void unpack_steps(const uint8_t* gb, __m256i (&w)[8]) {
+  using F = X8Format<T>;
+  const uint8_t* q = gb + F::kHead;
+  if constexpr (F::kNibbles) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      const __m256i raw = load256(q + 32 * t);
+      w[t] = _mm256_and_si256(raw, m4);
+      w[t + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      w[s] = load256(q + 32 * s);
+      if constexpr (!X8_VNNI) w[s] = _mm256_xor_si256(w[s], _mm256_set1_epi8(-128));
+    }
+  }
+}
+
+// The x offset of step s's 4 bytes within the block.
+template <QuantType T>
+constexpr int step_offset(int s) {
+  if constexpr (X8Format<T>::kNibbles) {
+    return s < 4 ? 4 * s : 16 + 4 * (s - 4);
+  } else {
+    return 4 * s;
+  }
+}
+
+// The int32 block sums of one x row (its block's 32 bytes at a, int sum `sum`) against the 8 rows
+// of a group's unpacked steps, in P partial sums.
+template <QuantType T, int P>
+X8_TARGET inline __m256i block_sums(const __m256i (&w)[8], const int8_t* a, int32_t sum) {
+  // The weight's offset: Q4_0 stores q = value + 8, Q8_0 (VNNI) value + 128.
+  constexpr int32_t kOffset = T == QuantType::q4_0                ? 8
+                              : (T == QuantType::q8_0 && X8_VNNI) ? 128
+                                                                  : 0;
+  __m256i part[P];
+#if X8_VNNI
+  part[0] = _mm256_set1_epi32(-kOffset * sum);
+#pragma GCC unroll 4
+  for (int p = 1; p < P; ++p) part[p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s)
+    part[s % P] = _mm256_dpbusd_epi32(part[s % P], w[s], bcast4(a + step_offset<T>(s)));
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (X8Format<T>::kNibbles) {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) part[p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s)
+      part[s % P] =
+          _mm256_add_epi16(part[s % P], _mm256_maddubs_epi16(w[s], bcast4(a + step_offset<T>(s))));
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) part[p] = _mm256_madd_epi16(part[p], ones);
+  } else {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) part[p] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int s = 0; s < 8; ++s) {
+      const __m256i xs = _mm256_sign_epi8(bcast4(a + step_offset<T>(s)), w[s]);
+      part[s % P] = _mm256_add_epi32(
+          part[s % P],
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w[s], w[s]), xs), ones));
+    }
+  }
+  if constexpr (kOffset != 0) part[0] = _mm256_sub_epi32(part[0], _mm256_set1_epi32(kOffset * sum));
+#endif
+  if constexpr (P == 4) {
+    return _mm256_add_epi32(_mm256_add_epi32(part[0], part[1]), _mm256_add_epi32(part[2], part[3]));
+  } else if constexpr (P == 2) {
+    return _mm256_add_epi32(part[0], part[1]);
+  } else {
+    return part[0];
+  }
+}
+
+constexpr int64_t kPrefetchAhead = 8192;
+
+template <QuantType T, int MR, int NG>
+X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, float* out) {
+  using F = X8Format<T>;
+  constexpr int P = MR * NG <= 2 ? 4 : 2;
+  const int8_t* xq[MR];
+  const float* xd[MR];
+  const float* xs[MR];
+  const int32_t* xsum[MR];
+  for (int r = 0; r < MR; ++r) {
+    xq[r] = x.q(r0 + r);
+    xd[r] = x.d(r0 + r);
+    xs[r] = x.s(r0 + r);
+    xsum[r] = x.sum(r0 + r);
+  }
+  __m256 acc[MR][NG];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int j = 0; j < NG; ++j) acc[r][j] = _mm256_setzero_ps();
+  const int64_t nb = x.blocks;
+  for (int64_t b = 0; b < nb; ++b) {
+#pragma GCC unroll 2
+    for (int j = 0; j < NG; ++j) {
+      const uint8_t* gb = g[j] + b * F::kGroupBlock;
+      for (int64_t o = 0; o < F::kGroupBlock; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(gb + kPrefetchAhead + o), _MM_HINT_T1);
+      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+      __m256 mw = _mm256_setzero_ps();
+      if constexpr (T == QuantType::q4_1)
+        mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16)));
+      __m256i w[8];
+      unpack_steps<T>(gb, w);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m256i sums = block_sums<T, P>(w, xq[r] + 32 * b, xsum[r][b]);
+        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][b]));
+        acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r][j]);
+        if constexpr (T == QuantType::q4_1)
+          acc[r][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[r][b]), acc[r][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 2
+    for (int j = 0; j < NG; ++j) _mm256_storeu_ps(out + r * kCols + 8 * j, acc[r][j]);
+}
+
+// The widest tile: VNNI 8 rows (16 accumulators and partial sums of 32 registers), AVX2 4.
+constexpr int kMaxRows = X8_VNNI ? 8 : 4;
+
+template <QuantType T, int R>
+X8_TARGET void x8_rows(const XBlocks& x, int64_t r0, int64_t rows, const uint8_t* const* g,
+                       int64_t groups, float* out) {
+  if (rows == R) {
+    for (int64_t j = 0; j < groups; ++j) x8_tile<T, R, 1>(x, r0, g + j, out + 8 * j);
+  } else if constexpr (R > 1) {
+    x8_rows<T, R - 1>(x, r0, rows, g, groups, out);
+  }
+}
+
+template <QuantType T>
+X8_TARGET void x8_block(const XBlocks& x, int64_t m, const uint8_t* const* g, int64_t groups,
+                        float* out) {
+  if (m == 1 && groups == 2) return x8_tile<T, 1, 2>(x, 0, g, out);
+  for (int64_t r0 = 0; r0 < m; r0 += kMaxRows)
+    x8_rows<T, kMaxRows>(x, r0, std::min<int64_t>(kMaxRows, m - r0), g, groups, out + r0 * kCols);
+}
+
+X8_TARGET void block_x8_isa(QuantType type, const XBlocks& x, int64_t m, const uint8_t* const* g,
+                            int64_t groups, float* out) {
+  switch (type) {
+    case QuantType::q4_0:
+      return x8_block<QuantType::q4_0>(x, m, g, groups, out);
+    case QuantType::q4_1:
+      return x8_block<QuantType::q4_1>(x, m, g, groups, out);
+    case QuantType::q8_0:
+      return x8_block<QuantType::q8_0>(x, m, g, groups, out);
+    default:
+      return;
+  }
+}
+
+}  // namespace X8_NS

@@ -1,0 +1,37 @@
+// The CPU's interleaved layout of block-quantized weights (WeightFormat::blocks_x8): Q4_0, Q4_1
+// and Q8_0 rows in groups of 8, so that one 32-byte integer dot (AVX-512 VNNI vpdpbusd, or AVX2's
+// vpmaddubsw / vpmaddwd) multiplies 4 values of 8 weight rows at once and a block's 8 integer
+// sums are converted and scaled together (quant_gemm_x8.cpp). Same bytes as the plain layout.
+//
+// Rows 8g .. 8g+7 (g < n / 8) take the 8 * row_bytes bytes where the plain layout has them; the
+// last n % 8 rows stay plain after the groups. Within a group, block b of the 8 rows takes
+// 8 * block bytes at offset b * 8 * block bytes:
+//   Q4_0: f16 d[8] | 128 bytes of nibbles;  Q4_1: f16 d[8] | f16 m[8] | 128 bytes of nibbles;
+//   Q8_0: f16 d[8] | 256 bytes of values, each stored as value + 128 (unsigned).
+// The values (nibbles: the block's own bytes, low nibble value j, high nibble value j + 16) as
+// chunks of 4 bytes, chunk t of the 8 rows in row order: byte 32t + 4r + i = byte 4t + i of row
+// r's quants.
+#pragma once
+
+#include <cstdint>
+
+#include "dspark/core/quant.h"
+
+namespace dspark::cpu {
+
+// True for the types with an interleaved layout (Q4_0, Q4_1, Q8_0).
+bool quant_packable(QuantType t);
+
+// n rows of k values from the plain layout at src to the interleaved layout at dst
+// (n * quant_row_bytes(t, k) bytes each; they must not overlap).
+void pack_rows_x8(QuantType t, const uint8_t* src, int64_t n, int64_t k, uint8_t* dst);
+
+// Row `row` of an interleaved matrix of n rows, in the plain layout (quant_row_bytes(t, k) bytes).
+void unpack_row_x8(QuantType t, const uint8_t* packed, int64_t n, int64_t k, int64_t row,
+                   uint8_t* dst);
+
+// One group of 8 rows (rows[r] in the plain layout, null for a missing row: zeros) into the group
+// layout at dst (8 * quant_row_bytes(t, k) bytes).
+void pack_group_x8(QuantType t, const uint8_t* const rows[8], int64_t k, uint8_t* dst);
+
+}  // namespace dspark::cpu
