@@ -366,6 +366,42 @@ TEST(ModelConfig, DeepseekV3MlaAndMoe) {
   expect_bad("first_k_dense_replace", -1, ErrorKind::io, {"first_k_dense_replace"});
 }
 
+// Glm4MoeConfig's defaults: partial rotary 0.5, rms_norm_eps 1e-5, DeepSeek MoE with one group,
+// q/k norms with use_qk_norm, q/k/v biases with attention_bias.
+TEST(ModelConfig, Glm4MoeDefaultsAndKeys) {
+  json j = base("Glm4MoeForCausalLM");
+  ModelConfig c = parse_model_config(j);
+  EXPECT_EQ(c.model_type, "glm4_moe");
+  EXPECT_FALSE(c.mla());
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.5);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_TRUE(c.moe_sigmoid_routing);
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate_size, 1408);
+  EXPECT_EQ(c.n_group, 1);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true}));
+
+  j["use_qk_norm"] = true;
+  j["attention_bias"] = true;
+  j["partial_rotary_factor"] = 1.0;
+  j["n_routed_experts"] = 16;
+  j["first_k_dense_replace"] = 3;
+  c = parse_model_config(j);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 1.0);
+  EXPECT_EQ(c.num_experts, 16);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, false, false, true}));
+  j["n_group"] = 16;
+  expect_error([&] { parse_model_config(j); }, ErrorKind::io, {"at least 2 experts per group"});
+}
+
 TEST(ModelConfig, LlamaDefaultsAndIdForms) {
   json j = base("LlamaForCausalLM");
   j.erase("num_key_value_heads");

@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kFixtures = {"llama3",    "llama3_sharded", "qwen2",
                                             "qwen3",     "qwen3_yarn",     "mistral",
-                                            "qwen3_moe", "deepseek_v3"};
+                                            "qwen3_moe", "deepseek_v3",    "glm4_moe"};
 
 fs::path fixture_dir(const std::string& name) {
   return test::data_dir() / "models" / name;
@@ -154,6 +154,16 @@ TEST_P(GoldenFixture, CheckpointMatchesConfig) {
     EXPECT_EQ(c.num_experts_per_tok, 2);
     EXPECT_TRUE(c.norm_topk_prob);
     EXPECT_EQ(c.layer_moe, (std::vector<bool>{true, false, true, true})) << "layer 1 dense";
+  } else if (name == "glm4_moe") {
+    EXPECT_EQ(c.architecture, "Glm4MoeForCausalLM");
+    EXPECT_TRUE(c.attention_bias);
+    EXPECT_TRUE(c.qk_norm);
+    EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.5);
+    EXPECT_TRUE(c.moe_sigmoid_routing);
+    EXPECT_EQ(c.n_group, 4);
+    EXPECT_EQ(c.n_shared_experts, 1);
+    EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.8);
+    EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true})) << "layer 0 dense";
   } else if (name == "deepseek_v3") {
     EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
     EXPECT_TRUE(c.mla());

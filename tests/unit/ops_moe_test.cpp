@@ -257,11 +257,14 @@ TEST(OpsMoe, RouteGroupedSelectsByBiasAndGroupButWeighsByScore) {
   EXPECT_NEAR(two.weights[1], 2 * sig(3) / (sig(0) + sig(3)), 1e-6);
 }
 
-// The router logits transformers computed on the deepseek_v3 fixture's prompts routed by
-// moe_route_grouped: the same experts in the order of their corrected scores, the same weights.
-TEST(OpsMoe, RouteGroupedMatchesTransformersOnTheGoldenFixture) {
-  const auto dir = test::data_dir() / "models" / "deepseek_v3";
-  if (!std::filesystem::exists(dir / "goldens.safetensors")) GTEST_SKIP() << "no deepseek_v3";
+// The router logits transformers computed on the deepseek_v3 and glm4_moe fixtures' prompts
+// routed by moe_route_grouped: the same experts in the order of their corrected scores, the same
+// weights.
+class OpsMoeGrouped : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpsMoeGrouped, RouteMatchesTransformersOnTheGoldenFixture) {
+  const auto dir = test::data_dir() / "models" / GetParam();
+  if (!std::filesystem::exists(dir / "goldens.safetensors")) GTEST_SKIP() << "no " << GetParam();
   const ModelConfig c = load_model_config(dir);
   const SafeTensors gold = SafeTensors::open(dir / "goldens.safetensors");
   const SafeTensors weights = SafeTensors::open(dir / "model.safetensors");
@@ -286,6 +289,8 @@ TEST(OpsMoe, RouteGroupedMatchesTransformersOnTheGoldenFixture) {
   }
   EXPECT_EQ(checked, 9);  // 3 prompts x 3 MoE layers
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, OpsMoeGrouped, ::testing::Values("deepseek_v3", "glm4_moe"));
 
 TEST(OpsMoe, RouteGroupedRefusesBadArguments) {
   Context ctx(Device::cpu());

@@ -242,6 +242,33 @@ MODELS = [
         require_bf16_greedy=False,
         correction_bias_std=0.1,
     ),
+    ModelSpec(
+        "glm4_moe",
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        # GQA with q/k/v biases, per-head q/k norms and partial rotary (head_dim 16, 8 rotated);
+        # DeepSeek MoE as in deepseek_v3 (4 groups of 2 experts, 2 kept, top-2, a shared expert,
+        # routed scaling 1.8); layer 0 dense.
+        _base_config(
+            head_dim=16,
+            partial_rotary_factor=0.5,
+            rope_theta=1000000.0,
+            attention_bias=True,
+            use_qk_norm=True,
+            n_routed_experts=8,
+            num_experts_per_tok=2,
+            n_group=4,
+            topk_group=2,
+            n_shared_experts=1,
+            moe_intermediate_size=32,
+            routed_scaling_factor=1.8,
+            norm_topk_prob=True,
+            first_k_dense_replace=1,
+        ),
+        seed=8000,
+        require_bf16_greedy=False,
+        correction_bias_std=0.1,
+    ),
 ]
 SHARDED = {"llama3": "llama3_sharded"}
 
@@ -328,7 +355,8 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
 
 
 def is_deepseek(config) -> bool:
-    return config.model_type == "deepseek_v3"
+    """DeepSeek MoE (DeepSeek-V3, GLM-4.5): DeepseekV3TopkRouter's routing, first_k_dense_replace."""
+    return config.model_type in ("deepseek_v3", "glm4_moe")
 
 
 def moe_layers(config) -> list[int]:

@@ -41,21 +41,25 @@ struct ArchInfo {
   WindowRule window_rule;
   bool moe;       // Qwen3-MoE: routed experts (parse_moe)
   bool deepseek;  // DeepSeek-V3: MLA and DeepSeek MoE (parse_deepseek)
+  bool glm_moe;   // GLM-4.5: GQA with partial rotary and DeepSeek MoE (parse_glm4_moe)
 };
 
 // Defaults as in transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
-// Qwen3MoeConfig / DeepseekV3Config.
-constexpr std::array<ArchInfo, 6> kArchitectures = {{
-    {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none, false, false},
+// Qwen3MoeConfig / DeepseekV3Config / Glm4MoeConfig.
+constexpr std::array<ArchInfo, 7> kArchitectures = {{
+    {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none, false, false,
+     false},
     {"MistralForCausalLM", "mistral", 8, -1, 131072, 1, 2, false, false, WindowRule::mistral, false,
-     false},
+     false, false},
     {"Qwen2ForCausalLM", "qwen2", 32, -1, 32768, -1, -1, true, false, WindowRule::qwen, false,
-     false},
+     false, false},
     {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, -1, -1, false, true, WindowRule::qwen, false,
-     false},
+     false, false},
     {"Qwen3MoeForCausalLM", "qwen3_moe", 4, -1, 32768, -1, -1, false, true,
-     WindowRule::every_when_used, true, false},
+     WindowRule::every_when_used, true, false, false},
     {"DeepseekV3ForCausalLM", "deepseek_v3", 128, -1, 4096, 0, 1, false, false, WindowRule::none,
+     false, true, false},
+    {"Glm4MoeForCausalLM", "glm4_moe", 8, -1, 131072, -1, -1, false, false, WindowRule::none, false,
      false, true},
 }};
 // Qwen3MoeConfig's defaults for the expert keys.
@@ -77,6 +81,20 @@ constexpr int kDeepseekNGroup = 8;
 constexpr int kDeepseekTopkGroup = 4;
 constexpr double kDeepseekRoutedScaling = 2.5;
 constexpr int kDeepseekFirstDense = 3;
+// The defaults of the DeepSeek MoE keys: DeepseekV3Config's and Glm4MoeConfig's.
+struct DeepseekMoeDefaults {
+  int routed_experts, experts_per_token, moe_intermediate, shared_experts, n_group, topk_group,
+      first_dense;
+  double routed_scaling;
+};
+constexpr DeepseekMoeDefaults kDeepseekMoe{kDeepseekRoutedExperts,   8,
+                                           kDeepseekMoeIntermediate, kDeepseekSharedExperts,
+                                           kDeepseekNGroup,          kDeepseekTopkGroup,
+                                           kDeepseekFirstDense,      kDeepseekRoutedScaling};
+constexpr DeepseekMoeDefaults kGlm4Moe{128, 8, 1408, 1, 1, 1, 1, 1.0};
+constexpr int kGlm4MoeIntermediate = 10944;
+constexpr double kGlm4MoeRmsNormEps = 1e-5;
+constexpr double kGlm4MoePartialRotary = 0.5;
 constexpr int kDefaultSlidingWindow = 4096;  // Mistral/Qwen2/Qwen3 config default
 constexpr int kDefaultMaxWindowLayers = 28;  // Qwen2/Qwen3 config default
 
@@ -172,7 +190,8 @@ const json* rope_block(const json& j, std::string_view source) {
   return nullptr;
 }
 
-void parse_rope(const json& j, std::string_view source, ModelConfig& c) {
+void parse_rope(const json& j, std::string_view source, ModelConfig& c,
+                double default_partial_rotary) {
   const json* rope = rope_block(j, source);
   const json empty = json::object();
   const json& r = rope != nullptr ? *rope : empty;
@@ -180,9 +199,9 @@ void parse_rope(const json& j, std::string_view source, ModelConfig& c) {
 
   c.rope_theta = json_optional_number(r, "rope_theta", rope_source)
                      .value_or(json_optional_number(j, "rope_theta", source).value_or(10000.0));
-  c.partial_rotary_factor =
-      json_optional_number(r, "partial_rotary_factor", rope_source)
-          .value_or(json_optional_number(j, "partial_rotary_factor", source).value_or(1.0));
+  c.partial_rotary_factor = json_optional_number(r, "partial_rotary_factor", rope_source)
+                                .value_or(json_optional_number(j, "partial_rotary_factor", source)
+                                              .value_or(default_partial_rotary));
   DSPARK_CHECK_KIND(io, c.rope_theta > 0, "{}: rope_theta must be positive, got {}", source,
                     c.rope_theta);
   DSPARK_CHECK_KIND(io, c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1,
@@ -321,6 +340,9 @@ int non_negative_int(const json& j, std::string_view key, std::string_view sourc
   return static_cast<int>(v);
 }
 
+void parse_deepseek_moe(const json& j, std::string_view source, const DeepseekMoeDefaults& d,
+                        ModelConfig& c);
+
 // DeepSeek-V3: the MLA dimensions and the DeepSeek MoE keys (transformers' DeepseekV3Config and
 // the keys of the published checkpoints' config.json that change what transformers computes).
 void parse_deepseek(const json& j, std::string_view source, ModelConfig& c) {
@@ -340,6 +362,20 @@ void parse_deepseek(const json& j, std::string_view source, ModelConfig& c) {
   DSPARK_CHECK_KIND(unsupported, !json_optional_bool(j, "attention_bias", source).value_or(false),
                     "{}: attention_bias = true is not supported for {}", source, c.architecture);
 
+  parse_deepseek_moe(j, source, kDeepseekMoe, c);
+}
+
+// GLM-4.5 (Glm4MoeForCausalLM): GQA attention (q/k/v biases with attention_bias, per-head q/k
+// norms with use_qk_norm, partial rotary: parse_rope) and DeepSeek MoE.
+void parse_glm4_moe(const json& j, std::string_view source, ModelConfig& c) {
+  c.qk_norm = json_optional_bool(j, "use_qk_norm", source).value_or(false);
+  parse_deepseek_moe(j, source, kGlm4Moe, c);
+}
+
+// DeepSeek MoE (DeepSeek-V3, GLM-4.5): the routed and shared experts, the routing groups and the
+// first dense layers.
+void parse_deepseek_moe(const json& j, std::string_view source, const DeepseekMoeDefaults& d,
+                        ModelConfig& c) {
   c.moe_sigmoid_routing = true;
   const std::string scoring = json_optional_string(j, "scoring_func", source).value_or("sigmoid");
   DSPARK_CHECK_KIND(unsupported, scoring == "sigmoid",
@@ -352,16 +388,15 @@ void parse_deepseek(const json& j, std::string_view source, ModelConfig& c) {
   const int64_t freq = json_optional_int(j, "moe_layer_freq", source).value_or(1);
   DSPARK_CHECK_KIND(unsupported, freq == 1, "{}: moe_layer_freq {} is not supported (1)", source,
                     freq);
-  c.num_experts = positive_int(j, "n_routed_experts", source, kDeepseekRoutedExperts);
-  c.num_experts_per_tok = positive_int(j, "num_experts_per_tok", source, 8);
-  c.moe_intermediate_size =
-      positive_int(j, "moe_intermediate_size", source, kDeepseekMoeIntermediate);
-  c.n_shared_experts = non_negative_int(j, "n_shared_experts", source, kDeepseekSharedExperts);
-  c.n_group = positive_int(j, "n_group", source, kDeepseekNGroup);
-  c.topk_group = positive_int(j, "topk_group", source, kDeepseekTopkGroup);
+  c.num_experts = positive_int(j, "n_routed_experts", source, d.routed_experts);
+  c.num_experts_per_tok = positive_int(j, "num_experts_per_tok", source, d.experts_per_token);
+  c.moe_intermediate_size = positive_int(j, "moe_intermediate_size", source, d.moe_intermediate);
+  c.n_shared_experts = non_negative_int(j, "n_shared_experts", source, d.shared_experts);
+  c.n_group = positive_int(j, "n_group", source, d.n_group);
+  c.topk_group = positive_int(j, "topk_group", source, d.topk_group);
   c.norm_topk_prob = json_optional_bool(j, "norm_topk_prob", source).value_or(true);
   c.routed_scaling_factor =
-      json_optional_number(j, "routed_scaling_factor", source).value_or(kDeepseekRoutedScaling);
+      json_optional_number(j, "routed_scaling_factor", source).value_or(d.routed_scaling);
   DSPARK_CHECK_KIND(io, c.routed_scaling_factor > 0 && std::isfinite(c.routed_scaling_factor),
                     "{}: routed_scaling_factor must be positive, got {}", source,
                     c.routed_scaling_factor);
@@ -374,7 +409,7 @@ void parse_deepseek(const json& j, std::string_view source, ModelConfig& c) {
   DSPARK_CHECK_KIND(io, c.num_experts_per_tok <= c.topk_group * (c.num_experts / c.n_group),
                     "{}: num_experts_per_tok ({}) exceeds the experts of topk_group ({}) groups",
                     source, c.num_experts_per_tok, c.topk_group);
-  const int first_dense = non_negative_int(j, "first_k_dense_replace", source, kDeepseekFirstDense);
+  const int first_dense = non_negative_int(j, "first_k_dense_replace", source, d.first_dense);
   c.layer_moe.assign(static_cast<size_t>(c.num_layers), false);
   for (int l = first_dense; l < c.num_layers; ++l) c.layer_moe[static_cast<size_t>(l)] = true;
 }
@@ -398,6 +433,7 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   c.intermediate_size = positive_int(j, "intermediate_size", source,
                                      arch.moe ? std::optional<int64_t>(kDefaultMoeDenseIntermediate)
                                      : arch.deepseek ? std::optional<int64_t>(kDeepseekIntermediate)
+                                     : arch.glm_moe  ? std::optional<int64_t>(kGlm4MoeIntermediate)
                                                      : std::nullopt);
   c.num_layers = positive_int(j, "num_hidden_layers", source);
   if (arch.moe) parse_moe(j, source, c);
@@ -423,7 +459,8 @@ ModelConfig parse_config(const json& j, std::string_view source) {
     c.head_dim = c.hidden_size / c.num_heads;
   }
 
-  c.rms_norm_eps = json_optional_number(j, "rms_norm_eps", source).value_or(1e-6);
+  c.rms_norm_eps = json_optional_number(j, "rms_norm_eps", source)
+                       .value_or(arch.glm_moe ? kGlm4MoeRmsNormEps : 1e-6);
   DSPARK_CHECK_KIND(io, c.rms_norm_eps > 0, "{}: rms_norm_eps must be positive, got {}", source,
                     c.rms_norm_eps);
   c.max_position_embeddings =
@@ -440,8 +477,9 @@ ModelConfig parse_config(const json& j, std::string_view source) {
                     "{}: mlp_bias = true is not supported", source);
 
   if (arch.deepseek) parse_deepseek(j, source, c);
+  if (arch.glm_moe) parse_glm4_moe(j, source, c);
 
-  parse_rope(j, source, c);
+  parse_rope(j, source, c, arch.glm_moe ? kGlm4MoePartialRotary : 1.0);
   const int rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   DSPARK_CHECK_KIND(io, rotary_dim >= 2 && rotary_dim % 2 == 0,
                     "{}: head_dim {} x partial_rotary_factor {} gives an odd rotary dimension {}",

@@ -15,7 +15,8 @@ namespace dspark {
 
 struct ModelConfig {
   std::string architecture;  // the first of `architectures`, e.g. "Qwen3ForCausalLM"
-  std::string model_type;    // "llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "deepseek_v3"
+  std::string
+      model_type;  // "llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "deepseek_v3", "glm4_moe"
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -30,7 +31,7 @@ struct ModelConfig {
   int max_position_embeddings = 4096;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (Qwen2: always true)
-  bool qk_norm = false;         // per-head RMSNorm of q and k before RoPE (Qwen3)
+  bool qk_norm = false;  // per-head RMSNorm of q and k before RoPE (Qwen3; GLM-4.5: use_qk_norm)
   // Sliding-window attention: window per layer (0 = full attention). Mistral: every layer when
   // `sliding_window` is set; Qwen2: layers >= max_window_layers when use_sliding_window;
   // `layer_types` ("sliding_attention" / "full_attention") wins when present.
@@ -43,7 +44,8 @@ struct ModelConfig {
   int moe_intermediate_size = 0;  // each expert's SwiGLU width
   bool norm_topk_prob = false;    // the top-k probabilities renormalised to sum to 1
   std::vector<bool> layer_moe;    // [num_layers], empty without experts
-  // DeepSeek MoE routing (DeepSeek-V3: scoring_func "sigmoid", topk_method "noaux_tc"): sigmoid
+  // DeepSeek MoE routing (DeepSeek-V3 and GLM-4.5; DeepSeek's config.json says scoring_func
+  // "sigmoid", topk_method "noaux_tc"): sigmoid
   // scores; experts chosen on score + e_score_correction_bias within the topk_group of n_group
   // expert groups that score best (a group: the sum of its two best corrected scores); weights
   // are the uncorrected scores (renormalised with norm_topk_prob) times routed_scaling_factor;

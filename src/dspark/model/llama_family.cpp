@@ -1,7 +1,7 @@
-// Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / DeepSeek-V3: pre-norm decoder layers (RMSNorm ->
-// GQA attention with RoPE, or DeepSeek's multi-head latent attention (model/mla.h) -> residual ->
-// RMSNorm -> SwiGLU MLP, or a mixture of SwiGLU experts (model/moe.h) -> residual), final RMSNorm,
-// LM head (tied or not).
+// Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / DeepSeek-V3 / GLM-4.5: pre-norm decoder layers
+// (RMSNorm -> GQA attention with RoPE, or DeepSeek's multi-head latent attention (model/mla.h) ->
+// residual -> RMSNorm -> SwiGLU MLP, or a mixture of SwiGLU experts (model/moe.h) -> residual),
+// final RMSNorm, LM head (tied or not).
 //
 // Forward data flow (residual stream x in f32, matmul inputs in the activation dtype):
 //   x = embed(tokens); xn = norm_in[0](x)
@@ -48,11 +48,14 @@ constexpr FamilyTraits kQwen2{true, false, false};
 constexpr FamilyTraits kQwen3{false, true, true};
 constexpr FamilyTraits kMistral{false, false, false};
 // Qwen3-MoE is Qwen3 with expert FFNs (the config's num_experts and layer_moe); DeepSeek-V3 has
-// MLA instead of q/k/v projections (config.mla()) and DeepSeek MoE.
+// MLA instead of q/k/v projections (config.mla()) and DeepSeek MoE; GLM-4.5 is Mistral's GQA
+// (q/k/v biases with attention_bias, optional q/k norms: config.qk_norm, partial rotary) with
+// DeepSeek MoE.
 constexpr std::pair<const char*, FamilyTraits> kArchitectures[] = {
     {"LlamaForCausalLM", kLlama},    {"Qwen2ForCausalLM", kQwen2},
     {"Qwen3ForCausalLM", kQwen3},    {"MistralForCausalLM", kMistral},
-    {"Qwen3MoeForCausalLM", kQwen3}, {"DeepseekV3ForCausalLM", kMistral}};
+    {"Qwen3MoeForCausalLM", kQwen3}, {"DeepseekV3ForCausalLM", kMistral},
+    {"Glm4MoeForCausalLM", kMistral}};
 
 LlamaFamilyTensors tensors_of(const FamilyTraits& t, const ModelConfig& c) {
   return LlamaFamilyTensors{t.qkv_bias_always || c.attention_bias,
@@ -675,10 +678,11 @@ RopeTable llama_family_rope_table(const ModelConfig& c, const WeightLoader& weig
 }
 
 std::vector<std::pair<std::string, ModelFactory>> llama_family_architectures() {
-  static_assert(std::size(kArchitectures) == 6, "one factory per architecture below");
+  static_assert(std::size(kArchitectures) == 7, "one factory per architecture below");
   return {{"LlamaForCausalLM", &create<kLlama>},    {"Qwen2ForCausalLM", &create<kQwen2>},
           {"Qwen3ForCausalLM", &create<kQwen3>},    {"MistralForCausalLM", &create<kMistral>},
-          {"Qwen3MoeForCausalLM", &create<kQwen3>}, {"DeepseekV3ForCausalLM", &create<kMistral>}};
+          {"Qwen3MoeForCausalLM", &create<kQwen3>}, {"DeepseekV3ForCausalLM", &create<kMistral>},
+          {"Glm4MoeForCausalLM", &create<kMistral>}};
 }
 
 }  // namespace dspark
