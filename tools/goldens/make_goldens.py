@@ -132,6 +132,19 @@ def _base_config(**overrides) -> dict:
     return cfg
 
 
+# The DeepSeek MoE of the deepseek_v3 and glm4_moe fixtures: 8 experts of width 32 in 4 groups of
+# 2, 2 groups kept, top-2 renormalised, a shared expert; layer 0 dense.
+DEEPSEEK_MOE = dict(
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    n_group=4,
+    topk_group=2,
+    n_shared_experts=1,
+    moe_intermediate_size=32,
+    norm_topk_prob=True,
+    first_k_dense_replace=1,
+)
+
 MODELS = [
     ModelSpec(
         "llama3",
@@ -228,15 +241,8 @@ MODELS = [
                 beta_fast=32.0,
                 beta_slow=1.0,
             ),
-            n_routed_experts=8,
-            num_experts_per_tok=2,
-            n_group=4,
-            topk_group=2,
-            n_shared_experts=1,
-            moe_intermediate_size=32,
             routed_scaling_factor=2.5,
-            norm_topk_prob=True,
-            first_k_dense_replace=1,
+            **DEEPSEEK_MOE,
         ),
         seed=7000,
         require_bf16_greedy=False,
@@ -255,15 +261,8 @@ MODELS = [
             rope_theta=1000000.0,
             attention_bias=True,
             use_qk_norm=True,
-            n_routed_experts=8,
-            num_experts_per_tok=2,
-            n_group=4,
-            topk_group=2,
-            n_shared_experts=1,
-            moe_intermediate_size=32,
             routed_scaling_factor=1.8,
-            norm_topk_prob=True,
-            first_k_dense_replace=1,
+            **DEEPSEEK_MOE,
         ),
         seed=8000,
         require_bf16_greedy=False,
