@@ -47,13 +47,23 @@ int run_info(const InfoArgs& a) {
   // Per layer: attention, then a dense MLP or, in a MoE layer, the router and every expert.
   const int moe_layers = static_cast<int>(std::count(c.layer_moe.begin(), c.layer_moe.end(), true));
   const int64_t expert_params = 3LL * c.hidden_size * c.moe_intermediate_size;
+  // MLA (DeepSeek): q (LoRA or full), the latent projection, kv_b_proj and o_proj.
+  const int64_t h = c.hidden_size, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  const int64_t attention_params =
+      c.mla()
+          ? (c.q_lora_rank > 0 ? c.q_lora_rank * (h + c.num_heads * qk) : h * c.num_heads * qk) +
+                h * (c.kv_lora_rank + c.qk_rope_head_dim) +
+                c.kv_lora_rank * c.num_heads * (c.qk_nope_head_dim + c.v_head_dim) +
+                c.num_heads * c.v_head_dim * h
+          : h * c.head_dim * (2 * c.num_heads + 2 * c.num_kv_heads);
+  const int64_t shared_expert_params = 3LL * h * c.moe_intermediate_size * c.n_shared_experts;
   const int64_t params_est =
       2LL * c.vocab_size * c.hidden_size / (c.tie_word_embeddings ? 2 : 1) +
-      static_cast<int64_t>(c.num_layers) * static_cast<int64_t>(c.hidden_size) * c.head_dim *
-          (2 * c.num_heads + 2 * c.num_kv_heads) +
+      static_cast<int64_t>(c.num_layers) * attention_params +
       static_cast<int64_t>(c.num_layers - moe_layers) * 3LL * c.hidden_size * c.intermediate_size +
       static_cast<int64_t>(moe_layers) *
-          (static_cast<int64_t>(c.num_experts) * (c.hidden_size + expert_params));
+          (static_cast<int64_t>(c.num_experts) * (c.hidden_size + expert_params) +
+           shared_expert_params);
   if (a.json) {
     nlohmann::json j = {{"architecture", c.architecture},
                         {"supported", supported},

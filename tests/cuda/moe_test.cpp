@@ -1,5 +1,5 @@
-// moe_route and moe_combine: CUDA vs CPU. The route must choose the same experts in the same
-// order (ties -> the lower index, NaN last) with weights equal to f32 rounding.
+// moe_route, moe_route_grouped and moe_combine: CUDA vs CPU. The route must choose the same experts
+// in the same order (ties -> the lower index, NaN last) with weights equal to f32 rounding.
 #include "dspark/ops/moe.h"
 
 #include <cmath>
@@ -54,6 +54,45 @@ TEST(CudaMoe, RouteNanRowsMatchCpu) {
   ctx.gpu.synchronize();
   EXPECT_EQ(to_vector<int32_t>(ids.gpu), to_vector<int32_t>(ids.cpu)) << "ids";
   expect_equal(w.gpu, w.cpu, "weights (NaN where the CPU has NaN)");
+}
+
+TEST(CudaMoe, RouteGroupedMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 50;
+  for (DType dtype : kFloatDTypes) {
+    for (const auto [n, experts, groups, topk_group, k] : {std::array<int64_t, 5>{1, 8, 4, 2, 2},
+                                                           {37, 8, 1, 1, 3},
+                                                           {5, 256, 8, 4, 8},
+                                                           {300, 64, 8, 3, 6},
+                                                           {9, 160, 40, 36, 1}}) {
+      for (bool normalize : {false, true}) {
+        // Logits rounded to quarters and a zero bias on odd seeds: exact ties between experts
+        // and between groups in many rows.
+        std::vector<float> v = random_normal(static_cast<size_t>(n * experts), seed++, 2.0f);
+        std::vector<float> b = random_normal(static_cast<size_t>(experts), seed++, 0.1f);
+        if (seed % 2 == 0) {
+          for (float& f : v) f = std::round(f * 4.0f) / 4.0f;
+          std::fill(b.begin(), b.end(), 0.0f);
+        }
+        const Pair logits = values_pair(v, dtype, Shape{n, experts});
+        const Pair bias = values_pair(b, DType::f32, Shape{experts});
+        const Pair ids = zeros_pair(DType::i32, Shape{n, k});
+        const Pair w = zeros_pair(DType::f32, Shape{n, k});
+        const MoeGroupRouting p{static_cast<int>(groups), static_cast<int>(topk_group), normalize,
+                                2.5f};
+        moe_route_grouped(ctx.cpu, logits.cpu, bias.cpu, p, ids.cpu, w.cpu);
+        moe_route_grouped(ctx.gpu, logits.gpu, bias.gpu, p, ids.gpu, w.gpu);
+        ctx.gpu.synchronize();
+        const std::string what =
+            fmt::format("{} n={} E={} G={} TG={} k={} normalize={}", name_of(dtype), n, experts,
+                        groups, topk_group, k, normalize);
+        // The same sigmoid up to an ulp of expf: ties built from equal logits stay ties.
+        EXPECT_EQ(to_vector<int32_t>(ids.gpu), to_vector<int32_t>(ids.cpu)) << "ids " << what;
+        expect_close(w.gpu, w.cpu, 1e-5, "weights " + what);
+      }
+    }
+  }
 }
 
 TEST(CudaMoe, CombineMatchesCpu) {

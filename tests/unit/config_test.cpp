@@ -3,6 +3,8 @@
 // Qwen3Config, MistralConfig; rope standardisation of modeling_rope_utils).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <unistd.h>
 
 #include <fstream>
@@ -287,6 +289,117 @@ TEST(ModelConfig, Qwen3MoeExpertsAndLayers) {
   j["mlp_only_layers"] = json::array();
   j["decoder_sparse_step"] = 0;
   expect_error([&] { parse_model_config(j); }, ErrorKind::io, {"decoder_sparse_step"});
+}
+
+// DeepseekV3Config's defaults, the MLA and DeepSeek MoE keys, and the refused values.
+TEST(ModelConfig, DeepseekV3MlaAndMoe) {
+  json j = base("DeepseekV3ForCausalLM");
+  ModelConfig c = parse_model_config(j);
+  EXPECT_EQ(c.model_type, "deepseek_v3");
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.q_lora_rank, 1536);
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.qk_nope_head_dim, 128);
+  EXPECT_EQ(c.qk_rope_head_dim, 64);
+  EXPECT_EQ(c.v_head_dim, 128);
+  EXPECT_EQ(c.head_dim, 64);  // the rotary part
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_TRUE(c.moe_sigmoid_routing);
+  EXPECT_EQ(c.num_experts, 256);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.n_group, 8);
+  EXPECT_EQ(c.topk_group, 4);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_EQ(c.moe_intermediate_size, 2048);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, false, false, true}));  // first 3 dense
+  EXPECT_EQ(c.bos_token_id, 0);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{1});
+  EXPECT_FLOAT_EQ(mla_softmax_scale(c), 1.0f / std::sqrt(192.0f));
+
+  // DeepSeek-V2-Lite's layout: no q LoRA; a published V3 config's keys; YaRN's softmax scale.
+  j["q_lora_rank"] = nullptr;
+  j["qk_rope_head_dim"] = 8;
+  j["qk_nope_head_dim"] = 16;
+  j["n_routed_experts"] = 8;
+  j["num_experts_per_tok"] = 2;
+  j["n_group"] = 4;
+  j["topk_group"] = 2;
+  j["first_k_dense_replace"] = 1;
+  j["scoring_func"] = "sigmoid";
+  j["topk_method"] = "noaux_tc";
+  j["moe_layer_freq"] = 1;
+  j["rope_interleave"] = false;
+  j["rope_scaling"] = {{"type", "yarn"},
+                       {"factor", 40},
+                       {"mscale", 1.0},
+                       {"mscale_all_dim", 1.0},
+                       {"beta_fast", 32},
+                       {"beta_slow", 1},
+                       {"original_max_position_embeddings", 4096}};
+  c = parse_model_config(j);
+  EXPECT_EQ(c.q_lora_rank, 0);
+  EXPECT_FALSE(c.rope_interleave);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true}));
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(mla_softmax_scale(c), m * m / std::sqrt(24.0), 1e-6);
+
+  auto expect_bad = [&](const char* key, json value, ErrorKind kind,
+                        std::initializer_list<std::string> needles) {
+    json bad = j;
+    bad[key] = std::move(value);
+    expect_error([&] { parse_model_config(bad); }, kind, needles);
+  };
+  expect_bad("scoring_func", "softmax", ErrorKind::unsupported, {"scoring_func", "softmax"});
+  expect_bad("topk_method", "greedy", ErrorKind::unsupported, {"topk_method", "greedy"});
+  expect_bad("moe_layer_freq", 2, ErrorKind::unsupported, {"moe_layer_freq"});
+  expect_bad("attention_bias", true, ErrorKind::unsupported, {"attention_bias"});
+  expect_bad("n_group", 3, ErrorKind::io, {"n_group (3)"});
+  expect_bad("n_group", 8, ErrorKind::io, {"at least 2 experts per group"});
+  expect_bad("topk_group", 5, ErrorKind::io, {"topk_group (5)"});
+  expect_bad("num_experts_per_tok", 5, ErrorKind::io, {"num_experts_per_tok (5)"});
+  expect_bad("qk_rope_head_dim", 7, ErrorKind::io, {"qk_rope_head_dim"});
+  expect_bad("kv_lora_rank", 0, ErrorKind::io, {"kv_lora_rank"});
+  expect_bad("routed_scaling_factor", -1.0, ErrorKind::io, {"routed_scaling_factor"});
+  expect_bad("first_k_dense_replace", -1, ErrorKind::io, {"first_k_dense_replace"});
+}
+
+// Glm4MoeConfig's defaults: partial rotary 0.5, rms_norm_eps 1e-5, DeepSeek MoE with one group,
+// q/k norms with use_qk_norm, q/k/v biases with attention_bias.
+TEST(ModelConfig, Glm4MoeDefaultsAndKeys) {
+  json j = base("Glm4MoeForCausalLM");
+  ModelConfig c = parse_model_config(j);
+  EXPECT_EQ(c.model_type, "glm4_moe");
+  EXPECT_FALSE(c.mla());
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.5);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_TRUE(c.moe_sigmoid_routing);
+  EXPECT_EQ(c.num_experts, 128);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.moe_intermediate_size, 1408);
+  EXPECT_EQ(c.n_group, 1);
+  EXPECT_EQ(c.topk_group, 1);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.0);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true}));
+
+  j["use_qk_norm"] = true;
+  j["attention_bias"] = true;
+  j["partial_rotary_factor"] = 1.0;
+  j["n_routed_experts"] = 16;
+  j["first_k_dense_replace"] = 3;
+  c = parse_model_config(j);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 1.0);
+  EXPECT_EQ(c.num_experts, 16);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, false, false, true}));
+  j["n_group"] = 16;
+  expect_error([&] { parse_model_config(j); }, ErrorKind::io, {"at least 2 experts per group"});
 }
 
 TEST(ModelConfig, LlamaDefaultsAndIdForms) {

@@ -22,8 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kFixtures = {"llama3",     "llama3_sharded", "qwen2",    "qwen3",
-                                            "qwen3_yarn", "mistral",        "qwen3_moe"};
+const std::vector<std::string> kFixtures = {"llama3",    "llama3_sharded", "qwen2",
+                                            "qwen3",     "qwen3_yarn",     "mistral",
+                                            "qwen3_moe", "deepseek_v3",    "glm4_moe"};
 
 fs::path fixture_dir(const std::string& name) {
   return test::data_dir() / "models" / name;
@@ -38,7 +39,7 @@ void expect_tensor(const SafeTensors& st, const std::string& name, DType dtype,
 }
 
 // The Hugging Face weight names and shapes of a Llama-family decoder (with experts where the
-// config has them), from the config alone.
+// config has them, MLA for DeepSeek), from the config alone.
 std::map<std::string, Shape> expected_weights(const ModelConfig& c) {
   const int64_t h = c.hidden_size, q = int64_t{c.num_heads} * c.head_dim,
                 kv = int64_t{c.num_kv_heads} * c.head_dim, ff = c.intermediate_size;
@@ -50,10 +51,22 @@ std::map<std::string, Shape> expected_weights(const ModelConfig& c) {
     const std::string p = fmt::format("model.layers.{}.", l);
     w[p + "input_layernorm.weight"] = Shape{h};
     w[p + "post_attention_layernorm.weight"] = Shape{h};
-    w[p + "self_attn.q_proj.weight"] = Shape{q, h};
-    w[p + "self_attn.k_proj.weight"] = Shape{kv, h};
-    w[p + "self_attn.v_proj.weight"] = Shape{kv, h};
-    w[p + "self_attn.o_proj.weight"] = Shape{h, q};
+    if (c.mla()) {
+      const int64_t heads = c.num_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim,
+                    r = c.kv_lora_rank;
+      w[p + "self_attn.q_a_proj.weight"] = Shape{c.q_lora_rank, h};
+      w[p + "self_attn.q_a_layernorm.weight"] = Shape{c.q_lora_rank};
+      w[p + "self_attn.q_b_proj.weight"] = Shape{heads * qk, c.q_lora_rank};
+      w[p + "self_attn.kv_a_proj_with_mqa.weight"] = Shape{r + c.qk_rope_head_dim, h};
+      w[p + "self_attn.kv_a_layernorm.weight"] = Shape{r};
+      w[p + "self_attn.kv_b_proj.weight"] = Shape{heads * (c.qk_nope_head_dim + c.v_head_dim), r};
+      w[p + "self_attn.o_proj.weight"] = Shape{h, heads * c.v_head_dim};
+    } else {
+      w[p + "self_attn.q_proj.weight"] = Shape{q, h};
+      w[p + "self_attn.k_proj.weight"] = Shape{kv, h};
+      w[p + "self_attn.v_proj.weight"] = Shape{kv, h};
+      w[p + "self_attn.o_proj.weight"] = Shape{h, q};
+    }
     if (c.attention_bias) {
       w[p + "self_attn.q_proj.bias"] = Shape{q};
       w[p + "self_attn.k_proj.bias"] = Shape{kv};
@@ -66,6 +79,13 @@ std::map<std::string, Shape> expected_weights(const ModelConfig& c) {
     if (!c.layer_moe.empty() && c.layer_moe[static_cast<size_t>(l)]) {
       const int64_t e_ff = c.moe_intermediate_size;
       w[p + "mlp.gate.weight"] = Shape{c.num_experts, h};
+      if (c.moe_sigmoid_routing) w[p + "mlp.gate.e_score_correction_bias"] = Shape{c.num_experts};
+      if (c.n_shared_experts > 0) {
+        const int64_t s_ff = int64_t{c.n_shared_experts} * e_ff;
+        w[p + "mlp.shared_experts.gate_proj.weight"] = Shape{s_ff, h};
+        w[p + "mlp.shared_experts.up_proj.weight"] = Shape{s_ff, h};
+        w[p + "mlp.shared_experts.down_proj.weight"] = Shape{h, s_ff};
+      }
       for (int e = 0; e < c.num_experts; ++e) {
         const std::string x = fmt::format("{}mlp.experts.{}.", p, e);
         w[x + "gate_proj.weight"] = Shape{e_ff, h};
@@ -106,7 +126,9 @@ TEST_P(GoldenFixture, CheckpointMatchesConfig) {
   // Per-fixture features the model tests rely on.
   const std::string name = GetParam();
   EXPECT_EQ(c.vocab_size, 384);
-  EXPECT_LT(c.num_kv_heads, c.num_heads) << "GQA everywhere";
+  if (!c.mla()) {
+    EXPECT_LT(c.num_kv_heads, c.num_heads) << "GQA everywhere but MLA";
+  }
   EXPECT_EQ(c.torch_dtype, DType::f32);
   if (name.starts_with("llama3")) {
     EXPECT_EQ(c.architecture, "LlamaForCausalLM");
@@ -132,6 +154,31 @@ TEST_P(GoldenFixture, CheckpointMatchesConfig) {
     EXPECT_EQ(c.num_experts_per_tok, 2);
     EXPECT_TRUE(c.norm_topk_prob);
     EXPECT_EQ(c.layer_moe, (std::vector<bool>{true, false, true, true})) << "layer 1 dense";
+  } else if (name == "glm4_moe") {
+    EXPECT_EQ(c.architecture, "Glm4MoeForCausalLM");
+    EXPECT_TRUE(c.attention_bias);
+    EXPECT_TRUE(c.qk_norm);
+    EXPECT_DOUBLE_EQ(c.partial_rotary_factor, 0.5);
+    EXPECT_TRUE(c.moe_sigmoid_routing);
+    EXPECT_EQ(c.n_group, 4);
+    EXPECT_EQ(c.n_shared_experts, 1);
+    EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.8);
+    EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true})) << "layer 0 dense";
+  } else if (name == "deepseek_v3") {
+    EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
+    EXPECT_TRUE(c.mla());
+    EXPECT_EQ(c.q_lora_rank, 48);
+    EXPECT_EQ(c.kv_lora_rank, 32);
+    EXPECT_EQ(c.head_dim, c.qk_rope_head_dim);
+    EXPECT_TRUE(c.rope_interleave);
+    EXPECT_EQ(c.rope_scaling.type, "yarn");
+    EXPECT_DOUBLE_EQ(c.rope_scaling.mscale_all_dim, 0.8);
+    EXPECT_TRUE(c.moe_sigmoid_routing);
+    EXPECT_EQ(c.n_group, 4);
+    EXPECT_EQ(c.topk_group, 2);
+    EXPECT_EQ(c.n_shared_experts, 1);
+    EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+    EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true})) << "layer 0 dense";
   }
   if (name == "llama3_sharded") {
     EXPECT_TRUE(fs::is_regular_file(dir / "model.safetensors.index.json"));

@@ -244,3 +244,33 @@ TEST(PagedKvCache, DuplicatePublishKeepsTheFirstPages) {
 
 }  // namespace
 }  // namespace dspark
+
+namespace dspark {
+namespace {
+
+// shared_kv (MLA's latent cache): one pool per layer, returned as both K and V, and half the
+// bytes per page of a K/V cache of the same shape.
+TEST(PagedKvCache, SharedKvPoolIsBothKeysAndValues) {
+  KvCacheShape shared = small_shape(8);
+  shared.shared_kv = true;
+  PagedKvCache kv(shared, Device::cpu());
+  for (int l = 0; l < shared.num_layers; ++l) {
+    EXPECT_EQ(kv.k_pages(l).data(), kv.v_pages(l).data()) << l;
+    EXPECT_EQ(kv.k_pages(l).shape(), (Shape{8, 4, 2, 8}));
+  }
+  EXPECT_NE(kv.k_pages(0).data(), kv.k_pages(1).data());
+  const size_t bytes = 1 << 16;
+  EXPECT_EQ(PagedKvCache::pages_for_bytes(shared, bytes),
+            2 * PagedKvCache::pages_for_bytes(small_shape(8), bytes));
+  // Pages, lengths and rollback work as for separate pools.
+  const SeqId a = kv.create_sequence();
+  ASSERT_TRUE(kv.plan({a}, {6}).has_value());
+  EXPECT_EQ(kv.length(a), 6);
+  kv.rollback_to(a, 3);
+  EXPECT_EQ(kv.length(a), 3);
+  kv.release(a);
+  EXPECT_EQ(kv.free_pages(), 8);
+}
+
+}  // namespace
+}  // namespace dspark

@@ -173,6 +173,29 @@ TEST_F(ModelErrors, FullCacheAndBadBatchesChangeNothing) {
   EXPECT_EQ(kind_of([&] { model->forward(ctx, wrong, b); }), ErrorKind::invalid_input);
 }
 
+// An MLA model needs its latent cache: one shared K/V pool of width kv_lora_rank + rope; a cache
+// with separate K and V pools of the same shape is refused.
+TEST_F(ModelErrors, MlaRefusesACacheWithoutSharedKv) {
+  Context ctx(Device::cpu());
+  auto model = load_model(fixture("deepseek_v3"), Device::cpu(), DType::f32);
+  const KvCacheShape latent = model->kv_shape(4, 2);
+  EXPECT_TRUE(latent.shared_kv);
+  EXPECT_EQ(latent.num_kv_heads, 1);
+  EXPECT_EQ(latent.head_dim, 32 + 8);
+  KvCacheShape separate = latent;
+  separate.shared_kv = false;
+  PagedKvCache wrong(separate, Device::cpu());
+  ForwardBatch b;
+  b.tokens = {1, 2, 3};
+  b.row_indptr = {0, 3};
+  b.seqs = {wrong.create_sequence()};
+  b.logit_indices = {2};
+  EXPECT_EQ(kind_of([&] { model->forward(ctx, wrong, b); }), ErrorKind::invalid_input);
+  PagedKvCache right(latent, Device::cpu());
+  b.seqs = {right.create_sequence()};
+  EXPECT_NO_THROW(model->forward(ctx, right, b));
+}
+
 TEST_F(ModelErrors, DecodeStepsDoNotAllocate) {
   Context ctx(Device::cpu());
   auto model = load_model(fixture("qwen3"), Device::cpu(), DType::f32);

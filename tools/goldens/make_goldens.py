@@ -109,6 +109,9 @@ class ModelSpec:
     # swapped expert changes the logits (HF's own bf16 model diverges on nearly every seed); the
     # GPU tests run MoE fixtures in f32 instead.
     require_bf16_greedy: bool = True
+    # DeepSeek routers: e_score_correction_bias (a buffer, zero after init) drawn N(0, std^2) so
+    # that expert selection (corrected scores) and weights (raw scores) differ.
+    correction_bias_std: float = 0.0
 
 
 def _base_config(**overrides) -> dict:
@@ -128,6 +131,19 @@ def _base_config(**overrides) -> dict:
     cfg.update(overrides)
     return cfg
 
+
+# The DeepSeek MoE of the deepseek_v3 and glm4_moe fixtures: 8 experts of width 32 in 4 groups of
+# 2, 2 groups kept, top-2 renormalised, a shared expert; layer 0 dense.
+DEEPSEEK_MOE = dict(
+    n_routed_experts=8,
+    num_experts_per_tok=2,
+    n_group=4,
+    topk_group=2,
+    n_shared_experts=1,
+    moe_intermediate_size=32,
+    norm_topk_prob=True,
+    first_k_dense_replace=1,
+)
 
 MODELS = [
     ModelSpec(
@@ -200,6 +216,58 @@ MODELS = [
         seed=6000,
         require_bf16_greedy=False,
     ),
+    ModelSpec(
+        "deepseek_v3",
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        # MLA with q LoRA (rank 48), latent 32 + rope 8 (interleaved), YaRN with mscale and
+        # mscale_all_dim (both the rotary attention factor and the softmax scale change); DeepSeek
+        # MoE: 8 experts in 4 groups of 2, 2 groups kept, top-2, a shared expert, routed scaling
+        # 2.5; layer 0 dense (first_k_dense_replace 1).
+        _base_config(
+            num_key_value_heads=HEADS,
+            q_lora_rank=48,
+            kv_lora_rank=32,
+            qk_nope_head_dim=16,
+            qk_rope_head_dim=8,
+            v_head_dim=16,
+            rope_interleave=True,
+            rope_scaling=dict(
+                rope_type="yarn",
+                factor=4.0,
+                original_max_position_embeddings=64,
+                mscale=1.0,
+                mscale_all_dim=0.8,
+                beta_fast=32.0,
+                beta_slow=1.0,
+            ),
+            routed_scaling_factor=2.5,
+            **DEEPSEEK_MOE,
+        ),
+        seed=7000,
+        require_bf16_greedy=False,
+        correction_bias_std=0.1,
+    ),
+    ModelSpec(
+        "glm4_moe",
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        # GQA with q/k/v biases, per-head q/k norms and partial rotary (head_dim 16, 8 rotated);
+        # DeepSeek MoE as in deepseek_v3 (4 groups of 2 experts, 2 kept, top-2, a shared expert,
+        # routed scaling 1.8); layer 0 dense.
+        _base_config(
+            head_dim=16,
+            partial_rotary_factor=0.5,
+            rope_theta=1000000.0,
+            attention_bias=True,
+            use_qk_norm=True,
+            routed_scaling_factor=1.8,
+            **DEEPSEEK_MOE,
+        ),
+        seed=8000,
+        require_bf16_greedy=False,
+        correction_bias_std=0.1,
+    ),
 ]
 SHARDED = {"llama3": "llama3_sharded"}
 
@@ -233,6 +301,9 @@ def init_weights(model: torch.nn.Module, spec: ModelSpec, seed: int) -> None:
                 p.copy_(normal(p.shape, gain / math.sqrt(p.shape[-1])))
             else:
                 raise RuntimeError(f"no init rule for parameter {name} {tuple(p.shape)}")
+        for name, b in sorted(model.named_buffers()):
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(normal(b.shape, spec.correction_bias_std))
         if spec.final_norm_random_sign:
             w = model.model.norm.weight
             w.mul_(torch.where(torch.rand(w.shape, generator=gen) < 0.5, -1.0, 1.0))
@@ -282,8 +353,15 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
     return top[..., 0] - top[..., 1]
 
 
+def is_deepseek(config) -> bool:
+    """DeepSeek MoE (DeepSeek-V3, GLM-4.5): DeepseekV3TopkRouter's routing, first_k_dense_replace."""
+    return config.model_type in ("deepseek_v3", "glm4_moe")
+
+
 def moe_layers(config) -> list[int]:
     """The layers with experts (transformers' rule), [] for dense models."""
+    if is_deepseek(config):
+        return list(range(config.first_k_dense_replace, config.num_hidden_layers))
     n = getattr(config, "num_experts", 0) or 0
     if n == 0:
         return []
@@ -295,13 +373,69 @@ def moe_layers(config) -> list[int]:
     ]
 
 
+def deepseek_route(config, gate, rl: torch.Tensor):
+    """DeepseekV3TopkRouter's routing of router logits rl [n, E] (f32), with the chosen experts in
+    order of their corrected score (transformers leaves them unordered): ids [n, k], weights
+    [n, k], and the decision gap: the smallest difference between the last kept and the first
+    dropped group score and between the k-th and (k+1)-th corrected score within the kept
+    groups."""
+    E, G, TG, k = config.n_routed_experts, config.n_group, config.topk_group, config.num_experts_per_tok
+    s = rl.sigmoid()
+    c = s + gate.e_score_correction_bias.float()
+    gs = c.view(-1, G, E // G).topk(2, dim=-1)[0].sum(-1)
+    gsorted = gs.sort(dim=-1, descending=True).values
+    gap = float((gsorted[:, TG - 1] - gsorted[:, TG]).min()) if TG < G else math.inf
+    kept = torch.zeros_like(gs).scatter_(1, gs.topk(TG, dim=-1)[1], 1)
+    c = c.masked_fill(~kept.bool().repeat_interleave(E // G, dim=1), float("-inf"))
+    top = c.topk(k + 1 if k < TG * (E // G) else k, dim=-1)
+    if top.values.shape[1] > k:
+        gap = min(gap, float((top.values[:, k - 1] - top.values[:, k]).min()))
+    ids = top.indices[:, :k]
+    w = s.gather(1, ids)
+    if config.norm_topk_prob:
+        w = w / (w.sum(dim=-1, keepdim=True) + 1e-20)
+    return ids, w * config.routed_scaling_factor, gap
+
+
+def deepseek_routing(model, x: torch.Tensor):
+    """(layer, router logits, ids, weights, gap) per MoE layer of a DeepSeek model, from the router
+    inputs its forward sees; checks that transformers chose the same experts and weights."""
+    seen = {}
+    hooks = []
+    for l in moe_layers(model.config):
+        gate = model.model.layers[l].mlp.gate
+        hooks.append(gate.register_forward_hook(
+            lambda mod, inp, out, l=l: seen.__setitem__(l, (mod, inp[0], out))))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    out = []
+    for l in sorted(seen):
+        gate, h, (rl, hf_w, hf_ids) = seen[l]
+        rl = rl.reshape(-1, rl.shape[-1]).float()
+        ids, w, gap = deepseek_route(model.config, gate, rl)
+        order = hf_ids.sort(dim=-1).indices
+        mine = ids.sort(dim=-1)
+        if not torch.equal(mine.values, hf_ids.gather(1, order)) or not torch.allclose(
+            w.gather(1, mine.indices), hf_w.gather(1, order), atol=1e-6
+        ):
+            raise RuntimeError(f"layer {l}: the reference routing differs from transformers'")
+        out.append((l, rl, ids, w, gap))
+    return out
+
+
 def routing(model, x: torch.Tensor) -> list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(layer, router logits [n, E], top-k ids [n, k], weights [n, k]) for each MoE layer, the
     routing as transformers' Qwen3MoeSparseMoeBlock does it (softmax in f32, topk, optional
-    renormalisation)."""
+    renormalisation), or DeepSeek's (deepseek_route)."""
     layers = moe_layers(model.config)
     if not layers:
         return []
+    if is_deepseek(model.config):
+        return [(l, rl, ids, w) for l, rl, ids, w, _ in deepseek_routing(model, x)]
     with torch.no_grad():
         logits = model(x, output_router_logits=True).router_logits
     assert len(logits) == len(layers), (len(logits), layers)
@@ -318,6 +452,8 @@ def routing(model, x: torch.Tensor) -> list[tuple[int, torch.Tensor, torch.Tenso
 
 def min_router_gap(model, x: torch.Tensor) -> float:
     """The smallest k-th minus (k+1)-th expert probability over tokens and MoE layers."""
+    if is_deepseek(model.config):
+        return min((g for *_, g in deepseek_routing(model, x)), default=math.inf)
     k = model.config.num_experts_per_tok
     gaps = []
     for _, rl, _, _ in routing(model, x):

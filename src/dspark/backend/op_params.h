@@ -69,6 +69,14 @@ struct PagedKv {
   Tensor kv_lens;       // i32 [n_rows]: valid tokens per row, including this step's writes
 };
 
+// DeepSeek-V3 routing (moe_route_grouped, ops/moe.h).
+struct MoeGroupRouting {
+  int n_group = 1;         // the experts form n_group groups of consecutive ids
+  int topk_group = 1;      // groups a token may choose from
+  bool normalize = false;  // norm_topk_prob
+  float scale = 1.0f;      // routed_scaling_factor
+};
+
 // paged_attention (ops/attention.h).
 struct AttentionParams {
   float scale = 1.0f;      // usually 1/sqrt(head_dim)

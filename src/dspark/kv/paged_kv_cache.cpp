@@ -10,10 +10,10 @@ int pages_needed(int length, int page_size) {
 }
 
 size_t page_bytes(const KvCacheShape& shape) {
-  // K and V of one page in every layer.
-  return 2 * static_cast<size_t>(shape.num_layers) * static_cast<size_t>(shape.page_size) *
-         static_cast<size_t>(shape.num_kv_heads) * static_cast<size_t>(shape.head_dim) *
-         dtype_size(shape.dtype);
+  // K and V (or the shared pool) of one page in every layer.
+  return (shape.shared_kv ? 1 : 2) * static_cast<size_t>(shape.num_layers) *
+         static_cast<size_t>(shape.page_size) * static_cast<size_t>(shape.num_kv_heads) *
+         static_cast<size_t>(shape.head_dim) * dtype_size(shape.dtype);
 }
 
 void check_shape_valid(const KvCacheShape& shape) {
@@ -36,7 +36,7 @@ PagedKvCache::PagedKvCache(const KvCacheShape& shape, Device device)
                    shape.head_dim};
   // Zeroed so that a kernel bug reading past kv_len sees zeros rather than NaN garbage.
   k_ = OwnedTensor::zeros(shape.dtype, pool, device);
-  v_ = OwnedTensor::zeros(shape.dtype, pool, device);
+  if (!shape.shared_kv) v_ = OwnedTensor::zeros(shape.dtype, pool, device);
   free_list_.reserve(static_cast<size_t>(shape.num_pages));
   // A stack: page 0 is handed out first.
   for (int p = shape.num_pages - 1; p >= 0; --p) free_list_.push_back(p);
@@ -290,7 +290,7 @@ Tensor PagedKvCache::k_pages(int layer) const {
 Tensor PagedKvCache::v_pages(int layer) const {
   DSPARK_CHECK(layer >= 0 && layer < shape_.num_layers, "v_pages: layer {} of {}", layer,
                shape_.num_layers);
-  return v_.view().select(0, layer);
+  return (shape_.shared_kv ? k_ : v_).view().select(0, layer);
 }
 
 }  // namespace dspark

@@ -31,6 +31,9 @@ struct KvCacheShape {
   DType dtype = DType::f32;
   int page_size = 16;  // tokens per page
   int num_pages = 0;   // pages per layer pool
+  // One pool per layer that serves as both keys and values (v_pages(l) is k_pages(l)): MLA's
+  // latent cache, one "head" per token of [normalised c_kv, roped k_rope] (model/mla.h).
+  bool shared_kv = false;
 };
 
 // Host-side description of one forward batch's view of the cache, built by PagedKvCache::plan and
@@ -86,7 +89,8 @@ class PagedKvCache {
   // and sets each sequence's length to length + n_new.
   std::optional<KvBatchPlan> plan(const std::vector<SeqId>& seqs, const std::vector<int>& n_new);
 
-  // Layer l's pools: [num_pages, page_size, num_kv_heads, head_dim].
+  // Layer l's pools: [num_pages, page_size, num_kv_heads, head_dim] (the same pool twice with
+  // shared_kv).
   Tensor k_pages(int layer) const;
   Tensor v_pages(int layer) const;
 
@@ -120,7 +124,7 @@ class PagedKvCache {
   KvCacheShape shape_;
   Device device_;
   OwnedTensor k_;  // [num_layers, num_pages, page_size, num_kv_heads, head_dim]
-  OwnedTensor v_;
+  OwnedTensor v_;  // empty with shared_kv
   std::vector<int32_t> free_list_;
   std::vector<Sequence> seqs_;
   std::vector<SeqId> free_ids_;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <optional>
 #include <string_view>
 
@@ -38,27 +39,64 @@ struct ArchInfo {
   bool qkv_bias_always;      // Qwen2: q/k/v biases whatever attention_bias says
   bool qk_norm;
   WindowRule window_rule;
-  bool moe;  // Qwen3-MoE: routed experts (parse_moe)
+  bool moe;       // Qwen3-MoE: routed experts (parse_moe)
+  bool deepseek;  // DeepSeek-V3: MLA and DeepSeek MoE (parse_deepseek)
+  bool glm_moe;   // GLM-4.5: GQA with partial rotary and DeepSeek MoE (parse_glm4_moe)
 };
 
 // Defaults as in transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
-// Qwen3MoeConfig.
-constexpr std::array<ArchInfo, 5> kArchitectures = {{
-    {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none, false},
-    {"MistralForCausalLM", "mistral", 8, -1, 131072, 1, 2, false, false, WindowRule::mistral,
+// Qwen3MoeConfig / DeepseekV3Config / Glm4MoeConfig.
+constexpr std::array<ArchInfo, 7> kArchitectures = {{
+    {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none, false, false,
      false},
-    {"Qwen2ForCausalLM", "qwen2", 32, -1, 32768, -1, -1, true, false, WindowRule::qwen, false},
-    {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, -1, -1, false, true, WindowRule::qwen, false},
+    {"MistralForCausalLM", "mistral", 8, -1, 131072, 1, 2, false, false, WindowRule::mistral, false,
+     false, false},
+    {"Qwen2ForCausalLM", "qwen2", 32, -1, 32768, -1, -1, true, false, WindowRule::qwen, false,
+     false, false},
+    {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, -1, -1, false, true, WindowRule::qwen, false,
+     false, false},
     {"Qwen3MoeForCausalLM", "qwen3_moe", 4, -1, 32768, -1, -1, false, true,
-     WindowRule::every_when_used, true},
+     WindowRule::every_when_used, true, false, false},
+    {"DeepseekV3ForCausalLM", "deepseek_v3", 128, -1, 4096, 0, 1, false, false, WindowRule::none,
+     false, true, false},
+    {"Glm4MoeForCausalLM", "glm4_moe", 8, -1, 131072, -1, -1, false, false, WindowRule::none, false,
+     false, true},
 }};
 // Qwen3MoeConfig's defaults for the expert keys.
 constexpr int kDefaultNumExperts = 128;
 constexpr int kDefaultExpertsPerToken = 8;
 constexpr int kDefaultMoeIntermediate = 768;
 constexpr int kDefaultMoeDenseIntermediate = 6144;  // intermediate_size (mlp_only_layers' MLP)
-constexpr int kDefaultSlidingWindow = 4096;         // Mistral/Qwen2/Qwen3 config default
-constexpr int kDefaultMaxWindowLayers = 28;         // Qwen2/Qwen3 config default
+// DeepseekV3Config's defaults for the MLA and DeepSeek MoE keys.
+constexpr int kDeepseekIntermediate = 18432;
+constexpr int kDeepseekQLoraRank = 1536;
+constexpr int kDeepseekKvLoraRank = 512;
+constexpr int kDeepseekQkNopeHeadDim = 128;
+constexpr int kDeepseekQkRopeHeadDim = 64;
+constexpr int kDeepseekVHeadDim = 128;
+constexpr int kDeepseekRoutedExperts = 256;
+constexpr int kDeepseekSharedExperts = 1;
+constexpr int kDeepseekMoeIntermediate = 2048;
+constexpr int kDeepseekNGroup = 8;
+constexpr int kDeepseekTopkGroup = 4;
+constexpr double kDeepseekRoutedScaling = 2.5;
+constexpr int kDeepseekFirstDense = 3;
+// The defaults of the DeepSeek MoE keys: DeepseekV3Config's and Glm4MoeConfig's.
+struct DeepseekMoeDefaults {
+  int routed_experts, experts_per_token, moe_intermediate, shared_experts, n_group, topk_group,
+      first_dense;
+  double routed_scaling;
+};
+constexpr DeepseekMoeDefaults kDeepseekMoe{kDeepseekRoutedExperts,   8,
+                                           kDeepseekMoeIntermediate, kDeepseekSharedExperts,
+                                           kDeepseekNGroup,          kDeepseekTopkGroup,
+                                           kDeepseekFirstDense,      kDeepseekRoutedScaling};
+constexpr DeepseekMoeDefaults kGlm4Moe{128, 8, 1408, 1, 1, 1, 1, 1.0};
+constexpr int kGlm4MoeIntermediate = 10944;
+constexpr double kGlm4MoeRmsNormEps = 1e-5;
+constexpr double kGlm4MoePartialRotary = 0.5;
+constexpr int kDefaultSlidingWindow = 4096;  // Mistral/Qwen2/Qwen3 config default
+constexpr int kDefaultMaxWindowLayers = 28;  // Qwen2/Qwen3 config default
 
 const ArchInfo& find_architecture(const std::string& name, std::string_view source) {
   for (const ArchInfo& a : kArchitectures)
@@ -152,7 +190,8 @@ const json* rope_block(const json& j, std::string_view source) {
   return nullptr;
 }
 
-void parse_rope(const json& j, std::string_view source, ModelConfig& c) {
+void parse_rope(const json& j, std::string_view source, ModelConfig& c,
+                double default_partial_rotary) {
   const json* rope = rope_block(j, source);
   const json empty = json::object();
   const json& r = rope != nullptr ? *rope : empty;
@@ -160,9 +199,9 @@ void parse_rope(const json& j, std::string_view source, ModelConfig& c) {
 
   c.rope_theta = json_optional_number(r, "rope_theta", rope_source)
                      .value_or(json_optional_number(j, "rope_theta", source).value_or(10000.0));
-  c.partial_rotary_factor =
-      json_optional_number(r, "partial_rotary_factor", rope_source)
-          .value_or(json_optional_number(j, "partial_rotary_factor", source).value_or(1.0));
+  c.partial_rotary_factor = json_optional_number(r, "partial_rotary_factor", rope_source)
+                                .value_or(json_optional_number(j, "partial_rotary_factor", source)
+                                              .value_or(default_partial_rotary));
   DSPARK_CHECK_KIND(io, c.rope_theta > 0, "{}: rope_theta must be positive, got {}", source,
                     c.rope_theta);
   DSPARK_CHECK_KIND(io, c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1,
@@ -293,6 +332,88 @@ void parse_moe(const json& j, std::string_view source, ModelConfig& c) {
     c.layer_moe[static_cast<size_t>(l)] = !dense[static_cast<size_t>(l)] && (l + 1) % step == 0;
 }
 
+// An int >= 0 (`fallback` when absent).
+int non_negative_int(const json& j, std::string_view key, std::string_view source, int fallback) {
+  const int64_t v = json_optional_int(j, key, source).value_or(fallback);
+  DSPARK_CHECK_KIND(io, v >= 0 && v <= (int64_t{1} << 30), "{}: key '{}' must be >= 0, got {}",
+                    source, key, v);
+  return static_cast<int>(v);
+}
+
+void parse_deepseek_moe(const json& j, std::string_view source, const DeepseekMoeDefaults& d,
+                        ModelConfig& c);
+
+// DeepSeek-V3: the MLA dimensions and the DeepSeek MoE keys (transformers' DeepseekV3Config and
+// the keys of the published checkpoints' config.json that change what transformers computes).
+void parse_deepseek(const json& j, std::string_view source, ModelConfig& c) {
+  // q_lora_rank null: queries straight from q_proj (DeepSeek-V2-Lite's layout).
+  const auto q_lora = j.find("q_lora_rank");
+  c.q_lora_rank = q_lora == j.end()   ? kDeepseekQLoraRank
+                  : q_lora->is_null() ? 0
+                                      : positive_int(j, "q_lora_rank", source);
+  c.kv_lora_rank = positive_int(j, "kv_lora_rank", source, kDeepseekKvLoraRank);
+  c.qk_nope_head_dim = positive_int(j, "qk_nope_head_dim", source, kDeepseekQkNopeHeadDim);
+  c.qk_rope_head_dim = positive_int(j, "qk_rope_head_dim", source, kDeepseekQkRopeHeadDim);
+  c.v_head_dim = positive_int(j, "v_head_dim", source, kDeepseekVHeadDim);
+  c.rope_interleave = json_optional_bool(j, "rope_interleave", source).value_or(true);
+  c.head_dim = c.qk_rope_head_dim;  // the rotary dimension (transformers: head_dim)
+  DSPARK_CHECK_KIND(io, c.qk_rope_head_dim % 2 == 0, "{}: qk_rope_head_dim must be even, got {}",
+                    source, c.qk_rope_head_dim);
+  DSPARK_CHECK_KIND(unsupported, !json_optional_bool(j, "attention_bias", source).value_or(false),
+                    "{}: attention_bias = true is not supported for {}", source, c.architecture);
+
+  parse_deepseek_moe(j, source, kDeepseekMoe, c);
+}
+
+// GLM-4.5 (Glm4MoeForCausalLM): GQA attention (q/k/v biases with attention_bias, per-head q/k
+// norms with use_qk_norm, partial rotary: parse_rope) and DeepSeek MoE.
+void parse_glm4_moe(const json& j, std::string_view source, ModelConfig& c) {
+  c.qk_norm = json_optional_bool(j, "use_qk_norm", source).value_or(false);
+  parse_deepseek_moe(j, source, kGlm4Moe, c);
+}
+
+// DeepSeek MoE (DeepSeek-V3, GLM-4.5): the routed and shared experts, the routing groups and the
+// first dense layers.
+void parse_deepseek_moe(const json& j, std::string_view source, const DeepseekMoeDefaults& d,
+                        ModelConfig& c) {
+  c.moe_sigmoid_routing = true;
+  const std::string scoring = json_optional_string(j, "scoring_func", source).value_or("sigmoid");
+  DSPARK_CHECK_KIND(unsupported, scoring == "sigmoid",
+                    "{}: scoring_func '{}' is not supported for {} (sigmoid)", source, scoring,
+                    c.architecture);
+  const std::string method = json_optional_string(j, "topk_method", source).value_or("noaux_tc");
+  DSPARK_CHECK_KIND(unsupported, method == "noaux_tc",
+                    "{}: topk_method '{}' is not supported for {} (noaux_tc)", source, method,
+                    c.architecture);
+  const int64_t freq = json_optional_int(j, "moe_layer_freq", source).value_or(1);
+  DSPARK_CHECK_KIND(unsupported, freq == 1, "{}: moe_layer_freq {} is not supported (1)", source,
+                    freq);
+  c.num_experts = positive_int(j, "n_routed_experts", source, d.routed_experts);
+  c.num_experts_per_tok = positive_int(j, "num_experts_per_tok", source, d.experts_per_token);
+  c.moe_intermediate_size = positive_int(j, "moe_intermediate_size", source, d.moe_intermediate);
+  c.n_shared_experts = non_negative_int(j, "n_shared_experts", source, d.shared_experts);
+  c.n_group = positive_int(j, "n_group", source, d.n_group);
+  c.topk_group = positive_int(j, "topk_group", source, d.topk_group);
+  c.norm_topk_prob = json_optional_bool(j, "norm_topk_prob", source).value_or(true);
+  c.routed_scaling_factor =
+      json_optional_number(j, "routed_scaling_factor", source).value_or(d.routed_scaling);
+  DSPARK_CHECK_KIND(io, c.routed_scaling_factor > 0 && std::isfinite(c.routed_scaling_factor),
+                    "{}: routed_scaling_factor must be positive, got {}", source,
+                    c.routed_scaling_factor);
+  DSPARK_CHECK_KIND(io, c.num_experts % c.n_group == 0 && c.num_experts / c.n_group >= 2,
+                    "{}: n_routed_experts ({}) must be a multiple of n_group ({}) with at least "
+                    "2 experts per group",
+                    source, c.num_experts, c.n_group);
+  DSPARK_CHECK_KIND(io, c.topk_group <= c.n_group, "{}: topk_group ({}) exceeds n_group ({})",
+                    source, c.topk_group, c.n_group);
+  DSPARK_CHECK_KIND(io, c.num_experts_per_tok <= c.topk_group * (c.num_experts / c.n_group),
+                    "{}: num_experts_per_tok ({}) exceeds the experts of topk_group ({}) groups",
+                    source, c.num_experts_per_tok, c.topk_group);
+  const int first_dense = non_negative_int(j, "first_k_dense_replace", source, d.first_dense);
+  c.layer_moe.assign(static_cast<size_t>(c.num_layers), false);
+  for (int l = first_dense; l < c.num_layers; ++l) c.layer_moe[static_cast<size_t>(l)] = true;
+}
+
 ModelConfig parse_config(const json& j, std::string_view source) {
   DSPARK_CHECK_KIND(io, j.is_object(), "{}: expected a JSON object, got {}", source, json_brief(j));
   const auto archs = j.find("architectures");
@@ -309,9 +430,11 @@ ModelConfig parse_config(const json& j, std::string_view source) {
 
   c.vocab_size = positive_int(j, "vocab_size", source);
   c.hidden_size = positive_int(j, "hidden_size", source);
-  c.intermediate_size =
-      positive_int(j, "intermediate_size", source,
-                   arch.moe ? std::optional<int64_t>(kDefaultMoeDenseIntermediate) : std::nullopt);
+  c.intermediate_size = positive_int(j, "intermediate_size", source,
+                                     arch.moe ? std::optional<int64_t>(kDefaultMoeDenseIntermediate)
+                                     : arch.deepseek ? std::optional<int64_t>(kDeepseekIntermediate)
+                                     : arch.glm_moe  ? std::optional<int64_t>(kGlm4MoeIntermediate)
+                                                     : std::nullopt);
   c.num_layers = positive_int(j, "num_hidden_layers", source);
   if (arch.moe) parse_moe(j, source, c);
   c.num_heads = positive_int(j, "num_attention_heads", source);
@@ -322,7 +445,9 @@ ModelConfig parse_config(const json& j, std::string_view source) {
                     "{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
                     source, c.num_heads, c.num_kv_heads);
   // head_dim: given, else the architecture's default (Qwen3: 128), else hidden_size / num_heads.
-  if (json_optional_int(j, "head_dim", source).has_value()) {
+  if (arch.deepseek) {
+    // parse_deepseek: qk_rope_head_dim.
+  } else if (json_optional_int(j, "head_dim", source).has_value()) {
     c.head_dim = positive_int(j, "head_dim", source);
   } else if (arch.default_head_dim > 0 && !j.contains("head_dim")) {
     c.head_dim = arch.default_head_dim;
@@ -334,7 +459,8 @@ ModelConfig parse_config(const json& j, std::string_view source) {
     c.head_dim = c.hidden_size / c.num_heads;
   }
 
-  c.rms_norm_eps = json_optional_number(j, "rms_norm_eps", source).value_or(1e-6);
+  c.rms_norm_eps = json_optional_number(j, "rms_norm_eps", source)
+                       .value_or(arch.glm_moe ? kGlm4MoeRmsNormEps : 1e-6);
   DSPARK_CHECK_KIND(io, c.rms_norm_eps > 0, "{}: rms_norm_eps must be positive, got {}", source,
                     c.rms_norm_eps);
   c.max_position_embeddings =
@@ -350,7 +476,10 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   DSPARK_CHECK_KIND(unsupported, !json_optional_bool(j, "mlp_bias", source).value_or(false),
                     "{}: mlp_bias = true is not supported", source);
 
-  parse_rope(j, source, c);
+  if (arch.deepseek) parse_deepseek(j, source, c);
+  if (arch.glm_moe) parse_glm4_moe(j, source, c);
+
+  parse_rope(j, source, c, arch.glm_moe ? kGlm4MoePartialRotary : 1.0);
   const int rotary_dim = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   DSPARK_CHECK_KIND(io, rotary_dim >= 2 && rotary_dim % 2 == 0,
                     "{}: head_dim {} x partial_rotary_factor {} gives an odd rotary dimension {}",
@@ -365,6 +494,16 @@ ModelConfig parse_config(const json& j, std::string_view source) {
 }
 
 }  // namespace
+
+float mla_softmax_scale(const ModelConfig& c) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim));
+  const RopeScaling& s = c.rope_scaling;
+  if (s.type != "default" && s.mscale_all_dim != 0.0 && s.factor > 1.0) {
+    const double mscale = 0.1 * s.mscale_all_dim * std::log(s.factor) + 1.0;
+    scale *= mscale * mscale;
+  }
+  return static_cast<float>(scale);
+}
 
 ModelConfig parse_model_config(const json& json_doc) {
   return parse_config(json_doc, "config.json");

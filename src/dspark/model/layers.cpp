@@ -351,7 +351,8 @@ void project_any(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& s
   }
 }
 
-// A block's last projection (project_any), then `then` when given.
+}  // namespace
+
 void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
                   const QuantizedWeight& q, const Tensor& bias, const Tensor& y,
                   const ResidualNorm* then) {
@@ -368,7 +369,13 @@ void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
   if (then->tap.defined()) convert(ctx, then->residual, then->tap);
 }
 
-}  // namespace
+void load_mlp_weights(const WeightLoader& w, const std::string& prefix, int64_t hidden,
+                      int64_t inter, MlpWeights& out) {
+  w.load_matrix({{prefix + "gate_proj.weight", Shape{inter, hidden}},
+                 {prefix + "up_proj.weight", Shape{inter, hidden}}},
+                out.gate_up, out.gate_up_q);
+  w.load_matrix({{prefix + "down_proj.weight", Shape{hidden, inter}}}, out.down, out.down_q);
+}
 
 void project_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
                   const QuantizedWeight& q, int64_t begin, int64_t end, const Tensor& bias,

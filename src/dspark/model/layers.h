@@ -203,6 +203,11 @@ struct MlpWeights {
   QuantizedWeight gate_up_q, down_q;      // block-quantized instead, when defined
 };
 
+// Loads `prefix` + "{gate,up,down}_proj.weight" of a SwiGLU MLP of width `inter` (load_matrix: as
+// stored when block-quantized on the CPU, else dense).
+void load_mlp_weights(const WeightLoader& w, const std::string& prefix, int64_t hidden,
+                      int64_t inter, MlpWeights& out);
+
 // y = x . w[begin, end)^T (+ bias [end - begin], optional) for a weight in any of the forms a
 // block holds: block-quantized parts `q` when defined, else `w` dense or as E4M3 codes with
 // per-row `scale` (ops/linear_fp8.h). E.g. the k/v rows of a fused q/k/v weight, or a whole weight
@@ -245,6 +250,13 @@ struct ResidualNorm {
   RmsNormParams params;
   Tensor tap;  // optional [n, hidden]: the updated residual, converted to its dtype
 };
+
+// A block's last projection y = x . w^T (+ bias) in any of the forms project_rows takes, then
+// `then` when given (fused with the projection where ops/linear_norm.h can: dense 16-bit weights
+// without scale or bias; y is then scratch).
+void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
+                  const QuantizedWeight& q, const Tensor& bias, const Tensor& y,
+                  const ResidualNorm* then);
 
 // out[n, hidden] = o_proj(attention(rope(q), paged cache after writing rope(k), v)) for the
 // normalised input xn [n, hidden]; then `then` (optional).

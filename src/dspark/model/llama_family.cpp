@@ -1,6 +1,7 @@
-// Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE: pre-norm decoder layers (RMSNorm -> GQA attention
-// with RoPE -> residual -> RMSNorm -> SwiGLU MLP, or a mixture of SwiGLU experts (model/moe.h) ->
-// residual), final RMSNorm, LM head (tied or not).
+// Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / DeepSeek-V3 / GLM-4.5: pre-norm decoder layers
+// (RMSNorm -> GQA attention with RoPE, or DeepSeek's multi-head latent attention (model/mla.h) ->
+// residual -> RMSNorm -> SwiGLU MLP, or a mixture of SwiGLU experts (model/moe.h) -> residual),
+// final RMSNorm, LM head (tied or not).
 //
 // Forward data flow (residual stream x in f32, matmul inputs in the activation dtype):
 //   x = embed(tokens); xn = norm_in[0](x)
@@ -22,6 +23,7 @@
 #include "dspark/backend/graph_cache.h"
 #include "dspark/backend/pinned_memory.h"
 #include "dspark/model/layers.h"
+#include "dspark/model/mla.h"
 #include "dspark/model/moe.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
@@ -45,12 +47,15 @@ constexpr FamilyTraits kLlama{false, true, false};
 constexpr FamilyTraits kQwen2{true, false, false};
 constexpr FamilyTraits kQwen3{false, true, true};
 constexpr FamilyTraits kMistral{false, false, false};
-// Qwen3-MoE is Qwen3 with expert FFNs (the config's num_experts and layer_moe).
-constexpr std::pair<const char*, FamilyTraits> kArchitectures[] = {{"LlamaForCausalLM", kLlama},
-                                                                   {"Qwen2ForCausalLM", kQwen2},
-                                                                   {"Qwen3ForCausalLM", kQwen3},
-                                                                   {"MistralForCausalLM", kMistral},
-                                                                   {"Qwen3MoeForCausalLM", kQwen3}};
+// Qwen3-MoE is Qwen3 with expert FFNs (the config's num_experts and layer_moe); DeepSeek-V3 has
+// MLA instead of q/k/v projections (config.mla()) and DeepSeek MoE; GLM-4.5 is Mistral's GQA
+// (q/k/v biases with attention_bias, optional q/k norms: config.qk_norm, partial rotary) with
+// DeepSeek MoE.
+constexpr std::pair<const char*, FamilyTraits> kArchitectures[] = {
+    {"LlamaForCausalLM", kLlama},    {"Qwen2ForCausalLM", kQwen2},
+    {"Qwen3ForCausalLM", kQwen3},    {"MistralForCausalLM", kMistral},
+    {"Qwen3MoeForCausalLM", kQwen3}, {"DeepseekV3ForCausalLM", kMistral},
+    {"Glm4MoeForCausalLM", kMistral}};
 
 LlamaFamilyTensors tensors_of(const FamilyTraits& t, const ModelConfig& c) {
   return LlamaFamilyTensors{t.qkv_bias_always || c.attention_bias,
@@ -62,6 +67,7 @@ struct LayerWeights {
   OwnedTensor norm_in;    // [H] f32 (input_layernorm)
   OwnedTensor norm_post;  // [H] f32 (post_attention_layernorm)
   AttentionWeights attn;
+  MlaWeights mla;  // MLA models (config.mla()) instead of attn
   MlpWeights mlp;  // a dense layer's FFN
   MoeWeights moe;  // a MoE layer's FFN (config.layer_moe)
 };
@@ -113,6 +119,29 @@ void validate_config(const ModelConfig& c) {
   }
 }
 
+// Loads `a` + "{q,k,v,o}_proj.weight" (and the biases / per-head norms the flags name) of a GQA
+// attention block with the dims `d`.
+void load_attention(const WeightLoader& w, const std::string& a, const AttentionDims& d,
+                    const LlamaFamilyTensors& t, AttentionWeights& out) {
+  const int64_t h = d.hidden, qw = d.q_width(), kvw = d.kv_width();
+  w.load_matrix({{a + "q_proj.weight", Shape{qw, h}},
+                 {a + "k_proj.weight", Shape{kvw, h}},
+                 {a + "v_proj.weight", Shape{kvw, h}}},
+                out.qkv, out.qkv_q);
+  if (t.qkv_bias) {
+    out.qkv_bias = w.load_concat({{a + "q_proj.bias", Shape{qw}},
+                                  {a + "k_proj.bias", Shape{kvw}},
+                                  {a + "v_proj.bias", Shape{kvw}}},
+                                 DType::f32);
+  }
+  if (t.qk_norm) {
+    out.q_norm = w.load(a + "q_norm.weight", Shape{d.head_dim}, DType::f32);
+    out.k_norm = w.load(a + "k_norm.weight", Shape{d.head_dim}, DType::f32);
+  }
+  w.load_matrix({{a + "o_proj.weight", Shape{h, qw}}}, out.o, out.o_q);
+  if (t.o_bias) out.o_bias = w.load(a + "o_proj.bias", Shape{h}, DType::f32);
+}
+
 class LlamaFamilyModel final : public Model {
  public:
   LlamaFamilyModel(const ModelConfig& config, const FamilyTraits& traits,
@@ -122,6 +151,9 @@ class LlamaFamilyModel final : public Model {
   Device device() const override { return device_; }
   DType activation_dtype() const override { return dtype_; }
   KvCacheShape kv_shape(int page_size, int num_pages) const override {
+    if (config_.mla()) {  // one latent row per token, serving as key and value (model/mla.h)
+      return KvCacheShape{config_.num_layers, 1, mla_.latent(), dtype_, page_size, num_pages, true};
+    }
     return KvCacheShape{
         config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype_, page_size, num_pages};
   }
@@ -142,6 +174,7 @@ class LlamaFamilyModel final : public Model {
     Tensor x, xn, proj, gate_up, mlp, logit_rows, logits;
     Tensor argmax;  // i32 [m]: ForwardBatch::want_argmax
     AttentionScratch attn;
+    MlaScratch mla;  // MLA models only (instead of attn)
     MoeScratch moe;  // MoE layers only
     std::vector<Tensor> taps;
   };
@@ -216,6 +249,7 @@ class LlamaFamilyModel final : public Model {
   Device device_;
   DType dtype_;
   AttentionDims dims_;
+  MlaDims mla_;             // MLA models
   TableWeight embed_;       // [V, H]
   TableWeight lm_head_;     // [V, H], empty when tied
   OwnedTensor final_norm_;  // [H] f32
@@ -249,9 +283,9 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
   const ModelConfig& c = config_;
   dims_ = AttentionDims{c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
                         static_cast<float>(c.rms_norm_eps)};
-  const int64_t h = c.hidden_size, inter = c.intermediate_size, hd = c.head_dim;
-  const int64_t qw = dims_.q_width(), kvw = dims_.kv_width();
-  const auto [qkv_bias, o_bias, qk_norm] = tensors_of(traits, c);
+  mla_ = mla_dims(c);
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const LlamaFamilyTensors tensors = tensors_of(traits, c);
   has_moe_ = has_moe_layer(c);
 
   WeightLoader w(weights, device, dtype);
@@ -267,31 +301,17 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     lw.norm_in = w.load(p + "input_layernorm.weight", Shape{h}, DType::f32);
     lw.norm_post = w.load(p + "post_attention_layernorm.weight", Shape{h}, DType::f32);
     const std::string a = p + "self_attn.";
-    const std::vector<WeightLoader::Part> qkv = {{a + "q_proj.weight", Shape{qw, h}},
-                                                 {a + "k_proj.weight", Shape{kvw, h}},
-                                                 {a + "v_proj.weight", Shape{kvw, h}}};
-    w.load_matrix(qkv, lw.attn.qkv, lw.attn.qkv_q);
-    if (qkv_bias) {
-      lw.attn.qkv_bias = w.load_concat({{a + "q_proj.bias", Shape{qw}},
-                                        {a + "k_proj.bias", Shape{kvw}},
-                                        {a + "v_proj.bias", Shape{kvw}}},
-                                       DType::f32);
+    if (c.mla()) {
+      lw.mla = load_mla_weights(weights, a, c, device, dtype);
+    } else {
+      load_attention(w, a, dims_, tensors, lw.attn);
     }
-    if (qk_norm) {
-      lw.attn.q_norm = w.load(a + "q_norm.weight", Shape{hd}, DType::f32);
-      lw.attn.k_norm = w.load(a + "k_norm.weight", Shape{hd}, DType::f32);
-    }
-    w.load_matrix({{a + "o_proj.weight", Shape{h, qw}}}, lw.attn.o, lw.attn.o_q);
-    if (o_bias) lw.attn.o_bias = w.load(a + "o_proj.bias", Shape{h}, DType::f32);
     const std::string m = p + "mlp.";
     if (has_moe_ && c.layer_moe[static_cast<size_t>(l)]) {
       lw.moe = load_moe_weights(w, m, c);
       continue;
     }
-    w.load_matrix(
-        {{m + "gate_proj.weight", Shape{inter, h}}, {m + "up_proj.weight", Shape{inter, h}}},
-        lw.mlp.gate_up, lw.mlp.gate_up_q);
-    w.load_matrix({{m + "down_proj.weight", Shape{h, inter}}}, lw.mlp.down, lw.mlp.down_q);
+    load_mlp_weights(w, m, h, inter, lw.mlp);
   }
 
   const RopeTable table = llama_family_rope_table(c, w);
@@ -302,15 +322,17 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
 
 void LlamaFamilyModel::validate(const PagedKvCache& kv, const ForwardBatch& b) const {
   const KvCacheShape& s = kv.shape();
+  const KvCacheShape want = kv_shape(s.page_size, s.num_pages);
   DSPARK_CHECK_KIND(invalid_input,
-                    s.num_layers == config_.num_layers && s.num_kv_heads == config_.num_kv_heads &&
-                        s.head_dim == config_.head_dim && s.dtype == dtype_ &&
-                        kv.device() == device_,
-                    "KV cache ({} layers, {} kv heads, head_dim {}, {}, {}) does not fit the model "
-                    "({} layers, {} kv heads, head_dim {}, {}, {})",
-                    s.num_layers, s.num_kv_heads, s.head_dim, dtype_name(s.dtype),
-                    kv.device().name(), config_.num_layers, config_.num_kv_heads, config_.head_dim,
-                    dtype_name(dtype_), device_.name());
+                    s.num_layers == want.num_layers && s.num_kv_heads == want.num_kv_heads &&
+                        s.head_dim == want.head_dim && s.shared_kv == want.shared_kv &&
+                        s.dtype == dtype_ && kv.device() == device_,
+                    "KV cache ({} layers, {} kv heads, head_dim {}{}, {}, {}) does not fit the "
+                    "model ({} layers, {} kv heads, head_dim {}{}, {}, {})",
+                    s.num_layers, s.num_kv_heads, s.head_dim, s.shared_kv ? ", shared K/V" : "",
+                    dtype_name(s.dtype), kv.device().name(), want.num_layers, want.num_kv_heads,
+                    want.head_dim, want.shared_kv ? ", shared K/V" : "", dtype_name(dtype_),
+                    device_.name());
   const size_t n_rows = b.seqs.size();
   DSPARK_CHECK_KIND(invalid_input, !b.tokens.empty(), "forward: empty batch");
   DSPARK_CHECK_KIND(invalid_input, b.row_indptr.size() == n_rows + 1,
@@ -346,10 +368,21 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
   const int64_t h = config_.hidden_size, inter = config_.intermediate_size;
   f(a.x, DType::f32, Shape{n, h});
   f(a.xn, dtype_, Shape{n, h});
-  f(a.attn.qkv, dtype_, Shape{n, dims_.qkv_width()});
-  f(a.attn.q_tmp, dtype_, Shape{n, dims_.q_width()});  // qkv_prologue's q out and k scratch
-  f(a.attn.k_tmp, dtype_, Shape{n, dims_.kv_width()});
-  f(a.attn.attn, dtype_, Shape{n, dims_.q_width()});
+  if (config_.mla()) {
+    const int64_t heads = mla_.n_heads, lat = mla_.latent();
+    f(a.mla.in, dtype_, Shape{n, mla_.in_width()});
+    f(a.mla.q_a, dtype_, Shape{n, int64_t{mla_.q_lora_rank}});
+    f(a.mla.q, dtype_, Shape{n, heads * mla_.qk()});
+    f(a.mla.q_abs, dtype_, Shape{n, heads, lat});
+    f(a.mla.latent, dtype_, Shape{n, lat});
+    f(a.mla.attn, dtype_, Shape{n, heads, lat});
+    f(a.mla.attn_v, dtype_, Shape{n, heads * mla_.v});
+  } else {
+    f(a.attn.qkv, dtype_, Shape{n, dims_.qkv_width()});
+    f(a.attn.q_tmp, dtype_, Shape{n, dims_.q_width()});  // qkv_prologue's q out and k scratch
+    f(a.attn.k_tmp, dtype_, Shape{n, dims_.kv_width()});
+    f(a.attn.attn, dtype_, Shape{n, dims_.q_width()});
+  }
   f(a.proj, DType::f32, Shape{n, h});
   const int64_t dense_rows = has_dense_layer(config_) ? n : 0;
   f(a.gate_up, dtype_, Shape{dense_rows, 2 * inter});
@@ -363,6 +396,11 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
     f(a.moe.gate_up, dtype_, Shape{n * k, 2 * e_inter});
     f(a.moe.act, dtype_, Shape{n * k, e_inter});
     f(a.moe.expert_out, dtype_, Shape{n * k, h});
+    const int64_t shared = int64_t{config_.n_shared_experts} * e_inter,
+                  shared_rows = shared > 0 ? n : 0;
+    f(a.moe.shared_gate_up, dtype_, Shape{shared_rows, 2 * shared});
+    f(a.moe.shared_act, dtype_, Shape{shared_rows, shared});
+    f(a.moe.shared_out, DType::f32, Shape{shared_rows, h});
     a.moe.indices = &moe_indices_;
   }
   a.taps.resize(n_taps);
@@ -487,13 +525,18 @@ void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatc
   gather_rows(ctx, embed_.matrix(), v.tokens, a.x);
   save_taps(kTapEmbedding, -1);
   rms_norm(ctx, a.x, layers_.front().norm_in, a.xn, norm);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
+  const float scale = config_.mla() ? mla_softmax_scale(config_)
+                                    : 1.0f / std::sqrt(static_cast<float>(config_.head_dim));
   for (int l = 0; l < config_.num_layers; ++l) {
     const LayerWeights& lw = layers_[static_cast<size_t>(l)];
     const AttentionParams params{scale, true, config_.layer_window[static_cast<size_t>(l)], 0.0f};
     const ResidualNorm post{a.x, lw.norm_post, a.xn, norm, Tensor{}};
-    attention_block(ctx, lw.attn, dims_, rope_, meta, kv.k_pages(l), kv.v_pages(l), params, a.xn,
-                    a.attn, a.proj, &post);
+    if (config_.mla()) {
+      mla_block(ctx, lw.mla, mla_, rope_, meta, kv.k_pages(l), params, a.xn, a.mla, a.proj, &post);
+    } else {
+      attention_block(ctx, lw.attn, dims_, rope_, meta, kv.k_pages(l), kv.v_pages(l), params, a.xn,
+                      a.attn, a.proj, &post);
+    }
     const bool last = l + 1 == config_.num_layers;
     const int tap = first_tap(l);
     const ResidualNorm next{
@@ -635,12 +678,11 @@ RopeTable llama_family_rope_table(const ModelConfig& c, const WeightLoader& weig
 }
 
 std::vector<std::pair<std::string, ModelFactory>> llama_family_architectures() {
-  static_assert(std::size(kArchitectures) == 5, "one factory per architecture below");
-  return {{"LlamaForCausalLM", &create<kLlama>},
-          {"Qwen2ForCausalLM", &create<kQwen2>},
-          {"Qwen3ForCausalLM", &create<kQwen3>},
-          {"MistralForCausalLM", &create<kMistral>},
-          {"Qwen3MoeForCausalLM", &create<kQwen3>}};
+  static_assert(std::size(kArchitectures) == 7, "one factory per architecture below");
+  return {{"LlamaForCausalLM", &create<kLlama>},    {"Qwen2ForCausalLM", &create<kQwen2>},
+          {"Qwen3ForCausalLM", &create<kQwen3>},    {"MistralForCausalLM", &create<kMistral>},
+          {"Qwen3MoeForCausalLM", &create<kQwen3>}, {"DeepseekV3ForCausalLM", &create<kMistral>},
+          {"Glm4MoeForCausalLM", &create<kMistral>}};
 }
 
 }  // namespace dspark

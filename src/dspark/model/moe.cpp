@@ -17,14 +17,20 @@ MoeWeights load_moe_weights(const WeightLoader& w, const std::string& prefix,
   m.top_k = c.num_experts_per_tok;
   m.normalize = c.norm_topk_prob;
   m.router = w.load(prefix + "gate.weight", Shape{c.num_experts, h});
+  if (c.moe_sigmoid_routing) {
+    m.correction_bias =
+        w.load(prefix + "gate.e_score_correction_bias", Shape{c.num_experts}, DType::f32);
+    m.grouped = MoeGroupRouting{c.n_group, c.topk_group, c.norm_topk_prob,
+                                static_cast<float>(c.routed_scaling_factor)};
+  }
+  if (c.n_shared_experts > 0) {
+    const int64_t shared = int64_t{c.n_shared_experts} * inter;
+    load_mlp_weights(w, prefix + "shared_experts.", h, shared, m.shared);
+  }
   m.experts.resize(static_cast<size_t>(c.num_experts));
   for (int e = 0; e < c.num_experts; ++e) {
     const std::string p = fmt::format("{}experts.{}.", prefix, e);
-    MlpWeights& x = m.experts[static_cast<size_t>(e)];
-    w.load_matrix(
-        {{p + "gate_proj.weight", Shape{inter, h}}, {p + "up_proj.weight", Shape{inter, h}}},
-        x.gate_up, x.gate_up_q);
-    w.load_matrix({{p + "down_proj.weight", Shape{h, inter}}}, x.down, x.down_q);
+    load_mlp_weights(w, p, h, inter, m.experts[static_cast<size_t>(e)]);
   }
   return m;
 }
@@ -33,7 +39,11 @@ void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScr
                const Tensor& out, const ResidualNorm* then) {
   const int64_t n = xn.size(0), k = w.top_k, experts = static_cast<int64_t>(w.experts.size());
   linear(ctx, xn, w.router.view(), Tensor{}, s.router_logits);
-  moe_route(ctx, s.router_logits, w.normalize, s.ids, s.weights);
+  if (w.correction_bias->defined()) {
+    moe_route_grouped(ctx, s.router_logits, w.correction_bias.view(), w.grouped, s.ids, s.weights);
+  } else {
+    moe_route(ctx, s.router_logits, w.normalize, s.ids, s.weights);
+  }
 
   // Group the (token, choice) pairs by expert on the host: expert e's rows are
   // [offset[e], offset[e + 1]) of the grouped buffers, tokens in increasing order.
@@ -65,6 +75,10 @@ void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScr
               s.act.rows(lo, hi), s.expert_out.rows(lo, hi));
   }
   moe_combine(ctx, s.expert_out, packed.view(s_slots).reshape(Shape{n, k}), s.weights, out);
+  if (w.has_shared()) {
+    mlp_block(ctx, w.shared, xn, s.shared_gate_up, s.shared_act, s.shared_out);
+    add(ctx, out, s.shared_out, out);
+  }
   if (then == nullptr) return;
   add_rms_norm(ctx, then->residual, out, then->weight, then->out, then->params);
   if (then->tap.defined()) convert(ctx, then->residual, then->tap);

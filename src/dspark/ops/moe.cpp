@@ -1,6 +1,8 @@
 // Argument checks and device dispatch of moe_route and moe_combine (contract: ops/moe.h).
 #include "dspark/ops/moe.h"
 
+#include <cmath>
+
 #include "dspark/backend/cpu/kernels.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/ops/dispatch.h"
@@ -48,6 +50,33 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
     DSPARK_ON_CUDA(cuda::moe_route(ctx, logits, normalize, ids, weights));
   } else {
     cpu::moe_route(ctx, logits, normalize, ids, weights);
+  }
+}
+
+void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
+                       const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights) {
+  constexpr const char* kOp = "moe_route_grouped";
+  check_float_rows(kOp, "logits", logits, ctx);
+  check_rank(kOp, "ids", ids, 2);
+  const int64_t n = logits.size(0), experts = logits.size(1), k = ids.size(1);
+  check_vector(kOp, "bias", bias, DType::f32, experts);
+  check_on_device(kOp, "bias", bias, ctx);
+  DSPARK_CHECK(p.n_group >= 1 && experts % p.n_group == 0 && experts / p.n_group >= 2,
+               "{}: n_group {} must divide the {} experts into groups of at least 2", kOp,
+               p.n_group, experts);
+  DSPARK_CHECK(p.topk_group >= 1 && p.topk_group <= p.n_group,
+               "{}: topk_group {} must be in [1, n_group = {}]", kOp, p.topk_group, p.n_group);
+  DSPARK_CHECK(k >= 1 && k <= p.topk_group * (experts / p.n_group),
+               "{}: top-k {} must be in [1, {}] (the experts of topk_group groups)", kOp, k,
+               p.topk_group * (experts / p.n_group));
+  DSPARK_CHECK(std::isfinite(p.scale), "{}: scale must be finite, got {}", kOp, p.scale);
+  check_choices(kOp, "ids", ids, DType::i32, n, k, ctx);
+  check_choices(kOp, "weights", weights, DType::f32, n, k, ctx);
+  if (n == 0) return;
+  if (ctx.is_cuda()) {
+    DSPARK_ON_CUDA(cuda::moe_route_grouped(ctx, logits, bias, p, ids, weights));
+  } else {
+    cpu::moe_route_grouped(ctx, logits, bias, p, ids, weights);
   }
 }
 

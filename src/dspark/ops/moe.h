@@ -1,9 +1,11 @@
-// Mixture-of-experts routing and combination (Qwen3-MoE style: softmax over the experts, top-k,
-// optional renormalisation). The experts themselves are SwiGLU MLPs run through linear() on the
+// Mixture-of-experts routing and combination: Qwen3-MoE's (softmax over the experts, top-k,
+// optional renormalisation) and DeepSeek-V3's (sigmoid scores, a selection bias, group-limited
+// top-k, routed scaling). The experts themselves are SwiGLU MLPs run through linear() on the
 // rows routed to them (model/moe.h groups the rows by expert).
 #pragma once
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
@@ -19,6 +21,21 @@ namespace dspark {
 // ids: i32 [n, k], weights: f32 [n, k], both contiguous; 1 <= k <= E.
 void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
                const Tensor& weights);
+
+// DeepSeek-V3 routing (transformers' DeepseekV3TopkRouter). Per row r of the router logits
+// [n, E] (any float dtype, rows contiguous), with G = p.n_group groups of E / G consecutive
+// experts:
+//   s = sigmoid(logits[r, :]) in f32; c = s + bias (bias: f32 [E], e_score_correction_bias);
+//   group g scores the sum of the two largest c of its experts; the p.topk_group best groups are
+//   kept (larger first, equal: the lower index);
+//   ids[r, :] = the k = ids.size(1) experts of the kept groups of largest c, largest first
+//               (equal: the lower index; NaN is never chosen before a number);
+//   weights[r, j] = s[ids[r, j]] (the uncorrected score), divided by (the sum of the k chosen s +
+//   1e-20) when p.normalize, times p.scale.
+// ids: i32 [n, k], weights: f32 [n, k], both contiguous. Requires G to divide E with at least 2
+// experts per group, 1 <= topk_group <= G and 1 <= k <= topk_group * E / G.
+void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
+                       const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights);
 
 // out[r, :] = sum_{j < k} weights[r, j] * expert_out[slots[r, j], :], summed in f32 in order of j.
 // expert_out: [m, H] any float dtype (rows contiguous): the experts' outputs, one row per

@@ -36,6 +36,8 @@ void log_softmax(Context& ctx, const Tensor& x, const Tensor& out);
 void argmax(Context& ctx, const Tensor& x, const Tensor& out, const Tensor& index_map);
 void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
                const Tensor& weights);
+void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
+                       const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights);
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out);
 void apply_penalties(Context& ctx, const Tensor& logits, std::span<const PenaltyEntry> entries);

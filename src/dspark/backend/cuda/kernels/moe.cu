@@ -1,7 +1,10 @@
-// moe_route and moe_combine (contract: ops/moe.h).
+// moe_route, moe_route_grouped and moe_combine (contract: ops/moe.h).
 //   moe_route: one warp per row. The row's probabilities live in shared memory; the top-k are
 //   chosen by k warp-wide argmax rounds under the CPU kernel's order (larger first, equal: the
 //   lower index, NaN last), so both backends choose the same experts for the same probabilities.
+//   moe_route_grouped: the same, with the row's sigmoid scores and corrected scores in shared
+//   memory; each lane scores whole groups (their top 2), then warp-wide rounds pick the groups
+//   and the experts.
 //   moe_combine: one block per row, threads over the columns, the k choices summed in order.
 #include <algorithm>
 
@@ -23,6 +26,91 @@ __device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
   if (a_nan != b_nan) return b_nan;
   if (!a_nan && a != b) return a > b;
   return ia < ib;
+}
+
+// Writes the indices of the k entries of score[0, n) that rank first to out[0, k), largest first:
+// k warp-wide argmax rounds (every lane of the warp calls it; out is read back by all lanes).
+__device__ void warp_top_k(const float* score, int n, int k, int32_t* out, int lane) {
+  for (int j = 0; j < k; ++j) {
+    float best = 0.0f;
+    int best_i = -1;
+    for (int e = lane; e < n; e += 32) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken = taken || out[i] == e;
+      if (!taken && ranks_before(score[e], e, best, best_i)) {
+        best = score[e];
+        best_i = e;
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+      if (ranks_before(ob, oi, best, best_i)) {
+        best = ob;
+        best_i = oi;
+      }
+    }
+    if (lane == 0) out[j] = best_i;
+    __syncwarp();  // out[j] is read by every lane in the next round
+  }
+}
+
+// Lane 0 writes w[j] = score[ids[j]] for j < k, each divided by (their sum + eps) when normalize,
+// times scale.
+__device__ void write_weights(const float* score, const int32_t* ids, int k, bool normalize,
+                              float eps, float scale, float* w, int lane) {
+  if (lane != 0) return;
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) sum += w[j] = score[ids[j]];
+  const float div = normalize ? sum + eps : 1.0f;
+  for (int j = 0; j < k; ++j) w[j] = w[j] / div * scale;
+}
+
+template <typename T>
+__global__ void moe_route_grouped_kernel(const T* logits, int64_t stride, int64_t n, int experts,
+                                         const float* bias, int groups, int topk_group, int k,
+                                         bool normalize, float scale, int32_t* ids,
+                                         float* weights) {
+  // Per warp: s [experts], c [experts], group scores [groups], kept groups [groups] (i32).
+  extern __shared__ float s_route[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (r >= n) return;
+  float* s = s_route + static_cast<int64_t>(warp) * (2 * experts + 2 * groups);
+  float* c = s + experts;
+  float* group_score = c + experts;
+  auto* kept = reinterpret_cast<int32_t*>(group_score + groups);
+  const T* x = logits + r * stride;
+  for (int e = lane; e < experts; e += 32) {
+    s[e] = 1.0f / (1.0f + expf(-device::to_float(x[e])));
+    c[e] = s[e] + bias[e];
+  }
+  __syncwarp();
+  const int group_size = experts / groups;
+  for (int g = lane; g < groups; g += 32) {
+    const float* cg = c + g * group_size;
+    int first = -1, second = -1;
+    for (int e = 0; e < group_size; ++e) {
+      if (ranks_before(cg[e], e, first < 0 ? 0.0f : cg[first], first)) {
+        second = first;
+        first = e;
+      } else if (ranks_before(cg[e], e, second < 0 ? 0.0f : cg[second], second)) {
+        second = e;
+      }
+    }
+    group_score[g] = cg[first] + cg[second];
+  }
+  __syncwarp();
+  warp_top_k(group_score, groups, topk_group, kept, lane);
+  for (int e = lane; e < experts; e += 32) {
+    bool keep = false;
+    for (int i = 0; i < topk_group; ++i) keep = keep || kept[i] == e / group_size;
+    if (!keep) c[e] = -INFINITY;
+  }
+  __syncwarp();
+  int32_t* row_ids = ids + r * k;
+  warp_top_k(c, experts, k, row_ids, lane);
+  write_weights(s, row_ids, k, normalize, 1e-20f, scale, weights + r * k, lane);
 }
 
 template <typename T>
@@ -50,37 +138,8 @@ __global__ void moe_route_kernel(const T* logits, int64_t stride, int64_t n, int
   __syncwarp();
 
   int32_t* row_ids = ids + r * k;
-  float* row_w = weights + r * k;
-  float chosen_sum = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    float best = 0.0f;
-    int best_i = -1;
-    for (int e = lane; e < experts; e += 32) {
-      bool taken = false;
-      for (int i = 0; i < j; ++i) taken = taken || row_ids[i] == e;
-      if (!taken && ranks_before(p[e], e, best, best_i)) {
-        best = p[e];
-        best_i = e;
-      }
-    }
-    for (int o = 16; o > 0; o /= 2) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-      if (ranks_before(ob, oi, best, best_i)) {
-        best = ob;
-        best_i = oi;
-      }
-    }
-    if (lane == 0) {
-      row_ids[j] = best_i;
-      row_w[j] = best;
-    }
-    chosen_sum += best;
-    __syncwarp();  // row_ids[j] is read by every lane in the next round
-  }
-  if (normalize && lane == 0) {
-    for (int j = 0; j < k; ++j) row_w[j] /= chosen_sum;
-  }
+  warp_top_k(p, experts, k, row_ids, lane);
+  write_weights(p, row_ids, k, normalize, 0.0f, 1.0f, weights + r * k, lane);
 }
 
 template <typename TE, typename TO>
@@ -112,6 +171,23 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
     moe_route_kernel<<<blocks, 32 * kRouteWarps, shared, stream_of(ctx)>>>(
         device_ptr<T>(logits), lv.stride, lv.rows, experts, k, normalize, ids.data_as<int32_t>(),
         weights.data_as<float>());
+    DSPARK_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
+                       const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights) {
+  const RowView lv = row_view(logits);
+  const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
+  const size_t shared = static_cast<size_t>(kRouteWarps) *
+                        static_cast<size_t>(2 * experts + 2 * p.n_group) * sizeof(float);
+  DSPARK_CHECK(shared <= 48 * 1024,
+               "moe_route_grouped: {} experts exceed the kernel's shared memory", experts);
+  const auto blocks = static_cast<unsigned>(ceil_div(lv.rows, int64_t{kRouteWarps}));
+  dispatch_float(logits.dtype(), [&]<typename T>(TypeTag<T>) {
+    moe_route_grouped_kernel<<<blocks, 32 * kRouteWarps, shared, stream_of(ctx)>>>(
+        device_ptr<T>(logits), lv.stride, lv.rows, experts, bias.data_as<float>(), p.n_group,
+        p.topk_group, k, p.normalize, p.scale, ids.data_as<int32_t>(), weights.data_as<float>());
     DSPARK_CUDA_CHECK_LAUNCH();
   });
 }

@@ -1,0 +1,157 @@
+#include "dspark/model/mla.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "dspark/core/convert_host.h"
+#include "dspark/core/error.h"
+#include "dspark/model/weight_source.h"
+#include "dspark/ops/activation.h"
+#include "dspark/ops/attention.h"
+#include "dspark/ops/matmul.h"
+#include "dspark/ops/norm.h"
+#include "dspark/ops/rope.h"
+
+namespace dspark {
+namespace {
+
+// The RMSNorms inside MLA (q_a_layernorm, kv_a_layernorm) use transformers' default eps, not the
+// config's rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
+// A host f32 [rows, cols] matrix as an engine-dtype tensor on `device`.
+OwnedTensor upload(const std::vector<float>& host, const Shape& shape, Device device, DType dtype) {
+  OwnedTensor t(dtype, shape, Device::cpu());
+  convert_host(host.data(), DType::f32, t.view().data(), dtype, shape.numel());
+  return device.is_cpu() ? std::move(t) : OwnedTensor::copy_of(t.view(), device);
+}
+
+std::vector<float> load_f32(const WeightLoader& host, const std::string& name, const Shape& shape) {
+  const OwnedTensor t = host.load(name, shape);
+  const float* p = t.view().data_as<float>();
+  return std::vector<float>(p, p + shape.numel());
+}
+
+// Puts the `rope` rows starting at `first` from interleaved pairs (2i, 2i + 1) into rotate-half
+// order (i, i + rope / 2) of a row-major matrix with `cols` columns.
+void deinterleave_rows(std::vector<float>& w, int64_t cols, int64_t first, int rope) {
+  const std::vector<float> old(w.begin() + first * cols, w.begin() + (first + rope) * cols);
+  const int half = rope / 2;
+  for (int j = 0; j < rope; ++j) {
+    const int from = j < half ? 2 * j : 2 * (j - half) + 1;
+    std::copy_n(old.begin() + from * cols, cols, w.begin() + (first + j) * cols);
+  }
+}
+
+// A 2-D view of columns [begin, end) of head h of x [n, heads, width] (rows strided).
+Tensor head_cols(const Tensor& x, int64_t h, int64_t begin, int64_t end) {
+  return x.select(1, h).slice(1, begin, end);
+}
+
+// Columns [begin, end) of every head of x [n, heads, width], as [n, heads, end - begin].
+Tensor heads_cols(const Tensor& x, int64_t begin, int64_t end) {
+  return x.slice(2, begin, end);
+}
+
+}  // namespace
+
+MlaDims mla_dims(const ModelConfig& c) {
+  return MlaDims{c.hidden_size,      c.num_heads,        c.q_lora_rank, c.kv_lora_rank,
+                 c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim};
+}
+
+MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefix,
+                            const ModelConfig& config, Device device, DType dtype) {
+  const MlaDims d = mla_dims(config);
+  const int64_t h = d.hidden, heads = d.n_heads, r = d.kv_lora_rank, qk = d.qk();
+  const WeightLoader host(source, Device::cpu(), DType::f32);
+  const WeightLoader dev(source, device, dtype);
+  MlaWeights w;
+
+  // The fused input projection: q_a_proj's rows (with q LoRA), then the latent rows; q_b_proj or
+  // q_proj, whose rotated rows follow the same order as k_rope's.
+  const bool q_lora = d.q_lora_rank > 0;
+  std::vector<float> in = q_lora
+                              ? load_f32(host, prefix + "q_a_proj.weight", Shape{d.q_lora_rank, h})
+                              : std::vector<float>{};
+  std::vector<float> kv_a =
+      load_f32(host, prefix + "kv_a_proj_with_mqa.weight", Shape{d.latent(), h});
+  const int64_t q_cols = q_lora ? d.q_lora_rank : h;
+  std::vector<float> q = load_f32(host, prefix + (q_lora ? "q_b_proj.weight" : "q_proj.weight"),
+                                  Shape{heads * qk, q_cols});
+  if (config.rope_interleave) {
+    deinterleave_rows(kv_a, h, r, d.rope);
+    for (int64_t i = 0; i < heads; ++i) deinterleave_rows(q, q_cols, i * qk + d.nope, d.rope);
+  }
+  in.insert(in.end(), kv_a.begin(), kv_a.end());
+  w.in = upload(in, Shape{d.in_width(), h}, device, dtype);
+  w.q = upload(q, Shape{heads * qk, q_cols}, device, dtype);
+  if (q_lora)
+    w.q_a_norm = dev.load(prefix + "q_a_layernorm.weight", Shape{d.q_lora_rank}, DType::f32);
+  w.kv_a_norm = dev.load(prefix + "kv_a_layernorm.weight", Shape{r}, DType::f32);
+
+  // kv_b_proj [heads * (nope + v), r]: per head the key rows W_UK[h] (stored transposed, the
+  // query's absorption takes q_nope . W_UK[h]) then the value rows W_UV[h].
+  const int64_t per_head = d.nope + d.v;
+  const std::vector<float> kv_b =
+      load_f32(host, prefix + "kv_b_proj.weight", Shape{heads * per_head, r});
+  std::vector<float> uk_t(static_cast<size_t>(heads * r * d.nope));
+  std::vector<float> uv(static_cast<size_t>(heads * d.v * r));
+  for (int64_t i = 0; i < heads; ++i) {
+    const float* head = kv_b.data() + i * per_head * r;
+    for (int64_t a = 0; a < d.nope; ++a)
+      for (int64_t c = 0; c < r; ++c)
+        uk_t[static_cast<size_t>((i * r + c) * d.nope + a)] = head[a * r + c];
+    std::copy_n(head + d.nope * r, d.v * r, uv.begin() + i * d.v * r);
+  }
+  w.w_uk_t = upload(uk_t, Shape{heads, r, d.nope}, device, dtype);
+  w.w_uv = upload(uv, Shape{heads, d.v, r}, device, dtype);
+  w.o = dev.load(prefix + "o_proj.weight", Shape{h, heads * d.v});
+  return w;
+}
+
+void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOnDevice& rope_table,
+               const ForwardMeta& meta, const Tensor& pages, const AttentionParams& params,
+               const Tensor& xn, const MlaScratch& s, const Tensor& out, const ResidualNorm* then) {
+  const int64_t n = xn.size(0), heads = d.n_heads, r = d.kv_lora_rank, lat = d.latent();
+  linear(ctx, xn, w.in.view(), Tensor{}, s.in);
+
+  // Queries [n, heads, qk]: q_b_proj(rms_norm(q_a)), or q_proj(xn).
+  if (d.q_lora_rank > 0) {
+    rms_norm(ctx, s.in.slice(1, 0, d.q_lora_rank), w.q_a_norm.view(), s.q_a,
+             RmsNormParams{kLatentNormEps, false});
+    linear(ctx, s.q_a, w.q.view(), Tensor{}, s.q);
+  } else {
+    linear(ctx, xn, w.q.view(), Tensor{}, s.q);
+  }
+  const Tensor q3 = s.q.reshape(Shape{n, heads, d.qk()});
+
+  // The cached row [rms_norm(c_kv), rope(k_rope)], written before attention reads it.
+  const Tensor kv = s.in.slice(1, d.q_lora_rank, d.in_width());
+  rms_norm(ctx, kv.slice(1, 0, r), w.kv_a_norm.view(), s.latent.slice(1, 0, r),
+           RmsNormParams{kLatentNormEps, false});
+  convert(ctx, kv.slice(1, r, lat), s.latent.slice(1, r, lat));
+  const Tensor latent3 = s.latent.reshape(Shape{n, 1, lat});
+  rope(ctx, heads_cols(latent3, r, lat), meta.positions, rope_table.inv_freq,
+       rope_table.attention_scaling);
+  kv_write(ctx, latent3, latent3, meta.slots, pages, pages);
+
+  // The absorbed query: [q_nope[h] . W_UK[h], rope(q_rope[h])] per head.
+  for (int64_t h = 0; h < heads; ++h)
+    linear(ctx, head_cols(q3, h, 0, d.nope), w.w_uk_t.view().select(0, h), Tensor{},
+           head_cols(s.q_abs, h, 0, r));
+  convert(ctx, heads_cols(q3, d.nope, d.qk()), heads_cols(s.q_abs, r, lat));
+  rope(ctx, heads_cols(s.q_abs, r, lat), meta.positions, rope_table.inv_freq,
+       rope_table.attention_scaling);
+
+  // One latent "head" serves every query head as key and value; the value part of each output is
+  // its first kv_lora_rank columns.
+  const PagedKv cache{pages, pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
+  paged_attention(ctx, s.q_abs, cache, meta.q_indptr, meta.positions, params, s.attn);
+  for (int64_t h = 0; h < heads; ++h)
+    linear(ctx, head_cols(s.attn, h, 0, r), w.w_uv.view().select(0, h), Tensor{},
+           s.attn_v.slice(1, h * d.v, (h + 1) * d.v));
+  project_then(ctx, s.attn_v, w.o.view(), Tensor{}, QuantizedWeight{}, Tensor{}, out, then);
+}
+
+}  // namespace dspark

@@ -1,0 +1,80 @@
+// Multi-head latent attention (DeepSeek-V2 / V3) in its absorbed form. Each token caches one latent
+// row of width kv_lora_rank + qk_rope_head_dim - [rms_norm(c_kv), rope(k_rope)] - shared by every
+// head (an MQA cache of one "head"; the KV cache's shared_kv pool serves as keys and values). Per
+// head h, with kv_b_proj's rows split into W_UK[h] [nope, kv_lora_rank] and W_UV[h] [v,
+// kv_lora_rank]:
+//   query  q_abs[h] = [W_UK[h]^T q_nope[h], rope(q_rope[h])]        (width kv_lora_rank + rope)
+//   score  q_abs[h] . latent_j = q_nope[h] . (W_UK[h] c_kv_j) + q_rope[h] . k_rope_j
+//   output W_UV[h] (sum_j softmax_j c_kv_j)                          (the latent part of attention)
+// which is transformers' expanded form (k_nope = W_UK c_kv, v = W_UV c_kv) with the up-projections
+// moved off the keys: a step reads the latents once, not per-head K/V. Prefill uses the same path.
+#pragma once
+
+#include <string>
+
+#include "dspark/backend/context.h"
+#include "dspark/backend/op_params.h"
+#include "dspark/core/buffer.h"
+#include "dspark/core/tensor.h"
+#include "dspark/model/config.h"
+#include "dspark/model/layers.h"
+
+namespace dspark {
+
+class WeightSource;
+
+struct MlaDims {
+  int hidden = 0;
+  int n_heads = 0;
+  int q_lora_rank = 0;  // 0: q_proj from the hidden state
+  int kv_lora_rank = 0;
+  int nope = 0;  // qk_nope_head_dim
+  int rope = 0;  // qk_rope_head_dim
+  int v = 0;     // v_head_dim
+  int qk() const { return nope + rope; }
+  int latent() const { return kv_lora_rank + rope; }       // one cached row per token
+  int in_width() const { return q_lora_rank + latent(); }  // the fused input projection
+};
+MlaDims mla_dims(const ModelConfig& config);
+
+struct MlaWeights {
+  OwnedTensor in;         // [q_lora_rank + latent, hidden]: q_a_proj rows (with q LoRA), then
+                          // kv_a_proj_with_mqa's
+  OwnedTensor q_a_norm;   // [q_lora_rank] f32, empty without q LoRA
+  OwnedTensor q;          // [n_heads * qk, q_lora_rank] q_b_proj, or [n_heads * qk, hidden] q_proj
+  OwnedTensor kv_a_norm;  // [kv_lora_rank] f32
+  OwnedTensor w_uk_t;     // [n_heads, kv_lora_rank, nope]: W_UK[h]^T
+  OwnedTensor w_uv;       // [n_heads, v, kv_lora_rank]: W_UV[h]
+  OwnedTensor o;          // [hidden, n_heads * v]
+};
+
+// Loads `prefix` + "q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight" (or
+// "q_proj.weight"), "kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight", "kv_b_proj.weight",
+// "o_proj.weight" (prefix e.g. "model.layers.3.self_attn."). With config.rope_interleave the rows
+// of the rotated q and k_rope features are put in rotate-half order ((2i, 2i + 1) pairs become
+// (i, i + rope / 2)): scores are dot products of q and k rotated alike, so the model computes the
+// same function with the plain rope op. A missing or mis-shaped tensor throws ErrorKind::io.
+MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefix,
+                            const ModelConfig& config, Device device, DType dtype);
+
+// Scratch of mla_block for n tokens (from the forward's arena), activation dtype.
+struct MlaScratch {
+  Tensor in;      // [n, in_width]
+  Tensor q_a;     // [n, q_lora_rank] (normalised), or [n, 0] without q LoRA
+  Tensor q;       // [n, n_heads * qk]
+  Tensor q_abs;   // [n, n_heads, latent]
+  Tensor latent;  // [n, latent]: the rows written to the cache
+  Tensor attn;    // [n, n_heads, latent]
+  Tensor attn_v;  // [n, n_heads * v]
+};
+
+// out[n, hidden] = o_proj(MLA(xn)) for the normalised input xn [n, hidden]: the new tokens'
+// latents go into `pages` (a shared_kv pool [n_pages, page_size, 1, latent]) at meta.slots, then
+// every query attends over its row's cached latents (causal, `params.scale`: mla_softmax_scale);
+// then `then` (optional, as in attention_block).
+void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& dims, const RopeOnDevice& rope,
+               const ForwardMeta& meta, const Tensor& pages, const AttentionParams& params,
+               const Tensor& xn, const MlaScratch& scratch, const Tensor& out,
+               const ResidualNorm* then = nullptr);
+
+}  // namespace dspark
