@@ -281,6 +281,6 @@ expect_error 1 "already quantized" -- quantize -m "$TMP/mlx4-g32" -o "$TMP/x2"
 expect_error 1 "not an empty directory" -- quantize -m "$M" -o "$TMP/mlx4-g32"
 expect_error 2 "format" -- quantize -m "$M" -o "$TMP/x3" --format q2_k
 expect_error 1 "drafter" -- quantize -m "$DRAFTER" -o "$TMP/x5" --format q8_0
-expect_error 1 "llama" -- quantize -m "$Q" -o "$TMP/x6" --format q4_1
+expect_error 1 "Qwen3MoeForCausalLM" -- quantize -m "$MODELS/qwen3_moe" -o "$TMP/x6" --format q4_1
 expect_error 2 "group-size" -- quantize -m "$M" -o "$TMP/x4" --group-size 48
 echo "PASS"
