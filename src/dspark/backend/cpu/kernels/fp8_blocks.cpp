@@ -33,9 +33,10 @@ void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, con
                        const Tensor& y) {
   const int64_t m = x.size(0), n = w.n, k = w.k;
   const int64_t scale_cols = (k + w.block_k - 1) / w.block_k;
-  std::vector<float> xf(static_cast<size_t>(m * k));
+  // x as f32 rows in the context's scratch (no allocation per call on a decode step).
+  auto* xf = static_cast<float*>(ctx.scratch(static_cast<size_t>(m * k) * sizeof(float)));
   dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
-    for (int64_t r = 0; r < m; ++r) load_f32(row_ptr<const T>(x, r), xf.data() + r * k, k);
+    for (int64_t r = 0; r < m; ++r) load_f32(row_ptr<const T>(x, r), xf + r * k, k);
   });
   const std::vector<float> b = bias.defined() ? vector_f32(bias) : std::vector<float>{};
   const auto* codes = static_cast<const uint8_t*>(w.data.data());
@@ -49,7 +50,7 @@ void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, con
         for (int64_t j = 0; j < k; ++j) row[j] = table[q[j]];
         const float* s = scales + (i / w.block_n) * scale_cols;
         for (int64_t r = 0; r < m; ++r) {
-          const float* xr = xf.data() + r * k;
+          const float* xr = xf + r * k;
           float acc = 0.0f;
           for (int64_t c = 0; c < k; c += kChunk) {
             const int64_t len = std::min(kChunk, k - c);
