@@ -1,6 +1,6 @@
 // kv_write and paged_attention: CUDA vs CPU on randomly paged caches (shuffled pages, odd page
 // sizes): decode, 1-32-query verify, long causal prefill, non-causal blocks, GQA, sliding window,
-// soft-cap, head_dim 16..256, rows that see no key, and decode over long contexts (split keys);
+// soft-cap, head_dim 16..576, rows that see no key, and decode over long contexts (split keys);
 // each scenario runs twice and must repeat bit for bit. Both kernels (tensor cores for 16-bit
 // caches with head_dim 64 / 128 / 256 and aligned q, CUDA cores otherwise: reached through the
 // dtype, head_dim or q's alignment); the tensor-core kernel's copies before its programmatic wait
@@ -178,7 +178,7 @@ TEST(CudaAttention, HeadDims) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
   uint32_t seed = 500;
-  for (int head_dim : {16, 32, 64, 96, 128, 256, 40}) {
+  for (int head_dim : {16, 32, 64, 96, 128, 256, 40, 300, 576}) {
     for (DType dtype : kFloatDTypes) {
       Scenario s{.name = "head dims", .kv_lens = {70, 33}, .n_q = {1, 11}};
       s.head_dim = head_dim;
@@ -191,7 +191,8 @@ TEST(CudaAttention, HeadDims) {
 // Shapes of the published targets, which take the tensor-core kernel for 16-bit caches:
 // Qwen3-8B (32 heads, 8 KV heads, head_dim 128) decode, verify (one request, two, four at
 // different contexts, with a window and soft-cap) and a drafter's non-causal block over a long
-// context with split keys; head_dim 256 with a window and soft-cap.
+// context with split keys; head_dim 256 with a window and soft-cap; MLA's absorbed form (head_dim
+// 576, one KV head), which runs on CUDA cores.
 TEST(CudaAttention, ModelShapes) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
@@ -215,6 +216,25 @@ TEST(CudaAttention, ModelShapes) {
                .head_dim = 256,
                .window = 128,
                .softcap = 50.0f});
+  // MLA's absorbed form (DeepSeek-V2-Lite: 16 heads; V3: 128) over one latent "head" of 512 + 64.
+  v.push_back({.name = "MLA decode, split keys",
+               .kv_lens = {1024},
+               .n_q = {1},
+               .n_heads = 16,
+               .n_kv_heads = 1,
+               .head_dim = 576});
+  v.push_back({.name = "MLA verify 17, two rows",
+               .kv_lens = {1041, 300},
+               .n_q = {17, 17},
+               .n_heads = 16,
+               .n_kv_heads = 1,
+               .head_dim = 576});
+  v.push_back({.name = "MLA 128 heads decode",
+               .kv_lens = {700},
+               .n_q = {1},
+               .n_heads = 128,
+               .n_kv_heads = 1,
+               .head_dim = 576});
   uint32_t seed = 1200;
   for (const Scenario& s : v) {
     for (DType dtype : {DType::bf16, DType::f16}) {

@@ -1,7 +1,9 @@
 // kv_write and paged_attention (contract: ops/attention.h).
 //
 // paged_attention runs on tensor cores when the call fits (16-bit caches, head_dim 64 / 128 / 256:
-// attention_mma.cu) and otherwise on this flash-decoding-style kernel on CUDA cores; the choice,
+// attention_mma.cu) and otherwise on this flash-decoding-style kernel on CUDA cores (head_dim up to
+// 576: MLA's absorbed form, a latent of 512 and a rope key of 64, needs 180 KB of shared memory
+// per CTA, which sm_90 allows); the choice,
 // the tiling, the key splits and their merge are plan_attention's (policy/attention.h):
 //  - a CTA (4 warps) owns up to 16 query rows = (query token, query head) pairs that share one KV
 //    head: `heads_per_cta` heads of a GQA group x `tokens_per_cta` consecutive tokens. A token
@@ -51,7 +53,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 4;
 static_assert(kWarps * kRowsPerWarp == kMaxRows);
 constexpr int kKeyTile = 32;
-constexpr int kMaxHeadDim = 256;
+constexpr int kMaxHeadDim = 576;
 
 // ---- kv_write --------------------------------------------------------------------------------
 
@@ -315,9 +317,12 @@ void launch_attention(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid) {
   constexpr size_t kSmem = attention_smem_bytes<NC>();
   static_assert(kSmem >= attn::kMergeSmemBytes, "the split merge reuses the dynamic smem");
   if constexpr (kSmem > 48 * 1024) {
-    DSPARK_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<TKV, NC>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kSmem)));
+    const int optin = max_optin_smem();
+    DSPARK_CHECK_KIND(unsupported, kSmem <= static_cast<size_t>(optin),
+                      "paged_attention on CUDA: head_dim {} needs {} KB of shared memory per block "
+                      "on CUDA cores; this GPU allows {} KB",
+                      args.head_dim, kSmem / 1024, optin / 1024);
+    allow_dynamic_smem<&paged_attention_kernel<TKV, NC>>(kSmem);
   }
   paged_attention_kernel<TKV, NC><<<grid, kThreads, kSmem, stream_of(ctx)>>>(args);
   DSPARK_CUDA_CHECK_LAUNCH();
@@ -464,8 +469,10 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
       launch_attention<DKV, 2>(ctx, a, grid);
     else if (head_dim <= 128)
       launch_attention<DKV, 4>(ctx, a, grid);
-    else
+    else if (head_dim <= 256)
       launch_attention<DKV, 8>(ctx, a, grid);
+    else
+      launch_attention<DKV, kMaxHeadDim / 32>(ctx, a, grid);
   });
 
   // The combine kernel merges what no kernel did (a last-CTA merge without counters too).

@@ -162,4 +162,18 @@ inline int compute_major() {
   return major;
 }
 
+// The most shared memory one CTA of the current device may opt in to, queried once per device.
+inline int max_optin_smem() {
+  constexpr int kCached = 64;
+  static std::atomic<int> cache[kCached] = {};  // 0: not asked yet
+  const int device = current_device();
+  int bytes = device < kCached ? cache[device].load(std::memory_order_relaxed) : 0;
+  if (bytes == 0) {
+    DSPARK_CUDA_CHECK(
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (device < kCached) cache[device].store(bytes, std::memory_order_relaxed);
+  }
+  return bytes;
+}
+
 }  // namespace dspark::cuda
