@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <tuple>
 
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
@@ -260,6 +261,102 @@ TEST(GgufModel, PathResolution) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(std::string(e.what()).find("'test'"), std::string::npos) << e.what();
+  }
+}
+
+// deepseek2 metadata as llama.cpp's converter writes it (no tensors: every layer dense), read back
+// through a file: the MLA sizes from the *_mla keys, YaRN's mscale_all_dim from the log
+// multiplier, block_count less the next-token layers, DeepSeek MoE's keys; softmax routing
+// (DeepSeek-V2's) and a MoE layer without its router are refused.
+GgufValue gguf_u32(int64_t v) {
+  return GgufValue{GgufValue::Type::u32, GgufValue::Type::u8, v};
+}
+GgufValue gguf_f32(double v) {
+  return GgufValue{GgufValue::Type::f32, GgufValue::Type::u8, v};
+}
+
+ModelConfig deepseek2_config(int64_t gating, int64_t dense_layers) {
+  const std::string p = "deepseek2.";
+  const std::vector<std::pair<std::string, GgufValue>> meta = {
+      {"general.architecture",
+       GgufValue{GgufValue::Type::string, GgufValue::Type::u8, std::string("deepseek2")}},
+      {p + "block_count", gguf_u32(3)},
+      {p + "nextn_predict_layers", gguf_u32(1)},
+      {p + "embedding_length", gguf_u32(64)},
+      {p + "feed_forward_length", gguf_u32(160)},
+      {p + "context_length", gguf_u32(512)},
+      {p + "vocab_size", gguf_u32(384)},
+      {p + "attention.head_count", gguf_u32(4)},
+      {p + "attention.head_count_kv", gguf_u32(1)},
+      {p + "attention.key_length", gguf_u32(40)},
+      {p + "attention.value_length", gguf_u32(32)},
+      {p + "attention.key_length_mla", gguf_u32(24)},
+      {p + "attention.value_length_mla", gguf_u32(16)},
+      {p + "attention.q_lora_rank", gguf_u32(48)},
+      {p + "attention.kv_lora_rank", gguf_u32(32)},
+      {p + "attention.layer_norm_rms_epsilon", gguf_f32(1e-6)},
+      {p + "rope.dimension_count", gguf_u32(8)},
+      {p + "rope.freq_base", gguf_f32(10000.0)},
+      {p + "rope.scaling.type",
+       GgufValue{GgufValue::Type::string, GgufValue::Type::u8, std::string("yarn")}},
+      {p + "rope.scaling.factor", gguf_f32(4.0)},
+      {p + "rope.scaling.original_context_length", gguf_u32(64)},
+      {p + "rope.scaling.yarn_log_multiplier", gguf_f32(0.08)},
+      {p + "expert_count", gguf_u32(8)},
+      {p + "expert_used_count", gguf_u32(2)},
+      {p + "expert_feed_forward_length", gguf_u32(32)},
+      {p + "expert_shared_count", gguf_u32(1)},
+      {p + "expert_group_count", gguf_u32(4)},
+      {p + "expert_group_used_count", gguf_u32(2)},
+      {p + "expert_weights_scale", gguf_f32(2.5)},
+      {p + "expert_weights_norm", GgufValue{GgufValue::Type::boolean, GgufValue::Type::u8, true}},
+      {p + "expert_gating_func", gguf_u32(gating)},
+      {p + "leading_dense_block_count", gguf_u32(dense_layers)},
+  };
+  const auto path = std::filesystem::temp_directory_path() /
+                    fmt::format("dspark_deepseek2_meta_{}.gguf", ::getpid());
+  write_gguf(path, meta, {}, [](size_t, uint8_t*) {});
+  const GgufFile g = GgufFile::open(path);
+  std::filesystem::remove(path);
+  return gguf_model_config(g);
+}
+
+TEST(GgufModel, Deepseek2ConfigFromMetadata) {
+  const ModelConfig c = deepseek2_config(2, 2);
+  EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.num_heads, 4);
+  EXPECT_EQ(c.q_lora_rank, 48);
+  EXPECT_EQ(c.kv_lora_rank, 32);
+  EXPECT_EQ(c.qk_nope_head_dim, 16);
+  EXPECT_EQ(c.qk_rope_head_dim, 8);
+  EXPECT_EQ(c.v_head_dim, 16);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.mscale, 1.0);
+  EXPECT_NEAR(c.rope_scaling.mscale_all_dim, 0.8, 1e-6);  // 0.08 stored as f32
+  EXPECT_TRUE(c.moe_sigmoid_routing);
+  EXPECT_EQ(c.num_experts, 8);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_EQ(c.n_group, 4);
+  EXPECT_EQ(c.topk_group, 2);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_NEAR(c.routed_scaling_factor, 2.5, 1e-6);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, false}));
+
+  for (const auto& [gating, dense, kind, needle] :
+       {std::tuple{int64_t{1}, int64_t{2}, ErrorKind::unsupported, "expert_gating_func 1"},
+        std::tuple{int64_t{2}, int64_t{1}, ErrorKind::io, "blk.1.ffn_gate_inp.weight"}}) {
+    try {
+      (void)deepseek2_config(gating, dense);
+      ADD_FAILURE() << "expected an error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), kind) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
   }
 }
 

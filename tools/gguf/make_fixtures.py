@@ -358,6 +358,128 @@ def write_qwen_dense(src, path, arch):
     w.close()
 
 
+def write_deepseek_moe(src, path, arch):
+    """A DeepSeek-V3 (GGUF architecture `deepseek2`) or GLM-4.5 (`glm4moe`) checkpoint directory
+    as a GGUF file the way llama.cpp's convert_hf_to_gguf.py writes one, every tensor F32:
+      - DeepSeek MoE: expert_gating_func 2 (sigmoid), groups, shared experts (`*_shexp`), the
+        score correction as `exp_probs_b.bias`, experts stacked per layer, the leading dense
+        layers' count;
+      - deepseek2: head_count_kv 1, key_length / value_length of the absorbed form (kv_lora_rank +
+        rope, kv_lora_rank), the per-head sizes as key_length_mla / value_length_mla, kv_b_proj
+        split per head into attn_k_b (transposed: [heads, kv_lora_rank, nope]) and attn_v_b,
+        YaRN's mscale_all_dim as yarn_log_multiplier = 0.1 * mscale_all_dim;
+      - glm4moe: partial rotary as rope.dimension_count, q/k/v biases, q/k norms,
+        post_attention_layernorm as `post_attention_norm`, block_count counting the next-token
+        prediction layers (nextn_predict_layers; the checkpoint here has none of their tensors).
+    Used by tests/cli/gguf_moe_test.sh (written at test time, not committed)."""
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    st = load_file(os.path.join(src, "model.safetensors"))
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    n_layers = cfg["num_hidden_layers"]
+    nextn = cfg.get("num_nextn_predict_layers", 0) if arch == "glm4moe" else 0
+    w = gguf.GGUFWriter(path, arch=arch)
+    w.add_name(f"tiny {arch} fixture")
+    w.add_block_count(n_layers + nextn)
+    if nextn:
+        w.add_nextn_predict_layers(nextn)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(cfg["vocab_size"])
+    if arch == "deepseek2":
+        r, nope, rd = cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
+        w.add_head_count_kv(1)
+        if cfg.get("q_lora_rank"):
+            w.add_q_lora_rank(cfg["q_lora_rank"])
+        w.add_kv_lora_rank(r)
+        w.add_key_length(r + rd)
+        w.add_value_length(r)
+        w.add_key_length_mla(nope + rd)
+        w.add_value_length_mla(cfg["v_head_dim"])
+        w.add_rope_dimension_count(rd)
+        if rope.get("rope_type", rope.get("type")) == "yarn":
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(rope["factor"])
+            w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+            if rope.get("mscale_all_dim"):
+                w.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
+    else:
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        w.add_head_count_kv(cfg["num_key_value_heads"])
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+        partial = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.5))
+        w.add_rope_dimension_count(int(head_dim * partial))
+    w.add_expert_count(cfg["n_routed_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    w.add_expert_shared_count(cfg["n_shared_experts"])
+    w.add_expert_group_count(cfg["n_group"])
+    w.add_expert_group_used_count(cfg["topk_group"])
+    w.add_expert_weights_scale(cfg["routed_scaling_factor"])
+    if cfg.get("norm_topk_prob"):
+        w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    tok_json = json.load(open(os.path.join(src, "tokenizer.json")))
+    assert add_bpe_tokenizer(w, tok_json, "qwen2") == cfg["vocab_size"]
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_add_bos_token(False)
+    w.add_file_type(0)
+
+    def put(name, x):
+        w.add_tensor(name, np.ascontiguousarray(x, dtype=np.float32))
+
+    put("token_embd.weight", st["model.embed_tokens.weight"])
+    put("output_norm.weight", st["model.norm.weight"])
+    put("output.weight", st["lm_head.weight"])
+    heads = cfg["num_attention_heads"]
+    for l in range(n_layers):
+        p = f"model.layers.{l}."
+        put(f"blk.{l}.attn_norm.weight", st[p + "input_layernorm.weight"])
+        norm2 = "ffn_norm" if arch == "deepseek2" else "post_attention_norm"
+        put(f"blk.{l}.{norm2}.weight", st[p + "post_attention_layernorm.weight"])
+        a = p + "self_attn."
+        put(f"blk.{l}.attn_output.weight", st[a + "o_proj.weight"])
+        if arch == "deepseek2":
+            if a + "q_a_proj.weight" in st:
+                put(f"blk.{l}.attn_q_a.weight", st[a + "q_a_proj.weight"])
+                put(f"blk.{l}.attn_q_a_norm.weight", st[a + "q_a_layernorm.weight"])
+                put(f"blk.{l}.attn_q_b.weight", st[a + "q_b_proj.weight"])
+            else:
+                put(f"blk.{l}.attn_q.weight", st[a + "q_proj.weight"])
+            put(f"blk.{l}.attn_kv_a_mqa.weight", st[a + "kv_a_proj_with_mqa.weight"])
+            put(f"blk.{l}.attn_kv_a_norm.weight", st[a + "kv_a_layernorm.weight"])
+            kv_b = st[a + "kv_b_proj.weight"].reshape(heads, nope + cfg["v_head_dim"], r)
+            put(f"blk.{l}.attn_k_b.weight", kv_b[:, :nope, :].transpose(0, 2, 1))
+            put(f"blk.{l}.attn_v_b.weight", kv_b[:, nope:, :])
+        else:
+            for g in ("q", "k", "v"):
+                put(f"blk.{l}.attn_{g}.weight", st[f"{a}{g}_proj.weight"])
+                put(f"blk.{l}.attn_{g}.bias", st[f"{a}{g}_proj.bias"])
+            for g in ("q", "k"):
+                if f"{a}{g}_norm.weight" in st:
+                    put(f"blk.{l}.attn_{g}_norm.weight", st[f"{a}{g}_norm.weight"])
+        m = p + "mlp."
+        if m + "gate.weight" not in st:  # a leading dense layer
+            for g in ("gate", "up", "down"):
+                put(f"blk.{l}.ffn_{g}.weight", st[f"{m}{g}_proj.weight"])
+            continue
+        put(f"blk.{l}.ffn_gate_inp.weight", st[m + "gate.weight"])
+        put(f"blk.{l}.exp_probs_b.bias", st[m + "gate.e_score_correction_bias"])
+        for g in ("gate", "up", "down"):
+            experts = [st[f"{m}experts.{e}.{g}_proj.weight"] for e in range(cfg["n_routed_experts"])]
+            put(f"blk.{l}.ffn_{g}_exps.weight", np.stack(experts))
+            put(f"blk.{l}.ffn_{g}_shexp.weight", st[f"{m}shared_experts.{g}_proj.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def make_tiny_qwen3_moe(file="tiny_qwen3_moe.gguf"):
     src = os.path.join(ROOT, "tests", "data", "models", "qwen3_moe")
     cfg = json.load(open(os.path.join(src, "config.json")))
@@ -468,7 +590,13 @@ def main():
     ap.add_argument("--qwen-dense", nargs=3, metavar=("SRC_DIR", "OUT_GGUF", "ARCH"),
                     help="only write SRC_DIR (a dense Qwen2 / Qwen3 checkpoint) as OUT_GGUF of "
                          "GGUF architecture ARCH (qwen2 / qwen3), every tensor F32")
+    ap.add_argument("--deepseek-moe", nargs=3, metavar=("SRC_DIR", "OUT_GGUF", "ARCH"),
+                    help="only write SRC_DIR (a DeepSeek-V3 or GLM-4.5 checkpoint) as OUT_GGUF of "
+                         "GGUF architecture ARCH (deepseek2 / glm4moe), every tensor F32")
     args = ap.parse_args()
+    if args.deepseek_moe:
+        write_deepseek_moe(*args.deepseek_moe)
+        return 0
     if args.qwen_dense:
         write_qwen_dense(*args.qwen_dense)
         return 0

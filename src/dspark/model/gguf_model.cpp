@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <system_error>
 
@@ -21,12 +22,33 @@ struct LayerName {
   const char* hf;
 };
 constexpr LayerName kLayerNames[] = {
-    {"attn_norm", "input_layernorm"},    {"ffn_norm", "post_attention_layernorm"},
-    {"attn_q", "self_attn.q_proj"},      {"attn_k", "self_attn.k_proj"},
-    {"attn_v", "self_attn.v_proj"},      {"attn_output", "self_attn.o_proj"},
-    {"attn_q_norm", "self_attn.q_norm"}, {"attn_k_norm", "self_attn.k_norm"},
-    {"ffn_gate", "mlp.gate_proj"},       {"ffn_up", "mlp.up_proj"},
-    {"ffn_down", "mlp.down_proj"},       {"ffn_gate_inp", "mlp.gate"},
+    {"attn_norm", "input_layernorm"},
+    {"ffn_norm", "post_attention_layernorm"},
+    {"attn_q", "self_attn.q_proj"},
+    {"attn_k", "self_attn.k_proj"},
+    {"attn_v", "self_attn.v_proj"},
+    {"attn_output", "self_attn.o_proj"},
+    {"attn_q_norm", "self_attn.q_norm"},
+    {"attn_k_norm", "self_attn.k_norm"},
+    {"ffn_gate", "mlp.gate_proj"},
+    {"ffn_up", "mlp.up_proj"},
+    {"ffn_down", "mlp.down_proj"},
+    {"ffn_gate_inp", "mlp.gate"},
+    // DeepSeek MoE (deepseek2, glm4moe): shared experts, the router's score correction.
+    {"ffn_gate_shexp", "mlp.shared_experts.gate_proj"},
+    {"ffn_up_shexp", "mlp.shared_experts.up_proj"},
+    {"ffn_down_shexp", "mlp.shared_experts.down_proj"},
+    // MLA (deepseek2): q LoRA, the latent, and kv_b_proj split per head (k_b transposed).
+    {"attn_q_a", "self_attn.q_a_proj"},
+    {"attn_q_a_norm", "self_attn.q_a_layernorm"},
+    {"attn_q_b", "self_attn.q_b_proj"},
+    {"attn_kv_a_mqa", "self_attn.kv_a_proj_with_mqa"},
+    {"attn_kv_a_norm", "self_attn.kv_a_layernorm"},
+    {"attn_kv_b", "self_attn.kv_b_proj"},
+    {"attn_k_b", "self_attn.k_b_proj"},
+    {"attn_v_b", "self_attn.v_b_proj"},
+    // glm4moe's name for the norm before the MLP.
+    {"post_attention_norm", "post_attention_layernorm"},
 };
 // Stacked expert tensors "blk.N.<key>.weight" [experts, rows, cols] -> per-expert HF projections.
 constexpr LayerName kExpertNames[] = {
@@ -48,6 +70,8 @@ std::string hf_name_of(const std::string& name) {
   if (last <= dot) return name;
   const std::string key = name.substr(dot + 1, last - dot - 1);
   const std::string kind = name.substr(last + 1);  // weight / bias
+  if (key == "exp_probs_b" && kind == "bias")
+    return fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", layer);
   for (const LayerName& n : kLayerNames) {
     if (key == n.gguf) return fmt::format("model.layers.{}.{}.{}", layer, n.hf, kind);
   }
@@ -153,13 +177,99 @@ std::vector<int> gguf_eos_token_ids(const GgufFile& file) {
   return ids;
 }
 
+namespace {
+
+// DeepSeek MoE from deepseek2 / glm4moe metadata (as llama.cpp's converter writes it): sigmoid
+// routing with the score correction (expert_gating_func 2), groups, shared experts, the leading
+// dense layers.
+void gguf_deepseek_moe(const GgufFile& file, const std::string& p, const std::string& where,
+                       ModelConfig& c) {
+  auto positive = [&](const std::string& key, int64_t fallback) {
+    const int64_t v = file.find_int(p + key).value_or(fallback);
+    DSPARK_CHECK_KIND(io, v > 0 && v < (int64_t{1} << 31), "{}: {}{} = {} must be positive", where,
+                      p, key, v);
+    return static_cast<int>(v);
+  };
+  // A missing key means softmax to llama.cpp (DeepSeek-V2's routing).
+  const int64_t gating = file.find_int(p + "expert_gating_func").value_or(1);
+  DSPARK_CHECK_KIND(unsupported, gating == 2,
+                    "{}: {}expert_gating_func {} is not supported (DeepSeek MoE needs 2, sigmoid "
+                    "scores with the score correction; 1 is DeepSeek-V2's softmax routing)",
+                    where, p, gating);
+  c.moe_sigmoid_routing = true;
+  c.num_experts = positive("expert_count", 0);
+  c.num_experts_per_tok = positive("expert_used_count", 0);
+  c.moe_intermediate_size = positive("expert_feed_forward_length", 0);
+  const int64_t shared = file.find_int(p + "expert_shared_count").value_or(0);
+  DSPARK_CHECK_KIND(io, shared >= 0 && shared < 1024, "{}: {}expert_shared_count = {}", where, p,
+                    shared);
+  c.n_shared_experts = static_cast<int>(shared);
+  c.n_group = positive("expert_group_count", 1);
+  c.topk_group = positive("expert_group_used_count", 1);
+  c.norm_topk_prob = file.find_bool(p + "expert_weights_norm").value_or(false);
+  c.routed_scaling_factor = file.find_double(p + "expert_weights_scale").value_or(1.0);
+  DSPARK_CHECK_KIND(io, c.routed_scaling_factor > 0 && std::isfinite(c.routed_scaling_factor),
+                    "{}: {}expert_weights_scale must be positive, got {}", where, p,
+                    c.routed_scaling_factor);
+  DSPARK_CHECK_KIND(io, c.num_experts % c.n_group == 0 && c.num_experts / c.n_group >= 2,
+                    "{}: expert_count ({}) must be a multiple of expert_group_count ({}) with at "
+                    "least 2 experts per group",
+                    where, c.num_experts, c.n_group);
+  DSPARK_CHECK_KIND(io,
+                    c.topk_group <= c.n_group &&
+                        c.num_experts_per_tok <= c.topk_group * (c.num_experts / c.n_group),
+                    "{}: expert_used_count {} does not fit expert_group_used_count {} of {} groups",
+                    where, c.num_experts_per_tok, c.topk_group, c.n_group);
+  const int64_t dense = file.find_int(p + "leading_dense_block_count").value_or(0);
+  c.layer_moe.assign(static_cast<size_t>(c.num_layers), false);
+  for (int l = 0; l < c.num_layers; ++l) {
+    c.layer_moe[static_cast<size_t>(l)] = l >= dense;
+    DSPARK_CHECK_KIND(io,
+                      !(l >= dense) || file.contains(fmt::format("blk.{}.ffn_gate_inp.weight", l)),
+                      "{}: layer {} has no router (blk.{}.ffn_gate_inp.weight) although "
+                      "leading_dense_block_count is {}",
+                      where, l, l, dense);
+  }
+}
+
+// MLA dimensions from deepseek2 metadata. llama.cpp writes key_length / value_length of the
+// absorbed form (kv_lora_rank + rope, kv_lora_rank) and the per-head sizes as *_mla; older files
+// have only key_length = nope + rope and value_length = v.
+void gguf_mla(const GgufFile& file, const std::string& p, const std::string& where,
+              ModelConfig& c) {
+  auto positive = [&](const std::string& key) {
+    const int64_t v = file.get_int(p + key);
+    DSPARK_CHECK_KIND(io, v > 0 && v < (int64_t{1} << 31), "{}: {}{} = {} must be positive", where,
+                      p, key, v);
+    return static_cast<int>(v);
+  };
+  c.num_kv_heads = c.num_heads;  // transformers' config; MLA itself has one latent per token
+  c.kv_lora_rank = positive("attention.kv_lora_rank");
+  c.q_lora_rank = file.has(p + "attention.q_lora_rank") ? positive("attention.q_lora_rank") : 0;
+  c.qk_rope_head_dim = positive("rope.dimension_count");
+  const bool mla_keys = file.has(p + "attention.key_length_mla");
+  const int qk = positive(mla_keys ? "attention.key_length_mla" : "attention.key_length");
+  c.v_head_dim = positive(mla_keys ? "attention.value_length_mla" : "attention.value_length");
+  DSPARK_CHECK_KIND(io, qk > c.qk_rope_head_dim && c.qk_rope_head_dim % 2 == 0,
+                    "{}: a q/k head of {} with a rotated part of {}", where, qk,
+                    c.qk_rope_head_dim);
+  c.qk_nope_head_dim = qk - c.qk_rope_head_dim;
+  c.head_dim = c.qk_rope_head_dim;  // the rotary dimension, as parse_deepseek sets it
+  c.rope_interleave = true;         // llama.cpp rotates deepseek2's pairs (2i, 2i + 1)
+}
+
+}  // namespace
+
 ModelConfig gguf_model_config(const GgufFile& file) {
   const std::string where = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  DSPARK_CHECK_KIND(
-      unsupported, arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe",
-      "{}: GGUF architecture '{}' is not supported (supported: llama, qwen2, qwen3, qwen3moe)",
-      where, arch);
+  const bool deepseek2 = arch == "deepseek2", glm4moe = arch == "glm4moe";
+  DSPARK_CHECK_KIND(unsupported,
+                    arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" ||
+                        deepseek2 || glm4moe,
+                    "{}: GGUF architecture '{}' is not supported (supported: llama, qwen2, qwen3, "
+                    "qwen3moe, deepseek2, glm4moe)",
+                    where, arch);
   const std::string p = arch + ".";
   auto positive = [&](const std::string& key) {
     const int64_t v = file.get_int(p + key);
@@ -169,9 +279,20 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   };
 
   ModelConfig c;
-  c.num_layers = positive("block_count");
+  // block_count counts the next-token prediction layers that follow the decoder's (glm4moe).
+  const int blocks = positive("block_count");
+  const int64_t nextn = file.find_int(p + "nextn_predict_layers").value_or(0);
+  DSPARK_CHECK_KIND(io, nextn >= 0 && nextn < blocks,
+                    "{}: {}nextn_predict_layers = {} with block_count {}", where, p, nextn, blocks);
+  c.num_layers = blocks - static_cast<int>(nextn);
   c.hidden_size = positive("embedding_length");
-  if (arch != "qwen3moe") {
+  if (deepseek2 || glm4moe) {
+    c.architecture = deepseek2 ? "DeepseekV3ForCausalLM" : "Glm4MoeForCausalLM";
+    c.model_type = deepseek2 ? "deepseek_v3" : "glm4_moe";
+    c.intermediate_size = positive("feed_forward_length");
+    c.qk_norm = glm4moe && file.contains("blk.0.attn_q_norm.weight");
+    gguf_deepseek_moe(file, p, where, c);
+  } else if (arch != "qwen3moe") {
     DSPARK_CHECK_KIND(unsupported, file.find_int(p + "expert_count").value_or(0) == 0,
                       "{}: {} GGUF models with experts ({}expert_count) are not supported", where,
                       arch, p);
@@ -203,21 +324,25 @@ ModelConfig gguf_model_config(const GgufFile& file) {
                                                               : c.moe_intermediate_size;
   }
   c.num_heads = positive("attention.head_count");
-  c.num_kv_heads =
-      file.has(p + "attention.head_count_kv") ? positive("attention.head_count_kv") : c.num_heads;
-  c.head_dim = file.has(p + "attention.key_length") ? positive("attention.key_length")
-                                                    : c.hidden_size / c.num_heads;
-  if (file.has(p + "attention.value_length")) {
-    DSPARK_CHECK_KIND(unsupported, positive("attention.value_length") == c.head_dim,
-                      "{}: attention.value_length differs from key_length", where);
+  if (deepseek2) {
+    gguf_mla(file, p, where, c);
+  } else {
+    c.num_kv_heads =
+        file.has(p + "attention.head_count_kv") ? positive("attention.head_count_kv") : c.num_heads;
+    c.head_dim = file.has(p + "attention.key_length") ? positive("attention.key_length")
+                                                      : c.hidden_size / c.num_heads;
+    if (file.has(p + "attention.value_length")) {
+      DSPARK_CHECK_KIND(unsupported, positive("attention.value_length") == c.head_dim,
+                        "{}: attention.value_length differs from key_length", where);
+    }
+    DSPARK_CHECK_KIND(io, file.has(p + "attention.key_length") || c.hidden_size % c.num_heads == 0,
+                      "{}: embedding_length {} is not a multiple of head_count {}", where,
+                      c.hidden_size, c.num_heads);
   }
-  DSPARK_CHECK_KIND(io, file.has(p + "attention.key_length") || c.hidden_size % c.num_heads == 0,
-                    "{}: embedding_length {} is not a multiple of head_count {}", where,
-                    c.hidden_size, c.num_heads);
   c.rms_norm_eps = file.get(p + "attention.layer_norm_rms_epsilon")
                        .as_double(p + "attention.layer_norm_rms_epsilon");
   c.rope_theta = file.find_double(p + "rope.freq_base").value_or(10000.0);
-  if (file.has(p + "rope.dimension_count")) {
+  if (!deepseek2 && file.has(p + "rope.dimension_count")) {
     c.partial_rotary_factor =
         static_cast<double>(positive("rope.dimension_count")) / static_cast<double>(c.head_dim);
   }
@@ -238,6 +363,15 @@ ModelConfig gguf_model_config(const GgufFile& file) {
     c.rope_scaling.original_max_position_embeddings =
         file.find_double(p + "rope.scaling.original_context_length")
             .value_or(static_cast<double>(c.max_position_embeddings));
+    c.rope_scaling.beta_fast = file.find_double(p + "rope.scaling.yarn_beta_fast").value_or(32.0);
+    c.rope_scaling.beta_slow = file.find_double(p + "rope.scaling.yarn_beta_slow").value_or(1.0);
+    if (deepseek2) {
+      // llama.cpp keeps 0.1 * mscale_all_dim; mscale is 1 in DeepSeek's published configs.
+      if (const auto mul = file.find_double(p + "rope.scaling.yarn_log_multiplier")) {
+        c.rope_scaling.mscale = 1.0;
+        c.rope_scaling.mscale_all_dim = *mul / 0.1;
+      }
+    }
   } else {
     DSPARK_CHECK_KIND(unsupported, scaling == "none",
                       "{}: rope scaling type '{}' is not supported (none, linear, yarn)", where,

@@ -91,18 +91,27 @@ MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefi
   w.kv_a_norm = dev.load(prefix + "kv_a_layernorm.weight", Shape{r}, DType::f32);
 
   // kv_b_proj [heads * (nope + v), r]: per head the key rows W_UK[h] (stored transposed, the
-  // query's absorption takes q_nope . W_UK[h]) then the value rows W_UV[h].
-  const int64_t per_head = d.nope + d.v;
-  const std::vector<float> kv_b =
-      load_f32(host, prefix + "kv_b_proj.weight", Shape{heads * per_head, r});
-  std::vector<float> uk_t(static_cast<size_t>(heads * r * d.nope));
-  std::vector<float> uv(static_cast<size_t>(heads * d.v * r));
-  for (int64_t i = 0; i < heads; ++i) {
-    const float* head = kv_b.data() + i * per_head * r;
-    for (int64_t a = 0; a < d.nope; ++a)
-      for (int64_t c = 0; c < r; ++c)
-        uk_t[static_cast<size_t>((i * r + c) * d.nope + a)] = head[a * r + c];
-    std::copy_n(head + d.nope * r, d.v * r, uv.begin() + i * d.v * r);
+  // query's absorption takes q_nope . W_UK[h]) then the value rows W_UV[h]. GGUF files of
+  // llama.cpp's `deepseek2` hold it already split: k_b_proj [heads, r, nope] (W_UK[h] transposed)
+  // and v_b_proj [heads, v, r].
+  std::vector<float> uk_t, uv;
+  if (!source.contains(prefix + "kv_b_proj.weight") &&
+      source.contains(prefix + "k_b_proj.weight")) {
+    uk_t = load_f32(host, prefix + "k_b_proj.weight", Shape{heads, r, d.nope});
+    uv = load_f32(host, prefix + "v_b_proj.weight", Shape{heads, d.v, r});
+  } else {
+    const int64_t per_head = d.nope + d.v;
+    const std::vector<float> kv_b =
+        load_f32(host, prefix + "kv_b_proj.weight", Shape{heads * per_head, r});
+    uk_t.resize(static_cast<size_t>(heads * r * d.nope));
+    uv.resize(static_cast<size_t>(heads * d.v * r));
+    for (int64_t i = 0; i < heads; ++i) {
+      const float* head = kv_b.data() + i * per_head * r;
+      for (int64_t a = 0; a < d.nope; ++a)
+        for (int64_t c = 0; c < r; ++c)
+          uk_t[static_cast<size_t>((i * r + c) * d.nope + a)] = head[a * r + c];
+      std::copy_n(head + d.nope * r, d.v * r, uv.begin() + i * d.v * r);
+    }
   }
   w.w_uk_t = upload(uk_t, Shape{heads, r, d.nope}, device, dtype);
   w.w_uv = upload(uv, Shape{heads, d.v, r}, device, dtype);
