@@ -24,7 +24,11 @@ import gguf
 from gguf import GGMLQuantizationType as Q
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_random_checkpoint import SHAPES  # noqa: E402
+from checkpoint_shapes import SHAPES  # noqa: E402
+
+# The dense targets (this writer lays out llama's tensors only).
+DENSE = sorted(n for n, c in SHAPES.items()
+               if c["architectures"][0] in ("LlamaForCausalLM", "Qwen3ForCausalLM"))
 
 # Offsets of the f16 scale fields in a block, per type.
 SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_K: [0, 2], Q.Q6_K: [208]}
@@ -56,7 +60,7 @@ def mix_type(mix, name, layer, n_layers):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shape", default="llama3.1-8b", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="llama3.1-8b", choices=DENSE)
     ap.add_argument("--mix", default="Q4_K_M", choices=["Q4_K_M", "Q8_0", "Q4_0", "Q6_K"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)

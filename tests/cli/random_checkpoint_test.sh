@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# tools/synth/make_random_checkpoint.py: --list names the MoE and MLA + MoE benchmark shapes; the
+# tensor layout it writes for a config equals the golden fixtures' (names and shapes: Llama,
+# Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3, GLM-4.5); random Qwen3-MoE and DeepSeek-V3
+# checkpoints it writes (the latter without a query LoRA, as deepseek-v2-lite) hold N(0, 0.02)
+# bf16 weights and load and generate in dspark.
+#   bash tests/cli/random_checkpoint_test.sh <path-to-dspark> <repo-root>
+set -euo pipefail
+DSPARK=$1
+ROOT=$2
+MODELS=${DSPARK_TEST_MODELS:-$ROOT/tests/data/models}
+[[ -d $MODELS/qwen3_moe && -d $MODELS/deepseek_v3 ]] || { echo "SKIP: no fixtures"; exit 0; }
+python3 -c "import numpy, safetensors" 2>/dev/null || { echo "SKIP: no numpy/safetensors"; exit 0; }
+TOOL=$ROOT/tools/synth/make_random_checkpoint.py
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+python3 "$TOOL" --list > "$TMP/list.txt" || fail "--list exited $?"
+grep -Eq '^qwen3-30b-a3b +30\.53 B params +61\.06 GB bf16 +6\.08 GB read per token' "$TMP/list.txt" ||
+  fail "--list: $(cat "$TMP/list.txt")"
+grep -Eq '^deepseek-v2-lite +15\.71 B params +31\.41 GB bf16 +4\.90 GB read per token' \
+  "$TMP/list.txt" || fail "--list: $(cat "$TMP/list.txt")"
+
+python3 - "$ROOT/tools/synth" "$MODELS" <<'PY' || fail "tensor layout"
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+from checkpoint_shapes import tensor_shapes
+from safetensors import safe_open
+for name in ("llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "glm4_moe"):
+    d = os.path.join(sys.argv[2], name)
+    if not os.path.isdir(d):
+        continue
+    want = dict(tensor_shapes(json.load(open(os.path.join(d, "config.json")))))
+    with safe_open(os.path.join(d, "model.safetensors"), "np") as f:
+        got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    assert want == got, (name, sorted(set(want.items()) ^ set(got.items()))[:8])
+    print(f"{name}: {len(got)} tensors as the fixture")
+PY
+
+# Random checkpoints of the fixtures' configs (no eos, so that 4 tokens always come),
+# deepseek_v3's without q_lora_rank, in dspark.
+for name in qwen3_moe deepseek_v3; do
+  python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["eos_token_id"] = None
+if c["model_type"] == "deepseek_v3": c["q_lora_rank"] = None
+json.dump(c, open(sys.argv[2], "w"))' "$MODELS/$name/config.json" "$TMP/$name.json"
+  python3 "$TOOL" --config "$TMP/$name.json" --layers 3 --out "$TMP/$name" \
+    --tokenizer "$MODELS/$name" > "$TMP/synth.log" || fail "writing $name: $(cat "$TMP/synth.log")"
+  python3 - "$TMP/$name" <<'PY' || fail "$name checkpoint"
+import json, sys
+from safetensors import safe_open
+c = json.load(open(sys.argv[1] + "/config.json"))
+assert c["num_hidden_layers"] == 3 and c["torch_dtype"] == "bfloat16" and "dtype" not in c, c
+with safe_open(sys.argv[1] + "/model.safetensors", "np") as f:
+    kinds = {f.get_slice(k).get_dtype() for k in f.keys()}
+    assert not any(k.startswith("model.layers.3.") for k in f.keys())
+assert kinds <= {"BF16", "F32"}, kinds
+# The bf16 values: N(0, 0.02) weights, unit norms.
+import numpy as np, struct
+raw = open(sys.argv[1] + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+def values(name):
+    b, e = header[name]["data_offsets"]
+    u = np.frombuffer(raw[8 + n + b:8 + n + e], dtype=np.uint16).astype(np.uint32) << 16
+    return u.view(np.float32)
+w = values("model.embed_tokens.weight")
+assert abs(w.std() - 0.02) < 0.001 and abs(w.mean()) < 0.001, (w.mean(), w.std())
+assert (values("model.norm.weight") == 1).all()
+PY
+  "$DSPARK" generate -m "$TMP/$name" -p "Hello world" -n 4 --temperature 0 --json \
+    > "$TMP/out.json" 2> "$TMP/err" || fail "generate $name: $(cat "$TMP/err")"
+  python3 -c 'import json, sys
+d = json.loads(open(sys.argv[1]).read().rstrip("\n").split("\n")[-1])
+assert len(d["tokens"]) == 4, d' "$TMP/out.json" || fail "$name did not generate 4 tokens"
+  echo "$name: random checkpoint generates"
+done
