@@ -92,7 +92,7 @@ struct ServedModel {
   // they are written), the drafter's buffers.
   int64_t reserved_bytes = 0;
   std::string device;
-  std::string draft_kind;  // "none", "ngram", "model", "dspark", "dflash"
+  std::string draft_kind;  // "none", "ngram", "mtp", "model", "dspark", "dflash"
   int gamma = 0;
 };
 
