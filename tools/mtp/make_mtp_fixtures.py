@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Builds the MTP (next-token prediction layer) fixtures and their reference outputs.
 
-    python3 tools/mtp/make_mtp_fixtures.py --models tests/data/models
+    python3 tools/mtp/make_mtp_fixtures.py --models tests/data/models [--verify]
+
+--verify rebuilds the fixtures in a temporary directory and checks that every tensor of the
+stored ones is equal (the header's key order may differ).
 
 For each target fixture (deepseek_v3, glm4_moe; made by tools/goldens/make_goldens.py) this writes
 <models>/<name>_mtp/ with the target's config, tokenizer and weights plus one MTP layer under
@@ -34,6 +37,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 
 import safetensors.torch
 import torch
@@ -200,16 +204,37 @@ def build(models: str, name: str, opts: dict) -> None:
     print(f"{out}: seed {meta['seed']}, min margin {worst:.4g}")
 
 
+def verify(models: str, name: str, opts: dict) -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(os.path.join(models, name), os.path.join(tmp, name))
+        build(tmp, name, opts)
+        ok = True
+        for f in ["model.safetensors", "mtp_goldens.safetensors"]:
+            want = safetensors.torch.load_file(os.path.join(tmp, name + "_mtp", f))
+            got = safetensors.torch.load_file(os.path.join(models, name + "_mtp", f))
+            if want.keys() != got.keys() or any(not torch.equal(want[k], got[k]) for k in want):
+                print(f"{name}_mtp/{f}: differs from a rebuild")
+                ok = False
+        return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="tests/data/models")
     ap.add_argument("--only", choices=sorted(FAMILIES))
+    ap.add_argument("--verify", action="store_true")
     args = ap.parse_args()
     torch.manual_seed(0)
+    ok = True
     for name, opts in FAMILIES.items():
         if args.only in (None, name):
-            build(args.models, name, opts)
-    return 0
+            if args.verify:
+                ok = verify(args.models, name, opts) and ok
+            else:
+                build(args.models, name, opts)
+    if args.verify:
+        print("verify:", "OK" if ok else "FAILED")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
