@@ -274,6 +274,9 @@ TEST(MtpSourceFactory, SelectsMtpAndRefusesTargetsWithoutIt) {
   auto deepseek = load_model(models / "deepseek_v3", kCpu, DType::f32);
   EXPECT_NE(error_of(o, *deepseek).find("eh_proj.weight"), std::string::npos)
       << error_of(o, *deepseek);
+  // A GGUF target: the MTP layer is read from safetensors checkpoints only.
+  auto gguf = load_model(test::data_dir() / "gguf" / "tiny_llama.gguf", kCpu, DType::f32);
+  EXPECT_NE(error_of(o, *gguf).find("a GGUF file"), std::string::npos) << error_of(o, *gguf);
   o.draft_vocab = "vocab.txt";
   EXPECT_NE(error_of(o, *glm).find("--draft-vocab"), std::string::npos);
 }

@@ -50,13 +50,14 @@ class MtpWeights final : public WeightSource {
 }  // namespace
 
 std::unique_ptr<MtpLayer> MtpLayer::load(const ModelConfig& t, Device device, DType dtype) {
+  DSPARK_CHECK_KIND(invalid_input, !t.checkpoint_dir.empty(),
+                    "the target's MTP layer is read from its safetensors checkpoint directory; "
+                    "this target ({}) was not loaded from one (a GGUF file)",
+                    t.architecture);
   DSPARK_CHECK_KIND(invalid_input, t.num_nextn_predict_layers > 0,
                     "the target ({}) has no next-token prediction (MTP) layer: its config has no "
                     "num_nextn_predict_layers (DeepSeek-V3 and GLM-4.5 checkpoints carry one)",
                     t.architecture);
-  DSPARK_CHECK_KIND(invalid_input, !t.checkpoint_dir.empty(),
-                    "the target's MTP layer is read from its safetensors checkpoint directory; "
-                    "this target was not loaded from one (a GGUF file?)");
   auto layer = std::unique_ptr<MtpLayer>(new MtpLayer());
   const std::string prefix = fmt::format("model.layers.{}.", t.num_layers);
   with_checkpoint_weights(t.checkpoint_dir, [&](const WeightSource& w) {
