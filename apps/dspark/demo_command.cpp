@@ -155,7 +155,8 @@ Command add_demo_command(CLI::App& app) {
       "decoding in the same run (what `make run` shows)");
   sub->add_option("-m,--model", args->model, "Model: a directory or a .gguf file")->required();
   sub->add_option("--draft", args->draft,
-                  "Draft source: ngram, model:DIR or DIR (a DFlash/DSpark drafter)")
+                  "Draft source: ngram, mtp (the target's MTP layer), model:DIR or DIR (a "
+                  "DFlash/DSpark drafter)")
       ->capture_default_str();
   sub->add_option("--draft-vocab", args->draft_vocab,
                   "A DSpark/DFlash drafter drafts greedy rounds over only these token ids (a JSON "

@@ -133,7 +133,8 @@ Command add_eval_command(CLI::App& app) {
       "by draft position, speedup and identical outputs per category (table + JSON)");
   sub->add_option("-m,--model", args->model, "Model: a directory or a .gguf file")->required();
   sub->add_option("--draft", args->draft,
-                  "Draft source: ngram, model:DIR or DIR (a DFlash/DSpark drafter)")
+                  "Draft source: ngram, mtp (the target's MTP layer), model:DIR or DIR (a "
+                  "DFlash/DSpark drafter)")
       ->required();
   sub->add_option("--draft-vocab", args->draft_vocab,
                   "A DSpark/DFlash drafter drafts greedy rounds over only these token ids");

@@ -201,7 +201,8 @@ Command add_generate_command(CLI::App& app) {
   sub->add_flag("!--no-cuda-graphs", args->cuda_graphs,
                 "CUDA: run every forward eagerly instead of replaying captured CUDA graphs");
   sub->add_option("--draft", args->draft,
-                  "Speculative decoding: none, ngram (prompt lookup), model:DIR (a draft model "
+                  "Speculative decoding: none, ngram (prompt lookup), mtp (the target's own "
+                  "next-token prediction layer: DeepSeek-V3, GLM-4.5), model:DIR (a draft model "
                   "sharing the tokenizer) or DIR (a DFlash/DSpark drafter, or a draft model)")
       ->capture_default_str();
   sub->add_option("--draft-vocab", args->draft_vocab,

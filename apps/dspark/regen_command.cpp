@@ -310,7 +310,7 @@ Command add_regen_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", args->seed, "Sampling seed");
   sub->add_option("--draft", args->draft,
-                  "Draft source while generating: none, ngram, model:DIR or DIR (a drafter)")
+                  "Draft source while generating: none, ngram, mtp, model:DIR or DIR (a drafter)")
       ->capture_default_str();
   sub->add_option("--gamma", args->gamma, "Drafts per round (default: the drafter's)")
       ->check(CLI::Range(0, 64));

@@ -490,6 +490,8 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   c.bos_token_id = token_id(j, "bos_token_id", source, arch.default_bos_token_id);
   c.pad_token_id = token_id(j, "pad_token_id", source, -1);
   c.eos_token_ids = token_id_list(j, "eos_token_id", source, arch.default_eos_token_id);
+  if (arch.deepseek || arch.glm_moe)
+    c.num_nextn_predict_layers = non_negative_int(j, "num_nextn_predict_layers", source, 0);
   return c;
 }
 
@@ -514,7 +516,9 @@ ModelConfig load_model_config(const fs::path& model_dir) {
   DSPARK_CHECK_KIND(io, fs::is_directory(model_dir, ec), "{}: model directory not found",
                     model_dir.string());
   const fs::path file = model_dir / "config.json";
-  return parse_config(read_json_file(file), file.string());
+  ModelConfig c = parse_config(read_json_file(file), file.string());
+  c.checkpoint_dir = model_dir;
+  return c;
 }
 
 GenerationDefaults load_generation_defaults(const fs::path& model_dir) {

@@ -68,10 +68,16 @@ struct ModelConfig {
   int v_head_dim = 0;
   bool rope_interleave = false;  // the rotated pairs are (2i, 2i + 1), not (i, i + d / 2)
   bool mla() const { return kv_lora_rank > 0; }
+  // Next-token prediction (MTP) layers beside the decoder (DeepSeek-V3, GLM-4.5): layer indices
+  // num_layers .. num_layers + n - 1 of the checkpoint (model/mtp.h). 0: none.
+  int num_nextn_predict_layers = 0;
   DType torch_dtype = DType::bf16;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
   int pad_token_id = -1;
+  // The checkpoint directory config.json was read from (load_model_config); empty otherwise (a
+  // GGUF file, a parsed JSON). Loaders of a checkpoint's other parts (model/mtp.h) read it.
+  std::filesystem::path checkpoint_dir;
 };
 
 // MLA's softmax scale: (qk_nope_head_dim + qk_rope_head_dim)^-1/2, times mscale^2 with mscale =

@@ -359,6 +359,15 @@ void LlamaFamilyModel::validate(const PagedKvCache& kv, const ForwardBatch& b) c
     DSPARK_CHECK_KIND(invalid_input, layer >= kTapEmbedding && layer < config_.num_layers,
                       "forward: tap layer {} outside [-1, {})", layer, config_.num_layers);
   }
+  if (b.input_embeddings.defined()) {
+    const Tensor& e = b.input_embeddings;
+    DSPARK_CHECK_KIND(invalid_input,
+                      e.dim() == 2 && e.size(0) == static_cast<int64_t>(b.tokens.size()) &&
+                          e.size(1) == config_.hidden_size && e.device() == device_ &&
+                          dtype_is_float(e.dtype()),
+                      "forward: input_embeddings must be a float [{}, {}] tensor on {}",
+                      b.tokens.size(), config_.hidden_size, device_.name());
+  }
   for (SeqId seq : b.seqs) (void)kv.length(seq);  // throws invalid_input for unknown sequences
 }
 
@@ -522,7 +531,11 @@ void LlamaFamilyModel::enqueue(Context& ctx, PagedKvCache& kv, const ForwardBatc
   };
 
   const RmsNormParams norm{static_cast<float>(config_.rms_norm_eps), false};
-  gather_rows(ctx, embed_.matrix(), v.tokens, a.x);
+  if (b.input_embeddings.defined()) {
+    convert(ctx, b.input_embeddings, a.x);
+  } else {
+    gather_rows(ctx, embed_.matrix(), v.tokens, a.x);
+  }
   save_taps(kTapEmbedding, -1);
   rms_norm(ctx, a.x, layers_.front().norm_in, a.xn, norm);
   const float scale = config_.mla() ? mla_softmax_scale(config_)
@@ -578,7 +591,7 @@ ForwardOutput LlamaFamilyModel::output(const ForwardBatch& b, const Activations&
 
 bool LlamaFamilyModel::graph_eligible(const Context& ctx, const ForwardBatch& b) const {
   // A MoE layer groups its rows by expert on the host: not capturable.
-  return graphs_enabled_ && !has_moe_ && ctx.is_cuda() &&
+  return graphs_enabled_ && !has_moe_ && ctx.is_cuda() && !b.input_embeddings.defined() &&
          static_cast<int64_t>(b.tokens.size()) <= kGraphMaxTokens;
 }
 

@@ -29,6 +29,22 @@ void check_engine_dtype(Device device, DType dtype) {
 
 }  // namespace
 
+void with_checkpoint_weights(const std::filesystem::path& dir,
+                             const std::function<void(const WeightSource&)>& fn) {
+  const SafeTensors st = SafeTensors::open(dir);
+  // An MLX-quantized checkpoint (mlx-lm): its U32 weights unpacked by MlxWeights.
+  if (std::optional<MlxQuantization> q = read_mlx_quantization(dir / "config.json")) {
+    fn(MlxWeights(st, std::move(*q)));
+    return;
+  }
+  // A Hugging Face FP8 checkpoint: its F8_E4M3 weights dequantized by Fp8Weights.
+  if (std::optional<Fp8Quantization> q = read_fp8_quantization(dir / "config.json")) {
+    fn(Fp8Weights(st, std::move(*q)));
+    return;
+  }
+  fn(SafeTensorsWeights(st));
+}
+
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device device, DType dtype) {
   if (const std::optional<std::filesystem::path> gguf = resolve_gguf_model(dir)) {
     check_engine_dtype(device, dtype);
@@ -47,16 +63,10 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device devic
                 fmt::join(supported_architectures(), ", "));
   }
   check_engine_dtype(device, dtype);
-  const SafeTensors st = SafeTensors::open(dir);
-  // An MLX-quantized checkpoint (mlx-lm): its U32 weights unpacked by MlxWeights.
-  if (std::optional<MlxQuantization> q = read_mlx_quantization(dir / "config.json")) {
-    return create_model(config, MlxWeights(st, std::move(*q)), device, dtype);
-  }
-  // A Hugging Face FP8 checkpoint: its F8_E4M3 weights dequantized by Fp8Weights.
-  if (std::optional<Fp8Quantization> q = read_fp8_quantization(dir / "config.json")) {
-    return create_model(config, Fp8Weights(st, std::move(*q)), device, dtype);
-  }
-  return create_model(config, st, device, dtype);
+  std::unique_ptr<Model> model;
+  with_checkpoint_weights(
+      dir, [&](const WeightSource& w) { model = create_model(config, w, device, dtype); });
+  return model;
 }
 
 }  // namespace dspark

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "dspark/model/config.h"
 
 namespace dspark {
+
+class WeightSource;
 
 // Tap index convention (same as DFlash/DSpark `target_layer_ids`): tap l >= 0 is the OUTPUT of
 // decoder layer l (HF hidden_states[l + 1]); tap -1 is the embedding output (hidden_states[0]).
@@ -34,6 +37,11 @@ struct ForwardBatch {
   // Also the argmax of every logits row (greedy verification), copied to the host by the forward
   // itself (on CUDA inside its graph: no launches after it): ForwardOutput::argmax.
   bool want_argmax = false;
+  // When defined: [n_tokens, hidden] (any float dtype, on the model's device, rows contiguous),
+  // the input of the first decoder layer instead of the tokens' embeddings (an MTP layer's
+  // projected input, model/mtp.h). The tokens are still checked; such a forward never runs as a
+  // CUDA graph.
+  Tensor input_embeddings;
 };
 
 struct ForwardOutput {
@@ -98,5 +106,11 @@ class Model {
 // Loads a Hugging Face checkpoint directory (config.json + safetensors). `dtype` is the engine
 // dtype for weights and activations (CPU: f32; CUDA: bf16 by default).
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device device, DType dtype);
+
+// Calls fn with the weights of the safetensors checkpoint in `dir` as load_model reads them
+// (MLX affine-quantized and block-scaled FP8 checkpoints through their adapters); the weights
+// live until fn returns. For loaders of a checkpoint's other parts (model/mtp.h).
+void with_checkpoint_weights(const std::filesystem::path& dir,
+                             const std::function<void(const WeightSource&)>& fn);
 
 }  // namespace dspark

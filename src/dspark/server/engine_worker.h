@@ -35,7 +35,7 @@ namespace dspark::server {
 struct EngineWorkerConfig {
   std::filesystem::path model_dir;
   std::string device = "cpu";
-  std::string draft = "none";  // source_factory.h: none, ngram, model:DIR, DIR
+  std::string draft = "none";  // source_factory.h: none, ngram, mtp, model:DIR, DIR
   std::string draft_vocab;     // --draft-vocab FILE (DraftOptions::draft_vocab)
   bool draft_fp8 = false;      // --draft-fp8 (DraftOptions::draft_fp8)
   std::optional<int> gamma;    // default: the source's natural length
@@ -92,7 +92,7 @@ struct ServedModel {
   // they are written), the drafter's buffers.
   int64_t reserved_bytes = 0;
   std::string device;
-  std::string draft_kind;  // "none", "ngram", "model", "dspark", "dflash"
+  std::string draft_kind;  // "none", "ngram", "mtp", "model", "dspark", "dflash"
   int gamma = 0;
 };
 

@@ -12,6 +12,7 @@
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/draft_source.h"
+#include "dspark/spec/draft_steps.h"
 
 namespace dspark {
 
@@ -39,10 +40,7 @@ class DraftModelSource final : public DraftSource {
   std::unique_ptr<Model> model_;
   PagedKvCache kv_;
   std::unordered_map<RowId, Row> rows_;
-  OwnedTensor q_;  // f32 [capacity, vocab]
-  OwnedTensor step_probs_;
-  OwnedTensor uniforms_;
-  OwnedTensor step_tokens_;
+  DraftSteps steps_;
   DraftStats stats_;
 };
 

@@ -6,9 +6,14 @@
 #include "dspark/spec/dspark/draft_vocab.h"
 #include "dspark/spec/dspark/drafter_config.h"
 #include "dspark/spec/dspark/dspark_source.h"
+#include "dspark/spec/mtp_source.h"
 
 namespace dspark {
 namespace {
+
+// Drafts per round of an MTP layer chained on its own output (one layer predicts one token ahead;
+// each chained step drifts further from what it was trained on).
+constexpr int kMtpDefaultGamma = 3;
 
 CreatedSource draft_model(const std::filesystem::path& dir, Model& target, int kv_tokens) {
   std::unique_ptr<Model> model = load_model(dir, target.device(), target.activation_dtype());
@@ -33,6 +38,13 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
     no_vocab("prompt lookup (ngram)");
     return CreatedSource{std::make_unique<NgramSource>(o.ngram), "ngram", 4};
   }
+  if (o.draft == "mtp") {
+    no_vocab("the target's MTP layer");
+    auto layer = MtpLayer::load(target.config(), target.device(), target.activation_dtype());
+    return CreatedSource{
+        std::make_unique<MtpSource>(std::move(layer), target, o.draft_model_kv_tokens), "mtp",
+        kMtpDefaultGamma};
+  }
   if (o.draft.rfind("model:", 0) == 0) {
     no_vocab("a draft model");
     return draft_model(o.draft.substr(6), target, o.draft_model_kv_tokens);
@@ -40,7 +52,8 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
   const std::filesystem::path dir = o.draft;
   std::error_code ec;
   DSPARK_CHECK_KIND(invalid_input, std::filesystem::is_directory(dir, ec),
-                    "--draft '{}' is not none, ngram, model:DIR or a drafter directory", o.draft);
+                    "--draft '{}' is not none, ngram, mtp, model:DIR or a drafter directory",
+                    o.draft);
   if (is_block_drafter_dir(dir)) {
     const DrafterConfig cfg = load_drafter_config(dir);
     const bool dflash = cfg.layout == DrafterLayout::dflash;

@@ -1,6 +1,8 @@
 // Builds the DraftSource a user asked for (`--draft`):
 //   none          no drafting (plain decoding)
 //   ngram         prompt lookup (NgramConfig)
+//   mtp           the target's own next-token prediction layer (DeepSeek-V3, GLM-4.5:
+//                 spec/mtp_source.h)
 //   model:DIR     an independent draft model (a Hugging Face causal LM sharing the vocabulary)
 //   DIR           detected from DIR/config.json: a DFlash / DSpark block drafter (DeepSpec,
 //                 SpecForge or z-lab layout), else an independent draft model
@@ -30,7 +32,7 @@ struct DraftOptions {
 
 struct CreatedSource {
   std::unique_ptr<DraftSource> source;  // null for "none"
-  std::string kind;                     // "none", "ngram", "model", "dspark", "dflash"
+  std::string kind;                     // "none", "ngram", "mtp", "model", "dspark", "dflash"
   int default_gamma = 0;                // the drafter's natural proposal length (0: none)
 };
 

@@ -1,0 +1,196 @@
+#include "dspark/spec/mtp_source.h"
+
+#include <chrono>
+
+#include "dspark/ops/activation.h"
+#include "dspark/ops/norm.h"
+
+namespace dspark {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+MtpSource::MtpSource(std::unique_ptr<MtpLayer> layer, const Model& target, int kv_tokens,
+                     int page_size)
+    : layer_(std::move(layer)),
+      target_final_norm_(target.final_norm()),
+      target_eps_(static_cast<float>(target.config().rms_norm_eps)),
+      target_last_layer_(target.config().num_layers - 1),
+      kv_(layer_->kv_shape(page_size, (kv_tokens + page_size - 1) / page_size + 1),
+          layer_->device()) {
+  DSPARK_CHECK_KIND(
+      invalid_input,
+      layer_->hidden_size() == target.config().hidden_size &&
+          layer_->vocab_size() == target.config().vocab_size && layer_->device() == target.device(),
+      "MTP layer (hidden {}, vocab {}, {}) does not fit the target (hidden {}, "
+      "vocab {}, {})",
+      layer_->hidden_size(), layer_->vocab_size(), layer_->device().name(),
+      target.config().hidden_size, target.config().vocab_size, target.device().name());
+}
+
+MtpSource::Row& MtpSource::row_ref(RowId row) {
+  auto it = rows_.find(row);
+  DSPARK_CHECK(it != rows_.end(), "mtp: unknown row {}", row);
+  return it->second;
+}
+
+void MtpSource::begin(Context&, RowId row, std::span<const int32_t>) {
+  Row r;
+  r.seq = kv_.create_sequence();
+  const Device d = layer_->device();
+  const int64_t h = layer_->hidden_size();
+  r.logits = OwnedTensor(DType::f32, Shape{1, int64_t{layer_->vocab_size()}}, d);
+  r.hidden = OwnedTensor(layer_->activation_dtype(), Shape{1, h}, d);
+  r.carried = OwnedTensor(layer_->activation_dtype(), Shape{1, h}, d);
+  rows_[row] = std::move(r);
+}
+
+void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
+                       std::span<const Tensor> taps) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (updates.empty()) return;
+  DSPARK_CHECK(taps.size() == 1, "mtp: commit expects the target's last-layer tap, got {} taps",
+               taps.size());
+  const Tensor& tap = taps[0];
+  const int64_t h = layer_->hidden_size();
+  const DType dt = layer_->activation_dtype();
+  // The target's hidden states after its final norm: what its LM head reads, the MTP's h_i.
+  const Tensor normed = ensure_rows(normed_, dt, tap.size(0), h, ctx.device());
+  rms_norm(ctx, tap, target_final_norm_, normed, RmsNormParams{target_eps_, false});
+
+  int64_t total = 0;
+  for (const RowUpdate& u : updates) {
+    const Row& r = row_ref(u.row);
+    DSPARK_CHECK(!u.kept_tokens.empty(), "mtp: row {} commits no tokens", u.row);
+    DSPARK_CHECK(u.first_position == r.absorbed + (r.carry ? 1 : 0),
+                 "mtp: row {} commits position {} but holds {} positions", u.row, u.first_position,
+                 r.absorbed + (r.carry ? 1 : 0));
+    total += (r.carry ? 1 : 0) + static_cast<int64_t>(u.kept_tokens.size()) - 1 +
+             (u.pending >= 0 ? 1 : 0);
+  }
+  const Tensor hidden_in =
+      ensure_rows(hidden_in_, dt, std::max<int64_t>(total, 1), h, ctx.device());
+  ForwardBatch batch;
+  batch.row_indptr.push_back(0);
+  std::vector<Row*> ready;
+  int64_t k = 0;
+  for (const RowUpdate& u : updates) {
+    Row& r = row_ref(u.row);
+    kv_.rollback_to(r.seq, r.absorbed);  // the chained rows of the last proposal
+    r.ready = false;
+    const int64_t begin = k;
+    const auto n = static_cast<int64_t>(u.kept_tokens.size());
+    // Row of position i: (h_i, t_{i+1}). A carried position continues with the first kept token.
+    if (r.carry) {
+      convert(ctx, r.carried.view(), hidden_in.rows(k, k + 1));
+      batch.tokens.push_back(u.kept_tokens[0]);
+      ++k;
+    }
+    const int64_t own = n - 1 + (u.pending >= 0 ? 1 : 0);
+    if (own > 0) {
+      convert(ctx, normed.rows(u.tap_offset, u.tap_offset + own), hidden_in.rows(k, k + own));
+      batch.tokens.insert(batch.tokens.end(), u.kept_tokens.begin() + 1, u.kept_tokens.end());
+      if (u.pending >= 0) batch.tokens.push_back(u.pending);
+      k += own;
+    }
+    r.carry = u.pending < 0;
+    if (r.carry) {
+      const int64_t last = u.tap_offset + n - 1;
+      convert(ctx, normed.rows(last, last + 1), r.carried.view());
+    }
+    if (k == begin) continue;
+    r.absorbed += static_cast<int>(k - begin);
+    batch.row_indptr.push_back(static_cast<int32_t>(k));
+    batch.seqs.push_back(r.seq);
+    if (u.pending >= 0) {
+      batch.logit_indices.push_back(static_cast<int32_t>(k) - 1);
+      ready.push_back(&r);
+    }
+  }
+  if (k > 0) {
+    const ForwardOutput fo = layer_->forward(ctx, kv_, batch, hidden_in.rows(0, k));
+    for (size_t j = 0; j < ready.size(); ++j) {
+      const auto lj = static_cast<int64_t>(j);
+      const int64_t row = batch.logit_indices[j];
+      convert(ctx, fo.logits.rows(lj, lj + 1), ready[j]->logits.view());
+      convert(ctx, fo.final_hidden.rows(row, row + 1), ready[j]->hidden.view());
+      ready[j]->ready = true;
+    }
+  }
+  stats_.commit_ms += ms_since(t0);
+}
+
+void MtpSource::propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t n = requests.size();
+  const int64_t vocab = layer_->vocab_size(), h = layer_->hidden_size();
+  const DType dt = layer_->activation_dtype();
+  steps_.begin(ctx, requests, vocab);
+  std::vector<std::vector<int32_t>> drafts(n);
+  ForwardOutput prev;  // the last chained forward: row a of it is active[a]'s
+  std::vector<size_t> prev_active;
+  for (int step = 0; step < steps_.max_steps(); ++step) {
+    std::vector<size_t> active;
+    std::vector<uint64_t> positions;
+    for (size_t i = 0; i < n; ++i) {
+      const Row& r = row_ref(requests[i].row);
+      if (requests[i].max_tokens <= step || !r.ready ||
+          drafts[i].size() != static_cast<size_t>(step))
+        continue;
+      active.push_back(i);
+      // The pending token is at position `absorbed`; draft step s at absorbed + 1 + s.
+      positions.push_back(static_cast<uint64_t>(r.absorbed) + 1 + static_cast<uint64_t>(step));
+    }
+    if (active.empty()) break;
+    const auto m = static_cast<int64_t>(active.size());
+    Tensor logits;
+    if (step == 0) {  // the logits the commit made with the pending token
+      logits = ensure_rows(step_logits_, DType::f32, m, vocab, ctx.device());
+      for (int64_t a = 0; a < m; ++a)
+        convert(ctx, row_ref(requests[active[static_cast<size_t>(a)]].row).logits.view(),
+                logits.rows(a, a + 1));
+    } else {  // one chained row per active request: (h' of its previous row, its last draft)
+      const Tensor hidden_in = ensure_rows(hidden_in_, dt, m, h, ctx.device());
+      ForwardBatch batch;
+      batch.row_indptr.push_back(0);
+      size_t p = 0;
+      for (int64_t a = 0; a < m; ++a) {
+        const size_t i = active[static_cast<size_t>(a)];
+        Row& r = row_ref(requests[i].row);
+        if (step == 1) {
+          convert(ctx, r.hidden.view(), hidden_in.rows(a, a + 1));
+        } else {
+          while (prev_active[p] != i) ++p;  // active is a subsequence of prev_active
+          const auto pr = static_cast<int64_t>(p);
+          convert(ctx, prev.final_hidden.rows(pr, pr + 1), hidden_in.rows(a, a + 1));
+        }
+        batch.tokens.push_back(drafts[i].back());
+        batch.row_indptr.push_back(static_cast<int32_t>(a + 1));
+        batch.logit_indices.push_back(static_cast<int32_t>(a));
+        batch.seqs.push_back(r.seq);
+      }
+      prev = layer_->forward(ctx, kv_, batch, hidden_in.rows(0, m));
+      prev_active = active;
+      logits = prev.logits;
+    }
+    const std::vector<int32_t> tokens = steps_.choose(ctx, logits, active, positions, step);
+    for (size_t a = 0; a < active.size(); ++a) drafts[active[a]].push_back(tokens[a]);
+  }
+  steps_.finish(drafts, out);
+  stats_.n_drafted += steps_.n_drafted();
+  ++stats_.n_propose_calls;
+  stats_.propose_ms += ms_since(t0);
+}
+
+void MtpSource::release(RowId row) {
+  auto it = rows_.find(row);
+  if (it == rows_.end()) return;
+  kv_.release(it->second.seq);
+  rows_.erase(it);
+}
+
+}  // namespace dspark

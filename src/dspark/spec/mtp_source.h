@@ -1,0 +1,62 @@
+// The target's own next-token prediction layer as a serial draft source (`--draft mtp`;
+// model/mtp.h: DeepSeek-V3, GLM-4.5). Its KV cache holds one row per committed target position i:
+// the target's hidden state h_i (tap of the last layer, through the target's final norm) with the
+// token t_{i+1} that followed it. The row of the last committed position, made with the pending
+// token, gives the first draft (the full-prefill convention: the prompt's rows are absorbed at
+// the prefill commit, so the first round already drafts); each further draft chains one row
+// with the previous row's output h' and the previous draft, at the next position.
+//
+// Commit: the chained rows are rolled back and the kept tokens' rows absorbed (their taps, each
+// with the token after it; a chunk's last position waits for the next chunk's first token).
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+
+#include "dspark/core/buffer.h"
+#include "dspark/kv/paged_kv_cache.h"
+#include "dspark/model/mtp.h"
+#include "dspark/spec/draft_source.h"
+#include "dspark/spec/draft_steps.h"
+
+namespace dspark {
+
+class MtpSource final : public DraftSource {
+ public:
+  // `kv_tokens`: capacity of the layer's KV cache in tokens, over all rows.
+  MtpSource(std::unique_ptr<MtpLayer> layer, const Model& target, int kv_tokens,
+            int page_size = 16);
+  std::string name() const override { return "mtp"; }
+  std::vector<int> target_taps() const override { return {target_last_layer_}; }
+  void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) override;
+  void commit(Context& ctx, std::span<const RowUpdate> updates,
+              std::span<const Tensor> taps) override;
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override;
+  void release(RowId row) override;
+  DraftStats stats() const override { return stats_; }
+  const MtpLayer& layer() const { return *layer_; }
+
+ private:
+  struct Row {
+    SeqId seq = -1;
+    int absorbed = 0;     // committed positions whose rows the KV cache holds: [0, absorbed)
+    bool carry = false;   // position `absorbed` is committed but its next token is not known yet
+    bool ready = false;   // logits / hidden hold the row of the last committed position
+    OwnedTensor logits;   // f32 [1, vocab]: the first draft's logits
+    OwnedTensor hidden;   // [1, hidden]: that row's h' (chained into the second draft)
+    OwnedTensor carried;  // [1, hidden]: the carried position's h (target, after the final norm)
+  };
+  Row& row_ref(RowId row);
+
+  std::unique_ptr<MtpLayer> layer_;
+  Tensor target_final_norm_;
+  float target_eps_ = 1e-6f;
+  int target_last_layer_ = 0;
+  PagedKvCache kv_;
+  std::unordered_map<RowId, Row> rows_;
+  DraftSteps steps_;
+  OwnedTensor normed_, hidden_in_, step_logits_;
+  DraftStats stats_;
+};
+
+}  // namespace dspark
