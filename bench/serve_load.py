@@ -10,7 +10,8 @@ Each level sends `--requests` streamed requests (default: 2 x concurrency, at le
 many client threads over raw HTTP (no client library needed), measures for each request the time
 to the first text and to the end, and reads usage (completion tokens, speculation) from the last
 chunk. Aggregate tok/s = completion tokens of the level / wall time of the level. Prints a table
-and writes JSON (per level: tok/s, latency and TTFT percentiles, tau, acceptance; per draft
+and writes JSON (per level: tok/s, latency and TTFT percentiles, tau, acceptance, the mean chosen
+draft length; per draft
 configuration relative to the first one: speedup).
 """
 
@@ -38,10 +39,18 @@ PROMPTS = [
 ]
 
 
+def config_name(draft):
+    """A short name of a draft configuration: the source's basename and its extra flags."""
+    source, *extra = draft.split()
+    shown = [e for e in extra if "/" not in e and e != "--draft-vocab"]
+    return " ".join([os.path.basename(source.rstrip("/"))] + shown)
+
+
 def start_server(args, draft):
     log = tempfile.NamedTemporaryFile("w+", prefix="serve-load-", suffix=".log", delete=False)
+    source, *extra = draft.split()
     cmd = [args.dspark, "serve", "-m", args.model, "--port", "0", "--device", args.device,
-           "--draft", draft, "--max-batch", str(max(args.concurrency))]
+           "--draft", source, "--max-batch", str(max(args.concurrency))] + extra
     if args.gamma is not None:
         cmd += ["--gamma", str(args.gamma)]
     cmd += args.serve_arg
@@ -147,6 +156,7 @@ def run_level(args, port, concurrency):
     rounds = sum(s.get("rounds", 0) for s in spec)
     drafted = sum(s.get("drafted", 0) for s in spec)
     accepted = sum(s.get("accepted", 0) for s in spec)
+    budget = sum(s.get("mean_draft_length", 0) * s.get("rounds", 0) for s in spec)
     lat = [r[1] for r in results]
     ttft = [r[0] for r in results if r[0] is not None]
     return {
@@ -160,6 +170,8 @@ def run_level(args, port, concurrency):
         # is not a round, so tau = (completion tokens - requests) / rounds).
         "tau": (tokens - len(results)) / rounds if rounds else None,
         "acceptance": accepted / drafted if drafted else None,
+        # The draft length the server's policy chose per round (speculation.mean_draft_length).
+        "mean_draft_length": budget / rounds if rounds else None,
         "texts": [r[3] for r in results] if args.keep_texts else None,
     }
 
@@ -169,8 +181,9 @@ def main():
     ap.add_argument("--dspark", default="build/bin/dspark")
     ap.add_argument("-m", "--model", required=True)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--draft", action="append", help="draft configuration (repeat); "
-                    "default: none")
+    ap.add_argument("--draft", action="append", help="draft configuration (repeat): the "
+                    "--draft value, then optional dspark serve flags for this configuration only, "
+                    "e.g. 'DIR --draft-policy fixed'; default: none")
     ap.add_argument("--gamma", type=int)
     ap.add_argument("--concurrency", default="1,4,16,32")
     ap.add_argument("--requests", type=int, default=0, help="requests per level (default 2 x c)")
@@ -194,7 +207,7 @@ def main():
             for c in args.concurrency:
                 lv = run_level(args, port, c)
                 levels.append(lv)
-                print(f"[{os.path.basename(draft.rstrip('/'))}] c={c:3d} {lv['tok_per_s']:9.1f} "
+                print(f"[{config_name(draft)}] c={c:3d} {lv['tok_per_s']:9.1f} "
                       f"tok/s  p50 latency {lv['latency_s']['p50'] or 0:7.3f} s  errors "
                       f"{lv['errors']}", flush=True)
         finally:
@@ -206,16 +219,17 @@ def main():
         report["configs"].append({"draft": draft, "levels": levels})
 
     base = report["configs"][0]["levels"]
-    print(f"\n{'draft':<28} {'conc':>4} {'tok/s':>9} {'speedup':>8} {'p50 lat s':>10} "
-          f"{'p90 lat s':>10} {'p50 ttft':>9} {'tau':>6} {'accept':>7} {'err':>4}")
+    print(f"\n{'draft':<40} {'conc':>4} {'tok/s':>9} {'speedup':>8} {'p50 lat s':>10} "
+          f"{'p90 lat s':>10} {'p50 ttft':>9} {'tau':>6} {'accept':>7} {'len':>5} {'err':>4}")
     for cfg in report["configs"]:
         for lv, b in zip(cfg["levels"], base):
             lv["speedup_vs_first"] = lv["tok_per_s"] / b["tok_per_s"] if b["tok_per_s"] else None
-            name = os.path.basename(cfg["draft"].rstrip("/"))[:28]
-            print(f"{name:<28} {lv['concurrency']:>4} {lv['tok_per_s']:>9.1f} "
+            name = config_name(cfg["draft"])[:40]
+            print(f"{name:<40} {lv['concurrency']:>4} {lv['tok_per_s']:>9.1f} "
                   f"{lv['speedup_vs_first'] or 0:>8.2f} {lv['latency_s']['p50'] or 0:>10.3f} "
                   f"{lv['latency_s']['p90'] or 0:>10.3f} {lv['ttft_s']['p50'] or 0:>9.3f} "
-                  f"{lv['tau'] or 0:>6.2f} {lv['acceptance'] or 0:>7.2f} {lv['errors']:>4}")
+                  f"{lv['tau'] or 0:>6.2f} {lv['acceptance'] or 0:>7.2f} "
+                  f"{lv['mean_draft_length'] or 0:>5.2f} {lv['errors']:>4}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

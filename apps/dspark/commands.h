@@ -32,4 +32,15 @@ inline CLI::Option* add_spec_sampling_option(CLI::App* sub, std::string& value) 
       ->capture_default_str();
 }
 
+// --draft-policy (spec/draft_length.h): adaptive (the default) or fixed.
+inline CLI::Option* add_draft_policy_option(CLI::App* sub, std::string& value) {
+  return sub
+      ->add_option("--draft-policy", value,
+                   "Draft length per row and round: adaptive (from the verify cost profiled at "
+                   "start-up and each row's recent acceptance; 0 drafts when drafting does not "
+                   "pay) or fixed (always up to --gamma)")
+      ->check(CLI::IsMember({"adaptive", "fixed"}))
+      ->capture_default_str();
+}
+
 }  // namespace dspark::cli

@@ -42,6 +42,7 @@ struct DemoArgs {
   uint64_t seed = 0;
   std::string spec_sampling = "coupled";
   std::optional<int> gamma;
+  std::string draft_policy = "adaptive";
   std::string device = "cpu";
   bool raw = false;
   bool json = false;
@@ -101,6 +102,10 @@ int run_demo(const DemoArgs& a) {
   CreatedSource created = create_draft_source(draft_options, *tm.model);
   SpecConfig config;
   config.gamma = a.gamma ? *a.gamma : created.default_gamma;
+  config.draft_policy = parse_draft_policy(a.draft_policy);
+  config.log = [](std::string_view line) {
+    std::fprintf(stderr, "dspark demo: %.*s\n", static_cast<int>(line.size()), line.data());
+  };
 
   // Greedy, or coupled sampling: the speculative answer must equal the plain one.
   GenerateOptions o;
@@ -110,8 +115,9 @@ int run_demo(const DemoArgs& a) {
   o.sampling.spec = *spec_sampling_from_name(a.spec_sampling);
   o.seed = a.seed;
   const bool may_differ = !o.sampling.greedy() && o.sampling.spec == SpecSampling::rejection;
-  std::printf("dspark demo: %s on %s, draft %s (gamma %d)\n> %s\n\n", a.model.c_str(),
-              device.name().c_str(), created.kind.c_str(), config.gamma, a.prompt.c_str());
+  std::printf("dspark demo: %s on %s, draft %s (gamma %d, %s)\n> %s\n\n", a.model.c_str(),
+              device.name().c_str(), created.kind.c_str(), config.gamma, a.draft_policy.c_str(),
+              a.prompt.c_str());
   std::fflush(stdout);
   bool ends_with_newline = false;
   const SideBySideResult r =
@@ -177,6 +183,7 @@ Command add_demo_command(CLI::App& app) {
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(CLI::Range(0, 64));
+  add_draft_policy_option(sub, args->draft_policy);
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub->add_flag("--raw", args->raw, "Send the prompt as it is, without the chat template");
   sub->add_flag("--json", args->json, "Print the measurements as one JSON line at the end");

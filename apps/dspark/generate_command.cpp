@@ -38,6 +38,7 @@ struct GenerateArgs {
   std::string draft_vocab;
   bool draft_fp8 = false;
   std::optional<int> gamma;
+  std::string draft_policy = "adaptive";
   int ngram_min = 1, ngram_max = 4;
 };
 
@@ -69,6 +70,10 @@ int run_generate(const GenerateArgs& a) {
   CreatedSource created = create_draft_source(draft_options, *tm.model);
   SpecConfig spec_config;
   spec_config.gamma = a.gamma ? *a.gamma : created.default_gamma;
+  spec_config.draft_policy = parse_draft_policy(a.draft_policy);
+  spec_config.log = [](std::string_view line) {
+    std::fprintf(stderr, "dspark generate: %.*s\n", static_cast<int>(line.size()), line.data());
+  };
 
   bool ends_with_newline = false;  // the text always ends with a newline, even when empty
   auto on_text = [&](std::string_view piece) {
@@ -215,6 +220,7 @@ Command add_generate_command(CLI::App& app) {
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(number_in(0, 64, false, "in [0, 64]"));
+  add_draft_policy_option(sub, args->draft_policy);
   sub->add_option("--ngram-min", args->ngram_min, "Prompt lookup: shortest n-gram matched")
       ->check(number_in(1, 64, false, "in [1, 64]"))
       ->capture_default_str();

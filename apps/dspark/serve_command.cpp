@@ -36,6 +36,7 @@ struct ServeArgs {
   std::string max_body_bytes;
   double request_timeout_s = 30;
   std::optional<int> gamma;
+  std::string draft_policy = "adaptive";
   std::string spec_sampling = "coupled";
 };
 
@@ -76,6 +77,7 @@ size_t parse_bytes(const std::string& text, const char* flag) {
 int run_serve(ServeArgs& a) {
   server::ServerConfig& c = a.config;
   c.engine.gamma = a.gamma;
+  c.engine.draft_policy = parse_draft_policy(a.draft_policy);
   c.spec_sampling = *spec_sampling_from_name(a.spec_sampling);
   if (!a.kv_memory.empty()) c.engine.kv_memory = parse_bytes(a.kv_memory, "--kv-memory");
   if (!a.max_body_bytes.empty())
@@ -109,13 +111,17 @@ int run_serve(ServeArgs& a) {
                                       m.total_bytes / 1048576.0)
                         : "";
   std::printf(
-      "dspark serve: model '%s' on %s, draft %s (gamma %d), max batch %d, max context %d, KV %d "
+      "dspark serve: model '%s' on %s, draft %s (gamma %d, %s), max batch %d, max context %d, KV "
+      "%d "
       "tokens (%d pages, %.0f MiB), %.0f MiB reserved%s, %s; listening on http://%s:%d\n",
-      srv.model_id().c_str(), m.device.c_str(), m.draft_kind.c_str(), m.gamma, c.engine.max_batch,
-      m.max_context, m.kv_tokens, m.kv_pages, static_cast<double>(m.kv_bytes) / (1 << 20),
+      srv.model_id().c_str(), m.device.c_str(), m.draft_kind.c_str(), m.gamma,
+      std::string(draft_policy_name(m.draft_policy)).c_str(), c.engine.max_batch, m.max_context,
+      m.kv_tokens, m.kv_pages, static_cast<double>(m.kv_bytes) / (1 << 20),
       static_cast<double>(m.reserved_bytes) / (1 << 20), free_memory.c_str(),
       srv.chat_template_description().c_str(), c.host.c_str(), srv.port());
   std::fflush(stdout);
+  if (!m.verify_profile.empty())
+    std::fprintf(stderr, "dspark serve: %s\n", m.verify_profile.c_str());
   if (const std::string why = srv.chat_template_error(); !why.empty())
     std::fprintf(stderr,
                  "warning: the chat template could not be loaded (%s): chat requests "
@@ -166,6 +172,7 @@ Command add_serve_command(CLI::App& app) {
   sub->add_option("--gamma", args->gamma,
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(int_in(0, 64));
+  add_draft_policy_option(sub, args->draft_policy);
   add_spec_sampling_option(sub, args->spec_sampling)
       ->description(
           "Default for requests without \"spec_sampling\": coupled (the same seed gives the "

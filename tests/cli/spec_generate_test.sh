@@ -28,13 +28,15 @@ for draft in ngram "model:$M" "model:$OTHER" "$M"; do
 done
 
 # The telemetry object.
-"$DSPARK" generate -m "$M" -p "$PROMPT" -n 32 --temperature 0 --draft "model:$M" --gamma 4 --json |
+"$DSPARK" generate -m "$M" -p "$PROMPT" -n 32 --temperature 0 --draft "model:$M" --gamma 4 \
+  --draft-policy fixed --json |
   tail -n 1 > "$TMP/spec.json"
 python3 - "$TMP/spec.json" <<'PY' || fail "spec telemetry"
 import json, sys
 j = json.load(open(sys.argv[1]))
 s = j["spec"]
-assert s["draft"] == "model" and s["gamma"] == 4, s
+assert s["draft"] == "model" and s["gamma"] == 4 and s["draft_policy"] == "fixed", s
+assert s["mean_draft_length"] > 2, s  # 4 per round but the last ones (max_tokens)
 assert s["rounds"] > 0 and s["drafted"] >= s["accepted"] > 0, s
 assert abs(s["tau"] - s["emitted"] / s["rounds"]) < 1e-9, s
 assert s["accepted"] == s["drafted"], "self-drafting must accept every greedy draft"

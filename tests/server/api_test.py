@@ -62,6 +62,10 @@ def chatml(messages):
 def speculation_ok(usage):
     s = usage.model_extra["speculation"] if hasattr(usage, "model_extra") else usage["speculation"]
     check(s["drafted"] >= s["accepted"] >= 0 and s["rounds"] > 0, f"speculation {s}")
+    # adaptive by default, fixed without a draft source; the chosen length is at most --gamma
+    # (the source's default: 4 here).
+    check(s["draft_policy"] in ("adaptive", "fixed") and 0 <= s["mean_draft_length"] <= 4,
+          f"speculation policy {s}")
     return s
 
 
@@ -170,6 +174,9 @@ def main():
         check(m["dspark_spec_drafted_tokens_total"] >= m["dspark_spec_accepted_tokens_total"] > 0,
               "spec counters")
         check(m["dspark_spec_tau"] > 1.0, f"tau {m['dspark_spec_tau']}")
+        check(m['dspark_spec_draft_policy{policy="adaptive"}'] == 1 and
+              m['dspark_spec_draft_policy{policy="fixed"}'] == 0, "draft policy gauge")
+        check(0 < m["dspark_spec_mean_draft_length"] <= 4, "mean draft length")
         check(m["dspark_kv_pages_used"] == 0 and m["dspark_live_rows"] == 0, "idle gauges")
         check(m["dspark_prefix_reused_tokens_total"] >= cached and m["dspark_kv_pages_cached"] > 0,
               "prefix cache metrics")

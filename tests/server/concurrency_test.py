@@ -69,8 +69,12 @@ def main():
     refs = [generate(DSPARK, M, r["ref_prompt"], r["n"], "--temperature", "0") for r in reqs]
     sampling = ["--temperature", "0.8", "--top-p", "0.9", "--seed", "7"]
     sampled_ref = generate(DSPARK, M, reqs[0]["ref_prompt"], 32, *sampling)
-    for draft in ("ngram", DRAFTER, "model:" + M):
-        with Server(DSPARK, M, "--draft", draft, "--max-batch", str(N_CLIENTS)) as srv:
+    # Prompt lookup with the default adaptive draft policy; the drafter and the draft model with
+    # a fixed draft length, so that their drafts (mostly rejected for the random fixture drafter)
+    # are verified in every round.
+    for draft, policy in (("ngram", "adaptive"), (DRAFTER, "fixed"), ("model:" + M, "fixed")):
+        with Server(DSPARK, M, "--draft", draft, "--draft-policy", policy, "--max-batch",
+                    str(N_CLIENTS)) as srv:
             idle = srv.metrics()
             check(idle["dspark_kv_pages_used"] == 0, f"pages in use at start: {idle}")
             clients = [srv.client() for _ in range(4)]  # connection pools shared by 8 threads each

@@ -165,7 +165,9 @@ def main():
                         "--repetition-penalty", str(REP))
     check(ref_pen["text"] != ref["text"], "the penalties do not change the reference text")
     results = []
-    for draft in (["--draft", "none"], ["--draft", "model:" + M], ["--draft", DFLASH]):
+    # A fixed draft length: every configuration with a source drafts (and verifies) every round.
+    for draft in (["--draft", "none"], ["--draft", "model:" + M, "--draft-policy", "fixed"],
+                  ["--draft", DFLASH, "--draft-policy", "fixed"]):
         with Server(DSPARK, M, *draft) as srv:
             client = srv.client()
             text, lps = completions_checks(client, ref, ref_pen)

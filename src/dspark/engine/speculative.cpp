@@ -4,6 +4,7 @@
 #include <limits>
 #include <numeric>
 
+#include "dspark/engine/verify_cost.h"
 #include "dspark/ops/penalties.h"
 #include "dspark/ops/sampling.h"
 
@@ -28,6 +29,7 @@ struct SpeculativeEngine::Row {
   std::vector<int32_t> kept;            // storage behind RowUpdate::kept_tokens for one commit
   PenaltyHistory penalties;             // prompt + emitted tokens (options.penalties)
   std::vector<TokenLogprobs> logprobs;  // the round's entries, for emit (options.logprobs >= 0)
+  AcceptanceEstimate accept;            // the adaptive policy's estimate of this row's drafts
   bool wants_logprobs() const { return options.logprobs >= 0; }
   // Emits tokens (with the round's logprobs entries when asked for) and adds them to the history.
   bool push(std::span<const int32_t> tokens) {
@@ -52,6 +54,16 @@ SpeculativeEngine::SpeculativeEngine(Model& target, Context& ctx, DraftSource* s
   if (source_) taps_ = source_->target_taps();
   verifier_.set_cpu_clock(config_.cpu_times);
   verifier_.prepare(ctx_);  // pinned readback staging now, not in the first round
+  pooled_ = AcceptanceEstimate(config_.gamma);
+  if (adaptive() && !config_.verify_cost.empty()) {
+    cost_.verify = config_.verify_cost;
+  } else if (adaptive()) {
+    const int rows = config_.max_rows > 0 ? config_.max_rows : 8;
+    profile_ = profile_verify_cost(target_, ctx_, kv_, taps_, rows, config_.gamma + 1,
+                                   config_.profile_budget_s);
+    cost_.verify = profile_.points;
+    if (config_.log) config_.log(describe(profile_));
+  }
 }
 
 SpeculativeEngine::~SpeculativeEngine() = default;
@@ -72,6 +84,8 @@ RowId SpeculativeEngine::add(RequestInput input) {
                                             input.detokenizer, std::move(input.on_text));
   row->out->set_logprobs_callback(std::move(input.on_logprobs));
   row->penalties = PenaltyHistory(row->options.penalties, row->prompt);
+  row->accept.start_from(pooled_);
+  row->spec.draft_policy = adaptive() ? DraftPolicy::adaptive : DraftPolicy::fixed;
   row->seq = kv_.create_sequence();
   if (source_) source_->begin(ctx_, row->id, row->prompt);
   // At least the last prompt token is computed again: its logits give the first token.
@@ -267,6 +281,7 @@ void SpeculativeEngine::decode_round() {
   // Rows that end here finish after this round's times are in their telemetry (finish_row hands
   // it out).
   add_round_times(clock);
+  if (adaptive()) observe_round_cost(clock);
   for (Row* r : round_.ending) finish_row(*r);
 }
 
@@ -287,6 +302,7 @@ bool SpeculativeEngine::propose() {
     s.requests.push_back(q);
   }
   if (s.rows.empty()) return false;
+  if (adaptive()) choose_lengths();
 
   Proposal& proposal = s.proposal;
   proposal.clear();
@@ -305,6 +321,43 @@ bool SpeculativeEngine::propose() {
                  "draft source proposed {} tokens, {} allowed", proposal.count(i),
                  s.requests[i].max_tokens);
   return true;
+}
+
+void SpeculativeEngine::choose_lengths() {
+  RoundScratch& s = round_;
+  s.choice.clear();
+  for (size_t i = 0; i < s.rows.size(); ++i)
+    s.choice.push_back({s.rows[i]->accept.conditional(), s.requests[i].max_tokens});
+  choose_draft_lengths(s.choice, cost_, s.lengths);
+  for (size_t i = 0; i < s.rows.size(); ++i) s.requests[i].max_tokens = s.lengths[i];
+}
+
+void SpeculativeEngine::observe_round_cost(const RoundClock& clock) {
+  // EWMA weight of a round's measurement; the first drafting round (warm-up: first-touch of the
+  // drafter's buffers, CUDA graph captures) is not used.
+  constexpr double kRate = 0.1;
+  // Without drafts anywhere, the pooled estimate slowly returns to the prior: rows probe again
+  // once in a long while, in case acceptance changed.
+  constexpr float kPooledIdleRate = 1.0f / 256;
+  const RoundScratch& s = round_;
+  int drafting = 0, drafts = 0;
+  for (const ProposeRequest& q : s.requests) {
+    drafting += q.max_tokens > 0;
+    drafts += q.max_tokens;
+  }
+  if (drafting > 0 && draft_cost_samples_++ > 0) {
+    draft_fit_.observe(drafting, drafts, clock.wall_ms(RoundMark::begin, RoundMark::proposed));
+    draft_fit_.apply(cost_);
+  }
+  if (drafting == 0) pooled_.idle(kPooledIdleRate);
+  const double profiled =
+      cost_.verify_ms(static_cast<int>(s.batch.tokens.size())) / cost_.verify_scale;
+  if (profiled > 0) {
+    const double ratio = clock.wall_ms(RoundMark::proposed, RoundMark::verified) / profiled;
+    cost_.verify_scale += kRate * (ratio - cost_.verify_scale);
+  }
+  const double rest = clock.wall_ms(RoundMark::verified, RoundMark::emitted);
+  cost_.fixed_ms += kRate * (rest - cost_.fixed_ms);
 }
 
 // The verify batch: [pending, drafts] per row, logits for every token.
@@ -435,6 +488,13 @@ void SpeculativeEngine::emit() {
     s.burst.push_back(next);
     r.pending = next;
     r.spec.record_round(s.proposal.count(i), s.verified.n_accepted[i]);
+    r.spec.draft_budget += s.requests[i].max_tokens;
+    if (s.requests[i].max_tokens > 0) {
+      r.accept.observe(s.proposal.count(i), s.verified.n_accepted[i]);
+      pooled_.observe(s.proposal.count(i), s.verified.n_accepted[i]);
+    } else {
+      r.accept.idle(pooled_);
+    }
     if (r.push(s.burst)) s.ending.push_back(&r);
   }
 }
@@ -493,7 +553,9 @@ std::vector<RequestOutput> generate_speculative(Model& target, Context& ctx, Dra
                                                 const SpecConfig& config) {
   const int64_t tokens = speculative_kv_tokens(requests, config);
   DSPARK_CHECK_KIND(invalid_input, tokens < (int64_t{1} << 30), "requests too long");
-  SpeculativeEngine engine(target, ctx, source, config, static_cast<int>(tokens));
+  SpecConfig c = config;
+  if (c.max_rows <= 0) c.max_rows = static_cast<int>(requests.size());
+  SpeculativeEngine engine(target, ctx, source, c, static_cast<int>(tokens));
   std::vector<RowId> ids;
   for (auto& r : requests) ids.push_back(engine.add(std::move(r)));
   std::vector<RequestOutput> out(ids.size());

@@ -19,8 +19,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,8 +30,10 @@
 #include "dspark/engine/generate.h"
 #include "dspark/engine/output_stream.h"
 #include "dspark/engine/phase_clock.h"
+#include "dspark/engine/verify_cost.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/model.h"
+#include "dspark/spec/draft_length.h"
 #include "dspark/spec/draft_source.h"
 #include "dspark/spec/telemetry.h"
 #include "dspark/spec/verifier.h"
@@ -53,6 +57,21 @@ struct SpecConfig {
   // (SpecTelemetry::draft_cpu_ms, ..., and the verify phase's parts verify_batch_cpu_ms, ...;
   // seven clock reads per round): for benchmarks.
   bool cpu_times = false;
+  // How each row's draft length is chosen per round (spec/draft_length.h). adaptive: from the
+  // verify cost profiled when the engine starts (engine/verify_cost.h), the draft and round costs
+  // measured as it runs, and each row's recent acceptance; rows draft 0 when drafting does not pay.
+  // fixed: min(gamma, tokens left - 1) every round (what calibration and evaluation measure).
+  DraftPolicy draft_policy = DraftPolicy::fixed;
+  // Rows decoded together at most (the server's max batch): the largest verify batch the adaptive
+  // policy profiles. 0: generate_speculative's request count, else 8.
+  int max_rows = 0;
+  // Wall-time budget of that profile (seconds; the smallest and largest batches are always timed).
+  double profile_budget_s = 1.0;
+  // The verify cost (RoundCostModel::verify points) when already known for this model and device:
+  // used instead of profiling.
+  std::vector<std::pair<int, double>> verify_cost;
+  // Where the engine's one-line notices go (the adaptive policy's profile); null: nowhere.
+  std::function<void(std::string_view)> log;
 };
 
 struct RequestInput {
@@ -91,6 +110,13 @@ class SpeculativeEngine {
   bool has_work() const;
   std::vector<std::pair<RowId, RequestOutput>> take_finished();
   const PagedKvCache& kv() const { return kv_; }
+  // The adaptive policy's cost model (empty verify points with the fixed policy).
+  const RoundCostModel& round_cost() const { return cost_; }
+  // The verify cost profile taken at construction (empty with the fixed policy).
+  const VerifyCostProfile& verify_profile() const { return profile_; }
+  bool adaptive() const {
+    return config_.draft_policy == DraftPolicy::adaptive && source_ != nullptr && config_.gamma > 0;
+  }
   // Whether prompt prefixes are reused (SpecConfig::prefix_cache, and a source without taps or one
   // that reuses its own state of the prefixes).
   bool prefix_cache_active() const {
@@ -113,6 +139,10 @@ class SpeculativeEngine {
   using RoundClock = PhaseClock<RoundMark>;
   // decode_round's phases in order (RoundScratch says what each one fills).
   bool propose();  // false: no row decodes this round
+  // The adaptive policy: each row's draft budget this round (ProposeRequest::max_tokens).
+  void choose_lengths();
+  // The round's draft and fixed costs into the cost model (adaptive policy).
+  void observe_round_cost(const RoundClock& clock);
   void build_verify_batch();
   ForwardOutput verify(RoundClock& clock);  // marks `forwarded`
   // The round's penalties on the verify logits (each row with the drafts before its position).
@@ -132,6 +162,11 @@ class SpeculativeEngine {
   PagedKvCache kv_;
   Verifier verifier_;
   std::vector<int> taps_;
+  VerifyCostProfile profile_;  // adaptive policy
+  RoundCostModel cost_;
+  DraftCostFit draft_fit_;
+  int draft_cost_samples_ = 0;
+  AcceptanceEstimate pooled_;               // over all rows: a new row's starting estimate
   std::vector<std::unique_ptr<Row>> rows_;  // live rows in arrival order
   std::vector<std::pair<RowId, RequestOutput>> finished_;
   RowId next_id_ = 0;
@@ -153,6 +188,8 @@ class SpeculativeEngine {
     std::vector<Row*> ending;              // emit: the rows this round ends
     std::vector<PenaltyEntry> penalties;   // verify: the penalty edits of the logits
     std::vector<float> logits_host;        // verify: logits rows copied for logprobs (CUDA)
+    std::vector<DraftLengthRow> choice;    // propose: the adaptive policy's inputs
+    std::vector<int> lengths;              // propose: and its choice
   };
   RoundScratch round_;
 };

@@ -246,6 +246,8 @@ void EngineWorker::load(Engine& e) {
   spec.page_size = page;
   spec.prefill_chunk = config_.prefill_chunk;
   spec.prefix_cache = config_.prefix_cache;
+  spec.draft_policy = config_.draft_policy;
+  spec.max_rows = config_.max_batch;
   e.engine = std::make_unique<SpeculativeEngine>(target, *e.ctx, e.source.source.get(), spec,
                                                  static_cast<int>(kv_tokens));
 
@@ -266,6 +268,8 @@ void EngineWorker::load(Engine& e) {
   model_.device = device.name();
   model_.draft_kind = e.source.kind;
   model_.gamma = e.source.source ? spec.gamma : 0;
+  model_.draft_policy = e.engine->adaptive() ? DraftPolicy::adaptive : DraftPolicy::fixed;
+  if (e.engine->adaptive()) model_.verify_profile = describe(e.engine->verify_profile());
 }
 
 void EngineWorker::finish_channel(RequestChannel& ch, RequestOutput out, int error_status) {
@@ -416,6 +420,7 @@ void EngineWorker::publish_gauges(const SpeculativeEngine& engine) {
   g.kv_pages_cached = engine.kv().cached_pages();
   g.kv_page_size = engine.kv().shape().page_size;
   g.max_batch = config_.max_batch;
+  g.draft_policy = model_.draft_policy;
   metrics_.set_gauges(g);
 }
 

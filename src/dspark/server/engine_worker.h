@@ -39,6 +39,7 @@ struct EngineWorkerConfig {
   std::string draft_vocab;     // --draft-vocab FILE (DraftOptions::draft_vocab)
   bool draft_fp8 = false;      // --draft-fp8 (DraftOptions::draft_fp8)
   std::optional<int> gamma;    // default: the source's natural length
+  DraftPolicy draft_policy = DraftPolicy::adaptive;  // SpecConfig::draft_policy
   NgramConfig ngram;
   int max_batch = 32;    // live rows at most
   int max_queue = 256;   // waiting requests at most (then 503)
@@ -94,6 +95,10 @@ struct ServedModel {
   std::string device;
   std::string draft_kind;  // "none", "ngram", "mtp", "model", "dspark", "dflash"
   int gamma = 0;
+  // The engine's draft policy (fixed without a draft source) and, adaptive, its verify cost
+  // profile.
+  DraftPolicy draft_policy = DraftPolicy::fixed;
+  std::string verify_profile;
 };
 
 // Wakes one handler that reads several channels (the choices of an n > 1 request): every change

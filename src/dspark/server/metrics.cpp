@@ -62,6 +62,7 @@ void ServerMetrics::record_finished(const RequestOutput& out, double ttft_s, dou
   accepted_ += out.spec.accepted;
   rounds_ += out.spec.rounds;
   emitted_ += out.spec.emitted;
+  draft_budget_ += out.spec.draft_budget;
   if (ttft_s >= 0) ttft_.observe(ttft_s);
   latency_.observe(latency_s);
 }
@@ -119,6 +120,16 @@ std::string ServerMetrics::render() const {
   header(out, "dspark_spec_acceptance_rate", "gauge", "Accepted / drafted tokens.");
   line(out, "dspark_spec_acceptance_rate",
        drafted_ > 0 ? static_cast<double>(accepted_) / drafted_ : 0.0);
+  header(out, "dspark_spec_draft_policy", "gauge",
+         "The draft length policy (--draft-policy): 1 for the one in use.");
+  for (const DraftPolicy p : {DraftPolicy::adaptive, DraftPolicy::fixed})
+    out += fmt::format("dspark_spec_draft_policy{{policy=\"{}\"}} {}\n", draft_policy_name(p),
+                       p == gauges_.draft_policy ? 1 : 0);
+  header(out, "dspark_spec_mean_draft_length", "gauge",
+         "Mean draft length the policy chose per round over finished requests (the most the "
+         "draft source was asked for).");
+  line(out, "dspark_spec_mean_draft_length",
+       rounds_ > 0 ? static_cast<double>(draft_budget_) / rounds_ : 0.0);
 
   header(out, "dspark_engine_steps_total", "counter", "Engine steps run.");
   line(out, "dspark_engine_steps_total", steps_);

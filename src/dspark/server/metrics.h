@@ -39,6 +39,7 @@ struct EngineGauges {
   int kv_pages_cached = 0;  // published prompt-prefix pages (held or idle)
   int kv_page_size = 0;
   int max_batch = 0;
+  DraftPolicy draft_policy = DraftPolicy::fixed;  // the engine's (ServedModel::draft_policy)
 };
 
 class ServerMetrics {
@@ -64,7 +65,7 @@ class ServerMetrics {
   std::map<std::string, int64_t> errors_;
   std::map<std::string, int64_t> finished_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, prefix_reused_tokens_ = 0;
-  int64_t drafted_ = 0, accepted_ = 0, rounds_ = 0, emitted_ = 0;
+  int64_t drafted_ = 0, accepted_ = 0, rounds_ = 0, emitted_ = 0, draft_budget_ = 0;
   int64_t steps_ = 0, step_failures_ = 0;
   Histogram ttft_, latency_;
   EngineGauges gauges_;

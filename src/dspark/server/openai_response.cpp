@@ -79,6 +79,8 @@ json usage_json(std::span<const RequestOutput* const> outs) {
     s.accepted += o->spec.accepted;
     s.rounds += o->spec.rounds;
     s.emitted += o->spec.emitted;
+    s.draft_budget += o->spec.draft_budget;
+    s.draft_policy = o->spec.draft_policy;
     cached = std::min(cached, o->spec.prefix_reused);
   }
   const int64_t prompt = outs.empty() ? 0 : outs[0]->result.n_prompt;
@@ -92,7 +94,9 @@ json usage_json(std::span<const RequestOutput* const> outs) {
             {"accepted", s.accepted},
             {"rounds", s.rounds},
             {"tau", s.tau()},
-            {"acceptance", s.acceptance()}}}};
+            {"acceptance", s.acceptance()},
+            {"draft_policy", draft_policy_name(s.draft_policy)},
+            {"mean_draft_length", s.mean_draft_length()}}}};
 }
 
 namespace {

@@ -44,7 +44,8 @@ ResponseMeta make_meta(Endpoint endpoint, std::string model);
 nlohmann::json finish_reason_json(FinishReason reason);
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
-//  "speculation": {"drafted", "accepted", "rounds", "tau", "acceptance"}} over the choices of
+//  "speculation": {"drafted", "accepted", "rounds", "tau", "acceptance", "draft_policy",
+//  "mean_draft_length"}} over the choices of
 // one request: the prompt counted once, completion tokens and speculation counters summed, cached
 // tokens those every choice reused (the least).
 nlohmann::json usage_json(std::span<const RequestOutput* const> outs);

@@ -47,6 +47,8 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   draft_sync_wait_ms += o.draft_sync_wait_ms;
   verify_sync_wait_ms += o.verify_sync_wait_ms;
   prefix_reused += o.prefix_reused;
+  draft_budget += o.draft_budget;
+  draft_policy = o.draft_policy;
 }
 
 nlohmann::json SpecTelemetry::to_json() const {
@@ -64,6 +66,8 @@ nlohmann::json SpecTelemetry::to_json() const {
       {"accepted_by_position", accepted_at},
       {"acceptance_by_position", rate},
       {"prefix_reused", prefix_reused},
+      {"draft_policy", draft_policy_name(draft_policy)},
+      {"mean_draft_length", mean_draft_length()},
       {"timings_ms",
        {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
   if (draft_cpu_ms + verify_cpu_ms + rest_cpu_ms > 0)

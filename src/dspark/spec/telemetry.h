@@ -7,6 +7,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "dspark/spec/draft_length.h"
+
 namespace dspark {
 
 struct SpecTelemetry {
@@ -37,6 +39,14 @@ struct SpecTelemetry {
   // difference), so that the host work outside the waits can be split by phase.
   double sync_wait_ms = 0, draft_sync_wait_ms = 0, verify_sync_wait_ms = 0;
   int64_t prefix_reused = 0;  // prompt tokens whose target KV came from the prefix cache
+  // The draft policy of the rounds, and the sum over rounds of the draft length it chose (the
+  // most the source was asked for; it may propose fewer): draft_budget / rounds is the mean
+  // chosen draft length.
+  DraftPolicy draft_policy = DraftPolicy::fixed;
+  int64_t draft_budget = 0;
+  double mean_draft_length() const {
+    return rounds > 0 ? static_cast<double>(draft_budget) / rounds : 0.0;
+  }
 
   void record_round(int n_drafted, int n_accepted);
   double tau() const { return rounds > 0 ? static_cast<double>(emitted) / rounds : 0.0; }

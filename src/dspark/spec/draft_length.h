@@ -1,0 +1,95 @@
+// Adaptive draft length: each round, every row's draft length (0 .. its cap) is chosen to maximise
+// the round's expected tokens per second,
+//
+//   sum_i E[accepted_i + 1] / (verify(batch tokens) + draft(drafting rows, drafts) + fixed)
+//
+// from a cost model of the round on this model and device (the verify forward profiled by batch
+// tokens, engine/verify_cost.h, scaled by how long the rounds' verifies really take; the draft and
+// fixed costs measured as rounds run) and a per-row acceptance estimate (the EWMA of the row's past
+// rounds, per draft position, starting from the engine's pooled estimate). A row drafting 0 tokens
+// is plain decoding for that round; its draft source still commits every kept token, so it can
+// resume. The choice depends only on past rounds, never on the target's output at the positions
+// being drafted, so verification (and sampling) stays exact.
+#pragma once
+
+#include <span>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace dspark {
+
+enum class DraftPolicy {
+  fixed,     // every row drafts min(gamma, tokens left - 1) each round
+  adaptive,  // per row and round, the length that maximises expected tokens per second
+};
+std::string_view draft_policy_name(DraftPolicy policy);
+// "adaptive" or "fixed"; invalid_input otherwise.
+DraftPolicy parse_draft_policy(std::string_view name);
+
+// The time of one decode round (milliseconds).
+struct RoundCostModel {
+  // Verify forward time by the batch's token count: (tokens, ms) points with ascending tokens;
+  // linear between points, the last segment's slope past the end, the first point below it.
+  std::vector<std::pair<int, double>> verify;
+  // Measured verify time / the profile's, over recent rounds (the rows' contexts, the device's
+  // load).
+  double verify_scale = 1;
+  // DraftSource::propose: per row that drafts, and per draft asked for.
+  double draft_ms_per_row = 0, draft_ms_per_token = 0;
+  double fixed_ms = 0;  // the rest of a round (commit, rollback, emission)
+  double verify_ms(int tokens) const;
+  double round_ms(int tokens, int drafting_rows, int drafts) const;
+};
+
+// The draft cost of recent rounds, fitted as ms = per_row * rows + per_token * drafts
+// (non-negative least squares over exponentially weighted rounds).
+class DraftCostFit {
+ public:
+  static constexpr double kDecay = 0.9;  // weight of the older rounds per new round
+  void observe(int rows, int drafts, double ms);
+  void apply(RoundCostModel& cost) const;
+
+ private:
+  double rr_ = 0, rd_ = 0, dd_ = 0, ry_ = 0, dy_ = 0;
+};
+
+// One row's acceptance estimate: for each draft position j (1-based), the probability that draft j
+// is accepted given drafts 1 .. j-1 were; the EWMA over the rounds that reached j.
+class AcceptanceEstimate {
+ public:
+  static constexpr float kPrior = 0.7f;          // a new row's estimate at every position
+  static constexpr float kRate = 0.25f;          // EWMA weight of a new observation
+  static constexpr float kIdleRate = 1.0f / 32;  // a round without drafts: back toward the prior
+  AcceptanceEstimate() = default;
+  explicit AcceptanceEstimate(int positions) : p_(static_cast<size_t>(positions), kPrior) {}
+  // A new row's estimate: a copy of `pooled` (the engine's estimate over all rows), which idle()
+  // then moves toward.
+  void start_from(const AcceptanceEstimate& pooled) { p_ = pooled.p_; }
+  // A round that proposed `drafted` tokens of which the first `accepted` were accepted.
+  void observe(int drafted, int accepted);
+  // A round without drafts: the estimate moves by `rate` toward `target` (the pooled estimate, or
+  // for the pooled one the prior), so that a row whose drafts stopped paying tries again once it
+  // may pay (the draft source stayed committed).
+  void idle(const AcceptanceEstimate& target, float rate = kIdleRate);
+  void idle(float rate);  // toward the prior
+  std::span<const float> conditional() const { return p_; }
+
+ private:
+  std::vector<float> p_;
+};
+
+struct DraftLengthRow {
+  std::span<const float> accept;  // AcceptanceEstimate::conditional()
+  int cap = 0;                    // the most drafts allowed (gamma, tokens left)
+};
+
+// Each row's draft length in [0, cap] (`lengths`, resized to rows.size()). Drafts are taken in
+// order of their expected gain (draft j of a row gains prod_{l <= j} accept[l]); the chosen count
+// is the prefix of that order with the highest expected tokens per millisecond (ties: fewer
+// drafts). Exact when the cost depends on the batch and draft tokens only (draft_ms_per_row = 0);
+// a close choice otherwise.
+void choose_draft_lengths(std::span<const DraftLengthRow> rows, const RoundCostModel& cost,
+                          std::vector<int>& lengths);
+
+}  // namespace dspark

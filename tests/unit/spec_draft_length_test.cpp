@@ -1,0 +1,308 @@
+// The adaptive draft length (spec/draft_length.h, engine/verify_cost.h): the chooser against brute
+// force, its zero-draft and full-draft ends, the acceptance estimate, the cost model's
+// interpolation, the verify profile, and the engine with the adaptive policy: greedy output equal
+// to plain greedy whether rows draft or not (the source stays committed), coupled sampling equal to
+// plain sampling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "common/test_util.h"
+#include "dspark/engine/generate.h"
+#include "dspark/engine/speculative.h"
+#include "dspark/engine/verify_cost.h"
+#include "dspark/model/registry.h"
+#include "dspark/spec/draft_model_source.h"
+#include "dspark/spec/dspark/dspark_source.h"
+
+namespace dspark {
+namespace {
+
+// Verify cost linear in the batch tokens: fixed + per_token * tokens.
+RoundCostModel linear_cost(double fixed, double per_token, double draft_per_row = 0) {
+  RoundCostModel c;
+  c.verify = {{1, fixed + per_token}, {64, fixed + 64 * per_token}};
+  c.draft_ms_per_row = draft_per_row;
+  return c;
+}
+
+double expected_rate(std::span<const DraftLengthRow> rows, const std::vector<int>& k,
+                     const RoundCostModel& cost) {
+  double tokens = 0;
+  int batch = 0, drafting = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    tokens += 1;
+    double reach = 1;
+    for (int j = 0; j < k[i]; ++j) tokens += reach *= rows[i].accept[static_cast<size_t>(j)];
+    batch += 1 + k[i];
+    drafting += k[i] > 0;
+  }
+  return tokens / cost.round_ms(batch, drafting, batch - static_cast<int>(rows.size()));
+}
+
+TEST(DraftLength, ChooserIsTheArgmaxOfExpectedTokensPerMs) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n_rows = 1 + trial % 3, gamma = 1 + trial % 4;
+    std::vector<std::vector<float>> accept(static_cast<size_t>(n_rows));
+    std::vector<DraftLengthRow> rows;
+    for (auto& a : accept) {
+      for (int j = 0; j < gamma; ++j) a.push_back(u(rng));
+      rows.push_back({a, gamma - (trial % 2)});
+    }
+    // A flat start (a device with idle width) then a slope: both ends of the trade.
+    RoundCostModel cost;
+    cost.verify = {{1, 10.0}, {1 + static_cast<int>(u(rng) * 8), 10.0}, {64, 10.0 + 60 * u(rng)}};
+    cost.fixed_ms = 2;
+    std::vector<int> chosen;
+    choose_draft_lengths(rows, cost, chosen);
+    // Brute force over every length vector.
+    std::vector<int> k(static_cast<size_t>(n_rows), 0);
+    double best = -1;
+    while (true) {
+      best = std::max(best, expected_rate(rows, k, cost));
+      size_t i = 0;
+      while (i < k.size() && ++k[i] > rows[i].cap) k[i++] = 0;
+      if (i == k.size()) break;
+    }
+    EXPECT_NEAR(expected_rate(rows, chosen, cost), best, 1e-9 * best) << "trial " << trial;
+    for (int i = 0; i < n_rows; ++i) EXPECT_LE(chosen[static_cast<size_t>(i)], rows[i].cap);
+  }
+}
+
+TEST(DraftLength, ZeroDraftsWhenDraftingCannotPay) {
+  const std::vector<float> sure(8, 0.99f);
+  const std::vector<DraftLengthRow> rows = {{sure, 8}, {sure, 8}};
+  std::vector<int> k;
+  // Every token costs the same: a draft gains < 1 token for a full token's cost.
+  choose_draft_lengths(rows, linear_cost(0, 5), k);
+  EXPECT_EQ(k, (std::vector<int>{0, 0}));
+  // Free verify width, but a draft step costs more than a whole plain round.
+  choose_draft_lengths(rows, linear_cost(10, 0, 100), k);
+  EXPECT_EQ(k, (std::vector<int>{0, 0}));
+  // Acceptance 0: nothing to gain.
+  const std::vector<float> never(8, 0.0f);
+  choose_draft_lengths(std::vector<DraftLengthRow>{{never, 8}}, linear_cost(10, 0), k);
+  EXPECT_EQ(k, std::vector<int>{0});
+}
+
+TEST(DraftLength, FullDraftsWhenWidthIsFree) {
+  const std::vector<float> good(4, 0.8f), poor(4, 0.1f);
+  std::vector<int> k;
+  choose_draft_lengths(std::vector<DraftLengthRow>{{good, 4}, {good, 2}}, linear_cost(10, 0), k);
+  EXPECT_EQ(k, (std::vector<int>{4, 2}));
+  // Width costs something: the likely row drafts, the unlikely one does not.
+  choose_draft_lengths(std::vector<DraftLengthRow>{{good, 4}, {poor, 4}}, linear_cost(10, 1), k);
+  EXPECT_GT(k[0], 0);
+  EXPECT_EQ(k[1], 0);
+}
+
+TEST(DraftLength, AcceptanceEstimateFollowsRoundsAndRelaxesWhenIdle) {
+  AcceptanceEstimate e(4);
+  for (float p : e.conditional()) EXPECT_FLOAT_EQ(p, AcceptanceEstimate::kPrior);
+  for (int i = 0; i < 40; ++i) e.observe(4, 1);  // draft 1 always accepted, draft 2 never
+  EXPECT_GT(e.conditional()[0], 0.99f);
+  EXPECT_LT(e.conditional()[1], 0.01f);
+  // Drafts 3 and 4 were never reached: unchanged.
+  EXPECT_FLOAT_EQ(e.conditional()[2], AcceptanceEstimate::kPrior);
+  for (int i = 0; i < 400; ++i) e.idle(AcceptanceEstimate::kIdleRate);
+  EXPECT_NEAR(e.conditional()[1], AcceptanceEstimate::kPrior, 1e-3);
+  // A row relaxes toward the pooled estimate, and starts from it.
+  AcceptanceEstimate pooled(4), row(4);
+  for (int i = 0; i < 40; ++i) pooled.observe(4, 0);
+  row.start_from(pooled);
+  EXPECT_LT(row.conditional()[0], 0.01f);
+  for (int i = 0; i < 40; ++i) row.observe(4, 4);
+  for (int i = 0; i < 400; ++i) row.idle(pooled);
+  EXPECT_LT(row.conditional()[0], 0.01f);
+}
+
+TEST(DraftLength, DraftCostFitRecoversRowAndTokenCosts) {
+  DraftCostFit fit;
+  RoundCostModel c;
+  for (int i = 0; i < 30; ++i) {
+    const int rows = 1 + i % 4, drafts = rows * (1 + i % 3);
+    fit.observe(rows, drafts, 2.0 * rows + 0.5 * drafts);
+  }
+  fit.apply(c);
+  EXPECT_NEAR(c.draft_ms_per_row, 2.0, 0.05);
+  EXPECT_NEAR(c.draft_ms_per_token, 0.5, 0.05);
+  // One shape only: no negative cost.
+  DraftCostFit same;
+  for (int i = 0; i < 10; ++i) same.observe(2, 4, 6.0);
+  same.apply(c);
+  EXPECT_GE(c.draft_ms_per_row, 0);
+  EXPECT_GE(c.draft_ms_per_token, 0);
+  EXPECT_NEAR(2 * c.draft_ms_per_row + 4 * c.draft_ms_per_token, 6.0, 0.1);
+}
+
+TEST(DraftLength, CostModelInterpolatesAndExtrapolates) {
+  RoundCostModel c;
+  c.verify = {{1, 10}, {4, 16}, {8, 32}};
+  EXPECT_DOUBLE_EQ(c.verify_ms(1), 10);
+  EXPECT_DOUBLE_EQ(c.verify_ms(2), 12);
+  EXPECT_DOUBLE_EQ(c.verify_ms(6), 24);
+  EXPECT_DOUBLE_EQ(c.verify_ms(10), 40);
+  c.draft_ms_per_row = 3;
+  c.fixed_ms = 1;
+  c.draft_ms_per_token = 0.5;
+  EXPECT_DOUBLE_EQ(c.round_ms(4, 2, 3), 16 + 6 + 1.5 + 1);
+  c.verify_scale = 2;
+  EXPECT_DOUBLE_EQ(c.verify_ms(6), 48);
+  EXPECT_EQ(parse_draft_policy("adaptive"), DraftPolicy::adaptive);
+  EXPECT_EQ(parse_draft_policy("fixed"), DraftPolicy::fixed);
+  EXPECT_THROW(parse_draft_policy("sometimes"), Error);
+}
+
+std::filesystem::path model_dir(const std::string& name) {
+  return test::data_dir() / "models" / name;
+}
+
+TEST(DraftLength, VerifyProfileCoversTheBatchAndFreesItsPages) {
+  if (!std::filesystem::exists(model_dir("qwen3") / "config.json")) GTEST_SKIP();
+  Context ctx(Device::cpu());
+  auto target = load_model(model_dir("qwen3"), Device::cpu(), DType::f32);
+  PagedKvCache kv(target->kv_shape(16, 64), Device::cpu());
+  const int free = kv.free_pages();
+  const VerifyCostProfile p = profile_verify_cost(*target, ctx, kv, {}, 4, 5, 10.0);
+  ASSERT_GE(p.points.size(), 2u);
+  EXPECT_EQ(p.points.front().first, 1);
+  EXPECT_EQ(p.points.back().first, 20);
+  for (size_t i = 1; i < p.points.size(); ++i) EXPECT_GT(p.points[i].first, p.points[i - 1].first);
+  for (const auto& [n, ms] : p.points) EXPECT_GT(ms, 0) << n;
+  EXPECT_EQ(kv.free_pages(), free);
+  EXPECT_NE(describe(p).find("20 tokens"), std::string::npos);
+  // Out of budget at once: the two smallest batches still give a slope.
+  const VerifyCostProfile quick = profile_verify_cost(*target, ctx, kv, {}, 4, 5, 0.0);
+  ASSERT_EQ(quick.points.size(), 2u);
+  EXPECT_EQ(quick.points[0].first, 1);
+  EXPECT_EQ(quick.points[1].first, 2);
+}
+
+std::vector<std::vector<int32_t>> prompts(int64_t vocab) {
+  std::vector<std::vector<int32_t>> out;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 6 + 3 * r; ++i)
+      p.push_back(static_cast<int32_t>((7 * i + 13 * r + 1) % vocab));
+    out.push_back(p);
+  }
+  return out;
+}
+
+// 20 tokens, no EOS: every row decodes the same number of rounds.
+GenerateOptions short_options() {
+  GenerateOptions o;
+  o.max_tokens = 20;
+  o.eos_token_ids = {};
+  return o;
+}
+
+struct PolicyRun {
+  std::vector<RequestOutput> out;
+  SpecTelemetry total;
+};
+
+PolicyRun run_policy(Model& target, Context& ctx, DraftSource* source, const GenerateOptions& o,
+                     const std::vector<std::vector<int32_t>>& ps, DraftPolicy policy,
+                     std::vector<std::pair<int, double>> verify_cost) {
+  std::vector<RequestInput> reqs;
+  for (const auto& p : ps) reqs.push_back(RequestInput{p, o, nullptr, {}});
+  SpecConfig cfg;
+  cfg.gamma = 4;
+  cfg.draft_policy = policy;
+  cfg.verify_cost = std::move(verify_cost);
+  PolicyRun r;
+  r.out = generate_speculative(target, ctx, source, std::move(reqs), cfg);
+  for (const auto& o2 : r.out) r.total.merge(o2.spec);
+  return r;
+}
+
+// Greedy: plain == fixed == adaptive with verify width free (rows draft), costly (rows never draft)
+// and profiled; with the self draft model and the DSpark fixture drafter, which keeps committing
+// every kept token while its rows draft nothing.
+TEST(DraftLength, AdaptiveGreedyEqualsPlainGreedy) {
+  if (!std::filesystem::exists(model_dir("qwen3") / "config.json")) GTEST_SKIP();
+  Context ctx(Device::cpu());
+  auto target = load_model(model_dir("qwen3"), Device::cpu(), DType::f32);
+  GenerateOptions o = short_options();
+  const auto ps = prompts(target->config().vocab_size);
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& p : ps) plain.push_back(generate(*target, ctx, p, o).tokens);
+  const std::vector<std::pair<int, double>> flat = {{1, 10.0}, {64, 10.0}};
+  // Every batch token costs 10x a whole one-token round: never pays, whatever the measured
+  // verify scale and fixed cost of this machine.
+  const std::vector<std::pair<int, double>> steep = {{1, 10.0}, {64, 6310.0}};
+  for (const std::string source_name : {"self", "dspark"}) {
+    for (int c = 0; c < 4; ++c) {
+      std::unique_ptr<DraftSource> source;
+      DSparkSource* dspark = nullptr;
+      if (source_name == "self") {
+        source = std::make_unique<DraftModelSource>(
+            load_model(model_dir("qwen3"), Device::cpu(), DType::f32), 4096);
+      } else {
+        const auto dir = test::data_dir() / "drafters" / "qwen3_dflash";
+        if (!std::filesystem::exists(dir / "config.json")) continue;
+        DSparkSourceOptions opt;
+        opt.kv_tokens = 4096;
+        auto s = load_dspark_source(dir, *target, opt, false);
+        dspark = s.get();
+        source = std::move(s);
+      }
+      const DraftPolicy policy = c == 0 ? DraftPolicy::fixed : DraftPolicy::adaptive;
+      const auto cost = c == 1 ? flat : c == 2 ? steep : std::vector<std::pair<int, double>>{};
+      const PolicyRun r = run_policy(*target, ctx, source.get(), o, ps, policy, cost);
+      for (size_t i = 0; i < ps.size(); ++i)
+        EXPECT_EQ(r.out[i].result.tokens, plain[i]) << source_name << " case " << c << " row " << i;
+      EXPECT_EQ(r.total.draft_policy, policy);
+      // Fixed drafts every round; adaptive with free width drafts from the first round on (and
+      // keeps drafting with the self draft, whose drafts are accepted; the fixture drafter's are
+      // not, so its rows may stop).
+      if (c == 0 || (c == 1 && source_name == "self")) {
+        EXPECT_GT(r.total.mean_draft_length(), 0.5) << source_name << c;
+      }
+      if (c == 1) {
+        EXPECT_GT(r.total.drafted, 0) << source_name;
+      }
+      if (c == 2) {
+        EXPECT_EQ(r.total.drafted, 0) << source_name;
+        EXPECT_EQ(r.total.mean_draft_length(), 0) << source_name;
+      }
+      if (dspark) {
+        EXPECT_EQ(dspark->dspark_stats().n_rows_projected, dspark->dspark_stats().n_rows_committed);
+      }
+      std::printf("[ adaptive ] %-6s case %d rounds=%lld drafted=%lld mean_len=%.2f tau=%.2f\n",
+                  source_name.c_str(), c, static_cast<long long>(r.total.rounds),
+                  static_cast<long long>(r.total.drafted), r.total.mean_draft_length(),
+                  r.total.tau());
+    }
+  }
+}
+
+// Coupled sampling with the adaptive policy: the same seed gives the plain sampling tokens.
+TEST(DraftLength, AdaptiveCoupledSamplingEqualsPlainSampling) {
+  if (!std::filesystem::exists(model_dir("qwen3") / "config.json")) GTEST_SKIP();
+  Context ctx(Device::cpu());
+  auto target = load_model(model_dir("qwen3"), Device::cpu(), DType::f32);
+  GenerateOptions o = short_options();
+  o.sampling.temperature = 0.8f;
+  o.sampling.top_p = 0.9f;
+  o.sampling.spec = SpecSampling::coupled;
+  const auto ps = prompts(target->config().vocab_size);
+  for (uint64_t seed : {1u, 2u}) {
+    o.seed = seed;
+    std::vector<std::vector<int32_t>> plain;
+    for (const auto& p : ps) plain.push_back(generate(*target, ctx, p, o).tokens);
+    DraftModelSource source(load_model(model_dir("qwen3"), Device::cpu(), DType::f32), 4096);
+    const PolicyRun r =
+        run_policy(*target, ctx, &source, o, ps, DraftPolicy::adaptive, {{1, 10.0}, {64, 10.0}});
+    for (size_t i = 0; i < ps.size(); ++i)
+      EXPECT_EQ(r.out[i].result.tokens, plain[i]) << "seed " << seed << " row " << i;
+    EXPECT_GT(r.total.drafted, 0);
+  }
+}
+
+}  // namespace
+}  // namespace dspark
