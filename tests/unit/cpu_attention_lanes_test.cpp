@@ -1,6 +1,8 @@
-// The CPU attention kernel's lane arithmetic (backend/cpu/kernels/attention_lanes.h): the AVX2 +
-// FMA versions give the portable versions' bits, and its exp stays within 2 ulp of std::exp.
+// The CPU attention kernel's lane arithmetic (backend/cpu/kernels/attention_lanes.h) and the
+// kernels' exp (fast_exp.h): the AVX2 + FMA versions give the portable versions' bits, and the exp
+// stays within 2 ulp of std::exp.
 #include "dspark/backend/cpu/kernels/attention_lanes.h"
+#include "dspark/backend/cpu/kernels/fast_exp.h"
 
 #include <gtest/gtest.h>
 
@@ -27,16 +29,33 @@ void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) 
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
-TEST(CpuAttentionLanes, ExpWithinTwoUlpAndExactAtTheEnds) {
-  EXPECT_EQ(al::exp_lane(0.0f), 1.0f);
-  EXPECT_EQ(al::exp_lane(-INFINITY), 0.0f);
-  EXPECT_EQ(al::exp_lane(-87.5f), 0.0f);
-  for (float x = -87.0f; x <= 0.0f; x += 0.01171875f) {
+TEST(CpuFastExp, WithinTwoUlpAndExactAtTheEnds) {
+  EXPECT_EQ(cpu::fast_exp::exp1(0.0f), 1.0f);
+  EXPECT_EQ(cpu::fast_exp::exp1(-INFINITY), 0.0f);
+  EXPECT_EQ(cpu::fast_exp::exp1(-87.5f), 0.0f);
+  EXPECT_EQ(cpu::fast_exp::exp1(88.5f), INFINITY);
+  for (float x = -87.0f; x <= 88.0f; x += 0.01171875f) {
     const float ref = std::exp(x);
-    const float got = al::exp_lane(x);
+    const float got = cpu::fast_exp::exp1(x);
     EXPECT_LE(std::fabs(got - ref), 2.0f * (std::nextafter(ref, INFINITY) - ref)) << "x = " << x;
   }
 }
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) void exp8_into(const float* x, float* y) {
+  _mm256_storeu_ps(y, cpu::fast_exp::exp8(_mm256_loadu_ps(x)));
+}
+
+TEST(CpuFastExp, Exp8GivesExp1Bits) {
+  if (!cpu::fast_exp::has_avx2()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";
+  std::vector<float> x = random_normal(4096, 5, 40.0f);
+  x.insert(x.end(), {-INFINITY, INFINITY, 0.0f, -0.0f, -87.0f, 88.0f, -87.01f, 88.5f});
+  std::vector<float> y(x.size()), ref(x.size());
+  for (size_t i = 0; i + 8 <= x.size(); i += 8) exp8_into(x.data() + i, y.data() + i);
+  for (size_t i = 0; i < x.size(); ++i) ref[i] = cpu::fast_exp::exp1(x[i]);
+  expect_same_bits(ref, y);
+}
+#endif
 
 TEST(CpuAttentionLanes, Avx2GivesThePortableBits) {
   if (!al::has_avx2()) GTEST_SKIP() << "no AVX2 + FMA on this CPU";

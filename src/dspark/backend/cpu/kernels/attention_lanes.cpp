@@ -3,6 +3,8 @@
 // the portable code, which gives the same bits.
 #include "dspark/backend/cpu/kernels/attention_lanes.h"
 
+#include "dspark/backend/cpu/kernels/fast_exp.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -13,14 +15,6 @@
 
 namespace dspark::cpu::attention_lanes {
 namespace {
-
-// Cephes expf: exp(x) = 2^n * exp(r), n = round(x log2 e), r = x - n ln 2 in two parts.
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693359375f;
-constexpr float kLn2Lo = -2.12194440e-4f;
-constexpr float kExpMin = -87.0f;  // below: 0 (2^n stays a normal float down to here)
-constexpr float kP0 = 1.9875691500e-4f, kP1 = 1.3981999507e-3f, kP2 = 8.3334519073e-3f,
-                kP3 = 4.1665795894e-2f, kP4 = 1.6666665459e-1f, kP5 = 5.0000001201e-1f;
 
 float tree8(const float* x) {
   return ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]));
@@ -51,26 +45,6 @@ LANES_AVX2 inline float tree8_one(__m256 v) {
   return tree8(x);
 }
 
-LANES_AVX2 inline __m256 exp8(__m256 x) {
-  const __m256 zero = _mm256_cmp_ps(x, _mm256_set1_ps(kExpMin), _CMP_NGE_UQ);
-  x = _mm256_max_ps(x, _mm256_set1_ps(kExpMin));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Hi), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kP0);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP1));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP2));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP3));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP4));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kP5));
-  __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  y = _mm256_add_ps(y, _mm256_set1_ps(1.0f));
-  const __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(zero, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
-
 LANES_AVX2 void scores_avx2(const float* q, int64_t d, const float* const* keys, int64_t c,
                             float* s) {
   for (int64_t k0 = 0; k0 < c; k0 += 8) {
@@ -98,7 +72,7 @@ LANES_AVX2 float exp_shifted_avx2(float* s, int64_t n, float shift) {
   __m256 sum = _mm256_setzero_ps();
   const __m256 sh = _mm256_set1_ps(shift);
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256 w = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), sh));
+    const __m256 w = fast_exp::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), sh));
     _mm256_storeu_ps(s + j, w);
     sum = _mm256_add_ps(sum, w);
   }
@@ -133,31 +107,11 @@ LANES_AVX2 void accumulate_avx2(const float* w, const float* const* values, int6
 }  // namespace
 
 bool has_avx2() {
-#if defined(__x86_64__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
+  return fast_exp::has_avx2();
 }
 
 float exp_lane(float x) {
-  if (!(x >= kExpMin)) return 0.0f;
-  const float n = std::nearbyint(x * kLog2e);
-  float r = std::fma(n, -kLn2Hi, x);
-  r = std::fma(n, -kLn2Lo, r);
-  float p = kP0;
-  p = std::fma(p, r, kP1);
-  p = std::fma(p, r, kP2);
-  p = std::fma(p, r, kP3);
-  p = std::fma(p, r, kP4);
-  p = std::fma(p, r, kP5);
-  float y = std::fma(p, r * r, r);
-  y = y + 1.0f;
-  const uint32_t bits = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
+  return fast_exp::exp1(x);
 }
 
 void scores(bool avx2, const float* q, int64_t d, const float* const* keys, int64_t c, float* s) {

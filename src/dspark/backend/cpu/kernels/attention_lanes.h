@@ -5,8 +5,7 @@
 // queries decoded one at a time, bit for bit.
 //   score of key j: lane l of 8 sums the products of dims i = l (mod 8) in increasing i with
 //     fma, then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)).
-//   exp: exp_lane below (Cephes' single-precision polynomial; exactly 0 below -87, exactly 1 at
-//     0; within 2 ulp of std::exp on [-87, 0], the only range attention uses).
+//   exp: fast_exp.h (exactly 0 below -87 and 1 at 0; attention takes it on [-inf, 0] only).
 //   weights of a chunk: exp(s - max) in groups of 8 keys, summed per lane of 8 over the groups
 //     in order, then the tree above.
 //   output: acc[i] = fma(w_j, v_j[i], acc[i]) over the lane's visible keys in increasing j.
@@ -19,7 +18,7 @@ namespace dspark::cpu::attention_lanes {
 // True when the AVX2 + FMA versions run on this CPU.
 bool has_avx2();
 
-// exp(x) as the kernels compute it (portable; exp8 below is the same per element).
+// exp(x) as the kernels compute it (fast_exp::exp1).
 float exp_lane(float x);
 
 // s[jj] = score of q (d values) against keys[jj], jj < c.
