@@ -406,6 +406,39 @@ TEST_P(QuantLinear, InterleavedLayoutRoundTrips) {
   }
 }
 
+// gather_block_rows (a draft vocabulary's cut of a block-quantized LM head): the products of the
+// gathered rows are those of the same rows of the whole matrix, bit for bit, from either layout.
+TEST_P(QuantLinear, GatheredRowsGiveTheSameProducts) {
+  const QuantType type = GetParam();
+  const int64_t k = k_for(type);
+  Context ctx(Device::cpu());
+  const std::vector<uint8_t> wbytes = random_weights(type, kN, k, 71);
+  const std::vector<int32_t> ids = {kN - 1, 0, 5, 3, 17, 18, 19, 20, 21, 22, 2, 9};
+  const auto n = static_cast<int64_t>(ids.size());
+  const int64_t m = 7;
+  OwnedTensor x = test::random_tensor(DType::f32, Shape{m, k}, 72);
+  for (const WeightFormat format : formats(type)) {
+    const bool packed = format == WeightFormat::blocks_x8;
+    const OwnedTensor wt = u8_tensor(packed ? packed_copy(type, wbytes, kN, k) : wbytes, kN);
+    const WeightMatrix wm = weight_matrix(type, wt, kN, k, format);
+    OwnedTensor y = OwnedTensor::zeros(DType::f32, Shape{m, kN}, Device::cpu());
+    linear(ctx, x.view(), wm, Tensor{}, y.view());
+    OwnedTensor storage;
+    const WeightMatrix cut = gather_block_rows(wm, ids, storage);
+    EXPECT_EQ(cut.n, n);
+    EXPECT_EQ(cut.format, preferred_block_format(Device::cpu(), type));
+    OwnedTensor yc = OwnedTensor::zeros(DType::f32, Shape{m, n}, Device::cpu());
+    linear(ctx, x.view(), cut, Tensor{}, yc.view());
+    const std::vector<float> all = to_f32_vector(y), got = to_f32_vector(yc);
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[r * n + i], all[r * kN + ids[static_cast<size_t>(i)]])
+            << "row " << r << " id " << ids[static_cast<size_t>(i)] << " packed " << packed;
+    const std::vector<int32_t> bad = {static_cast<int32_t>(kN)};
+    EXPECT_THROW(gather_block_rows(wm, bad, storage), Error);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantLinear, ::testing::ValuesIn(kQuantTypes), type_name);
 
 }  // namespace

@@ -136,4 +136,43 @@ void relayout_blocks(QuantType quant, int64_t n, int64_t k, const uint8_t* src, 
   }
 }
 
+WeightMatrix gather_block_rows(const WeightMatrix& w, std::span<const int32_t> ids,
+                               OwnedTensor& storage) {
+  DSPARK_CHECK_KIND(invalid_input,
+                    w.format == WeightFormat::blocks || w.format == WeightFormat::blocks_x8,
+                    "gather_block_rows: not a block-quantized weight");
+  DSPARK_CHECK_KIND(invalid_input, !w.data.device().is_cuda(),
+                    "gather_block_rows: the weight must be in host memory");
+  const int64_t n = static_cast<int64_t>(ids.size());
+  const int64_t row_bytes = quant_row_bytes(w.quant, w.k);
+  const auto* src = static_cast<const uint8_t*>(w.data.data());
+  OwnedTensor plain(DType::u8, Shape{n, row_bytes}, Device::cpu());
+  auto* rows = static_cast<uint8_t*>(plain.view().data());
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t id = ids[static_cast<size_t>(i)];
+    DSPARK_CHECK_KIND(invalid_input, id >= 0 && id < w.n,
+                      "gather_block_rows: row {} outside [0, {})", id, w.n);
+    uint8_t* dst = rows + i * row_bytes;
+    if (w.format == WeightFormat::blocks) {
+      std::memcpy(dst, src + id * row_bytes, static_cast<size_t>(row_bytes));
+    } else {
+      cpu::unpack_row_x8(w.quant, src, w.n, w.k, id, dst);
+    }
+  }
+  WeightMatrix out;
+  out.format = preferred_block_format(Device::cpu(), w.quant);
+  out.quant = w.quant;
+  out.n = n;
+  out.k = w.k;
+  if (out.format == WeightFormat::blocks) {
+    storage = std::move(plain);
+  } else {
+    storage = OwnedTensor(DType::u8, Shape{n, row_bytes}, Device::cpu());
+    relayout_blocks(w.quant, n, w.k, rows, out.format,
+                    static_cast<uint8_t*>(storage.view().data()));
+  }
+  out.data = storage.view();
+  return out;
+}
+
 }  // namespace dspark

@@ -1,8 +1,11 @@
 // Dense projections. The HF Linear convention: a weight is [out_features, in_features].
 #pragma once
 
+#include <span>
+
 #include "dspark/backend/context.h"
 #include "dspark/backend/op_params.h"
+#include "dspark/core/buffer.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
@@ -40,5 +43,13 @@ WeightFormat preferred_block_format(Device device, QuantType quant);
 // `format` at dst (host memory, the same number of bytes; they must not overlap).
 void relayout_blocks(QuantType quant, int64_t n, int64_t k, const uint8_t* src, WeightFormat format,
                      uint8_t* dst);
+
+// Rows ids[i] of a block-quantized weight held in host memory (WeightFormat::blocks or
+// blocks_x8) as a [ids.size(), row bytes] u8 tensor in the layout preferred_block_format(CPU)
+// gives, and the WeightMatrix over it (its data views `storage`). The same bytes per row: the
+// products of a row are those of the source row. Throws invalid_input for a weight on a CUDA
+// device, another format or an id outside [0, n).
+WeightMatrix gather_block_rows(const WeightMatrix& w, std::span<const int32_t> ids,
+                               OwnedTensor& storage);
 
 }  // namespace dspark

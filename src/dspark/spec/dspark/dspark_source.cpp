@@ -138,6 +138,22 @@ void DSparkSource::prepare_draft_vocab(Context& ctx) {
   const std::vector<int32_t>& ids = options_.draft_vocab;
   const auto n = static_cast<int64_t>(ids.size());
   vocab_ids_ = OwnedTensor::from_vector(ids, Shape{n}, ctx.device());
+  const bool blocks =
+      lm_head_.format == WeightFormat::blocks || lm_head_.format == WeightFormat::blocks_x8;
+  if (blocks && !ctx.is_cuda() && !options_.fp8_weights) {
+    lm_head_short_w_ = gather_block_rows(lm_head_, ids, lm_head_short_blocks_);
+  } else {
+    prepare_short_head(ctx);
+  }
+  if (weights_.markov_w2->defined()) {
+    const Tensor& w2 = weights_.markov_w2;
+    w2_short_ = OwnedTensor(w2.dtype(), Shape{n, w2.size(1)}, ctx.device());
+    gather_rows(ctx, w2, vocab_ids_, w2_short_);
+  }
+}
+
+void DSparkSource::prepare_short_head(Context& ctx) {
+  const int64_t n = vocab_ids_->size(0);
   // The rows in the engine dtype (a block-quantized target head's dequantized).
   lm_head_short_ = OwnedTensor(lm_head_.quantized() ? dtype_ : lm_head_.data.dtype(),
                                Shape{n, lm_head_.k}, ctx.device());
@@ -147,11 +163,6 @@ void DSparkSource::prepare_draft_vocab(Context& ctx) {
     ctx.synchronize();  // the rows are read before the bf16 copy is freed
     lm_head_short_ = std::move(w8);
     lm_head_short_scale_ = std::move(scale);
-  }
-  if (weights_.markov_w2->defined()) {
-    const Tensor& w2 = weights_.markov_w2;
-    w2_short_ = OwnedTensor(w2.dtype(), Shape{n, w2.size(1)}, ctx.device());
-    gather_rows(ctx, w2, vocab_ids_, w2_short_);
   }
 }
 
@@ -296,7 +307,9 @@ void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundM
                  last ? weights_.norm.view() : weights_.layers[l + 1].norm_in.view(), b.xn, norm);
   }
   gather_rows(ctx, b.xn, m.draft_rows, b.hd);
-  if (s.short_vocab) {
+  if (s.short_vocab && lm_head_short_w_.n > 0) {
+    linear(ctx, b.hd, lm_head_short_w_, Tensor{}, b.logits);
+  } else if (s.short_vocab) {
     project(ctx, b.hd, lm_head_short_, lm_head_short_scale_.view(), Tensor{}, b.logits);
   } else if (options_.fp8_weights && !lm_head_.quantized()) {  // quantized by propose before the
                                                                // round (no allocation here)

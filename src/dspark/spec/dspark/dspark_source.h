@@ -243,7 +243,12 @@ class DSparkSource final : public DraftSource {
   // The draft vocabulary's device tables, built on its first greedy round: ids i32 [V'], the LM
   // head's and w2's rows of those ids.
   OwnedTensor vocab_ids_, lm_head_short_, w2_short_;
+  // On the CPU a block-quantized LM head's rows stay blocks (the same products, a quarter of the
+  // bytes of f32 rows for Q8_0): lm_head_short_w_ over lm_head_short_blocks_ (n = 0: unused).
+  OwnedTensor lm_head_short_blocks_;
+  WeightMatrix lm_head_short_w_;
   void prepare_draft_vocab(Context& ctx);
+  void prepare_short_head(Context& ctx);  // lm_head_short_ (and its FP8 scales)
   // FP8 drafting (options_.fp8_weights): the per-row scales of lm_head_short_ (then E4M3 codes),
   // and the whole LM head's codes and scales, made on the first round that drafts over it.
   OwnedTensor lm_head_short_scale_, lm_head8_, lm_head8_scale_;

@@ -4,6 +4,7 @@
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels.h"
+#include "dspark/backend/cpu/kernels/fast_exp.h"
 #include "dspark/core/thread_pool.h"
 
 namespace dspark::cpu {
@@ -11,7 +12,7 @@ namespace {
 
 constexpr int64_t kChunk = 1024;  // elements per f32 buffer pass
 
-// out[r, :] = f(a[r, :], b[r, :]) elementwise, computed in f32.
+// out[r, :] = f(a[r, :], b[r, :]) elementwise, computed in f32: f(a, b, out, len) on f32 runs.
 template <typename F>
 void binary_rows(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const int64_t n = a.size(0), d = a.size(1);
@@ -27,7 +28,7 @@ void binary_rows(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& o
               const int64_t len = std::min(kChunk, d - c0);
               load_f32(row_ptr<const TA>(a, r) + c0, fa, len);
               load_f32(row_ptr<const TB>(b, r) + c0, fb, len);
-              for (int64_t j = 0; j < len; ++j) fa[j] = f(fa[j], fb[j]);
+              f(fa, fb, fa, len);
               store_f32(fa, row_ptr<TO>(out, r) + c0, len);
             }
           }
@@ -37,14 +38,41 @@ void binary_rows(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& o
   });
 }
 
+// o[j] = g[j] / (1 + exp(-g[j])) * u[j] with fast_exp's exp: 8 at a time on AVX2, the same bits
+// as the portable loop.
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) int64_t swiglu_avx2(const float* g, const float* u, float* o,
+                                                        int64_t n) {
+  int64_t j = 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; j + 8 <= n; j += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + j);
+    const __m256 e = fast_exp::exp8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0f)));
+    _mm256_storeu_ps(
+        o + j, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + j)));
+  }
+  return j;
+}
+#endif
+
+void swiglu_run(const float* g, const float* u, float* o, int64_t n) {
+  int64_t j = 0;
+#if defined(__x86_64__)
+  if (fast_exp::has_avx2()) j = swiglu_avx2(g, u, o, n);
+#endif
+  for (; j < n; ++j) o[j] = g[j] / (1.0f + fast_exp::exp1(-g[j])) * u[j];
+}
+
 }  // namespace
 
 void swiglu(Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& out) {
-  binary_rows(ctx, gate, up, out, [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; });
+  binary_rows(ctx, gate, up, out, swiglu_run);
 }
 
 void add(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
-  binary_rows(ctx, a, b, out, [](float x, float y) { return x + y; });
+  binary_rows(ctx, a, b, out, [](const float* x, const float* y, float* o, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) o[j] = x[j] + y[j];
+  });
 }
 
 void convert(Context& ctx, const Tensor& src, const Tensor& out) {
