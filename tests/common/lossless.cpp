@@ -122,6 +122,23 @@ void check_greedy_lossless(const std::string& name, Device device, DType dtype) 
   }
 }
 
+std::vector<NamedSource> self_ngram_fixture_sources(const std::string& model_name,
+                                                    const std::string& drafter) {
+  const std::filesystem::path dir = data_dir() / "models" / model_name;
+  return {
+      {"draft-model:self",
+       [dir](Model&) {
+         return std::make_unique<DraftModelSource>(load_model(dir, Device::cpu(), DType::f32),
+                                                   8192);
+       }},
+      {"ngram",
+       [](Model&) {
+         return std::make_unique<NgramSource>(NgramConfig{1, 3});
+       }},
+      dspark_fixture_source(drafter),
+  };
+}
+
 NamedSource dspark_fixture_source(const std::string& fixture) {
   return {"dspark:" + fixture, [fixture](Model& target) -> std::unique_ptr<DraftSource> {
             DSparkSourceOptions opt;

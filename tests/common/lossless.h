@@ -32,6 +32,11 @@ void check_greedy_lossless(const std::string& model_name, Device device, DType d
 // A DSpark block drafter fixture of tests/data/drafters (e.g. "qwen3_dflash") for its target.
 NamedSource dspark_fixture_source(const std::string& fixture);
 
+// The target drafting for itself ("draft-model:self", f32 CPU copy of the fixture model),
+// prompt lookup ("ngram", n-grams 1..3) and the DSpark fixture `drafter`.
+std::vector<NamedSource> self_ngram_fixture_sources(const std::string& model_name,
+                                                    const std::string& drafter);
+
 // Coupled sampling (SpecSampling::coupled) reproduces plain sampling: for T in {0.7, 1.0} with
 // top-p 0.9, seeds {1, 2, 3} and the 8 prompts, the speculative engine (prompt lookup, another tiny
 // model, the target itself, and `extra` sources; gamma 2 and 5; all requests as one batch) and the

@@ -1,8 +1,10 @@
 // apply_penalties: CUDA vs CPU, bit for bit (both use the same rounded f32 operations), over
 // verify-shaped batches (rows of 151936 logits, thousands of scattered edits) and the edge values
-// (repetition < 1 and > 1 on positive, negative and zero logits, negative subtractions).
+// (repetition < 1 and > 1 on positive, negative and zero logits, negative subtractions, +inf
+// masks).
 #include "dspark/ops/penalties.h"
 
+#include <cmath>
 #include <random>
 
 #include "cuda/cuda_consistency.h"
@@ -15,7 +17,8 @@ std::vector<PenaltyEntry> random_entries(int64_t rows, int64_t vocab, size_t per
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
   const float reps[] = {1.0f, 1.3f, 0.7f, 2.0f};
-  const float subs[] = {0.0f, 0.5f, -1.25f, 1.9f, 0.1f};
+  // +inf: a structured-output mask (the logit becomes -inf).
+  const float subs[] = {0.0f, 0.5f, -1.25f, 1.9f, 0.1f, INFINITY};
   std::vector<PenaltyEntry> out;
   for (int64_t r = 0; r < rows; ++r) {
     std::vector<int32_t> ids;
@@ -24,7 +27,7 @@ std::vector<PenaltyEntry> random_entries(int64_t rows, int64_t vocab, size_t per
       if (std::find(ids.begin(), ids.end(), t) == ids.end()) ids.push_back(t);
     }
     for (const int32_t t : ids)
-      out.push_back(PenaltyEntry{static_cast<int32_t>(r), t, reps[gen() % 4], subs[gen() % 5]});
+      out.push_back(PenaltyEntry{static_cast<int32_t>(r), t, reps[gen() % 4], subs[gen() % 6]});
   }
   return out;
 }

@@ -13,13 +13,13 @@
 import json
 import os
 import select
-import shutil
 import socket
 import tempfile
 import threading
 import time
 
-from server_util import Server, args, check, post, raw_http, read_response, run_test
+from server_util import (Server, args, check, model_with_tools_template, post, raw_http,
+                         read_response, run_test)
 
 DSPARK, ROOT, MODELS = args()
 M = os.path.join(MODELS, "qwen3")
@@ -254,15 +254,8 @@ def tools():
         status, _, resp = post(CHAT, json.dumps({**json.loads(body), "tools": []}), srv.port)
         check(status == 200, f"an empty tools list: {status} {resp[:200]!r}")
     with tempfile.TemporaryDirectory() as d:
-        model = os.path.join(d, "qwen3")
-        shutil.copytree(M, model)
-        cfg_path = os.path.join(model, "tokenizer_config.json")
-        with open(cfg_path) as f:
-            cfg = json.load(f)
-        cfg["chat_template"] = ("{%- if tools %}{{- 'Tools: ' + tools | length | string + '\\n' }}"
-                                "{%- endif %}" + cfg["chat_template"])
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
+        model = model_with_tools_template(
+            M, d, "{%- if tools %}{{- 'Tools: ' + tools | length | string + '\\n' }}{%- endif %}")
         with Server(DSPARK, model) as srv:
             status, _, resp = post(CHAT, body, srv.port)
             check(status == 200, f"tools with a template that renders them: {status} {resp!r}")

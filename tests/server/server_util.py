@@ -8,6 +8,7 @@ cpu) with the Python of the test virtualenv (scripts/setup_python.sh: the `opena
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -120,6 +121,20 @@ class Server:
         elif self.alive():
             self.proc.kill()
             self.proc.wait()
+
+
+def model_with_tools_template(model, directory, tools_part):
+    """A copy of `model` in `directory` whose chat template starts with the Jinja `tools_part`
+    (e.g. one that renders `tools`, which the fixtures' templates do not); returns its path."""
+    copy = os.path.join(directory, os.path.basename(model))
+    shutil.copytree(model, copy)
+    path = os.path.join(copy, "tokenizer_config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg["chat_template"] = tools_part + cfg["chat_template"]
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return copy
 
 
 def parse_metrics(text):

@@ -133,18 +133,7 @@ std::vector<std::vector<int32_t>> prompts() {
 }
 
 std::vector<test::NamedSource> sources() {
-  return {
-      {"draft-model:self",
-       [](Model&) {
-         return std::make_unique<DraftModelSource>(load_model(qwen3(), Device::cpu(), DType::f32),
-                                                   8192);
-       }},
-      {"ngram",
-       [](Model&) {
-         return std::make_unique<NgramSource>(NgramConfig{1, 3});
-       }},
-      test::dspark_fixture_source("qwen3_dflash"),
-  };
+  return test::self_ngram_fixture_sources("qwen3", "qwen3_dflash");
 }
 
 GenerateOptions options(PenaltyParams p, float temperature, uint64_t seed) {

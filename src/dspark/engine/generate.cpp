@@ -48,6 +48,13 @@ void validate(const GenerateOptions& o, int64_t vocab_size) {
   for (const std::string& s : o.stop) {
     DSPARK_CHECK_KIND(invalid_input, !s.empty(), "stop strings must not be empty");
   }
+  if (o.json) {
+    DSPARK_CHECK_KIND(invalid_input, o.json->vocab && o.json->vocab->size() <= vocab_size,
+                      "the structured output's vocabulary is larger than the model's ({} ids)",
+                      vocab_size);
+    DSPARK_CHECK_KIND(invalid_input, !o.json->eos.empty(),
+                      "structured output needs an EOS token to end the document");
+  }
 }
 
 const float* host_logits_rows(Context& ctx, const Tensor& logits, int64_t begin, int64_t count,
@@ -87,6 +94,8 @@ GenerationSession begin_session(Model& model, Context& ctx, std::span<const int3
                                 TextCallback on_text) {
   const ModelConfig& config = model.config();
   validate(options, config.vocab_size);
+  DSPARK_CHECK_KIND(unsupported, options.json == nullptr,
+                    "structured output runs in the speculative engine, not in plain generate()");
   DSPARK_CHECK_KIND(invalid_input, !prompt.empty(), "the prompt is empty (no tokens)");
   for (size_t i = 0; i < prompt.size(); ++i) {
     DSPARK_CHECK_KIND(invalid_input, prompt[i] >= 0 && prompt[i] < config.vocab_size,

@@ -27,6 +27,7 @@
 
 #include "dspark/backend/context.h"
 #include "dspark/core/buffer.h"
+#include "dspark/engine/json_matcher.h"
 #include "dspark/engine/penalties.h"
 #include "dspark/engine/stop.h"
 #include "dspark/engine/token_logprobs.h"
@@ -59,8 +60,12 @@ struct GenerateOptions {
   std::vector<int32_t> eos_token_ids;  // generation ends after one of these (kept in tokens, not
                                        // in text)
   std::vector<std::string> stop;       // stop strings, matched on the decoded text
-  int page_size = 16;                  // KV cache page size
-  int prefill_chunk = 512;             // prompt tokens per forward (bounds activation memory)
+  // Structured output (engine/json_matcher.h): every sampled token keeps the text a prefix of a
+  // document the schema accepts; EOS only once it is complete. Null: free text. Only the
+  // SpeculativeEngine applies it (plain generate() refuses it).
+  std::shared_ptr<const JsonConstraint> json;
+  int page_size = 16;       // KV cache page size
+  int prefill_chunk = 512;  // prompt tokens per forward (bounds activation memory)
 };
 
 inline constexpr int kMaxTopLogprobs = 20;

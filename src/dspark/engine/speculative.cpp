@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <limits>
 #include <numeric>
+#include <optional>
+
+#include "dspark/engine/json_mask.h"
 
 #include "dspark/engine/verify_cost.h"
 #include "dspark/ops/penalties.h"
@@ -30,11 +33,21 @@ struct SpeculativeEngine::Row {
   PenaltyHistory penalties;             // prompt + emitted tokens (options.penalties)
   std::vector<TokenLogprobs> logprobs;  // the round's entries, for emit (options.logprobs >= 0)
   AcceptanceEstimate accept;            // the adaptive policy's estimate of this row's drafts
+  std::optional<JsonMatcher> json;      // the emitted text's state (options.json)
   bool wants_logprobs() const { return options.logprobs >= 0; }
+  bool constrained() const { return json.has_value(); }
   // Emits tokens (with the round's logprobs entries when asked for) and adds them to the history.
   bool push(std::span<const int32_t> tokens) {
     const bool finished = out->push(tokens, logprobs);
     for (const int32_t t : tokens) penalties.add_generated(t);
+    if (json) {
+      // Emitted tokens were sampled under the mask; the document advances up to EOS.
+      for (const int32_t t : tokens) {
+        if (options.json->is_eos(t)) break;
+        DSPARK_CHECK(options.json->vocab->advance(*json, t),
+                     "structured output: token {} does not continue the document", t);
+      }
+    }
     logprobs.clear();
     return finished;
   }
@@ -86,6 +99,7 @@ RowId SpeculativeEngine::add(RequestInput input) {
   row->penalties = PenaltyHistory(row->options.penalties, row->prompt);
   row->accept.start_from(pooled_);
   row->spec.draft_policy = adaptive() ? DraftPolicy::adaptive : DraftPolicy::fixed;
+  if (row->options.json) row->json.emplace(&row->options.json->schema);
   row->seq = kv_.create_sequence();
   if (source_) source_->begin(ctx_, row->id, row->prompt);
   // At least the last prompt token is computed again: its logits give the first token.
@@ -213,8 +227,14 @@ void SpeculativeEngine::prefill_step() {
     // The first token's history is the prompt (only a repetition penalty applies).
     std::vector<PenaltyEntry>& edits = round_.penalties;
     edits.clear();
-    for (size_t i = 0; i < completing.size(); ++i)
-      completing[i]->penalties.append_entries(static_cast<int32_t>(i), {}, edits);
+    for (size_t i = 0; i < completing.size(); ++i) {
+      const size_t begin = edits.size();
+      const Row& r = *completing[i];
+      r.penalties.append_entries(static_cast<int32_t>(i), {}, edits);
+      if (r.constrained())
+        append_json_mask(*r.options.json, fo.logits.size(1), *r.json, static_cast<int32_t>(i),
+                         begin, edits, round_.allowed);
+    }
     if (!edits.empty()) apply_penalties(ctx_, fo.logits, edits);
     sample(ctx_, fo.logits, params, seeds, counters, tokens);
     first = to_vector<int32_t>(tokens);
@@ -390,8 +410,9 @@ void SpeculativeEngine::build_verify_batch() {
   for (size_t t = 0; t < batch.tokens.size(); ++t) batch.logit_indices[t] = static_cast<int32_t>(t);
   // A greedy round takes the target's argmax from the forward itself, unless penalties change the
   // logits after the forward.
-  const bool penalized =
-      std::any_of(s.rows.begin(), s.rows.end(), [](const Row* r) { return r->penalties.active(); });
+  const bool penalized = std::any_of(s.rows.begin(), s.rows.end(), [](const Row* r) {
+    return r->penalties.active() || r->constrained();
+  });
   batch.want_argmax = Verifier::is_greedy(proposal, s.params) && !penalized;
 }
 
@@ -407,19 +428,33 @@ ForwardOutput SpeculativeEngine::verify(RoundClock& clock) {
   return fo;
 }
 
-// Row i's logits row j (scoring draft j + 1) sees the drafts 1..j as generated tokens.
+// Row i's logits row j (scoring draft j + 1) sees the drafts 1..j as generated tokens: its
+// penalties count them, and its structured-output mask is that of the document after them (a
+// snapshot of the row's matcher advanced over the drafts; rows past a draft the document rejects
+// are left unmasked: that draft is rejected, so they are never used).
 void SpeculativeEngine::penalize_verify_logits(const Tensor& logits) {
   RoundScratch& s = round_;
   std::vector<PenaltyEntry>& edits = s.penalties;
   edits.clear();
   for (size_t i = 0; i < s.rows.size(); ++i) {
     const Row& r = *s.rows[i];
-    if (!r.penalties.active()) continue;
+    if (!r.penalties.active() && !r.constrained()) continue;
     const int32_t row0 = s.batch.row_indptr[i];
     const std::span<const int32_t> drafts(s.proposal.tokens.data() + s.proposal.indptr[i],
                                           static_cast<size_t>(s.proposal.count(i)));
-    for (size_t j = 0; j <= drafts.size(); ++j)
+    std::optional<JsonMatcher> state = r.json;
+    bool eos = false;
+    for (size_t j = 0; j <= drafts.size(); ++j) {
+      const size_t begin = edits.size();
       r.penalties.append_entries(row0 + static_cast<int32_t>(j), drafts.first(j), edits);
+      if (!state) continue;
+      const JsonConstraint& c = *r.options.json;
+      append_json_mask(c, logits.size(1), *state, row0 + static_cast<int32_t>(j), begin, edits,
+                       s.allowed);
+      if (j == drafts.size()) break;
+      eos = eos || c.is_eos(drafts[j]);
+      if (!eos && !c.vocab->advance(*state, drafts[j])) state.reset();
+    }
   }
   if (!edits.empty()) apply_penalties(ctx_, logits, edits);
 }

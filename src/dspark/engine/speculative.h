@@ -190,6 +190,7 @@ class SpeculativeEngine {
     std::vector<float> logits_host;        // verify: logits rows copied for logprobs (CUDA)
     std::vector<DraftLengthRow> choice;    // propose: the adaptive policy's inputs
     std::vector<int> lengths;              // propose: and its choice
+    std::vector<uint8_t> allowed;          // verify: one row's structured-output mask
   };
   RoundScratch round_;
 };

@@ -51,6 +51,11 @@ class Tokenizer {
   // invalid byte sequences become U+FFFD. The result is valid UTF-8.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
 
+  // The bytes token `id` adds to decoded text on its own: byte-level BPE characters mapped back
+  // to bytes (possibly a partial UTF-8 sequence), a "<0xXX>" byte-fallback token's byte, or the
+  // piece with U+2581 as a space; "" for special tokens and unknown ids. Structured output
+  // matches these against its grammar.
+  std::string token_bytes(int32_t id) const;
   int32_t token_to_id(std::string_view token) const;  // added tokens first, then the model; -1
   std::string id_to_token(int32_t id) const;          // "" if the id is unknown
   // Number of ids: 1 + the largest id of the model vocabulary and the added tokens (for the files

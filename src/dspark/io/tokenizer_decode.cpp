@@ -435,6 +435,31 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return tokenizer_detail::decode_ids(*impl_, ids, skip_special_tokens);
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  using namespace tokenizer_detail;
+  if (id < 0 || id >= vocab_size() || is_special(id)) return "";
+  const std::string& form = impl_->decode_form[static_cast<size_t>(id)];
+  std::string bytes;
+  for (const auto& step : impl_->decoder.steps) {
+    if (dynamic_cast<const ByteLevelDecoder*>(step.get()) != nullptr) {
+      append_token_bytes(form, bytes);
+      return bytes;
+    }
+  }
+  if (const int b = fallback_byte(form); b >= 0) return std::string(1, static_cast<char>(b));
+  // SentencePiece-style pieces: U+2581 stands for a space.
+  static constexpr std::string_view kMetaspace = "\xE2\x96\x81";
+  for (size_t i = 0; i < form.size();) {
+    if (form.compare(i, kMetaspace.size(), kMetaspace) == 0) {
+      bytes.push_back(' ');
+      i += kMetaspace.size();
+    } else {
+      bytes.push_back(form[i++]);
+    }
+  }
+  return bytes;
+}
+
 // ---- IncrementalDecoder -----------------------------------------------------------------------
 struct IncrementalDecoder::State {
   // Output of stage `index - 1`: delivers into stage `index` (or the result after the last).

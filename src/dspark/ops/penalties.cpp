@@ -22,7 +22,8 @@ void apply_penalties(Context& ctx, const Tensor& logits, std::span<const Penalty
   for (const PenaltyEntry& e : entries) {
     DSPARK_CHECK(e.row >= 0 && e.row < n && e.token >= 0 && e.token < v,
                  "{}: entry ({}, {}) outside the logits [{}, {}]", kOp, e.row, e.token, n, v);
-    DSPARK_CHECK(std::isfinite(e.repetition) && e.repetition > 0 && std::isfinite(e.subtract),
+    DSPARK_CHECK(std::isfinite(e.repetition) && e.repetition > 0 &&
+                     (std::isfinite(e.subtract) || e.subtract == INFINITY),
                  "{}: invalid factors (repetition {}, subtract {})", kOp, e.repetition, e.subtract);
   }
   if (entries.empty()) return;

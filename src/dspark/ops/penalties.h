@@ -18,7 +18,8 @@ namespace dspark {
 //   if (e.repetition != 1) x = x > 0 ? x / e.repetition : x * e.repetition;
 //   logits[e.row, e.token] = x - e.subtract;
 // logits: f32 [n, V] on ctx's device (rows contiguous). Entries must name distinct (row, token)
-// pairs (the CPU checks it; the kernels assume it); repetition must be > 0 and finite.
+// pairs (the CPU checks it; the kernels assume it); repetition must be > 0 and finite; subtract
+// finite, or +inf to mask the token out (structured output: its logit becomes -inf).
 void apply_penalties(Context& ctx, const Tensor& logits, std::span<const PenaltyEntry> entries);
 
 }  // namespace dspark

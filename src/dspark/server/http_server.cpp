@@ -17,6 +17,7 @@
 #include "dspark/server/http_transport.h"
 #include "dspark/server/openai_request.h"
 #include "dspark/server/openai_response.h"
+#include "dspark/server/output_format.h"
 
 namespace dspark::server {
 namespace {
@@ -252,6 +253,7 @@ struct HttpServer::Impl {
       }
       ResponseMeta meta = make_meta(endpoint, pr.model);
       if (pr.options.logprobs >= 0) meta.logprobs_tokenizer = prompt_ctx.tokenizer;
+      meta.tool_name = pr.tool_name;
       auto wakeup = pr.n > 1 ? std::make_shared<ChannelWakeup>() : nullptr;
       Choices channels = submit_choices(pr, wakeup);
       if (pr.stream) {
@@ -530,6 +532,7 @@ void HttpServer::start() {
   p.vocab_size = m.vocab_size;
   p.max_context = m.max_context;
   p.max_prompt_bytes = max_prompt_bytes(*m.tokenizer, m.max_context);
+  p.json_vocab = json_token_vocab(*m.tokenizer);
 
   s.routes();
   s.port = s.svr.bind(s.config.host, s.config.port);

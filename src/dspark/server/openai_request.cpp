@@ -13,6 +13,7 @@
 #include "dspark/io/tokenizer.h"
 #include "dspark/io/utf8.h"
 #include "dspark/server/errors.h"
+#include "dspark/server/output_format.h"
 
 namespace dspark::server {
 namespace {
@@ -177,17 +178,6 @@ void reject_unsupported(const json& body) {
   if (const json* s = field(body, "suffix")) {
     if (!s->is_string()) throw wrong_type("suffix", "a string", *s);
     if (!s->get<std::string>().empty()) throw unsupported("suffix", "suffix is not supported.");
-  }
-  if (const json* rf = field(body, "response_format")) {
-    if (!rf->is_object()) throw wrong_type("response_format", "an object", *rf);
-    const json* type = field(*rf, "type");
-    if (!type || !type->is_string() || type->get<std::string>() != "text")
-      throw unsupported("response_format", "only {\"type\": \"text\"} is supported.");
-  }
-  if (const json* tc = field(body, "tool_choice")) {
-    const bool plain =
-        tc->is_string() && (tc->get<std::string>() == "auto" || tc->get<std::string>() == "none");
-    if (!plain) throw unsupported("tool_choice", "only \"auto\" and \"none\" are supported.");
   }
 }
 
@@ -480,6 +470,8 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view text, const Prom
                    "model", "model_not_found", "model_not_found");
 
   reject_unsupported(body);
+  OutputFormat format = parse_output_format(endpoint, body);
+  r.tool_name = format.tool_name;
   r.options.sampling = parse_sampling(body, ctx.default_sampling);
   r.options.penalties = parse_penalties(body);
   r.options.logprobs = parse_logprobs(endpoint, body);
@@ -525,6 +517,13 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view text, const Prom
                     ctx.max_context, n_prompt + *max_tokens, n_prompt, *max_tokens, max_param),
         prompt_param, "context_length_exceeded", "context_length_exceeded");
   r.options.max_tokens = static_cast<int>(max_tokens.value_or(ctx.max_context - n_prompt));
+  if (format.schema) {
+    if (!ctx.json_vocab || r.options.eos_token_ids.empty())
+      throw unsupported(format.tool_name.empty() ? "response_format" : "tool_choice",
+                        "structured output needs the model's vocabulary and an EOS token.");
+    r.options.json = std::make_shared<JsonConstraint>(
+        JsonConstraint{std::move(*format.schema), ctx.json_vocab, r.options.eos_token_ids});
+  }
   try {
     validate(r.options, ctx.vocab_size);
   } catch (const Error& e) {

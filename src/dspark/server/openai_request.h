@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "dspark/engine/generate.h"
+#include "dspark/engine/json_matcher.h"
 
 namespace dspark {
 
@@ -45,6 +47,8 @@ struct PromptContext {
   // Prompt texts longer than this are refused without tokenizing (0: no limit); see
   // max_prompt_bytes().
   size_t max_prompt_bytes = 0;
+  // Every token's bytes in a trie, for structured output's masks (null: refused with 400).
+  std::shared_ptr<const TokenVocab> json_vocab;
 };
 
 // A bound no prompt that fits max_context tokens exceeds: twice max_context tokens of the
@@ -59,6 +63,9 @@ struct ParsedRequest {
   int n = 1;                    // choices; choice i samples with seed options.seed + i
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // tool_choice forced a call of this function: the output (a JSON document of its parameters'
+  // schema, options.json) is returned as the call's arguments.
+  std::string tool_name;
 };
 
 // Limits on request fields that have no natural bound in the model.

@@ -70,6 +70,21 @@ json finish_reason_json(FinishReason reason) {
   }
 }
 
+namespace {
+
+// A forced tool call ends with "tool_calls" where free text ends with "stop".
+json choice_finish_reason(const ResponseMeta& meta, FinishReason reason) {
+  if (!meta.tool_name.empty() && (reason == FinishReason::eos || reason == FinishReason::stop))
+    return "tool_calls";
+  return finish_reason_json(reason);
+}
+
+std::string tool_call_id(const ResponseMeta& meta, size_t index) {
+  return fmt::format("call_{}_{}", meta.id.substr(meta.id.find('-') + 1), index);
+}
+
+}  // namespace
+
 json usage_json(std::span<const RequestOutput* const> outs) {
   SpecTelemetry s;
   int64_t completion = 0, cached = outs.empty() ? 0 : outs[0]->spec.prefix_reused;
@@ -169,12 +184,20 @@ json completion_json(const ResponseMeta& meta, std::span<const RequestOutput* co
     const GenerateResult& r = outs[i]->result;
     json c = {{"index", i},
               {"logprobs", nullptr},
-              {"finish_reason", finish_reason_json(r.finish_reason)}};
+              {"finish_reason", choice_finish_reason(meta, r.finish_reason)}};
     if (meta.logprobs_tokenizer) {
       int64_t offset = 0;
       c["logprobs"] = logprobs_json(meta, r.logprobs, offset);
     }
-    if (meta.endpoint == Endpoint::chat) {
+    if (meta.endpoint == Endpoint::chat && !meta.tool_name.empty()) {
+      const json call = {{"id", tool_call_id(meta, i)},
+                         {"type", "function"},
+                         {"function", {{"name", meta.tool_name}, {"arguments", r.text}}}};
+      c["message"] = {{"role", "assistant"},
+                      {"content", nullptr},
+                      {"refusal", nullptr},
+                      {"tool_calls", json::array({call})}};
+    } else if (meta.endpoint == Endpoint::chat) {
       c["message"] = {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
     } else {
       c["text"] = r.text;
@@ -193,8 +216,16 @@ json completion_json(const ResponseMeta& meta, std::span<const RequestOutput* co
 
 json role_chunk(const ResponseMeta& meta, int index, bool include_usage) {
   json j = chunk_base(meta, include_usage);
-  j["choices"] =
-      json::array({choice(meta, index, {{"role", "assistant"}, {"content", ""}}, nullptr)});
+  json delta = {{"role", "assistant"}, {"content", ""}};
+  if (!meta.tool_name.empty()) {
+    // The call's id and name first; its arguments follow in text chunks.
+    const json call = {{"index", 0},
+                       {"id", tool_call_id(meta, static_cast<size_t>(index))},
+                       {"type", "function"},
+                       {"function", {{"name", meta.tool_name}, {"arguments", ""}}}};
+    delta = {{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array({call})}};
+  }
+  j["choices"] = json::array({choice(meta, index, std::move(delta), nullptr)});
   return j;
 }
 
@@ -202,6 +233,8 @@ json text_chunk(const ResponseMeta& meta, ChoiceStream& cs, std::string_view tex
                 std::span<const TokenLogprobs> logprobs, bool include_usage) {
   json j = chunk_base(meta, include_usage);
   json body = meta.endpoint == Endpoint::chat ? json{{"content", text}} : json(text);
+  if (!meta.tool_name.empty())
+    body = {{"tool_calls", json::array({{{"index", 0}, {"function", {{"arguments", text}}}}})}};
   json lp = nullptr;
   if (meta.logprobs_tokenizer) {
     lp = logprobs_json(meta, logprobs, cs.text_offset);
@@ -221,8 +254,9 @@ json finish_chunk(const ResponseMeta& meta, ChoiceStream& cs, const RequestOutpu
     lp = logprobs_json(meta, std::span(all).subspan(cs.logprobs_sent), cs.text_offset);
     cs.logprobs_sent = all.size();
   }
-  j["choices"] = json::array({choice(meta, cs.index, std::move(body),
-                                     finish_reason_json(out.result.finish_reason), std::move(lp))});
+  j["choices"] =
+      json::array({choice(meta, cs.index, std::move(body),
+                          choice_finish_reason(meta, out.result.finish_reason), std::move(lp))});
   return j;
 }
 

@@ -27,6 +27,9 @@ struct ResponseMeta {
   std::string model;
   // With logprobs (GenerateOptions::logprobs >= 0): the tokenizer that names the tokens.
   const Tokenizer* logprobs_tokenizer = nullptr;
+  // A forced tool call (ParsedRequest::tool_name): chat messages carry the text as the call's
+  // arguments in tool_calls, and finish_reason is "tool_calls" where it would be "stop".
+  std::string tool_name;
 };
 
 // One streamed choice: its index, its completions text_offset so far (characters), and how many of
