@@ -107,7 +107,10 @@ def main():
             m = srv.metrics()
             finished = sum(v for k, v in m.items() if k.startswith("dspark_requests_finished"))
             check(finished == N_CLIENTS, f"finished {finished}")
-            check(m["dspark_spec_accepted_tokens_total"] > 0, f"--draft {draft}: nothing accepted")
+            # The adaptive policy may rightly draft nothing (its cost profile on a loaded or
+            # sanitized build); with a fixed length every round drafts.
+            check(policy == "adaptive" or m["dspark_spec_accepted_tokens_total"] > 0,
+                  f"--draft {draft}: nothing accepted")
             # Batched: one engine step serves several rows, so steps < the rows' rounds (one
             # row per step would make them equal). How many rows share a step depends on how
             # the clients' requests arrive: on a loaded 2-core machine the first and last steps
