@@ -1,13 +1,20 @@
 #include "test_util.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 
 #include "dspark/backend/cuda/runtime.h"
 
 namespace dspark::test {
 
-std::filesystem::path data_dir() { return DSPARK_TEST_DATA_DIR; }
-std::filesystem::path source_dir() { return DSPARK_SOURCE_DIR; }
+std::filesystem::path data_dir() {
+  return DSPARK_TEST_DATA_DIR;
+}
+std::filesystem::path source_dir() {
+  return DSPARK_SOURCE_DIR;
+}
 
 std::filesystem::path shared_assets_dir() {
   if (const char* env = std::getenv("DSPARK_SHARED_ASSETS")) return env;
@@ -46,8 +53,7 @@ std::vector<float> random_normal(size_t n, uint32_t seed, float stddev) {
   return v;
 }
 
-OwnedTensor make_tensor(const std::vector<float>& values, DType dtype, Shape shape,
-                        Device device) {
+OwnedTensor make_tensor(const std::vector<float>& values, DType dtype, Shape shape, Device device) {
   OwnedTensor host(dtype, shape, Device::cpu());
   dispatch_float(dtype, [&]<typename T>(TypeTag<T>) {
     T* p = static_cast<T*>(host.view().data());
@@ -62,6 +68,19 @@ OwnedTensor random_tensor(DType dtype, Shape shape, uint32_t seed, float stddev,
                      device);
 }
 
-bool cuda_available() { return cuda::built_with_cuda() && cuda::device_count() > 0; }
+std::vector<int32_t> random_expert_choices(int64_t n, int64_t experts, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> all(static_cast<size_t>(experts)), out;
+  std::iota(all.begin(), all.end(), 0);
+  for (int64_t t = 0; t < n; ++t) {
+    std::shuffle(all.begin(), all.end(), rng);
+    out.insert(out.end(), all.begin(), all.begin() + k);
+  }
+  return out;
+}
+
+bool cuda_available() {
+  return cuda::built_with_cuda() && cuda::device_count() > 0;
+}
 
 }  // namespace dspark::test

@@ -26,6 +26,9 @@ std::vector<float> random_normal(size_t n, uint32_t seed, float stddev = 1.0f);
 // A host tensor of `dtype` filled with N(0, stddev).
 OwnedTensor random_tensor(DType dtype, Shape shape, uint32_t seed, float stddev = 1.0f,
                           Device device = Device::cpu());
+// k distinct ids of [0, experts) per token for n tokens, as a MoE router chooses them ([n * k],
+// fixed-seed shuffles).
+std::vector<int32_t> random_expert_choices(int64_t n, int64_t experts, int64_t k, uint32_t seed);
 // Host f32 values -> an OwnedTensor of `dtype` on `device`.
 OwnedTensor make_tensor(const std::vector<float>& values, DType dtype, Shape shape, Device device);
 

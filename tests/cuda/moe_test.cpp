@@ -1,10 +1,13 @@
-// moe_route, moe_route_grouped and moe_combine: CUDA vs CPU. The route must choose the same experts
-// in the same order (ties -> the lower index, NaN last) with weights equal to f32 rounding.
+// moe_route, moe_route_grouped, moe_combine, moe_group and moe_linear: CUDA vs CPU. The route
+// must choose the same experts in the same order (ties -> the lower index, NaN last) with weights
+// equal to f32 rounding; the grouping must be identical.
 #include "dspark/ops/moe.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/cuda_consistency.h"
+#include "dspark/ops/embedding.h"
 
 namespace dspark::test {
 namespace {
@@ -116,6 +119,115 @@ TEST(CudaMoe, CombineMatchesCpu) {
                      fmt::format("{} -> {} n={} k={} h={}", name_of(in), name_of(out), n, k, h));
       }
     }
+  }
+}
+
+struct GroupsPair {
+  Pair offsets, active, order, slots;
+  MoeGroups cpu() const { return {offsets.cpu, active.cpu, order.cpu, slots.cpu}; }
+  MoeGroups gpu() const { return {offsets.gpu, active.gpu, order.gpu, slots.gpu}; }
+};
+
+GroupsPair group_both(Contexts& ctx, const Pair& ids, int64_t experts) {
+  const int64_t n = ids.cpu->size(0), k = ids.cpu->size(1);
+  GroupsPair g{zeros_pair(DType::i32, Shape{experts + 1}),
+               zeros_pair(DType::i32, Shape{experts + 1}), zeros_pair(DType::i32, Shape{n * k}),
+               zeros_pair(DType::i32, Shape{n, k})};
+  moe_group(ctx.cpu, ids.cpu, g.cpu());
+  moe_group(ctx.gpu, ids.gpu, g.gpu());
+  ctx.gpu.synchronize();
+  return g;
+}
+
+TEST(CudaMoe, GroupMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 200;
+  for (const auto [n, experts, k] : {std::array<int64_t, 3>{1, 128, 8},
+                                     {17, 128, 8},
+                                     {33, 64, 6},
+                                     {5, 8, 2},
+                                     {300, 64, 6},
+                                     {4096, 256, 8},
+                                     {3, 40, 1}}) {
+    const Pair ids = vector_pair(random_expert_choices(n, experts, k, seed++), Shape{n, k});
+    const GroupsPair g = group_both(ctx, ids, experts);
+    const std::string what = fmt::format("n={} E={} k={}", n, experts, k);
+    EXPECT_EQ(to_vector<int32_t>(g.offsets.gpu), to_vector<int32_t>(g.offsets.cpu)) << what;
+    EXPECT_EQ(to_vector<int32_t>(g.order.gpu), to_vector<int32_t>(g.order.cpu)) << what;
+    EXPECT_EQ(to_vector<int32_t>(g.slots.gpu), to_vector<int32_t>(g.slots.cpu)) << what;
+    const std::vector<int32_t> a_gpu = to_vector<int32_t>(g.active.gpu),
+                               a_cpu = to_vector<int32_t>(g.active.cpu);
+    ASSERT_EQ(a_gpu[0], a_cpu[0]) << what;
+    EXPECT_TRUE(std::equal(a_gpu.begin(), a_gpu.begin() + 1 + a_gpu[0], a_cpu.begin())) << what;
+  }
+}
+
+TEST(CudaMoe, LinearMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 300;
+  // n tokens, E experts, k choices, N rows per expert, K; the last case has more rows than
+  // kMoeDeviceRows: CUDA then runs linear() per expert.
+  for (const auto [n, experts, k, rows, cols] : {std::array<int64_t, 5>{1, 16, 4, 72, 256},
+                                                 {17, 16, 4, 40, 264},
+                                                 {9, 8, 2, 33, 64},
+                                                 {33, 64, 6, 128, 2048},
+                                                 {2, 4, 4, 16, 1032},
+                                                 {100, 16, 8, 24, 128}}) {
+    const Pair ids = vector_pair(random_expert_choices(n, experts, k, seed++), Shape{n, k});
+    const GroupsPair g = group_both(ctx, ids, experts);
+    for (DType in : kFloatDTypes) {
+      for (DType out : {DType::f32, in}) {
+        const int64_t m = n * k;
+        const Pair x = random_pair(in, Shape{m, cols}, seed++);
+        const Pair w = random_pair(in, Shape{experts * rows, cols}, seed++, 0.05f);
+        // y: a column slice of a wider buffer, as moe_block's gate_up halves are.
+        const Pair wide = zeros_pair(out, Shape{m, 2 * rows});
+        const Tensor y_cpu = columns(wide.cpu, rows, rows), y_gpu = columns(wide.gpu, rows, rows);
+        moe_linear(ctx.cpu, x.cpu, WeightMatrix::dense(w.cpu), g.cpu(), y_cpu);
+        moe_linear(ctx.gpu, x.gpu, WeightMatrix::dense(w.gpu), g.gpu(), y_gpu);
+        ctx.gpu.synchronize();
+        expect_close(wide.gpu, wide.cpu, tolerance(out),
+                     fmt::format("{} -> {} n={} E={} k={} N={} K={}", name_of(in), name_of(out), n,
+                                 experts, k, rows, cols));
+      }
+    }
+  }
+}
+
+// A token's rows are the same bits whether it is routed alone or among 16 other tokens (so a
+// verify's rows equal a decode's).
+TEST(CudaMoe, LinearRowsDoNotDependOnTheBatch) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int64_t experts = 32, k = 4, n = 17, rows = 96, cols = 512;
+  std::vector<int32_t> choices = random_expert_choices(n, experts, k, 400);
+  const Pair ids = vector_pair(choices, Shape{n, k});
+  const GroupsPair g = group_both(ctx, ids, experts);
+  const Pair x_tokens = random_pair(DType::bf16, Shape{n, cols}, 401);
+  const Pair w = random_pair(DType::bf16, Shape{experts * rows, cols}, 402, 0.05f);
+  const Pair x = zeros_pair(DType::bf16, Shape{n * k, cols});
+  gather_rows(ctx.gpu, x_tokens.gpu, g.order.gpu, x.gpu);
+  const Pair y = zeros_pair(DType::bf16, Shape{n * k, rows});
+  moe_linear(ctx.gpu, x.gpu, WeightMatrix::dense(w.gpu), g.gpu(), y.gpu);
+  const std::vector<int32_t> slots = to_vector<int32_t>(g.slots.cpu);
+  const int64_t token = 11;
+  const Pair one_ids = vector_pair(
+      std::vector<int32_t>(choices.begin() + token * k, choices.begin() + (token + 1) * k),
+      Shape{1, k});
+  const GroupsPair one = group_both(ctx, one_ids, experts);
+  const Pair one_x = zeros_pair(DType::bf16, Shape{k, cols});
+  gather_rows(ctx.gpu, x_tokens.gpu->rows(token, token + 1), one.order.gpu, one_x.gpu);
+  const Pair one_y = zeros_pair(DType::bf16, Shape{k, rows});
+  moe_linear(ctx.gpu, one_x.gpu, WeightMatrix::dense(w.gpu), one.gpu(), one_y.gpu);
+  ctx.gpu.synchronize();
+  const std::vector<int32_t> one_slots = to_vector<int32_t>(one.slots.cpu);
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t in_batch = slots[static_cast<size_t>(token * k + j)];
+    const int64_t alone = one_slots[static_cast<size_t>(j)];
+    expect_equal(one_y.gpu->rows(alone, alone + 1), y.gpu->rows(in_batch, in_batch + 1),
+                 fmt::format("choice {}", j));
   }
 }
 

@@ -77,6 +77,17 @@ struct MoeGroupRouting {
   float scale = 1.0f;      // routed_scaling_factor
 };
 
+// The (token, choice) pairs of a MoE layer grouped by expert: contiguous i32 tensors on the
+// layer's device, written by moe_group and read by moe_linear, gather_rows and moe_combine
+// (ops/moe.h).
+struct MoeGroups {
+  Tensor offsets;  // [E + 1]: expert e's grouped rows are [offsets[e], offsets[e + 1])
+  Tensor active;   // [E + 1]: active[0] = A, the number of experts with rows; active[1 .. A] are
+                   // those experts, ascending (the rest is unspecified)
+  Tensor order;    // [n * k]: the token of each grouped row; within an expert, tokens ascend
+  Tensor slots;    // [n, k]: the grouped row of each (token, choice)
+};
+
 // paged_attention (ops/attention.h).
 struct AttentionParams {
   float scale = 1.0f;      // usually 1/sqrt(head_dim)

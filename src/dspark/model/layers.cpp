@@ -391,20 +391,8 @@ void project_rows(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
   for (const QuantizedWeight::Part& p : q.parts) {
     const int64_t lo = std::max(begin, p.row0), hi = std::min(end, p.row0 + p.w.n);
     if (lo >= hi) continue;
-    WeightMatrix part = p.w;
-    DSPARK_CHECK(p.w.format != WeightFormat::blocks_x8 ||
-                     ((lo - p.row0) % 8 == 0 && ((hi - p.row0) % 8 == 0 || hi == p.row0 + p.w.n)),
-                 "project_rows: rows [{}, {}) split a group of 8 interleaved rows", lo, hi);
-    part.data = p.w.data.rows(lo - p.row0, hi - p.row0);
-    part.n = hi - lo;
-    if (part.format == WeightFormat::fp8_blocks) {
-      DSPARK_CHECK(lo == p.row0 || (lo - p.row0) % part.block_n == 0,
-                   "project_rows: rows from {} of FP8 blocks of {} rows", lo - p.row0,
-                   part.block_n);
-      const int64_t b0 = (lo - p.row0) / part.block_n;
-      part.scales = p.w.scales.rows(b0, b0 + (part.n + part.block_n - 1) / part.block_n);
-    }
-    linear(ctx, x, part, has_bias ? bias.slice(0, lo - begin, hi - begin) : Tensor{},
+    linear(ctx, x, weight_rows(p.w, lo - p.row0, hi - p.row0),
+           has_bias ? bias.slice(0, lo - begin, hi - begin) : Tensor{},
            y.slice(1, lo - begin, hi - begin));
   }
 }

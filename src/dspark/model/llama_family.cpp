@@ -256,7 +256,6 @@ class LlamaFamilyModel final : public Model {
   std::vector<LayerWeights> layers_;
   RopeOnDevice rope_;
   bool has_moe_ = false;
-  mutable PackedIndices moe_indices_;  // the expert grouping of the running MoE layer
 
   PackedIndices meta_;
   ActivationArena arena_;
@@ -401,6 +400,11 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
     f(a.moe.router_logits, DType::f32, Shape{n, int64_t{config_.num_experts}});
     f(a.moe.ids, DType::i32, Shape{n, k});
     f(a.moe.weights, DType::f32, Shape{n, k});
+    const int64_t groups = int64_t{config_.num_experts} + 1;
+    f(a.moe.groups.offsets, DType::i32, Shape{groups});
+    f(a.moe.groups.active, DType::i32, Shape{groups});
+    f(a.moe.groups.order, DType::i32, Shape{n * k});
+    f(a.moe.groups.slots, DType::i32, Shape{n, k});
     f(a.moe.rows, dtype_, Shape{n * k, h});
     f(a.moe.gate_up, dtype_, Shape{n * k, 2 * e_inter});
     f(a.moe.act, dtype_, Shape{n * k, e_inter});
@@ -410,7 +414,6 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
     f(a.moe.shared_gate_up, dtype_, Shape{shared_rows, 2 * shared});
     f(a.moe.shared_act, dtype_, Shape{shared_rows, shared});
     f(a.moe.shared_out, DType::f32, Shape{shared_rows, h});
-    a.moe.indices = &moe_indices_;
   }
   a.taps.resize(n_taps);
   for (Tensor& t : a.taps) f(t, dtype_, Shape{n, h});
@@ -590,9 +593,13 @@ ForwardOutput LlamaFamilyModel::output(const ForwardBatch& b, const Activations&
 // ---- CUDA graphs -------------------------------------------------------------------------------
 
 bool LlamaFamilyModel::graph_eligible(const Context& ctx, const ForwardBatch& b) const {
-  // A MoE layer groups its rows by expert on the host: not capturable.
-  return graphs_enabled_ && !has_moe_ && ctx.is_cuda() && !b.input_embeddings.defined() &&
-         static_cast<int64_t>(b.tokens.size()) <= kGraphMaxTokens;
+  const auto n = static_cast<int64_t>(b.tokens.size());
+  if (!graphs_enabled_ || !ctx.is_cuda() || b.input_embeddings.defined() || n > kGraphMaxTokens)
+    return false;
+  // A MoE layer whose experts need the grouping on the host is not capturable.
+  return std::all_of(layers_.begin(), layers_.end(), [&](const LayerWeights& lw) {
+    return !lw.moe.defined() || moe_on_device(ctx, lw.moe, dtype_, n);
+  });
 }
 
 LlamaFamilyModel::GraphBuckets::Entry& LlamaFamilyModel::graph_bucket(Context& ctx,
@@ -643,8 +650,8 @@ ForwardOutput LlamaFamilyModel::forward_graphed(Context& ctx, PagedKvCache& kv,
                   g.meta.view(kPageIndptr), g.meta.view(kPages), g.meta.view(kKvLens)}};
   const int variant = attention_graph_variant(
       ctx, AttentionGraphShape{static_cast<int64_t>(b.tokens.size()), config_.num_heads,
-                               config_.num_kv_heads, static_cast<int64_t>(b.seqs.size()), n_pages,
-                               kv.shape().page_size});
+                               kv.shape().num_kv_heads, static_cast<int64_t>(b.seqs.size()),
+                               n_pages, kv.shape().page_size});
 
   auto* argmax_host = static_cast<int32_t*>(g.argmax_host.data());  // null without want_argmax
   const GraphSet::Outcome outcome = graph_buckets_.run(

@@ -10,6 +10,26 @@
 
 namespace dspark {
 
+namespace {
+
+// Every expert's `proj` ("gate_proj", "up_proj" or "down_proj") of shape [rows, cols], stacked.
+ExpertMatrix load_experts(const WeightLoader& w, const std::string& prefix, int experts,
+                          const char* proj, int64_t rows, int64_t cols) {
+  std::vector<WeightLoader::Part> parts;
+  parts.reserve(static_cast<size_t>(experts));
+  for (int e = 0; e < experts; ++e)
+    parts.push_back({fmt::format("{}experts.{}.{}.weight", prefix, e, proj), Shape{rows, cols}});
+  ExpertMatrix m;
+  m.blocks = w.load_quantized(parts);
+  if (m.blocks.parts.size() != 1) {
+    m.blocks = {};
+    m.dense = w.load_concat(parts);
+  }
+  return m;
+}
+
+}  // namespace
+
 MoeWeights load_moe_weights(const WeightLoader& w, const std::string& prefix,
                             const ModelConfig& c) {
   const int64_t h = c.hidden_size, inter = c.moe_intermediate_size;
@@ -27,54 +47,36 @@ MoeWeights load_moe_weights(const WeightLoader& w, const std::string& prefix,
     const int64_t shared = int64_t{c.n_shared_experts} * inter;
     load_mlp_weights(w, prefix + "shared_experts.", h, shared, m.shared);
   }
-  m.experts.resize(static_cast<size_t>(c.num_experts));
-  for (int e = 0; e < c.num_experts; ++e) {
-    const std::string p = fmt::format("{}experts.{}.", prefix, e);
-    load_mlp_weights(w, p, h, inter, m.experts[static_cast<size_t>(e)]);
-  }
+  m.experts = c.num_experts;
+  m.gate = load_experts(w, prefix, c.num_experts, "gate_proj", inter, h);
+  m.up = load_experts(w, prefix, c.num_experts, "up_proj", inter, h);
+  m.down = load_experts(w, prefix, c.num_experts, "down_proj", h, inter);
   return m;
+}
+
+bool moe_on_device(const Context& ctx, const MoeWeights& w, DType x, int64_t n) {
+  const int64_t m = n * w.top_k;
+  return moe_linear_on_device(ctx, w.gate.matrix(), x, m) &&
+         moe_linear_on_device(ctx, w.up.matrix(), x, m) &&
+         moe_linear_on_device(ctx, w.down.matrix(), x, m);
 }
 
 void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScratch& s,
                const Tensor& out, const ResidualNorm* then) {
-  const int64_t n = xn.size(0), k = w.top_k, experts = static_cast<int64_t>(w.experts.size());
+  const int64_t inter = s.act.size(1);
   linear(ctx, xn, w.router.view(), Tensor{}, s.router_logits);
   if (w.correction_bias->defined()) {
     moe_route_grouped(ctx, s.router_logits, w.correction_bias.view(), w.grouped, s.ids, s.weights);
   } else {
     moe_route(ctx, s.router_logits, w.normalize, s.ids, s.weights);
   }
-
-  // Group the (token, choice) pairs by expert on the host: expert e's rows are
-  // [offset[e], offset[e + 1]) of the grouped buffers, tokens in increasing order.
-  std::vector<int32_t> ids(static_cast<size_t>(n * k));
-  ctx.copy_async(ids.data(), s.ids.data(), ids.size() * sizeof(int32_t));
-  ctx.synchronize();
-  std::vector<int64_t> offset(static_cast<size_t>(experts) + 1, 0);
-  for (int32_t e : ids) ++offset[static_cast<size_t>(e) + 1];
-  for (int64_t e = 0; e < experts; ++e)
-    offset[static_cast<size_t>(e) + 1] += offset[static_cast<size_t>(e)];
-  std::vector<int32_t> order(ids.size()), slots(ids.size());
-  std::vector<int64_t> next(offset.begin(), offset.end() - 1);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t at = next[static_cast<size_t>(ids[i])]++;
-    order[static_cast<size_t>(at)] = static_cast<int32_t>(i / static_cast<size_t>(k));
-    slots[i] = static_cast<int32_t>(at);
-  }
-  PackedIndices& packed = *s.indices;
-  packed.clear();
-  const int s_order = packed.add(order);
-  const int s_slots = packed.add(slots);
-  packed.upload(ctx);
-
-  gather_rows(ctx, xn, packed.view(s_order), s.rows);
-  for (int64_t e = 0; e < experts; ++e) {
-    const int64_t lo = offset[static_cast<size_t>(e)], hi = offset[static_cast<size_t>(e) + 1];
-    if (lo == hi) continue;
-    mlp_block(ctx, w.experts[static_cast<size_t>(e)], s.rows.rows(lo, hi), s.gate_up.rows(lo, hi),
-              s.act.rows(lo, hi), s.expert_out.rows(lo, hi));
-  }
-  moe_combine(ctx, s.expert_out, packed.view(s_slots).reshape(Shape{n, k}), s.weights, out);
+  moe_group(ctx, s.ids, s.groups);
+  gather_rows(ctx, xn, s.groups.order, s.rows);
+  moe_linear(ctx, s.rows, w.gate.matrix(), s.groups, s.gate_up.slice(1, 0, inter));
+  moe_linear(ctx, s.rows, w.up.matrix(), s.groups, s.gate_up.slice(1, inter, 2 * inter));
+  swiglu(ctx, s.gate_up.slice(1, 0, inter), s.gate_up.slice(1, inter, 2 * inter), s.act);
+  moe_linear(ctx, s.act, w.down.matrix(), s.groups, s.expert_out);
+  moe_combine(ctx, s.expert_out, s.groups.slots, s.weights, out);
   if (w.has_shared()) {
     mlp_block(ctx, w.shared, xn, s.shared_gate_up, s.shared_act, s.shared_out);
     add(ctx, out, s.shared_out, out);

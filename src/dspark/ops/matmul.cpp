@@ -119,6 +119,29 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   }
 }
 
+WeightMatrix weight_rows(const WeightMatrix& w, int64_t begin, int64_t end) {
+  DSPARK_CHECK_KIND(invalid_input, 0 <= begin && begin < end && end <= w.n,
+                    "weight_rows: rows [{}, {}) of {}", begin, end, w.n);
+  WeightMatrix part = w;
+  part.n = end - begin;
+  if (w.format == WeightFormat::dense) {
+    part.data = w.data.rows(begin, end);
+    return part;
+  }
+  DSPARK_CHECK_KIND(
+      invalid_input,
+      w.format != WeightFormat::blocks_x8 || (begin % 8 == 0 && (end % 8 == 0 || end == w.n)),
+      "weight_rows: rows [{}, {}) split a group of 8 interleaved rows", begin, end);
+  part.data = w.data.rows(begin, end);
+  if (w.format == WeightFormat::fp8_blocks) {
+    DSPARK_CHECK_KIND(invalid_input, begin % w.block_n == 0,
+                      "weight_rows: rows from {} of FP8 blocks of {} rows", begin, w.block_n);
+    const int64_t b0 = begin / w.block_n;
+    part.scales = w.scales.rows(b0, b0 + (part.n + w.block_n - 1) / w.block_n);
+  }
+  return part;
+}
+
 WeightFormat preferred_block_format(Device device, QuantType quant) {
   const bool x8 = !device.is_cuda() && cpu::quant_packable(quant) &&
                   cpu::quant_gemm_default_isa() != cpu::QuantGemmIsa::portable;

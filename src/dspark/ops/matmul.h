@@ -34,6 +34,11 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
             const Tensor& y);
 
+// Rows [begin, end) of w as a WeightMatrix of end - begin rows (a view: no copy). Blocks
+// interleaved by 8 rows split at a multiple of 8 (or end at the last row), FP8 blocks at a
+// multiple of block_n; otherwise throws invalid_input.
+WeightMatrix weight_rows(const WeightMatrix& w, int64_t begin, int64_t end);
+
 // The layout of `quant` blocks that linear() and gather_rows() read fastest on `device`:
 // WeightFormat::blocks_x8 for Q4_0 / Q4_1 / Q8_0 on a CPU with the AVX2 kernels (8 rows
 // interleaved, backend/cpu/kernels/quant_pack.h), else WeightFormat::blocks.

@@ -1,11 +1,13 @@
-// Argument checks and device dispatch of moe_route and moe_combine (contract: ops/moe.h).
+// Argument checks and device dispatch of the MoE ops (contract: ops/moe.h).
 #include "dspark/ops/moe.h"
 
 #include <cmath>
+#include <vector>
 
 #include "dspark/backend/cpu/kernels.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/ops/dispatch.h"
+#include "dspark/ops/matmul.h"
 #include "dspark/ops/op_checks.h"
 
 namespace dspark {
@@ -98,6 +100,95 @@ void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, co
     DSPARK_ON_CUDA(cuda::moe_combine(ctx, expert_out, slots, weights, out));
   } else {
     cpu::moe_combine(ctx, expert_out, slots, weights, out);
+  }
+}
+
+namespace {
+
+// A contiguous i32 vector of `n` entries on ctx's device.
+void check_index_vector(const char* op, const char* name, const Tensor& t, int64_t n,
+                        const Context& ctx) {
+  check_vector(op, name, t, DType::i32, n);
+  DSPARK_CHECK(t.is_contiguous(), "{}: {} must be contiguous", op, name);
+  check_on_device(op, name, t, ctx);
+}
+
+// The grouping's tensors for E experts and m (token, choice) pairs.
+void check_groups(const char* op, const MoeGroups& g, int64_t m, const Context& ctx) {
+  check_rank(op, "offsets", g.offsets, 1);
+  const int64_t experts = g.offsets.size(0) - 1;
+  DSPARK_CHECK(experts >= 1, "{}: offsets must have at least 2 entries (E + 1)", op);
+  check_index_vector(op, "offsets", g.offsets, experts + 1, ctx);
+  check_index_vector(op, "active", g.active, experts + 1, ctx);
+  check_index_vector(op, "order", g.order, m, ctx);
+  check_rank(op, "slots", g.slots, 2);
+  DSPARK_CHECK(g.slots.numel() == m, "{}: slots {} hold {} pairs, expected {}", op,
+               g.slots.shape().str(), g.slots.numel(), m);
+  check_choices(op, "slots", g.slots, DType::i32, g.slots.size(0), g.slots.size(1), ctx);
+}
+
+bool device_dtype(DType t) {
+  return t == DType::bf16 || t == DType::f16 || t == DType::f32;
+}
+
+}  // namespace
+
+void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g) {
+  constexpr const char* kOp = "moe_group";
+  check_rank(kOp, "ids", ids, 2);
+  const int64_t n = ids.size(0), k = ids.size(1);
+  check_choices(kOp, "ids", ids, DType::i32, n, k, ctx);
+  check_groups(kOp, g, n * k, ctx);
+  check_shape(kOp, "slots", g.slots, Shape{n, k});
+  DSPARK_CHECK(k >= 1 && k <= g.offsets.size(0) - 1, "{}: {} choices per token of {} experts", kOp,
+               k, g.offsets.size(0) - 1);
+  if (ctx.is_cuda()) {
+    DSPARK_ON_CUDA(cuda::moe_group(ctx, ids, g));
+  } else {
+    cpu::moe_group(ctx, ids, g);
+  }
+}
+
+bool moe_linear_on_device(const Context& ctx, const WeightMatrix& w, DType x, int64_t m) {
+  if (!ctx.is_cuda()) return true;
+  return w.format == WeightFormat::dense && device_dtype(w.data.dtype()) && x == w.data.dtype() &&
+         (w.k * static_cast<int64_t>(dtype_size(x))) % 16 == 0 && m <= kMoeDeviceRows;
+}
+
+void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
+                const Tensor& y) {
+  constexpr const char* kOp = "moe_linear";
+  check_float_rows(kOp, "x", x, ctx);
+  check_float_rows(kOp, "y", y, ctx);
+  const int64_t m = x.size(0);
+  check_groups(kOp, g, m, ctx);
+  const int64_t experts = g.offsets.size(0) - 1;
+  DSPARK_CHECK(w.n > 0 && w.n % experts == 0, "{}: w has {} rows, not a multiple of {} experts",
+               kOp, w.n, experts);
+  const int64_t n = w.n / experts;
+  DSPARK_CHECK(x.size(1) == w.k, "{}: x has {} columns, w takes {}", kOp, x.size(1), w.k);
+  check_shape(kOp, "y", y, Shape{m, n});
+  if (m == 0) return;
+  if (ctx.is_cuda() && moe_linear_on_device(ctx, w, x.dtype(), m)) {
+    check_on_device(kOp, "w", w.data, ctx);
+    DSPARK_ON_CUDA(cuda::moe_linear(ctx, x, w.data, g, y));
+    return;
+  }
+  // linear() per expert over its rows, the grouping read on the host.
+  std::vector<int32_t> offsets(static_cast<size_t>(experts) + 1);
+  if (ctx.is_cuda()) {
+    ctx.copy_async(offsets.data(), g.offsets.data(), offsets.size() * sizeof(int32_t));
+    ctx.synchronize();
+  } else {
+    const auto* src = g.offsets.data_as<int32_t>();
+    offsets.assign(src, src + experts + 1);
+  }
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t lo = offsets[static_cast<size_t>(e)], hi = offsets[static_cast<size_t>(e) + 1];
+    DSPARK_CHECK(0 <= lo && lo <= hi && hi <= m, "{}: expert {} has rows [{}, {}) of {}", kOp, e,
+                 lo, hi, m);
+    if (lo == hi) continue;
+    linear(ctx, x.rows(lo, hi), weight_rows(w, e * n, (e + 1) * n), Tensor{}, y.rows(lo, hi));
   }
 }
 

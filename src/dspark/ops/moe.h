@@ -1,8 +1,12 @@
 // Mixture-of-experts routing and combination: Qwen3-MoE's (softmax over the experts, top-k,
 // optional renormalisation) and DeepSeek-V3's (sigmoid scores, a selection bias, group-limited
 // top-k, routed scaling). The experts themselves are SwiGLU MLPs run through linear() on the
-// rows routed to them (model/moe.h groups the rows by expert).
+// rows routed to them: moe_group groups the (token, choice) pairs by expert on the device and
+// moe_linear multiplies each expert's rows by that expert's matrix, so a MoE layer needs no
+// round trip to the host (a decode or verify forward can be captured in a CUDA graph).
 #pragma once
+
+#include <cstdint>
 
 #include "dspark/backend/context.h"
 #include "dspark/backend/op_params.h"
@@ -44,5 +48,27 @@ void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
 // not overlap expert_out (not checked).
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out);
+
+// Groups the choices ids [n, k] (i32, each in [0, E): the kernels trust them, moe_route writes
+// them) of n tokens by expert, E = g.offsets.size(0) - 1: a stable counting sort, so the result
+// depends on ids only (the same on every backend). A token lists an expert at most once.
+void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
+
+// y[r, :] = x[r, :] . w_e^T for each grouped row r of expert e (g from moe_group), where w holds
+// the E experts' matrices stacked along its rows, w_e its rows [e * N, (e + 1) * N) and
+// N = w.n / E: x [m, K] and y [m, N] with rows contiguous (y may be a column slice of a wider
+// buffer), m = g.order.size(0). w in any format linear() takes; each product is linear()'s on
+// the expert's rows, or (on CUDA, moe_linear_on_device) one kernel over every expert whose sums
+// run in a fixed order per output, whatever the number of rows: a row's result does not depend
+// on the other rows. Experts without rows are not read.
+void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
+                const Tensor& y);
+
+// Whether moe_linear of m rows of x dtype `x` runs without waiting for the host (it then can be
+// captured in a CUDA graph): always on the CPU; on CUDA for a dense w of bf16, f16 or f32, x of
+// w's dtype, K a multiple of 16 bytes of it, and m <= kMoeDeviceRows. Otherwise CUDA reads the
+// grouping back to the host and runs linear() per expert (prefill: many rows per expert).
+inline constexpr int64_t kMoeDeviceRows = 512;
+bool moe_linear_on_device(const Context& ctx, const WeightMatrix& w, DType x, int64_t m);
 
 }  // namespace dspark

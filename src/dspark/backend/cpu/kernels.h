@@ -40,6 +40,7 @@ void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
                        const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights);
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out);
+void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
 void apply_penalties(Context& ctx, const Tensor& logits, std::span<const PenaltyEntry> entries);
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);

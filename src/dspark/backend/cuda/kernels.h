@@ -43,6 +43,9 @@ void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
                        const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights);
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out);
+void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
+void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g,
+                const Tensor& y);
 void apply_penalties(Context& ctx, const Tensor& logits, std::span<const PenaltyEntry> entries);
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);

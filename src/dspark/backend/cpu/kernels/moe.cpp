@@ -1,6 +1,8 @@
-// CPU kernels of moe_route and moe_combine (contract: ops/moe.h): one row per task, f32 math.
+// CPU kernels of moe_route, moe_combine (one row per task, f32 math) and moe_group (contract:
+// ops/moe.h).
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels.h"
@@ -136,6 +138,30 @@ void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, co
       });
     });
   });
+}
+
+void moe_group(Context&, const Tensor& ids, const MoeGroups& g) {
+  const int64_t m = ids.numel(), experts = g.offsets.size(0) - 1, k = ids.size(1);
+  const int32_t* id = ids.data_as<int32_t>();
+  auto* offsets = g.offsets.data_as<int32_t>();
+  auto* active = g.active.data_as<int32_t>();
+  auto* order = g.order.data_as<int32_t>();
+  auto* slots = g.slots.data_as<int32_t>();
+  std::fill(offsets, offsets + experts + 1, 0);
+  for (int64_t i = 0; i < m; ++i) ++offsets[id[i] + 1];
+  int32_t used = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    if (offsets[e + 1] > 0) active[1 + used++] = static_cast<int32_t>(e);
+    offsets[e + 1] += offsets[e];
+  }
+  active[0] = used;
+  // Stable: pairs in index order, so the tokens of an expert ascend.
+  std::vector<int32_t> next(offsets, offsets + experts);
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t at = next[static_cast<size_t>(id[i])]++;
+    order[at] = static_cast<int32_t>(i / k);
+    slots[i] = at;
+  }
 }
 
 }  // namespace dspark::cpu

@@ -1,4 +1,4 @@
-// moe_route, moe_route_grouped and moe_combine (contract: ops/moe.h).
+// moe_route, moe_route_grouped, moe_combine and moe_group (contract: ops/moe.h).
 //   moe_route: one warp per row. The row's probabilities live in shared memory; the top-k are
 //   chosen by k warp-wide argmax rounds under the CPU kernel's order (larger first, equal: the
 //   lower index, NaN last), so both backends choose the same experts for the same probabilities.
@@ -6,6 +6,10 @@
 //   memory; each lane scores whole groups (their top 2), then warp-wide rounds pick the groups
 //   and the experts.
 //   moe_combine: one block per row, threads over the columns, the k choices summed in order.
+//   moe_group: one warp. It counts the pairs per expert in shared memory, scans the counts into
+//   offsets (and the list of experts with rows), then places the pairs 32 at a time in index
+//   order: lanes choosing one expert take consecutive rows by lane (__match_any_sync), so the
+//   sort is stable and equals the CPU's.
 #include <algorithm>
 
 #include "dspark/backend/cuda/device/convert.cuh"
@@ -157,7 +161,66 @@ __global__ void moe_combine_kernel(const TE* expert_out, int64_t e_stride, const
   }
 }
 
+__global__ void moe_group_kernel(const int32_t* ids, int64_t m, int k, int experts,
+                                 int32_t* offsets, int32_t* active, int32_t* order,
+                                 int32_t* slots) {
+  extern __shared__ int32_t s_next[];  // [experts]: counts, then each expert's next row
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int e = lane; e < experts; e += 32) s_next[e] = 0;
+  __syncwarp();
+  for (int64_t i = lane; i < m; i += 32) atomicAdd(&s_next[ids[i]], 1);
+  __syncwarp();
+  int base = 0, used = 0;
+  for (int e0 = 0; e0 < experts; e0 += 32) {
+    const int e = e0 + lane;
+    const int c = e < experts ? s_next[e] : 0;
+    int inclusive = c;
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_up_sync(kAll, inclusive, o);
+      if (lane >= o) inclusive += v;
+    }
+    const unsigned has_rows = __ballot_sync(kAll, c > 0);
+    if (e < experts) {
+      offsets[e] = s_next[e] = base + inclusive - c;
+      if (c > 0) active[1 + used + __popc(has_rows & ((1u << lane) - 1))] = e;
+    }
+    base += __shfl_sync(kAll, inclusive, 31);
+    used += __popc(has_rows);
+  }
+  if (lane == 0) {
+    offsets[experts] = base;
+    active[0] = used;
+  }
+  __syncwarp();
+  for (int64_t i0 = 0; i0 < m; i0 += 32) {
+    const int64_t i = i0 + lane;
+    const int e = i < m ? ids[i] : -1;
+    const unsigned same = __match_any_sync(kAll, e);
+    const int rank = __popc(same & ((1u << lane) - 1));
+    const int at = e >= 0 ? s_next[e] + rank : 0;
+    __syncwarp();
+    if (e >= 0 && rank == 0) s_next[e] += __popc(same);
+    __syncwarp();
+    if (e >= 0) {
+      order[at] = static_cast<int32_t>(i / k);
+      slots[i] = at;
+    }
+  }
+}
+
 }  // namespace
+
+void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g) {
+  const int experts = static_cast<int>(g.offsets.size(0) - 1), k = static_cast<int>(ids.size(1));
+  const size_t shared = static_cast<size_t>(experts) * sizeof(int32_t);
+  DSPARK_CHECK(shared <= 48 * 1024, "moe_group: {} experts exceed the kernel's shared memory",
+               experts);
+  moe_group_kernel<<<1, 32, shared, stream_of(ctx)>>>(
+      ids.data_as<int32_t>(), ids.numel(), k, experts, g.offsets.data_as<int32_t>(),
+      g.active.data_as<int32_t>(), g.order.data_as<int32_t>(), g.slots.data_as<int32_t>());
+  DSPARK_CUDA_CHECK_LAUNCH();
+}
 
 void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
                const Tensor& weights) {
