@@ -117,6 +117,11 @@ X8_TARGET inline __m256i block_sums(const __m256i (&w)[8], const int8_t* a, int3
   }
 }
 
+// Software prefetch runs kPrefetchAhead bytes ahead in each group's own stream of blocks: a
+// thread's weight rows come in tiles of 2 groups (kCols rows) one after the other, so group j's
+// stream goes on in the next tile's group j, one group further on in memory (a plain distance
+// from the current address lands in the other group of the tile when a group is a little shorter
+// than the distance, as at k = 1536, and fetches nothing useful).
 constexpr int64_t kPrefetchAhead = 8192;
 
 template <QuantType T, int MR, int NG>
@@ -139,12 +144,23 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
 #pragma GCC unroll 2
     for (int j = 0; j < NG; ++j) acc[r][j] = _mm256_setzero_ps();
   const int64_t nb = x.blocks;
+  // The address distance of the prefetch: kPrefetchAhead plus one group per group boundary that
+  // the stream position b * kGroupBlock + kPrefetchAhead has passed (`skip` of them so far;
+  // `cross` the position b reaches the next boundary at).
+  const int64_t group_bytes = nb * F::kGroupBlock;
+  int64_t skip = kPrefetchAhead / group_bytes;
+  int64_t cross = (skip + 1) * group_bytes - kPrefetchAhead;
   for (int64_t b = 0; b < nb; ++b) {
+    if (b * F::kGroupBlock >= cross) {
+      ++skip;
+      cross += group_bytes;
+    }
+    const int64_t ahead = kPrefetchAhead + skip * group_bytes;
 #pragma GCC unroll 2
     for (int j = 0; j < NG; ++j) {
       const uint8_t* gb = g[j] + b * F::kGroupBlock;
       for (int64_t o = 0; o < F::kGroupBlock; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(gb + kPrefetchAhead + o), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(gb + ahead + o), _MM_HINT_T1);
       const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
       __m256 mw = _mm256_setzero_ps();
       if constexpr (T == QuantType::q4_1)
