@@ -369,14 +369,27 @@ def write_deepseek_moe(src, path, arch):
         split per head into attn_k_b (transposed: [heads, kv_lora_rank, nope]) and attn_v_b,
         YaRN's mscale_all_dim as yarn_log_multiplier = 0.1 * mscale_all_dim;
       - glm4moe: partial rotary as rope.dimension_count, q/k/v biases, q/k norms,
-        post_attention_layernorm as `post_attention_norm`, block_count counting the next-token
-        prediction layers (nextn_predict_layers; the checkpoint here has none of their tensors).
-    Used by tests/cli/gguf_moe_test.sh (written at test time, not committed)."""
+        post_attention_layernorm as `post_attention_norm`;
+      - the next-token prediction (MTP) layers when the checkpoint holds them (config
+        num_nextn_predict_layers and model.layers.{num_hidden_layers}.eh_proj.weight, e.g.
+        tests/data/models/*_mtp): block_count counts them and nextn_predict_layers names them, as
+        llama.cpp's converter does for glm4moe (and DeepSeek-V3.2; its deepseek2 converter drops
+        them); their own tensors as blk.{N}.nextn.{eh_proj,enorm,hnorm,shared_head_norm} and,
+        when the checkpoint has them, nextn.{embed_tokens,shared_head_head} (gguf-py's
+        MODEL_TENSOR.NEXTN_*), the rest of the block as any other block. A glm4moe config that
+        declares the layer without its tensors keeps block_count / nextn_predict_layers as the
+        converter writes them.
+    Used by tests/cli/gguf_moe_test.sh and tests/unit/spec_mtp_gguf_test.cpp (written at test
+    time, not committed)."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     st = load_file(os.path.join(src, "model.safetensors"))
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     n_layers = cfg["num_hidden_layers"]
-    nextn = cfg.get("num_nextn_predict_layers", 0) if arch == "glm4moe" else 0
+    nextn = cfg.get("num_nextn_predict_layers", 0)
+    mtp_layers = [n_layers + i for i in range(nextn)
+                  if f"model.layers.{n_layers + i}.eh_proj.weight" in st]
+    if arch != "glm4moe" and not mtp_layers:
+        nextn = 0
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_name(f"tiny {arch} fixture")
     w.add_block_count(n_layers + nextn)
@@ -437,8 +450,18 @@ def write_deepseek_moe(src, path, arch):
     put("output_norm.weight", st["model.norm.weight"])
     put("output.weight", st["lm_head.weight"])
     heads = cfg["num_attention_heads"]
-    for l in range(n_layers):
+    for l in range(n_layers + len(mtp_layers)):
         p = f"model.layers.{l}."
+        if l >= n_layers:
+            for hf, key in (("eh_proj", gguf.MODEL_TENSOR.NEXTN_EH_PROJ),
+                            ("enorm", gguf.MODEL_TENSOR.NEXTN_ENORM),
+                            ("hnorm", gguf.MODEL_TENSOR.NEXTN_HNORM),
+                            ("shared_head.norm", gguf.MODEL_TENSOR.NEXTN_SHARED_HEAD_NORM),
+                            ("shared_head.head", gguf.MODEL_TENSOR.NEXTN_SHARED_HEAD_HEAD),
+                            ("embed_tokens", gguf.MODEL_TENSOR.NEXTN_EMBED_TOKENS)):
+                if f"{p}{hf}.weight" in st:
+                    name = gguf.TENSOR_NAMES[key].format(bid=l)
+                    put(f"{name}.weight", st[f"{p}{hf}.weight"])
         put(f"blk.{l}.attn_norm.weight", st[p + "input_layernorm.weight"])
         norm2 = "ffn_norm" if arch == "deepseek2" else "post_attention_norm"
         put(f"blk.{l}.{norm2}.weight", st[p + "post_attention_layernorm.weight"])
