@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -38,13 +39,14 @@ std::filesystem::path temp_path(const std::string& name) {
          fmt::format("dspark_mtp_gguf_{}_{}", ::getpid(), name);
 }
 
-// The checkpoint directory `src` as a GGUF file of `arch` (make_fixtures.py --deepseek-moe).
+// The checkpoint directory `src` as a GGUF file of `arch` (make_fixtures.py --deepseek-moe; with
+// q8_0 its matrices in Q8_0).
 void write_gguf(const std::filesystem::path& src, const std::filesystem::path& out,
-                const std::string& arch) {
+                const std::string& arch, bool q8_0 = false) {
   const std::string cmd =
-      fmt::format("python3 '{}' --deepseek-moe '{}' '{}' {} > /dev/null",
+      fmt::format("python3 '{}' --deepseek-moe '{}' '{}' {}{} > /dev/null",
                   (test::source_dir() / "tools" / "gguf" / "make_fixtures.py").string(),
-                  src.string(), out.string(), arch);
+                  src.string(), out.string(), arch, q8_0 ? " --q8-0" : "");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
@@ -157,6 +159,40 @@ TEST_P(MtpGguf, BigramFixtureAcceptsTheDrafts) {
   std::filesystem::remove(file);
   EXPECT_GT(s.drafted, 100);
   EXPECT_GT(s.acceptance(), 0.95);
+}
+
+// A Q8_0 file (every matrix of 32-value rows, the MTP layer's eh_proj, head and embedding too,
+// kept in its blocks): the layer's first logits stay near the F32 file's, and speculative decoding
+// with it equals plain decoding of the same file.
+TEST_P(MtpGguf, QuantizedFileDraftsLosslessly) {
+  const std::filesystem::path q8 = temp_path(GetParam().arch + "_q8_0.gguf");
+  write_gguf(dir_, q8, GetParam().arch, true);
+  {
+    const GgufFile file = GgufFile::open(q8);
+    EXPECT_EQ(file.tensor("blk.4.nextn.eh_proj.weight").type, GgmlType::q8_0);
+  }
+  Context ctx(kCpu);
+  auto f32_target = load_model(gguf_, kCpu, DType::f32);
+  auto q8_target = load_model(q8, kCpu, DType::f32);
+  auto f32_layer = MtpLayer::load(f32_target->config(), kCpu, DType::f32);
+  auto q8_layer = MtpLayer::load(q8_target->config(), kCpu, DType::f32);
+  for (const test::MtpGolden& g : test::load_mtp_goldens(dir_)) {
+    PagedKvCache tkv(f32_target->kv_shape(16, 64), kCpu);
+    const ForwardOutput to =
+        test::mtp_target_forward(ctx, *f32_target, tkv, tkv.create_sequence(), g.context);
+    std::vector<std::vector<float>> logits;
+    for (MtpLayer* layer : {f32_layer.get(), q8_layer.get()}) {
+      PagedKvCache kv(layer->kv_shape(16, 64), kCpu);
+      logits.push_back(to_f32_vector(
+          test::mtp_context_rows(ctx, *layer, kv, kv.create_sequence(), g, to.final_hidden)
+              .logits));
+    }
+    const double err = test::relative_rms_error(logits[1], logits[0]);
+    std::printf("[ mtp ] %s Q8_0 layer logits rel RMS %.2e\n", GetParam().arch.c_str(), err);
+    EXPECT_LE(err, 0.05) << GetParam().arch << " context " << g.context.size();
+  }
+  EXPECT_GT(test::check_mtp_lossless(q8, kCpu).drafted, 0);
+  std::filesystem::remove(q8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MtpGguf,

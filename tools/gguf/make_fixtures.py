@@ -358,7 +358,7 @@ def write_qwen_dense(src, path, arch):
     w.close()
 
 
-def write_deepseek_moe(src, path, arch):
+def write_deepseek_moe(src, path, arch, q8_0=False):
     """A DeepSeek-V3 (GGUF architecture `deepseek2`) or GLM-4.5 (`glm4moe`) checkpoint directory
     as a GGUF file the way llama.cpp's convert_hf_to_gguf.py writes one, every tensor F32:
       - DeepSeek MoE: expert_gating_func 2 (sigmoid), groups, shared experts (`*_shexp`), the
@@ -379,6 +379,8 @@ def write_deepseek_moe(src, path, arch):
         MODEL_TENSOR.NEXTN_*), the rest of the block as any other block. A glm4moe config that
         declares the layer without its tensors keeps block_count / nextn_predict_layers as the
         converter writes them.
+    With q8_0, the matrices (2-D, and the stacked experts) whose rows are a multiple of 32 values
+    are written as Q8_0 (gguf.quants.quantize), except the routers; the rest stays F32.
     Used by tests/cli/gguf_moe_test.sh and tests/unit/spec_mtp_gguf_test.cpp (written at test
     time, not committed)."""
     cfg = json.load(open(os.path.join(src, "config.json")))
@@ -444,7 +446,13 @@ def write_deepseek_moe(src, path, arch):
     w.add_file_type(0)
 
     def put(name, x):
-        w.add_tensor(name, np.ascontiguousarray(x, dtype=np.float32))
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if (q8_0 and (x.ndim == 2 or name.endswith("_exps.weight")) and x.shape[-1] % 32 == 0
+                and "ffn_gate_inp" not in name):
+            q = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(name, gguf.quants.quantize(x, q), raw_dtype=q)
+        else:
+            w.add_tensor(name, x)
 
     put("token_embd.weight", st["model.embed_tokens.weight"])
     put("output_norm.weight", st["model.norm.weight"])
@@ -616,9 +624,12 @@ def main():
     ap.add_argument("--deepseek-moe", nargs=3, metavar=("SRC_DIR", "OUT_GGUF", "ARCH"),
                     help="only write SRC_DIR (a DeepSeek-V3 or GLM-4.5 checkpoint) as OUT_GGUF of "
                          "GGUF architecture ARCH (deepseek2 / glm4moe), every tensor F32")
+    ap.add_argument("--q8-0", action="store_true",
+                    help="with --deepseek-moe: matrices whose rows are a multiple of 32 values in "
+                         "Q8_0 (routers, norms, biases in F32)")
     args = ap.parse_args()
     if args.deepseek_moe:
-        write_deepseek_moe(*args.deepseek_moe)
+        write_deepseek_moe(*args.deepseek_moe, q8_0=args.q8_0)
         return 0
     if args.qwen_dense:
         write_qwen_dense(*args.qwen_dense)
