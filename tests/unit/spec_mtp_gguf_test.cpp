@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,9 @@ namespace {
 const Device kCpu = Device::cpu();
 
 bool python_has_gguf() {
-  return std::system("python3 -c 'import gguf, numpy, safetensors' > /dev/null 2>&1") == 0;
+  static const bool has =
+      std::system("python3 -c 'import gguf, numpy, safetensors' > /dev/null 2>&1") == 0;
+  return has;
 }
 
 std::filesystem::path temp_path(const std::string& name) {
@@ -55,6 +58,28 @@ struct Family {
   std::string arch;  // its GGUF architecture
 };
 
+// Each family's F32 file, written once per test process and removed at its exit.
+class FamilyFiles {
+ public:
+  ~FamilyFiles() {
+    std::error_code ec;
+    for (const auto& [arch, path] : files_) std::filesystem::remove(path, ec);
+  }
+  // The file of `arch` from `src`; empty when writing it failed (a test failure).
+  std::filesystem::path get(const std::filesystem::path& src, const std::string& arch) {
+    auto it = files_.find(arch);
+    if (it == files_.end()) {
+      const std::filesystem::path out = temp_path(arch + ".gguf");
+      write_gguf(src, out, arch);
+      it = files_.emplace(arch, ::testing::Test::HasFatalFailure() ? "" : out).first;
+    }
+    return it->second;
+  }
+
+ private:
+  std::map<std::string, std::filesystem::path> files_;
+};
+
 class MtpGguf : public ::testing::TestWithParam<Family> {
  protected:
   void SetUp() override {
@@ -62,11 +87,9 @@ class MtpGguf : public ::testing::TestWithParam<Family> {
     if (!std::filesystem::exists(dir_ / "mtp_goldens.safetensors"))
       GTEST_SKIP() << "fixture " << dir_ << " missing";
     if (!python_has_gguf()) GTEST_SKIP() << "python3 with the gguf package missing";
-    gguf_ = temp_path(GetParam().arch + ".gguf");
-    write_gguf(dir_, gguf_, GetParam().arch);
-  }
-  void TearDown() override {
-    if (!gguf_.empty()) std::filesystem::remove(gguf_);
+    static FamilyFiles files;
+    gguf_ = files.get(dir_, GetParam().arch);
+    ASSERT_FALSE(gguf_.empty()) << "writing the " << GetParam().arch << " file failed";
   }
   std::filesystem::path dir_, gguf_;
 };
