@@ -5,7 +5,10 @@
 # experts, the score correction as exp_probs_b, glm4moe's block_count counting its next-token
 # layer) load through dspark info / generate; their greedy tokens for the golden prompt equal
 # transformers' (goldens.safetensors), and their log-probabilities (the chosen token and the 5
-# most probable) equal those of the same checkpoint loaded from safetensors within 1e-4.
+# most probable) equal those of the same checkpoint loaded from safetensors within 1e-4. The MTP
+# fixtures (*_mtp) written the same way with their blk.4.nextn.* tensors: `--draft mtp` from the
+# GGUF file emits plain greedy's tokens and (with --draft-policy fixed) drafts / accepts what it
+# does from safetensors.
 #   bash tests/cli/gguf_moe_test.sh <path-to-dspark> <repo-root>
 set -euo pipefail
 DSPARK=$1
@@ -46,5 +49,32 @@ for a, b in zip(g_out["logprobs"], st_out["logprobs"], strict=True):
 assert worst <= 1e-4, f"log-probabilities differ by {worst}"
 print(f"{arch}.gguf: 16 greedy tokens equal transformers', log-probabilities within {worst:.1e} "
       "of the safetensors load")
+PY
+done
+
+for pair in deepseek_v3:deepseek2 glm4_moe:glm4moe; do
+  IFS=: read -r name arch <<< "$pair"
+  M=$MODELS/${name}_mtp
+  [[ -d $M ]] || continue
+  G=$TMP/${arch}_mtp.gguf
+  python3 "$ROOT/tools/gguf/make_fixtures.py" --deepseek-moe "$M" "$G" "$arch" > /dev/null ||
+    fail "writing ${arch}_mtp.gguf"
+  run() {  # model [args]: the last JSON line of a greedy generation
+    "$DSPARK" generate -m "$1" -p "Small models are cheap to run and easy to test." -n 24 \
+      --temperature 0 --json "${@:2}" 2> "$TMP/err" | tail -n 1 || fail "generate $*: $(cat "$TMP/err")"
+  }
+  run "$G" > "$TMP/plain.json"
+  run "$G" --draft mtp --draft-policy fixed > "$TMP/gguf_mtp.json"
+  run "$M" --draft mtp --draft-policy fixed > "$TMP/st_mtp.json"
+  python3 - "$TMP/plain.json" "$TMP/gguf_mtp.json" "$TMP/st_mtp.json" "$arch" <<'PY' || fail "$arch mtp"
+import json, sys
+plain, gguf, st = (json.load(open(p)) for p in sys.argv[1:4])
+assert gguf["tokens"] == plain["tokens"], (gguf["tokens"], plain["tokens"])
+assert gguf["tokens"] == st["tokens"], (gguf["tokens"], st["tokens"])
+g, s = gguf["spec"], st["spec"]
+assert g["draft"] == "mtp" and g["drafted"] > 0, g
+assert (g["rounds"], g["drafted"], g["accepted"]) == (s["rounds"], s["drafted"], s["accepted"]), (g, s)
+print(f"{sys.argv[4]}_mtp.gguf --draft mtp: plain greedy's tokens, {g['accepted']}/{g['drafted']} "
+      "drafts accepted as from safetensors")
 PY
 done

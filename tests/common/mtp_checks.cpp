@@ -50,6 +50,64 @@ std::filesystem::path mtp_fixture_dir(const std::string& family) {
   return data_dir() / "models" / (family + "_mtp");
 }
 
+std::vector<MtpGolden> load_mtp_goldens(const std::filesystem::path& dir) {
+  const SafeTensors st = SafeTensors::open(dir / "mtp_goldens.safetensors");
+  std::vector<MtpGolden> out;
+  for (int c = 0;; ++c) {
+    const std::string p = "c" + std::to_string(c) + ".";
+    if (!st.contains(p + "context")) break;
+    MtpGolden g;
+    g.context = to_vector<int32_t>(st.get(p + "context"));
+    g.pending = to_vector<int32_t>(st.get(p + "pending")).at(0);
+    g.logits = to_f32_vector(st.get(p + "logits"));
+    g.drafts = to_vector<int32_t>(st.get(p + "drafts"));
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+ForwardOutput mtp_target_forward(Context& ctx, Model& target, PagedKvCache& kv, SeqId seq,
+                                 const std::vector<int32_t>& tokens) {
+  ForwardBatch b;
+  b.tokens = tokens;
+  b.row_indptr = {0, static_cast<int32_t>(tokens.size())};
+  b.seqs = {seq};
+  b.tap_layers = {target.config().num_layers - 1};
+  b.want_final_hidden = true;
+  return target.forward(ctx, kv, b);
+}
+
+ForwardOutput mtp_context_rows(Context& ctx, MtpLayer& layer, PagedKvCache& kv, SeqId seq,
+                               const MtpGolden& g, const Tensor& hidden) {
+  const auto n = static_cast<int32_t>(g.context.size());
+  ForwardBatch b;
+  b.tokens.assign(g.context.begin() + 1, g.context.end());
+  b.tokens.push_back(g.pending);
+  b.row_indptr = {0, n};
+  b.seqs = {seq};
+  b.logit_indices = {n - 1};
+  return layer.forward(ctx, kv, b, hidden);
+}
+
+std::vector<int32_t> mtp_propose_greedy(Context& ctx, MtpSource& src, int k) {
+  ProposeRequest q;
+  q.max_tokens = k;
+  Proposal p;
+  src.propose(ctx, std::span<const ProposeRequest>(&q, 1), p);
+  return p.tokens;
+}
+
+std::vector<float> mtp_first_draft_q(Context& ctx, MtpSource& src) {
+  ProposeRequest q;
+  q.max_tokens = 1;
+  q.sampling.temperature = 1.0f;
+  q.seed = 3;
+  Proposal p;
+  src.propose(ctx, std::span<const ProposeRequest>(&q, 1), p);
+  EXPECT_TRUE(p.q.defined());
+  return p.q.defined() ? to_f32_vector(p.q) : std::vector<float>{};
+}
+
 std::filesystem::path write_bigram_mtp_fixture(const std::string& family,
                                                const std::filesystem::path& out) {
   const std::filesystem::path src = mtp_fixture_dir(family);

@@ -1,6 +1,8 @@
 """dspark serve --draft mtp (the target's MTP layer, on the tiny GLM-4.5 MTP fixture): greedy
 completions equal `dspark generate` (plain decoding), and the speculation is reported like any
-other source's: usage.speculation and the /metrics counters count the MTP's drafts."""
+other source's: usage.speculation and the /metrics counters count the MTP's drafts. A long prompt
+sent twice reuses its prefix (the target's pages and the MTP layer's rows, cached_tokens > 0) and
+completes as `dspark generate` does."""
 
 import os
 
@@ -9,6 +11,8 @@ from server_util import Server, args, check, generate, run_test, wait_until
 DSPARK, ROOT, MODELS = args()
 M = os.path.join(MODELS, "glm4_moe_mtp")
 PROMPTS = ["Small models are cheap to run.", "Beautiful is better than ugly."]
+LONG = ("Explicit is better than implicit. Simple is better than complex. Complex is better than "
+        "complicated. Flat is better than nested.")
 N = 24
 
 
@@ -31,6 +35,15 @@ def main():
         check(drafted > 0, "the MTP layer drafted nothing")
         wait_until(lambda: srv.metrics().get("dspark_spec_drafted_tokens_total", 0) >= drafted,
                    10, "the drafted-token counter")
+        ref = generate(DSPARK, M, LONG, N, "--temperature", "0")
+        for attempt in range(2):
+            r = client.completions.create(model="glm4_moe_mtp", prompt=LONG, max_tokens=N,
+                                          temperature=0)
+            check(r.choices[0].text == ref["text"],
+                  f"long prompt, request {attempt}: {r.choices[0].text!r} != {ref['text']!r}")
+        cached = r.usage.prompt_tokens_details.cached_tokens
+        check(cached and cached >= 16, f"the repeated prompt reused {cached} tokens")
+        print(f"repeated prompt: {cached} of {r.usage.prompt_tokens} prompt tokens reused")
 
 
 if __name__ == "__main__":

@@ -23,65 +23,9 @@ namespace {
 
 const Device kCpu = Device::cpu();
 
-struct Golden {
-  std::vector<int32_t> context;
-  int32_t pending = 0;
-  std::vector<float> logits;  // [k, vocab]
-  std::vector<int32_t> drafts;
-};
-
-std::vector<Golden> load_goldens(const std::filesystem::path& dir) {
-  const SafeTensors st = SafeTensors::open(dir / "mtp_goldens.safetensors");
-  std::vector<Golden> out;
-  for (int c = 0;; ++c) {
-    const std::string p = "c" + std::to_string(c) + ".";
-    if (!st.contains(p + "context")) break;
-    Golden g;
-    g.context = to_vector<int32_t>(st.get(p + "context"));
-    g.pending = to_vector<int32_t>(st.get(p + "pending")).at(0);
-    g.logits = to_f32_vector(st.get(p + "logits"));
-    g.drafts = to_vector<int32_t>(st.get(p + "drafts"));
-    out.push_back(std::move(g));
-  }
-  return out;
-}
-
-// One target forward of `tokens` appended to `seq`: every token's last-layer tap (and final
-// hidden state).
-ForwardOutput target_forward(Context& ctx, Model& target, PagedKvCache& kv, SeqId seq,
-                             const std::vector<int32_t>& tokens) {
-  ForwardBatch b;
-  b.tokens = tokens;
-  b.row_indptr = {0, static_cast<int32_t>(tokens.size())};
-  b.seqs = {seq};
-  b.tap_layers = {target.config().num_layers - 1};
-  b.want_final_hidden = true;
-  return target.forward(ctx, kv, b);
-}
-
 std::unique_ptr<MtpSource> make_source(const Model& target) {
   return std::make_unique<MtpSource>(MtpLayer::load(target.config(), kCpu, DType::f32), target,
                                      4096);
-}
-
-std::vector<int32_t> propose_greedy(Context& ctx, MtpSource& src, int k) {
-  ProposeRequest q;
-  q.max_tokens = k;
-  Proposal p;
-  src.propose(ctx, std::span<const ProposeRequest>(&q, 1), p);
-  return p.tokens;
-}
-
-// q of the first draft at temperature 1 (the softmax of the MTP's logits).
-std::vector<float> first_draft_q(Context& ctx, MtpSource& src) {
-  ProposeRequest q;
-  q.max_tokens = 1;
-  q.sampling.temperature = 1.0f;
-  q.seed = 3;
-  Proposal p;
-  src.propose(ctx, std::span<const ProposeRequest>(&q, 1), p);
-  EXPECT_TRUE(p.q.defined());
-  return p.q.defined() ? to_f32_vector(p.q) : std::vector<float>{};
 }
 
 std::vector<float> softmax_host(const float* logits, int64_t n) {
@@ -109,19 +53,13 @@ TEST_P(MtpFamily, LayerLogitsMatchReference) {
   auto target = load_model(dir_, kCpu, DType::f32);
   auto layer = MtpLayer::load(target->config(), kCpu, DType::f32);
   const int64_t vocab = target->config().vocab_size, h = target->config().hidden_size;
-  for (const Golden& g : load_goldens(dir_)) {
+  for (const test::MtpGolden& g : test::load_mtp_goldens(dir_)) {
     PagedKvCache tkv(target->kv_shape(16, 64), kCpu);
-    const ForwardOutput to = target_forward(ctx, *target, tkv, tkv.create_sequence(), g.context);
-    // Rows of the context: (h_i, t_{i+1}), the last with the pending token.
-    const auto n = static_cast<int32_t>(g.context.size());
-    ForwardBatch b;
-    b.tokens.assign(g.context.begin() + 1, g.context.end());
-    b.tokens.push_back(g.pending);
-    b.row_indptr = {0, n};
+    const ForwardOutput to =
+        test::mtp_target_forward(ctx, *target, tkv, tkv.create_sequence(), g.context);
     PagedKvCache kv(layer->kv_shape(16, 64), kCpu);
-    b.seqs = {kv.create_sequence()};
-    b.logit_indices = {n - 1};
-    ForwardOutput out = layer->forward(ctx, kv, b, to.final_hidden);
+    const SeqId seq = kv.create_sequence();
+    ForwardOutput out = test::mtp_context_rows(ctx, *layer, kv, seq, g, to.final_hidden);
     const auto k = static_cast<int>(g.drafts.size());
     for (int step = 0; step < k; ++step) {
       const std::vector<float> want(g.logits.begin() + step * vocab,
@@ -132,8 +70,10 @@ TEST_P(MtpFamily, LayerLogitsMatchReference) {
       // Chain: h' of the last row with the reference's draft, at the next position.
       const int64_t last = out.final_hidden.size(0) - 1;
       OwnedTensor hp = OwnedTensor::copy_of(out.final_hidden.rows(last, last + 1), kCpu);
+      ForwardBatch b;
       b.tokens = {g.drafts[static_cast<size_t>(step)]};
       b.row_indptr = {0, 1};
+      b.seqs = {seq};
       b.logit_indices = {0};
       out = layer->forward(ctx, kv, b, hp.view().reshape(Shape{1, h}));
     }
@@ -144,9 +84,10 @@ TEST_P(MtpFamily, SourceDraftsMatchReference) {
   Context ctx(kCpu);
   auto target = load_model(dir_, kCpu, DType::f32);
   const int64_t vocab = target->config().vocab_size;
-  for (const Golden& g : load_goldens(dir_)) {
+  for (const test::MtpGolden& g : test::load_mtp_goldens(dir_)) {
     PagedKvCache tkv(target->kv_shape(16, 64), kCpu);
-    const ForwardOutput to = target_forward(ctx, *target, tkv, tkv.create_sequence(), g.context);
+    const ForwardOutput to =
+        test::mtp_target_forward(ctx, *target, tkv, tkv.create_sequence(), g.context);
     const auto n = static_cast<int32_t>(g.context.size());
     // The prompt committed at once, and in two chunks (the first without a pending token).
     for (int32_t cut : {n, n / 2}) {
@@ -164,11 +105,11 @@ TEST_P(MtpFamily, SourceDraftsMatchReference) {
         b.pending = g.pending;
         src->commit(ctx, std::span<const RowUpdate>(&b, 1), to.taps);
       }
-      EXPECT_EQ(propose_greedy(ctx, *src, static_cast<int>(g.drafts.size())), g.drafts)
+      EXPECT_EQ(test::mtp_propose_greedy(ctx, *src, static_cast<int>(g.drafts.size())), g.drafts)
           << GetParam() << " context " << n << " cut " << cut;
-      EXPECT_LE(
-          test::relative_rms_error(first_draft_q(ctx, *src), softmax_host(g.logits.data(), vocab)),
-          1e-4);
+      EXPECT_LE(test::relative_rms_error(test::mtp_first_draft_q(ctx, *src),
+                                         softmax_host(g.logits.data(), vocab)),
+                1e-4);
     }
   }
 }
@@ -178,13 +119,13 @@ TEST_P(MtpFamily, SourceDraftsMatchReference) {
 TEST_P(MtpFamily, CommitAfterVerifyMatchesFreshSource) {
   Context ctx(kCpu);
   auto target = load_model(dir_, kCpu, DType::f32);
-  const Golden g = load_goldens(dir_).back();
+  const test::MtpGolden g = test::load_mtp_goldens(dir_).back();
   PagedKvCache tkv(target->kv_shape(16, 64), kCpu);
   const SeqId seq = tkv.create_sequence();
   auto src = make_source(*target);
   src->begin(ctx, 0, g.context);
   {
-    const ForwardOutput to = target_forward(ctx, *target, tkv, seq, g.context);
+    const ForwardOutput to = test::mtp_target_forward(ctx, *target, tkv, seq, g.context);
     RowUpdate u;
     u.kept_tokens = g.context;
     u.pending = g.pending;
@@ -195,12 +136,12 @@ TEST_P(MtpFamily, CommitAfterVerifyMatchesFreshSource) {
   // Round 1 keeps one draft, round 2 none, round 3 two; the next pending token is arbitrary.
   const std::vector<std::pair<int, int32_t>> rounds = {{1, 5}, {0, 9}, {2, 11}};
   for (const auto& [accept, next] : rounds) {
-    const std::vector<int32_t> drafts = propose_greedy(ctx, *src, 3);
+    const std::vector<int32_t> drafts = test::mtp_propose_greedy(ctx, *src, 3);
     ASSERT_EQ(drafts.size(), 3u);
     std::vector<int32_t> verify = {pending};
     verify.insert(verify.end(), drafts.begin(), drafts.end());
     const int len = tkv.length(seq);
-    const ForwardOutput vo = target_forward(ctx, *target, tkv, seq, verify);
+    const ForwardOutput vo = test::mtp_target_forward(ctx, *target, tkv, seq, verify);
     tkv.rollback_to(seq, len + 1 + accept);
     const std::vector<int32_t> kept(verify.begin(), verify.begin() + 1 + accept);
     RowUpdate u;
@@ -214,16 +155,19 @@ TEST_P(MtpFamily, CommitAfterVerifyMatchesFreshSource) {
     pending = next;
 
     PagedKvCache fkv(target->kv_shape(16, 64), kCpu);
-    const ForwardOutput fo = target_forward(ctx, *target, fkv, fkv.create_sequence(), text);
+    const ForwardOutput fo =
+        test::mtp_target_forward(ctx, *target, fkv, fkv.create_sequence(), text);
     auto fresh = make_source(*target);
     fresh->begin(ctx, 0, text);
     RowUpdate f;
     f.kept_tokens = text;
     f.pending = pending;
     fresh->commit(ctx, std::span<const RowUpdate>(&f, 1), fo.taps);
-    EXPECT_EQ(propose_greedy(ctx, *src, 3), propose_greedy(ctx, *fresh, 3))
+    EXPECT_EQ(test::mtp_propose_greedy(ctx, *src, 3), test::mtp_propose_greedy(ctx, *fresh, 3))
         << GetParam() << " after accepting " << accept;
-    EXPECT_LE(test::relative_rms_error(first_draft_q(ctx, *src), first_draft_q(ctx, *fresh)), 1e-4);
+    EXPECT_LE(test::relative_rms_error(test::mtp_first_draft_q(ctx, *src),
+                                       test::mtp_first_draft_q(ctx, *fresh)),
+              1e-4);
   }
 }
 
@@ -274,9 +218,10 @@ TEST(MtpSourceFactory, SelectsMtpAndRefusesTargetsWithoutIt) {
   auto deepseek = load_model(models / "deepseek_v3", kCpu, DType::f32);
   EXPECT_NE(error_of(o, *deepseek).find("eh_proj.weight"), std::string::npos)
       << error_of(o, *deepseek);
-  // A GGUF target: the MTP layer is read from safetensors checkpoints only.
+  // A GGUF target without next-token layers (the GGUF MTP layer: spec_mtp_gguf_test.cpp).
   auto gguf = load_model(test::data_dir() / "gguf" / "tiny_llama.gguf", kCpu, DType::f32);
-  EXPECT_NE(error_of(o, *gguf).find("a GGUF file"), std::string::npos) << error_of(o, *gguf);
+  EXPECT_NE(error_of(o, *gguf).find("its GGUF file has no nextn_predict_layers"), std::string::npos)
+      << error_of(o, *gguf);
   o.draft_vocab = "vocab.txt";
   EXPECT_NE(error_of(o, *glm).find("--draft-vocab"), std::string::npos);
 }

@@ -358,7 +358,7 @@ def write_qwen_dense(src, path, arch):
     w.close()
 
 
-def write_deepseek_moe(src, path, arch):
+def write_deepseek_moe(src, path, arch, q8_0=False):
     """A DeepSeek-V3 (GGUF architecture `deepseek2`) or GLM-4.5 (`glm4moe`) checkpoint directory
     as a GGUF file the way llama.cpp's convert_hf_to_gguf.py writes one, every tensor F32:
       - DeepSeek MoE: expert_gating_func 2 (sigmoid), groups, shared experts (`*_shexp`), the
@@ -369,14 +369,29 @@ def write_deepseek_moe(src, path, arch):
         split per head into attn_k_b (transposed: [heads, kv_lora_rank, nope]) and attn_v_b,
         YaRN's mscale_all_dim as yarn_log_multiplier = 0.1 * mscale_all_dim;
       - glm4moe: partial rotary as rope.dimension_count, q/k/v biases, q/k norms,
-        post_attention_layernorm as `post_attention_norm`, block_count counting the next-token
-        prediction layers (nextn_predict_layers; the checkpoint here has none of their tensors).
-    Used by tests/cli/gguf_moe_test.sh (written at test time, not committed)."""
+        post_attention_layernorm as `post_attention_norm`;
+      - the next-token prediction (MTP) layers when the checkpoint holds them (config
+        num_nextn_predict_layers and model.layers.{num_hidden_layers}.eh_proj.weight, e.g.
+        tests/data/models/*_mtp): block_count counts them and nextn_predict_layers names them, as
+        llama.cpp's converter does for glm4moe (and DeepSeek-V3.2; its deepseek2 converter drops
+        them); their own tensors as blk.{N}.nextn.{eh_proj,enorm,hnorm,shared_head_norm} and,
+        when the checkpoint has them, nextn.{embed_tokens,shared_head_head} (gguf-py's
+        MODEL_TENSOR.NEXTN_*), the rest of the block as any other block. A glm4moe config that
+        declares the layer without its tensors keeps block_count / nextn_predict_layers as the
+        converter writes them.
+    With q8_0, the matrices (2-D, and the stacked experts) whose rows are a multiple of 32 values
+    are written as Q8_0 (gguf.quants.quantize), except the routers; the rest stays F32.
+    Used by tests/cli/gguf_moe_test.sh and tests/unit/spec_mtp_gguf_test.cpp (written at test
+    time, not committed)."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     st = load_file(os.path.join(src, "model.safetensors"))
     rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     n_layers = cfg["num_hidden_layers"]
-    nextn = cfg.get("num_nextn_predict_layers", 0) if arch == "glm4moe" else 0
+    nextn = cfg.get("num_nextn_predict_layers", 0)
+    mtp_layers = [n_layers + i for i in range(nextn)
+                  if f"model.layers.{n_layers + i}.eh_proj.weight" in st]
+    if arch != "glm4moe" and not mtp_layers:
+        nextn = 0
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_name(f"tiny {arch} fixture")
     w.add_block_count(n_layers + nextn)
@@ -431,14 +446,30 @@ def write_deepseek_moe(src, path, arch):
     w.add_file_type(0)
 
     def put(name, x):
-        w.add_tensor(name, np.ascontiguousarray(x, dtype=np.float32))
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if (q8_0 and (x.ndim == 2 or name.endswith("_exps.weight")) and x.shape[-1] % 32 == 0
+                and "ffn_gate_inp" not in name):
+            q = gguf.GGMLQuantizationType.Q8_0
+            w.add_tensor(name, gguf.quants.quantize(x, q), raw_dtype=q)
+        else:
+            w.add_tensor(name, x)
 
     put("token_embd.weight", st["model.embed_tokens.weight"])
     put("output_norm.weight", st["model.norm.weight"])
     put("output.weight", st["lm_head.weight"])
     heads = cfg["num_attention_heads"]
-    for l in range(n_layers):
+    for l in range(n_layers + len(mtp_layers)):
         p = f"model.layers.{l}."
+        if l >= n_layers:
+            for hf, key in (("eh_proj", gguf.MODEL_TENSOR.NEXTN_EH_PROJ),
+                            ("enorm", gguf.MODEL_TENSOR.NEXTN_ENORM),
+                            ("hnorm", gguf.MODEL_TENSOR.NEXTN_HNORM),
+                            ("shared_head.norm", gguf.MODEL_TENSOR.NEXTN_SHARED_HEAD_NORM),
+                            ("shared_head.head", gguf.MODEL_TENSOR.NEXTN_SHARED_HEAD_HEAD),
+                            ("embed_tokens", gguf.MODEL_TENSOR.NEXTN_EMBED_TOKENS)):
+                if f"{p}{hf}.weight" in st:
+                    name = gguf.TENSOR_NAMES[key].format(bid=l)
+                    put(f"{name}.weight", st[f"{p}{hf}.weight"])
         put(f"blk.{l}.attn_norm.weight", st[p + "input_layernorm.weight"])
         norm2 = "ffn_norm" if arch == "deepseek2" else "post_attention_norm"
         put(f"blk.{l}.{norm2}.weight", st[p + "post_attention_layernorm.weight"])
@@ -593,9 +624,12 @@ def main():
     ap.add_argument("--deepseek-moe", nargs=3, metavar=("SRC_DIR", "OUT_GGUF", "ARCH"),
                     help="only write SRC_DIR (a DeepSeek-V3 or GLM-4.5 checkpoint) as OUT_GGUF of "
                          "GGUF architecture ARCH (deepseek2 / glm4moe), every tensor F32")
+    ap.add_argument("--q8-0", action="store_true",
+                    help="with --deepseek-moe: matrices whose rows are a multiple of 32 values in "
+                         "Q8_0 (routers, norms, biases in F32)")
     args = ap.parse_args()
     if args.deepseek_moe:
-        write_deepseek_moe(*args.deepseek_moe)
+        write_deepseek_moe(*args.deepseek_moe, q8_0=args.q8_0)
         return 0
     if args.qwen_dense:
         write_qwen_dense(*args.qwen_dense)

@@ -160,13 +160,25 @@ int32_t PagedKvCache::find_cached(int32_t parent, std::span<const int32_t> token
   return -1;
 }
 
-int PagedKvCache::attach_prefix(SeqId seq, std::span<const int32_t> tokens, int max_tokens) {
+namespace {
+
+// The parent of a prefix's first page: -1, or below it for a context (never a page index).
+int32_t root_parent(int32_t context) {
+  DSPARK_CHECK_KIND(invalid_input, context >= -1 && context < (int32_t{1} << 30),
+                    "prefix context {} out of range", context);
+  return context < 0 ? -1 : -2 - context;
+}
+
+}  // namespace
+
+int PagedKvCache::attach_prefix(SeqId seq, std::span<const int32_t> tokens, int max_tokens,
+                                int32_t context) {
   Sequence& s = seq_ref(seq);
   DSPARK_CHECK_KIND(invalid_input, s.length == 0 && s.pages.empty(),
                     "attach_prefix: sequence {} is not new", seq);
   const int ps = shape_.page_size;
   const int limit = std::min(max_tokens, static_cast<int>(tokens.size()));
-  int32_t parent = -1;
+  int32_t parent = root_parent(context);
   int n = 0;
   while (n + ps <= limit) {
     const int32_t page = find_cached(parent, tokens.subspan(static_cast<size_t>(n), ps));
@@ -181,7 +193,8 @@ int PagedKvCache::attach_prefix(SeqId seq, std::span<const int32_t> tokens, int 
   return n;
 }
 
-void PagedKvCache::publish_prefix(SeqId seq, std::span<const int32_t> tokens, int n_tokens) {
+void PagedKvCache::publish_prefix(SeqId seq, std::span<const int32_t> tokens, int n_tokens,
+                                  int32_t context) {
   const Sequence& s = seq_ref(seq);
   const int ps = shape_.page_size;
   DSPARK_CHECK_KIND(
@@ -189,7 +202,7 @@ void PagedKvCache::publish_prefix(SeqId seq, std::span<const int32_t> tokens, in
       n_tokens >= 0 && n_tokens <= static_cast<int>(tokens.size()) && n_tokens <= s.length,
       "publish_prefix: {} tokens of sequence {} (length {}, {} tokens given)", n_tokens, seq,
       s.length, tokens.size());
-  int32_t parent = -1;
+  int32_t parent = root_parent(context);
   for (int i = 0; (i + 1) * ps <= n_tokens; ++i) {
     const int32_t page = s.pages[static_cast<size_t>(i)];
     CachedPage& c = cache_[static_cast<size_t>(page)];

@@ -76,11 +76,17 @@ class PagedKvCache {
   // Prefix reuse. attach_prefix: `seq` must be new (length 0). Attaches the longest run of
   // published full pages that equal tokens[0 .. n) page by page, with n <= max_tokens, sets the
   // length to n and returns n (a multiple of page_size; 0 when nothing matches).
-  int attach_prefix(SeqId seq, std::span<const int32_t> tokens, int max_tokens);
+  // `context` >= 0: a value the pages' contents also depend on besides their tokens (the MTP
+  // source keys row i by token i + 1 and passes token 0 here); pages match only under the same
+  // context. -1: none.
+  int attach_prefix(SeqId seq, std::span<const int32_t> tokens, int max_tokens,
+                    int32_t context = -1);
   // Publishes the full pages of tokens[0 .. n_tokens) of `seq` (whose KV must hold exactly those
-  // tokens at those positions) for later attach_prefix calls. Pages already published are kept;
-  // publishing stops at a page whose contents another page already provides.
-  void publish_prefix(SeqId seq, std::span<const int32_t> tokens, int n_tokens);
+  // tokens at those positions) for later attach_prefix calls under the same `context`. Pages
+  // already published are kept; publishing stops at a page whose contents another page already
+  // provides.
+  void publish_prefix(SeqId seq, std::span<const int32_t> tokens, int n_tokens,
+                      int32_t context = -1);
   // Published pages (held by sequences or idle).
   int cached_pages() const { return n_cached_; }
 
@@ -112,8 +118,9 @@ class PagedKvCache {
   // Prefix index entry of a published page.
   struct CachedPage {
     bool cached = false;
-    int32_t parent = -1;  // published page holding the previous page_size tokens; -1 at the start
-    int children = 0;     // published pages whose parent this is
+    // Published page holding the previous page_size tokens; at the start -1, or -2 - context.
+    int32_t parent = -1;
+    int children = 0;  // published pages whose parent this is
     uint64_t last_use = 0;
     uint64_t key = 0;
     std::vector<int32_t> tokens;  // [page_size]

@@ -517,7 +517,7 @@ ModelConfig load_model_config(const fs::path& model_dir) {
                     model_dir.string());
   const fs::path file = model_dir / "config.json";
   ModelConfig c = parse_config(read_json_file(file), file.string());
-  c.checkpoint_dir = model_dir;
+  c.checkpoint_path = model_dir;
   return c;
 }
 

@@ -75,9 +75,10 @@ struct ModelConfig {
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
   int pad_token_id = -1;
-  // The checkpoint directory config.json was read from (load_model_config); empty otherwise (a
-  // GGUF file, a parsed JSON). Loaders of a checkpoint's other parts (model/mtp.h) read it.
-  std::filesystem::path checkpoint_dir;
+  // Where the config was read from: the checkpoint directory of config.json (load_model_config) or
+  // the GGUF file (gguf_model_config); empty for a parsed JSON. Loaders of a checkpoint's other
+  // parts (model/mtp.h) read it through with_checkpoint_weights.
+  std::filesystem::path checkpoint_path;
 };
 
 // MLA's softmax scale: (qk_nope_head_dim + qk_rope_head_dim)^-1/2, times mscale^2 with mscale =

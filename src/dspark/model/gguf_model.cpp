@@ -49,6 +49,14 @@ constexpr LayerName kLayerNames[] = {
     {"attn_v_b", "self_attn.v_b_proj"},
     // glm4moe's name for the norm before the MLP.
     {"post_attention_norm", "post_attention_layernorm"},
+    // The next-token prediction (MTP) layer's own tensors (llama.cpp's "nextn", in the blocks
+    // after the decoder's); the rest of such a block is named as any other.
+    {"nextn.eh_proj", "eh_proj"},
+    {"nextn.enorm", "enorm"},
+    {"nextn.hnorm", "hnorm"},
+    {"nextn.embed_tokens", "embed_tokens"},
+    {"nextn.shared_head_norm", "shared_head.norm"},
+    {"nextn.shared_head_head", "shared_head.head"},
 };
 // Stacked expert tensors "blk.N.<key>.weight" [experts, rows, cols] -> per-expert HF projections.
 constexpr LayerName kExpertNames[] = {
@@ -279,12 +287,15 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   };
 
   ModelConfig c;
-  // block_count counts the next-token prediction layers that follow the decoder's (glm4moe).
+  // block_count counts the next-token prediction layers that follow the decoder's (glm4moe; their
+  // tensors are blk.{num_layers + i}.nextn.* with the block's attention and FFN, model/mtp.h).
   const int blocks = positive("block_count");
   const int64_t nextn = file.find_int(p + "nextn_predict_layers").value_or(0);
   DSPARK_CHECK_KIND(io, nextn >= 0 && nextn < blocks,
                     "{}: {}nextn_predict_layers = {} with block_count {}", where, p, nextn, blocks);
   c.num_layers = blocks - static_cast<int>(nextn);
+  c.num_nextn_predict_layers = static_cast<int>(nextn);
+  c.checkpoint_path = file.path();
   c.hidden_size = positive("embedding_length");
   if (deepseek2 || glm4moe) {
     c.architecture = deepseek2 ? "DeepseekV3ForCausalLM" : "Glm4MoeForCausalLM";

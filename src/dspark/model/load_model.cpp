@@ -31,6 +31,11 @@ void check_engine_dtype(Device device, DType dtype) {
 
 void with_checkpoint_weights(const std::filesystem::path& dir,
                              const std::function<void(const WeightSource&)>& fn) {
+  if (const std::optional<std::filesystem::path> gguf = resolve_gguf_model(dir)) {
+    const GgufFile file = GgufFile::open(*gguf);
+    fn(GgufWeights(file, gguf_model_config(file)));
+    return;
+  }
   const SafeTensors st = SafeTensors::open(dir);
   // An MLX-quantized checkpoint (mlx-lm): its U32 weights unpacked by MlxWeights.
   if (std::optional<MlxQuantization> q = read_mlx_quantization(dir / "config.json")) {

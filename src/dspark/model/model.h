@@ -107,10 +107,11 @@ class Model {
 // dtype for weights and activations (CPU: f32; CUDA: bf16 by default).
 std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device device, DType dtype);
 
-// Calls fn with the weights of the safetensors checkpoint in `dir` as load_model reads them
-// (MLX affine-quantized and block-scaled FP8 checkpoints through their adapters); the weights
-// live until fn returns. For loaders of a checkpoint's other parts (model/mtp.h).
-void with_checkpoint_weights(const std::filesystem::path& dir,
+// Calls fn with the weights of the checkpoint at `path` as load_model reads them: a safetensors
+// directory (MLX affine-quantized and block-scaled FP8 checkpoints through their adapters), or a
+// GGUF file (GgufWeights: Hugging Face names, quantized blocks as stored); the weights live until
+// fn returns. For loaders of a checkpoint's other parts (model/mtp.h).
+void with_checkpoint_weights(const std::filesystem::path& path,
                              const std::function<void(const WeightSource&)>& fn);
 
 }  // namespace dspark

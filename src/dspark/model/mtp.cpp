@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "dspark/core/error.h"
+#include "dspark/model/gguf_model.h"
 #include "dspark/model/registry.h"
 #include "dspark/model/weight_source.h"
 #include "dspark/ops/embedding.h"
@@ -50,21 +51,32 @@ class MtpWeights final : public WeightSource {
 }  // namespace
 
 std::unique_ptr<MtpLayer> MtpLayer::load(const ModelConfig& t, Device device, DType dtype) {
-  DSPARK_CHECK_KIND(invalid_input, !t.checkpoint_dir.empty(),
-                    "the target's MTP layer is read from its safetensors checkpoint directory; "
-                    "this target ({}) was not loaded from one (a GGUF file)",
+  DSPARK_CHECK_KIND(invalid_input, !t.checkpoint_path.empty(),
+                    "the target's MTP layer is read from its checkpoint (a safetensors directory "
+                    "or a GGUF file); this target ({}) was not loaded from one",
                     t.architecture);
+  const bool gguf = resolve_gguf_model(t.checkpoint_path).has_value();
   DSPARK_CHECK_KIND(invalid_input, t.num_nextn_predict_layers > 0,
-                    "the target ({}) has no next-token prediction (MTP) layer: its config has no "
-                    "num_nextn_predict_layers (DeepSeek-V3 and GLM-4.5 checkpoints carry one)",
-                    t.architecture);
+                    "the target ({}) has no next-token prediction (MTP) layer: {} (DeepSeek-V3 and "
+                    "GLM-4.5 checkpoints carry one)",
+                    t.architecture,
+                    gguf ? "its GGUF file has no nextn_predict_layers (llama.cpp's converter keeps "
+                           "the layer for glm4moe, drops it for deepseek2)"
+                         : "its config has no num_nextn_predict_layers");
   auto layer = std::unique_ptr<MtpLayer>(new MtpLayer());
   const std::string prefix = fmt::format("model.layers.{}.", t.num_layers);
-  with_checkpoint_weights(t.checkpoint_dir, [&](const WeightSource& w) {
-    DSPARK_CHECK_KIND(invalid_input, w.contains(prefix + "eh_proj.weight"),
-                      "{}: config.json has num_nextn_predict_layers {} but the checkpoint has no "
-                      "{}eh_proj.weight (a checkpoint saved by transformers drops the MTP layer)",
-                      t.checkpoint_dir.string(), t.num_nextn_predict_layers, prefix);
+  with_checkpoint_weights(t.checkpoint_path, [&](const WeightSource& w) {
+    if (gguf) {
+      DSPARK_CHECK_KIND(invalid_input, w.contains(prefix + "eh_proj.weight"),
+                        "{}: nextn_predict_layers is {} but the file has no "
+                        "blk.{}.nextn.eh_proj.weight",
+                        t.checkpoint_path.string(), t.num_nextn_predict_layers, t.num_layers);
+    } else {
+      DSPARK_CHECK_KIND(invalid_input, w.contains(prefix + "eh_proj.weight"),
+                        "{}: config.json has num_nextn_predict_layers {} but the checkpoint has no "
+                        "{}eh_proj.weight (a checkpoint saved by transformers drops the MTP layer)",
+                        t.checkpoint_path.string(), t.num_nextn_predict_layers, prefix);
+    }
     ModelConfig c = t;
     c.num_layers = 1;
     c.num_nextn_predict_layers = 0;
@@ -78,7 +90,8 @@ std::unique_ptr<MtpLayer> MtpLayer::load(const ModelConfig& t, Device device, DT
     const int64_t h = c.hidden_size;
     layer->enorm_ = loader.load(prefix + "enorm.weight", Shape{h}, DType::f32);
     layer->hnorm_ = loader.load(prefix + "hnorm.weight", Shape{h}, DType::f32);
-    layer->eh_proj_ = loader.load(prefix + "eh_proj.weight", Shape{h, 2 * h});
+    loader.load_matrix({{prefix + "eh_proj.weight", Shape{h, 2 * h}}}, layer->eh_proj_,
+                       layer->eh_proj_q_);
   });
   layer->eps_ = static_cast<float>(t.rms_norm_eps);
   return layer;
@@ -105,7 +118,7 @@ ForwardOutput MtpLayer::forward(Context& ctx, PagedKvCache& kv, ForwardBatch& ba
   const RmsNormParams norm{eps_, false};
   rms_norm(ctx, embed, enorm_, cat.slice(1, 0, h), norm);
   rms_norm(ctx, hidden, hnorm_, cat.slice(1, h, 2 * h), norm);
-  linear(ctx, cat, eh_proj_.view(), Tensor{}, x);
+  project_rows(ctx, cat, eh_proj_.view(), Tensor{}, eh_proj_q_, 0, h, Tensor{}, x);
   batch.input_embeddings = x;
   batch.want_final_hidden = true;
   return block_->forward(ctx, kv, batch);

@@ -1,6 +1,7 @@
 // The next-token prediction (MTP) layer a DeepSeek-V3 or GLM-4.5 checkpoint carries beside its
 // decoder (config num_nextn_predict_layers > 0; dspark uses the first, checkpoint layer index
-// num_hidden_layers, under "model.layers.{N}."). One row of it, at sequence position i:
+// num_hidden_layers, under "model.layers.{N}."; in a GGUF file blk.{N}.nextn.* and the block's
+// own tensors). One row of it, at sequence position i:
 //
 //   x  = eh_proj([enorm(embed(t_{i+1})), hnorm(h_i)])     eh_proj: [hidden, 2 * hidden]
 //   x' = the family's decoder layer (attention over the layer's own KV cache, dense or MoE FFN)
@@ -22,10 +23,13 @@ namespace dspark {
 
 class MtpLayer {
  public:
-  // Loads the first MTP layer of the target whose config this is (its checkpoint_dir, a
-  // safetensors checkpoint). Throws invalid_input when the target has none
-  // (num_nextn_predict_layers 0, a GGUF file, a checkpoint saved without the layer's tensors), io
-  // for malformed tensors.
+  // Loads the first MTP layer of the target whose config this is, from its checkpoint_path: a
+  // safetensors checkpoint, or a GGUF file whose block num_layers holds the layer as llama.cpp's
+  // "nextn" tensors (blk.N.nextn.{eh_proj,enorm,hnorm,shared_head_norm} and the optional
+  // nextn.{embed_tokens,shared_head_head}, beside the block's attn_* / ffn_*), quantized blocks
+  // kept as the target's are. Throws invalid_input when the target has none
+  // (num_nextn_predict_layers 0, a checkpoint or file saved without the layer's tensors), io for
+  // malformed tensors.
   static std::unique_ptr<MtpLayer> load(const ModelConfig& target, Device device, DType dtype);
 
   const Model& block() const { return *block_; }
@@ -46,7 +50,8 @@ class MtpLayer {
  private:
   std::unique_ptr<Model> block_;
   OwnedTensor enorm_, hnorm_;  // [hidden] f32
-  OwnedTensor eh_proj_;        // [hidden, 2 * hidden] engine dtype
+  OwnedTensor eh_proj_;        // [hidden, 2 * hidden] engine dtype, unless eh_proj_q_ holds it
+  QuantizedWeight eh_proj_q_;  // block-quantized as stored (load_matrix)
   float eps_ = 1e-6f;
   PackedIndices ids_;      // the tokens, on the device
   ActivationArena arena_;  // embed rows, [enorm(embed), hnorm(h)], x

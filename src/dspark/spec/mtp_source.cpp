@@ -1,5 +1,6 @@
 #include "dspark/spec/mtp_source.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "dspark/ops/activation.h"
@@ -184,6 +185,30 @@ void MtpSource::propose(Context& ctx, std::span<const ProposeRequest> requests, 
   stats_.n_drafted += steps_.n_drafted();
   ++stats_.n_propose_calls;
   stats_.propose_ms += ms_since(t0);
+}
+
+int MtpSource::attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) {
+  Row& r = row_ref(row);
+  DSPARK_CHECK(r.absorbed == 0 && !r.carry, "mtp: attach_prefix on row {} after a commit", row);
+  if (prompt.size() < 2) return 0;
+  r.absorbed = kv_.attach_prefix(r.seq, prompt.subspan(1), max_tokens, prompt[0]);
+  return r.absorbed;
+}
+
+void MtpSource::trim_prefix(RowId row, int n) {
+  Row& r = row_ref(row);
+  DSPARK_CHECK(n >= 0 && n <= r.absorbed && !r.carry, "mtp: trim_prefix({}) of row {} holding {}",
+               n, row, r.absorbed);
+  kv_.rollback_to(r.seq, n);
+  r.absorbed = n;
+}
+
+void MtpSource::publish_prefix(RowId row, std::span<const int32_t> prompt, int n) {
+  const Row& r = row_ref(row);
+  // Row n - 1 was made with the first generated token, not a prompt token.
+  const int rows = std::min(n - 1, r.absorbed);
+  if (rows <= 0) return;
+  kv_.publish_prefix(r.seq, prompt.subspan(1), rows, prompt[0]);
 }
 
 void MtpSource::release(RowId row) {

@@ -8,6 +8,12 @@
 //
 // Commit: the chained rows are rolled back and the kept tokens' rows absorbed (their taps, each
 // with the token after it; a chunk's last position waits for the next chunk's first token).
+//
+// Prefix reuse (SpecConfig::prefix_cache): row i depends on prompt[0 .. i + 1] (h_i on the
+// tokens up to i, and token i + 1), so the layer's full pages are published keyed by the tokens
+// after their positions (prompt[1 ..]) under the first prompt token (PagedKvCache's context): a
+// prompt of n tokens publishes its rows [0, n - 1), whose next tokens are all in the prompt, and a
+// later prompt attaches the rows whose tokens and next tokens it shares.
 #pragma once
 
 #include <memory>
@@ -33,6 +39,11 @@ class MtpSource final : public DraftSource {
               std::span<const Tensor> taps) override;
   void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override;
   void release(RowId row) override;
+  bool reuses_prefixes() const override { return true; }
+  int prefix_page() const override { return kv_.shape().page_size; }
+  int attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) override;
+  void trim_prefix(RowId row, int n) override;
+  void publish_prefix(RowId row, std::span<const int32_t> prompt, int n) override;
   DraftStats stats() const override { return stats_; }
   const MtpLayer& layer() const { return *layer_; }
 
