@@ -139,5 +139,37 @@ TEST(CudaMatmul, OneRowShapesOnCublasLtMatchCpu) {
   }
 }
 
+// linear_per_head: CUDA's one launch against the CPU's per-head linear(), on strided head columns
+// as MLA uses them (DeepSeek-V2-Lite's absorbed shapes: 16 heads, 128 -> 512 and 512 -> 128), and a
+// token's rows equal alone and among 17 tokens.
+TEST(CudaMatmul, LinearPerHeadMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 900;
+  for (DType in : kFloatDTypes) {
+    for (DType out : {DType::f32, in}) {
+      for (const auto [n, heads, k, rows, width] : {std::array<int64_t, 5>{1, 16, 128, 512, 192},
+                                                    {17, 16, 512, 128, 576},
+                                                    {5, 3, 40, 33, 48}}) {
+        const Pair x = random_pair(in, Shape{n, heads, width}, seed++);
+        const Pair w = random_pair(in, Shape{heads, rows, k}, seed++, 0.05f);
+        const Pair y = zeros_pair(out, Shape{n, heads, rows});
+        linear_per_head(ctx.cpu, x.cpu->slice(2, 0, k), w.cpu, y.cpu);
+        linear_per_head(ctx.gpu, x.gpu->slice(2, 0, k), w.gpu, y.gpu);
+        ctx.gpu.synchronize();
+        const std::string what = fmt::format("{} -> {} n={} H={} K={} N={}", name_of(in),
+                                             name_of(out), n, heads, k, rows);
+        expect_close(y.gpu, y.cpu, tolerance(out), what);
+        if (n > 1) {
+          const Pair one = zeros_pair(out, Shape{1, heads, rows});
+          linear_per_head(ctx.gpu, x.gpu->slice(0, 2, 3).slice(2, 0, k), w.gpu, one.gpu);
+          ctx.gpu.synchronize();
+          expect_equal(one.gpu, y.gpu->slice(0, 2, 3), what + " token 2 alone");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dspark::test

@@ -43,11 +43,6 @@ void deinterleave_rows(std::vector<float>& w, int64_t cols, int64_t first, int r
   }
 }
 
-// A 2-D view of columns [begin, end) of head h of x [n, heads, width] (rows strided).
-Tensor head_cols(const Tensor& x, int64_t h, int64_t begin, int64_t end) {
-  return x.select(1, h).slice(1, begin, end);
-}
-
 // Columns [begin, end) of every head of x [n, heads, width], as [n, heads, end - begin].
 Tensor heads_cols(const Tensor& x, int64_t begin, int64_t end) {
   return x.slice(2, begin, end);
@@ -146,9 +141,7 @@ void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOn
   kv_write(ctx, latent3, latent3, meta.slots, pages, pages);
 
   // The absorbed query: [q_nope[h] . W_UK[h], rope(q_rope[h])] per head.
-  for (int64_t h = 0; h < heads; ++h)
-    linear(ctx, head_cols(q3, h, 0, d.nope), w.w_uk_t.view().select(0, h), Tensor{},
-           head_cols(s.q_abs, h, 0, r));
+  linear_per_head(ctx, heads_cols(q3, 0, d.nope), w.w_uk_t.view(), heads_cols(s.q_abs, 0, r));
   convert(ctx, heads_cols(q3, d.nope, d.qk()), heads_cols(s.q_abs, r, lat));
   rope(ctx, heads_cols(s.q_abs, r, lat), meta.positions, rope_table.inv_freq,
        rope_table.attention_scaling);
@@ -157,9 +150,8 @@ void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOn
   // its first kv_lora_rank columns.
   const PagedKv cache{pages, pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
   paged_attention(ctx, s.q_abs, cache, meta.q_indptr, meta.positions, params, s.attn);
-  for (int64_t h = 0; h < heads; ++h)
-    linear(ctx, head_cols(s.attn, h, 0, r), w.w_uv.view().select(0, h), Tensor{},
-           s.attn_v.slice(1, h * d.v, (h + 1) * d.v));
+  linear_per_head(ctx, heads_cols(s.attn, 0, r), w.w_uv.view(),
+                  s.attn_v.reshape(Shape{n, heads, d.v}));
   project_then(ctx, s.attn_v, w.o.view(), Tensor{}, QuantizedWeight{}, Tensor{}, out, then);
 }
 

@@ -119,6 +119,33 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   }
 }
 
+void linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
+  constexpr const char* kOp = "linear_per_head";
+  check_rank(kOp, "x", x, 3);
+  check_rank(kOp, "w", w, 3);
+  check_rank(kOp, "y", y, 3);
+  check_float(kOp, "x", x);
+  check_float(kOp, "w", w);
+  check_float(kOp, "y", y);
+  const int64_t n = x.size(0), heads = x.size(1), k = x.size(2), rows = w.size(1);
+  check_shape(kOp, "w", w, Shape{heads, rows, k});
+  check_shape(kOp, "y", y, Shape{n, heads, rows});
+  DSPARK_CHECK(w.is_contiguous(), "{}: w must be contiguous", kOp);
+  DSPARK_CHECK(x.stride(2) == 1 && y.stride(2) == 1, "{}: x's and y's last dim must be contiguous",
+               kOp);
+  check_on_device(kOp, "x", x, ctx);
+  check_on_device(kOp, "w", w, ctx);
+  check_on_device(kOp, "y", y, ctx);
+  if (n == 0) return;
+  if (ctx.is_cuda()) {
+    bool done = false;
+    DSPARK_ON_CUDA(done = cuda::linear_per_head(ctx, x, w, y));
+    if (done) return;
+  }
+  for (int64_t h = 0; h < heads; ++h)
+    linear(ctx, x.select(1, h), w.select(0, h), Tensor{}, y.select(1, h));
+}
+
 WeightMatrix weight_rows(const WeightMatrix& w, int64_t begin, int64_t end) {
   DSPARK_CHECK_KIND(invalid_input, 0 <= begin && begin < end && end <= w.n,
                     "weight_rows: rows [{}, {}) of {}", begin, end, w.n);

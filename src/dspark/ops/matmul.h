@@ -34,6 +34,14 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
             const Tensor& y);
 
+// y[t, h, :] = x[t, h, :] . w[h]^T for every token t < n and head h < H: each head its own
+// matrix (MLA's absorbed projections). x [n, H, K], w [H, N, K] contiguous, y [n, H, N], with x's
+// and y's last dim contiguous (other strides free: e.g. columns of each head of a wider buffer),
+// f32 sums. CPU: linear() per head. CUDA: x and w of one dtype (bf16, f16, f32), y f32 or it, K
+// and x's strides whole 16-byte units: one launch for every head, a row's sums in an order fixed by
+// K (a token's result does not depend on n); otherwise linear() per head.
+void linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y);
+
 // Rows [begin, end) of w as a WeightMatrix of end - begin rows (a view: no copy). Blocks
 // interleaved by 8 rows split at a multiple of 8 (or end at the last row), FP8 blocks at a
 // multiple of block_n; otherwise throws invalid_input.

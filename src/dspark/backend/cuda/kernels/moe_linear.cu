@@ -1,9 +1,12 @@
-// moe_linear on the device (contract: ops/moe.h): every expert's rows times its matrix in one
-// launch, with the grouping read on the device, so a MoE layer needs no host round trip.
-//  - Grid: x over tiles of kWarps * kRowsPerWarp weight rows of one expert, y over the slots of
-//    the active-expert list (moe_group's `active`); a CTA whose slot is past the list's length
-//    returns at once. So only the chosen experts' weights are read, each once per group of C
-//    of its rows (the rows past the first C re-read the tile from L2).
+// moe_linear (contract: ops/moe.h) and linear_per_head (ops/matmul.h) on the device: many small
+// matrices, each multiplying its own rows, in one launch. moe_linear's experts read the grouping
+// on the device, so a MoE layer needs no host round trip; linear_per_head's heads each take every
+// token's columns of that head.
+//  - Grid: x over tiles of kWarps * kRowsPerWarp weight rows of one matrix, y over the matrices:
+//    for moe_linear the slots of the active-expert list (moe_group's `active`), a CTA whose slot
+//    is past the list's length returning at once, so only the chosen experts' weights are read;
+//    for linear_per_head the heads. A tile is read once per group of C of its rows (the rows past
+//    the first C re-read it from L2).
 //  - A warp owns kRowsPerWarp weight rows; lane l reads 16-byte chunks l, l + 32, ... of them
 //    (kUnroll chunks per row in flight per iteration) and multiplies each by the same chunk of C
 //    rows of x (L1-resident: every CTA of the expert reads them).
@@ -11,6 +14,7 @@
 //    butterfly: the order depends on K only, so a row's result does not depend on how many rows
 //    the call or its expert has.
 #include <algorithm>
+#include <limits>
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
@@ -26,21 +30,30 @@ constexpr int kWarps = 4, kRowsPerWarp = 2, kUnroll = 4;
 
 template <typename T, typename TY>
 struct MoeLinearParams {
-  const T* w;  // [E * n, k]
-  const T* x;  // [m, k], rows x_stride apart
-  TY* y;       // [m, n], rows y_stride apart
-  const int32_t* offsets;
+  const T* w;              // [E * n, k]
+  const T* x;              // matrix e's row r at x + e * x_matrix_stride + r * x_stride
+  TY* y;                   // matrix e's row r at y + e * y_matrix_stride + r * y_stride
+  const int32_t* offsets;  // moe_linear's grouping, or null: matrix blockIdx.y, rows [0, rows)
   const int32_t* active;
   int64_t n, k, x_stride, y_stride;
+  int64_t x_matrix_stride = 0, y_matrix_stride = 0;
+  int rows = 0;
 };
 
 template <typename T, typename TY, int C>
 __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams<T, TY> p) {
   constexpr int kVec = device::kVecWidth<T>;
   const int slot = static_cast<int>(blockIdx.y);
-  if (slot >= p.active[0]) return;
-  const int64_t e = p.active[1 + slot];
-  const int lo = p.offsets[e], hi = p.offsets[e + 1];
+  int64_t e = slot;
+  int lo = 0, hi = p.rows;
+  if (p.offsets != nullptr) {
+    if (slot >= p.active[0]) return;
+    e = p.active[1 + slot];
+    lo = p.offsets[e];
+    hi = p.offsets[e + 1];
+  }
+  const T* x = p.x + e * p.x_matrix_stride;
+  TY* y = p.y + e * p.y_matrix_stride;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
   if (row0 >= p.n) return;
@@ -67,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         if (r + c >= hi) break;
-        const T* xr = p.x + static_cast<int64_t>(r + c) * p.x_stride;
+        const T* xr = x + static_cast<int64_t>(r + c) * p.x_stride;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t col = col0 + int64_t{u} * 32 * kVec;
@@ -94,7 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (lane == 0 && (i == 0 || second))
-          p.y[static_cast<int64_t>(r + c) * p.y_stride + row0 + i] = device::from_float<TY>(s);
+          y[static_cast<int64_t>(r + c) * p.y_stride + row0 + i] = device::from_float<TY>(s);
       }
     }
   }
@@ -117,12 +130,47 @@ void launch(const MoeLinearParams<T, TY>& p, int64_t rows_per_expert, unsigned s
   DSPARK_CUDA_CHECK_LAUNCH();
 }
 
+// The call's shape, whichever op it comes from.
+struct Launch {
+  int64_t n = 0, k = 0, x_stride = 0, y_stride = 0, x_matrix_stride = 0, y_matrix_stride = 0;
+  const int32_t* offsets = nullptr;
+  const int32_t* active = nullptr;
+  unsigned matrices = 0;  // grid.y
+  int rows = 0;           // without offsets: every matrix's rows
+  int64_t max_rows = 0;   // the most rows a matrix has (picks C)
+};
+
+void launch_typed(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
+                  const Launch& l) {
+  dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
+    dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {
+      if constexpr (std::is_same_v<TY, T> || std::is_same_v<TY, float>) {
+        using DT = device_t<T>;
+        using DY = device_t<TY>;
+        MoeLinearParams<DT, DY> p{static_cast<const DT*>(w.data()),
+                                  static_cast<const DT*>(x.data()),
+                                  static_cast<DY*>(y.data()),
+                                  l.offsets,
+                                  l.active,
+                                  l.n,
+                                  l.k,
+                                  l.x_stride,
+                                  l.y_stride};
+        p.x_matrix_stride = l.x_matrix_stride;
+        p.y_matrix_stride = l.y_matrix_stride;
+        p.rows = l.rows;
+        launch(p, l.max_rows, l.matrices, stream_of(ctx));
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g,
                 const Tensor& y) {
   const RowView xv = row_view(x), yv = row_view(y);
-  const int64_t experts = g.offsets.size(0) - 1, m = xv.rows, k = xv.cols;
+  const int64_t experts = g.offsets.size(0) - 1, m = xv.rows;
   DSPARK_CHECK(w.is_contiguous() && device::is_aligned16(w.data()) &&
                    device::is_aligned16(x.data()) &&
                    (xv.stride * static_cast<int64_t>(dtype_size(x.dtype()))) % 16 == 0,
@@ -130,28 +178,42 @@ void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups&
   DSPARK_CHECK(x.dtype() == w.dtype() && (y.dtype() == x.dtype() || y.dtype() == DType::f32),
                "moe_linear: x {} and w {} must share a dtype, y {} be it or f32",
                dtype_name(x.dtype()), dtype_name(w.dtype()), dtype_name(y.dtype()));
+  Launch l;
+  l.n = w.size(0) / experts;
+  l.k = xv.cols;
+  l.x_stride = xv.stride;
+  l.y_stride = yv.stride;
+  l.offsets = g.offsets.data_as<int32_t>();
+  l.active = g.active.data_as<int32_t>();
   // At most min(E, m) experts have rows; a token lists an expert at most once, so an expert has
   // at most as many rows as there are tokens.
-  const auto slots = static_cast<unsigned>(std::min(experts, m));
-  const int64_t tokens = g.slots.size(0);
-  dispatch_float(x.dtype(), [&]<typename T>(TypeTag<T>) {
-    dispatch_float(y.dtype(), [&]<typename TY>(TypeTag<TY>) {
-      if constexpr (std::is_same_v<TY, T> || std::is_same_v<TY, float>) {
-        using DT = device_t<T>;
-        using DY = device_t<TY>;
-        const MoeLinearParams<DT, DY> p{static_cast<const DT*>(w.data()),
-                                        static_cast<const DT*>(x.data()),
-                                        static_cast<DY*>(y.data()),
-                                        g.offsets.data_as<int32_t>(),
-                                        g.active.data_as<int32_t>(),
-                                        w.size(0) / experts,
-                                        k,
-                                        xv.stride,
-                                        yv.stride};
-        launch(p, tokens, slots, stream_of(ctx));
-      }
-    });
-  });
+  l.matrices = static_cast<unsigned>(std::min(experts, m));
+  l.max_rows = g.slots.size(0);
+  launch_typed(ctx, x, w, y, l);
+}
+
+bool linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {
+  const int64_t n = x.size(0), heads = x.size(1), k = x.size(2);
+  const auto bytes = static_cast<int64_t>(dtype_size(x.dtype()));
+  const bool dtypes =
+      (x.dtype() == DType::bf16 || x.dtype() == DType::f16 || x.dtype() == DType::f32) &&
+      x.dtype() == w.dtype() && (y.dtype() == x.dtype() || y.dtype() == DType::f32);
+  const bool aligned = device::is_aligned16(w.data()) && device::is_aligned16(x.data()) &&
+                       (k * bytes) % 16 == 0 && (x.stride(0) * bytes) % 16 == 0 &&
+                       (x.stride(1) * bytes) % 16 == 0;
+  if (!dtypes || !aligned || n > std::numeric_limits<int>::max()) return false;
+  Launch l;
+  l.n = w.size(1);
+  l.k = k;
+  l.x_stride = x.stride(0);
+  l.y_stride = y.stride(0);
+  l.x_matrix_stride = x.stride(1);
+  l.y_matrix_stride = y.stride(1);
+  l.matrices = static_cast<unsigned>(heads);
+  l.rows = static_cast<int>(n);
+  l.max_rows = n;
+  launch_typed(ctx, x, w, y, l);
+  return true;
 }
 
 }  // namespace dspark::cuda
