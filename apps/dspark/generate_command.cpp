@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "dspark/backend/context.h"
+#include "dspark/engine/json_output.h"
 #include "dspark/engine/spec_sampling.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/model/registry.h"
@@ -32,7 +33,9 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::vector<std::string> stop;
   bool json = false;
-  bool cuda_graphs = true;  // CUDA: replay captured decode / verify forwards
+  std::string json_schema;   // structured output: a JSON-Schema file
+  bool json_object = false;  // structured output: any JSON object
+  bool cuda_graphs = true;   // CUDA: replay captured decode / verify forwards
   // Speculative decoding.
   std::string draft = "none";
   std::string draft_vocab;
@@ -60,6 +63,11 @@ int run_generate(const GenerateArgs& a) {
   o.seed = a.seed;
   o.max_tokens = a.max_tokens;
   o.stop = a.stop;
+  if (!a.json_schema.empty() || a.json_object) {
+    JsonSchema schema = a.json_object ? JsonSchema::any_object() : load_json_schema(a.json_schema);
+    o.eos_token_ids = tm.eos_token_ids;
+    o.json = make_json_constraint(std::move(schema), tm.tokenizer, tm.eos_token_ids);
+  }
 
   DraftOptions draft_options;
   draft_options.draft = a.draft;
@@ -83,7 +91,8 @@ int run_generate(const GenerateArgs& a) {
   };
   std::optional<SpecTelemetry> spec;
   GenerateResult r;
-  if (created.source) {
+  // Structured output runs in the speculative engine, with or without a draft source.
+  if (created.source || o.json) {
     RequestOutput out =
         generate_text_speculative(tm, ctx, a.prompt, o, created.source.get(), spec_config, on_text);
     r = std::move(out.result);
@@ -203,6 +212,14 @@ Command add_generate_command(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object with text, tokens and timings last");
+  auto* schema_opt =
+      sub->add_option("--json-schema", args->json_schema,
+                      "Structured output: the text is a JSON document valid under the JSON-Schema "
+                      "in this file (the subset of docs/server.md), compact, ending at EOS")
+          ->check(CLI::ExistingFile);
+  sub->add_flag("--json-object", args->json_object,
+                "Structured output: the text is a JSON object (any keys and values)")
+      ->excludes(schema_opt);
   sub->add_flag("!--no-cuda-graphs", args->cuda_graphs,
                 "CUDA: run every forward eagerly instead of replaying captured CUDA graphs");
   sub->add_option("--draft", args->draft,

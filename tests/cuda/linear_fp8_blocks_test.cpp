@@ -122,7 +122,7 @@ TEST(CudaLinearFp8Blocks, RefusesBlocksTheKernelsCannotRead) {
   Context gpu(test::kTestGpu);
   const OwnedTensor x = OwnedTensor::zeros(DType::bf16, Shape{2, 128}, test::kTestGpu);
   const OwnedTensor y = OwnedTensor::zeros(DType::f32, Shape{2, 32}, test::kTestGpu);
-  for (const auto [bn, bk] : {std::pair<int64_t, int64_t>{8, 128}, {16, 96}, {16, 192}}) {
+  for (const auto& [bn, bk] : {std::pair<int64_t, int64_t>{8, 128}, {16, 96}, {16, 192}}) {
     const Fp8Matrix w = random_fp8(32, 128, bn, bk, 3);
     EXPECT_THROW(linear(gpu, x, w.on(true), Tensor{}, y), Error) << bn << "x" << bk;
   }

@@ -18,7 +18,7 @@
 #include "dspark/engine/speculative.h"
 #include "dspark/io/tokenizer.h"
 #include "dspark/model/model.h"
-#include "dspark/ops/penalties.h"
+#include "dspark/ops/token_mask.h"
 
 namespace dspark {
 namespace {
@@ -139,7 +139,7 @@ TEST(JsonMatcher, MaskMatchesBruteForce) {
   const TokenVocab tv(vocab);
   const JsonSchema person = JsonSchema::compile(kPerson);
   const JsonSchema any = JsonSchema::any_object();
-  std::vector<uint8_t> allowed;
+  std::vector<uint32_t> allowed(vocab.size() / 32 + 2, ~0u);  // a spare word: zeroed too
   int checked = 0, total_allowed = 0;
   for (const JsonSchema* s : {&person, &any}) {
     // Random walks through allowed tokens: masks at every state on the way.
@@ -151,9 +151,11 @@ TEST(JsonMatcher, MaskMatchesBruteForce) {
         for (size_t id = 0; id < vocab.size(); ++id) {
           JsonMatcher c = m;
           const bool want = !vocab[id].empty() && c.feed(vocab[id]);
-          ASSERT_EQ(allowed[id] != 0, want) << "token '" << vocab[id] << "'";
+          ASSERT_EQ(((allowed[id / 32] >> (id % 32)) & 1u) != 0, want)
+              << "token '" << vocab[id] << "'";
           if (want) ok.push_back(static_cast<int32_t>(id));
         }
+        EXPECT_EQ(allowed.back(), 0u);
         ++checked;
         total_allowed += static_cast<int>(ok.size());
         if (ok.empty()) break;
@@ -166,36 +168,50 @@ TEST(JsonMatcher, MaskMatchesBruteForce) {
   EXPECT_GT(total_allowed, checked);  // masks are not trivially empty
 }
 
-TEST(JsonMask, MergesWithPenaltiesAndMasksEos) {
-  const TokenVocab tv(std::vector<std::string>{"{", "}", "\"a\":1", "x", ""});
+bool bit(std::span<const uint32_t> mask, int t) {
+  return ((mask[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u) != 0;
+}
+
+TEST(JsonMask, MasksEosAndIdsPastTheVocabularyAndCaches) {
+  const TokenVocab tv(std::vector<std::string>{"{", "}", "\"a\":1", "x", "", "\"", "b"});
   JsonConstraint c{JsonSchema::any_object(), nullptr, {4}};
   c.vocab = std::make_shared<TokenVocab>(tv);
+  JsonMaskCache cache(2);
   JsonMatcher m(&c.schema);
-  std::vector<PenaltyEntry> out = {{0, 9, 1.0f, 0.0f}, {1, 3, 1.2f, 0.5f}, {1, 0, 1.2f, 0.0f}};
-  std::vector<uint8_t> scratch;
-  append_json_mask(c, 6, m, 1, 1, out, scratch);
-  // Row 1: token 3 masked (edit kept, subtract inf), 0 allowed, 1, 2, 4 (EOS: incomplete), 5
-  // (past the tokenizer's vocabulary) masked.
-  std::map<int32_t, float> row1;
-  for (const auto& e : out)
-    if (e.row == 1) row1[e.token] = e.subtract;
-  EXPECT_EQ(row1.size(), 6u);
-  EXPECT_EQ(row1[0], 0.0f);
-  for (int t : {1, 2, 3, 4, 5}) EXPECT_TRUE(std::isinf(row1[t])) << t;
+  // Start: "{" only; EOS (4, incomplete) and 40 (past the tokenizer's 7 tokens) masked.
+  std::vector<uint32_t> start(cache.mask(c, 41, m).begin(), cache.mask(c, 41, m).end());
+  ASSERT_EQ(start.size(), 2u);
+  for (int t = 0; t < 41; ++t) EXPECT_EQ(bit(start, t), t == 0) << t;
+  EXPECT_EQ(cache.misses(), 1);
+  EXPECT_EQ(cache.hits(), 1);
   ASSERT_TRUE(m.feed("{}"));
-  out.clear();
-  append_json_mask(c, 5, m, 0, 0, out, scratch);
-  EXPECT_EQ(out.size(), 4u);  // only EOS (4) stays
-  for (const auto& e : out) EXPECT_NE(e.token, 4);
+  const auto done_span = cache.mask(c, 41, m);
+  const std::vector<uint32_t> done(done_span.begin(), done_span.end());  // the cache reuses it
+  for (int t = 0; t < 41; ++t) EXPECT_EQ(bit(done, t), t == 4) << t;     // only EOS
+  // Inside a string every character leaves the same state: one miss, then hits.
+  JsonMatcher s(&c.schema);
+  ASSERT_TRUE(s.feed("{\"k\":\""));
+  cache.mask(c, 41, s);
+  const int64_t misses = cache.misses();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(s.feed(i % 2 ? "x" : "b"));
+    const auto in = cache.mask(c, 41, s);
+    EXPECT_TRUE(bit(in, 0) && bit(in, 3) && bit(in, 5) && bit(in, 6) && !bit(in, 2) && !bit(in, 4));
+  }
+  EXPECT_EQ(cache.misses(), misses);
+  // Capacity 2: the start state was evicted (least recently used) and is computed again, equal.
+  const auto again = cache.mask(c, 41, JsonMatcher(&c.schema));
+  EXPECT_EQ(cache.misses(), misses + 1);
+  EXPECT_TRUE(std::equal(again.begin(), again.end(), start.begin(), start.end()));
   // The op turns masked logits into -inf and leaves the others.
   Context ctx(Device::cpu());
   OwnedTensor x =
-      OwnedTensor::from_vector(std::vector<float>{1, 2, 3, 4, 5}, Shape{1, 5}, Device::cpu());
-  apply_penalties(ctx, x.view(), out);
+      OwnedTensor::from_vector(std::vector<float>(41, 1.5f), Shape{1, 41}, Device::cpu());
+  apply_token_mask(ctx, x.view(), std::vector<int32_t>{0}, done);
   const std::vector<float> got = to_vector<float>(x.view());
-  for (int t = 0; t < 5; ++t) {
+  for (int t = 0; t < 41; ++t) {
     if (t == 4) {
-      EXPECT_EQ(got[4], 5.0f);
+      EXPECT_EQ(got[4], 1.5f);
     } else {
       EXPECT_TRUE(std::isinf(got[static_cast<size_t>(t)]) && got[static_cast<size_t>(t)] < 0);
     }
@@ -278,6 +294,125 @@ TEST(JsonEngine, GreedyDocumentsSpeculativeEqualsPlain) {
       EXPECT_GT(total.accepted, 0) << sc.name;
     }
   }
+}
+
+// Proposes a fixed run's next tokens for every row (at most `max_drafts`), with a token the
+// document never accepts (no bytes) at draft position `bad_at` (-1: none); with `vocab` > 0 also
+// the draft distributions q, one-hot rows of the drafted tokens.
+class OracleSource final : public DraftSource {
+ public:
+  OracleSource(std::vector<int32_t> run, int32_t bad, int bad_at, int max_drafts, int64_t vocab)
+      : run_(std::move(run)), bad_(bad), bad_at_(bad_at), max_(max_drafts), vocab_(vocab) {}
+  std::string name() const override { return "oracle"; }
+  void begin(Context&, RowId row, std::span<const int32_t>) override { emitted_[row] = 0; }
+  void commit(Context&, std::span<const RowUpdate> updates, std::span<const Tensor>) override {
+    for (const RowUpdate& u : updates)
+      if (u.pending >= 0) emitted_[u.row] += u.n_accepted + 1;
+  }
+  void propose(Context&, std::span<const ProposeRequest> requests, Proposal& out) override {
+    for (const ProposeRequest& q : requests) {
+      for (int j = 0; j < std::min(q.max_tokens, max_); ++j) {
+        const auto at = static_cast<size_t>(emitted_[q.row] + j);
+        out.tokens.push_back(j == bad_at_ ? bad_ : run_[std::min(at, run_.size() - 1)]);
+      }
+      out.indptr.push_back(static_cast<int32_t>(out.tokens.size()));
+    }
+    if (vocab_ == 0 || out.tokens.empty()) return;
+    const auto n = static_cast<int64_t>(out.tokens.size());
+    std::vector<float> q(static_cast<size_t>(n * vocab_), 0.0f);
+    for (int64_t i = 0; i < n; ++i) q[static_cast<size_t>(i * vocab_ + out.tokens[i])] = 1.0f;
+    q_ = OwnedTensor::from_vector(q, Shape{n, vocab_}, Device::cpu());
+    out.q = q_.view();
+  }
+  void release(RowId) override {}
+
+ private:
+  std::vector<int32_t> run_;
+  int32_t bad_;
+  int bad_at_, max_;
+  int64_t vocab_;
+  std::map<RowId, int> emitted_;  // tokens emitted so far (the pending one included)
+  OwnedTensor q_;
+};
+
+struct JsonFixture {
+  std::unique_ptr<Model> target;
+  std::vector<std::string> bytes;
+  int32_t eos = 0, bad = -1;  // bad: a token without bytes
+  std::shared_ptr<const JsonConstraint> person;
+};
+
+JsonFixture json_fixture() {
+  JsonFixture f;
+  f.target = load_model(qwen3(), Device::cpu(), DType::f32);
+  const Tokenizer tok = Tokenizer::from_file(qwen3());
+  f.bytes.resize(static_cast<size_t>(tok.vocab_size()));
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    f.bytes[static_cast<size_t>(id)] = tok.token_bytes(id);
+    if (f.bytes[static_cast<size_t>(id)].empty() && id != tok.eos_id()) f.bad = id;
+  }
+  f.eos = tok.eos_id() >= 0 ? tok.eos_id() : 0;
+  f.person = std::make_shared<JsonConstraint>(
+      JsonConstraint{JsonSchema::compile(kPerson), std::make_shared<TokenVocab>(f.bytes), {f.eos}});
+  return f;
+}
+
+TEST(JsonEngine, DraftsTheDocumentRejectsAreCut) {
+  if (!std::filesystem::exists(qwen3() / "config.json")) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  const JsonFixture f = json_fixture();
+  ASSERT_GE(f.bad, 0) << "the fixture's vocabulary has no token without bytes";
+  GenerateOptions o;
+  o.max_tokens = 30;
+  o.eos_token_ids = {f.eos};
+  o.json = f.person;
+  const std::vector<RequestInput> reqs = {RequestInput{{5, 17, 99, 3, 250}, o, nullptr, {}}};
+  SpecConfig cfg;
+  cfg.gamma = 4;
+  const auto plain = generate_speculative(*f.target, ctx, nullptr, reqs, cfg);
+  OracleSource source(plain[0].result.tokens, f.bad, 2, 4, 0);
+  const auto out = generate_speculative(*f.target, ctx, &source, reqs, cfg);
+  EXPECT_EQ(out[0].result.tokens, plain[0].result.tokens);
+  const SpecTelemetry& t = out[0].spec;
+  EXPECT_GT(t.drafted, 0);
+  EXPECT_EQ(t.accepted, t.drafted);  // the oracle's drafts are right until the cut
+  for (size_t j = 2; j < t.drafted_at.size(); ++j) EXPECT_EQ(t.drafted_at[j], 0) << j;
+}
+
+// Sampled drafts with their q rows: cutting row 0's drafts at position 2 moves row 1's q rows
+// up; the rounds must equal those of a source that proposes the same drafts without the cut
+// token (same tokens, same q rows in place), seed for seed (rejection sampling reads q).
+TEST(JsonEngine, CutDraftsKeepTheirDraftDistributions) {
+  if (!std::filesystem::exists(qwen3() / "config.json")) GTEST_SKIP() << "fixture missing";
+  Context ctx(Device::cpu());
+  const JsonFixture f = json_fixture();
+  ASSERT_GE(f.bad, 0);
+  GenerateOptions o;
+  o.max_tokens = 24;
+  o.eos_token_ids = {f.eos};
+  o.json = f.person;
+  o.sampling.temperature = 1.0f;
+  o.sampling.spec = SpecSampling::rejection;
+  std::vector<RequestInput> reqs;
+  for (uint64_t seed : {3u, 4u}) {
+    o.seed = seed;
+    reqs.push_back(RequestInput{{5, 17, 99, 3, static_cast<int32_t>(200 + seed)}, o, nullptr, {}});
+  }
+  SpecConfig cfg;
+  cfg.gamma = 4;
+  cfg.draft_policy = DraftPolicy::fixed;
+  const auto run = generate_speculative(*f.target, ctx, nullptr, {reqs[0]}, cfg)[0].result.tokens;
+  const int64_t vocab = f.target->config().vocab_size;
+  OracleSource cut(run, f.bad, 2, 4, vocab), two(run, f.bad, -1, 2, vocab);
+  const auto a = generate_speculative(*f.target, ctx, &cut, reqs, cfg);
+  const auto b = generate_speculative(*f.target, ctx, &two, reqs, cfg);
+  int64_t accepted = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(a[i].result.tokens, b[i].result.tokens) << "request " << i;
+    EXPECT_EQ(a[i].spec.drafted, b[i].spec.drafted) << "request " << i;
+    accepted += a[i].spec.accepted;
+  }
+  EXPECT_GT(accepted, 0);
 }
 
 }  // namespace

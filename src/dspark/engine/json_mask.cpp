@@ -1,43 +1,60 @@
 #include "dspark/engine/json_mask.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "dspark/core/error.h"
+#include "dspark/ops/token_mask.h"
 
 namespace dspark {
 
-void append_json_mask(const JsonConstraint& c, int64_t model_vocab, const JsonMatcher& m,
-                      int32_t row, size_t row_begin, std::vector<PenaltyEntry>& out,
-                      std::vector<uint8_t>& allowed) {
-  constexpr float kInf = std::numeric_limits<float>::infinity();
+JsonMaskCache::JsonMaskCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+
+std::span<const uint32_t> JsonMaskCache::mask(const JsonConstraint& c, int64_t model_vocab,
+                                              const JsonMatcher& m) {
   const TokenVocab& vocab = *c.vocab;
-  vocab.allowed_tokens(m, allowed);
-  for (const int32_t id : c.eos)
-    if (id >= 0 && id < vocab.size()) allowed[static_cast<size_t>(id)] = m.complete() ? 1 : 0;
-  bool any = false;
-  for (const uint8_t a : allowed) any = any || a != 0;
-  DSPARK_CHECK(any, "structured output: no token of the vocabulary continues the JSON document");
-  // Penalty edits of masked tokens become the mask (each (row, token) once).
-  std::vector<int32_t> beyond;  // penalized ids past the tokenizer's vocabulary
-  const size_t end = out.size();
-  for (size_t i = row_begin; i < end; ++i) {
-    if (out[i].token >= vocab.size()) {
-      out[i].subtract = kInf;
-      beyond.push_back(out[i].token);
-      continue;
+  const auto words = static_cast<size_t>(token_mask_words(model_vocab));
+  m.state_key(key_);
+  ++clock_;
+  size_t slot = entries_.size();
+  if (const auto it = index_.find(key_); it != index_.end()) {
+    Entry& e = entries_[it->second];
+    if (e.words.size() == words) {
+      ++hits_;
+      e.used = clock_;
+      return e.words;
     }
-    auto& a = allowed[static_cast<size_t>(out[i].token)];
-    if (a == 0) {
-      out[i].subtract = kInf;
-      a = 1;
-    }
+    slot = it->second;  // another logits width: computed again in place
+  } else if (slot < capacity_) {
+    entries_.emplace_back();
+  } else {
+    slot = static_cast<size_t>(
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& a, const Entry& b) { return a.used < b.used; }) -
+        entries_.begin());
+    index_.erase(entries_[slot].key);
   }
-  for (size_t t = 0; t < allowed.size(); ++t)
-    if (allowed[t] == 0) out.push_back({row, static_cast<int32_t>(t), 1.0f, kInf});
-  for (int64_t t = vocab.size(); t < model_vocab; ++t)
-    if (std::find(beyond.begin(), beyond.end(), t) == beyond.end())
-      out.push_back({row, static_cast<int32_t>(t), 1.0f, kInf});
+  ++misses_;
+  Entry& e = entries_[slot];
+  e.key = key_;
+  e.used = clock_;
+  e.words.resize(words);
+  // Bits past the tokenizer's vocabulary stay clear: ids the tokenizer never produces.
+  vocab.allowed_tokens(m, e.words);
+  const bool complete = m.complete();
+  for (const int32_t id : c.eos) {
+    if (id < 0 || id >= model_vocab) continue;
+    const uint32_t bit = 1u << (id % 32);
+    auto& w = e.words[static_cast<size_t>(id / 32)];
+    w = complete ? (w | bit) : (w & ~bit);
+  }
+  if (std::none_of(e.words.begin(), e.words.end(), [](uint32_t w) { return w != 0; })) {
+    index_.erase(e.key);
+    e.key.clear();  // never a state's key: the slot is free
+    DSPARK_FAIL(internal,
+                "structured output: no token of the vocabulary continues the JSON document");
+  }
+  index_[e.key] = slot;
+  return e.words;
 }
 
 }  // namespace dspark

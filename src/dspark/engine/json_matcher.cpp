@@ -82,6 +82,28 @@ JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
   return *this;
 }
 
+void JsonMatcher::state_key(std::string& out) const {
+  // Field by field (a Frame's padding bytes are unspecified).
+  out.clear();
+  const auto put = [&out](const auto& v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  put(static_cast<uint8_t>(depth_));
+  put(ws_);
+  for (int d = 0; d < depth_; ++d) {
+    const Frame& f = stack_[static_cast<size_t>(d)];
+    put(f.kind);
+    put(f.st);
+    put(f.utf8);
+    put(f.flags);
+    put(f.pos);
+    put(f.node);
+    put(f.value_node);
+    put(f.seen);
+    put(f.cand);
+  }
+}
+
 bool JsonMatcher::push(Kind kind, int32_t node) {
   if (depth_ == kStack) return false;
   Frame& f = stack_[static_cast<size_t>(depth_++)];
@@ -423,8 +445,10 @@ bool TokenVocab::advance(JsonMatcher& m, int32_t id) const {
   return !b.empty() && m.feed(b);
 }
 
-void TokenVocab::allowed_tokens(const JsonMatcher& m, std::vector<uint8_t>& allowed) const {
-  allowed.assign(static_cast<size_t>(vocab_size_), 0);
+void TokenVocab::allowed_tokens(const JsonMatcher& m, std::span<uint32_t> bits) const {
+  DSPARK_CHECK(bits.size() * 32 >= static_cast<size_t>(vocab_size_),
+               "allowed_tokens: {} mask words for {} tokens", bits.size(), vocab_size_);
+  std::fill(bits.begin(), bits.end(), 0u);
   if (m.closed()) return;
   // Depth-first over the trie with one matcher per depth: states[d] is the state after the
   // d bytes of the current path.
@@ -447,8 +471,10 @@ void TokenVocab::allowed_tokens(const JsonMatcher& m, std::vector<uint8_t>& allo
     next = states[d - 1];
     if (!next.feed(edge_byte_[e])) continue;
     const uint32_t node = edge_node_[e];
-    for (uint32_t t = token_begin_[node]; t < token_begin_[node + 1]; ++t)
-      allowed[static_cast<size_t>(tokens_[t])] = 1;
+    for (uint32_t t = token_begin_[node]; t < token_begin_[node + 1]; ++t) {
+      const auto id = static_cast<uint32_t>(tokens_[t]);
+      bits[id / 32] |= 1u << (id % 32);
+    }
     if (child_begin_[node] < child_begin_[node + 1])
       stack.push_back({child_begin_[node], child_begin_[node + 1]});
   }

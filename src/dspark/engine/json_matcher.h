@@ -6,14 +6,15 @@
 // walks the vocabulary's byte trie with one copy per trie edge. Output is compact JSON with at
 // most kMaxJsonWhitespace whitespace bytes (space, newline) in a row between tokens.
 //
-// TokenVocab holds each token's bytes in a trie; allowed_tokens() marks the tokens whose bytes
-// the matcher accepts from its state (a subtree is skipped as soon as its prefix is rejected).
-// EOS is the JsonConstraint's business: allowed exactly when the document is complete.
+// TokenVocab holds each token's bytes in a trie; allowed_tokens() sets the bits of the tokens whose
+// bytes the matcher accepts from its state (a subtree is skipped as soon as its prefix is
+// rejected). EOS is the JsonConstraint's business: allowed exactly when the document is complete.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,9 @@ class JsonMatcher {
   bool complete() const;
   // Whether the document is complete and nothing but EOS may follow.
   bool closed() const { return depth_ == 0; }
+  // Replaces `out` with bytes naming the state: two matchers of one schema with equal keys accept
+  // the same continuations (the key of a token mask cache, engine/json_mask.h).
+  void state_key(std::string& out) const;
 
  private:
   enum class Kind : uint8_t { value, object, array, string, number, literal };
@@ -83,8 +87,10 @@ class TokenVocab {
   // Feeds token id's bytes to `m`; false when they are not allowed there (or id has none).
   bool advance(JsonMatcher& m, int32_t id) const;
 
-  // allowed[id] = 1 when token id may follow the matcher's state, else 0 (resized to size()).
-  void allowed_tokens(const JsonMatcher& m, std::vector<uint8_t>& allowed) const;
+  // Sets bit id % 32 of bits[id / 32] when token id may follow the matcher's state and clears the
+  // others (ops/token_mask.h layout); bits holds at least (size() + 31) / 32 words (the words
+  // past them are zeroed too).
+  void allowed_tokens(const JsonMatcher& m, std::span<uint32_t> bits) const;
 
  private:
   // The trie in CSR form: node n's children are edges [child_begin[n], child_begin[n + 1]).

@@ -10,6 +10,7 @@
 #include "dspark/engine/verify_cost.h"
 #include "dspark/ops/penalties.h"
 #include "dspark/ops/sampling.h"
+#include "dspark/ops/token_mask.h"
 
 namespace dspark {
 namespace {
@@ -34,8 +35,16 @@ struct SpeculativeEngine::Row {
   std::vector<TokenLogprobs> logprobs;  // the round's entries, for emit (options.logprobs >= 0)
   AcceptanceEstimate accept;            // the adaptive policy's estimate of this row's drafts
   std::optional<JsonMatcher> json;      // the emitted text's state (options.json)
+  JsonMaskCache masks;                  // options.json's token masks by matcher state
   bool wants_logprobs() const { return options.logprobs >= 0; }
   bool constrained() const { return json.has_value(); }
+  // Queues logits row `row`'s mask for state m (rows of `vocab` logits).
+  void add_mask(const JsonMatcher& m, int32_t row, int64_t vocab, std::vector<int32_t>& rows,
+                std::vector<uint32_t>& words) {
+    const std::span<const uint32_t> mask = masks.mask(*options.json, vocab, m);
+    rows.push_back(row);
+    words.insert(words.end(), mask.begin(), mask.end());
+  }
   // Emits tokens (with the round's logprobs entries when asked for) and adds them to the history.
   bool push(std::span<const int32_t> tokens) {
     const bool finished = out->push(tokens, logprobs);
@@ -227,15 +236,18 @@ void SpeculativeEngine::prefill_step() {
     // The first token's history is the prompt (only a repetition penalty applies).
     std::vector<PenaltyEntry>& edits = round_.penalties;
     edits.clear();
+    round_.mask_rows.clear();
+    round_.mask_words.clear();
     for (size_t i = 0; i < completing.size(); ++i) {
-      const size_t begin = edits.size();
-      const Row& r = *completing[i];
+      Row& r = *completing[i];
       r.penalties.append_entries(static_cast<int32_t>(i), {}, edits);
       if (r.constrained())
-        append_json_mask(*r.options.json, fo.logits.size(1), *r.json, static_cast<int32_t>(i),
-                         begin, edits, round_.allowed);
+        r.add_mask(*r.json, static_cast<int32_t>(i), fo.logits.size(1), round_.mask_rows,
+                   round_.mask_words);
     }
     if (!edits.empty()) apply_penalties(ctx_, fo.logits, edits);
+    if (!round_.mask_rows.empty())
+      apply_token_mask(ctx_, fo.logits, round_.mask_rows, round_.mask_words);
     sample(ctx_, fo.logits, params, seeds, counters, tokens);
     first = to_vector<int32_t>(tokens);
     for (size_t i = 0; i < completing.size(); ++i) {
@@ -340,7 +352,58 @@ bool SpeculativeEngine::propose() {
     DSPARK_CHECK(proposal.count(i) <= s.requests[i].max_tokens,
                  "draft source proposed {} tokens, {} allowed", proposal.count(i),
                  s.requests[i].max_tokens);
+  constrain_drafts();
   return true;
+}
+
+// Structured output: a row's drafts end at the first one the document does not accept (bytes
+// that do not continue it, or EOS before it is complete), and after an EOS. The target's mask
+// gives such a draft probability 0, so verification rejects it and everything after it; cutting
+// it there is lossless and spares the verify forward those positions.
+void SpeculativeEngine::constrain_drafts() {
+  RoundScratch& s = round_;
+  Proposal& p = s.proposal;
+  s.drafts_kept.clear();
+  bool cut = false;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const Row& r = *s.rows[i];
+    int keep = p.count(i);
+    if (r.constrained()) {
+      const JsonConstraint& c = *r.options.json;
+      JsonMatcher m = *r.json;
+      for (int j = 0; j < keep; ++j) {
+        const int32_t t = p.tokens[static_cast<size_t>(p.indptr[i] + j)];
+        if (c.is_eos(t)) {
+          keep = m.complete() ? j + 1 : j;
+          break;
+        }
+        if (!c.vocab->advance(m, t)) {
+          keep = j;
+          break;
+        }
+      }
+    }
+    cut = cut || keep < p.count(i);
+    s.drafts_kept.push_back(keep);
+  }
+  if (!cut) return;
+  // Compact tokens (and the rows of q) in place: each kept draft moves to an earlier or equal
+  // index, so no row is overwritten before it is moved.
+  int32_t w = 0;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    const int32_t begin = p.indptr[i];
+    for (int32_t j = 0; j < s.drafts_kept[i]; ++j, ++w) {
+      const int32_t src = begin + j;
+      if (src == w) continue;
+      p.tokens[static_cast<size_t>(w)] = p.tokens[static_cast<size_t>(src)];
+      if (p.q.defined())
+        ctx_.copy_async(p.q.rows(w, w + 1).data(), p.q.rows(src, src + 1).data(),
+                        p.q.rows(src, src + 1).nbytes());
+    }
+  }
+  for (size_t i = 0; i < s.rows.size(); ++i) p.indptr[i + 1] = p.indptr[i] + s.drafts_kept[i];
+  p.tokens.resize(static_cast<size_t>(w));
+  if (p.q.defined()) p.q = w > 0 ? p.q.rows(0, w) : Tensor();
 }
 
 void SpeculativeEngine::choose_lengths() {
@@ -430,33 +493,35 @@ ForwardOutput SpeculativeEngine::verify(RoundClock& clock) {
 
 // Row i's logits row j (scoring draft j + 1) sees the drafts 1..j as generated tokens: its
 // penalties count them, and its structured-output mask is that of the document after them (a
-// snapshot of the row's matcher advanced over the drafts; rows past a draft the document rejects
-// are left unmasked: that draft is rejected, so they are never used).
+// snapshot of the row's matcher advanced over the drafts, which constrain_drafts keeps to drafts
+// the document accepts).
 void SpeculativeEngine::penalize_verify_logits(const Tensor& logits) {
   RoundScratch& s = round_;
   std::vector<PenaltyEntry>& edits = s.penalties;
   edits.clear();
+  s.mask_rows.clear();
+  s.mask_words.clear();
   for (size_t i = 0; i < s.rows.size(); ++i) {
-    const Row& r = *s.rows[i];
+    Row& r = *s.rows[i];
     if (!r.penalties.active() && !r.constrained()) continue;
     const int32_t row0 = s.batch.row_indptr[i];
     const std::span<const int32_t> drafts(s.proposal.tokens.data() + s.proposal.indptr[i],
                                           static_cast<size_t>(s.proposal.count(i)));
     std::optional<JsonMatcher> state = r.json;
-    bool eos = false;
+    bool eos = false;  // after an EOS draft the document stays complete: only EOS follows
     for (size_t j = 0; j <= drafts.size(); ++j) {
-      const size_t begin = edits.size();
-      r.penalties.append_entries(row0 + static_cast<int32_t>(j), drafts.first(j), edits);
+      const auto row = row0 + static_cast<int32_t>(j);
+      r.penalties.append_entries(row, drafts.first(j), edits);
       if (!state) continue;
-      const JsonConstraint& c = *r.options.json;
-      append_json_mask(c, logits.size(1), *state, row0 + static_cast<int32_t>(j), begin, edits,
-                       s.allowed);
+      r.add_mask(*state, row, logits.size(1), s.mask_rows, s.mask_words);
       if (j == drafts.size()) break;
+      const JsonConstraint& c = *r.options.json;
       eos = eos || c.is_eos(drafts[j]);
       if (!eos && !c.vocab->advance(*state, drafts[j])) state.reset();
     }
   }
   if (!edits.empty()) apply_penalties(ctx_, logits, edits);
+  if (!s.mask_rows.empty()) apply_token_mask(ctx_, logits, s.mask_rows, s.mask_words);
 }
 
 // The emitted tokens of row i are its accepted drafts, then the target's token: logits rows

@@ -141,6 +141,7 @@ class SpeculativeEngine {
   bool propose();  // false: no row decodes this round
   // The adaptive policy: each row's draft budget this round (ProposeRequest::max_tokens).
   void choose_lengths();
+  void constrain_drafts();
   // The round's draft and fixed costs into the cost model (adaptive policy).
   void observe_round_cost(const RoundClock& clock);
   void build_verify_batch();
@@ -190,7 +191,9 @@ class SpeculativeEngine {
     std::vector<float> logits_host;        // verify: logits rows copied for logprobs (CUDA)
     std::vector<DraftLengthRow> choice;    // propose: the adaptive policy's inputs
     std::vector<int> lengths;              // propose: and its choice
-    std::vector<uint8_t> allowed;          // verify: one row's structured-output mask
+    std::vector<int32_t> drafts_kept;      // propose: drafts each row keeps (constrain_drafts)
+    std::vector<int32_t> mask_rows;        // verify: logits rows with a structured-output mask
+    std::vector<uint32_t> mask_words;      // verify: and their masks (ops/token_mask.h)
   };
   RoundScratch round_;
 };

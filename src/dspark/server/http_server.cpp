@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "dspark/engine/json_output.h"
 #include "dspark/engine/text_generation.h"
 #include "dspark/server/chat_prompt.h"
 #include "dspark/server/connection_watch.h"

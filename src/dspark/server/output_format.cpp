@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "dspark/core/error.h"
-#include "dspark/io/tokenizer.h"
 #include "dspark/server/errors.h"
 
 namespace dspark::server {
@@ -59,13 +58,6 @@ std::optional<JsonSchema> response_format(const ojson& body) {
 }
 
 }  // namespace
-
-std::shared_ptr<const TokenVocab> json_token_vocab(const Tokenizer& tokenizer) {
-  std::vector<std::string> bytes(static_cast<size_t>(tokenizer.vocab_size()));
-  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
-    bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(id);
-  return std::make_shared<TokenVocab>(bytes);
-}
 
 OutputFormat parse_output_format(Endpoint endpoint, const ojson& body) {
   OutputFormat out;

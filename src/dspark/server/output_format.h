@@ -5,7 +5,6 @@
 // field, and for schemas the unsupported keyword and its path).
 #pragma once
 
-#include <memory>
 #include <optional>
 #include <string>
 
@@ -20,9 +19,6 @@ struct OutputFormat {
   std::optional<JsonSchema> schema;  // none: free text
   std::string tool_name;             // a forced function call: the output is its arguments
 };
-
-// Every token's bytes (Tokenizer::token_bytes) in a trie: built once per server.
-std::shared_ptr<const TokenVocab> json_token_vocab(const Tokenizer& tokenizer);
 
 // From response_format, tools and tool_choice of a request body.
 OutputFormat parse_output_format(Endpoint endpoint, const nlohmann::ordered_json& body);

@@ -42,6 +42,8 @@ void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, co
                  const Tensor& out);
 void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
 void apply_penalties(Context& ctx, const Tensor& logits, std::span<const PenaltyEntry> entries);
+void apply_token_mask(Context& ctx, const Tensor& logits, std::span<const int32_t> rows,
+                      std::span<const uint32_t> mask);
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);
 void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,

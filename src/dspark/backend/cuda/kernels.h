@@ -50,6 +50,8 @@ void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups&
 // call's dtypes or alignment.
 bool linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y);
 void apply_penalties(Context& ctx, const Tensor& logits, std::span<const PenaltyEntry> entries);
+void apply_token_mask(Context& ctx, const Tensor& logits, std::span<const int32_t> rows,
+                      std::span<const uint32_t> mask);
 void process_logits(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
                     const Tensor& probs);
 void sample(Context& ctx, const Tensor& logits, std::span<const SamplingParams> params,
