@@ -21,7 +21,11 @@ ExpertMatrix load_experts(const WeightLoader& w, const std::string& prefix, int 
     parts.push_back({fmt::format("{}experts.{}.{}.weight", prefix, e, proj), Shape{rows, cols}});
   ExpertMatrix m;
   m.blocks = w.load_quantized(parts);
-  if (m.blocks.parts.size() != 1) {
+  // One block matrix, whose experts moe_linear can take apart: rows interleaved by 8 only split
+  // at an expert's first row when an expert has a multiple of 8 rows. Otherwise dense.
+  const bool split_ok = m.blocks.parts.size() == 1 &&
+                        (m.blocks.parts[0].w.format != WeightFormat::blocks_x8 || rows % 8 == 0);
+  if (!split_ok) {
     m.blocks = {};
     m.dense = w.load_concat(parts);
   }
