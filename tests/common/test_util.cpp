@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/dtype.h"
 
 namespace dspark::test {
 
@@ -81,6 +83,52 @@ std::vector<int32_t> random_expert_choices(int64_t n, int64_t experts, int64_t k
 
 bool cuda_available() {
   return cuda::built_with_cuda() && cuda::device_count() > 0;
+}
+
+namespace {
+
+void put_half(uint8_t* p, float v) {
+  const f16 h = f32_to_f16(v);
+  std::memcpy(p, &h, sizeof(h));
+}
+
+}  // namespace
+
+std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint32_t seed) {
+  const QuantBlock b = quant_block(q);
+  const int64_t blocks = n * (k / b.elements);
+  std::vector<uint8_t> data(static_cast<size_t>(blocks * b.bytes));
+  std::mt19937 gen(seed);
+  for (auto& v : data) v = static_cast<uint8_t>(gen());
+  std::uniform_real_distribution<float> mag(0.5f, 2.0f);
+  std::bernoulli_distribution negative(0.5);
+  for (int64_t i = 0; i < blocks; ++i) {
+    uint8_t* blk = data.data() + i * b.bytes;
+    const float sign = negative(gen) ? -1.0f : 1.0f;
+    switch (q) {
+      case QuantType::q4_0:
+      case QuantType::q5_0:
+        put_half(blk, 0.05f * sign * mag(gen));
+        break;
+      case QuantType::q8_0:
+        put_half(blk, 0.005f * sign * mag(gen));
+        break;
+      case QuantType::q4_1:
+      case QuantType::q5_1:
+        put_half(blk, 0.05f * mag(gen));
+        put_half(blk + 2, -0.4f * mag(gen));
+        break;
+      case QuantType::q4_k:
+      case QuantType::q5_k:
+        put_half(blk, 0.002f * mag(gen));
+        put_half(blk + 2, 0.004f * mag(gen));
+        break;
+      case QuantType::q6_k:
+        put_half(blk + 208, 0.0005f * sign * mag(gen));
+        break;
+    }
+  }
+  return data;
 }
 
 }  // namespace dspark::test

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dspark/core/buffer.h"
+#include "dspark/core/quant.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark::test {
@@ -29,6 +30,10 @@ OwnedTensor random_tensor(DType dtype, Shape shape, uint32_t seed, float stddev 
 // k distinct ids of [0, experts) per token for n tokens, as a MoE router chooses them ([n * k],
 // fixed-seed shuffles).
 std::vector<int32_t> random_expert_choices(int64_t n, int64_t experts, int64_t k, uint32_t seed);
+// An [n, k] matrix of `q` blocks (k a multiple of the block's values): random bytes, then the
+// f16 scales set to sane values (the signs of d random for the symmetric formats; Q4_1 / Q5_1
+// mins negative, about -8 d).
+std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint32_t seed);
 // Host f32 values -> an OwnedTensor of `dtype` on `device`.
 OwnedTensor make_tensor(const std::vector<float>& values, DType dtype, Shape shape, Device device);
 

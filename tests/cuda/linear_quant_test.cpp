@@ -2,9 +2,9 @@
 // linear_quant.cu, linear_quant_gemv.cu, quant_rows.cu; the kernel choice: choose_linear_blocks in
 // backend/cuda/policy/linear_quant.h) against a host reference computed here: core's
 // dequantize_blocks to f32, then the product in double. Weights are random bytes packed into
-// blocks with sane f16 scales (random_blocks). Every QuantType, x bf16 / f16 / f32, y f32 and x's
-// dtype, with and without a bias (f32 or bf16), over shapes that reach every path of the policy on
-// the test's GPU: the few-row kernel at 1-4 rows with 1, 2, 4 and 16 warps per weight row (x
+// blocks with sane f16 scales (random_quant_blocks). Every QuantType, x bf16 / f16 / f32, y f32 and
+// x's dtype, with and without a bias (f32 or bf16), over shapes that reach every path of the policy
+// on the test's GPU: the few-row kernel at 1-4 rows with 1, 2, 4 and 16 warps per weight row (x
 // rounded to int8 as on the CPU: 2e-2 against the reference, and the CPU's own kernels' output
 // within 1e-5 when y is f32, within y's rounding otherwise); the tensor-core kernel at 5-48 rows
 // in tiles of 8 (1, 2, 3, 4, 6 tiles), with one slice of K and with K split over CTAs, with 1, 2, 4
@@ -36,50 +36,6 @@
 namespace dspark::test {
 namespace {
 
-void put_half(uint8_t* p, float v) {
-  const f16 h = f32_to_f16(v);
-  std::memcpy(p, &h, sizeof(h));
-}
-
-// An [n, k] matrix of `q` blocks: random bytes, then the f16 scales set to sane values (the
-// signs of d random for the symmetric formats; Q4_1 / Q5_1 mins negative, about -8 d).
-std::vector<uint8_t> random_blocks(QuantType q, int64_t n, int64_t k, uint32_t seed) {
-  const QuantBlock b = quant_block(q);
-  const int64_t blocks = n * (k / b.elements);
-  std::vector<uint8_t> data(static_cast<size_t>(blocks * b.bytes));
-  std::mt19937 gen(seed);
-  for (auto& v : data) v = static_cast<uint8_t>(gen());
-  std::uniform_real_distribution<float> mag(0.5f, 2.0f);
-  std::bernoulli_distribution negative(0.5);
-  for (int64_t i = 0; i < blocks; ++i) {
-    uint8_t* blk = data.data() + i * b.bytes;
-    const float sign = negative(gen) ? -1.0f : 1.0f;
-    switch (q) {
-      case QuantType::q4_0:
-      case QuantType::q5_0:
-        put_half(blk, 0.05f * sign * mag(gen));
-        break;
-      case QuantType::q8_0:
-        put_half(blk, 0.005f * sign * mag(gen));
-        break;
-      case QuantType::q4_1:
-      case QuantType::q5_1:
-        put_half(blk, 0.05f * mag(gen));
-        put_half(blk + 2, -0.4f * mag(gen));
-        break;
-      case QuantType::q4_k:
-      case QuantType::q5_k:
-        put_half(blk, 0.002f * mag(gen));
-        put_half(blk + 2, 0.004f * mag(gen));
-        break;
-      case QuantType::q6_k:
-        put_half(blk + 208, 0.0005f * sign * mag(gen));
-        break;
-    }
-  }
-  return data;
-}
-
 // A quantized weight on the GPU and its reference values on the host.
 struct QuantWeight {
   QuantType quant;
@@ -100,7 +56,7 @@ struct QuantWeight {
 };
 
 QuantWeight make_weight(QuantType q, int64_t n, int64_t k, uint32_t seed) {
-  const std::vector<uint8_t> bytes = random_blocks(q, n, k, seed);
+  const std::vector<uint8_t> bytes = random_quant_blocks(q, n, k, seed);
   const int64_t row_bytes = quant_row_bytes(q, k);
   QuantWeight w{
       q, n, k, std::vector<float>(static_cast<size_t>(n * k)), OwnedTensor{}, OwnedTensor{}};

@@ -231,5 +231,108 @@ TEST(CudaMoe, LinearRowsDoNotDependOnTheBatch) {
   }
 }
 
+// GGUF block experts: one stacked [E * N, row bytes] matrix on both devices.
+struct BlockExperts {
+  Pair bytes;
+  WeightMatrix matrix(const Tensor& data, QuantType q, int64_t n, int64_t k) const {
+    WeightMatrix w;
+    w.format = WeightFormat::blocks;
+    w.quant = q;
+    w.data = data;
+    w.n = n;
+    w.k = k;
+    return w;
+  }
+  WeightMatrix cpu(QuantType q, int64_t n, int64_t k) const { return matrix(bytes.cpu, q, n, k); }
+  WeightMatrix gpu(QuantType q, int64_t n, int64_t k) const { return matrix(bytes.gpu, q, n, k); }
+};
+
+BlockExperts random_block_experts(QuantType q, int64_t n, int64_t k, uint32_t seed) {
+  return {vector_pair(random_quant_blocks(q, n, k, seed), Shape{n, quant_row_bytes(q, k)})};
+}
+
+// Block-quantized experts on the device (moe_linear_blocks.cu) against the CPU's quantized
+// products: both round x to int8 per block of 32 the same way, so with f32 y only the order of
+// the f32 sums differs (1e-5, as the few-row linear kernel); other y: their rounding. K of 1 to
+// 12 super-blocks (8 rows a warp at once, 2, 1; two stages a row), 1 to 6 rows per expert, N not
+// a multiple of a CTA's rows; the last case has more rows than kMoeDeviceRows (the host path).
+TEST(CudaMoe, LinearBlocksMatchCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 500;
+  for (const auto [n, experts, k, rows, cols] : {std::array<int64_t, 5>{1, 16, 4, 72, 256},
+                                                 {17, 16, 4, 40, 768},
+                                                 {9, 8, 2, 33, 2048},
+                                                 {33, 64, 6, 24, 3072},
+                                                 {6, 4, 4, 20, 512},
+                                                 {100, 8, 8, 16, 256}}) {
+    const Pair ids = vector_pair(random_expert_choices(n, experts, k, seed++), Shape{n, k});
+    const GroupsPair g = group_both(ctx, ids, experts);
+    const int64_t m = n * k;
+    for (QuantType q : kQuantTypes) {
+      const BlockExperts w = random_block_experts(q, experts * rows, cols, seed++);
+      for (DType in : kFloatDTypes) {
+        const Pair x = random_pair(in, Shape{m, cols}, seed++);
+        for (DType out : {DType::f32, in}) {
+          const Pair wide = zeros_pair(out, Shape{m, 2 * rows});
+          const Tensor y_cpu = columns(wide.cpu, rows, rows), y_gpu = columns(wide.gpu, rows, rows);
+          moe_linear(ctx.cpu, x.cpu, w.cpu(q, experts * rows, cols), g.cpu(), y_cpu);
+          moe_linear(ctx.gpu, x.gpu, w.gpu(q, experts * rows, cols), g.gpu(), y_gpu);
+          ctx.gpu.synchronize();
+          // Past kMoeDeviceRows CUDA's linear() per expert runs the tensor-core kernel (weights
+          // rounded to x's type, x not rounded) against the CPU's int8 x: ~1e-2 apart.
+          const double tol = m > kMoeDeviceRows ? 3e-2 : out == DType::f32 ? 1e-5 : tolerance(out);
+          expect_close(wide.gpu, wide.cpu, tol,
+                       fmt::format("{} {} -> {} n={} E={} k={} N={} K={}", quant_type_name(q),
+                                   name_of(in), name_of(out), n, experts, k, rows, cols));
+        }
+      }
+    }
+  }
+}
+
+// A token's rows are the same bits alone or among 16 other tokens with block experts, for K of
+// 3, 8 and 16 super-blocks (two rows a warp at once; one; two stages a row).
+TEST(CudaMoe, LinearBlocksRowsDoNotDependOnTheBatch) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  const int64_t experts = 16, k = 4, n = 17, rows = 48;
+  uint32_t seed = 600;
+  for (QuantType q : {QuantType::q4_k, QuantType::q6_k, QuantType::q8_0}) {
+    for (int64_t cols : {768, 2048, 4096}) {
+      std::vector<int32_t> choices = random_expert_choices(n, experts, k, seed++);
+      const Pair ids = vector_pair(choices, Shape{n, k});
+      const GroupsPair g = group_both(ctx, ids, experts);
+      const Pair x_tokens = random_pair(DType::bf16, Shape{n, cols}, seed++);
+      const BlockExperts w = random_block_experts(q, experts * rows, cols, seed++);
+      const WeightMatrix wg = w.gpu(q, experts * rows, cols);
+      const Pair x = zeros_pair(DType::bf16, Shape{n * k, cols});
+      gather_rows(ctx.gpu, x_tokens.gpu, g.order.gpu, x.gpu);
+      const Pair y = zeros_pair(DType::bf16, Shape{n * k, rows});
+      moe_linear(ctx.gpu, x.gpu, wg, g.gpu(), y.gpu);
+      const std::vector<int32_t> slots = to_vector<int32_t>(g.slots.cpu);
+      for (const int64_t token : {int64_t{0}, int64_t{11}}) {
+        const Pair one_ids = vector_pair(
+            std::vector<int32_t>(choices.begin() + token * k, choices.begin() + (token + 1) * k),
+            Shape{1, k});
+        const GroupsPair one = group_both(ctx, one_ids, experts);
+        const Pair one_x = zeros_pair(DType::bf16, Shape{k, cols});
+        gather_rows(ctx.gpu, x_tokens.gpu->rows(token, token + 1), one.order.gpu, one_x.gpu);
+        const Pair one_y = zeros_pair(DType::bf16, Shape{k, rows});
+        moe_linear(ctx.gpu, one_x.gpu, wg, one.gpu(), one_y.gpu);
+        ctx.gpu.synchronize();
+        const std::vector<int32_t> one_slots = to_vector<int32_t>(one.slots.cpu);
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t in_batch = slots[static_cast<size_t>(token * k + j)];
+          const int64_t alone = one_slots[static_cast<size_t>(j)];
+          expect_equal(
+              one_y.gpu->rows(alone, alone + 1), y.gpu->rows(in_batch, in_batch + 1),
+              fmt::format("{} K={} token {} choice {}", quant_type_name(q), cols, token, j));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dspark::test

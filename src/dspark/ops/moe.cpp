@@ -6,6 +6,7 @@
 
 #include "dspark/backend/cpu/kernels.h"
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/ops/dispatch.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/op_checks.h"
@@ -151,8 +152,12 @@ void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g) {
 
 bool moe_linear_on_device(const Context& ctx, const WeightMatrix& w, DType x, int64_t m) {
   if (!ctx.is_cuda()) return true;
+  if (m > kMoeDeviceRows) return false;
+  if (w.format == WeightFormat::blocks)
+    return w.k >= 256 && w.k % 256 == 0 && ctx.cuda_caps().compute_major >= 8 &&
+           (x == DType::f32 || x == DType::bf16 || x == DType::f16);
   return w.format == WeightFormat::dense && device_dtype(w.data.dtype()) && x == w.data.dtype() &&
-         (w.k * static_cast<int64_t>(dtype_size(x))) % 16 == 0 && m <= kMoeDeviceRows;
+         (w.k * static_cast<int64_t>(dtype_size(x))) % 16 == 0;
 }
 
 void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
@@ -171,7 +176,11 @@ void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeG
   if (m == 0) return;
   if (ctx.is_cuda() && moe_linear_on_device(ctx, w, x.dtype(), m)) {
     check_on_device(kOp, "w", w.data, ctx);
-    DSPARK_ON_CUDA(cuda::moe_linear(ctx, x, w.data, g, y));
+    if (w.format == WeightFormat::blocks) {
+      DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, x, w, g, y));
+    } else {
+      DSPARK_ON_CUDA(cuda::moe_linear(ctx, x, w.data, g, y));
+    }
     return;
   }
   // linear() per expert over its rows, the grouping read on the host.

@@ -65,9 +65,11 @@ void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeG
                 const Tensor& y);
 
 // Whether moe_linear of m rows of x dtype `x` runs without waiting for the host (it then can be
-// captured in a CUDA graph): always on the CPU; on CUDA for a dense w of bf16, f16 or f32, x of
-// w's dtype, K a multiple of 16 bytes of it, and m <= kMoeDeviceRows. Otherwise CUDA reads the
-// grouping back to the host and runs linear() per expert (prefill: many rows per expert).
+// captured in a CUDA graph): always on the CPU; on CUDA for m <= kMoeDeviceRows and either a dense
+// w of bf16, f16 or f32 with x of w's dtype and K a multiple of 16 bytes of it, or GGUF blocks
+// (WeightFormat::blocks) with K a multiple of 256, x of f32, bf16 or f16 and compute capability
+// 8.0+ (x rounded to int8 per block of 32 as the few-row linear kernel does). Otherwise CUDA reads
+// the grouping back to the host and runs linear() per expert (prefill: many rows per expert).
 inline constexpr int64_t kMoeDeviceRows = 512;
 bool moe_linear_on_device(const Context& ctx, const WeightMatrix& w, DType x, int64_t m);
 

@@ -102,6 +102,15 @@ __device__ __forceinline__ void cp_async16_if(void* smem, const void* gmem, int 
       "l"(gmem), "r"(src_bytes), "r"(static_cast<int>(issue))
       : "memory");
 }
+// 16 bytes global -> shared, of which the first `src_bytes` (0..16) are read and the rest are
+// zeros (src_bytes 0: gmem not read but still a valid, aligned address); the bytes stay out of L1
+// (.cg) and L2 fetches 256 bytes at a time: for streams read once, such as weights.
+__device__ __forceinline__ void cp_async16_stream(void* smem, const void* gmem, int src_bytes) {
+  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+               "r"(src_bytes)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }

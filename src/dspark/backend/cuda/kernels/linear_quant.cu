@@ -81,15 +81,6 @@ struct QmmaParams {
   unsigned table_off, part_off, x_off;
 };
 
-// 16 bytes global -> shared, of which the first `src_bytes` (0..16) are read and the rest are
-// zeros; the weights stay out of L1 (.cg) and L2 fetches 256 bytes at a time.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-}
-
 // One super-block of rows g (pa) and g + 8 (pb) of a stage: its 16 MMA steps with every tile of
 // 8 rows of x, added to acc. Lane (g, c) turns the 4 values of a step it holds per row into
 // D * (q - offset) + Mn in x's type (quant::step_values: exact q - offset, one packed FMA with the
@@ -170,12 +161,13 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
       const int nvec = static_cast<int>((a + int64_t{nsb} * SBB - a0 + 15) >> 4);
       const uint8_t* src = p.w + a0;
       if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
-        for (int v = copy_first; v < nvec; v += 2) cp_async16(dst + 16 * v, src + 16 * v, 16);
+        for (int v = copy_first; v < nvec; v += 2)
+          device::cp_async16_stream(dst + 16 * v, src + 16 * v, 16);
       } else {  // the matrix's last bytes: reads past it give zeros
         for (int v = copy_first; v < nvec; v += 2) {
           const int64_t left = p.w_bytes - (a0 + 16 * v);
           const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
-          cp_async16(dst + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
+          device::cp_async16_stream(dst + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
         }
       }
     }

@@ -13,10 +13,10 @@
 //    pdl_wait(). On sm_90 one lane requests a stage as one bulk copy that completes on the slot's
 //    mbarrier (the math is issue-bound: per-lane cp.async of every 16 bytes cost a third of the
 //    instructions); elsewhere the lanes request its chunks by cp.async.
-//  - x: after pdl_wait() the CTA rounds all M rows into shared memory: int8 values (in the order
-//    the lanes read them, XView), per block of 32 the scale d and s = d * sum(q), per 16 values
-//    the integer sum of q (the offset of Q4_0, Q5_0, Q6_K: sum((q_w - off) q_x) =
-//    sum(q_w q_x) - off sum(q_x)).
+//  - x: after pdl_wait() the CTA rounds all M rows into shared memory (quant_dp4a.cuh's
+//    quantize_x): int8 values (in the order the lanes read them, XView), per block of 32 the scale
+//    d and s = d * sum(q), per 16 values the integer sum of q (the offset of Q4_0, Q5_0, Q6_K:
+//    sum((q_w - off) q_x) = sum(q_w q_x) - off sum(q_x)).
 //  - Math: lane (b, u) of a warp takes super-block b of the stage and its unit u of 64 values
 //    (quant_blocks.cuh's QuantMma view): 16 words, 16 dp4a per row of x, the unit's 2 (Q6_K: 4)
 //    sub-block scales decoded once. Per sub-block the lane adds D * d_x * sum, and the offset and
@@ -34,12 +34,24 @@
 #include "dspark/backend/cuda/kernels/linear_quant_gemv.h"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/cuda/kernels/quant_blocks.cuh"
+#include "dspark/backend/cuda/kernels/quant_dp4a.cuh"
 #include "dspark/backend/cuda/policy/linear_quant.h"
 
 namespace dspark::cuda {
 namespace {
 
 using quant::QuantMma;
+using quant::XView;
+// The few-row kernel's loop over a unit keeps quant_dp4a.cuh's unit_accumulate inline in its own
+// body: called as a function it costs this kernel registers at one row of x (spills under the
+// 64-register bound of two CTAs per SM) and ~2% of a Q4_K_M decode step.
+using quant::dp4a_offset;
+using quant::kHighNibbles;
+using quant::kquant_scales_mins;
+using quant::quantize_x;
+using quant::sub_scale;
+using quant::unit_dots;
+using quant::unit_words;
 constexpr int kWarps = kQuantGemvWarps;
 constexpr int kThreads = kWarps * 32;
 
@@ -59,267 +71,6 @@ struct GemvParams {
   int warps_k, tiles;
   QuantGemvLayout layout;
 };
-
-// The offset subtracted from a weight byte before the product (quant_gemm.h's integer w).
-template <QuantType Q>
-constexpr int dp4a_offset() {
-  return Q == QuantType::q4_0 ? 8 : Q == QuantType::q5_0 ? 16 : Q == QuantType::q6_k ? 32 : 0;
-}
-
-// D and Mn of sub-block `sub` of the super-block at sb (value = D * (q - off) + Mn).
-template <QuantType Q>
-__device__ __forceinline__ void sub_scale(const uint8_t* sb, int sub, float& d, float& mn) {
-  using namespace quant;
-  if constexpr (Q == QuantType::q4_k || Q == QuantType::q5_k) {
-    uint32_t sc, m;
-    scale_min_k4(sub, sb + 4, sc, m);
-    d = mul_rn(half_at(sb), static_cast<float>(sc));
-    mn = mul_rn(half_at(sb + 2), static_cast<float>(m));  // subtracted
-  } else if constexpr (Q == QuantType::q6_k) {
-    d = mul_rn(half_at(sb + 208), static_cast<float>(static_cast<int8_t>(byte_at(sb + 192, sub))));
-    mn = 0.0f;
-  } else {
-    constexpr int kBlockBytes = static_cast<int>(quant_block_bytes(Q));
-    const uint8_t* blk = sb + sub * kBlockBytes;
-    d = half_at(blk);
-    mn = QuantMma<Q>::kMin ? half_at(blk + 2) : 0.0f;
-  }
-}
-
-// The x region of row r: int8 q, then f32 d and s per block of 32, then int32 sums per 16 values.
-// q is kept per super-block of 256 values in the order the math reads it: 320 bytes (64 of them
-// padding) per super-block, and in it the 16-value chunk of unit u, step s (QuantMma's view: a
-// unit's 64 values are 4 steps of 16) at 64 s + 16 u. The 4 lanes of a super-block then read one
-// step's x as 64 consecutive bytes, and the next super-block's lanes the next 64 bytes of the 128
-// a quarter warp reads: no bank conflicts.
-struct XView {
-  const uint8_t* base;
-  int row_bytes, q_bytes, blocks;
-  __device__ __forceinline__ const uint8_t* q(int r) const { return base + r * row_bytes; }
-  __device__ __forceinline__ const float* d(int r) const {
-    return reinterpret_cast<const float*>(base + r * row_bytes + q_bytes);
-  }
-  __device__ __forceinline__ const float* s(int r) const { return d(r) + blocks; }
-  __device__ __forceinline__ const int* sum16(int r) const {
-    return reinterpret_cast<const int*>(s(r) + blocks);
-  }
-};
-constexpr int kXSuperBlockBytes = 320;
-
-// Where step s of unit u of super-block sb starts in a row's q.
-__device__ __forceinline__ int xq_step(int sb, int u, int s) {
-  return sb * kXSuperBlockBytes + 64 * s + 16 * u;
-}
-
-// The (unit, step) of the 16-value chunk c16 (0..15) of a super-block, for format Q.
-template <QuantType Q>
-__device__ __forceinline__ int xq_chunk_offset(int c16) {
-  if constexpr (Q == QuantType::q6_k) {
-    // elem(u, s) = 128 (u / 2) + 32 s + 16 (u % 2)
-    const int u = 2 * (c16 >> 3) + (c16 & 1), s = (c16 & 7) >> 1;
-    return 64 * s + 16 * u;
-  } else {
-    // elem(u, s) = 64 u + 16 s
-    return 64 * (c16 & 3) + 16 * (c16 >> 2);
-  }
-}
-
-// 8 consecutive values of x from element i (a multiple of 8; x 16-byte aligned) as f32.
-__device__ __forceinline__ void load8(const void* x, int64_t i, device::FloatKind kind,
-                                      float (&v)[8]) {
-  if (kind == device::FloatKind::f32) {
-    const float4 a = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i));
-    const float4 b = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(x) + i) + 1);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    return;
-  }
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i));
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const auto lo = static_cast<unsigned short>(words[j] & 0xFFFFu);
-    const auto hi = static_cast<unsigned short>(words[j] >> 16);
-    if (kind == device::FloatKind::bf16) {
-      v[2 * j] = __bfloat162float(__ushort_as_bfloat16(lo));
-      v[2 * j + 1] = __bfloat162float(__ushort_as_bfloat16(hi));
-    } else {
-      v[2 * j] = __half2float(__ushort_as_half(lo));
-      v[2 * j + 1] = __half2float(__ushort_as_half(hi));
-    }
-  }
-}
-
-// Rounds the m rows of x into the x region (quant_gemm.cpp's quantize_x_row, bit for bit): a
-// thread takes 8 consecutive values, 4 neighbouring lanes a block of 32; the loads of up to 4
-// groups per thread are issued before any of their math.
-template <QuantType Q>
-__device__ void quantize_x(const GemvParams& p, uint8_t* region) {
-  constexpr int kUnroll = 4;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int groups_per_row = p.k / 8, groups = p.m * groups_per_row, blocks = p.k / 32;
-  for (int base = 0; base < groups; base += kUnroll * kThreads) {
-    float v[kUnroll][8];
-#pragma unroll
-    for (int it = 0; it < kUnroll; ++it) {
-      const int g = base + it * kThreads + static_cast<int>(threadIdx.x);
-      if (g < groups) {
-        const int r = g / groups_per_row, col = 8 * (g % groups_per_row);
-        load8(p.x, r * p.ldx + col, p.x_kind, v[it]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[it][j] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int it = 0; it < kUnroll; ++it) {
-      // The 4 lanes of a block are all in range or all out (k is a multiple of 32), so the
-      // shuffles below run on every lane and only the stores are guarded.
-      const int g = base + it * kThreads + static_cast<int>(threadIdx.x);
-      float amax = 0.0f;
-      int finite = 1;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float a = fabsf(v[it][j]);
-        finite &= a <= 3.402823466e38f ? 1 : 0;  // 0 for inf and NaN
-        amax = fmaxf(amax, a);
-      }
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        finite &= __shfl_xor_sync(0xffffffffu, finite, o);
-      }
-      int q[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      float d = 0.0f;
-      if (finite == 0) {
-        d = __int_as_float(0x7fc00000);
-      } else if (amax >= 1e-30f) {
-        const float inv = __fdiv_rn(127.0f, amax);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = static_cast<int>(rintf(__fmul_rn(v[it][j], inv)));
-        d = __fdiv_rn(amax, 127.0f);
-      }
-      int own = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) own += q[j];
-      const int s16 = own + __shfl_xor_sync(0xffffffffu, own, 1);
-      const int sum = s16 + __shfl_xor_sync(0xffffffffu, s16, 2);
-      if (g < groups) {
-        const int r = g / groups_per_row, col = 8 * (g % groups_per_row), b = col / 32;
-        uint8_t* row = region + r * p.layout.x_row_bytes;
-        uint32_t w0 = 0, w1 = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          w0 |= (static_cast<uint32_t>(q[j]) & 0xFFu) << (8 * j);
-          w1 |= (static_cast<uint32_t>(q[4 + j]) & 0xFFu) << (8 * j);
-        }
-        const int in_sb = col & 255;
-        auto* dst = reinterpret_cast<uint32_t*>(row + (col >> 8) * kXSuperBlockBytes +
-                                                xq_chunk_offset<Q>(in_sb >> 4) + (in_sb & 15));
-        dst[0] = w0;
-        dst[1] = w1;
-        auto* dv = reinterpret_cast<float*>(row + p.layout.x_q_bytes);
-        auto* sum16 = reinterpret_cast<int*>(dv + 2 * blocks);
-        const int quarter = lane & 3;
-        if (quarter == 0) {
-          dv[b] = d;
-          dv[blocks + b] = finite != 0 ? __fmul_rn(d, static_cast<float>(sum)) : d;
-          sum16[2 * b] = s16;
-        } else if (quarter == 2) {
-          sum16[2 * b + 1] = s16;
-        }
-      }
-    }
-  }
-}
-
-// The 6-bit scales and mins of sub-blocks 2u and 2u + 1 of a Q4_K / Q5_K super-block (its first
-// 16 bytes: d, dmin, the 12 packed bytes; 16-byte aligned in the slot), without branches
-// (backend/cpu/kernels/quant_gemm_detail.h's k_scales_mins).
-__device__ __forceinline__ void kquant_scales_mins(const uint8_t* sb, int u, int (&sc)[2],
-                                                   int (&m)[2]) {
-  const uint4 h = *reinterpret_cast<const uint4*>(sb);
-  const uint32_t u0 = h.y, u1 = h.z, u2 = h.w;
-  const uint32_t sc_lo = u0 & 0x3f3f3f3fu, m_lo = u1 & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | (((u0 >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi = ((u2 >> 4) & 0x0f0f0f0fu) | (((u1 >> 6) & 0x03030303u) << 4);
-  const uint32_t sw = u < 2 ? sc_lo : sc_hi, mw = u < 2 ? m_lo : m_hi;
-  const int shift = 16 * (u & 1);
-  sc[0] = static_cast<int>((sw >> shift) & 0xFFu);
-  sc[1] = static_cast<int>((sw >> (shift + 8)) & 0xFFu);
-  m[0] = static_cast<int>((mw >> shift) & 0xFFu);
-  m[1] = static_cast<int>((mw >> (shift + 8)) & 0xFFu);
-}
-
-// The 64 values of unit u of the super-block at sb as 16 words of 4 bytes: word 4 s + c holds
-// values elem(u, s) + 4c .. + 3 (QuantMma's view). Q4_K (16-byte aligned in its slot) as two
-// 16-byte reads, and its high nibbles (steps 2 and 3) left in place: 16 times the value, as
-// unsigned bytes (kHighNibbles), which saves a shift per word; their dot products are divided by
-// 16 exactly.
-template <QuantType Q>
-constexpr bool kHighNibbles = Q == QuantType::q4_k;
-
-template <QuantType Q>
-__device__ __forceinline__ void unit_words(const uint8_t* sb, int u, uint32_t (&q)[16]) {
-  if constexpr (Q == QuantType::q4_k) {
-    const uint4 a = *reinterpret_cast<const uint4*>(sb + 16 + 32 * u);
-    const uint4 b = *reinterpret_cast<const uint4*>(sb + 32 + 32 * u);
-    const uint32_t wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      q[c] = wa[c] & 0x0F0F0F0Fu;
-      q[4 + c] = wb[c] & 0x0F0F0F0Fu;
-      q[8 + c] = wa[c] & 0xF0F0F0F0u;
-      q[12 + c] = wb[c] & 0xF0F0F0F0u;
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      uint32_t w[4];
-      QuantMma<Q>::unit(sb, u, c, w);
-#pragma unroll
-      for (int st = 0; st < 4; ++st) q[4 * st + c] = w[st];
-    }
-  }
-}
-
-// a . b + c over 4 bytes: a unsigned, b signed.
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
-  int d;
-  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
-// dots[st]: the integer products of step st of unit u (its 4 words in q) with x's 16 values of
-// that step in super-block sbg of row xq (steps 2 and 3: 16 times them with kHighNibbles).
-template <QuantType Q>
-__device__ __forceinline__ void unit_dots(const uint32_t (&q)[16], const uint8_t* xq, int sbg,
-                                          int u, int (&dots)[4]) {
-#pragma unroll
-  for (int st = 0; st < 4; ++st) {
-    const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
-    if (kHighNibbles<Q> && st >= 2) {
-      int dt = dp4a_us(q[4 * st], xw.x, 0);
-      dt = dp4a_us(q[4 * st + 1], xw.y, dt);
-      dt = dp4a_us(q[4 * st + 2], xw.z, dt);
-      dots[st] = dp4a_us(q[4 * st + 3], xw.w, dt);
-    } else {
-      int dt = __dp4a(static_cast<int>(q[4 * st]), static_cast<int>(xw.x), 0);
-      dt = __dp4a(static_cast<int>(q[4 * st + 1]), static_cast<int>(xw.y), dt);
-      dt = __dp4a(static_cast<int>(q[4 * st + 2]), static_cast<int>(xw.z), dt);
-      dots[st] = __dp4a(static_cast<int>(q[4 * st + 3]), static_cast<int>(xw.w), dt);
-    }
-  }
-}
-
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 900
-// 16 bytes global -> shared, the first `src_bytes` read and the rest zeros; weights bypass L1.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const auto s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-}
-#endif
 
 // Two CTAs per SM for one or two rows of x (64 registers), one for more.
 template <QuantType Q, int M>
@@ -396,12 +147,13 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
       uint8_t* slot = ring + (issued % kStages) * slot_bytes;
       const uint8_t* src = p.w + a0;
       if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
-        for (int v = lane; v < nvec; v += 32) cp_async16(slot + 16 * v, src + 16 * v, 16);
+        for (int v = lane; v < nvec; v += 32)
+          device::cp_async16_stream(slot + 16 * v, src + 16 * v, 16);
       } else {  // the matrix's last bytes: reads past it give zeros
         for (int v = lane; v < nvec; v += 32) {
           const int64_t left = p.w_bytes - (a0 + 16 * v);
           const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
-          cp_async16(slot + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
+          device::cp_async16_stream(slot + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
         }
       }
       if (++it_chunk == chunks) it_chunk = 0, it_tile += gx;
@@ -416,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
   for (int i = 0; i < kStages - 1; ++i) issue_next();  // weights: before the wait
   pdl_wait();
   pdl_launch_dependents();
-  quantize_x<Q>(p, xregion);
+  quantize_x<Q, kThreads>(p, xregion, static_cast<int>(threadIdx.x));
   __syncthreads();
 
   const XView xv{xregion, p.layout.x_row_bytes, p.layout.x_q_bytes, p.k / 32};
