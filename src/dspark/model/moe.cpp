@@ -12,24 +12,36 @@ namespace dspark {
 
 namespace {
 
-// Every expert's `proj` ("gate_proj", "up_proj" or "down_proj") of shape [rows, cols], stacked.
-ExpertMatrix load_experts(const WeightLoader& w, const std::string& prefix, int experts,
-                          const char* proj, int64_t rows, int64_t cols) {
+// Stacks the named [rows, cols] matrices (`rows` each, expert by expert) into one ExpertMatrix:
+// one block matrix when they share a block format and moe_linear can take its experts apart (rows
+// interleaved by 8 only split at an expert's first row when an expert has a multiple of 8 rows),
+// else dense. `blocks_only`: undefined instead of dense when the blocks do not stack.
+ExpertMatrix load_stacked(const WeightLoader& w, const std::vector<std::string>& names,
+                          int64_t rows, int64_t cols, int64_t expert_rows, bool blocks_only) {
   std::vector<WeightLoader::Part> parts;
-  parts.reserve(static_cast<size_t>(experts));
-  for (int e = 0; e < experts; ++e)
-    parts.push_back({fmt::format("{}experts.{}.{}.weight", prefix, e, proj), Shape{rows, cols}});
+  parts.reserve(names.size());
+  for (const std::string& name : names) parts.push_back({name, Shape{rows, cols}});
   ExpertMatrix m;
   m.blocks = w.load_quantized(parts);
-  // One block matrix, whose experts moe_linear can take apart: rows interleaved by 8 only split
-  // at an expert's first row when an expert has a multiple of 8 rows. Otherwise dense.
-  const bool split_ok = m.blocks.parts.size() == 1 &&
-                        (m.blocks.parts[0].w.format != WeightFormat::blocks_x8 || rows % 8 == 0);
+  const bool split_ok =
+      m.blocks.parts.size() == 1 &&
+      (m.blocks.parts[0].w.format != WeightFormat::blocks_x8 || expert_rows % 8 == 0);
   if (!split_ok) {
+    const bool was_blocks = m.blocks.defined();
     m.blocks = {};
+    if (blocks_only && was_blocks) return m;
     m.dense = w.load_concat(parts);
   }
   return m;
+}
+
+// Every expert's `proj` ("gate_proj", "up_proj" or "down_proj") of shape [rows, cols], stacked.
+ExpertMatrix load_experts(const WeightLoader& w, const std::string& prefix, int experts,
+                          const char* proj, int64_t rows, int64_t cols) {
+  std::vector<std::string> names;
+  for (int e = 0; e < experts; ++e)
+    names.push_back(fmt::format("{}experts.{}.{}.weight", prefix, e, proj));
+  return load_stacked(w, names, rows, cols, rows, false);
 }
 
 }  // namespace
@@ -52,17 +64,27 @@ MoeWeights load_moe_weights(const WeightLoader& w, const std::string& prefix,
     load_mlp_weights(w, prefix + "shared_experts.", h, shared, m.shared);
   }
   m.experts = c.num_experts;
-  m.gate = load_experts(w, prefix, c.num_experts, "gate_proj", inter, h);
-  m.up = load_experts(w, prefix, c.num_experts, "up_proj", inter, h);
+  std::vector<std::string> gate_up;
+  for (int e = 0; e < c.num_experts; ++e) {
+    gate_up.push_back(fmt::format("{}experts.{}.gate_proj.weight", prefix, e));
+    gate_up.push_back(fmt::format("{}experts.{}.up_proj.weight", prefix, e));
+  }
+  m.gate_up = load_stacked(w, gate_up, inter, h, 2 * inter, true);
+  if (!m.gate_up.defined()) {
+    m.gate = load_experts(w, prefix, c.num_experts, "gate_proj", inter, h);
+    m.up = load_experts(w, prefix, c.num_experts, "up_proj", inter, h);
+  }
   m.down = load_experts(w, prefix, c.num_experts, "down_proj", h, inter);
   return m;
 }
 
 bool moe_on_device(const Context& ctx, const MoeWeights& w, DType x, int64_t n) {
   const int64_t m = n * w.top_k;
-  return moe_linear_on_device(ctx, w.gate.matrix(), x, m) &&
-         moe_linear_on_device(ctx, w.up.matrix(), x, m) &&
-         moe_linear_on_device(ctx, w.down.matrix(), x, m);
+  const bool gate_up = w.gate_up.defined()
+                           ? moe_linear_on_device(ctx, w.gate_up.matrix(), x, m)
+                           : moe_linear_on_device(ctx, w.gate.matrix(), x, m) &&
+                                 moe_linear_on_device(ctx, w.up.matrix(), x, m);
+  return gate_up && moe_linear_on_device(ctx, w.down.matrix(), x, m);
 }
 
 void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScratch& s,
@@ -76,8 +98,12 @@ void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScr
   }
   moe_group(ctx, s.ids, s.groups);
   gather_rows(ctx, xn, s.groups.order, s.rows);
-  moe_linear(ctx, s.rows, w.gate.matrix(), s.groups, s.gate_up.slice(1, 0, inter));
-  moe_linear(ctx, s.rows, w.up.matrix(), s.groups, s.gate_up.slice(1, inter, 2 * inter));
+  if (w.gate_up.defined()) {
+    moe_linear(ctx, s.rows, w.gate_up.matrix(), s.groups, s.gate_up);
+  } else {
+    moe_linear(ctx, s.rows, w.gate.matrix(), s.groups, s.gate_up.slice(1, 0, inter));
+    moe_linear(ctx, s.rows, w.up.matrix(), s.groups, s.gate_up.slice(1, inter, 2 * inter));
+  }
   swiglu(ctx, s.gate_up.slice(1, 0, inter), s.gate_up.slice(1, inter, 2 * inter), s.act);
   moe_linear(ctx, s.act, w.down.matrix(), s.groups, s.expert_out);
   moe_combine(ctx, s.expert_out, s.groups.slots, s.weights, out);

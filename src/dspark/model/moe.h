@@ -26,12 +26,16 @@ struct ExpertMatrix {
   WeightMatrix matrix() const {
     return blocks.defined() ? blocks.parts[0].w : WeightMatrix::dense(dense.view());
   }
+  bool defined() const { return blocks.defined() || dense->defined(); }
 };
 
 struct MoeWeights {
   OwnedTensor router;  // [experts, hidden] engine dtype (mlp.gate.weight)
   int experts = 0;
-  ExpertMatrix gate, up;  // [experts * moe_inter, hidden]
+  // [experts * 2 * moe_inter, hidden]: expert e's gate rows, then its up rows, so one product
+  // gives both halves of a row's SwiGLU input.
+  ExpertMatrix gate_up;
+  ExpertMatrix gate, up;  // [experts * moe_inter, hidden], only where gate_up could not stack them
   ExpertMatrix down;      // [experts * hidden, moe_inter]
   int top_k = 0;
   bool normalize = false;  // norm_topk_prob
@@ -48,7 +52,8 @@ struct MoeWeights {
 // (prefix e.g. "model.layers.3.mlp."); with DeepSeek routing also "gate.e_score_correction_bias"
 // and "shared_experts.{gate,up,down}_proj.weight". A missing or mis-shaped tensor throws
 // ErrorKind::io naming it (WeightLoader). A projection stays block-quantized when every expert's
-// matrix is stored in one block format, else it loads dense.
+// matrix is stored in one block format, else it loads dense; the gate and up projections stack
+// into gate_up unless they are stored in different block formats (then each on its own).
 MoeWeights load_moe_weights(const WeightLoader& w, const std::string& prefix,
                             const ModelConfig& config);
 
