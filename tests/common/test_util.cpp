@@ -1,11 +1,15 @@
 #include "test_util.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <random>
 
 #include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/error.h"
 
 namespace dspark::test {
 
@@ -81,6 +85,21 @@ std::vector<int32_t> random_expert_choices(int64_t n, int64_t experts, int64_t k
 
 bool cuda_available() {
   return cuda::built_with_cuda() && cuda::device_count() > 0;
+}
+
+TempDir::TempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "dspark_test_XXXXXX").string();
+  DSPARK_CHECK(mkdtemp(pattern.data()) != nullptr, "cannot create a temporary directory");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void TempDir::write(const std::string& name, const std::string& text) const {
+  std::ofstream(path_ / name, std::ios::binary | std::ios::trunc) << text;
 }
 
 }  // namespace dspark::test
