@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cost_cache_options.h"
 #include "dspark/backend/context.h"
 #include "dspark/engine/model_chat_template.h"
 #include "dspark/engine/side_by_side.h"
@@ -43,6 +44,7 @@ struct DemoArgs {
   std::string spec_sampling = "coupled";
   std::optional<int> gamma;
   std::string draft_policy = "adaptive";
+  CostCacheArgs cost_cache;
   std::string device = "cpu";
   bool raw = false;
   bool json = false;
@@ -103,6 +105,7 @@ int run_demo(const DemoArgs& a) {
   SpecConfig config;
   config.gamma = a.gamma ? *a.gamma : created.default_gamma;
   config.draft_policy = parse_draft_policy(a.draft_policy);
+  config.cost_cache = cost_cache_config(a.cost_cache, a.model, device);
   config.log = [](std::string_view line) {
     std::fprintf(stderr, "dspark demo: %.*s\n", static_cast<int>(line.size()), line.data());
   };
@@ -184,6 +187,7 @@ Command add_demo_command(CLI::App& app) {
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(CLI::Range(0, 64));
   add_draft_policy_option(sub, args->draft_policy);
+  add_cost_cache_options(sub, args->cost_cache);
   sub->add_option("--device", args->device, "cpu, cuda or cuda:N")->capture_default_str();
   sub->add_flag("--raw", args->raw, "Send the prompt as it is, without the chat template");
   sub->add_flag("--json", args->json, "Print the measurements as one JSON line at the end");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cost_cache_options.h"
 #include "dspark/backend/context.h"
 #include "dspark/engine/json_output.h"
 #include "dspark/engine/spec_sampling.h"
@@ -42,6 +43,7 @@ struct GenerateArgs {
   bool draft_fp8 = false;
   std::optional<int> gamma;
   std::string draft_policy = "adaptive";
+  CostCacheArgs cost_cache;
   int ngram_min = 1, ngram_max = 4;
 };
 
@@ -79,6 +81,7 @@ int run_generate(const GenerateArgs& a) {
   SpecConfig spec_config;
   spec_config.gamma = a.gamma ? *a.gamma : created.default_gamma;
   spec_config.draft_policy = parse_draft_policy(a.draft_policy);
+  spec_config.cost_cache = cost_cache_config(a.cost_cache, a.model_dir, device);
   spec_config.log = [](std::string_view line) {
     std::fprintf(stderr, "dspark generate: %.*s\n", static_cast<int>(line.size()), line.data());
   };
@@ -238,6 +241,7 @@ Command add_generate_command(CLI::App& app) {
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(number_in(0, 64, false, "in [0, 64]"));
   add_draft_policy_option(sub, args->draft_policy);
+  add_cost_cache_options(sub, args->cost_cache);
   sub->add_option("--ngram-min", args->ngram_min, "Prompt lookup: shortest n-gram matched")
       ->check(number_in(1, 64, false, "in [1, 64]"))
       ->capture_default_str();

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "cost_cache_options.h"
 #include "dspark/core/error.h"
 #include "dspark/engine/spec_sampling.h"
 #include "dspark/server/http_server.h"
@@ -37,6 +38,7 @@ struct ServeArgs {
   double request_timeout_s = 30;
   std::optional<int> gamma;
   std::string draft_policy = "adaptive";
+  CostCacheArgs cost_cache;
   std::string spec_sampling = "coupled";
 };
 
@@ -78,6 +80,8 @@ int run_serve(ServeArgs& a) {
   server::ServerConfig& c = a.config;
   c.engine.gamma = a.gamma;
   c.engine.draft_policy = parse_draft_policy(a.draft_policy);
+  c.engine.cost_cache =
+      cost_cache_config(a.cost_cache, c.engine.model_dir, parse_device(c.engine.device));
   c.spec_sampling = *spec_sampling_from_name(a.spec_sampling);
   if (!a.kv_memory.empty()) c.engine.kv_memory = parse_bytes(a.kv_memory, "--kv-memory");
   if (!a.max_body_bytes.empty())
@@ -120,8 +124,8 @@ int run_serve(ServeArgs& a) {
       static_cast<double>(m.reserved_bytes) / (1 << 20), free_memory.c_str(),
       srv.chat_template_description().c_str(), c.host.c_str(), srv.port());
   std::fflush(stdout);
-  if (!m.verify_profile.empty())
-    std::fprintf(stderr, "dspark serve: %s\n", m.verify_profile.c_str());
+  for (const std::string& line : m.engine_notices)
+    std::fprintf(stderr, "dspark serve: %s\n", line.c_str());
   if (const std::string why = srv.chat_template_error(); !why.empty())
     std::fprintf(stderr,
                  "warning: the chat template could not be loaded (%s): chat requests "
@@ -173,6 +177,7 @@ Command add_serve_command(CLI::App& app) {
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(int_in(0, 64));
   add_draft_policy_option(sub, args->draft_policy);
+  add_cost_cache_options(sub, args->cost_cache);
   add_spec_sampling_option(sub, args->spec_sampling)
       ->description(
           "Default for requests without \"spec_sampling\": coupled (the same seed gives the "

@@ -1,13 +1,17 @@
 #include "test_util.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <numeric>
 #include <random>
 
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/dtype.h"
+#include "dspark/core/error.h"
 
 namespace dspark::test {
 
@@ -129,6 +133,21 @@ std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint
     }
   }
   return data;
+}
+
+TempDir::TempDir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "dspark_test_XXXXXX").string();
+  DSPARK_CHECK(mkdtemp(pattern.data()) != nullptr, "cannot create a temporary directory");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void TempDir::write(const std::string& name, const std::string& text) const {
+  std::ofstream(path_ / name, std::ios::binary | std::ios::trunc) << text;
 }
 
 }  // namespace dspark::test

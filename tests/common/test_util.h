@@ -40,4 +40,21 @@ OwnedTensor make_tensor(const std::vector<float>& values, DType dtype, Shape sha
 // True when a CUDA device is usable (cuda tests GTEST_SKIP otherwise).
 bool cuda_available();
 
+// A fresh directory of its own under the system's temporary directory, removed with its contents
+// at the end of the scope.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+  // Writes `text` to the file `name` in it.
+  void write(const std::string& name, const std::string& text) const;
+
+ private:
+  std::filesystem::path path_;
+};
+
 }  // namespace dspark::test

@@ -25,27 +25,7 @@ fs::path fixture(const std::string& name) {
   return test::data_dir() / "chat_templates" / name;
 }
 
-// A fresh temporary directory, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() / ("dspark_chat_template_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  void write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-  }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
-};
+using test::TempDir;
 
 // Runs f, which must throw dspark::Error of `kind` with `needle` in its message.
 template <typename F>

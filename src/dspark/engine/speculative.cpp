@@ -5,9 +5,10 @@
 #include <numeric>
 #include <optional>
 
+#include "dspark/core/thread_pool.h"
 #include "dspark/engine/json_mask.h"
-
 #include "dspark/engine/verify_cost.h"
+#include "dspark/engine/verify_cost_cache.h"
 #include "dspark/ops/penalties.h"
 #include "dspark/ops/sampling.h"
 #include "dspark/ops/token_mask.h"
@@ -81,11 +82,43 @@ SpeculativeEngine::SpeculativeEngine(Model& target, Context& ctx, DraftSource* s
     cost_.verify = config_.verify_cost;
   } else if (adaptive()) {
     const int rows = config_.max_rows > 0 ? config_.max_rows : 8;
-    profile_ = profile_verify_cost(target_, ctx_, kv_, taps_, rows, config_.gamma + 1,
-                                   config_.profile_budget_s);
+    const bool cached = !config_.cost_cache.dir.empty();
+    VerifyCostKey key;
+    std::optional<VerifyCostProfile> loaded;
+    if (cached) {
+      key = verify_cost_key(rows);
+      loaded = load_verify_cost(config_.cost_cache.dir, key, config_.log);
+    }
+    if (loaded) {
+      profile_ = std::move(*loaded);
+    } else {
+      profile_ = profile_verify_cost(target_, ctx_, kv_, taps_, rows, config_.gamma + 1,
+                                     config_.profile_budget_s);
+      if (cached) store_verify_cost(config_.cost_cache.dir, key, profile_, config_.log);
+    }
     cost_.verify = profile_.points;
     if (config_.log) config_.log(describe(profile_));
   }
+}
+
+VerifyCostKey SpeculativeEngine::verify_cost_key(int rows) const {
+  const VerifyCostCacheConfig& c = config_.cost_cache;
+  DSPARK_CHECK(!ctx_.is_cuda() || !c.accelerator.empty(),
+               "a verify cost cache on CUDA needs the device's description");
+  VerifyCostKey key;
+  key.build = build_identity();
+  key.model = model_identity(c.model);
+  key.device = ctx_.device().name();
+  key.machine = ctx_.is_cuda() ? c.accelerator : cpu_identity();
+  key.threads = ctx_.is_cuda() ? 0 : ctx_.pool().size();
+  key.dtype = std::string(dtype_name(target_.activation_dtype()));
+  key.cuda_graphs = target_.cuda_graphs();
+  key.page_size = config_.page_size;
+  key.taps = taps_;
+  key.max_rows = rows;
+  key.width = config_.gamma + 1;
+  key.budget_s = config_.profile_budget_s;
+  return key;
 }
 
 SpeculativeEngine::~SpeculativeEngine() = default;

@@ -31,6 +31,7 @@
 #include "dspark/engine/output_stream.h"
 #include "dspark/engine/phase_clock.h"
 #include "dspark/engine/verify_cost.h"
+#include "dspark/engine/verify_cost_cache.h"
 #include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/model.h"
 #include "dspark/spec/draft_length.h"
@@ -70,7 +71,12 @@ struct SpecConfig {
   // The verify cost (RoundCostModel::verify points) when already known for this model and device:
   // used instead of profiling.
   std::vector<std::pair<int, double>> verify_cost;
-  // Where the engine's one-line notices go (the adaptive policy's profile); null: nowhere.
+  // Where the adaptive policy's profile is cached between runs (engine/verify_cost_cache.h): a
+  // profile stored for the same key is loaded instead of measured, and a measured one is stored.
+  // cost_cache.dir empty: no cache.
+  VerifyCostCacheConfig cost_cache;
+  // Where the engine's one-line notices go (the adaptive policy's profile, cache problems); null:
+  // nowhere.
   std::function<void(std::string_view)> log;
 };
 
@@ -131,6 +137,8 @@ class SpeculativeEngine {
   // Attaches the published KV (and the source's state) of the prompt's longest cached prefix.
   void attach_prefix(Row& row);
   int reserve_tokens(int prompt_tokens, int max_tokens) const;
+  // The cost cache's key of this engine's profile of verify batches of up to `rows` rows.
+  VerifyCostKey verify_cost_key(int rows) const;
 
   // The boundaries of a decode round's phases: draft from begin to proposed, verify to verified
   // (its CPU time split where the batch is built and where the target's forward returns), rest to

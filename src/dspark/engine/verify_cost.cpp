@@ -85,8 +85,11 @@ VerifyCostProfile profile_verify_cost(Model& target, Context& ctx, PagedKvCache&
 }
 
 std::string describe(const VerifyCostProfile& profile) {
-  std::string out = fmt::format("verify cost profiled in {:.2f} s ({} forwards):", profile.seconds,
-                                profile.forwards);
+  std::string out =
+      profile.loaded_from.empty()
+          ? fmt::format("verify cost profiled in {:.2f} s ({} forwards):", profile.seconds,
+                        profile.forwards)
+          : fmt::format("verify cost loaded from {}:", profile.loaded_from);
   for (size_t i = 0; i < profile.points.size(); ++i)
     out += fmt::format("{} {} tokens {:.2f} ms", i == 0 ? "" : ",", profile.points[i].first,
                        profile.points[i].second);

@@ -17,6 +17,8 @@ struct VerifyCostProfile {
   std::vector<std::pair<int, double>> points;  // (batch tokens, ms), ascending tokens
   int forwards = 0;                            // forwards run, warm-ups included
   double seconds = 0;                          // wall time of the profile
+  // The cache file it was read from (engine/verify_cost_cache.h); empty when measured here.
+  std::string loaded_from;
 };
 
 // Times target forwards shaped like verify batches (rows of up to `max_rows`, `width` tokens each,
@@ -31,7 +33,8 @@ struct VerifyCostProfile {
 VerifyCostProfile profile_verify_cost(Model& target, Context& ctx, PagedKvCache& kv,
                                       std::span<const int> taps, int max_rows, int width,
                                       double budget_s);
-// One line: "verify cost profiled in 0.41 s (21 forwards): 1 tokens 9.8 ms, 2 tokens ..."
+// One line: "verify cost profiled in 0.41 s (21 forwards): 1 tokens 9.8 ms, 2 tokens ...", or
+// "verify cost loaded from FILE: 1 tokens 9.8 ms, ..." for a cached profile.
 std::string describe(const VerifyCostProfile& profile);
 
 }  // namespace dspark

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/runtime.h"
@@ -248,9 +251,14 @@ void EngineWorker::load(Engine& e) {
   spec.prefix_cache = config_.prefix_cache;
   spec.draft_policy = config_.draft_policy;
   spec.max_rows = config_.max_batch;
+  spec.cost_cache = config_.cost_cache;
+  // The engine's notices while it starts, printed by `dspark serve` after its first line.
+  auto notices = std::make_shared<std::vector<std::string>>();
+  spec.log = [notices](std::string_view line) { notices->emplace_back(line); };
   e.engine = std::make_unique<SpeculativeEngine>(target, *e.ctx, e.source.source.get(), spec,
                                                  static_cast<int>(kv_tokens));
 
+  model_.engine_notices = *notices;
   model_.tokenizer = e.tm->tokenizer;
   model_.eos_token_ids = e.tm->eos_token_ids;
   model_.defaults = e.tm->defaults;
@@ -269,7 +277,6 @@ void EngineWorker::load(Engine& e) {
   model_.draft_kind = e.source.kind;
   model_.gamma = e.source.source ? spec.gamma : 0;
   model_.draft_policy = e.engine->adaptive() ? DraftPolicy::adaptive : DraftPolicy::fixed;
-  if (e.engine->adaptive()) model_.verify_profile = describe(e.engine->verify_profile());
 }
 
 void EngineWorker::finish_channel(RequestChannel& ch, RequestOutput out, int error_status) {

@@ -40,6 +40,7 @@ struct EngineWorkerConfig {
   bool draft_fp8 = false;      // --draft-fp8 (DraftOptions::draft_fp8)
   std::optional<int> gamma;    // default: the source's natural length
   DraftPolicy draft_policy = DraftPolicy::adaptive;  // SpecConfig::draft_policy
+  VerifyCostCacheConfig cost_cache;                  // SpecConfig::cost_cache (empty dir: none)
   NgramConfig ngram;
   int max_batch = 32;    // live rows at most
   int max_queue = 256;   // waiting requests at most (then 503)
@@ -95,10 +96,11 @@ struct ServedModel {
   std::string device;
   std::string draft_kind;  // "none", "ngram", "mtp", "model", "dspark", "dflash"
   int gamma = 0;
-  // The engine's draft policy (fixed without a draft source) and, adaptive, its verify cost
-  // profile.
+  // The engine's draft policy (fixed without a draft source) and its one-line notices from
+  // start-up (SpecConfig::log: with the adaptive policy, the verify cost profile, measured or
+  // loaded from the cache, and any cache problem).
   DraftPolicy draft_policy = DraftPolicy::fixed;
-  std::string verify_profile;
+  std::vector<std::string> engine_notices;
 };
 
 // Wakes one handler that reads several channels (the choices of an n > 1 request): every change
