@@ -5,7 +5,8 @@
 //   moe_route_grouped: the same, with the row's sigmoid scores and corrected scores in shared
 //   memory; each lane scores whole groups (their top 2), then warp-wide rounds pick the groups
 //   and the experts.
-//   moe_combine: one block per row, threads over the columns, the k choices summed in order.
+//   moe_combine: one block per row, threads over the columns, the k choices summed in order (the
+//   row's expert rows and weights staged in shared memory first).
 //   moe_group: one warp. It counts the pairs per expert in shared memory, scans the counts into
 //   offsets (and the list of experts with rows), then places the pairs 32 at a time in index
 //   order: lanes choosing one expert take consecutive rows by lane (__match_any_sync), so the
@@ -20,6 +21,10 @@ namespace dspark::cuda {
 namespace {
 
 constexpr int kRouteWarps = 4;  // rows per block
+// warp_top_k's register mask: 32 entries per lane.
+constexpr int kMaxRouteExperts = 32 * 32;
+// moe_combine stages a row's choices in shared memory.
+constexpr int kMaxCombineChoices = 64;
 
 // (a, ia) ranks before (b, ib): larger probability first, equal ones by the lower index, NaN
 // after every number; ib < 0 is "none yet".
@@ -33,15 +38,16 @@ __device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
 }
 
 // Writes the indices of the k entries of score[0, n) that rank first to out[0, k), largest first:
-// k warp-wide argmax rounds (every lane of the warp calls it; out is read back by all lanes).
+// k warp-wide argmax rounds (every lane of the warp calls it). After a round's butterfly every
+// lane holds the winner; the lane that owns it (e % 32) marks it taken in a register mask (bit
+// e / 32), so no round reads back what the previous ones wrote. n <= kMaxRouteExperts.
 __device__ void warp_top_k(const float* score, int n, int k, int32_t* out, int lane) {
+  uint32_t taken = 0;
   for (int j = 0; j < k; ++j) {
     float best = 0.0f;
     int best_i = -1;
-    for (int e = lane; e < n; e += 32) {
-      bool taken = false;
-      for (int i = 0; i < j; ++i) taken = taken || out[i] == e;
-      if (!taken && ranks_before(score[e], e, best, best_i)) {
+    for (int e = lane, bit = 0; e < n; e += 32, ++bit) {
+      if (((taken >> bit) & 1u) == 0 && ranks_before(score[e], e, best, best_i)) {
         best = score[e];
         best_i = e;
       }
@@ -54,9 +60,10 @@ __device__ void warp_top_k(const float* score, int n, int k, int32_t* out, int l
         best_i = oi;
       }
     }
+    if (best_i >= 0 && best_i % 32 == lane) taken |= 1u << (best_i / 32);
     if (lane == 0) out[j] = best_i;
-    __syncwarp();  // out[j] is read by every lane in the next round
   }
+  __syncwarp();  // out is read by lane 0 next (write_weights), and by every lane (kept groups)
 }
 
 // Lane 0 writes w[j] = score[ids[j]] for j < k, each divided by (their sum + eps) when normalize,
@@ -150,12 +157,28 @@ template <typename TE, typename TO>
 __global__ void moe_combine_kernel(const TE* expert_out, int64_t e_stride, const int32_t* slots,
                                    const float* weights, int k, TO* out, int64_t o_stride,
                                    int64_t cols) {
+  // The row's choices, read once: the columns' loads of the k experts' values then do not wait
+  // on them, and run ahead of the in-order sum.
+  __shared__ const TE* s_row[kMaxCombineChoices];
+  __shared__ float s_w[kMaxCombineChoices];
   const int64_t r = blockIdx.x;
+  for (int j = static_cast<int>(threadIdx.x); j < k; j += static_cast<int>(blockDim.x)) {
+    s_row[j] = expert_out + static_cast<int64_t>(slots[r * k + j]) * e_stride;
+    s_w[j] = weights[r * k + j];
+  }
+  __syncthreads();
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    constexpr int kBatch = 8;
     float acc = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const int64_t s = slots[r * k + j];
-      acc += weights[r * k + j] * device::to_float(expert_out[s * e_stride + c]);
+    for (int j0 = 0; j0 < k; j0 += kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        v[j] = j0 + j < k ? device::to_float(s_row[j0 + j][c]) : 0.0f;
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (j0 + j < k) acc += s_w[j0 + j] * v[j];
+      }
     }
     out[r * o_stride + c] = device::from_float<TO>(acc);
   }
@@ -227,8 +250,8 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
   const RowView lv = row_view(logits);
   const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
   const size_t shared = static_cast<size_t>(kRouteWarps) * static_cast<size_t>(experts) * 4;
-  DSPARK_CHECK(shared <= 48 * 1024, "moe_route: {} experts exceed the kernel's shared memory",
-               experts);
+  DSPARK_CHECK(experts <= kMaxRouteExperts, "moe_route: {} experts (the kernel takes up to {})",
+               experts, kMaxRouteExperts);
   const auto blocks = static_cast<unsigned>(ceil_div(lv.rows, int64_t{kRouteWarps}));
   dispatch_float(logits.dtype(), [&]<typename T>(TypeTag<T>) {
     moe_route_kernel<<<blocks, 32 * kRouteWarps, shared, stream_of(ctx)>>>(
@@ -244,8 +267,9 @@ void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
   const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
   const size_t shared = static_cast<size_t>(kRouteWarps) *
                         static_cast<size_t>(2 * experts + 2 * p.n_group) * sizeof(float);
-  DSPARK_CHECK(shared <= 48 * 1024,
-               "moe_route_grouped: {} experts exceed the kernel's shared memory", experts);
+  DSPARK_CHECK(experts <= kMaxRouteExperts && shared <= 48 * 1024,
+               "moe_route_grouped: {} experts in {} groups (the kernel takes up to {} experts)",
+               experts, p.n_group, kMaxRouteExperts);
   const auto blocks = static_cast<unsigned>(ceil_div(lv.rows, int64_t{kRouteWarps}));
   dispatch_float(logits.dtype(), [&]<typename T>(TypeTag<T>) {
     moe_route_grouped_kernel<<<blocks, 32 * kRouteWarps, shared, stream_of(ctx)>>>(
@@ -258,6 +282,8 @@ void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out) {
   const RowView ev = row_view(expert_out), ov = row_view(out);
+  DSPARK_CHECK(slots.size(1) <= kMaxCombineChoices, "moe_combine: {} choices per token (up to {})",
+               slots.size(1), kMaxCombineChoices);
   const int threads = static_cast<int>(std::clamp<int64_t>(ceil_div(ov.cols, 32) * 32, 32, 512));
   dispatch_float(expert_out.dtype(), [&]<typename TE>(TypeTag<TE>) {
     dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
