@@ -1,8 +1,8 @@
 // The product with block-quantized weights (contract and arithmetic: quant_gemm.h): the driver
 // (x rows rounded to 8-bit blocks once per call, blocks of weight rows spread over the thread pool,
 // each in the layout its kernel reads, bias and output dtype), the portable kernels, and the
-// run-time choice of the SIMD ones (quant_gemm_avx2.cpp; the block sums of Q4_0 / Q4_1 / Q8_0 on
-// interleaved rows: quant_gemm_x8.cpp, AVX2 or AVX-512 VNNI).
+// run-time choice of the SIMD ones (quant_gemm_avx2.cpp; the block sums of Q4_0 / Q4_1 / Q8_0 /
+// Q4_K on interleaved rows: quant_gemm_x8.cpp, AVX2 or AVX-512 VNNI).
 //
 // The portable kernels decode each weight row once into its integer values and per-unit scales,
 // then follow quant_gemm.h's sequence literally (integer lanes, std::fma into 8 lanes), so their
@@ -198,6 +198,7 @@ float dot_row_block_sums(QuantType type, const DecodedRow& w, const XBlocks& x, 
     for (int i = 0; i < 32; ++i) sum += int32_t{w.q[32 * b + i]} * int32_t{xq[32 * b + i]};
     acc = std::fma(w.scale[b] * xd[b], static_cast<float>(sum), acc);
     if (type == QuantType::q4_1) acc = std::fma(w.min[b], xs[b], acc);
+    if (type == QuantType::q4_k) acc = std::fma(-w.min[b], xs[b], acc);
   }
   return acc;
 }

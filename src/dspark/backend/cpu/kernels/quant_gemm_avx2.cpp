@@ -1,9 +1,9 @@
 // AVX2 + FMA + F16C kernels of the product with block-quantized weights (quant_gemm.h gives the
 // arithmetic, which the portable kernels in quant_gemm.cpp follow too, bit for bit). The library
 // is built for baseline x86-64, so every function here carries __attribute__((target(...))) and
-// is only called after quant_gemm_has_avx2() said yes. Q4_0, Q4_1 and Q8_0 run elsewhere
-// (block sums on interleaved rows, quant_gemm_x8.cpp); these kernels serve Q5_0, Q5_1 and the
-// k-quants.
+// is only called after quant_gemm_has_avx2() said yes. Q4_0, Q4_1, Q8_0 and Q4_K run elsewhere
+// (block sums on interleaved rows, quant_gemm_x8.cpp); these kernels serve Q5_0, Q5_1, Q5_K and
+// Q6_K.
 //
 // Per unit of 32 weights and x row, as llama.cpp's ggml_vec_dot_*_q8_* do it: the weight's
 // integer values unpacked into the bytes of a register (nibbles: one load, a shift and masks;
@@ -21,9 +21,9 @@
 // terms are folded into the MR = 1 tile and done in a short separate pass for the wider ones (the
 // same operations either way). The weight stream is prefetched into L2 a few KiB ahead.
 //
-// Per 32 weights and x row on the 2-core EPYC VM, weights in cache, M = 1: Q4_K 1.3 ns, Q6_K
-// 1.95 ns; at M = 8, per 32 weights and row (thread CPU time, 576 x 1536): Q4_K 0.86, Q6_K 1.0
-// (the 4 x 2 tile before: 0.91, 1.14).
+// Per 32 weights and x row on the 2-core EPYC VM, weights in cache, M = 1: Q6_K 1.95 ns; at
+// M = 8, per 32 weights and row (thread CPU time, 576 x 1536): Q6_K 1.0 (the 4 x 2 tile before:
+// 1.14).
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
 
 #if defined(__x86_64__)
@@ -452,24 +452,15 @@ DSPARK_AVX2 void legacy_tile(const XBlocks& x, int64_t r0, const uint8_t* const*
 // ---- k-quants: super-blocks of 256, units of 32 -----------------------------------------------
 
 constexpr int64_t super_bytes(QuantType t) {
-  return t == QuantType::q4_k ? 144 : t == QuantType::q5_k ? 176 : 210;
+  return t == QuantType::q5_k ? 176 : 210;
 }
 
 template <QuantType T>
 struct KQuant;
 
 template <>
-struct KQuant<QuantType::q4_k> {
-  // Unit u (0..7) of the super-block at p, unsigned.
-  DSPARK_AVX2 static __m256i unit(const uint8_t* p, int u) {
-    const __m256i raw = load256(p + 16 + 32 * (u / 2));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    return _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-  }
-};
-
-template <>
 struct KQuant<QuantType::q5_k> {
+  // Unit u (0..7) of the super-block at p, unsigned.
   DSPARK_AVX2 static __m256i unit(const uint8_t* p, int u) {
     const __m256i raw = load256(p + 48 + 32 * (u / 2));
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -538,7 +529,7 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
   set_zero(mn);
   const int64_t n_super = x.blocks / 8;
   for (int64_t sb = 0; sb < n_super; ++sb) {
-    // The scale of each (row, column, unit): (d * sc_u) * d_x (Q4_K, Q5_K) or d * d_x (Q6_K).
+    // The scale of each (row, column, unit): (d * sc_u) * d_x (Q5_K) or d * d_x (Q6_K).
     alignas(32) float sv[MR][NR][8];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
@@ -601,7 +592,7 @@ DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, 
 
 template <QuantType T, int MR, int NR>
 DSPARK_AVX2 inline void tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, float* out) {
-  if constexpr (T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k) {
+  if constexpr (T == QuantType::q5_k || T == QuantType::q6_k) {
     k_tile<T, MR, NR>(x, r0, wr, out);
   } else {
     legacy_tile<T, MR, NR>(x, r0, wr, out);
@@ -662,8 +653,6 @@ void block_avx2(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w, i
       return block_type<QuantType::q5_0>(x, m, w, row_bytes, ncols, out);
     case QuantType::q5_1:
       return block_type<QuantType::q5_1>(x, m, w, row_bytes, ncols, out);
-    case QuantType::q4_k:
-      return block_type<QuantType::q4_k>(x, m, w, row_bytes, ncols, out);
     case QuantType::q5_k:
       return block_type<QuantType::q5_k>(x, m, w, row_bytes, ncols, out);
     case QuantType::q6_k:

@@ -56,10 +56,11 @@ constexpr bool paired_blocks(QuantType t) {
   return t == QuantType::q5_0 || t == QuantType::q5_1;
 }
 
-// The formats multiplied a whole block at a time (quant_gemm.h, "block sums"), by the kernels of
-// quant_gemm_x8.cpp on weights in the 8-row interleaved layout (quant_pack.h).
+// The formats multiplied a whole block (Q4_K: unit of 32) at a time (quant_gemm.h, "block sums"),
+// by the kernels of quant_gemm_x8.cpp on weights in the 8-row interleaved layout (quant_pack.h).
 constexpr bool block_sum_format(QuantType t) {
-  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0;
+  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0 ||
+         t == QuantType::q4_k;
 }
 
 // One block of weight rows for every x row:
