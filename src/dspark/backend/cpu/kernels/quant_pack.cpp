@@ -1,5 +1,5 @@
-// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q4_K's 6-bit scales and mins
-// regrouped).
+// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q4_K / Q5_K's 6-bit scales and
+// mins regrouped; Q6_K's int8 scales by sub-block).
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 
 #include <cstring>
@@ -48,9 +48,11 @@ void k4_pack_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t* q) {
   }
 }
 
-// Q4_K group super-blocks (quant_pack.h): one row's super-block b (plain, 144 bytes at src, or
-// null: zeros) into / out of row r of the group super-block at gb (1,152 bytes).
-void k4_put(const uint8_t* src, int r, uint8_t* gb) {
+// Q4_K / Q5_K group super-blocks (quant_pack.h): one row's super-block (plain, 144 / 176 bytes at
+// src, or null: zeros) into / out of row r of the group super-block at gb (1,152 / 1,408 bytes).
+// Q5_K's qs follow its 32 bytes of qh.
+void k4_put(const uint8_t* src, int r, uint8_t* gb, bool five) {
+  const int qs = five ? 48 : 16;
   uint8_t sc[8] = {}, m[8] = {};
   if (src) k4_unpack_scales(src + 4, sc, m);
   for (int h = 0; h < 2; ++h) {
@@ -68,10 +70,14 @@ void k4_put(const uint8_t* src, int r, uint8_t* gb) {
   for (int p = 0; p < 4; ++p)
     for (int t = 0; t < 8; ++t)
       for (int i = 0; i < 4; ++i)
-        gb[128 + 256 * p + 32 * t + 4 * r + i] = src ? src[16 + 32 * p + 4 * t + i] : 0;
+        gb[128 + 256 * p + 32 * t + 4 * r + i] = src ? src[qs + 32 * p + 4 * t + i] : 0;
+  if (five)
+    for (int c = 0; c < 8; ++c)
+      for (int i = 0; i < 4; ++i) gb[1152 + 32 * c + 4 * r + i] = src ? src[16 + 4 * c + i] : 0;
 }
 
-void k4_get(const uint8_t* gb, int r, uint8_t* dst) {
+void k4_get(const uint8_t* gb, int r, uint8_t* dst, bool five) {
+  const int qs = five ? 48 : 16;
   uint8_t sc[8], m[8];
   for (int h = 0; h < 2; ++h) std::memcpy(dst + 2 * h, gb + 16 * h + 2 * r, 2);
   for (int u = 0; u < 4; ++u) {
@@ -86,20 +92,49 @@ void k4_get(const uint8_t* gb, int r, uint8_t* dst) {
   for (int p = 0; p < 4; ++p)
     for (int t = 0; t < 8; ++t)
       for (int i = 0; i < 4; ++i)
-        dst[16 + 32 * p + 4 * t + i] = gb[128 + 256 * p + 32 * t + 4 * r + i];
+        dst[qs + 32 * p + 4 * t + i] = gb[128 + 256 * p + 32 * t + 4 * r + i];
+  if (five)
+    for (int c = 0; c < 8; ++c)
+      for (int i = 0; i < 4; ++i) dst[16 + 4 * c + i] = gb[1152 + 32 * c + 4 * r + i];
+}
+
+// Q6_K group super-blocks (quant_pack.h): one row's super-block (plain, 210 bytes at src, or null:
+// zeros) into / out of row r of the group super-block at gb (1,680 bytes).
+void k6_put(const uint8_t* src, int r, uint8_t* gb) {
+  gb[2 * r] = src ? src[208] : 0;
+  gb[2 * r + 1] = src ? src[209] : 0;
+  for (int i = 0; i < 16; ++i) gb[16 + 8 * i + r] = src ? src[192 + i] : 0;
+  for (int c = 0; c < 48; ++c)  // 32 chunks of ql, then 16 of qh: 4 bytes each
+    for (int i = 0; i < 4; ++i) gb[144 + 32 * c + 4 * r + i] = src ? src[4 * c + i] : 0;
+}
+
+void k6_get(const uint8_t* gb, int r, uint8_t* dst) {
+  dst[208] = gb[2 * r];
+  dst[209] = gb[2 * r + 1];
+  for (int i = 0; i < 16; ++i) dst[192 + i] = gb[16 + 8 * i + r];
+  for (int c = 0; c < 48; ++c)
+    for (int i = 0; i < 4; ++i) dst[4 * c + i] = gb[144 + 32 * c + 4 * r + i];
 }
 
 }  // namespace
 
 bool quant_packable(QuantType t) {
   return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0 ||
-         t == QuantType::q4_k;
+         t == QuantType::q4_k || t == QuantType::q5_k || t == QuantType::q6_k;
 }
 
 void pack_group_x8(QuantType t, const uint8_t* const rows[8], int64_t k, uint8_t* dst) {
-  if (t == QuantType::q4_k) {
+  if (t == QuantType::q4_k || t == QuantType::q5_k) {
+    const bool five = t == QuantType::q5_k;
+    const int64_t bytes = five ? 176 : 144;
     for (int64_t b = 0; b < k / 256; ++b)
-      for (int r = 0; r < 8; ++r) k4_put(rows[r] ? rows[r] + 144 * b : nullptr, r, dst + 1152 * b);
+      for (int r = 0; r < 8; ++r)
+        k4_put(rows[r] ? rows[r] + bytes * b : nullptr, r, dst + 8 * bytes * b, five);
+    return;
+  }
+  if (t == QuantType::q6_k) {
+    for (int64_t b = 0; b < k / 256; ++b)
+      for (int r = 0; r < 8; ++r) k6_put(rows[r] ? rows[r] + 210 * b : nullptr, r, dst + 1680 * b);
     return;
   }
   const Parts p = parts_of(t);
@@ -148,8 +183,14 @@ void unpack_row_x8(QuantType t, const uint8_t* packed, int64_t n, int64_t k, int
   }
   const uint8_t* group = packed + row / 8 * 8 * row_bytes;
   const int r = static_cast<int>(row % 8);
-  if (t == QuantType::q4_k) {
-    for (int64_t b = 0; b < k / 256; ++b) k4_get(group + 1152 * b, r, dst + 144 * b);
+  if (t == QuantType::q4_k || t == QuantType::q5_k) {
+    const bool five = t == QuantType::q5_k;
+    const int64_t bytes = five ? 176 : 144;
+    for (int64_t b = 0; b < k / 256; ++b) k4_get(group + 8 * bytes * b, r, dst + bytes * b, five);
+    return;
+  }
+  if (t == QuantType::q6_k) {
+    for (int64_t b = 0; b < k / 256; ++b) k6_get(group + 1680 * b, r, dst + 210 * b);
     return;
   }
   const Parts p = parts_of(t);
