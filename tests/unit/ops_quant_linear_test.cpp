@@ -6,12 +6,13 @@
 //    bf16, with and without bias, strided x and y (the padding is left alone);
 //  - batch invariance: row r of an M-row call is bitwise equal to the 1-row call on that row, for
 //    every M, on every ISA this CPU runs (portable, AVX2, AVX-512 VNNI), whatever the thread count,
-//    in either weight layout of Q4_0 / Q4_1 / Q8_0 (plain, 8 rows interleaved: N = 37 has 4
-//    groups and 5 plain rows); every path gives the same bits; every M from 1 to 17 (each tile
-//    of x rows the kernels pick and their remainders) at K with full and partial groups of 8
-//    blocks;
+//    in either weight layout of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K (plain, 8 rows
+//    interleaved: N = 37 has 4 groups and 5 plain rows); every path gives the same bits; every M
+//    from 1 to 17 (each tile of x rows the kernels pick and their remainders) at K with full and
+//    partial groups of 8 blocks;
 //  - linear and gather_rows through the ops with WeightFormat::blocks_x8 weights;
 //  - the interleaved layout round trip (pack, then unpack every row);
+//  - the k-quants' extreme values (the largest integer sums) on every path;
 //  - rows of zeros, of tiny values and with a non-finite value;
 //  - gather_rows of a quantized table: the rows of dequantize_blocks.
 // Weights are random blocks: random quant bits, finite f16 scales of realistic size.
@@ -53,7 +54,8 @@ std::string variant_name(const Variant& v) {
   return fmt::format("{}{}", cpu::quant_gemm_isa_name(v.isa), v.packed ? " packed" : "");
 }
 
-// Every ISA this CPU runs, each with the plain layout and (Q4_0, Q4_1, Q8_0) the interleaved one.
+// Every ISA this CPU runs, each with the plain layout and (quant_packable types) the interleaved
+// one.
 std::vector<Variant> variants(QuantType type) {
   std::vector<QuantGemmIsa> isas = {QuantGemmIsa::portable};
   if (cpu::quant_gemm_has_avx2()) isas.push_back(QuantGemmIsa::avx2);
@@ -403,6 +405,46 @@ TEST_P(QuantLinear, InterleavedLayoutRoundTrips) {
   for (int64_t r = 0; r < kN; ++r) {
     cpu::unpack_row_x8(type, packed.data(), kN, k, r, row.data());
     ASSERT_EQ(std::memcmp(row.data(), w.data() + r * row_bytes, row.size()), 0) << "row " << r;
+  }
+}
+
+// The largest integer sums the k-quant kernels can meet (every value at its extreme, x at +-127,
+// Q6_K's scales at -128): no int16 pair sum or int32 sum overflows on any path, and every path
+// gives the same bits and the dequantized product.
+TEST_P(QuantLinear, ExtremeKQuantValuesAgreeOnEveryIsa) {
+  const QuantType type = GetParam();
+  if (!is_k_quant(type)) GTEST_SKIP() << "not a k-quant";
+  const int64_t k = 512, m = 3;
+  const QuantBlock qb = quant_block(type);
+  std::vector<uint8_t> w(static_cast<size_t>(kN * quant_row_bytes(type, k)), 0xFF);
+  for (size_t b = 0; b < w.size(); b += static_cast<size_t>(qb.bytes)) {
+    uint8_t* p = w.data() + b;
+    if (type == QuantType::q6_k) {
+      std::memset(p + 192, 0x80, 16);
+      put_half(p + 208, 1e-3f);
+    } else {
+      put_half(p, 1e-3f);
+      put_half(p + 2, 1e-4f);
+    }
+  }
+  std::vector<float> x(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < k; ++i) {
+    x[i] = 1.0f;
+    x[k + i] = -1.0f;
+    x[2 * k + i] = i % 2 ? 1.0f : -1.0f;
+  }
+  const std::vector<float> want = reference(x, dequantized(type, w, kN, k), {}, m, kN, k);
+  ThreadPool pool(1);
+  std::vector<float> first;
+  for (const Variant v : variants(type)) {
+    SCOPED_TRACE(variant_name(v));
+    const std::vector<float> y = run_kernel(pool, v, type, w, x, 0, m, k);
+    EXPECT_LE(test::relative_rms_error(y, want), 1e-2);
+    if (first.empty()) {
+      first = y;
+    } else {
+      EXPECT_EQ(std::memcmp(y.data(), first.data(), y.size() * sizeof(float)), 0);
+    }
   }
 }
 

@@ -1,8 +1,8 @@
 // The product with block-quantized weights (contract and arithmetic: quant_gemm.h): the driver
 // (x rows rounded to 8-bit blocks once per call, blocks of weight rows spread over the thread pool,
 // each in the layout its kernel reads, bias and output dtype), the portable kernels, and the
-// run-time choice of the SIMD ones (quant_gemm_avx2.cpp; the block sums of Q4_0 / Q4_1 / Q8_0 on
-// interleaved rows: quant_gemm_x8.cpp, AVX2 or AVX-512 VNNI).
+// run-time choice of the SIMD ones (quant_gemm_avx2.cpp; the block sums of Q4_0 / Q4_1 / Q8_0 /
+// Q4_K on interleaved rows: quant_gemm_x8.cpp, AVX2 or AVX-512 VNNI).
 //
 // The portable kernels decode each weight row once into its integer values and per-unit scales,
 // then follow quant_gemm.h's sequence literally (integer lanes, std::fma into 8 lanes), so their
@@ -39,14 +39,15 @@ void quantize_x_row(const float* v, int64_t k, uint8_t* dst) {
     }
     int8_t* qb = q + 32 * b;
     int32_t* isum = reinterpret_cast<int32_t*>(d + 6 * nb);
+    int32_t* isum16 = isum + nb;
     if (!finite || amax < kTinyXBlock) {
       std::fill(qb, qb + 32, int8_t{0});
       d[b] = s[b] = finite ? 0.0f : std::nanf("");
-      isum[b] = 0;
+      isum[b] = isum16[b] = 0;
       continue;
     }
     const float inv = 127.0f / amax;
-    int sum = 0;
+    int sum = 0, sum16 = 0;
     for (int i = 0; i < 32; ++i) {
       // Round to nearest, ties to even, for |t| <= 127.5 (< 2^22): the float addition rounds.
       const float t = x[i] * inv;
@@ -54,10 +55,12 @@ void quantize_x_row(const float* v, int64_t k, uint8_t* dst) {
       const int qi = static_cast<int>(r);
       qb[i] = static_cast<int8_t>(qi);
       sum += qi;
+      if (i == 15) sum16 = sum;
     }
     d[b] = amax / 127.0f;
     s[b] = d[b] * static_cast<float>(sum);
     isum[b] = sum;
+    isum16[b] = sum16;
   }
 }
 
@@ -195,9 +198,17 @@ float dot_row_block_sums(QuantType type, const DecodedRow& w, const XBlocks& x, 
   float acc = 0.0f;
   for (int64_t b = 0; b < x.blocks; ++b) {
     int32_t sum = 0;
-    for (int i = 0; i < 32; ++i) sum += int32_t{w.q[32 * b + i]} * int32_t{xq[32 * b + i]};
+    if (type == QuantType::q6_k) {
+      int32_t half[2] = {};
+      for (int i = 0; i < 32; ++i)
+        half[i / 16] += int32_t{w.q[32 * b + i]} * int32_t{xq[32 * b + i]};
+      sum = w.sub16[2 * b] * half[0] + w.sub16[2 * b + 1] * half[1];
+    } else {
+      for (int i = 0; i < 32; ++i) sum += int32_t{w.q[32 * b + i]} * int32_t{xq[32 * b + i]};
+    }
     acc = std::fma(w.scale[b] * xd[b], static_cast<float>(sum), acc);
     if (type == QuantType::q4_1) acc = std::fma(w.min[b], xs[b], acc);
+    if (type == QuantType::q4_k || type == QuantType::q5_k) acc = std::fma(-w.min[b], xs[b], acc);
   }
   return acc;
 }
@@ -208,7 +219,7 @@ float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) 
   const int8_t* xq = x.q(r);  // natural layout
   const float* xd = x.d(r);
   const float* xs = x.s(r);
-  const bool q6 = type == QuantType::q6_k, paired = paired_blocks(type);
+  const bool paired = paired_blocks(type);
   float acc[8] = {}, mn[8] = {};
   // Sum of products i0 .. i0+3 of unit u (and i0+16 .. i0+19 too when `both_halves`).
   auto products = [&](int64_t u, int i0, bool both_halves) {
@@ -233,8 +244,7 @@ float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) 
     } else {
       const float scale = w.scale[u] * xd[u];
       for (int l = 0; l < 8; ++l) {
-        int32_t lane = products(u, 4 * l, false);
-        if (q6) lane *= w.sub16[2 * u + l / 4];
+        const int32_t lane = products(u, 4 * l, false);
         acc[l] = std::fma(scale, static_cast<float>(lane), acc[l]);
       }
       u += 1;

@@ -1,29 +1,25 @@
 // AVX2 + FMA + F16C kernels of the product with block-quantized weights (quant_gemm.h gives the
 // arithmetic, which the portable kernels in quant_gemm.cpp follow too, bit for bit). The library
 // is built for baseline x86-64, so every function here carries __attribute__((target(...))) and
-// is only called after quant_gemm_has_avx2() said yes. Q4_0, Q4_1 and Q8_0 run elsewhere
-// (block sums on interleaved rows, quant_gemm_x8.cpp); these kernels serve Q5_0, Q5_1 and the
-// k-quants.
+// is only called after quant_gemm_has_avx2() said yes. Q4_0, Q4_1, Q8_0 and the k-quants run
+// elsewhere (block sums on interleaved rows, quant_gemm_x8.cpp); these kernels serve Q5_0 and
+// Q5_1, and hold the x rows' rounding of every format.
 //
 // Per unit of 32 weights and x row, as llama.cpp's ggml_vec_dot_*_q8_* do it: the weight's
 // integer values unpacked into the bytes of a register (nibbles: one load, a shift and masks;
-// Q5's fifth bits: a byte shuffle of the 32-bit mask, or the bit planes of Q5_K / Q6_K; signed
-// values through _mm256_sign_epi8 on both operands), _mm256_maddubs_epi16 + _mm256_madd_epi16 for
-// the 8 int32 lanes, converted once and scaled into the f32 accumulator with one FMA. Q5_0 / Q5_1
-// go two blocks per register pair (the low halves of both blocks, then the high
-// halves, against x stored in that order), so one madd / convert / FMA serves two blocks. The f16
-// scales of 8 blocks are converted at once and multiplied by x's 8 scales in one multiply.
+// Q5's fifth bits: a byte shuffle of the 32-bit mask; signed values through _mm256_sign_epi8 on
+// both operands), _mm256_maddubs_epi16 + _mm256_madd_epi16 for the 8 int32 lanes, converted once
+// and scaled into the f32 accumulator with one FMA. Q5_0 / Q5_1 go two blocks per register pair
+// (the low halves of both blocks, then the high halves, against x stored in that order), so one
+// madd / convert / FMA serves two blocks. The f16 scales of 8 blocks are converted at once and
+// multiplied by x's 8 scales in one multiply.
 //
 // A tile is MR x rows by NR weight rows: each weight unit is unpacked once and used for all MR
 // rows while in registers. Decode: MR = 1, NR = 4. More rows go in blocks of 8 (verify widths):
-// 5-8 rows against one weight row at a time (legacy_tile, k_tile), 3-4 rows too for the paired
-// formats and against two for the others, 2 rows against two, a last single row as decode. The min
-// terms are folded into the MR = 1 tile and done in a short separate pass for the wider ones (the
-// same operations either way). The weight stream is prefetched into L2 a few KiB ahead.
-//
-// Per 32 weights and x row on the 2-core EPYC VM, weights in cache, M = 1: Q4_K 1.3 ns, Q6_K
-// 1.95 ns; at M = 8, per 32 weights and row (thread CPU time, 576 x 1536): Q4_K 0.86, Q6_K 1.0
-// (the 4 x 2 tile before: 0.91, 1.14).
+// 3-8 rows against one weight row at a time (legacy_tile), 2 rows against two, a last single row
+// as decode. The min terms are folded into the MR = 1 tile and done in a short separate pass for
+// the wider ones (the same operations either way). The weight stream is prefetched into L2 a few
+// KiB ahead.
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
 
 #if defined(__x86_64__)
@@ -47,17 +43,6 @@ DSPARK_AVX2 inline float half(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
   return _cvtsh_ss(bits);
-}
-
-// Two consecutive f16 (d then m / dmin) as lanes 0 and 1.
-DSPARK_AVX2 inline __m128 half2(const uint8_t* p) {
-  int32_t bits;
-  std::memcpy(&bits, p, 4);
-  return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
-}
-
-DSPARK_AVX2 inline float lane1(__m128 v) {
-  return _mm_cvtss_f32(_mm_movehdup_ps(v));
 }
 
 // ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7))
@@ -122,11 +107,6 @@ DSPARK_AVX2 inline __m256i bits32(const uint8_t* p) {
   const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(v), shuffle);
   const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);  // every bit but bit j % 8
   return _mm256_cmpeq_epi8(_mm256_or_si256(bytes, others), _mm256_set1_epi64x(-1));
-}
-
-// The 8 int32 lanes of 32 products (lane l: products 4l .. 4l+3), the weight unsigned (0..31).
-DSPARK_AVX2 inline __m256i lanes_u(__m256i w, __m256i a) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1));
 }
 
 DSPARK_AVX2 inline __m256i load256(const void* p) {
@@ -449,164 +429,7 @@ DSPARK_AVX2 void legacy_tile(const XBlocks& x, int64_t r0, const uint8_t* const*
   store_tile<F::kMin ? 1 : 0>(acc, mn, out);
 }
 
-// ---- k-quants: super-blocks of 256, units of 32 -----------------------------------------------
-
-constexpr int64_t super_bytes(QuantType t) {
-  return t == QuantType::q4_k ? 144 : t == QuantType::q5_k ? 176 : 210;
-}
-
-template <QuantType T>
-struct KQuant;
-
-template <>
-struct KQuant<QuantType::q4_k> {
-  // Unit u (0..7) of the super-block at p, unsigned.
-  DSPARK_AVX2 static __m256i unit(const uint8_t* p, int u) {
-    const __m256i raw = load256(p + 16 + 32 * (u / 2));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    return _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-  }
-};
-
-template <>
-struct KQuant<QuantType::q5_k> {
-  DSPARK_AVX2 static __m256i unit(const uint8_t* p, int u) {
-    const __m256i raw = load256(p + 48 + 32 * (u / 2));
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-    // Bit u of qh[l] is the fifth bit of value l of unit u: moved to bit 4 of its byte.
-    __m256i h = _mm256_and_si256(load256(p + 16), _mm256_set1_epi8(static_cast<char>(1 << u)));
-    if (u < 4) {
-      h = _mm256_slli_epi16(h, 4 - u);
-    } else if (u > 4) {
-      h = _mm256_srli_epi16(h, u - 4);
-    }
-    return _mm256_or_si256(lo, h);
-  }
-};
-
-// Q6_K unit u: the signed values q - 32 and the int16 scales of its two halves.
-struct Q6Unit {
-  __m256i w, scale16;
-};
-
-DSPARK_AVX2 inline Q6Unit q6_unit(const uint8_t* p, int u) {
-  const int h = u / 4, t = u % 4;
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  const __m256i raw = load256(p + 64 * h + 32 * (t % 2));
-  const __m256i lo = _mm256_and_si256(t >= 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-  const __m256i hb =
-      _mm256_and_si256(_mm256_srli_epi16(load256(p + 128 + 32 * h), 2 * t), _mm256_set1_epi8(3));
-  const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
-  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192));
-  const __m128i pick =
-      _mm_set_epi64x(0x0101010101010101LL * (2 * u + 1), 0x0101010101010101LL * (2 * u));
-  return {_mm256_sub_epi8(q, _mm256_set1_epi8(32)),
-          _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick))};
-}
-
-// mn[r][j] = the 8 lanes of the k-quant min term (quant_gemm.h), for the wide tiles.
-template <QuantType T, int MR, int NR>
-DSPARK_AVX2 void k_mins(const XBlocks& x, int64_t r0, const uint8_t* const* wr,
-                        __m256 (&mn)[MR][NR]) {
-  const XRows<MR> xr(x, r0);
-  for (int64_t sb = 0; sb < x.blocks / 8; ++sb) {
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const uint8_t* p = wr[j] + sb * super_bytes(T);
-      alignas(16) uint8_t sm[16];
-      k_scales_mins(p + 4, sm);
-      const __m256 mins = _mm256_cvtepi32_ps(
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8))));
-      const __m256 wmin = _mm256_mul_ps(_mm256_set1_ps(lane1(half2(p))), mins);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r)
-        mn[r][j] = _mm256_fmadd_ps(wmin, _mm256_loadu_ps(xr.s[r] + 8 * sb), mn[r][j]);
-    }
-  }
-}
-
-template <QuantType T, int MR, int NR>
-DSPARK_AVX2 void k_tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, float* out) {
-  constexpr bool kQ6 = T == QuantType::q6_k;
-  constexpr int64_t kBytes = super_bytes(T);
-  constexpr bool kMin = !kQ6;
-  constexpr bool kFusedMin = kMin && MR == 1;
-  const XRows<MR> xr(x, r0);
-  __m256 acc[MR][NR], mn[MR][NR];
-  set_zero(acc);
-  set_zero(mn);
-  const int64_t n_super = x.blocks / 8;
-  for (int64_t sb = 0; sb < n_super; ++sb) {
-    // The scale of each (row, column, unit): (d * sc_u) * d_x (Q4_K, Q5_K) or d * d_x (Q6_K).
-    alignas(32) float sv[MR][NR][8];
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      const uint8_t* p = wr[j] + sb * kBytes;
-      prefetch_ahead(p, kBytes);
-      __m256 wsc, wmin = _mm256_setzero_ps();
-      if constexpr (kQ6) {
-        wsc = _mm256_set1_ps(half(p + 208));
-      } else {
-        const __m128 dm = half2(p);
-        alignas(16) uint8_t sm[16];
-        k_scales_mins(p + 4, sm);
-        const __m128i sm16 = _mm_load_si128(reinterpret_cast<const __m128i*>(sm));
-        wsc = _mm256_mul_ps(_mm256_set1_ps(_mm_cvtss_f32(dm)),
-                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm16)));
-        if constexpr (kFusedMin)
-          wmin = _mm256_mul_ps(_mm256_set1_ps(lane1(dm)),
-                               _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm16, 8))));
-      }
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        _mm256_store_ps(sv[r][j], _mm256_mul_ps(wsc, _mm256_loadu_ps(xr.d[r] + 8 * sb)));
-        if constexpr (kFusedMin)
-          mn[r][j] = _mm256_fmadd_ps(wmin, _mm256_loadu_ps(xr.s[r] + 8 * sb), mn[r][j]);
-      }
-    }
-#pragma GCC unroll 8
-    for (int u = 0; u < 8; ++u) {
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        const uint8_t* p = wr[j] + sb * kBytes;
-        if constexpr (kQ6) {
-          const Q6Unit w = q6_unit(p, u);
-          const __m256i w_abs = _mm256_sign_epi8(w.w, w.w);
-#pragma GCC unroll 8
-          for (int r = 0; r < MR; ++r) {
-            const __m256i a = load256(xr.q[r] + 256 * sb + 32 * u);
-            const __m256i p16 = _mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(a, w.w));
-            const __m256i lanes = _mm256_madd_epi16(p16, w.scale16);
-            acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sv[r][j][u]),
-                                        _mm256_cvtepi32_ps(lanes), acc[r][j]);
-          }
-        } else {
-          const __m256i w = KQuant<T>::unit(p, u);
-#pragma GCC unroll 8
-          for (int r = 0; r < MR; ++r) {
-            const __m256i a = load256(xr.q[r] + 256 * sb + 32 * u);
-            acc[r][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sv[r][j][u]),
-                                        _mm256_cvtepi32_ps(lanes_u(w, a)), acc[r][j]);
-          }
-        }
-      }
-    }
-  }
-  if constexpr (kMin && !kFusedMin) k_mins<T, MR, NR>(x, r0, wr, mn);
-  store_tile<kMin ? -1 : 0>(acc, mn, out);
-}
-
 // ---- Driver of one block of weight rows --------------------------------------------------------
-
-template <QuantType T, int MR, int NR>
-DSPARK_AVX2 inline void tile(const XBlocks& x, int64_t r0, const uint8_t* const* wr, float* out) {
-  if constexpr (T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k) {
-    k_tile<T, MR, NR>(x, r0, wr, out);
-  } else {
-    legacy_tile<T, MR, NR>(x, r0, wr, out);
-  }
-}
 
 // Columns j0 .. j0+NR-1 (those past ncols alias the last row; their outputs are never read).
 template <int NR>
@@ -623,7 +446,7 @@ DSPARK_AVX2 void columns(const XBlocks& x, int64_t r0, const uint8_t* w, int64_t
   for (int64_t j0 = 0; j0 < ncols; j0 += NR) {
     const uint8_t* wr[NR];
     column_ptrs(w, row_bytes, j0, ncols, wr);
-    tile<T, MR, NR>(x, r0, wr, out + j0);
+    legacy_tile<T, MR, NR>(x, r0, wr, out + j0);
   }
 }
 
@@ -662,12 +485,6 @@ void block_avx2(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w, i
       return block_type<QuantType::q5_0>(x, m, w, row_bytes, ncols, out);
     case QuantType::q5_1:
       return block_type<QuantType::q5_1>(x, m, w, row_bytes, ncols, out);
-    case QuantType::q4_k:
-      return block_type<QuantType::q4_k>(x, m, w, row_bytes, ncols, out);
-    case QuantType::q5_k:
-      return block_type<QuantType::q5_k>(x, m, w, row_bytes, ncols, out);
-    case QuantType::q6_k:
-      return block_type<QuantType::q6_k>(x, m, w, row_bytes, ncols, out);
     default:  // the block-sum formats: quant_gemm_x8.cpp
       return;
   }
@@ -701,7 +518,7 @@ DSPARK_AVX2 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uin
     if (finite != 0xFF || amax < kTinyXBlock) {
       std::memset(bytes, 0, 32);
       d[b] = s[b] = finite == 0xFF ? 0.0f : std::nanf("");
-      isum[b] = 0;
+      isum[b] = isum[nb + b] = 0;
     } else {
       const __m256 inv = _mm256_set1_ps(127.0f / amax);
       __m256i qi[4];
@@ -717,7 +534,13 @@ DSPARK_AVX2 void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uin
       _mm256_store_si256(
           reinterpret_cast<__m256i*>(bytes),
           _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+      // sum16: values 0..15 (qi[0], qi[1]); then all 32.
+      const __m256i first = _mm256_add_epi32(qi[0], qi[1]);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(first), _mm256_extracti128_si256(first, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      isum[nb + b] = _mm_cvtsi128_si32(s4);
+      s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
       s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
       d[b] = amax / 127.0f;

@@ -14,7 +14,9 @@ constexpr int64_t kBlockCols = 16;
 
 // The rows of x rounded to 8 bits (quant_gemm.h), row r at base + r * row_bytes:
 //   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]  |  f32 dp[4 * (k / 32)]  |  i32 sum[k / 32]
-// sum: each block's sum of q (the packed kernels' correction of an offset weight; quant_pack.h).
+//   |  i32 sum16[k / 32]
+// sum: each block's sum of q (the packed kernels' correction of an offset weight; quant_pack.h);
+// sum16: the sum of its first 16 values (Q6_K's scales cover 16 values).
 // dp (paired layout only): the scales d of each pair of blocks 2p, 2p+1 as the paired lanes use
 // them, [d[2p] x 4, d[2p+1] x 4] at dp + 8p, so that the wide kernels scale a pair with one
 // multiply (d_w * d_x lane by lane, the same products as the scalar ones).
@@ -36,10 +38,11 @@ struct XBlocks {
   const int32_t* sum(int64_t r) const {
     return reinterpret_cast<const int32_t*>(d(r) + 6 * blocks);
   }
+  const int32_t* sum16(int64_t r) const { return sum(r) + blocks; }
 };
 
 inline int64_t x_row_bytes(int64_t k) {
-  return (k + 28 * (k / 32) + 63) / 64 * 64;
+  return (k + 32 * (k / 32) + 63) / 64 * 64;
 }
 
 // A block of x whose largest magnitude is below this rounds to zeros (127 / amax would overflow).
@@ -56,10 +59,11 @@ constexpr bool paired_blocks(QuantType t) {
   return t == QuantType::q5_0 || t == QuantType::q5_1;
 }
 
-// The formats multiplied a whole block at a time (quant_gemm.h, "block sums"), by the kernels of
-// quant_gemm_x8.cpp on weights in the 8-row interleaved layout (quant_pack.h).
+// The formats multiplied a whole block (Q4_K: unit of 32) at a time (quant_gemm.h, "block sums"),
+// by the kernels of quant_gemm_x8.cpp on weights in the 8-row interleaved layout (quant_pack.h).
 constexpr bool block_sum_format(QuantType t) {
-  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0;
+  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0 ||
+         t == QuantType::q4_k || t == QuantType::q5_k || t == QuantType::q6_k;
 }
 
 // One block of weight rows for every x row:

@@ -1,4 +1,4 @@
-// The block-sum formats (Q4_0, Q4_1, Q8_0; quant_gemm.h) on weights in the interleaved layout
+// The block-sum formats (Q4_0, Q4_1, Q8_0, Q4_K; quant_gemm.h) on weights in the interleaved layout
 // (quant_pack.h), for AVX2 + FMA + F16C and for AVX-512 VNNI + VL (256-bit vectors: on the Zen 4
 // cores this was measured on, 512-bit ones run as two halves and gain nothing here). The library
 // is built for baseline x86-64, so the kernels carry target attributes and run only after
@@ -16,18 +16,23 @@ namespace dspark::cpu::quant_gemm_detail {
 
 #define X8_NS x8_avx2
 #define X8_TARGET __attribute__((target("avx2,fma,f16c")))
+#define X8_INLINE __attribute__((target("avx2,fma,f16c"), always_inline))
 #define X8_VNNI 0
 #include "dspark/backend/cpu/kernels/quant_gemm_x8_impl.h"
 #undef X8_NS
 #undef X8_TARGET
+#undef X8_INLINE
 #undef X8_VNNI
 
 #define X8_NS x8_avx512
 #define X8_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define X8_INLINE \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"), always_inline))
 #define X8_VNNI 1
 #include "dspark/backend/cpu/kernels/quant_gemm_x8_impl.h"
 #undef X8_NS
 #undef X8_TARGET
+#undef X8_INLINE
 #undef X8_VNNI
 
 void block_x8(QuantType type, bool avx512, const XBlocks& x, int64_t m, const uint8_t* const* g,

@@ -3,26 +3,44 @@
 //
 // A tile is MR x rows by NG groups of 8 weight rows. Per block of 32 values and group, the values
 // are unpacked into 8 registers of "steps" (step s: values 4s' .. 4s'+3 of the block for the 8
-// rows, s' = s for Q8_0; for the nibble formats steps 0-3 are the low nibbles of the 4 chunks,
-// values 4t .. 4t+3, and 4-7 the high ones, values 16+4t ..), each multiplied with the 4 x bytes
-// of those values broadcast to the 8 lanes: VNNI's vpdpbusd adds the 4 products into the row's
-// int32 lane; AVX2 adds pairs with vpmaddubsw into int16 (exact for 4-bit weights: 16 products of
-// at most 15 * 127 per lane) and widens once per block with vpmaddwd (Q8_0: signs moved onto x,
-// one vpmaddwd per step). The 8 int32 block sums are then converted and scaled at once. The
-// integer sums are exact, so both instruction sets give the same bits (quant_gemm.h).
-// Registers: VNNI has 32, AVX2 16, hence the wider VNNI tiles; at one x row the block's steps go
-// into 2-4 partial sums per group so that the vpdpbusd chains do not wait on each other.
+// rows, s' = s for Q8_0 and Q4_K's units; for the other nibble formats steps 0-3 are the low
+// nibbles of the 4 chunks, values 4t .. 4t+3, and 4-7 the high ones, values 16+4t ..), each
+// multiplied with the 4 x bytes of those values broadcast to the 8 lanes: VNNI's vpdpbusd adds the
+// 4 products into the row's int32 lane; AVX2 adds pairs with vpmaddubsw into int16 (exact for 4-bit
+// weights: 16 products of at most 15 * 127 per lane) and widens once per block with vpmaddwd (Q8_0:
+// signs moved onto x, one vpmaddwd per step). The 8 int32 block sums are then converted and scaled
+// at once (Q4_K: the same per unit of 32 values, its 8 rows' 6-bit scales and mins turned into f32
+// d * sc and -dmin * m once per super-block and unit, shared by every x row). The integer sums are
+// exact, so both instruction sets give the same bits (quant_gemm.h). Registers: VNNI has 32, AVX2
+// 16, hence the wider VNNI tiles; at one x row the block's steps go into 2-4 partial sums per group
+// so that the vpdpbusd chains do not wait on each other.
 
 namespace X8_NS {
 
 constexpr int kCols = static_cast<int>(kBlockCols);
 
+// Q4_K's units of 32 values take the place of the legacy blocks (kBlock, kHead: its super-block
+// of 8 units and the parts before the nibbles, quant_pack.h).
 template <QuantType T>
 struct X8Format {
-  static constexpr int64_t kBlock = T == QuantType::q4_0 ? 18 : T == QuantType::q4_1 ? 20 : 34;
-  static constexpr int64_t kGroupBlock = 8 * kBlock;            // one block of the 8 rows
-  static constexpr int kHead = T == QuantType::q4_1 ? 32 : 16;  // the f16 d[8] (and m[8])
+  static constexpr int64_t kBlock = T == QuantType::q4_0   ? 18
+                                    : T == QuantType::q4_1 ? 20
+                                    : T == QuantType::q4_k ? 144
+                                    : T == QuantType::q5_k ? 176
+                                    : T == QuantType::q6_k ? 210
+                                                           : 34;
+  static constexpr int64_t kGroupBlock = 8 * kBlock;  // one block (super-block) of the 8 rows
+  // The bytes before the values: the f16 d[8] (and m[8]); Q4_K's d, dmin, scales and mins.
+  static constexpr int kHead = T == QuantType::q4_1                             ? 32
+                               : (T == QuantType::q4_k || T == QuantType::q5_k) ? 128
+                                                                                : 16;
   static constexpr bool kNibbles = T != QuantType::q8_0;
+  static constexpr bool kMin = T == QuantType::q4_1 || T == QuantType::q4_k || T == QuantType::q5_k;
+  static constexpr bool kSuper =
+      T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k;
+  static constexpr int64_t kUnits = kSuper ? 8 : 1;  // units of 32 per block
+  // Step s covers values 4s .. 4s+3 of the unit (Q8_0, the k-quants), or of the nibble order.
+  static constexpr bool kNaturalSteps = T == QuantType::q8_0 || kSuper;
 };
 
 X8_TARGET inline __m256i load256(const void* p) {
@@ -41,7 +59,9 @@ template <QuantType T>
 X8_TARGET inline void unpack_steps(const uint8_t* gb, __m256i (&w)[8]) {
   using F = X8Format<T>;
   const uint8_t* q = gb + F::kHead;
-  if constexpr (F::kNibbles) {
+  if constexpr (F::kSuper) {
+    static_assert(!F::kSuper, "k-quants: unpack_k4_unit, unpack_k6_unit");
+  } else if constexpr (F::kNibbles) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 4
     for (int t = 0; t < 4; ++t) {
@@ -58,10 +78,93 @@ X8_TARGET inline void unpack_steps(const uint8_t* gb, __m256i (&w)[8]) {
   }
 }
 
+// The 8 steps of unit u (0..7) of a Q4_K / Q5_K group super-block at gb: the low nibbles of its
+// pair of units for u even, the high ones for u odd; Q5_K's fifth bits (bit u of qh) as bit 4.
+template <QuantType T>
+X8_TARGET inline void unpack_k4_unit(const uint8_t* gb, int u, __m256i (&w)[8]) {
+  const uint8_t* q = gb + X8Format<T>::kHead + 256 * (u / 2);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    const __m256i raw = load256(q + 32 * s);
+    w[s] = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+    if constexpr (T == QuantType::q5_k) {
+      const __m256i h = _mm256_srli_epi16(load256(gb + 1152 + 32 * s), u);
+      w[s] = _mm256_or_si256(w[s], _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
+    }
+  }
+}
+
+// The 8 steps of unit u (0..7) of a Q6_K group super-block at gb: the unsigned 6-bit values q
+// (the weight is q - 32), low 4 bits from ql, high 2 from qh (core/quant.h, quant_pack.h).
+X8_TARGET inline void unpack_k6_unit(const uint8_t* gb, int u, __m256i (&w)[8]) {
+  const int h = u / 4, t = u % 4;
+  const uint8_t* ql = gb + 144 + 32 * (16 * h + 8 * (t % 2));
+  const uint8_t* qh = gb + 144 + 32 * (32 + 8 * h);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+#pragma GCC unroll 8
+  for (int c = 0; c < 8; ++c) {
+    const __m256i lo = load256(ql + 32 * c), hi = load256(qh + 32 * c);
+    const __m256i l4 = _mm256_and_si256(t >= 2 ? _mm256_srli_epi16(lo, 4) : lo, m4);
+    const __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(hi, 2 * t), m3);
+    w[c] = _mm256_or_si256(l4, _mm256_slli_epi16(h2, 4));
+  }
+}
+
+// The int32 sums of one x row against a Q6_K unit's 8 rows: sc_a * (sum of the products of values
+// 0..15) + sc_b * (that of 16..31), the weights q - 32 (the offset settled with x's sums: sum16
+// of values 0..15, sum of all 32). Exact: AVX2's int16 pair sums hold two steps (4 products of at
+// most 63 * 127).
+X8_TARGET inline __m256i q6_sums(const __m256i (&w)[8], const int8_t* a, int32_t sum, int32_t sum16,
+                                 __m256i sc_a, __m256i sc_b) {
+  __m256i half[2] = {_mm256_set1_epi32(-32 * sum16), _mm256_set1_epi32(-32 * (sum - sum16))};
+#if X8_VNNI
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s)
+    half[s / 4] = _mm256_dpbusd_epi32(half[s / 4], w[s], bcast4(a + 4 * s));
+#else
+  const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+  for (int s = 0; s < 8; s += 2) {
+    const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(w[s], bcast4(a + 4 * s)),
+                                         _mm256_maddubs_epi16(w[s + 1], bcast4(a + 4 * s + 4)));
+    half[s / 4] = _mm256_add_epi32(half[s / 4], _mm256_madd_epi16(p16, ones));
+  }
+#endif
+  return _mm256_add_epi32(_mm256_mullo_epi32(half[0], sc_a), _mm256_mullo_epi32(half[1], sc_b));
+}
+
+// 8 int8 at p as int32 lanes.
+X8_TARGET inline __m256i int8x8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The 6-bit scales and mins of a Q4_K group super-block as bytes (quant_pack.h): byte 8u' + r of
+// sm[0] = sc[u'] of row r, sm[1] sc[u' + 4], sm[2] m[u'], sm[3] m[u' + 4] (u' = 0..3). Kept in
+// registers: read back through a stack buffer in pieces of 8 bytes they cost more than the
+// rest of the tile (the loads wait for the wider stores).
+X8_TARGET inline void k4_scales_mins(const uint8_t* gb, __m256i (&sm)[4]) {
+  const __m256i sl = load256(gb + 32), ml = load256(gb + 64), h = load256(gb + 96);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  sm[0] = _mm256_or_si256(_mm256_and_si256(sl, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+  sm[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(sl, 4), m4),
+                          _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+  sm[2] = _mm256_or_si256(_mm256_and_si256(ml, m4), _mm256_and_si256(h, m30));
+  sm[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ml, 4), m4),
+                          _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
+}
+
+// Bytes 8u .. 8u+7 of v (u = 0..3) as f32 lanes.
+X8_TARGET inline __m256 bytes8_ps(__m256i v, int u) {
+  __m128i h = u / 2 ? _mm256_extracti128_si256(v, 1) : _mm256_castsi256_si128(v);
+  if (u % 2) h = _mm_unpackhi_epi64(h, h);
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h));
+}
+
 // The x offset of step s's 4 bytes within the block.
 template <QuantType T>
 constexpr int step_offset(int s) {
-  if constexpr (X8Format<T>::kNibbles) {
+  if constexpr (!X8Format<T>::kNaturalSteps) {
     return s < 4 ? 4 * s : 16 + 4 * (s - 4);
   } else {
     return 4 * s;
@@ -86,6 +189,8 @@ X8_TARGET inline __m256i block_sums(const __m256i (&w)[8], const int8_t* a, int3
     part[s % P] = _mm256_dpbusd_epi32(part[s % P], w[s], bcast4(a + step_offset<T>(s)));
 #else
   const __m256i ones = _mm256_set1_epi16(1);
+  // Q5_K's 5-bit values: at most 4 steps (8 products of 31 * 127) per int16 partial sum.
+  static_assert(T != QuantType::q5_k || P >= 2);
   if constexpr (X8Format<T>::kNibbles) {
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) part[p] = _mm256_setzero_si256();
@@ -124,6 +229,35 @@ X8_TARGET inline __m256i block_sums(const __m256i (&w)[8], const int8_t* a, int3
 // than the distance, as at k = 1536, and fetches nothing useful).
 constexpr int64_t kPrefetchAhead = 8192;
 
+// The address distance of that prefetch at each block of a group's stream: kPrefetchAhead plus
+// one group per group boundary that the stream position b * block_bytes + kPrefetchAhead has
+// passed (`skip` of them so far; `cross` the position b reaches the next boundary at).
+class PrefetchStream {
+ public:
+  PrefetchStream(int64_t blocks, int64_t block_bytes)
+      : block_(block_bytes),
+        group_(blocks * block_bytes),
+        skip_(kPrefetchAhead / group_),
+        cross_((skip_ + 1) * group_ - kPrefetchAhead) {}
+  // The distance at block b (b = 0, 1, ... in turn).
+  int64_t ahead(int64_t b) {
+    if (b * block_ >= cross_) {
+      ++skip_;
+      cross_ += group_;
+    }
+    return kPrefetchAhead + skip_ * group_;
+  }
+
+ private:
+  int64_t block_, group_, skip_, cross_;
+};
+
+// The `bytes` bytes at p + ahead into L2.
+X8_TARGET inline void prefetch_block(const uint8_t* p, int64_t ahead, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + ahead + o), _MM_HINT_T1);
+}
+
 template <QuantType T, int MR, int NG>
 X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, float* out) {
   using F = X8Format<T>;
@@ -132,48 +266,71 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
   const float* xd[MR];
   const float* xs[MR];
   const int32_t* xsum[MR];
+  const int32_t* xsum16[MR];
   for (int r = 0; r < MR; ++r) {
     xq[r] = x.q(r0 + r);
     xd[r] = x.d(r0 + r);
     xs[r] = x.s(r0 + r);
     xsum[r] = x.sum(r0 + r);
+    xsum16[r] = x.sum16(r0 + r);
   }
   __m256 acc[MR][NG];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r)
 #pragma GCC unroll 2
     for (int j = 0; j < NG; ++j) acc[r][j] = _mm256_setzero_ps();
-  const int64_t nb = x.blocks;
-  // The address distance of the prefetch: kPrefetchAhead plus one group per group boundary that
-  // the stream position b * kGroupBlock + kPrefetchAhead has passed (`skip` of them so far;
-  // `cross` the position b reaches the next boundary at).
-  const int64_t group_bytes = nb * F::kGroupBlock;
-  int64_t skip = kPrefetchAhead / group_bytes;
-  int64_t cross = (skip + 1) * group_bytes - kPrefetchAhead;
+  const int64_t nb = x.blocks / F::kUnits;
+  PrefetchStream stream(nb, F::kGroupBlock);
   for (int64_t b = 0; b < nb; ++b) {
-    if (b * F::kGroupBlock >= cross) {
-      ++skip;
-      cross += group_bytes;
-    }
-    const int64_t ahead = kPrefetchAhead + skip * group_bytes;
+    const int64_t ahead = stream.ahead(b);
 #pragma GCC unroll 2
     for (int j = 0; j < NG; ++j) {
       const uint8_t* gb = g[j] + b * F::kGroupBlock;
-      for (int64_t o = 0; o < F::kGroupBlock; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(gb + ahead + o), _MM_HINT_T1);
-      const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
-      __m256 mw = _mm256_setzero_ps();
-      if constexpr (T == QuantType::q4_1)
-        mw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16)));
-      __m256i w[8];
-      unpack_steps<T>(gb, w);
+      prefetch_block(gb, ahead, F::kGroupBlock);
+      // Per unit u of 32 values (a block; Q4_K: unit 8b + i of its super-block), the 8 rows'
+      // scale dw and min mw, then every x row's block sums scaled into its accumulator.
+      // (Q6_K: sc_a, sc_b the 8 rows' int8 scales of the unit's two halves.)
+      auto unit = [&](int64_t u, const __m256i(&w)[8], __m256 dw, __m256 mw, __m256i sc_a,
+                      __m256i sc_b) X8_INLINE {
 #pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const __m256i sums = block_sums<T, P>(w, xq[r] + 32 * b, xsum[r][b]);
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][b]));
-        acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r][j]);
-        if constexpr (T == QuantType::q4_1)
-          acc[r][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[r][b]), acc[r][j]);
+        for (int r = 0; r < MR; ++r) {
+          __m256i sums;
+          if constexpr (T == QuantType::q6_k) {
+            sums = q6_sums(w, xq[r] + 32 * u, xsum[r][u], xsum16[r][u], sc_a, sc_b);
+          } else {
+            sums = block_sums<T, P>(w, xq[r] + 32 * u, xsum[r][u]);
+          }
+          const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][u]));
+          acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r][j]);
+          if constexpr (F::kMin)
+            acc[r][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[r][u]), acc[r][j]);
+        }
+      };
+      const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
+      __m256 m = _mm256_setzero_ps();
+      if constexpr (F::kMin)
+        m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb + 16)));
+      __m256i w[8];
+      if constexpr (T == QuantType::q4_k || T == QuantType::q5_k) {
+        // dw = d * sc_u (exact in f32), mw = -dmin * m_u: the min is subtracted.
+        __m256i sm[4];
+        k4_scales_mins(gb, sm);
+        m = _mm256_xor_ps(m, _mm256_set1_ps(-0.0f));
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          unpack_k4_unit<T>(gb, i, w);
+          unit(8 * b + i, w, _mm256_mul_ps(d, bytes8_ps(sm[i / 4], i % 4)),
+               _mm256_mul_ps(m, bytes8_ps(sm[2 + i / 4], i % 4)), __m256i{}, __m256i{});
+        }
+      } else if constexpr (T == QuantType::q6_k) {
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          unpack_k6_unit(gb, i, w);
+          unit(8 * b + i, w, d, m, int8x8(gb + 16 + 16 * i), int8x8(gb + 24 + 16 * i));
+        }
+      } else {
+        unpack_steps<T>(gb, w);
+        unit(b, w, d, m, __m256i{}, __m256i{});
       }
     }
   }
@@ -213,6 +370,12 @@ X8_TARGET void block_x8_isa(QuantType type, const XBlocks& x, int64_t m, const u
       return x8_block<QuantType::q4_1>(x, m, g, groups, out);
     case QuantType::q8_0:
       return x8_block<QuantType::q8_0>(x, m, g, groups, out);
+    case QuantType::q4_k:
+      return x8_block<QuantType::q4_k>(x, m, g, groups, out);
+    case QuantType::q5_k:
+      return x8_block<QuantType::q5_k>(x, m, g, groups, out);
+    case QuantType::q6_k:
+      return x8_block<QuantType::q6_k>(x, m, g, groups, out);
     default:
       return;
   }

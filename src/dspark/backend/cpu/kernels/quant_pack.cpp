@@ -1,4 +1,5 @@
-// The interleaved layout of quant_pack.h: byte moves only (and Q8_0's +128).
+// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q4_K / Q5_K's 6-bit scales and
+// mins regrouped; Q6_K's int8 scales by sub-block).
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 
 #include <cstring>
@@ -29,13 +30,113 @@ Parts parts_of(QuantType t) {
   DSPARK_FAIL(unsupported, "quant_pack: {} has no interleaved layout", quant_type_name(t));
 }
 
+// Q4_K: the super-block's 12 bytes of 6-bit scales sc[8] and mins m[8] (core/quant.h) and back.
+void k4_unpack_scales(const uint8_t* q, uint8_t sc[8], uint8_t m[8]) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = q[j] & 63;
+    m[j] = q[j + 4] & 63;
+    sc[j + 4] = static_cast<uint8_t>((q[j + 8] & 0x0F) | ((q[j] >> 6) << 4));
+    m[j + 4] = static_cast<uint8_t>((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
+  }
+}
+
+void k4_pack_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t* q) {
+  for (int j = 0; j < 4; ++j) {
+    q[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    q[j + 4] = static_cast<uint8_t>(m[j] | ((m[j + 4] >> 4) << 6));
+    q[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
+  }
+}
+
+// Q4_K / Q5_K group super-blocks (quant_pack.h): one row's super-block (plain, 144 / 176 bytes at
+// src, or null: zeros) into / out of row r of the group super-block at gb (1,152 / 1,408 bytes).
+// Q5_K's qs follow its 32 bytes of qh.
+void k4_put(const uint8_t* src, int r, uint8_t* gb, bool five) {
+  const int qs = five ? 48 : 16;
+  uint8_t sc[8] = {}, m[8] = {};
+  if (src) k4_unpack_scales(src + 4, sc, m);
+  for (int h = 0; h < 2; ++h) {
+    uint8_t* o = gb + 16 * h + 2 * r;
+    o[0] = src ? src[2 * h] : 0;
+    o[1] = src ? src[2 * h + 1] : 0;
+  }
+  for (int u = 0; u < 4; ++u) {
+    const int at = 8 * u + r;
+    gb[32 + at] = static_cast<uint8_t>((sc[u] & 0x0F) | ((sc[u + 4] & 0x0F) << 4));
+    gb[64 + at] = static_cast<uint8_t>((m[u] & 0x0F) | ((m[u + 4] & 0x0F) << 4));
+    gb[96 + at] = static_cast<uint8_t>((sc[u] >> 4) | ((sc[u + 4] >> 4) << 2) | ((m[u] >> 4) << 4) |
+                                       ((m[u + 4] >> 4) << 6));
+  }
+  for (int p = 0; p < 4; ++p)
+    for (int t = 0; t < 8; ++t)
+      for (int i = 0; i < 4; ++i)
+        gb[128 + 256 * p + 32 * t + 4 * r + i] = src ? src[qs + 32 * p + 4 * t + i] : 0;
+  if (five)
+    for (int c = 0; c < 8; ++c)
+      for (int i = 0; i < 4; ++i) gb[1152 + 32 * c + 4 * r + i] = src ? src[16 + 4 * c + i] : 0;
+}
+
+void k4_get(const uint8_t* gb, int r, uint8_t* dst, bool five) {
+  const int qs = five ? 48 : 16;
+  uint8_t sc[8], m[8];
+  for (int h = 0; h < 2; ++h) std::memcpy(dst + 2 * h, gb + 16 * h + 2 * r, 2);
+  for (int u = 0; u < 4; ++u) {
+    const int at = 8 * u + r;
+    const uint8_t hi = gb[96 + at];
+    sc[u] = static_cast<uint8_t>((gb[32 + at] & 0x0F) | ((hi & 3) << 4));
+    sc[u + 4] = static_cast<uint8_t>((gb[32 + at] >> 4) | (((hi >> 2) & 3) << 4));
+    m[u] = static_cast<uint8_t>((gb[64 + at] & 0x0F) | (((hi >> 4) & 3) << 4));
+    m[u + 4] = static_cast<uint8_t>((gb[64 + at] >> 4) | ((hi >> 6) << 4));
+  }
+  k4_pack_scales(sc, m, dst + 4);
+  for (int p = 0; p < 4; ++p)
+    for (int t = 0; t < 8; ++t)
+      for (int i = 0; i < 4; ++i)
+        dst[qs + 32 * p + 4 * t + i] = gb[128 + 256 * p + 32 * t + 4 * r + i];
+  if (five)
+    for (int c = 0; c < 8; ++c)
+      for (int i = 0; i < 4; ++i) dst[16 + 4 * c + i] = gb[1152 + 32 * c + 4 * r + i];
+}
+
+// Q6_K group super-blocks (quant_pack.h): one row's super-block (plain, 210 bytes at src, or null:
+// zeros) into / out of row r of the group super-block at gb (1,680 bytes).
+void k6_put(const uint8_t* src, int r, uint8_t* gb) {
+  gb[2 * r] = src ? src[208] : 0;
+  gb[2 * r + 1] = src ? src[209] : 0;
+  for (int i = 0; i < 16; ++i) gb[16 + 8 * i + r] = src ? src[192 + i] : 0;
+  for (int c = 0; c < 48; ++c)  // 32 chunks of ql, then 16 of qh: 4 bytes each
+    for (int i = 0; i < 4; ++i) gb[144 + 32 * c + 4 * r + i] = src ? src[4 * c + i] : 0;
+}
+
+void k6_get(const uint8_t* gb, int r, uint8_t* dst) {
+  dst[208] = gb[2 * r];
+  dst[209] = gb[2 * r + 1];
+  for (int i = 0; i < 16; ++i) dst[192 + i] = gb[16 + 8 * i + r];
+  for (int c = 0; c < 48; ++c)
+    for (int i = 0; i < 4; ++i) dst[4 * c + i] = gb[144 + 32 * c + 4 * r + i];
+}
+
 }  // namespace
 
 bool quant_packable(QuantType t) {
-  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0;
+  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0 ||
+         t == QuantType::q4_k || t == QuantType::q5_k || t == QuantType::q6_k;
 }
 
 void pack_group_x8(QuantType t, const uint8_t* const rows[8], int64_t k, uint8_t* dst) {
+  if (t == QuantType::q4_k || t == QuantType::q5_k) {
+    const bool five = t == QuantType::q5_k;
+    const int64_t bytes = five ? 176 : 144;
+    for (int64_t b = 0; b < k / 256; ++b)
+      for (int r = 0; r < 8; ++r)
+        k4_put(rows[r] ? rows[r] + bytes * b : nullptr, r, dst + 8 * bytes * b, five);
+    return;
+  }
+  if (t == QuantType::q6_k) {
+    for (int64_t b = 0; b < k / 256; ++b)
+      for (int r = 0; r < 8; ++r) k6_put(rows[r] ? rows[r] + 210 * b : nullptr, r, dst + 1680 * b);
+    return;
+  }
   const Parts p = parts_of(t);
   const QuantBlock qb = quant_block(t);
   const int64_t nb = k / qb.elements;
@@ -80,13 +181,23 @@ void unpack_row_x8(QuantType t, const uint8_t* packed, int64_t n, int64_t k, int
     std::memcpy(dst, packed + row * row_bytes, static_cast<size_t>(row_bytes));
     return;
   }
+  const uint8_t* group = packed + row / 8 * 8 * row_bytes;
+  const int r = static_cast<int>(row % 8);
+  if (t == QuantType::q4_k || t == QuantType::q5_k) {
+    const bool five = t == QuantType::q5_k;
+    const int64_t bytes = five ? 176 : 144;
+    for (int64_t b = 0; b < k / 256; ++b) k4_get(group + 8 * bytes * b, r, dst + bytes * b, five);
+    return;
+  }
+  if (t == QuantType::q6_k) {
+    for (int64_t b = 0; b < k / 256; ++b) k6_get(group + 1680 * b, r, dst + 210 * b);
+    return;
+  }
   const Parts p = parts_of(t);
   const QuantBlock qb = quant_block(t);
   const int64_t nb = k / qb.elements;
   const int head = 2 * p.halves;
   const uint8_t flip = p.offset ? 0x80 : 0;
-  const uint8_t* group = packed + row / 8 * 8 * row_bytes;
-  const int r = static_cast<int>(row % 8);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* in = group + b * 8 * qb.bytes;
     uint8_t* out = dst + b * qb.bytes;

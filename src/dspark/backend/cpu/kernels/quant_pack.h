@@ -1,7 +1,8 @@
-// The CPU's interleaved layout of block-quantized weights (WeightFormat::blocks_x8): Q4_0, Q4_1
-// and Q8_0 rows in groups of 8, so that one 32-byte integer dot (AVX-512 VNNI vpdpbusd, or AVX2's
-// vpmaddubsw / vpmaddwd) multiplies 4 values of 8 weight rows at once and a block's 8 integer
-// sums are converted and scaled together (quant_gemm_x8.cpp). Same bytes as the plain layout.
+// The CPU's interleaved layout of block-quantized weights (WeightFormat::blocks_x8): Q4_0, Q4_1,
+// Q8_0 and the k-quants rows in groups of 8, so that one 32-byte integer dot (AVX-512 VNNI
+// vpdpbusd, or AVX2's vpmaddubsw / vpmaddwd) multiplies 4 values of 8 weight rows at once and a
+// block's 8 integer sums are converted and scaled together (quant_gemm_x8.cpp). Same bytes as the
+// plain layout.
 //
 // Rows 8g .. 8g+7 (g < n / 8) take the 8 * row_bytes bytes where the plain layout has them; the
 // last n % 8 rows stay plain after the groups. Within a group, block b of the 8 rows takes
@@ -11,6 +12,21 @@
 // The values (nibbles: the block's own bytes, low nibble value j, high nibble value j + 16) as
 // chunks of 4 bytes, chunk t of the 8 rows in row order: byte 32t + 4r + i = byte 4t + i of row
 // r's quants.
+//
+// Q4_K: super-block b of the 8 rows (8 * 144 = 1,152 bytes) at offset b * 1,152, with the 6-bit
+// scales sc[u] and mins m[u] of its 8 units of 32 values regrouped by unit, so that one load
+// gives a unit's 8 rows (byte 8u' + r, u' = 0..3, for row r):
+//   0: f16 d[8] | 16: f16 dmin[8] | 32: sc[u'] & 15 | (sc[u'+4] & 15) << 4  (32 bytes)
+//   64: the same of the mins (32 bytes)
+//   96: sc[u'] >> 4 | (sc[u'+4] >> 4) << 2 | (m[u'] >> 4) << 4 | (m[u'+4] >> 4) << 6  (32 bytes)
+//   128: the nibbles, 256 bytes per pair of units p = 0..3 (unit 2p the low nibbles of the row's
+//        qs[32p .. 32p+31], unit 2p+1 the high ones): byte 32t + 4r + i = qs[32p + 4t + i].
+// Q5_K: the same (8 * 176 = 1,408 bytes per super-block of the 8 rows), then at 1,152 the fifth
+//   bits: byte 32c + 4r + i = qh[4c + i] of row r (c = 0..7; bit u is value 4c + i of unit u).
+// Q6_K: super-block b of the 8 rows (8 * 210 = 1,680 bytes) at offset b * 1,680:
+//   0: f16 d[8] | 16: the int8 scales, byte 8i + r = scale i (values 16i .. 16i+15) of row r
+//   144: ql then qh as chunks of 4 bytes of the 8 rows: chunk c (0..47) of the row's 192 bytes
+//        ql[128] | qh[64] at 144 + 32c, byte 4r + i = byte 4c + i of row r.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +35,7 @@
 
 namespace dspark::cpu {
 
-// True for the types with an interleaved layout (Q4_0, Q4_1, Q8_0).
+// True for the types with an interleaved layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K).
 bool quant_packable(QuantType t);
 
 // n rows of k values from the plain layout at src to the interleaved layout at dst
