@@ -3,8 +3,8 @@
 // few-row kernel computes a row (quant_dp4a.cuh: x rounded per block of 32 to int8, one dp4a per
 // weight word of 4 values, the integer sums scaled per sub-block in f32).
 //  - x: one kernel (a CTA per row) rounds the m grouped rows into the context's scratch (the x
-//  region layout of
-//    quant_dp4a.cuh, padded by kMaxRows rows so that a group's clamped reads stay inside).
+//    region layout of quant_dp4a.cuh), padded by kMaxRows rows: a group of C rows past the
+//    expert's last reads them and never stores their sums.
 //  - Grid: x over tiles of rows_per_cta weight rows of one expert, y over the slots of the
 //    active-expert list (moe_group's `active`); a CTA whose slot is past the list's length
 //    returns at once, so only the chosen experts' weights are read.
