@@ -16,8 +16,9 @@ types; close enough for bandwidth, not a bit-exact replica of its rules):
   Q4_K_M  Q4_K everywhere, Q6_K for output, attn_v and ffn_down (ffn_down_exps) of the first and
           last eighth of the layers and of every third layer between (llama.cpp's use_more_bits)
   Q8_0, Q4_0, Q6_K  that type for every matrix
-Norms are F32. No tokenizer is written: `llama.vocab_size` gives the vocabulary (benchmarks use
-random token prompts).
+Norms are F32. The tokenizer is a placeholder that llama.cpp and dspark both load (a byte-level
+BPE vocabulary: the 256 byte tokens, "te" for the one merge, then "t257", "t258", ... up to the
+vocabulary size), so the two can run the same file; benchmarks use random token prompts.
 """
 import argparse
 import math
@@ -55,6 +56,31 @@ def random_blocks(qtype, rows, cols, rng, experts=0):
         raw[:, off:off + 2] = s.view(np.uint8).reshape(n_blocks, 2)
     shape = (rows, cols // elems * nbytes)
     return raw.reshape((experts,) + shape if experts else shape)
+
+
+def byte_tokens():
+    """GPT-2's byte-level alphabet: the printable bytes as themselves, the others from U+0100 on."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + \
+        list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(0x100 + extra)
+            extra += 1
+    return [table[b] for b in range(256)]
+
+
+def add_placeholder_tokenizer(w, vocab):
+    tokens = byte_tokens() + ["te"] + [f"t{i}" for i in range(257, vocab)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.NORMAL] * vocab)
+    w.add_token_merges(["t e"])
+    w.add_bos_token_id(vocab - 2)
+    w.add_eos_token_id(vocab - 1)
 
 
 def mix_type(mix, name, layer, n_layers):
@@ -101,6 +127,7 @@ def main():
     w.add_rope_freq_base(c.get("rope_theta", 10000.0))
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_vocab_size(v)
+    add_placeholder_tokenizer(w, v)
     if moe:
         w.add_expert_count(c["num_experts"])
         w.add_expert_used_count(c["num_experts_per_tok"])
