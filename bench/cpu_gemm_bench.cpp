@@ -210,7 +210,7 @@ cpu::QuantGemmArgs quant_args(const float* x, const uint8_t* w, QuantType type, 
   g.w = w;
   g.quant = type;
   // As a model loaded on the CPU holds them (the bytes are random: either layout reads them).
-  g.packed = cpu::quant_packable(type) && isa != cpu::QuantGemmIsa::portable;
+  g.packed = isa != cpu::QuantGemmIsa::portable;
   g.y = y;
   g.y_dtype = DType::f32;
   g.ldy = s.n;

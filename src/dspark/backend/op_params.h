@@ -16,7 +16,7 @@ enum class WeightFormat : uint8_t {
   // w[i][j] = e4m3(data[i][j]) * scales[i / block_n][j / block_k] (Hugging Face FP8 checkpoints'
   // block scales, io/fp8_quant.h)
   fp8_blocks,
-  // CPU only, Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K: the same bytes with groups of 8 rows interleaved
+  // CPU only, any block format: the same bytes with groups of 8 rows interleaved
   // (backend/cpu/kernels/quant_pack.h), what the CPU's integer kernels read fastest. A view of
   // rows [lo, hi) needs lo a multiple of 8 and hi a multiple of 8 or n.
   blocks_x8,

@@ -169,9 +169,8 @@ WeightMatrix weight_rows(const WeightMatrix& w, int64_t begin, int64_t end) {
   return part;
 }
 
-WeightFormat preferred_block_format(Device device, QuantType quant) {
-  const bool x8 = !device.is_cuda() && cpu::quant_packable(quant) &&
-                  cpu::quant_gemm_default_isa() != cpu::QuantGemmIsa::portable;
+WeightFormat preferred_block_format(Device device, QuantType /*every format interleaves*/) {
+  const bool x8 = !device.is_cuda() && cpu::quant_gemm_default_isa() != cpu::QuantGemmIsa::portable;
   return x8 ? WeightFormat::blocks_x8 : WeightFormat::blocks;
 }
 

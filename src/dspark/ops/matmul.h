@@ -48,8 +48,8 @@ void linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tenso
 WeightMatrix weight_rows(const WeightMatrix& w, int64_t begin, int64_t end);
 
 // The layout of `quant` blocks that linear() and gather_rows() read fastest on `device`:
-// WeightFormat::blocks_x8 for Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K on a CPU with the AVX2 kernels
-// (8 rows interleaved, backend/cpu/kernels/quant_pack.h), else WeightFormat::blocks.
+// WeightFormat::blocks_x8 on a CPU with the AVX2 kernels (8 rows interleaved,
+// backend/cpu/kernels/quant_pack.h), else WeightFormat::blocks.
 WeightFormat preferred_block_format(Device device, QuantType quant);
 
 // n rows of k values of `quant` blocks from the plain layout (WeightFormat::blocks) at src into

@@ -105,11 +105,6 @@ inline void check_weight_matrix(const Context& ctx, const char* op, const char* 
                "{}: {} has an unknown weight format", op, name);
   DSPARK_CHECK_KIND(unsupported, w.format != WeightFormat::blocks_x8 || !ctx.is_cuda(),
                     "{}: {} is in the CPU's interleaved layout", op, name);
-  DSPARK_CHECK(w.format != WeightFormat::blocks_x8 || w.quant == QuantType::q4_0 ||
-                   w.quant == QuantType::q4_1 || w.quant == QuantType::q8_0 ||
-                   w.quant == QuantType::q4_k || w.quant == QuantType::q5_k ||
-                   w.quant == QuantType::q6_k,
-               "{}: {} of {} cannot be interleaved", op, name, quant_type_name(w.quant));
   const QuantBlock b = quant_block(w.quant);
   DSPARK_CHECK(w.n >= 0 && w.k >= 0 && w.k % b.elements == 0,
                "{}: {} [{}, {}] of {} blocks: the row length must be a multiple of {}", op, name,

@@ -1,12 +1,12 @@
 // The product with block-quantized weights (contract and arithmetic: quant_gemm.h): the driver
 // (x rows rounded to 8-bit blocks once per call, blocks of weight rows spread over the thread pool,
 // each in the layout its kernel reads, bias and output dtype), the portable kernels, and the
-// run-time choice of the SIMD ones (quant_gemm_avx2.cpp; the block sums of Q4_0 / Q4_1 / Q8_0 /
-// Q4_K on interleaved rows: quant_gemm_x8.cpp, AVX2 or AVX-512 VNNI).
+// run-time choice of the SIMD ones (block sums on interleaved rows: quant_gemm_x8.cpp, AVX2 or
+// AVX-512 VNNI; the x rows' rounding: quant_x_rows_avx2.cpp).
 //
 // The portable kernels decode each weight row once into its integer values and per-unit scales,
-// then follow quant_gemm.h's sequence literally (integer lanes, std::fma into 8 lanes), so their
-// results are the AVX2 kernels' bit for bit. They are written for clarity, not speed.
+// then follow quant_gemm.h's sequence literally (exact integer block sums, std::fma), so their
+// results are the SIMD kernels' bit for bit. They are written for clarity, not speed.
 #include "dspark/backend/cpu/kernels/quant_gemm.h"
 
 #include <algorithm>
@@ -38,7 +38,7 @@ void quantize_x_row(const float* v, int64_t k, uint8_t* dst) {
       amax = std::max(amax, a);
     }
     int8_t* qb = q + 32 * b;
-    int32_t* isum = reinterpret_cast<int32_t*>(d + 6 * nb);
+    int32_t* isum = reinterpret_cast<int32_t*>(d + 2 * nb);
     int32_t* isum16 = isum + nb;
     if (!finite || amax < kTinyXBlock) {
       std::fill(qb, qb + 32, int8_t{0});
@@ -70,11 +70,6 @@ float half(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
   return f16_to_f32(f16{bits});
-}
-
-bool has_min(QuantType t) {
-  return t == QuantType::q4_1 || t == QuantType::q5_1 || t == QuantType::q4_k ||
-         t == QuantType::q5_k;
 }
 
 // One weight row as integer values and the weight's part of each unit's scale (quant_gemm.h).
@@ -185,16 +180,14 @@ void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) 
   }
 }
 
-// ((a0+a1)+(a2+a3)) + ((a4+a5)+(a6+a7))
-float reduce8(const float* a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
-// The block-sum formats (quant_gemm.h).
-float dot_row_block_sums(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) {
+// quant_gemm.h's block sums: per block (unit of 32 values) the exact int32 sum of its products,
+// scaled into one f32 accumulator.
+float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) {
   const int8_t* xq = x.q(r);
   const float* xd = x.d(r);
   const float* xs = x.s(r);
+  const bool plus_min = type == QuantType::q4_1 || type == QuantType::q5_1;
+  const bool minus_min = type == QuantType::q4_k || type == QuantType::q5_k;
   float acc = 0.0f;
   for (int64_t b = 0; b < x.blocks; ++b) {
     int32_t sum = 0;
@@ -207,55 +200,10 @@ float dot_row_block_sums(QuantType type, const DecodedRow& w, const XBlocks& x, 
       for (int i = 0; i < 32; ++i) sum += int32_t{w.q[32 * b + i]} * int32_t{xq[32 * b + i]};
     }
     acc = std::fma(w.scale[b] * xd[b], static_cast<float>(sum), acc);
-    if (type == QuantType::q4_1) acc = std::fma(w.min[b], xs[b], acc);
-    if (type == QuantType::q4_k || type == QuantType::q5_k) acc = std::fma(-w.min[b], xs[b], acc);
+    if (plus_min) acc = std::fma(w.min[b], xs[b], acc);
+    if (minus_min) acc = std::fma(-w.min[b], xs[b], acc);
   }
   return acc;
-}
-
-float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) {
-  if (block_sum_format(type)) return dot_row_block_sums(type, w, x, r);
-  const int64_t units = x.blocks;
-  const int8_t* xq = x.q(r);  // natural layout
-  const float* xd = x.d(r);
-  const float* xs = x.s(r);
-  const bool paired = paired_blocks(type);
-  float acc[8] = {}, mn[8] = {};
-  // Sum of products i0 .. i0+3 of unit u (and i0+16 .. i0+19 too when `both_halves`).
-  auto products = [&](int64_t u, int i0, bool both_halves) {
-    const int8_t* wq = w.q.data() + 32 * u;
-    const int8_t* a = xq + 32 * u;
-    int32_t sum = 0;
-    for (int i = i0; i < i0 + 4; ++i) sum += int32_t{wq[i]} * int32_t{a[i]};
-    if (both_halves)
-      for (int i = i0 + 16; i < i0 + 20; ++i) sum += int32_t{wq[i]} * int32_t{a[i]};
-    return sum;
-  };
-  for (int64_t u = 0; u < units;) {
-    if (paired && u + 1 < units) {
-      // Blocks u, u+1: lanes 0-3 block u, 4-7 block u+1, each lane over both halves.
-      for (int h = 0; h < 2; ++h) {
-        const float scale = w.scale[u + h] * xd[u + h];
-        for (int l = 0; l < 4; ++l)
-          acc[4 * h + l] =
-              std::fma(scale, static_cast<float>(products(u + h, 4 * l, true)), acc[4 * h + l]);
-      }
-      u += 2;
-    } else {
-      const float scale = w.scale[u] * xd[u];
-      for (int l = 0; l < 8; ++l) {
-        const int32_t lane = products(u, 4 * l, false);
-        acc[l] = std::fma(scale, static_cast<float>(lane), acc[l]);
-      }
-      u += 1;
-    }
-  }
-  if (has_min(type))
-    for (int64_t u = 0; u < units; ++u) mn[u % 8] = std::fma(w.min[u], xs[u], mn[u % 8]);
-  const float y = reduce8(acc);
-  if (type == QuantType::q4_1 || type == QuantType::q5_1) return y + reduce8(mn);
-  if (has_min(type)) return y - reduce8(mn);
-  return y;
 }
 
 }  // namespace
@@ -297,9 +245,9 @@ uint8_t* w_buffer(int64_t bytes) {
   return buffer.data();
 }
 
-// Weight rows j0 .. j0+ncols-1 of a call, as the kernel of its ISA and format reads them: the
-// block-sum formats' SIMD kernels take groups of 8 interleaved rows (pointers in g, `groups` of
-// them), the others plain rows (returned). Rows that are not in the needed layout (a plain matrix,
+// Weight rows j0 .. j0+ncols-1 of a call, as the kernel of its ISA reads them: the SIMD kernels
+// take groups of 8 interleaved rows (pointers in g, `groups` of them), the portable ones plain
+// rows (returned). Rows that are not in the needed layout (a plain matrix,
 // a packed matrix's last n % 8 rows; or packed rows for the portable kernels) are re-laid into a
 // per-thread buffer.
 const uint8_t* block_rows(const QuantGemmArgs& a, int64_t row_bytes, bool x8, int64_t j0,
@@ -380,8 +328,6 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
   DSPARK_CHECK(dtype_is_float(a.x_dtype) && dtype_is_float(a.y_dtype),
                "quant_gemm: float inputs and outputs only (x {}, y {})", dtype_name(a.x_dtype),
                dtype_name(a.y_dtype));
-  DSPARK_CHECK(!a.packed || quant_packable(a.quant), "quant_gemm: {} has no packed layout",
-               quant_type_name(a.quant));
   if (isa == QuantGemmIsa::automatic) isa = quant_gemm_default_isa();
   DSPARK_CHECK_KIND(unsupported, isa != QuantGemmIsa::avx2 || quant_gemm_has_avx2(),
                     "quant_gemm: this CPU lacks AVX2/FMA/F16C");
@@ -389,13 +335,7 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
                     "quant_gemm: this CPU lacks AVX-512 F/BW/VL/VNNI");
   if (a.m == 0 || a.n == 0) return;
   const int64_t m = a.m, n = a.n, k = a.k;
-  const bool avx2 = isa == QuantGemmIsa::avx2 || isa == QuantGemmIsa::avx512;
-  const bool x8 = avx2 && d::block_sum_format(a.quant);
-#if defined(__x86_64__)
-  const d::BlockFn block = avx2 ? d::block_avx2 : d::block_portable;
-#else
-  const d::BlockFn block = d::block_portable;
-#endif
+  const bool x8 = isa == QuantGemmIsa::avx2 || isa == QuantGemmIsa::avx512;
 
   // x rounded to 8-bit blocks, once per call (rows spread over the pool when there are many).
   d::XBlocks xb;
@@ -415,9 +355,9 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
           load_f32(src, f, k);
           v = f;
         }
-        if (avx2) {
+        if (x8) {
 #if defined(__x86_64__)
-          d::quantize_x_row_avx2(v, k, d::paired_blocks(a.quant), xbase + r * xb.row_bytes);
+          d::quantize_x_row_avx2(v, k, xbase + r * xb.row_bytes);
 #endif
         } else {
           d::quantize_x_row(v, k, xbase + r * xb.row_bytes);
@@ -456,7 +396,7 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
             d::block_x8(a.quant, isa == QuantGemmIsa::avx512, xb, m, g, groups, out);
 #endif
           } else {
-            block(a.quant, xb, m, rows, row_bytes, ncols, out);
+            d::block_portable(a.quant, xb, m, rows, row_bytes, ncols, out);
           }
         }
         for (int64_t r = 0; r < m; ++r) {

@@ -10,31 +10,19 @@
 // block with amax < 1e-30 rounds to q = 0, d = s = 0, and one with a non-finite value to q = 0,
 // d = s = NaN (so NaN in every output of that row).
 //
-// Block sums (Q4_0, Q4_1, Q8_0, and the k-quants Q4_K, Q5_K, Q6_K by units of 32 values: block
+// Block sums (every format; the k-quants Q4_K, Q5_K, Q6_K by units of 32 values: block
 // b = 8 * super-block + u): per (x row, weight row) one f32 accumulator, per block b in order
-// along k, with i_b the exact int32 sum of its 32 products w_i * q_i (w = q - 8 for Q4_0, q for
-// Q4_1, Q4_K and Q5_K, the signed byte for Q8_0, as core/quant.h defines them; Q6_K: w = q - 32
-// and i_b = sc_a * (the sum of products 0..15) + sc_b * (that of 16..31), sc_a / sc_b the int8
-// scales of the unit's two halves, at most 2 * 16 * 32 * 127 * 128 < 2^24 in magnitude):
-//     acc = fma(d_w * d_x, float(i_b), acc)          then for Q4_1 also  acc = fma(m_w, s_x, acc)
+// along k, with i_b the exact int32 sum of its 32 products w_i * q_i (w = q - 8 for Q4_0, q - 16
+// for Q5_0, q for Q4_1, Q5_1, Q4_K and Q5_K, the signed byte for Q8_0, as core/quant.h defines
+// them; Q6_K: w = q - 32 and i_b = sc_a * (the sum of products 0..15) + sc_b * (that of 16..31),
+// sc_a / sc_b the int8 scales of the unit's two halves, at most 2 * 16 * 32 * 127 * 128 < 2^24
+// in magnitude):
+//     acc = fma(d_w * d_x, float(i_b), acc)   then for Q4_1 / Q5_1 also  acc = fma(m_w, s_x, acc)
 // (d_w * d_x one f32 multiply, d_w / m_w the block's f16 d / m; Q6_K d_w the super-block's d);
 // Q4_K / Q5_K the same with d_w = d * sc_u and m_w = -(dmin * m_u) (both exact in f32: an f16
-// times a 6-bit integer). y = acc, then + bias[j] and the conversion to y's dtype. These run on
-// the 8-row interleaved layout (quant_pack.h): the kernels of quant_gemm_x8.cpp convert and scale
-// the sums of 8 weight rows at once.
-//
-// Q5_0 and Q5_1. Each weight value has its integer w as core/quant.h defines it: q - 16 (Q5_0),
-// q (Q5_1: its min is handled apart). Blocks go in pairs (2p, 2p+1): 8 int32 lanes of products
-// w_i * q_i (exact in int32 and in f32), lane l < 4 = products 4l .. 4l+3 and 16+4l .. 16+4l+3
-// of block 2p, lane 4 + l the same of block 2p+1 (a last odd block alone, lane l = products
-// 4l .. 4l+3).
-//
-// The f32 part, per (x row, weight row), 8 f32 accumulator lanes acc[l], in the order of the
-// blocks along k, one fused multiply-add per lane and pair:
-//     acc[l] = fma(d_w * d_x, float(lane_l), acc[l])     (each lane its block's scales; d_w the
-// block's f16 d), then y = ((acc0+acc1)+(acc2+acc3)) + ((acc4+acc5)+(acc6+acc7)), then for Q5_1
-// the min term, 8 lanes mn[b % 8] = fma(m_b, s_b, mn[b % 8]) over blocks b in order from +0
-// reduced by the same tree: y + mn; then + bias[j] (in f32), then the conversion to y's dtype.
+// times a 6-bit integer). y = acc, then + bias[j] and the conversion to y's dtype. The SIMD
+// kernels run on the 8-row interleaved layout (quant_pack.h): those of quant_gemm_x8.cpp convert
+// and scale the sums of 8 weight rows at once.
 //
 // Batch invariance: that sequence of operations is the same whatever M is, which row of the call
 // a row is, and how the weight rows are split among threads, and it is the same on the AVX-512
@@ -70,7 +58,7 @@ struct QuantGemmArgs {
   int64_t ldx = 0;
   const uint8_t* w = nullptr;  // [n] rows of quant_row_bytes(quant, k) bytes, contiguous
   QuantType quant = QuantType::q8_0;
-  bool packed = false;  // w in the interleaved layout of quant_pack.h (quant_packable() types)
+  bool packed = false;          // w in the interleaved layout of quant_pack.h
   const float* bias = nullptr;  // [n] or null
   void* y = nullptr;            // [m, n], row stride ldy (>= n), dtype y_dtype (f32, bf16 or f16)
   DType y_dtype = DType::f32;

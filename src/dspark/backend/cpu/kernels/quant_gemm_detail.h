@@ -13,17 +13,11 @@ namespace dspark::cpu::quant_gemm_detail {
 constexpr int64_t kBlockCols = 16;
 
 // The rows of x rounded to 8 bits (quant_gemm.h), row r at base + r * row_bytes:
-//   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]  |  f32 dp[4 * (k / 32)]  |  i32 sum[k / 32]
-//   |  i32 sum16[k / 32]
-// sum: each block's sum of q (the packed kernels' correction of an offset weight; quant_pack.h);
-// sum16: the sum of its first 16 values (Q6_K's scales cover 16 values).
-// dp (paired layout only): the scales d of each pair of blocks 2p, 2p+1 as the paired lanes use
-// them, [d[2p] x 4, d[2p+1] x 4] at dp + 8p, so that the wide kernels scale a pair with one
-// multiply (d_w * d_x lane by lane, the same products as the scalar ones).
-// q in the natural layout: block b = values 32b .. 32b+31 in order; or in the paired layout (the
-// AVX2 kernels of Q4_0 / Q4_1 / Q5_0 / Q5_1): the 64 bytes of blocks 2p, 2p+1 (both present) are
-// [2p: 0..15][2p+1: 0..15][2p: 16..31][2p+1: 16..31], a last odd block natural.
-// row_bytes a multiple of 64, so q and the floats are 32-byte aligned when base is.
+//   int8 q[k]  |  f32 d[k / 32]  |  f32 s[k / 32]  |  i32 sum[k / 32]  |  i32 sum16[k / 32]
+// q: block b = values 32b .. 32b+31 in order; sum: each block's sum of q (the packed kernels'
+// correction of an offset weight; quant_pack.h); sum16: the sum of its first 16 values (Q6_K's
+// scales cover 16 values). row_bytes a multiple of 64, so q and the floats are 32-byte aligned
+// when base is.
 struct XBlocks {
   const uint8_t* base = nullptr;
   int64_t row_bytes = 0;
@@ -34,54 +28,33 @@ struct XBlocks {
     return reinterpret_cast<const float*>(base + r * row_bytes + blocks * 32);
   }
   const float* s(int64_t r) const { return d(r) + blocks; }
-  const float* dp(int64_t r) const { return d(r) + 2 * blocks; }
   const int32_t* sum(int64_t r) const {
-    return reinterpret_cast<const int32_t*>(d(r) + 6 * blocks);
+    return reinterpret_cast<const int32_t*>(d(r) + 2 * blocks);
   }
   const int32_t* sum16(int64_t r) const { return sum(r) + blocks; }
 };
 
 inline int64_t x_row_bytes(int64_t k) {
-  return (k + 32 * (k / 32) + 63) / 64 * 64;
+  return (k + 16 * (k / 32) + 63) / 64 * 64;
 }
 
 // A block of x whose largest magnitude is below this rounds to zeros (127 / amax would overflow).
 constexpr float kTinyXBlock = 1e-30f;
 
-// One row of k f32 values (k a multiple of 32) into its x blocks at dst (x_row_bytes(k) bytes),
-// natural layout.
+// One row of k f32 values (k a multiple of 32) into its x blocks at dst (x_row_bytes(k) bytes).
 void quantize_x_row(const float* v, int64_t k, uint8_t* dst);
-// The same values, natural or paired layout (quant_gemm_avx2.cpp; AVX2 CPUs only).
-void quantize_x_row_avx2(const float* v, int64_t k, bool paired, uint8_t* dst);
+// The same values (quant_x_rows_avx2.cpp; AVX2 CPUs only).
+void quantize_x_row_avx2(const float* v, int64_t k, uint8_t* dst);
 
-// The legacy formats whose lanes pair two blocks (quant_gemm.h).
-constexpr bool paired_blocks(QuantType t) {
-  return t == QuantType::q5_0 || t == QuantType::q5_1;
-}
-
-// The formats multiplied a whole block (Q4_K: unit of 32) at a time (quant_gemm.h, "block sums"),
-// by the kernels of quant_gemm_x8.cpp on weights in the 8-row interleaved layout (quant_pack.h).
-constexpr bool block_sum_format(QuantType t) {
-  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0 ||
-         t == QuantType::q4_k || t == QuantType::q5_k || t == QuantType::q6_k;
-}
-
-// One block of weight rows for every x row:
+// One block of weight rows for every x row, portable C++ (any block format):
 //   out[r * kBlockCols + j] = dot(x row r, weight row j)   r < m, j < ncols (1 <= ncols <=
-//   kBlockCols), without the bias; w: ncols rows of w_row_bytes bytes.
-using BlockFn = void (*)(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w,
-                         int64_t w_row_bytes, int64_t ncols, float* out);
-
+//   kBlockCols), without the bias; w: ncols rows of w_row_bytes bytes in the plain layout.
 void block_portable(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w,
                     int64_t w_row_bytes, int64_t ncols, float* out);
-// Defined only on x86-64 (quant_gemm_avx2.cpp); callers check quant_gemm_has_avx2() first.
-// Not for the block-sum formats.
-void block_avx2(QuantType type, const XBlocks& x, int64_t m, const uint8_t* w, int64_t w_row_bytes,
-                int64_t ncols, float* out);
 
-// The block-sum formats on x86-64 (quant_gemm_x8.cpp): `groups` (1 or 2) groups of 8 weight rows
-// in the interleaved layout (quant_pack.h) at g[0], g[1]: out[r * kBlockCols + 8 * j + c] = output
-// c of group j for x row r. avx512: AVX-512 VNNI + VL (quant_gemm_has_avx512()); else AVX2.
+// The same on x86-64 (quant_gemm_x8.cpp): `groups` (1 or 2) groups of 8 weight rows in the
+// interleaved layout (quant_pack.h) at g[0], g[1]: out[r * kBlockCols + 8 * j + c] = output c of
+// group j for x row r. avx512: AVX-512 VNNI + VL (quant_gemm_has_avx512()); else AVX2.
 void block_x8(QuantType type, bool avx512, const XBlocks& x, int64_t m, const uint8_t* const* g,
               int64_t groups, float* out);
 

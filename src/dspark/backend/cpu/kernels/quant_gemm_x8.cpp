@@ -1,4 +1,4 @@
-// The block-sum formats (Q4_0, Q4_1, Q8_0, Q4_K; quant_gemm.h) on weights in the interleaved layout
+// The block-sum formats (every block format; quant_gemm.h) on weights in the interleaved layout
 // (quant_pack.h), for AVX2 + FMA + F16C and for AVX-512 VNNI + VL (256-bit vectors: on the Zen 4
 // cores this was measured on, 512-bit ones run as two halves and gain nothing here). The library
 // is built for baseline x86-64, so the kernels carry target attributes and run only after

@@ -4,16 +4,17 @@
 // A tile is MR x rows by NG groups of 8 weight rows. Per block of 32 values and group, the values
 // are unpacked into 8 registers of "steps" (step s: values 4s' .. 4s'+3 of the block for the 8
 // rows, s' = s for Q8_0 and Q4_K's units; for the other nibble formats steps 0-3 are the low
-// nibbles of the 4 chunks, values 4t .. 4t+3, and 4-7 the high ones, values 16+4t ..), each
-// multiplied with the 4 x bytes of those values broadcast to the 8 lanes: VNNI's vpdpbusd adds the
-// 4 products into the row's int32 lane; AVX2 adds pairs with vpmaddubsw into int16 (exact for 4-bit
-// weights: 16 products of at most 15 * 127 per lane) and widens once per block with vpmaddwd (Q8_0:
-// signs moved onto x, one vpmaddwd per step). The 8 int32 block sums are then converted and scaled
-// at once (Q4_K: the same per unit of 32 values, its 8 rows' 6-bit scales and mins turned into f32
-// d * sc and -dmin * m once per super-block and unit, shared by every x row). The integer sums are
-// exact, so both instruction sets give the same bits (quant_gemm.h). Registers: VNNI has 32, AVX2
-// 16, hence the wider VNNI tiles; at one x row the block's steps go into 2-4 partial sums per group
-// so that the vpdpbusd chains do not wait on each other.
+// nibbles of the 4 chunks, values 4t .. 4t+3, and 4-7 the high ones, values 16+4t .., with Q5's
+// fifth bits added as bit 4), each multiplied with the 4 x bytes of those values broadcast to the
+// 8 lanes: VNNI's vpdpbusd adds the 4 products into the row's int32 lane; AVX2 adds pairs with
+// vpmaddubsw into int16 (exact: 4-bit weights give at most 16 products of 15 * 127 per lane, 5-bit
+// ones go in 2 or 4 partial sums, at most 8 products of 31 * 127) and widens once per block with
+// vpmaddwd (Q8_0: signs moved onto x, one vpmaddwd per step). The 8 int32 block sums are then
+// converted and scaled at once (Q4_K: the same per unit of 32 values, its 8 rows' 6-bit scales and
+// mins turned into f32 d * sc and -dmin * m once per super-block and unit, shared by every x row).
+// The integer sums are exact, so both instruction sets give the same bits (quant_gemm.h).
+// Registers: VNNI has 32, AVX2 16, hence the wider VNNI tiles; at one x row the block's steps go
+// into 2-4 partial sums per group so that the vpdpbusd chains do not wait on each other.
 
 namespace X8_NS {
 
@@ -25,17 +26,24 @@ template <QuantType T>
 struct X8Format {
   static constexpr int64_t kBlock = T == QuantType::q4_0   ? 18
                                     : T == QuantType::q4_1 ? 20
+                                    : T == QuantType::q5_0 ? 22
+                                    : T == QuantType::q5_1 ? 24
                                     : T == QuantType::q4_k ? 144
                                     : T == QuantType::q5_k ? 176
                                     : T == QuantType::q6_k ? 210
                                                            : 34;
   static constexpr int64_t kGroupBlock = 8 * kBlock;  // one block (super-block) of the 8 rows
-  // The bytes before the values: the f16 d[8] (and m[8]); Q4_K's d, dmin, scales and mins.
+  // The bytes before the values: the f16 d[8] (and m[8]), Q5's fifth bits; Q4_K's d, dmin,
+  // scales and mins.
   static constexpr int kHead = T == QuantType::q4_1                             ? 32
+                               : T == QuantType::q5_0                           ? 48
+                               : T == QuantType::q5_1                           ? 64
                                : (T == QuantType::q4_k || T == QuantType::q5_k) ? 128
                                                                                 : 16;
   static constexpr bool kNibbles = T != QuantType::q8_0;
-  static constexpr bool kMin = T == QuantType::q4_1 || T == QuantType::q4_k || T == QuantType::q5_k;
+  static constexpr bool kFifth = T == QuantType::q5_0 || T == QuantType::q5_1;  // at kHead - 32
+  static constexpr bool kMin =
+      T == QuantType::q4_1 || T == QuantType::q5_1 || T == QuantType::q4_k || T == QuantType::q5_k;
   static constexpr bool kSuper =
       T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k;
   static constexpr int64_t kUnits = kSuper ? 8 : 1;  // units of 32 per block
@@ -68,6 +76,18 @@ X8_TARGET inline void unpack_steps(const uint8_t* gb, __m256i (&w)[8]) {
       const __m256i raw = load256(q + 32 * t);
       w[t] = _mm256_and_si256(raw, m4);
       w[t + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    }
+    if constexpr (F::kFifth) {
+      // Step s's fifth bits are bit s of each byte (quant_pack.h), moved to bit 4.
+      const __m256i h = load256(q - 32), b4 = _mm256_set1_epi8(0x10);
+      w[0] = _mm256_or_si256(w[0], _mm256_and_si256(_mm256_slli_epi16(h, 4), b4));
+      w[1] = _mm256_or_si256(w[1], _mm256_and_si256(_mm256_slli_epi16(h, 3), b4));
+      w[2] = _mm256_or_si256(w[2], _mm256_and_si256(_mm256_slli_epi16(h, 2), b4));
+      w[3] = _mm256_or_si256(w[3], _mm256_and_si256(_mm256_slli_epi16(h, 1), b4));
+      w[4] = _mm256_or_si256(w[4], _mm256_and_si256(h, b4));
+      w[5] = _mm256_or_si256(w[5], _mm256_and_si256(_mm256_srli_epi16(h, 1), b4));
+      w[6] = _mm256_or_si256(w[6], _mm256_and_si256(_mm256_srli_epi16(h, 2), b4));
+      w[7] = _mm256_or_si256(w[7], _mm256_and_si256(_mm256_srli_epi16(h, 3), b4));
     }
   } else {
 #pragma GCC unroll 8
@@ -175,8 +195,9 @@ constexpr int step_offset(int s) {
 // of a group's unpacked steps, in P partial sums.
 template <QuantType T, int P>
 X8_TARGET inline __m256i block_sums(const __m256i (&w)[8], const int8_t* a, int32_t sum) {
-  // The weight's offset: Q4_0 stores q = value + 8, Q8_0 (VNNI) value + 128.
+  // The weight's offset: Q4_0 stores q = value + 8, Q5_0 value + 16, Q8_0 (VNNI) value + 128.
   constexpr int32_t kOffset = T == QuantType::q4_0                ? 8
+                              : T == QuantType::q5_0              ? 16
                               : (T == QuantType::q8_0 && X8_VNNI) ? 128
                                                                   : 0;
   __m256i part[P];
@@ -189,8 +210,9 @@ X8_TARGET inline __m256i block_sums(const __m256i (&w)[8], const int8_t* a, int3
     part[s % P] = _mm256_dpbusd_epi32(part[s % P], w[s], bcast4(a + step_offset<T>(s)));
 #else
   const __m256i ones = _mm256_set1_epi16(1);
-  // Q5_K's 5-bit values: at most 4 steps (8 products of 31 * 127) per int16 partial sum.
-  static_assert(T != QuantType::q5_k || P >= 2);
+  // 5-bit values (Q5_0, Q5_1, Q5_K): at most 4 steps (8 products of 31 * 127) per int16 partial
+  // sum.
+  static_assert(!(X8Format<T>::kFifth || T == QuantType::q5_k) || P >= 2);
   if constexpr (X8Format<T>::kNibbles) {
 #pragma GCC unroll 4
     for (int p = 0; p < P; ++p) part[p] = _mm256_setzero_si256();
@@ -368,6 +390,10 @@ X8_TARGET void block_x8_isa(QuantType type, const XBlocks& x, int64_t m, const u
       return x8_block<QuantType::q4_0>(x, m, g, groups, out);
     case QuantType::q4_1:
       return x8_block<QuantType::q4_1>(x, m, g, groups, out);
+    case QuantType::q5_0:
+      return x8_block<QuantType::q5_0>(x, m, g, groups, out);
+    case QuantType::q5_1:
+      return x8_block<QuantType::q5_1>(x, m, g, groups, out);
     case QuantType::q8_0:
       return x8_block<QuantType::q8_0>(x, m, g, groups, out);
     case QuantType::q4_k:

@@ -1,5 +1,5 @@
-// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q4_K / Q5_K's 6-bit scales and
-// mins regrouped; Q6_K's int8 scales by sub-block).
+// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q5_0 / Q5_1's fifth bits by
+// step; Q4_K / Q5_K's 6-bit scales and mins regrouped; Q6_K's int8 scales by sub-block).
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 
 #include <cstring>
@@ -9,9 +9,11 @@
 namespace dspark::cpu {
 namespace {
 
-// Where a block's parts lie: the f16 scales (d at 0, m at 2 when there is one), the quants.
+// Where a block's parts lie: the f16 scales (d at 0, m at 2 when there is one), Q5's 32 fifth
+// bits, the quants.
 struct Parts {
   int halves;   // f16 scales per block (1 or 2)
+  bool fifth;   // a u32 of fifth bits after the scales (Q5_0, Q5_1)
   int quants;   // bytes of quants per block (16 or 32)
   bool offset;  // values stored + 128 (Q8_0)
 };
@@ -19,15 +21,38 @@ struct Parts {
 Parts parts_of(QuantType t) {
   switch (t) {
     case QuantType::q4_0:
-      return {1, 16, false};
+      return {1, false, 16, false};
     case QuantType::q4_1:
-      return {2, 16, false};
+      return {2, false, 16, false};
+    case QuantType::q5_0:
+      return {1, true, 16, false};
+    case QuantType::q5_1:
+      return {2, true, 16, false};
     case QuantType::q8_0:
-      return {1, 32, true};
+      return {1, false, 32, true};
     default:
       break;
   }
   DSPARK_FAIL(unsupported, "quant_pack: {} has no interleaved layout", quant_type_name(t));
+}
+
+// Q5_0 / Q5_1: a row's u32 of fifth bits (bit j: value j) as its 4 bytes of the group block, bit s
+// of byte i = bit 4s + i of the u32 (the bit of step s's value 4s + i), and back.
+void q5_put_bits(const uint8_t* qh, uint8_t out[4]) {
+  uint32_t v;
+  std::memcpy(&v, qh, 4);
+  for (int i = 0; i < 4; ++i) {
+    uint8_t b = 0;
+    for (int s = 0; s < 8; ++s) b = static_cast<uint8_t>(b | (((v >> (4 * s + i)) & 1u) << s));
+    out[i] = b;
+  }
+}
+
+void q5_get_bits(const uint8_t in[4], uint8_t* qh) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int s = 0; s < 8; ++s) v |= static_cast<uint32_t>((in[i] >> s) & 1) << (4 * s + i);
+  std::memcpy(qh, &v, 4);
 }
 
 // Q4_K: the super-block's 12 bytes of 6-bit scales sc[8] and mins m[8] (core/quant.h) and back.
@@ -118,11 +143,6 @@ void k6_get(const uint8_t* gb, int r, uint8_t* dst) {
 
 }  // namespace
 
-bool quant_packable(QuantType t) {
-  return t == QuantType::q4_0 || t == QuantType::q4_1 || t == QuantType::q8_0 ||
-         t == QuantType::q4_k || t == QuantType::q5_k || t == QuantType::q6_k;
-}
-
 void pack_group_x8(QuantType t, const uint8_t* const rows[8], int64_t k, uint8_t* dst) {
   if (t == QuantType::q4_k || t == QuantType::q5_k) {
     const bool five = t == QuantType::q5_k;
@@ -140,7 +160,7 @@ void pack_group_x8(QuantType t, const uint8_t* const rows[8], int64_t k, uint8_t
   const Parts p = parts_of(t);
   const QuantBlock qb = quant_block(t);
   const int64_t nb = k / qb.elements;
-  const int head = 2 * p.halves;
+  const int scales = 2 * p.halves, head = scales + (p.fifth ? 4 : 0);
   const uint8_t flip = p.offset ? 0x80 : 0;
   for (int64_t b = 0; b < nb; ++b) {
     uint8_t* out = dst + b * 8 * qb.bytes;
@@ -152,6 +172,14 @@ void pack_group_x8(QuantType t, const uint8_t* const rows[8], int64_t k, uint8_t
           std::memcpy(o, src + 2 * h, 2);
         } else {
           o[0] = o[1] = 0;
+        }
+      }
+      if (p.fifth) {
+        uint8_t* o = out + 8 * scales + 4 * r;
+        if (src) {
+          q5_put_bits(src + scales, o);
+        } else {
+          std::memset(o, 0, 4);
         }
       }
       for (int c = 0; c < p.quants / 4; ++c)
@@ -196,12 +224,13 @@ void unpack_row_x8(QuantType t, const uint8_t* packed, int64_t n, int64_t k, int
   const Parts p = parts_of(t);
   const QuantBlock qb = quant_block(t);
   const int64_t nb = k / qb.elements;
-  const int head = 2 * p.halves;
+  const int scales = 2 * p.halves, head = scales + (p.fifth ? 4 : 0);
   const uint8_t flip = p.offset ? 0x80 : 0;
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* in = group + b * 8 * qb.bytes;
     uint8_t* out = dst + b * qb.bytes;
     for (int h = 0; h < p.halves; ++h) std::memcpy(out + 2 * h, in + 16 * h + 2 * r, 2);
+    if (p.fifth) q5_get_bits(in + 8 * scales + 4 * r, out + scales);
     for (int c = 0; c < p.quants / 4; ++c)
       for (int i = 0; i < 4; ++i)
         out[head + 4 * c + i] = static_cast<uint8_t>(in[8 * head + 32 * c + 4 * r + i] ^ flip);

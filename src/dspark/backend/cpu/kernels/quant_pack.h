@@ -1,5 +1,5 @@
-// The CPU's interleaved layout of block-quantized weights (WeightFormat::blocks_x8): Q4_0, Q4_1,
-// Q8_0 and the k-quants rows in groups of 8, so that one 32-byte integer dot (AVX-512 VNNI
+// The CPU's interleaved layout of block-quantized weights (WeightFormat::blocks_x8), every block
+// format: rows in groups of 8, so that one 32-byte integer dot (AVX-512 VNNI
 // vpdpbusd, or AVX2's vpmaddubsw / vpmaddwd) multiplies 4 values of 8 weight rows at once and a
 // block's 8 integer sums are converted and scaled together (quant_gemm_x8.cpp). Same bytes as the
 // plain layout.
@@ -8,10 +8,14 @@
 // last n % 8 rows stay plain after the groups. Within a group, block b of the 8 rows takes
 // 8 * block bytes at offset b * 8 * block bytes:
 //   Q4_0: f16 d[8] | 128 bytes of nibbles;  Q4_1: f16 d[8] | f16 m[8] | 128 bytes of nibbles;
+//   Q5_0: f16 d[8] | 32 bytes of fifth bits | 128 bytes of nibbles;
+//   Q5_1: f16 d[8] | f16 m[8] | 32 bytes of fifth bits | 128 bytes of nibbles;
 //   Q8_0: f16 d[8] | 256 bytes of values, each stored as value + 128 (unsigned).
 // The values (nibbles: the block's own bytes, low nibble value j, high nibble value j + 16) as
 // chunks of 4 bytes, chunk t of the 8 rows in row order: byte 32t + 4r + i = byte 4t + i of row
-// r's quants.
+// r's quants. Q5's fifth bits (the row's u32 qh, bit j for value j): byte 4r + i, bit s = bit
+// 4s + i of row r's qh, so that one shift and mask of the 32 bytes gives the fifth bits of values
+// 4s .. 4s+3 of the 8 rows in the order of their nibbles.
 //
 // Q4_K: super-block b of the 8 rows (8 * 144 = 1,152 bytes) at offset b * 1,152, with the 6-bit
 // scales sc[u] and mins m[u] of its 8 units of 32 values regrouped by unit, so that one load
@@ -34,9 +38,6 @@
 #include "dspark/core/quant.h"
 
 namespace dspark::cpu {
-
-// True for the types with an interleaved layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K).
-bool quant_packable(QuantType t);
 
 // n rows of k values from the plain layout at src to the interleaved layout at dst
 // (n * quant_row_bytes(t, k) bytes each; they must not overlap).
