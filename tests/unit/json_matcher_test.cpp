@@ -288,8 +288,8 @@ TEST(JsonEngine, GreedyDocumentsSpeculativeEqualsPlain) {
       EXPECT_EQ(out[i].result.tokens, plain[i].result.tokens) << sc.name << " request " << i;
       total.merge(out[i].spec);
     }
-    // Drafts are proposed without the mask; the target drafting for itself still gets some
-    // accepted, so emitted tokens come from masked verify rows past accepted drafts.
+    // The target drafting for itself under the grammar gets drafts accepted, so emitted tokens
+    // come from masked verify rows past accepted drafts.
     if (sc.name == "draft-model:self") {
       EXPECT_GT(total.accepted, 0) << sc.name;
     }

@@ -14,17 +14,17 @@ std::span<const uint32_t> JsonMaskCache::mask(const JsonConstraint& c, int64_t m
   const TokenVocab& vocab = *c.vocab;
   const auto words = static_cast<size_t>(token_mask_words(model_vocab));
   m.state_key(key_);
+  // Keyed by the logits width too: a drafter's logits may be wider than the target's.
+  key_.append(reinterpret_cast<const char*>(&model_vocab), sizeof(model_vocab));
   ++clock_;
   size_t slot = entries_.size();
   if (const auto it = index_.find(key_); it != index_.end()) {
     Entry& e = entries_[it->second];
-    if (e.words.size() == words) {
-      ++hits_;
-      e.used = clock_;
-      return e.words;
-    }
-    slot = it->second;  // another logits width: computed again in place
-  } else if (slot < capacity_) {
+    ++hits_;
+    e.used = clock_;
+    return e.words;
+  }
+  if (slot < capacity_) {
     entries_.emplace_back();
   } else {
     slot = static_cast<size_t>(

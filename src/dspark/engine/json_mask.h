@@ -23,8 +23,8 @@ class JsonMaskCache {
   explicit JsonMaskCache(size_t capacity = kDefaultCapacity);
 
   // The mask of a [., model_vocab] logits row for state `m` of constraint `c` (one constraint per
-  // cache): valid until the next call. Throws internal when no token may follow (a vocabulary
-  // without the bytes the document needs).
+  // cache; entries by state and width): valid until the next call. Throws internal when no token
+  // may follow (a vocabulary without the bytes the document needs).
   std::span<const uint32_t> mask(const JsonConstraint& c, int64_t model_vocab,
                                  const JsonMatcher& m);
 

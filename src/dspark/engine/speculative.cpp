@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "dspark/core/thread_pool.h"
+#include "dspark/engine/json_draft.h"
 #include "dspark/engine/json_mask.h"
 #include "dspark/engine/verify_cost.h"
 #include "dspark/engine/verify_cost_cache.h"
@@ -31,12 +32,13 @@ struct SpeculativeEngine::Row {
   std::unique_ptr<OutputStream> out;
   SpecTelemetry spec;
   bool done = false;
-  std::vector<int32_t> kept;            // storage behind RowUpdate::kept_tokens for one commit
-  PenaltyHistory penalties;             // prompt + emitted tokens (options.penalties)
-  std::vector<TokenLogprobs> logprobs;  // the round's entries, for emit (options.logprobs >= 0)
-  AcceptanceEstimate accept;            // the adaptive policy's estimate of this row's drafts
-  std::optional<JsonMatcher> json;      // the emitted text's state (options.json)
-  JsonMaskCache masks;                  // options.json's token masks by matcher state
+  std::vector<int32_t> kept;                // storage behind RowUpdate::kept_tokens for one commit
+  PenaltyHistory penalties;                 // prompt + emitted tokens (options.penalties)
+  std::vector<TokenLogprobs> logprobs;      // the round's entries, for emit (options.logprobs >= 0)
+  AcceptanceEstimate accept;                // the adaptive policy's estimate of this row's drafts
+  std::optional<JsonMatcher> json;          // the emitted text's state (options.json)
+  JsonMaskCache masks;                      // options.json's token masks by matcher state
+  std::optional<JsonDraftGrammar> grammar;  // json for the draft source (ProposeRequest::grammar)
   bool wants_logprobs() const { return options.logprobs >= 0; }
   bool constrained() const { return json.has_value(); }
   // Queues logits row `row`'s mask for state m (rows of `vocab` logits).
@@ -141,7 +143,10 @@ RowId SpeculativeEngine::add(RequestInput input) {
   row->penalties = PenaltyHistory(row->options.penalties, row->prompt);
   row->accept.start_from(pooled_);
   row->spec.draft_policy = adaptive() ? DraftPolicy::adaptive : DraftPolicy::fixed;
-  if (row->options.json) row->json.emplace(&row->options.json->schema);
+  if (row->options.json) {
+    row->json.emplace(&row->options.json->schema);
+    row->grammar.emplace(*row->options.json, row->masks);
+  }
   row->seq = kv_.create_sequence();
   if (source_) source_->begin(ctx_, row->id, row->prompt);
   // At least the last prompt token is computed again: its logits give the first token.
@@ -364,6 +369,10 @@ bool SpeculativeEngine::propose() {
     q.max_tokens = std::max(0, std::min(config_.gamma, remaining - 1));
     q.sampling = r->options.sampling;
     q.seed = r->options.seed;
+    if (r->grammar) {
+      r->grammar->reset(*r->json);
+      q.grammar = &*r->grammar;
+    }
     s.requests.push_back(q);
   }
   if (s.rows.empty()) return false;
@@ -392,29 +401,20 @@ bool SpeculativeEngine::propose() {
 // Structured output: a row's drafts end at the first one the document does not accept (bytes
 // that do not continue it, or EOS before it is complete), and after an EOS. The target's mask
 // gives such a draft probability 0, so verification rejects it and everything after it; cutting
-// it there is lossless and spares the verify forward those positions.
+// it there is lossless and spares the verify forward those positions. Sources that draft under
+// the grammar (ProposeRequest::grammar) propose no such draft; this is the net for the others.
 void SpeculativeEngine::constrain_drafts() {
   RoundScratch& s = round_;
   Proposal& p = s.proposal;
   s.drafts_kept.clear();
   bool cut = false;
   for (size_t i = 0; i < s.rows.size(); ++i) {
-    const Row& r = *s.rows[i];
+    Row& r = *s.rows[i];
     int keep = p.count(i);
-    if (r.constrained()) {
-      const JsonConstraint& c = *r.options.json;
-      JsonMatcher m = *r.json;
-      for (int j = 0; j < keep; ++j) {
-        const int32_t t = p.tokens[static_cast<size_t>(p.indptr[i] + j)];
-        if (c.is_eos(t)) {
-          keep = m.complete() ? j + 1 : j;
-          break;
-        }
-        if (!c.vocab->advance(m, t)) {
-          keep = j;
-          break;
-        }
-      }
+    if (r.grammar) {
+      r.grammar->reset(*r.json);  // the source moved it over its drafts
+      keep = r.grammar->allowed_prefix(
+          std::span<const int32_t>(p.tokens.data() + p.indptr[i], static_cast<size_t>(keep)));
     }
     cut = cut || keep < p.count(i);
     s.drafts_kept.push_back(keep);

@@ -62,7 +62,7 @@ void DraftModelSource::propose(Context& ctx, std::span<const ProposeRequest> req
     std::vector<size_t> active;
     std::vector<uint64_t> positions;
     for (size_t i = 0; i < n; ++i) {
-      if (requests[i].max_tokens <= step) continue;
+      if (steps_.drafts(i) <= step) continue;
       Row& r = row_ref(requests[i].row);
       // Feed what the draft cache lacks: at step 0 the unprocessed history (>= the pending
       // token), later the previous draft token.

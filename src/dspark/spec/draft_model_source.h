@@ -2,6 +2,8 @@
 // paged KV cache: each round it catches up on the tokens it has not processed (at least the
 // pending token), then proposes autoregressively, one batched forward per draft position. After
 // verification its cache is rolled back to the longest prefix it shares with the committed text.
+// Under a request's grammar (structured output) each position's choice is masked
+// (spec/draft_steps.h).
 #pragma once
 
 #include <memory>

@@ -21,6 +21,7 @@
 #include "dspark/backend/context.h"
 #include "dspark/core/tensor.h"
 #include "dspark/ops/sampling.h"
+#include "dspark/spec/draft_grammar.h"
 
 namespace dspark {
 
@@ -46,6 +47,10 @@ struct ProposeRequest {
   int max_tokens = 0;       // the source may propose fewer, including none
   SamplingParams sampling;  // the request's processing; greedy drafts give q = one-hot
   uint64_t seed = 0;
+  // Structured output: the row's grammar at its emitted document (null: unconstrained). Sources
+  // that choose drafts one position at a time mask each choice with it and move it over the
+  // drafts (spec/draft_grammar.h); valid during this propose call only.
+  DraftGrammar* grammar = nullptr;
 };
 
 struct Proposal {

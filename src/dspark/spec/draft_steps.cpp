@@ -6,6 +6,7 @@
 #include "dspark/ops/sampling.h"
 #include "dspark/ops/softmax.h"
 #include "dspark/ops/speculative.h"
+#include "dspark/ops/token_mask.h"
 
 namespace dspark {
 
@@ -22,7 +23,9 @@ void DraftSteps::begin(Context& ctx, std::span<const ProposeRequest> requests, i
   max_k_ = 0;
   any_sampled_ = false;
   n_drafted_ = 0;
+  limit_.clear();
   for (const auto& q : requests) {
+    limit_.push_back(std::max(q.max_tokens, 0));
     max_k_ = std::max(max_k_, q.max_tokens);
     any_sampled_ = any_sampled_ || !q.sampling.greedy();
   }
@@ -35,6 +38,33 @@ void DraftSteps::begin(Context& ctx, std::span<const ProposeRequest> requests, i
 std::vector<int32_t> DraftSteps::choose(Context& ctx, const Tensor& logits,
                                         std::span<const size_t> active,
                                         std::span<const uint64_t> positions, int step) {
+  mask_rows_.clear();
+  mask_words_.clear();
+  for (size_t a = 0; a < active.size(); ++a) {
+    DraftGrammar* g = requests_[active[a]].grammar;
+    if (!g) continue;
+    const std::span<const uint32_t> mask = g->mask(logits.size(1));
+    mask_rows_.push_back(static_cast<int32_t>(a));
+    mask_words_.insert(mask_words_.end(), mask.begin(), mask.end());
+  }
+  if (!mask_rows_.empty()) apply_token_mask(ctx, logits, mask_rows_, mask_words_);
+  const std::vector<int32_t> tokens = choose_tokens(ctx, logits, active, positions, step);
+  for (size_t a = 0; a < active.size(); ++a) {
+    DraftGrammar* g = requests_[active[a]].grammar;
+    if (!g) continue;
+    int& limit = limit_[active[a]];
+    if (!g->advance(tokens[a])) {
+      limit = step;  // never after a masked choice; dropped all the same
+    } else if (g->ended()) {
+      limit = step + 1;  // the EOS is the last draft
+    }
+  }
+  return tokens;
+}
+
+std::vector<int32_t> DraftSteps::choose_tokens(Context& ctx, const Tensor& logits,
+                                               std::span<const size_t> active,
+                                               std::span<const uint64_t> positions, int step) {
   const auto m = static_cast<int64_t>(active.size());
   if (!any_sampled_) {
     Tensor best = ensure_rows(step_tokens_, DType::i32, m, 1, ctx.device()).reshape(Shape{m});
@@ -64,10 +94,13 @@ std::vector<int32_t> DraftSteps::choose(Context& ctx, const Tensor& logits,
 
 void DraftSteps::finish(const std::vector<std::vector<int32_t>>& drafts, Proposal& out) {
   const int64_t base = static_cast<int64_t>(out.tokens.size());
-  for (const auto& d : drafts) {
-    out.tokens.insert(out.tokens.end(), d.begin(), d.end());
+  std::vector<size_t> counts(drafts.size());
+  for (size_t i = 0; i < drafts.size(); ++i) {
+    counts[i] = std::min(drafts[i].size(), static_cast<size_t>(limit_[i]));
+    out.tokens.insert(out.tokens.end(), drafts[i].begin(),
+                      drafts[i].begin() + static_cast<int64_t>(counts[i]));
     out.indptr.push_back(static_cast<int32_t>(out.tokens.size()));
-    n_drafted_ += static_cast<int64_t>(d.size());
+    n_drafted_ += static_cast<int64_t>(counts[i]);
   }
   if (!any_sampled_) return;
   DSPARK_CHECK(base == 0, "drafter: a sampled proposal must be the only one in `out`");
@@ -76,7 +109,7 @@ void DraftSteps::finish(const std::vector<std::vector<int32_t>>& drafts, Proposa
   // because the destination index never exceeds the source index.
   int64_t dst = 0;
   for (size_t i = 0; i < drafts.size(); ++i)
-    for (size_t j = 0; j < drafts[i].size(); ++j, ++dst) {
+    for (size_t j = 0; j < counts[i]; ++j, ++dst) {
       const int64_t src = static_cast<int64_t>(i) * max_k_ + static_cast<int64_t>(j);
       if (src != dst) copy_tensor(q_all_.rows(dst, dst + 1), q_all_.rows(src, src + 1));
     }

@@ -139,8 +139,7 @@ void MtpSource::propose(Context& ctx, std::span<const ProposeRequest> requests, 
     std::vector<uint64_t> positions;
     for (size_t i = 0; i < n; ++i) {
       const Row& r = row_ref(requests[i].row);
-      if (requests[i].max_tokens <= step || !r.ready ||
-          drafts[i].size() != static_cast<size_t>(step))
+      if (steps_.drafts(i) <= step || !r.ready || drafts[i].size() != static_cast<size_t>(step))
         continue;
       active.push_back(i);
       // The pending token is at position `absorbed`; draft step s at absorbed + 1 + s.

@@ -32,19 +32,29 @@ void NgramSource::commit(Context&, std::span<const RowUpdate> updates, std::span
 }
 
 std::vector<int32_t> NgramSource::lookup(std::span<const int32_t> h, int max_tokens,
-                                         const NgramConfig& config) {
+                                         const NgramConfig& config, const DraftGrammar* grammar) {
   const int64_t len = static_cast<int64_t>(h.size());
   if (max_tokens <= 0) return {};
+  auto run = [&](int64_t at, int64_t n) {
+    return std::vector<int32_t>(h.begin() + at, h.begin() + at + n);
+  };
+  int64_t best_at = 0, best_take = 0;  // under a grammar: the longest allowed start so far
+  int looked = 0;
   for (int n = std::min<int64_t>(config.ngram_max, len - 1); n >= config.ngram_min; --n) {
     const auto suffix = h.subspan(static_cast<size_t>(len - n));
     // Most recent earlier occurrence: the match ends at `end` (exclusive) < len.
     for (int64_t end = len - 1; end >= n; --end) {
       if (!std::equal(suffix.begin(), suffix.end(), h.begin() + (end - n))) continue;
       const int64_t take = std::min<int64_t>(max_tokens, len - end);
-      return std::vector<int32_t>(h.begin() + end, h.begin() + end + take);
+      if (!grammar) return run(end, take);
+      const int64_t allowed =
+          grammar->allowed_prefix(h.subspan(static_cast<size_t>(end), static_cast<size_t>(take)));
+      if (allowed == take) return run(end, take);
+      if (allowed > best_take) best_at = end, best_take = allowed;
+      if (++looked == kGrammarCandidates) return run(best_at, best_take);
     }
   }
-  return {};
+  return run(best_at, best_take);
 }
 
 void NgramSource::propose(Context&, std::span<const ProposeRequest> requests, Proposal& out) {
@@ -52,7 +62,7 @@ void NgramSource::propose(Context&, std::span<const ProposeRequest> requests, Pr
   for (const ProposeRequest& r : requests) {
     auto it = history_.find(r.row);
     DSPARK_CHECK(it != history_.end(), "ngram: propose for unknown row {}", r.row);
-    const std::vector<int32_t> d = lookup(it->second, r.max_tokens, config_);
+    const std::vector<int32_t> d = lookup(it->second, r.max_tokens, config_, r.grammar);
     out.tokens.insert(out.tokens.end(), d.begin(), d.end());
     out.indptr.push_back(static_cast<int32_t>(out.tokens.size()));
     stats_.n_drafted += static_cast<int64_t>(d.size());
@@ -62,6 +72,8 @@ void NgramSource::propose(Context&, std::span<const ProposeRequest> requests, Pr
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void NgramSource::release(RowId row) { history_.erase(row); }
+void NgramSource::release(RowId row) {
+  history_.erase(row);
+}
 
 }  // namespace dspark

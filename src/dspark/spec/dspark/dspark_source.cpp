@@ -17,6 +17,7 @@
 #include "dspark/ops/qkv_prologue.h"
 #include "dspark/ops/rope.h"
 #include "dspark/ops/speculative.h"
+#include "dspark/ops/token_mask.h"
 #include "dspark/spec/dspark/draft_vocab.h"
 
 namespace dspark {
@@ -288,7 +289,8 @@ DSparkSource::RoundBuffers DSparkSource::take_round_buffers(Context& ctx, const 
 
 void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundMeta& m,
                                  const RoundBuffers& b, ActivationArena& head_arena,
-                                 std::span<const SamplingParams> params) {
+                                 std::span<const SamplingParams> params,
+                                 const std::function<void(int64_t)>& before_select) {
   const int64_t R = s.rows, S = s.steps;
   // ---- the backbone over all rows' blocks ----
   const RmsNormParams norm{dims_.rms_norm_eps, false};
@@ -344,6 +346,7 @@ void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundM
     round.uniforms = m.uniforms;
     round.probs = b.probs;
   }
+  round.before_select = before_select;
   head_.run(ctx, round, head_arena);
 }
 
@@ -357,6 +360,43 @@ DSparkSource::GraphBuckets::Entry& DSparkSource::graph_bucket(Context& ctx, cons
       });
 }
 
+std::function<void(int64_t)> DSparkSource::grammar_step(Context& ctx,
+                                                        std::span<const ProposeRequest> requests,
+                                                        std::span<const size_t> active,
+                                                        const RoundBuffers& b,
+                                                        std::vector<int>& keep) {
+  return [this, &ctx, requests, active, &b, &keep](int64_t s) {
+    const auto R = static_cast<int64_t>(active.size());
+    grammar_tokens_.resize(static_cast<size_t>(R));
+    if (s > 0) {  // the tokens of step s - 1 (the round's tokens: anchors, then step by step)
+      ctx.copy_async(grammar_tokens_.data(), static_cast<const int32_t*>(b.readback.data()) + s * R,
+                     static_cast<size_t>(R) * sizeof(int32_t));
+      ctx.synchronize();
+    }
+    grammar_rows_.clear();
+    grammar_words_.clear();
+    for (int64_t a = 0; a < R; ++a) {
+      DraftGrammar* g = requests[active[static_cast<size_t>(a)]].grammar;
+      int& k = keep[static_cast<size_t>(a)];
+      if (!g || k < s) continue;  // unconstrained, or its drafts already ended
+      if (s > 0) {
+        if (!g->advance(grammar_tokens_[static_cast<size_t>(a)])) {
+          k = static_cast<int>(s) - 1;  // never after a masked choice; dropped all the same
+          continue;
+        }
+        if (g->ended()) {
+          k = static_cast<int>(s);  // the EOS is the row's last draft
+          continue;
+        }
+      }
+      const std::span<const uint32_t> mask = g->mask(b.logits.size(1));
+      grammar_rows_.push_back(static_cast<int32_t>(s * R + a));
+      grammar_words_.insert(grammar_words_.end(), mask.begin(), mask.end());
+    }
+    if (!grammar_rows_.empty()) apply_token_mask(ctx, b.logits, grammar_rows_, grammar_words_);
+  };
+}
+
 void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) {
   const auto t0 = Clock::now();
   const size_t n_req = requests.size();
@@ -366,7 +406,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
 
   std::vector<size_t> active;
   int steps = 0;
-  bool any_sampled = false;
+  bool any_sampled = false, constrained = false;
   for (size_t i = 0; i < n_req; ++i) {
     const ProposeRequest& q = requests[i];
     if (q.max_tokens <= 0) continue;
@@ -375,6 +415,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     active.push_back(i);
     steps = std::max(steps, std::min(q.max_tokens, D));
     any_sampled = any_sampled || !q.sampling.greedy();
+    constrained = constrained || q.grammar != nullptr;
   }
   const int64_t base = static_cast<int64_t>(out.tokens.size());
   if (active.empty()) {
@@ -389,8 +430,9 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   shape.rows = static_cast<int64_t>(active.size());
   shape.steps = steps;
   shape.block = L;
-  // A draft vocabulary cuts the LM head and w2 (greedy rounds; sampled ones need q over all V).
-  shape.short_vocab = !options_.draft_vocab.empty() && !any_sampled;
+  // A draft vocabulary cuts the LM head and w2 (greedy rounds; sampled ones need q over all V, and
+  // grammar masks address the whole vocabulary).
+  shape.short_vocab = !options_.draft_vocab.empty() && !any_sampled && !constrained;
   shape.sampled = any_sampled;
   if (shape.short_vocab) prepare_draft_vocab(ctx);
   // FP8 of a dense LM head (a block-quantized one is used as it is).
@@ -437,6 +479,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
       }
     }
   }
+  // Structured output: drafts row a keeps (S until its grammar ends the output; grammar_step).
+  std::vector<int> grammar_keep(static_cast<size_t>(R), static_cast<int>(S));
   std::optional<KvBatchPlan> plan = kv_.plan(seqs, std::vector<int>(static_cast<size_t>(R), L));
   if (!plan) {
     // No room for the blocks this round: propose nothing (decoding stays exact, only slower).
@@ -448,7 +492,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   }
 
   // ---- the device work: replayed from a graph, or enqueued eagerly ----
-  const bool graphed = ctx.is_cuda() && target_.cuda_graphs() && !any_sampled && !options_.record;
+  const bool graphed =
+      ctx.is_cuda() && target_.cuda_graphs() && !any_sampled && !options_.record && !constrained;
   RoundBuffers bufs;
   if (graphed) {
     enum Slot {
@@ -501,7 +546,9 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
         ForwardMeta{meta_.view(s_positions), meta_.view(s_slots), meta_.view(s_q_indptr),
                     meta_.view(s_page_indptr), meta_.view(s_page_indices), meta_.view(s_kv_lens)}};
     bufs = take_round_buffers(ctx, shape, arena_);
-    enqueue_round(ctx, shape, m, bufs, head_arena_, params);
+    enqueue_round(ctx, shape, m, bufs, head_arena_, params,
+                  constrained ? grammar_step(ctx, requests, active, bufs, grammar_keep)
+                              : std::function<void(int64_t)>{});
   }
   // The block's K/V leave the cache again (the work is already enqueued in stream order).
   for (int64_t a = 0; a < R; ++a) kv_.rollback_to(seqs[a], lengths[a]);
@@ -556,7 +603,8 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     const bool is_active = next_active < active.size() && active[next_active] == i;
     if (is_active) {
       const auto a = static_cast<int64_t>(next_active++);
-      const int full = std::min<int>(requests[i].max_tokens, static_cast<int>(S));
+      const int full = std::min(
+          {requests[i].max_tokens, static_cast<int>(S), grammar_keep[static_cast<size_t>(a)]});
       int n = full;
       if (has_conf) {
         for (int k = 1; k < full; ++k) {

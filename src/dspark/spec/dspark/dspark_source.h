@@ -16,6 +16,13 @@
 // Sampled rows keep q = process_logits(z_k, request params) for the verifier and draw with
 // philox_uniform(seed, position of the drafted token, draft_lane(params.spec)) (the target's own
 // uniform for coupled rows); greedy-only rounds leave Proposal::q undefined.
+// Structured output (ProposeRequest::grammar): the block's hidden states never depend on the
+// drafted tokens, only the sequential head's choices do, so every choice is masked: the head runs
+// step by step and, before each step's choice, the tokens of the step before are read back, each
+// constrained row's grammar moves past its token and masks that row's z_k (q_k is then the
+// masked, renormalised distribution). Such a round reads the device once per step, drafts over
+// the whole vocabulary (no draft vocabulary) and is never graphed; a row's drafts end after an
+// EOS.
 // Capacity: a commit that does not fit the drafter's KV cache throws out_of_memory; a round whose
 // blocks do not fit proposes nothing (counted in DSparkStats::n_kv_full).
 // CUDA graphs: while the target's graphs are on (Model::cuda_graphs), greedy rounds on CUDA are
@@ -210,8 +217,18 @@ class DSparkSource final : public DraftSource {
   };
   RoundBuffers take_round_buffers(Context& ctx, const RoundShape& s, ActivationArena& arena) const;
   // Enqueues the round's kernels: backbone, LM head, sequential head, tokens into the readback.
+  // before_select: HeadRound::before_select (structured output; empty otherwise).
+  // Structured output: the HeadRound::before_select of an eager round over requests[active[a]]
+  // (row a): moves each row's grammar past its previous draft and masks its logits row; keep[a]
+  // becomes the drafts row a keeps once its grammar ended the output.
+  std::function<void(int64_t)> grammar_step(Context& ctx, std::span<const ProposeRequest> requests,
+                                            std::span<const size_t> active, const RoundBuffers& b,
+                                            std::vector<int>& keep);
+  std::vector<int32_t> grammar_tokens_, grammar_rows_;
+  std::vector<uint32_t> grammar_words_;
   void enqueue_round(Context& ctx, const RoundShape& s, const RoundMeta& m, const RoundBuffers& b,
-                     ActivationArena& head_arena, std::span<const SamplingParams> params);
+                     ActivationArena& head_arena, std::span<const SamplingParams> params,
+                     const std::function<void(int64_t)>& before_select = {});
 
   // ---- CUDA graphs of greedy rounds ----
   struct GraphKey {

@@ -78,7 +78,13 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
       prepare(ctx, arena, static_cast<int>(R), static_cast<int>(S), round.logits.size(1));
   const Tensor& w2 = round.markov_w2.defined() ? round.markov_w2 : w_.markov_w2.view();
 
-  if (type == MarkovHeadType::none) {
+  const bool masked = static_cast<bool>(round.before_select);
+  if (type == MarkovHeadType::none && masked) {
+    for (int64_t s = 0; s < S; ++s) {  // a step's mask depends on the earlier steps' tokens
+      round.before_select(s);
+      select(ctx, round, s * R, (s + 1) * R);
+    }
+  } else if (type == MarkovHeadType::none) {
     select(ctx, round, 0, S * R);  // every step at once: no dependence on earlier tokens
   } else {
     if (type == MarkovHeadType::rnn) {
@@ -95,15 +101,15 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
     }
     // Greedy vanilla rounds on CUDA: every step in one launch when w2's columns fit the GPU's
     // shared memory (a draft vocabulary), else one launch per step below.
-    const bool looped = type == MarkovHeadType::vanilla && !round.probs.defined() &&
-                        markov_greedy_loop(ctx, w_.markov_w1, w2, round.tokens, round.logits, R, S,
-                                           round.vocab_ids);
+    const bool fused = type == MarkovHeadType::vanilla && !round.probs.defined() && !masked;
+    const bool looped = fused && markov_greedy_loop(ctx, w_.markov_w1, w2, round.tokens,
+                                                    round.logits, R, S, round.vocab_ids);
     for (int64_t s = 0; s < S && !looped; ++s) {
       const Tensor prev = round.tokens.slice(0, s * R, (s + 1) * R);
       const Tensor h = round.hidden.rows(s * R, (s + 1) * R);
       Tensor latent = sc.latent;
       // Greedy vanilla steps on CUDA: gather, projection, add and argmax in one launch.
-      if (type == MarkovHeadType::vanilla && !round.probs.defined() &&
+      if (fused &&
           markov_greedy_step(ctx, w_.markov_w1, w2, prev, round.logits.rows(s * R, (s + 1) * R),
                              round.tokens.slice(0, (s + 1) * R, (s + 2) * R), round.vocab_ids))
         continue;
@@ -132,6 +138,7 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
       linear(ctx, latent, w2, Tensor{}, sc.bias);
       const Tensor z = round.logits.rows(s * R, (s + 1) * R);
       add(ctx, z, sc.bias, z);
+      if (masked) round.before_select(s);
       select(ctx, round, s * R, (s + 1) * R);
     }
   }

@@ -21,6 +21,7 @@
 // index s * R + i, so that one step's rows are contiguous.
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -49,6 +50,11 @@ struct HeadRound {
   // Undefined: the whole vocabulary.
   Tensor vocab_ids;
   Tensor markov_w2;
+  // Structured output: called for every step s once its logits z_s (logits rows [sR, (s+1)R))
+  // are formed and before its tokens are chosen, to mask them; the earlier steps' tokens are then
+  // enqueued (read them after a synchronisation). With it the head runs one step at a time, none
+  // of the fused greedy loops.
+  std::function<void(int64_t step)> before_select;
 };
 
 class SequentialHead {
