@@ -21,7 +21,9 @@
 #include "dspark/engine/speculative.h"
 #include "dspark/io/tokenizer.h"
 #include "dspark/model/model.h"
+#include "dspark/model/mtp.h"
 #include "dspark/spec/draft_model_source.h"
+#include "dspark/spec/mtp_source.h"
 #include "dspark/spec/ngram_source.h"
 
 namespace dspark {
@@ -43,6 +45,10 @@ const json kPerson = json::parse(R"({
 
 std::filesystem::path qwen3() {
   return test::data_dir() / "models" / "qwen3";
+}
+
+std::filesystem::path deepseek_mtp() {
+  return test::data_dir() / "models" / "deepseek_v3_mtp";
 }
 
 // Passes every call on and checks the inner source's raw proposals against the grammar at each
@@ -133,10 +139,10 @@ struct Fixture {
   int32_t eos = 0;
 };
 
-Fixture fixture() {
+Fixture fixture(const std::filesystem::path& dir = qwen3()) {
   Fixture f;
-  f.target = load_model(qwen3(), Device::cpu(), DType::f32);
-  const Tokenizer tok = Tokenizer::from_file(qwen3());
+  f.target = load_model(dir, Device::cpu(), DType::f32);
+  const Tokenizer tok = Tokenizer::from_file(dir);
   std::vector<std::string> bytes(static_cast<size_t>(tok.vocab_size()));
   for (int32_t id = 0; id < tok.vocab_size(); ++id)
     bytes[static_cast<size_t>(id)] = tok.token_bytes(id);
@@ -192,15 +198,16 @@ WatchedRun run_watched(const Fixture& f, Context& ctx, DraftSource& source,
 // (a) every raw draft continues the document, (b) greedy output equals plain constrained
 // decoding, (c) no fewer accepted drafts than the same source drafting blind; and drafting blind
 // does propose forbidden tokens on this fixture (else (a) would prove nothing).
-TEST(JsonDraft, GreedyDraftsFollowTheGrammar) {
-  if (!std::filesystem::exists(qwen3() / "config.json")) GTEST_SKIP() << "fixture missing";
+// (a) every raw draft continues the document, (b) greedy output equals plain constrained
+// decoding, (c) no fewer accepted drafts than the same source drafting blind; and drafting blind
+// does propose forbidden tokens on these fixtures (else (a) would prove nothing).
+void check_greedy_drafts(const Fixture& f, const std::vector<test::NamedSource>& sources) {
   Context ctx(Device::cpu());
-  const Fixture f = fixture();
   const std::vector<RequestInput> reqs = requests(f, SamplingParams{}, 4);
   SpecConfig cfg;
   cfg.gamma = 4;
   const auto plain = generate_speculative(*f.target, ctx, nullptr, reqs, cfg);
-  for (const auto& sc : test::self_ngram_fixture_sources("qwen3", "qwen3_dflash")) {
+  for (const auto& sc : sources) {
     auto masked_source = sc.make(*f.target);
     auto blind_source = sc.make(*f.target);
     const WatchedRun masked = run_watched(f, ctx, *masked_source, reqs, false);
@@ -222,6 +229,22 @@ TEST(JsonDraft, GreedyDraftsFollowTheGrammar) {
     EXPECT_GE(masked.total.accepted, blind.total.accepted) << sc.name;
     EXPECT_GE(masked.total.tau(), blind.total.tau()) << sc.name;
   }
+}
+
+TEST(JsonDraft, GreedyDraftsFollowTheGrammar) {
+  if (!std::filesystem::exists(qwen3() / "config.json")) GTEST_SKIP() << "fixture missing";
+  check_greedy_drafts(fixture(), test::self_ngram_fixture_sources("qwen3", "qwen3_dflash"));
+}
+
+// The MTP layer chooses its drafts through the same steps as a draft model.
+TEST(JsonDraft, MtpDraftsFollowTheGrammar) {
+  if (!std::filesystem::exists(deepseek_mtp() / "config.json")) GTEST_SKIP() << "fixture missing";
+  check_greedy_drafts(fixture(deepseek_mtp()),
+                      {{"mtp", [](Model& target) -> std::unique_ptr<DraftSource> {
+                          return std::make_unique<MtpSource>(
+                              MtpLayer::load(target.config(), Device::cpu(), DType::f32), target,
+                              4096);
+                        }}});
 }
 
 // Sampled drafts are drawn from q masked by the grammar and renormalised, and that is the q the
