@@ -4,7 +4,10 @@
 // verifier must read the moved rows. Constrained rows sit before unconstrained ones, whose q rows
 // therefore move; another fixture model drafts, so q differs from p and every accept / reject
 // decision and every resample from norm(max(0, p - q)) depends on the right row of q. The CUDA
-// engine's tokens must equal the CPU engine's for every row.
+// engine's tokens must equal the CPU engine's for every row. The draft model drafts blind there
+// (its requests' grammars removed), as a source that ignores them would; drafting under the
+// grammar (the draft's logits masked on the device, q the masked distribution) is checked the
+// same way.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -21,6 +24,23 @@
 namespace dspark {
 namespace {
 
+bool fixtures_present() {
+  const auto models = test::data_dir() / "models";
+  return std::filesystem::exists(models / "qwen3" / "config.json") &&
+         std::filesystem::exists(models / "llama3" / "config.json");
+}
+
+// Passes every call on, with the requests' grammars removed: the inner source drafts blind.
+class Blind final : public ForwardingDraftSource {
+ public:
+  using ForwardingDraftSource::ForwardingDraftSource;
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override {
+    std::vector<ProposeRequest> reqs(requests.begin(), requests.end());
+    for (ProposeRequest& q : reqs) q.grammar = nullptr;
+    inner().propose(ctx, reqs, out);
+  }
+};
+
 struct MixedRun {
   std::vector<RequestOutput> out;
   std::vector<bool> constrained;
@@ -30,7 +50,7 @@ struct MixedRun {
 // Rows alternate constrained (a JSON object) and unconstrained, rejection sampling at T = 1, the
 // llama3 fixture (same tokenizer) drafting for the qwen3 fixture, gamma 4, the fixed policy (every
 // round asks for 4 drafts).
-MixedRun run_mixed(Device device, uint64_t seed) {
+MixedRun run_mixed(Device device, uint64_t seed, bool blind) {
   const auto models = test::data_dir() / "models";
   Context ctx(device);
   TextModel tm = load_text_model(models / "qwen3", device, DType::f32);
@@ -55,20 +75,19 @@ MixedRun run_mixed(Device device, uint64_t seed) {
   SpecConfig cfg;
   cfg.gamma = 4;
   cfg.draft_policy = DraftPolicy::fixed;
-  r.out = generate_speculative(*tm.model, ctx, &source, std::move(reqs), cfg);
+  Blind blind_source(source);
+  DraftSource* drafter = blind ? static_cast<DraftSource*>(&blind_source) : &source;
+  r.out = generate_speculative(*tm.model, ctx, drafter, std::move(reqs), cfg);
   for (const auto& o : r.out) r.text.push_back(tm.tokenizer.decode(o.result.tokens, true));
   return r;
 }
 
 TEST(CudaStructuredSpec, CutDraftsKeepTheirDistributionsOnCuda) {
   DSPARK_REQUIRE_CUDA();
-  const auto models = test::data_dir() / "models";
-  if (!std::filesystem::exists(models / "qwen3" / "config.json") ||
-      !std::filesystem::exists(models / "llama3" / "config.json"))
-    GTEST_SKIP() << "fixture missing";
+  if (!fixtures_present()) GTEST_SKIP() << "fixture missing";
   for (const uint64_t seed : {1u, 2u, 3u}) {
-    const MixedRun cpu = run_mixed(Device::cpu(), seed);
-    const MixedRun gpu = run_mixed(test::kTestGpu, seed);
+    const MixedRun cpu = run_mixed(Device::cpu(), seed, true);
+    const MixedRun gpu = run_mixed(test::kTestGpu, seed, true);
     ASSERT_EQ(gpu.out.size(), cpu.out.size());
     int64_t cut = 0, plain_drafted = 0, plain_accepted = 0;
     for (size_t i = 0; i < gpu.out.size(); ++i) {
@@ -92,6 +111,26 @@ TEST(CudaStructuredSpec, CutDraftsKeepTheirDistributionsOnCuda) {
     EXPECT_GT(cut, 0) << "seed " << seed;
     EXPECT_GT(plain_drafted, 100) << "seed " << seed;
     EXPECT_LT(plain_accepted, plain_drafted) << "seed " << seed;
+  }
+}
+
+// The draft model drafts under the grammar on the device: its logits rows masked by
+// apply_token_mask, q the masked, renormalised distribution; the CUDA engine's tokens equal the
+// CPU engine's.
+TEST(CudaStructuredSpec, MaskedDraftsOnCudaEqualTheCpu) {
+  DSPARK_REQUIRE_CUDA();
+  if (!fixtures_present()) GTEST_SKIP() << "fixture missing";
+  for (const uint64_t seed : {1u, 2u}) {
+    const MixedRun cpu = run_mixed(Device::cpu(), seed, false);
+    const MixedRun gpu = run_mixed(test::kTestGpu, seed, false);
+    ASSERT_EQ(gpu.out.size(), cpu.out.size());
+    int64_t json_drafted = 0;
+    for (size_t i = 0; i < gpu.out.size(); ++i) {
+      EXPECT_EQ(gpu.out[i].result.tokens, cpu.out[i].result.tokens)
+          << "seed " << seed << " row " << i << (gpu.constrained[i] ? " (JSON)" : "");
+      if (gpu.constrained[i]) json_drafted += gpu.out[i].spec.drafted;
+    }
+    EXPECT_GT(json_drafted, 0) << "seed " << seed;
   }
 }
 
