@@ -80,10 +80,9 @@ MoeWeights load_moe_weights(const WeightLoader& w, const std::string& prefix,
 
 bool moe_on_device(const Context& ctx, const MoeWeights& w, DType x, int64_t n) {
   const int64_t m = n * w.top_k;
-  const bool gate_up = w.gate_up.defined()
-                           ? moe_linear_on_device(ctx, w.gate_up.matrix(), x, m)
-                           : moe_linear_on_device(ctx, w.gate.matrix(), x, m) &&
-                                 moe_linear_on_device(ctx, w.up.matrix(), x, m);
+  const bool gate_up = w.gate_up.defined() ? moe_linear_on_device(ctx, w.gate_up.matrix(), x, m)
+                                           : moe_linear_on_device(ctx, w.gate.matrix(), x, m) &&
+                                                 moe_linear_on_device(ctx, w.up.matrix(), x, m);
   return gate_up && moe_linear_on_device(ctx, w.down.matrix(), x, m);
 }
 

@@ -274,6 +274,8 @@ __device__ __forceinline__ void unit_dots(const uint32_t (&q)[16], const uint8_t
 // the weight row whose super-block is at sb to acc: the unit's 16 words q (unit_words) with each
 // row's 64 values, per sub-block D * d_x * sum(q_w q_x) plus the offset and min terms. A row's
 // arithmetic does not depend on M or r0.
+// linear_quant_gemv.cu keeps the same loop inline in its kernel: called there, this function costs
+// that kernel registers (spills) at one row of x.
 template <QuantType Q, int M>
 __device__ __forceinline__ void unit_accumulate(float (&acc)[M], const uint32_t (&q)[16],
                                                 const uint8_t* sb, int u, int sbg, const XView& xv,
