@@ -16,6 +16,8 @@ types; close enough for bandwidth, not a bit-exact replica of its rules):
   Q4_K_M  Q4_K everywhere, Q6_K for output, attn_v and ffn_down (ffn_down_exps) of the first and
           last eighth of the layers and of every third layer between (llama.cpp's use_more_bits)
   Q8_0, Q4_0, Q6_K  that type for every matrix
+  BF16    every matrix in bf16 (random signs and mantissas, exponents of 2^-8 .. 2^-5): the
+          unquantized twin, for comparing bf16 decoding on the same file
 Norms are F32. The tokenizer is a placeholder that llama.cpp and dspark both load (a byte-level
 BPE vocabulary: the 256 byte tokens, "te" for the one merge, then "t257", "t258", ... up to the
 vocabulary size), so the two can run the same file; benchmarks use random token prompts.
@@ -44,8 +46,22 @@ SCALE_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_K: [0, 2], Q.Q6_K: [208]}
 CODE_RANGE = {Q.Q8_0: 127, Q.Q4_0: 8, Q.Q4_K: 63 * 15, Q.Q6_K: 127 * 31}
 
 
+def random_bf16(rows, cols, rng, experts=0):
+    """[rows, cols] of random bf16 bit patterns as uint16 ([experts, rows, cols] when experts > 0):
+    the random bits keep their sign and mantissa, two of the exponent bits pick 2^-8 .. 2^-5 (bit
+    operations only, so tens of GB are written in about a minute)."""
+    n = max(experts, 1) * rows * cols
+    bits = np.frombuffer(rng.bytes(2 * n), dtype=np.uint16)
+    bits = (bits & np.uint16(0x807F)) | ((np.uint16(119) + ((bits >> np.uint16(7)) & np.uint16(3)))
+                                         << np.uint16(7))
+    shape = (rows, cols)
+    return bits.reshape((experts,) + shape if experts else shape)
+
+
 def random_blocks(qtype, rows, cols, rng, experts=0):
     """[rows, row bytes] of random blocks ([experts, rows, row bytes] when experts > 0)."""
+    if qtype == Q.BF16:
+        return random_bf16(rows, cols, rng, experts)
     elems, nbytes = gguf.GGML_QUANT_SIZES[qtype]
     n_blocks = max(experts, 1) * rows * cols // elems
     raw = np.frombuffer(rng.bytes(n_blocks * nbytes), dtype=np.uint8).reshape(n_blocks, nbytes)
@@ -85,7 +101,7 @@ def add_placeholder_tokenizer(w, vocab):
 
 def mix_type(mix, name, layer, n_layers):
     if mix != "Q4_K_M":
-        return {"Q8_0": Q.Q8_0, "Q4_0": Q.Q4_0, "Q6_K": Q.Q6_K}[mix]
+        return {"Q8_0": Q.Q8_0, "Q4_0": Q.Q4_0, "Q6_K": Q.Q6_K, "BF16": Q.BF16}[mix]
     if name == "output":
         return Q.Q6_K
     if name in ("attn_v", "ffn_down", "ffn_down_exps"):
@@ -99,7 +115,7 @@ def main():
     ap.add_argument("--shape", default="llama3.1-8b", choices=DENSE + MOE)
     ap.add_argument("--layers", type=int, default=0,
                     help="write only the first N decoder layers (a smaller file of the same widths)")
-    ap.add_argument("--mix", default="Q4_K_M", choices=["Q4_K_M", "Q8_0", "Q4_0", "Q6_K"])
+    ap.add_argument("--mix", default="Q4_K_M", choices=["Q4_K_M", "Q8_0", "Q4_0", "Q6_K", "BF16"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
