@@ -291,6 +291,42 @@ TEST(CudaMoe, LinearBlocksMatchCpu) {
   }
 }
 
+// moe_linear_gather with block experts reads the tokens' rows through the grouping in the
+// rounding kernel: the same bits as gather_rows then moe_linear on the device, for every block
+// type, x dtype and shape of LinearBlocksMatchCpu's kind (1 to 8 choices per token).
+TEST(CudaMoe, LinearGatherEqualsGatherThenLinear) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 700;
+  for (const auto [n, experts, k, rows, cols] :
+       {std::array<int64_t, 5>{1, 16, 8, 72, 2048}, {17, 16, 4, 40, 768}, {5, 64, 6, 24, 3072}}) {
+    const Pair ids = vector_pair(random_expert_choices(n, experts, k, seed++), Shape{n, k});
+    const GroupsPair g = group_both(ctx, ids, experts);
+    const int64_t m = n * k;
+    for (QuantType q : kQuantTypes) {
+      const BlockExperts w = random_block_experts(q, experts * rows, cols, seed++);
+      const WeightMatrix wg = w.gpu(q, experts * rows, cols);
+      for (DType in : kFloatDTypes) {
+        const Pair x = random_pair(in, Shape{n, cols}, seed++);
+        const Pair gathered = zeros_pair(in, Shape{m, cols}),
+                   unused = zeros_pair(in, Shape{m, cols});
+        const Pair y_ref = zeros_pair(DType::f32, Shape{m, rows}),
+                   y = zeros_pair(DType::f32, Shape{m, rows});
+        gather_rows(ctx.gpu, x.gpu, g.order.gpu, gathered.gpu);
+        moe_linear(ctx.gpu, gathered.gpu, wg, g.gpu(), y_ref.gpu);
+        moe_linear_gather(ctx.gpu, x.gpu, unused.gpu, wg, g.gpu(), y.gpu);
+        moe_linear_gather(ctx.cpu, x.cpu, unused.cpu, w.cpu(q, experts * rows, cols), g.cpu(),
+                          y.cpu);
+        ctx.gpu.synchronize();
+        const std::string what = fmt::format("{} {} n={} E={} k={} N={} K={}", quant_type_name(q),
+                                             name_of(in), n, experts, k, rows, cols);
+        expect_equal(y.gpu, y_ref.gpu, what);
+        expect_close(y.gpu, y.cpu, 1e-5, what);
+      }
+    }
+  }
+}
+
 // A token's rows are the same bits alone or among 16 other tokens with block experts, for K of
 // 3, 8 and 16 super-blocks (two rows a warp at once; one; two stages a row).
 TEST(CudaMoe, LinearBlocksRowsDoNotDependOnTheBatch) {

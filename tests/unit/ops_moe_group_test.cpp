@@ -1,5 +1,6 @@
 // moe_group and moe_linear on the CPU against direct references: the grouping is a stable sort of
-// the (token, choice) pairs by expert; each grouped row times its expert's matrix.
+// the (token, choice) pairs by expert; each grouped row times its expert's matrix (also with the
+// rows read through the grouping, moe_linear_gather).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -92,6 +93,33 @@ TEST(OpsMoeGroup, LinearMultipliesEachRowByItsExpert) {
     }
     EXPECT_LE(test::max_abs_error(yv, ref), 1e-4);
   }
+}
+
+// moe_linear_gather reads row r of the product from the token row order[r]: the same as the
+// gathered copy times the experts (and it leaves that copy in `rows` on the CPU).
+TEST(OpsMoeGroup, LinearGatherEqualsGatherThenLinear) {
+  Context ctx(Device::cpu());
+  const int64_t n = 7, experts = 5, k = 2, rows = 6, cols = 32;
+  const std::vector<int32_t> ids = random_expert_choices(n, experts, k, 11);
+  const OwnedTensor t = OwnedTensor::from_vector(ids, Shape{n, k}, Device::cpu());
+  Groups g(n, experts, k);
+  moe_group(ctx, t, g.view());
+  const OwnedTensor x = random_tensor(DType::f32, Shape{n, cols}, 12, 1.0f);
+  const OwnedTensor w = random_tensor(DType::f32, Shape{experts * rows, cols}, 13, 1.0f);
+  OwnedTensor gathered(DType::f32, Shape{n * k, cols}, Device::cpu());
+  OwnedTensor rows_buf(DType::f32, Shape{n * k, cols}, Device::cpu());
+  OwnedTensor y_ref(DType::f32, Shape{n * k, rows}, Device::cpu());
+  OwnedTensor y(DType::f32, Shape{n * k, rows}, Device::cpu());
+  const std::vector<float> xv = to_f32_vector(x.view());
+  const std::vector<int32_t> order = to_vector<int32_t>(g.order.view());
+  std::vector<float> gv(static_cast<size_t>(n * k * cols));
+  for (int64_t r = 0; r < n * k; ++r)
+    std::copy_n(xv.begin() + order[static_cast<size_t>(r)] * cols, cols, gv.begin() + r * cols);
+  const OwnedTensor gathered_ref = OwnedTensor::from_vector(gv, Shape{n * k, cols}, Device::cpu());
+  moe_linear(ctx, gathered_ref, WeightMatrix::dense(w), g.view(), y_ref);
+  moe_linear_gather(ctx, x, rows_buf, WeightMatrix::dense(w), g.view(), y);
+  EXPECT_EQ(to_f32_vector(y.view()), to_f32_vector(y_ref.view()));
+  EXPECT_EQ(to_f32_vector(rows_buf.view()), gv);
 }
 
 TEST(OpsMoeGroup, RefusesBadArguments) {

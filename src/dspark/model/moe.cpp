@@ -96,10 +96,10 @@ void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScr
     moe_route(ctx, s.router_logits, w.normalize, s.ids, s.weights);
   }
   moe_group(ctx, s.ids, s.groups);
-  gather_rows(ctx, xn, s.groups.order, s.rows);
   if (w.gate_up.defined()) {
-    moe_linear(ctx, s.rows, w.gate_up.matrix(), s.groups, s.gate_up);
+    moe_linear_gather(ctx, xn, s.rows, w.gate_up.matrix(), s.groups, s.gate_up);
   } else {
+    gather_rows(ctx, xn, s.groups.order, s.rows);
     moe_linear(ctx, s.rows, w.gate.matrix(), s.groups, s.gate_up.slice(1, 0, inter));
     moe_linear(ctx, s.rows, w.up.matrix(), s.groups, s.gate_up.slice(1, inter, 2 * inter));
   }

@@ -8,6 +8,7 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/policy/device.h"
 #include "dspark/ops/dispatch.h"
+#include "dspark/ops/embedding.h"
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/op_checks.h"
 
@@ -199,6 +200,28 @@ void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeG
     if (lo == hi) continue;
     linear(ctx, x.rows(lo, hi), weight_rows(w, e * n, (e + 1) * n), Tensor{}, y.rows(lo, hi));
   }
+}
+
+void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const WeightMatrix& w,
+                       const MoeGroups& g, const Tensor& y) {
+  constexpr const char* kOp = "moe_linear_gather";
+  const int64_t m = g.order.size(0);
+  if (ctx.is_cuda() && w.format == WeightFormat::blocks && m > 0 &&
+      moe_linear_on_device(ctx, w, x.dtype(), m)) {
+    check_float_rows(kOp, "x", x, ctx);
+    check_float_rows(kOp, "y", y, ctx);
+    check_groups(kOp, g, m, ctx);
+    const int64_t experts = g.offsets.size(0) - 1;
+    DSPARK_CHECK(w.n > 0 && w.n % experts == 0, "{}: w has {} rows, not a multiple of {} experts",
+                 kOp, w.n, experts);
+    DSPARK_CHECK(x.size(1) == w.k, "{}: x has {} columns, w takes {}", kOp, x.size(1), w.k);
+    check_shape(kOp, "y", y, Shape{m, w.n / experts});
+    check_on_device(kOp, "w", w.data, ctx);
+    DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, x, w, g, y, /*gather=*/true));
+    return;
+  }
+  gather_rows(ctx, x, g.order, rows);
+  moe_linear(ctx, rows, w, g, y);
 }
 
 }  // namespace dspark

@@ -64,6 +64,13 @@ void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
 void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
                 const Tensor& y);
 
+// moe_linear of the tokens' rows grouped by expert: row r of the product is x[g.order[r], :], for
+// x [n, K] (one row per token of the n that g groups; rows contiguous) and y [m, N] as in
+// moe_linear. The same as gather_rows(x, g.order, rows) then moe_linear(rows, ...), bit for bit;
+// rows ([m, K], x's dtype, rows contiguous) is the buffer that gathered copy goes to on the paths
+// that need one. CUDA's block experts (moe_linear_on_device) read the rows of x in place.
+void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const WeightMatrix& w,
+                       const MoeGroups& g, const Tensor& y);
 // Whether moe_linear of m rows of x dtype `x` runs without waiting for the host (it then can be
 // captured in a CUDA graph): always on the CPU; on CUDA for m <= kMoeDeviceRows and either a dense
 // w of bf16, f16 or f32 with x of w's dtype and K a multiple of 16 bytes of it, or GGUF blocks

@@ -46,9 +46,10 @@ void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, co
 void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
 void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g,
                 const Tensor& y);
-// moe_linear with block-quantized experts (WeightFormat::blocks, K a multiple of 256).
+// moe_linear with block-quantized experts (WeightFormat::blocks, K a multiple of 256); with
+// `gather` x holds the tokens' rows and row r of the product is x[g.order[r]] (moe_linear_gather).
 void moe_linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
-                       const Tensor& y);
+                       const Tensor& y, bool gather = false);
 // linear_per_head in one launch; false (nothing launched) where the kernel does not take the
 // call's dtypes or alignment.
 bool linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y);

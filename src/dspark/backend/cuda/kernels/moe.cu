@@ -12,6 +12,7 @@
 //   order: lanes choosing one expert take consecutive rows by lane (__match_any_sync), so the
 //   sort is stable and equals the CPU's.
 #include <algorithm>
+#include <climits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/kernels.h"
@@ -37,44 +38,66 @@ __device__ __forceinline__ bool ranks_before(float a, int ia, float b, int ib) {
   return ia < ib;
 }
 
-// Writes the indices of the k entries of score[0, n) that rank first to out[0, k), largest first:
-// k warp-wide argmax rounds (every lane of the warp calls it). After a round's butterfly every
-// lane holds the winner; the lane that owns it (e % 32) marks it taken in a register mask (bit
-// e / 32), so no round reads back what the previous ones wrote. n <= kMaxRouteExperts.
-__device__ void warp_top_k(const float* score, int n, int k, int32_t* out, int lane) {
-  uint32_t taken = 0;
-  for (int j = 0; j < k; ++j) {
-    float best = 0.0f;
-    int best_i = -1;
-    for (int e = lane, bit = 0; e < n; e += 32, ++bit) {
-      if (((taken >> bit) & 1u) == 0 && ranks_before(score[e], e, best, best_i)) {
-        best = score[e];
-        best_i = e;
-      }
-    }
-    for (int o = 16; o > 0; o /= 2) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-      if (ranks_before(ob, oi, best, best_i)) {
-        best = ob;
-        best_i = oi;
-      }
-    }
-    if (best_i >= 0 && best_i % 32 == lane) taken |= 1u << (best_i / 32);
-    if (lane == 0) out[j] = best_i;
-  }
-  __syncwarp();  // out is read by lane 0 next (write_weights), and by every lane (kept groups)
+// The order of ranks_before as one unsigned key per entry, larger first: 0 for "none", 1 for NaN,
+// then the numbers in increasing order (-0 as +0: the two compare equal, so they tie by index).
+__device__ __forceinline__ uint32_t rank_key(float v, int i) {
+  if (i < 0) return 0u;
+  if (isnan(v)) return 1u;
+  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // numbers map above 1 (only NaNs do not)
 }
 
-// Lane 0 writes w[j] = score[ids[j]] for j < k, each divided by (their sum + eps) when normalize,
-// times scale.
-__device__ void write_weights(const float* score, const int32_t* ids, int k, bool normalize,
-                              float eps, float scale, float* w, int lane) {
-  if (lane != 0) return;
+// The best entry of the lane's own ones (e = lane + 32 bit, bits not taken) under ranks_before.
+__device__ __forceinline__ void lane_best(const float* score, int n, int lane, uint32_t taken,
+                                          float& best, int& best_i) {
+  best = 0.0f;
+  best_i = -1;
+  for (int e = lane, bit = 0; e < n; e += 32, ++bit) {
+    if (((taken >> bit) & 1u) == 0 && ranks_before(score[e], e, best, best_i)) {
+      best = score[e];
+      best_i = e;
+    }
+  }
+}
+
+// Writes the indices of the k entries of score[0, n) that rank first to out[0, k) (shared memory
+// of the warp), largest first: k warp-wide rounds (every lane of the warp calls it). Each lane
+// keeps the best of its own entries (e % 32 == lane); a round takes the largest key over the lanes
+// (rank_key, one __reduce_max_sync), then the lowest index among the lanes that hold it
+// (__reduce_min_sync): ranks_before's order. Only the winner's lane looks at its entries again,
+// with the winner marked taken in a register mask (bit e / 32). n <= kMaxRouteExperts.
+__device__ void warp_top_k(const float* score, int n, int k, int32_t* out, int lane) {
+  uint32_t taken = 0;
+  float best;
+  int best_i;
+  lane_best(score, n, lane, taken, best, best_i);
+  for (int j = 0; j < k; ++j) {
+    const uint32_t key = rank_key(best, best_i);
+    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+    const int cand = key == top && best_i >= 0 ? best_i : INT_MAX;
+    const int win = __reduce_min_sync(0xffffffffu, cand);
+    const int winner = win == INT_MAX ? -1 : win;
+    if (winner >= 0 && winner % 32 == lane) {
+      taken |= 1u << (winner / 32);
+      lane_best(score, n, lane, taken, best, best_i);
+    }
+    if (lane == 0) out[j] = winner;
+  }
+  __syncwarp();  // out is read by every lane next
+}
+
+// ids_out[j] = ids[j] and w[j] = score[ids[j]] for j < k (ids: the warp's shared memory, from
+// warp_top_k), each weight divided by (their sum + eps) when normalize, times scale. The sum runs
+// in order of j (every lane computes it); the stores spread over the lanes.
+__device__ void write_choices(const float* score, const int32_t* ids, int k, bool normalize,
+                              float eps, float scale, int32_t* ids_out, float* w, int lane) {
   float sum = 0.0f;
-  for (int j = 0; j < k; ++j) sum += w[j] = score[ids[j]];
+  for (int j = 0; j < k; ++j) sum += score[ids[j]];
   const float div = normalize ? sum + eps : 1.0f;
-  for (int j = 0; j < k; ++j) w[j] = w[j] / div * scale;
+  for (int j = lane; j < k; j += 32) {
+    ids_out[j] = ids[j];
+    w[j] = score[ids[j]] / div * scale;
+  }
 }
 
 template <typename T>
@@ -82,12 +105,13 @@ __global__ void moe_route_grouped_kernel(const T* logits, int64_t stride, int64_
                                          const float* bias, int groups, int topk_group, int k,
                                          bool normalize, float scale, int32_t* ids,
                                          float* weights) {
-  // Per warp: s [experts], c [experts], group scores [groups], kept groups [groups] (i32).
+  // Per warp: s [experts], c [experts], group scores [groups], kept groups [groups] (i32), the
+  // chosen experts [k] (i32).
   extern __shared__ float s_route[];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (r >= n) return;
-  float* s = s_route + static_cast<int64_t>(warp) * (2 * experts + 2 * groups);
+  float* s = s_route + static_cast<int64_t>(warp) * (2 * experts + 2 * groups + k);
   float* c = s + experts;
   float* group_score = c + experts;
   auto* kept = reinterpret_cast<int32_t*>(group_score + groups);
@@ -119,19 +143,19 @@ __global__ void moe_route_grouped_kernel(const T* logits, int64_t stride, int64_
     if (!keep) c[e] = -INFINITY;
   }
   __syncwarp();
-  int32_t* row_ids = ids + r * k;
-  warp_top_k(c, experts, k, row_ids, lane);
-  write_weights(s, row_ids, k, normalize, 1e-20f, scale, weights + r * k, lane);
+  int32_t* chosen = kept + groups;
+  warp_top_k(c, experts, k, chosen, lane);
+  write_choices(s, chosen, k, normalize, 1e-20f, scale, ids + r * k, weights + r * k, lane);
 }
 
 template <typename T>
 __global__ void moe_route_kernel(const T* logits, int64_t stride, int64_t n, int experts, int k,
                                  bool normalize, int32_t* ids, float* weights) {
-  extern __shared__ float s_p[];  // [kRouteWarps][experts]
+  extern __shared__ float s_p[];  // [kRouteWarps][experts + k]: probabilities, chosen (i32)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
   if (r >= n) return;
-  float* p = s_p + static_cast<int64_t>(warp) * experts;
+  float* p = s_p + static_cast<int64_t>(warp) * (experts + k);
   const T* x = logits + r * stride;
   float m = -INFINITY;
   for (int e = lane; e < experts; e += 32) {
@@ -148,9 +172,9 @@ __global__ void moe_route_kernel(const T* logits, int64_t stride, int64_t n, int
   for (int e = lane; e < experts; e += 32) p[e] /= sum;
   __syncwarp();
 
-  int32_t* row_ids = ids + r * k;
-  warp_top_k(p, experts, k, row_ids, lane);
-  write_weights(p, row_ids, k, normalize, 0.0f, 1.0f, weights + r * k, lane);
+  auto* chosen = reinterpret_cast<int32_t*>(p + experts);
+  warp_top_k(p, experts, k, chosen, lane);
+  write_choices(p, chosen, k, normalize, 0.0f, 1.0f, ids + r * k, weights + r * k, lane);
 }
 
 template <typename TE, typename TO>
@@ -249,7 +273,7 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
                const Tensor& weights) {
   const RowView lv = row_view(logits);
   const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
-  const size_t shared = static_cast<size_t>(kRouteWarps) * static_cast<size_t>(experts) * 4;
+  const size_t shared = static_cast<size_t>(kRouteWarps) * static_cast<size_t>(experts + k) * 4;
   DSPARK_CHECK(experts <= kMaxRouteExperts, "moe_route: {} experts (the kernel takes up to {})",
                experts, kMaxRouteExperts);
   const auto blocks = static_cast<unsigned>(ceil_div(lv.rows, int64_t{kRouteWarps}));
@@ -266,7 +290,7 @@ void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
   const RowView lv = row_view(logits);
   const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
   const size_t shared = static_cast<size_t>(kRouteWarps) *
-                        static_cast<size_t>(2 * experts + 2 * p.n_group) * sizeof(float);
+                        static_cast<size_t>(2 * experts + 2 * p.n_group + k) * sizeof(float);
   DSPARK_CHECK(experts <= kMaxRouteExperts && shared <= 48 * 1024,
                "moe_route_grouped: {} experts in {} groups (the kernel takes up to {} experts)",
                experts, p.n_group, kMaxRouteExperts);

@@ -4,7 +4,11 @@
 // weight word of 4 values, the integer sums scaled per sub-block in f32).
 //  - x: one kernel (a CTA per row) rounds the m grouped rows into the context's scratch (the x
 //    region layout of quant_dp4a.cuh), padded by kMaxRows rows: a group of C rows past the
-//    expert's last reads them and never stores their sums.
+//    expert's last reads them and never stores their sums. With moe_linear_gather's `order` it
+//    reads grouped row r from the tokens' row order[r] (no gathered copy of x).
+//  - Launches: the product is a programmatic dependent of the rounding kernel, which lets it
+//    start at once; its CTAs read the grouping (written before the rounding kernel started) and
+//    request their first weight stages, then wait for x (pdl.cuh).
 //  - Grid: x over tiles of rows_per_cta weight rows of one expert, y over the slots of the
 //    active-expert list (moe_group's `active`); a CTA whose slot is past the list's length
 //    returns at once, so only the chosen experts' weights are read.
@@ -12,7 +16,8 @@
 //    group, super-block b of the stage and unit u of 64 values: L = 4 x (super-blocks of a stage,
 //    rounded up to a power of two) lanes per row, P = 32 / L rows per group (K of 256: 8 rows at
 //    once; K of 2,048 or more: one row, stages of 8 super-blocks). The stages stream through a
-//    ring of two slots of the warp's shared memory by cp.async, one ahead of the math.
+//    ring of kSlots slots of the warp's shared memory by cp.async, kSlots - 1 ahead of the math
+//    (at K <= 2,048 a warp's kPasses rows are all in flight from the start).
 //  - Rows of x in groups of C (1, 2 or 4, from the most rows an expert can have): a group past an
 //    expert's first streams its weights again (from L2).
 //  - Sums: a lane adds its units over the row's stages in order, then the row's L lanes a xor
@@ -24,6 +29,7 @@
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/cuda/kernels/quant_blocks.cuh"
 #include "dspark/backend/cuda/kernels/quant_dp4a.cuh"
 #include "dspark/backend/cuda/policy/linear_quant.h"
@@ -36,8 +42,8 @@ using quant::XView;
 
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kStageSbs = 8;  // super-blocks of a stage: 8 x 4 units = a warp's lanes
-constexpr int kSlots = 2;
-constexpr int kPasses = 4;   // row groups per warp
+constexpr int kPasses = 4;    // row groups per warp
+constexpr int kSlots = kPasses;
 constexpr int kMaxRows = 4;  // C
 
 // A stage's bytes start anywhere in a 16-byte chunk: one chunk more than they fill.
@@ -60,23 +66,28 @@ struct MoeBlocksParams {
   int lanes_per_row, rows_per_pass, rows_per_cta;
 };
 
-// The rows to round (quant::quantize_x's parameters): m rows of x, ldx apart.
+// The rows to round (quant::quantize_x's parameters): m rows of x, ldx apart; with `order`, row r
+// of the region from row order[r] of x.
 struct XRows {
   const void* x;
   device::FloatKind x_kind;
   int64_t ldx;
   int m, k;
   QuantGemvLayout layout;
+  const int32_t* order;
 };
 
-// One CTA per row of x.
+// One CTA per row of x. The product after it may start at once (it waits for this grid before
+// it reads x).
 constexpr int kQuantizeThreads = 256;
 template <QuantType Q>
 __global__ void __launch_bounds__(kQuantizeThreads)
     moe_quantize_x_kernel(XRows src, uint8_t* region) {
+  pdl_launch_dependents();
   const int64_t r = blockIdx.x;
+  const int64_t from = src.order != nullptr ? src.order[r] : r;
   src.x = static_cast<const uint8_t*>(src.x) +
-          r * src.ldx * (src.x_kind == device::FloatKind::f32 ? 4 : 2);
+          from * src.ldx * (src.x_kind == device::FloatKind::f32 ? 4 : 2);
   src.m = 1;
   quant::quantize_x<Q, kQuantizeThreads>(src, region + r * src.layout.x_row_bytes,
                                          static_cast<int>(threadIdx.x));
@@ -88,14 +99,23 @@ __global__ void __launch_bounds__(kThreads) moe_linear_blocks_kernel(const MoeBl
   constexpr int SBB = F::kSbBytes, kSlot = slot_bytes<Q>();
   __shared__ __align__(16) uint8_t smem[kWarps * kSlots * kSlot];
 
+  // The grouping (moe_group's) was written before the rounding kernel started, and the weights
+  // never change: both are read before pdl_wait(); x after it. A CTA that leaves early waits too,
+  // so the grid never completes before the kernel before it.
   const int slot_index = static_cast<int>(blockIdx.y);
-  if (slot_index >= p.active[0]) return;
+  if (slot_index >= p.active[0]) {
+    pdl_wait();
+    return;
+  }
   const int64_t e = p.active[1 + slot_index];
   const int lo = p.offsets[e], hi = p.offsets[e + 1];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int P = p.rows_per_pass, L = p.lanes_per_row;
   const int row0 = static_cast<int>(blockIdx.x) * p.rows_per_cta + warp * kPasses * P;
-  if (row0 >= p.n) return;  // no CTA-wide barrier below: a warp may leave
+  if (row0 >= p.n) {  // no CTA-wide barrier below: a warp may leave
+    pdl_wait();
+    return;
+  }
   const int passes = min(kPasses, (p.n - row0 + P - 1) / P);
   const int chunks = (p.ksb + kStageSbs - 1) / kStageSbs;  // stages per pass (1 when P > 1)
   const int total = passes * chunks;
@@ -130,11 +150,17 @@ __global__ void __launch_bounds__(kThreads) moe_linear_blocks_kernel(const MoeBl
     device::cp_async_commit();  // an empty group past the end keeps the count
   };
 
+  bool waited = false;
   for (int r0 = lo; r0 < hi; r0 += C) {
     float acc[C];
-    issue(0);
+#pragma unroll
+    for (int s = 0; s < kSlots - 1; ++s) issue(s);
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
     for (int s = 0; s < total; ++s) {
-      issue(s + 1);
+      issue(s + kSlots - 1);
       device::cp_async_wait<kSlots - 1>();
       __syncwarp();
       int row, sb0, nsb;
@@ -172,21 +198,20 @@ void launch(const MoeBlocksParams& p, const XRows& src, uint8_t* region, int64_t
   DSPARK_CUDA_CHECK_LAUNCH();
   const dim3 grid(static_cast<unsigned>((p.n + p.rows_per_cta - 1) / p.rows_per_cta), slots);
   if (max_rows <= 1) {
-    moe_linear_blocks_kernel<Q, 1><<<grid, kThreads, 0, stream>>>(p);
+    launch_pdl(moe_linear_blocks_kernel<Q, 1>, grid, dim3(kThreads), 0, stream, p);
   } else if (max_rows <= 2) {
-    moe_linear_blocks_kernel<Q, 2><<<grid, kThreads, 0, stream>>>(p);
+    launch_pdl(moe_linear_blocks_kernel<Q, 2>, grid, dim3(kThreads), 0, stream, p);
   } else {
-    moe_linear_blocks_kernel<Q, kMaxRows><<<grid, kThreads, 0, stream>>>(p);
+    launch_pdl(moe_linear_blocks_kernel<Q, kMaxRows>, grid, dim3(kThreads), 0, stream, p);
   }
-  DSPARK_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void moe_linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
-                       const Tensor& y) {
+                       const Tensor& y, bool gather) {
   const RowView xv = row_view(x), yv = row_view(y);
-  const int64_t experts = g.offsets.size(0) - 1, m = xv.rows, n = w.n / experts, k = w.k;
+  const int64_t experts = g.offsets.size(0) - 1, m = g.order.size(0), n = w.n / experts, k = w.k;
   DSPARK_CHECK(w.format == WeightFormat::blocks && k >= 256 && k % 256 == 0 &&
                    ctx.cuda_caps().compute_major >= 8,
                "moe_linear: block-quantized experts need K a multiple of 256 (got {}) and compute "
@@ -201,8 +226,13 @@ void moe_linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, con
   const QuantGemvLayout layout = quant_gemv_layout(w.quant, m, k);
   auto* region = static_cast<uint8_t*>(
       ctx.scratch(static_cast<size_t>(m + kMaxRows) * static_cast<size_t>(layout.x_row_bytes)));
-  const XRows src{
-      x.data(), float_kind(x.dtype()), xv.stride, static_cast<int>(m), static_cast<int>(k), layout};
+  const XRows src{x.data(),
+                  float_kind(x.dtype()),
+                  xv.stride,
+                  static_cast<int>(m),
+                  static_cast<int>(k),
+                  layout,
+                  gather ? g.order.data_as<int32_t>() : nullptr};
   MoeBlocksParams p{};
   p.w = static_cast<const uint8_t*>(w.data.data());
   p.row_bytes = w.data.size(1);
