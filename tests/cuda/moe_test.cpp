@@ -163,6 +163,52 @@ TEST(CudaMoe, GroupMatchesCpu) {
   }
 }
 
+// moe_route_and_group / moe_route_grouped_and_group: the fused launch (up to 32 rows) and the
+// two kernels past it choose, weigh and group like the CPU's moe_route(_grouped) then moe_group.
+TEST(CudaMoe, RouteAndGroupMatchCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 900;
+  for (const auto [n, experts, k] : {std::array<int64_t, 3>{1, 128, 8},
+                                     {17, 128, 8},
+                                     {32, 64, 6},
+                                     {33, 128, 8},
+                                     {4, 256, 8},
+                                     {3, 16, 8}}) {
+    for (bool grouped : {false, true}) {
+      std::vector<float> v = random_normal(static_cast<size_t>(n * experts), seed++, 2.0f);
+      if (seed % 2 == 0)
+        for (float& f : v) f = std::round(f * 4.0f) / 4.0f;  // ties
+      const Pair logits = values_pair(v, DType::bf16, Shape{n, experts});
+      const Pair bias = values_pair(random_normal(static_cast<size_t>(experts), seed++, 0.1f),
+                                    DType::f32, Shape{experts});
+      const MoeGroupRouting p{8, 4, true, 2.5f};
+      const Pair ids = zeros_pair(DType::i32, Shape{n, k}), w = zeros_pair(DType::f32, Shape{n, k});
+      GroupsPair g{zeros_pair(DType::i32, Shape{experts + 1}),
+                   zeros_pair(DType::i32, Shape{experts + 1}), zeros_pair(DType::i32, Shape{n * k}),
+                   zeros_pair(DType::i32, Shape{n, k})};
+      if (grouped) {
+        moe_route_grouped(ctx.cpu, logits.cpu, bias.cpu, p, ids.cpu, w.cpu);
+        moe_group(ctx.cpu, ids.cpu, g.cpu());
+        moe_route_grouped_and_group(ctx.gpu, logits.gpu, bias.gpu, p, ids.gpu, w.gpu, g.gpu());
+      } else {
+        moe_route(ctx.cpu, logits.cpu, true, ids.cpu, w.cpu);
+        moe_group(ctx.cpu, ids.cpu, g.cpu());
+        moe_route_and_group(ctx.gpu, logits.gpu, true, ids.gpu, w.gpu, g.gpu());
+      }
+      ctx.gpu.synchronize();
+      const std::string what = fmt::format("n={} E={} k={} grouped={}", n, experts, k, grouped);
+      EXPECT_EQ(to_vector<int32_t>(ids.gpu), to_vector<int32_t>(ids.cpu)) << "ids " << what;
+      expect_close(w.gpu, w.cpu, 1e-5, "weights " + what);
+      for (const auto& [name, t] : {std::pair<const char*, const Pair*>{"offsets", &g.offsets},
+                                    {"active", &g.active},
+                                    {"order", &g.order},
+                                    {"slots", &g.slots}})
+        EXPECT_EQ(to_vector<int32_t>(t->gpu), to_vector<int32_t>(t->cpu)) << name << " " << what;
+    }
+  }
+}
+
 TEST(CudaMoe, LinearMatchesCpu) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;

@@ -91,11 +91,11 @@ void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScr
   const int64_t inter = s.act.size(1);
   linear(ctx, xn, w.router.view(), Tensor{}, s.router_logits);
   if (w.correction_bias->defined()) {
-    moe_route_grouped(ctx, s.router_logits, w.correction_bias.view(), w.grouped, s.ids, s.weights);
+    moe_route_grouped_and_group(ctx, s.router_logits, w.correction_bias.view(), w.grouped, s.ids,
+                                s.weights, s.groups);
   } else {
-    moe_route(ctx, s.router_logits, w.normalize, s.ids, s.weights);
+    moe_route_and_group(ctx, s.router_logits, w.normalize, s.ids, s.weights, s.groups);
   }
-  moe_group(ctx, s.ids, s.groups);
   if (w.gate_up.defined()) {
     moe_linear_gather(ctx, xn, s.rows, w.gate_up.matrix(), s.groups, s.gate_up);
   } else {

@@ -39,17 +39,48 @@ void check_float_rows(const char* op, const char* name, const Tensor& t, const C
 
 }  // namespace
 
-void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
-               const Tensor& weights) {
-  constexpr const char* kOp = "moe_route";
-  check_float_rows(kOp, "logits", logits, ctx);
-  check_rank(kOp, "ids", ids, 2);
+namespace {
+
+void check_route(const char* op, const Tensor& logits, const Tensor& ids, const Tensor& weights,
+                 const Context& ctx) {
+  check_float_rows(op, "logits", logits, ctx);
+  check_rank(op, "ids", ids, 2);
   const int64_t n = logits.size(0), experts = logits.size(1), k = ids.size(1);
   DSPARK_CHECK(k >= 1 && k <= experts, "{}: top-k {} must be in [1, {}] (the number of experts)",
-               kOp, k, experts);
-  check_choices(kOp, "ids", ids, DType::i32, n, k, ctx);
-  check_choices(kOp, "weights", weights, DType::f32, n, k, ctx);
-  if (n == 0) return;
+               op, k, experts);
+  check_choices(op, "ids", ids, DType::i32, n, k, ctx);
+  check_choices(op, "weights", weights, DType::f32, n, k, ctx);
+}
+
+void check_route_grouped(const char* op, const Tensor& logits, const Tensor& bias,
+                         const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights,
+                         const Context& ctx) {
+  check_float_rows(op, "logits", logits, ctx);
+  check_rank(op, "ids", ids, 2);
+  const int64_t n = logits.size(0), experts = logits.size(1), k = ids.size(1);
+  check_vector(op, "bias", bias, DType::f32, experts);
+  check_on_device(op, "bias", bias, ctx);
+  DSPARK_CHECK(p.n_group >= 1 && experts % p.n_group == 0 && experts / p.n_group >= 2,
+               "{}: n_group {} must divide the {} experts into groups of at least 2", op, p.n_group,
+               experts);
+  DSPARK_CHECK(p.topk_group >= 1 && p.topk_group <= p.n_group,
+               "{}: topk_group {} must be in [1, n_group = {}]", op, p.topk_group, p.n_group);
+  DSPARK_CHECK(k >= 1 && k <= p.topk_group * (experts / p.n_group),
+               "{}: top-k {} must be in [1, {}] (the experts of topk_group groups)", op, k,
+               p.topk_group * (experts / p.n_group));
+  DSPARK_CHECK(std::isfinite(p.scale), "{}: scale must be finite, got {}", op, p.scale);
+  check_choices(op, "ids", ids, DType::i32, n, k, ctx);
+  check_choices(op, "weights", weights, DType::f32, n, k, ctx);
+}
+
+void check_grouping(const char* op, const Tensor& ids, const MoeGroups& g, const Context& ctx);
+
+}  // namespace
+
+void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+               const Tensor& weights) {
+  check_route("moe_route", logits, ids, weights, ctx);
+  if (logits.size(0) == 0) return;
   if (ctx.is_cuda()) {
     DSPARK_ON_CUDA(cuda::moe_route(ctx, logits, normalize, ids, weights));
   } else {
@@ -59,29 +90,38 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
 
 void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
                        const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights) {
-  constexpr const char* kOp = "moe_route_grouped";
-  check_float_rows(kOp, "logits", logits, ctx);
-  check_rank(kOp, "ids", ids, 2);
-  const int64_t n = logits.size(0), experts = logits.size(1), k = ids.size(1);
-  check_vector(kOp, "bias", bias, DType::f32, experts);
-  check_on_device(kOp, "bias", bias, ctx);
-  DSPARK_CHECK(p.n_group >= 1 && experts % p.n_group == 0 && experts / p.n_group >= 2,
-               "{}: n_group {} must divide the {} experts into groups of at least 2", kOp,
-               p.n_group, experts);
-  DSPARK_CHECK(p.topk_group >= 1 && p.topk_group <= p.n_group,
-               "{}: topk_group {} must be in [1, n_group = {}]", kOp, p.topk_group, p.n_group);
-  DSPARK_CHECK(k >= 1 && k <= p.topk_group * (experts / p.n_group),
-               "{}: top-k {} must be in [1, {}] (the experts of topk_group groups)", kOp, k,
-               p.topk_group * (experts / p.n_group));
-  DSPARK_CHECK(std::isfinite(p.scale), "{}: scale must be finite, got {}", kOp, p.scale);
-  check_choices(kOp, "ids", ids, DType::i32, n, k, ctx);
-  check_choices(kOp, "weights", weights, DType::f32, n, k, ctx);
-  if (n == 0) return;
+  check_route_grouped("moe_route_grouped", logits, bias, p, ids, weights, ctx);
+  if (logits.size(0) == 0) return;
   if (ctx.is_cuda()) {
     DSPARK_ON_CUDA(cuda::moe_route_grouped(ctx, logits, bias, p, ids, weights));
   } else {
     cpu::moe_route_grouped(ctx, logits, bias, p, ids, weights);
   }
+}
+
+void moe_route_and_group(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+                         const Tensor& weights, const MoeGroups& g) {
+  if (!ctx.is_cuda() || logits.size(0) == 0) {
+    moe_route(ctx, logits, normalize, ids, weights);
+    moe_group(ctx, ids, g);
+    return;
+  }
+  check_route("moe_route", logits, ids, weights, ctx);
+  check_grouping("moe_group", ids, g, ctx);
+  DSPARK_ON_CUDA(cuda::moe_route_and_group(ctx, logits, normalize, ids, weights, g));
+}
+
+void moe_route_grouped_and_group(Context& ctx, const Tensor& logits, const Tensor& bias,
+                                 const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights,
+                                 const MoeGroups& g) {
+  if (!ctx.is_cuda() || logits.size(0) == 0) {
+    moe_route_grouped(ctx, logits, bias, p, ids, weights);
+    moe_group(ctx, ids, g);
+    return;
+  }
+  check_route_grouped("moe_route_grouped", logits, bias, p, ids, weights, ctx);
+  check_grouping("moe_group", ids, g, ctx);
+  DSPARK_ON_CUDA(cuda::moe_route_grouped_and_group(ctx, logits, bias, p, ids, weights, g));
 }
 
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
@@ -135,15 +175,22 @@ bool device_dtype(DType t) {
 
 }  // namespace
 
-void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g) {
-  constexpr const char* kOp = "moe_group";
-  check_rank(kOp, "ids", ids, 2);
+namespace {
+
+void check_grouping(const char* op, const Tensor& ids, const MoeGroups& g, const Context& ctx) {
+  check_rank(op, "ids", ids, 2);
   const int64_t n = ids.size(0), k = ids.size(1);
-  check_choices(kOp, "ids", ids, DType::i32, n, k, ctx);
-  check_groups(kOp, g, n * k, ctx);
-  check_shape(kOp, "slots", g.slots, Shape{n, k});
-  DSPARK_CHECK(k >= 1 && k <= g.offsets.size(0) - 1, "{}: {} choices per token of {} experts", kOp,
+  check_choices(op, "ids", ids, DType::i32, n, k, ctx);
+  check_groups(op, g, n * k, ctx);
+  check_shape(op, "slots", g.slots, Shape{n, k});
+  DSPARK_CHECK(k >= 1 && k <= g.offsets.size(0) - 1, "{}: {} choices per token of {} experts", op,
                k, g.offsets.size(0) - 1);
+}
+
+}  // namespace
+
+void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g) {
+  check_grouping("moe_group", ids, g, ctx);
   if (ctx.is_cuda()) {
     DSPARK_ON_CUDA(cuda::moe_group(ctx, ids, g));
   } else {

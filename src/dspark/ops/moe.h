@@ -41,6 +41,14 @@ void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor&
 void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
                        const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights);
 
+// moe_route then moe_group of the chosen ids (g as moe_group's, for ids' n * k pairs): the same
+// results. CUDA routes and groups up to 32 rows in one launch.
+void moe_route_and_group(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+                         const Tensor& weights, const MoeGroups& g);
+// moe_route_grouped then moe_group, as moe_route_and_group.
+void moe_route_grouped_and_group(Context& ctx, const Tensor& logits, const Tensor& bias,
+                                 const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights,
+                                 const MoeGroups& g);
 // out[r, :] = sum_{j < k} weights[r, j] * expert_out[slots[r, j], :], summed in f32 in order of j.
 // expert_out: [m, H] any float dtype (rows contiguous): the experts' outputs, one row per
 // (token, choice); slots: i32 [n, k] contiguous, each in [0, m) (the kernels trust them: the

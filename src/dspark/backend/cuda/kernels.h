@@ -44,6 +44,11 @@ void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,
                  const Tensor& out);
 void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
+void moe_route_and_group(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+                         const Tensor& weights, const MoeGroups& g);
+void moe_route_grouped_and_group(Context& ctx, const Tensor& logits, const Tensor& bias,
+                                 const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights,
+                                 const MoeGroups& g);
 void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g,
                 const Tensor& y);
 // moe_linear with block-quantized experts (WeightFormat::blocks, K a multiple of 256); with

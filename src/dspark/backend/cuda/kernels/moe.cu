@@ -11,6 +11,10 @@
 //   offsets (and the list of experts with rows), then places the pairs 32 at a time in index
 //   order: lanes choosing one expert take consecutive rows by lane (__match_any_sync), so the
 //   sort is stable and equals the CPU's.
+//   moe_route_and_group / moe_route_grouped_and_group: for up to kFusedRouteRows rows, one block
+//   of a warp per row routes, then its first warp groups the choices from shared memory (one
+//   launch instead of two: the grouping no longer waits for a kernel boundary); more rows, or
+//   rows whose shared memory does not fit: the two kernels.
 #include <algorithm>
 #include <climits>
 
@@ -24,6 +28,8 @@ namespace {
 constexpr int kRouteWarps = 4;  // rows per block
 // warp_top_k's register mask: 32 entries per lane.
 constexpr int kMaxRouteExperts = 32 * 32;
+// Routing and grouping in one launch (a block of a warp per row) for up to this many rows.
+constexpr int64_t kFusedRouteRows = 32;
 // moe_combine stages a row's choices in shared memory.
 constexpr int kMaxCombineChoices = 64;
 
@@ -87,76 +93,44 @@ __device__ void warp_top_k(const float* score, int n, int k, int32_t* out, int l
 }
 
 // ids_out[j] = ids[j] and w[j] = score[ids[j]] for j < k (ids: the warp's shared memory, from
-// warp_top_k), each weight divided by (their sum + eps) when normalize, times scale. The sum runs
-// in order of j (every lane computes it); the stores spread over the lanes.
+// warp_top_k), each weight divided by (their sum + eps) when normalize, times scale; ids_copy
+// (optional, shared memory) gets the ids too. The sum runs in order of j (every lane computes
+// it); the stores spread over the lanes.
 __device__ void write_choices(const float* score, const int32_t* ids, int k, bool normalize,
-                              float eps, float scale, int32_t* ids_out, float* w, int lane) {
+                              float eps, float scale, int32_t* ids_out, float* w, int32_t* ids_copy,
+                              int lane) {
   float sum = 0.0f;
   for (int j = 0; j < k; ++j) sum += score[ids[j]];
   const float div = normalize ? sum + eps : 1.0f;
   for (int j = lane; j < k; j += 32) {
     ids_out[j] = ids[j];
     w[j] = score[ids[j]] / div * scale;
+    if (ids_copy != nullptr) ids_copy[j] = ids[j];
   }
 }
 
-template <typename T>
-__global__ void moe_route_grouped_kernel(const T* logits, int64_t stride, int64_t n, int experts,
-                                         const float* bias, int groups, int topk_group, int k,
-                                         bool normalize, float scale, int32_t* ids,
-                                         float* weights) {
-  // Per warp: s [experts], c [experts], group scores [groups], kept groups [groups] (i32), the
-  // chosen experts [k] (i32).
-  extern __shared__ float s_route[];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
-  if (r >= n) return;
-  float* s = s_route + static_cast<int64_t>(warp) * (2 * experts + 2 * groups + k);
-  float* c = s + experts;
-  float* group_score = c + experts;
-  auto* kept = reinterpret_cast<int32_t*>(group_score + groups);
-  const T* x = logits + r * stride;
-  for (int e = lane; e < experts; e += 32) {
-    s[e] = 1.0f / (1.0f + expf(-device::to_float(x[e])));
-    c[e] = s[e] + bias[e];
-  }
-  __syncwarp();
-  const int group_size = experts / groups;
-  for (int g = lane; g < groups; g += 32) {
-    const float* cg = c + g * group_size;
-    int first = -1, second = -1;
-    for (int e = 0; e < group_size; ++e) {
-      if (ranks_before(cg[e], e, first < 0 ? 0.0f : cg[first], first)) {
-        second = first;
-        first = e;
-      } else if (ranks_before(cg[e], e, second < 0 ? 0.0f : cg[second], second)) {
-        second = e;
-      }
-    }
-    group_score[g] = cg[first] + cg[second];
-  }
-  __syncwarp();
-  warp_top_k(group_score, groups, topk_group, kept, lane);
-  for (int e = lane; e < experts; e += 32) {
-    bool keep = false;
-    for (int i = 0; i < topk_group; ++i) keep = keep || kept[i] == e / group_size;
-    if (!keep) c[e] = -INFINITY;
-  }
-  __syncwarp();
-  int32_t* chosen = kept + groups;
-  warp_top_k(c, experts, k, chosen, lane);
-  write_choices(s, chosen, k, normalize, 1e-20f, scale, ids + r * k, weights + r * k, lane);
+// One router row (the whole warp calls them; `area`: the warp's shared memory, route_floats()
+// floats). The softmax routing's and the grouped routing's parameters:
+struct SoftmaxRouting {
+  bool normalize;
+};
+struct GroupedRouting {
+  const float* bias;
+  int groups, topk_group;
+  bool normalize;
+  float scale;
+};
+__host__ __device__ inline int route_floats(const SoftmaxRouting&, int experts, int k) {
+  return experts + k;  // probabilities, chosen (i32)
+}
+__host__ __device__ inline int route_floats(const GroupedRouting& g, int experts, int k) {
+  return 2 * experts + 2 * g.groups + k;  // s, c, group scores, kept groups (i32), chosen (i32)
 }
 
 template <typename T>
-__global__ void moe_route_kernel(const T* logits, int64_t stride, int64_t n, int experts, int k,
-                                 bool normalize, int32_t* ids, float* weights) {
-  extern __shared__ float s_p[];  // [kRouteWarps][experts + k]: probabilities, chosen (i32)
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
-  if (r >= n) return;
-  float* p = s_p + static_cast<int64_t>(warp) * (experts + k);
-  const T* x = logits + r * stride;
+__device__ void route_row(const SoftmaxRouting& rt, const T* x, int experts, int k, float* area,
+                          int32_t* ids, float* weights, int32_t* ids_copy, int lane) {
+  float* p = area;
   float m = -INFINITY;
   for (int e = lane; e < experts; e += 32) {
     p[e] = device::to_float(x[e]);
@@ -174,7 +148,59 @@ __global__ void moe_route_kernel(const T* logits, int64_t stride, int64_t n, int
 
   auto* chosen = reinterpret_cast<int32_t*>(p + experts);
   warp_top_k(p, experts, k, chosen, lane);
-  write_choices(p, chosen, k, normalize, 0.0f, 1.0f, ids + r * k, weights + r * k, lane);
+  write_choices(p, chosen, k, rt.normalize, 0.0f, 1.0f, ids, weights, ids_copy, lane);
+}
+
+template <typename T>
+__device__ void route_row(const GroupedRouting& rt, const T* x, int experts, int k, float* area,
+                          int32_t* ids, float* weights, int32_t* ids_copy, int lane) {
+  const int groups = rt.groups;
+  float* s = area;
+  float* c = s + experts;
+  float* group_score = c + experts;
+  auto* kept = reinterpret_cast<int32_t*>(group_score + groups);
+  for (int e = lane; e < experts; e += 32) {
+    s[e] = 1.0f / (1.0f + expf(-device::to_float(x[e])));
+    c[e] = s[e] + rt.bias[e];
+  }
+  __syncwarp();
+  const int group_size = experts / groups;
+  for (int g = lane; g < groups; g += 32) {
+    const float* cg = c + g * group_size;
+    int first = -1, second = -1;
+    for (int e = 0; e < group_size; ++e) {
+      if (ranks_before(cg[e], e, first < 0 ? 0.0f : cg[first], first)) {
+        second = first;
+        first = e;
+      } else if (ranks_before(cg[e], e, second < 0 ? 0.0f : cg[second], second)) {
+        second = e;
+      }
+    }
+    group_score[g] = cg[first] + cg[second];
+  }
+  __syncwarp();
+  warp_top_k(group_score, groups, rt.topk_group, kept, lane);
+  for (int e = lane; e < experts; e += 32) {
+    bool keep = false;
+    for (int i = 0; i < rt.topk_group; ++i) keep = keep || kept[i] == e / group_size;
+    if (!keep) c[e] = -INFINITY;
+  }
+  __syncwarp();
+  int32_t* chosen = kept + groups;
+  warp_top_k(c, experts, k, chosen, lane);
+  write_choices(s, chosen, k, rt.normalize, 1e-20f, rt.scale, ids, weights, ids_copy, lane);
+}
+
+// kRouteWarps rows per block, one warp each.
+template <typename T, typename R>
+__global__ void moe_route_kernel(const T* logits, int64_t stride, int64_t n, int experts, int k,
+                                 R rt, int32_t* ids, float* weights) {
+  extern __shared__ float s_route[];  // [kRouteWarps][route_floats()]
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (r >= n) return;
+  float* area = s_route + static_cast<int64_t>(warp) * route_floats(rt, experts, k);
+  route_row(rt, logits + r * stride, experts, k, area, ids + r * k, weights + r * k, nullptr, lane);
 }
 
 template <typename TE, typename TO>
@@ -208,12 +234,12 @@ __global__ void moe_combine_kernel(const TE* expert_out, int64_t e_stride, const
   }
 }
 
-__global__ void moe_group_kernel(const int32_t* ids, int64_t m, int k, int experts,
-                                 int32_t* offsets, int32_t* active, int32_t* order,
-                                 int32_t* slots) {
-  extern __shared__ int32_t s_next[];  // [experts]: counts, then each expert's next row
+// moe_group's work for one warp (every lane calls it): ids (global or shared memory), s_next
+// [experts] of shared memory.
+__device__ void group_pairs(const int32_t* ids, int64_t m, int k, int experts, int32_t* offsets,
+                            int32_t* active, int32_t* order, int32_t* slots, int32_t* s_next,
+                            int lane) {
   constexpr unsigned kAll = 0xffffffffu;
-  const int lane = static_cast<int>(threadIdx.x);
   for (int e = lane; e < experts; e += 32) s_next[e] = 0;
   __syncwarp();
   for (int64_t i = lane; i < m; i += 32) atomicAdd(&s_next[ids[i]], 1);
@@ -256,6 +282,36 @@ __global__ void moe_group_kernel(const int32_t* ids, int64_t m, int k, int exper
   }
 }
 
+__global__ void moe_group_kernel(const int32_t* ids, int64_t m, int k, int experts,
+                                 int32_t* offsets, int32_t* active, int32_t* order,
+                                 int32_t* slots) {
+  extern __shared__ int32_t s_next[];  // [experts]: counts, then each expert's next row
+  group_pairs(ids, m, k, experts, offsets, active, order, slots, s_next,
+              static_cast<int>(threadIdx.x));
+}
+
+// Routing and grouping in one launch: one block, a warp per router row, then the first warp
+// groups the choices (from shared memory). The same operations as moe_route_kernel then
+// moe_group_kernel, so the same results.
+template <typename T, typename R>
+__global__ void moe_route_group_kernel(const T* logits, int64_t stride, int n, int experts, int k,
+                                       R rt, int32_t* ids, float* weights, int32_t* offsets,
+                                       int32_t* active, int32_t* order, int32_t* slots) {
+  // [n][route_floats()] per row, then the choices [n * k] (i32), then s_next [experts] (i32).
+  extern __shared__ float s_fused[];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int area = route_floats(rt, experts, k);
+  auto* s_ids = reinterpret_cast<int32_t*>(s_fused + static_cast<int64_t>(n) * area);
+  int32_t* s_next = s_ids + n * k;
+  if (warp < n) {
+    route_row(rt, logits + warp * stride, experts, k, s_fused + warp * area, ids + warp * k,
+              weights + warp * k, s_ids + warp * k, lane);
+  }
+  __syncthreads();
+  if (warp == 0)
+    group_pairs(s_ids, int64_t{n} * k, k, experts, offsets, active, order, slots, s_next, lane);
+}
+
 }  // namespace
 
 void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g) {
@@ -269,38 +325,67 @@ void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g) {
   DSPARK_CUDA_CHECK_LAUNCH();
 }
 
-void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
-               const Tensor& weights) {
+namespace {
+
+// moe_route / moe_route_grouped (rt), and with g the grouping too: in one launch where the rows
+// fit the fused kernel (true), else the route kernel alone (false: the caller groups).
+template <typename R>
+bool launch_route(Context& ctx, const char* op, const Tensor& logits, const R& rt,
+                  const Tensor& ids, const Tensor& weights, const MoeGroups* g) {
   const RowView lv = row_view(logits);
   const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
-  const size_t shared = static_cast<size_t>(kRouteWarps) * static_cast<size_t>(experts + k) * 4;
-  DSPARK_CHECK(experts <= kMaxRouteExperts, "moe_route: {} experts (the kernel takes up to {})",
-               experts, kMaxRouteExperts);
-  const auto blocks = static_cast<unsigned>(ceil_div(lv.rows, int64_t{kRouteWarps}));
+  const size_t area = static_cast<size_t>(route_floats(rt, experts, k)) * sizeof(float);
+  DSPARK_CHECK(experts <= kMaxRouteExperts && kRouteWarps * area <= 48 * 1024,
+               "{}: {} experts (the kernel takes up to {}, in 48 KB of shared memory per {} rows)",
+               op, experts, kMaxRouteExperts, kRouteWarps);
+  const int64_t n = lv.rows;
+  const size_t fused = static_cast<size_t>(n) * (area + static_cast<size_t>(k) * 4) +
+                       static_cast<size_t>(experts) * 4;
+  const bool fuse = g != nullptr && n <= kFusedRouteRows && fused <= 48 * 1024;
   dispatch_float(logits.dtype(), [&]<typename T>(TypeTag<T>) {
-    moe_route_kernel<<<blocks, 32 * kRouteWarps, shared, stream_of(ctx)>>>(
-        device_ptr<T>(logits), lv.stride, lv.rows, experts, k, normalize, ids.data_as<int32_t>(),
-        weights.data_as<float>());
+    if (fuse) {
+      moe_route_group_kernel<<<1, static_cast<unsigned>(32 * n), fused, stream_of(ctx)>>>(
+          device_ptr<T>(logits), lv.stride, static_cast<int>(n), experts, k, rt,
+          ids.data_as<int32_t>(), weights.data_as<float>(), g->offsets.data_as<int32_t>(),
+          g->active.data_as<int32_t>(), g->order.data_as<int32_t>(), g->slots.data_as<int32_t>());
+    } else {
+      const auto blocks = static_cast<unsigned>(ceil_div(n, int64_t{kRouteWarps}));
+      moe_route_kernel<<<blocks, 32 * kRouteWarps, kRouteWarps * area, stream_of(ctx)>>>(
+          device_ptr<T>(logits), lv.stride, n, experts, k, rt, ids.data_as<int32_t>(),
+          weights.data_as<float>());
+    }
     DSPARK_CUDA_CHECK_LAUNCH();
   });
+  return fuse;
+}
+
+GroupedRouting grouped_routing(const Tensor& bias, const MoeGroupRouting& p) {
+  return {bias.data_as<float>(), p.n_group, p.topk_group, p.normalize, p.scale};
+}
+
+}  // namespace
+
+void moe_route(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+               const Tensor& weights) {
+  launch_route(ctx, "moe_route", logits, SoftmaxRouting{normalize}, ids, weights, nullptr);
 }
 
 void moe_route_grouped(Context& ctx, const Tensor& logits, const Tensor& bias,
                        const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights) {
-  const RowView lv = row_view(logits);
-  const int experts = static_cast<int>(lv.cols), k = static_cast<int>(ids.size(1));
-  const size_t shared = static_cast<size_t>(kRouteWarps) *
-                        static_cast<size_t>(2 * experts + 2 * p.n_group + k) * sizeof(float);
-  DSPARK_CHECK(experts <= kMaxRouteExperts && shared <= 48 * 1024,
-               "moe_route_grouped: {} experts in {} groups (the kernel takes up to {} experts)",
-               experts, p.n_group, kMaxRouteExperts);
-  const auto blocks = static_cast<unsigned>(ceil_div(lv.rows, int64_t{kRouteWarps}));
-  dispatch_float(logits.dtype(), [&]<typename T>(TypeTag<T>) {
-    moe_route_grouped_kernel<<<blocks, 32 * kRouteWarps, shared, stream_of(ctx)>>>(
-        device_ptr<T>(logits), lv.stride, lv.rows, experts, bias.data_as<float>(), p.n_group,
-        p.topk_group, k, p.normalize, p.scale, ids.data_as<int32_t>(), weights.data_as<float>());
-    DSPARK_CUDA_CHECK_LAUNCH();
-  });
+  launch_route(ctx, "moe_route_grouped", logits, grouped_routing(bias, p), ids, weights, nullptr);
+}
+
+void moe_route_and_group(Context& ctx, const Tensor& logits, bool normalize, const Tensor& ids,
+                         const Tensor& weights, const MoeGroups& g) {
+  if (!launch_route(ctx, "moe_route", logits, SoftmaxRouting{normalize}, ids, weights, &g))
+    moe_group(ctx, ids, g);
+}
+
+void moe_route_grouped_and_group(Context& ctx, const Tensor& logits, const Tensor& bias,
+                                 const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights,
+                                 const MoeGroups& g) {
+  if (!launch_route(ctx, "moe_route_grouped", logits, grouped_routing(bias, p), ids, weights, &g))
+    moe_group(ctx, ids, g);
 }
 
 void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, const Tensor& weights,

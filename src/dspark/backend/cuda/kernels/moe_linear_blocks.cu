@@ -17,7 +17,7 @@
 //    rounded up to a power of two) lanes per row, P = 32 / L rows per group (K of 256: 8 rows at
 //    once; K of 2,048 or more: one row, stages of 8 super-blocks). The stages stream through a
 //    ring of kSlots slots of the warp's shared memory by cp.async, kSlots - 1 ahead of the math
-//    (at K <= 2,048 a warp's kPasses rows are all in flight from the start).
+//    (one row of x and K <= 2,048: a warp's kPasses weight rows all in flight from the start).
 //  - Rows of x in groups of C (1, 2 or 4, from the most rows an expert can have): a group past an
 //    expert's first streams its weights again (from L2).
 //  - Sums: a lane adds its units over the row's stages in order, then the row's L lanes a xor
@@ -43,7 +43,10 @@ using quant::XView;
 constexpr int kWarps = 4, kThreads = kWarps * 32;
 constexpr int kStageSbs = 8;  // super-blocks of a stage: 8 x 4 units = a warp's lanes
 constexpr int kPasses = 4;    // row groups per warp
-constexpr int kSlots = kPasses;
+// Ring slots per warp: one row of x (decode) keeps all of a warp's passes in flight; with more
+// rows each stage has that many times the math to hide the next one's copy behind.
+template <int C>
+constexpr int kSlots = C == 1 ? kPasses : 2;
 constexpr int kMaxRows = 4;  // C
 
 // A stage's bytes start anywhere in a 16-byte chunk: one chunk more than they fill.
@@ -97,29 +100,25 @@ template <QuantType Q, int C>
 __global__ void __launch_bounds__(kThreads) moe_linear_blocks_kernel(const MoeBlocksParams p) {
   using F = QuantMma<Q>;
   constexpr int SBB = F::kSbBytes, kSlot = slot_bytes<Q>();
-  __shared__ __align__(16) uint8_t smem[kWarps * kSlots * kSlot];
+  constexpr int kRing = kSlots<C>;
+  __shared__ __align__(16) uint8_t smem[kWarps * kRing * kSlot];
 
   // The grouping (moe_group's) was written before the rounding kernel started, and the weights
-  // never change: both are read before pdl_wait(); x after it. A CTA that leaves early waits too,
-  // so the grid never completes before the kernel before it.
+  // never change: both are read before pdl_wait(); x after it. CTAs and warps without work leave
+  // without waiting (freeing their slots at once): the first warp of slot 0 always has work and
+  // waits, so the grid still completes after the kernel before it.
   const int slot_index = static_cast<int>(blockIdx.y);
-  if (slot_index >= p.active[0]) {
-    pdl_wait();
-    return;
-  }
+  if (slot_index >= p.active[0]) return;
   const int64_t e = p.active[1 + slot_index];
   const int lo = p.offsets[e], hi = p.offsets[e + 1];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int P = p.rows_per_pass, L = p.lanes_per_row;
   const int row0 = static_cast<int>(blockIdx.x) * p.rows_per_cta + warp * kPasses * P;
-  if (row0 >= p.n) {  // no CTA-wide barrier below: a warp may leave
-    pdl_wait();
-    return;
-  }
+  if (row0 >= p.n) return;  // no CTA-wide barrier below: a warp may leave
   const int passes = min(kPasses, (p.n - row0 + P - 1) / P);
   const int chunks = (p.ksb + kStageSbs - 1) / kStageSbs;  // stages per pass (1 when P > 1)
   const int total = passes * chunks;
-  uint8_t* const ring = smem + warp * kSlots * kSlot;
+  uint8_t* const ring = smem + warp * kRing * kSlot;
   const int j = lane / L, sbl = (lane % L) >> 2, u = lane & 3;
   const XView xv{p.xq, p.x_row_bytes, p.x_q_bytes, p.k / 32};
 
@@ -139,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) moe_linear_blocks_kernel(const MoeBl
       const int64_t end = a + int64_t{rows - 1} * p.row_bytes + int64_t{nsb} * SBB;
       const int64_t a0 = a & ~int64_t{15};
       const int nvec = static_cast<int>((end - a0 + 15) >> 4);
-      uint8_t* slot = ring + (s % kSlots) * kSlot;
+      uint8_t* slot = ring + (s % kRing) * kSlot;
       for (int v = lane; v < nvec; v += 32) {
         const int64_t at = a0 + 16 * int64_t{v};
         const int64_t left = p.w_bytes - at;
@@ -154,14 +153,14 @@ __global__ void __launch_bounds__(kThreads) moe_linear_blocks_kernel(const MoeBl
   for (int r0 = lo; r0 < hi; r0 += C) {
     float acc[C];
 #pragma unroll
-    for (int s = 0; s < kSlots - 1; ++s) issue(s);
+    for (int s = 0; s < kRing - 1; ++s) issue(s);
     if (!waited) {
       pdl_wait();
       waited = true;
     }
     for (int s = 0; s < total; ++s) {
-      issue(s + kSlots - 1);
-      device::cp_async_wait<kSlots - 1>();
+      issue(s + kRing - 1);
+      device::cp_async_wait<kRing - 1>();
       __syncwarp();
       int row, sb0, nsb;
       const int64_t a = stage_start(s, row, sb0, nsb);
@@ -171,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) moe_linear_blocks_kernel(const MoeBl
       }
       if (sbl < nsb && row + j < p.n) {
         // Rows of a group are whole rows (P > 1 only when a stage holds a row), row_bytes apart.
-        const uint8_t* sb = ring + (s % kSlots) * kSlot + (a & 15) + j * p.row_bytes + sbl * SBB;
+        const uint8_t* sb = ring + (s % kRing) * kSlot + (a & 15) + j * p.row_bytes + sbl * SBB;
         uint32_t q[16];
         quant::unit_words<Q>(sb, u, q);
         quant::unit_accumulate<Q, C>(acc, q, sb, u, sb0 + sbl, xv, r0);
