@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cuda/cuda_consistency.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
 
 namespace dspark::test {
@@ -368,6 +369,42 @@ TEST(CudaMoe, LinearGatherEqualsGatherThenLinear) {
                                              name_of(in), n, experts, k, rows, cols);
         expect_equal(y.gpu, y_ref.gpu, what);
         expect_close(y.gpu, y.cpu, 1e-5, what);
+      }
+    }
+  }
+}
+
+// moe_linear_swiglu with block experts computes SwiGLU while rounding x: the same bits as swiglu
+// then moe_linear on the device; against the CPU (its own expf in SwiGLU, so an int8 x value may
+// round the other way) within 2e-2 relative RMS.
+TEST(CudaMoe, LinearSwigluEqualsSwigluThenLinear) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 800;
+  for (const auto [n, experts, k, rows, inter] :
+       {std::array<int64_t, 5>{1, 16, 8, 64, 768}, {17, 16, 4, 40, 512}, {3, 8, 2, 24, 2048}}) {
+    const Pair ids = vector_pair(random_expert_choices(n, experts, k, seed++), Shape{n, k});
+    const GroupsPair g = group_both(ctx, ids, experts);
+    const int64_t m = n * k;
+    for (QuantType q : {QuantType::q4_k, QuantType::q6_k, QuantType::q8_0, QuantType::q4_0}) {
+      const BlockExperts w = random_block_experts(q, experts * rows, inter, seed++);
+      const WeightMatrix wg = w.gpu(q, experts * rows, inter);
+      for (DType dt : kFloatDTypes) {
+        const Pair gate_up = random_pair(dt, Shape{m, 2 * inter}, seed++);
+        const Pair act = zeros_pair(dt, Shape{m, inter}), act_ref = zeros_pair(dt, Shape{m, inter});
+        const Pair y = zeros_pair(DType::f32, Shape{m, rows}),
+                   y_ref = zeros_pair(DType::f32, Shape{m, rows});
+        swiglu(ctx.gpu, gate_up.gpu->slice(1, 0, inter), gate_up.gpu->slice(1, inter, 2 * inter),
+               act_ref.gpu);
+        moe_linear(ctx.gpu, act_ref.gpu, wg, g.gpu(), y_ref.gpu);
+        moe_linear_swiglu(ctx.gpu, gate_up.gpu, act.gpu, wg, g.gpu(), y.gpu);
+        moe_linear_swiglu(ctx.cpu, gate_up.cpu, act.cpu, w.cpu(q, experts * rows, inter), g.cpu(),
+                          y.cpu);
+        ctx.gpu.synchronize();
+        const std::string what = fmt::format("{} {} n={} E={} k={} N={} I={}", quant_type_name(q),
+                                             name_of(dt), n, experts, k, rows, inter);
+        expect_equal(y.gpu, y_ref.gpu, what);
+        expect_close(y.gpu, y.cpu, 2e-2, what);
       }
     }
   }

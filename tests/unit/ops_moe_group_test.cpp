@@ -9,6 +9,7 @@
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
 #include "dspark/core/error.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/moe.h"
 
 namespace dspark {
@@ -120,6 +121,28 @@ TEST(OpsMoeGroup, LinearGatherEqualsGatherThenLinear) {
   moe_linear_gather(ctx, x, rows_buf, WeightMatrix::dense(w), g.view(), y);
   EXPECT_EQ(to_f32_vector(y.view()), to_f32_vector(y_ref.view()));
   EXPECT_EQ(to_f32_vector(rows_buf.view()), gv);
+}
+
+// moe_linear_swiglu: SwiGLU's rows (left in act on the CPU) times the experts.
+TEST(OpsMoeGroup, LinearSwigluEqualsSwigluThenLinear) {
+  Context ctx(Device::cpu());
+  const int64_t n = 5, experts = 4, k = 2, rows = 3, inter = 16;
+  const std::vector<int32_t> ids = random_expert_choices(n, experts, k, 21);
+  const OwnedTensor t = OwnedTensor::from_vector(ids, Shape{n, k}, Device::cpu());
+  Groups g(n, experts, k);
+  moe_group(ctx, t, g.view());
+  const OwnedTensor gate_up = random_tensor(DType::f32, Shape{n * k, 2 * inter}, 22, 1.0f);
+  const OwnedTensor w = random_tensor(DType::f32, Shape{experts * rows, inter}, 23, 1.0f);
+  OwnedTensor act(DType::f32, Shape{n * k, inter}, Device::cpu());
+  OwnedTensor act_ref(DType::f32, Shape{n * k, inter}, Device::cpu());
+  OwnedTensor y(DType::f32, Shape{n * k, rows}, Device::cpu());
+  OwnedTensor y_ref(DType::f32, Shape{n * k, rows}, Device::cpu());
+  const Tensor gu = gate_up;
+  swiglu(ctx, gu.slice(1, 0, inter), gu.slice(1, inter, 2 * inter), act_ref);
+  moe_linear(ctx, act_ref, WeightMatrix::dense(w), g.view(), y_ref);
+  moe_linear_swiglu(ctx, gate_up, act, WeightMatrix::dense(w), g.view(), y);
+  EXPECT_EQ(to_f32_vector(y.view()), to_f32_vector(y_ref.view()));
+  EXPECT_EQ(to_f32_vector(act.view()), to_f32_vector(act_ref.view()));
 }
 
 TEST(OpsMoeGroup, RefusesBadArguments) {

@@ -103,8 +103,7 @@ void moe_block(Context& ctx, const MoeWeights& w, const Tensor& xn, const MoeScr
     moe_linear(ctx, s.rows, w.gate.matrix(), s.groups, s.gate_up.slice(1, 0, inter));
     moe_linear(ctx, s.rows, w.up.matrix(), s.groups, s.gate_up.slice(1, inter, 2 * inter));
   }
-  swiglu(ctx, s.gate_up.slice(1, 0, inter), s.gate_up.slice(1, inter, 2 * inter), s.act);
-  moe_linear(ctx, s.act, w.down.matrix(), s.groups, s.expert_out);
+  moe_linear_swiglu(ctx, s.gate_up, s.act, w.down.matrix(), s.groups, s.expert_out);
   moe_combine(ctx, s.expert_out, s.groups.slots, s.weights, out);
   if (w.has_shared()) {
     mlp_block(ctx, w.shared, xn, s.shared_gate_up, s.shared_act, s.shared_out);

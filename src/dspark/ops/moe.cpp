@@ -7,6 +7,7 @@
 #include "dspark/backend/cpu/kernels.h"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/policy/device.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/dispatch.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/matmul.h"
@@ -269,6 +270,30 @@ void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const 
   }
   gather_rows(ctx, x, g.order, rows);
   moe_linear(ctx, rows, w, g, y);
+}
+
+void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
+                       const WeightMatrix& w, const MoeGroups& g, const Tensor& y) {
+  constexpr const char* kOp = "moe_linear_swiglu";
+  const int64_t m = g.order.size(0), inter = act.size(1);
+  if (ctx.is_cuda() && w.format == WeightFormat::blocks && m > 0 &&
+      moe_linear_on_device(ctx, w, act.dtype(), m) && gate_up.dtype() == act.dtype()) {
+    check_float_rows(kOp, "gate_up", gate_up, ctx);
+    check_float_rows(kOp, "act", act, ctx);
+    check_float_rows(kOp, "y", y, ctx);
+    check_groups(kOp, g, m, ctx);
+    check_shape(kOp, "gate_up", gate_up, Shape{m, 2 * inter});
+    const int64_t experts = g.offsets.size(0) - 1;
+    DSPARK_CHECK(w.n > 0 && w.n % experts == 0, "{}: w has {} rows, not a multiple of {} experts",
+                 kOp, w.n, experts);
+    DSPARK_CHECK(inter == w.k, "{}: act has {} columns, w takes {}", kOp, inter, w.k);
+    check_shape(kOp, "y", y, Shape{m, w.n / experts});
+    check_on_device(kOp, "w", w.data, ctx);
+    DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, gate_up, w, g, y, false, act.dtype()));
+    return;
+  }
+  swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);
+  moe_linear(ctx, act, w, g, y);
 }
 
 }  // namespace dspark

@@ -79,6 +79,13 @@ void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeG
 // that need one. CUDA's block experts (moe_linear_on_device) read the rows of x in place.
 void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const WeightMatrix& w,
                        const MoeGroups& g, const Tensor& y);
+// moe_linear of SwiGLU's rows: act = swiglu(gate_up[:, :I], gate_up[:, I:]) (ops/activation.h) in
+// act's dtype, I = act.size(1) = w.k, then y = moe_linear(act, w, g); gate_up [m, 2 I] and act
+// [m, I] with rows contiguous. The same as swiglu then moe_linear on the same backend, bit for bit;
+// act gets SwiGLU's rows on the paths that need them. CUDA's block experts (moe_linear_on_device)
+// compute them while rounding x and leave act unwritten.
+void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
+                       const WeightMatrix& w, const MoeGroups& g, const Tensor& y);
 // Whether moe_linear of m rows of x dtype `x` runs without waiting for the host (it then can be
 // captured in a CUDA graph): always on the CPU; on CUDA for m <= kMoeDeviceRows and either a dense
 // w of bf16, f16 or f32 with x of w's dtype and K a multiple of 16 bytes of it, or GGUF blocks

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "dspark/backend/context.h"
@@ -52,9 +53,12 @@ void moe_route_grouped_and_group(Context& ctx, const Tensor& logits, const Tenso
 void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g,
                 const Tensor& y);
 // moe_linear with block-quantized experts (WeightFormat::blocks, K a multiple of 256); with
-// `gather` x holds the tokens' rows and row r of the product is x[g.order[r]] (moe_linear_gather).
+// `gather` x holds the tokens' rows and row r of the product is x[g.order[r]] (moe_linear_gather);
+// with a swiglu_act dtype x holds [gate | up] rows of 2K values and the product's x is their
+// swiglu in that dtype (moe_linear_swiglu).
 void moe_linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
-                       const Tensor& y, bool gather = false);
+                       const Tensor& y, bool gather = false,
+                       std::optional<DType> swiglu_act = std::nullopt);
 // linear_per_head in one launch; false (nothing launched) where the kernel does not take the
 // call's dtypes or alignment.
 bool linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y);

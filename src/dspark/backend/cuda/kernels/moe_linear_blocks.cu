@@ -5,7 +5,9 @@
 //  - x: one kernel (a CTA per row) rounds the m grouped rows into the context's scratch (the x
 //    region layout of quant_dp4a.cuh), padded by kMaxRows rows: a group of C rows past the
 //    expert's last reads them and never stores their sums. With moe_linear_gather's `order` it
-//    reads grouped row r from the tokens' row order[r] (no gathered copy of x).
+//    reads grouped row r from the tokens' row order[r] (no gathered copy of x); with
+//    moe_linear_swiglu's gate and up rows it computes SwiGLU's outputs as it reads them (no
+//    SwiGLU launch, no act rows).
 //  - Launches: the product is a programmatic dependent of the rounding kernel, which lets it
 //    start at once; its CTAs read the grouping (written before the rounding kernel started) and
 //    request their first weight stages, then wait for x (pdl.cuh).
@@ -70,7 +72,9 @@ struct MoeBlocksParams {
 };
 
 // The rows to round (quant::quantize_x's parameters): m rows of x, ldx apart; with `order`, row r
-// of the region from row order[r] of x.
+// of the region from row order[r] of x. With up_offset > 0, x holds SwiGLU's gate and up halves
+// (up at up_offset values past gate) and the values rounded are swiglu's outputs in act_kind
+// (activation.cu's Silu and its store: the bits the swiglu op would write).
 struct XRows {
   const void* x;
   device::FloatKind x_kind;
@@ -78,6 +82,22 @@ struct XRows {
   int m, k;
   QuantGemvLayout layout;
   const int32_t* order;
+  int64_t up_offset;
+  device::FloatKind act_kind;
+
+  __device__ __forceinline__ void load_row8(int r, int col, float (&v)[8]) const {
+    quant::load8(x, r * ldx + col, x_kind, v);
+    if (up_offset == 0) return;
+    float u[8];
+    quant::load8(x, r * ldx + up_offset + col, x_kind, u);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float a = v[j] / (1.0f + expf(-v[j])) * u[j];
+      v[j] = act_kind == device::FloatKind::bf16  ? __bfloat162float(__float2bfloat16_rn(a))
+             : act_kind == device::FloatKind::f16 ? __half2float(__float2half_rn(a))
+                                                  : a;
+    }
+  }
 };
 
 // One CTA per row of x. The product after it may start at once (it waits for this grid before
@@ -208,7 +228,7 @@ void launch(const MoeBlocksParams& p, const XRows& src, uint8_t* region, int64_t
 }  // namespace
 
 void moe_linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
-                       const Tensor& y, bool gather) {
+                       const Tensor& y, bool gather, std::optional<DType> swiglu_act) {
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t experts = g.offsets.size(0) - 1, m = g.order.size(0), n = w.n / experts, k = w.k;
   DSPARK_CHECK(w.format == WeightFormat::blocks && k >= 256 && k % 256 == 0 &&
@@ -231,7 +251,9 @@ void moe_linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, con
                   static_cast<int>(m),
                   static_cast<int>(k),
                   layout,
-                  gather ? g.order.data_as<int32_t>() : nullptr};
+                  gather ? g.order.data_as<int32_t>() : nullptr,
+                  swiglu_act ? k : 0,
+                  float_kind(swiglu_act.value_or(x.dtype()))};
   MoeBlocksParams p{};
   p.w = static_cast<const uint8_t*>(w.data.data());
   p.row_bytes = w.data.size(1);

@@ -110,7 +110,8 @@ __device__ __forceinline__ void load8(const void* x, int64_t i, device::FloatKin
 // groups per thread are issued before any of their math. Thread `tid` of the kThreads threads of a
 // CTA (every thread calls it: the lanes of a block shuffle). P: the call's parameters, with x
 // (m rows of k values, ldx apart, of kind x_kind; k a multiple of 256) and the region's row layout
-// (layout.x_row_bytes, layout.x_q_bytes: QuantGemvLayout).
+// (layout.x_row_bytes, layout.x_q_bytes: QuantGemvLayout). A P with a member load_row8(r, col, v)
+// supplies the 8 values itself.
 template <QuantType Q, int kThreads, typename P>
 __device__ void quantize_x(const P& p, uint8_t* region, int tid) {
   constexpr int kUnroll = 4;
@@ -123,7 +124,10 @@ __device__ void quantize_x(const P& p, uint8_t* region, int tid) {
       const int g = base + it * kThreads + tid;
       if (g < groups) {
         const int r = g / groups_per_row, col = 8 * (g % groups_per_row);
-        load8(p.x, r * p.ldx + col, p.x_kind, v[it]);
+        if constexpr (requires { p.load_row8(r, col, v[it]); })
+          p.load_row8(r, col, v[it]);  // a caller that computes x's values as it loads them
+        else
+          load8(p.x, r * p.ldx + col, p.x_kind, v[it]);
       } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j) v[it][j] = 0.0f;
