@@ -243,6 +243,55 @@ TEST(CudaMoe, LinearMatchesCpu) {
   }
 }
 
+// Dense experts: moe_linear_gather and moe_linear_swiglu read x through the grouping / compute
+// SwiGLU as they load it, with the same bits as gather_rows or swiglu then moe_linear on the
+// device, and close to the CPU's.
+TEST(CudaMoe, LinearDenseGatherAndSwigluEqualUnfused) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 950;
+  for (const auto [n, experts, k, rows, cols] :
+       {std::array<int64_t, 5>{1, 16, 8, 72, 256}, {17, 16, 4, 40, 512}, {5, 8, 2, 24, 2048}}) {
+    const Pair ids = vector_pair(random_expert_choices(n, experts, k, seed++), Shape{n, k});
+    const GroupsPair g = group_both(ctx, ids, experts);
+    const int64_t m = n * k;
+    for (DType dt : kFloatDTypes) {
+      const Pair w = random_pair(dt, Shape{experts * rows, cols}, seed++, 0.05f);
+      const WeightMatrix wg = WeightMatrix::dense(w.gpu), wc = WeightMatrix::dense(w.cpu);
+      const std::string what =
+          fmt::format("{} n={} E={} k={} N={} K={}", name_of(dt), n, experts, k, rows, cols);
+      {  // gather
+        const Pair x = random_pair(dt, Shape{n, cols}, seed++);
+        const Pair rows_buf = zeros_pair(dt, Shape{m, cols}),
+                   gathered = zeros_pair(dt, Shape{m, cols});
+        const Pair y = zeros_pair(DType::f32, Shape{m, rows}),
+                   y_ref = zeros_pair(DType::f32, Shape{m, rows});
+        gather_rows(ctx.gpu, x.gpu, g.order.gpu, gathered.gpu);
+        moe_linear(ctx.gpu, gathered.gpu, wg, g.gpu(), y_ref.gpu);
+        moe_linear_gather(ctx.gpu, x.gpu, rows_buf.gpu, wg, g.gpu(), y.gpu);
+        moe_linear_gather(ctx.cpu, x.cpu, rows_buf.cpu, wc, g.cpu(), y.cpu);
+        ctx.gpu.synchronize();
+        expect_equal(y.gpu, y_ref.gpu, "gather " + what);
+        expect_close(y.gpu, y.cpu, 1e-5, "gather " + what);
+      }
+      {  // swiglu
+        const Pair gate_up = random_pair(dt, Shape{m, 2 * cols}, seed++);
+        const Pair act = zeros_pair(dt, Shape{m, cols}), act_ref = zeros_pair(dt, Shape{m, cols});
+        const Pair y = zeros_pair(DType::f32, Shape{m, rows}),
+                   y_ref = zeros_pair(DType::f32, Shape{m, rows});
+        swiglu(ctx.gpu, gate_up.gpu->slice(1, 0, cols), gate_up.gpu->slice(1, cols, 2 * cols),
+               act_ref.gpu);
+        moe_linear(ctx.gpu, act_ref.gpu, wg, g.gpu(), y_ref.gpu);
+        moe_linear_swiglu(ctx.gpu, gate_up.gpu, act.gpu, wg, g.gpu(), y.gpu);
+        moe_linear_swiglu(ctx.cpu, gate_up.cpu, act.cpu, wc, g.cpu(), y.cpu);
+        ctx.gpu.synchronize();
+        expect_equal(y.gpu, y_ref.gpu, "swiglu " + what);
+        expect_close(y.gpu, y.cpu, tolerance(dt), "swiglu " + what);
+      }
+    }
+  }
+}
+
 // A token's rows are the same bits whether it is routed alone or among 16 other tokens (so a
 // verify's rows equal a decode's).
 TEST(CudaMoe, LinearRowsDoNotDependOnTheBatch) {

@@ -254,8 +254,7 @@ void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const 
                        const MoeGroups& g, const Tensor& y) {
   constexpr const char* kOp = "moe_linear_gather";
   const int64_t m = g.order.size(0);
-  if (ctx.is_cuda() && w.format == WeightFormat::blocks && m > 0 &&
-      moe_linear_on_device(ctx, w, x.dtype(), m)) {
+  if (ctx.is_cuda() && m > 0 && moe_linear_on_device(ctx, w, x.dtype(), m)) {
     check_float_rows(kOp, "x", x, ctx);
     check_float_rows(kOp, "y", y, ctx);
     check_groups(kOp, g, m, ctx);
@@ -265,7 +264,11 @@ void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const 
     DSPARK_CHECK(x.size(1) == w.k, "{}: x has {} columns, w takes {}", kOp, x.size(1), w.k);
     check_shape(kOp, "y", y, Shape{m, w.n / experts});
     check_on_device(kOp, "w", w.data, ctx);
-    DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, x, w, g, y, /*gather=*/true));
+    if (w.format == WeightFormat::blocks) {
+      DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, x, w, g, y, /*gather=*/true));
+    } else {
+      DSPARK_ON_CUDA(cuda::moe_linear(ctx, x, w.data, g, y, /*gather=*/true));
+    }
     return;
   }
   gather_rows(ctx, x, g.order, rows);
@@ -276,8 +279,8 @@ void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
                        const WeightMatrix& w, const MoeGroups& g, const Tensor& y) {
   constexpr const char* kOp = "moe_linear_swiglu";
   const int64_t m = g.order.size(0), inter = act.size(1);
-  if (ctx.is_cuda() && w.format == WeightFormat::blocks && m > 0 &&
-      moe_linear_on_device(ctx, w, act.dtype(), m) && gate_up.dtype() == act.dtype()) {
+  if (ctx.is_cuda() && m > 0 && moe_linear_on_device(ctx, w, act.dtype(), m) &&
+      gate_up.dtype() == act.dtype()) {
     check_float_rows(kOp, "gate_up", gate_up, ctx);
     check_float_rows(kOp, "act", act, ctx);
     check_float_rows(kOp, "y", y, ctx);
@@ -289,7 +292,11 @@ void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
     DSPARK_CHECK(inter == w.k, "{}: act has {} columns, w takes {}", kOp, inter, w.k);
     check_shape(kOp, "y", y, Shape{m, w.n / experts});
     check_on_device(kOp, "w", w.data, ctx);
-    DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, gate_up, w, g, y, false, act.dtype()));
+    if (w.format == WeightFormat::blocks) {
+      DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, gate_up, w, g, y, false, act.dtype()));
+    } else {
+      DSPARK_ON_CUDA(cuda::moe_linear(ctx, gate_up, w.data, g, y, false, /*swiglu=*/true));
+    }
     return;
   }
   swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);

@@ -13,6 +13,9 @@
 //  - Per output, a lane sums its chunks in column order and the warp adds its lanes with a xor
 //    butterfly: the order depends on K only, so a row's result does not depend on how many rows
 //    the call or its expert has.
+//  - moe_linear_gather: grouped row r of x is the tokens' row order[r]; moe_linear_swiglu: x's
+//    rows hold [gate | up] and each chunk of x is SwiGLU's output (activation.cu's Silu, rounded
+//    to x's dtype as the swiglu op stores it), computed as it is loaded.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -38,7 +41,22 @@ struct MoeLinearParams {
   int64_t n, k, x_stride, y_stride;
   int64_t x_matrix_stride = 0, y_matrix_stride = 0;
   int rows = 0;
+  const int32_t* order = nullptr;  // moe_linear_gather: x row of grouped row r
+  int64_t up_offset = 0;           // moe_linear_swiglu: up's values this far past gate's
 };
+
+// kVec values of x at xr + col: as stored, or SwiGLU's outputs of gate (xr) and up (+ up_offset).
+template <typename T, int kVec>
+__device__ __forceinline__ void load_x(const T* xr, int64_t col, int64_t up_offset,
+                                       float (&xv)[kVec]) {
+  device::load_vec(xr + col, xv);
+  if (up_offset == 0) return;
+  float u[kVec];
+  device::load_vec(xr + up_offset + col, u);
+#pragma unroll
+  for (int v = 0; v < kVec; ++v)
+    xv[v] = device::to_float(device::from_float<T>(xv[v] / (1.0f + expf(-xv[v])) * u[v]));
+}
 
 template <typename T, typename TY, int C>
 __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams<T, TY> p) {
@@ -80,13 +98,14 @@ __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         if (r + c >= hi) break;
-        const T* xr = x + static_cast<int64_t>(r + c) * p.x_stride;
+        const int64_t xrow = p.order != nullptr ? p.order[r + c] : r + c;
+        const T* xr = x + xrow * p.x_stride;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t col = col0 + int64_t{u} * 32 * kVec;
           if (col >= p.k) break;
           float xv[kVec];
-          device::load_vec(xr + col, xv);
+          load_x<T, kVec>(xr, col, p.up_offset, xv);
 #pragma unroll
           for (int i = 0; i < kRowsPerWarp; ++i) {
             const T* we = reinterpret_cast<const T*>(&a[i][u]);
@@ -138,6 +157,8 @@ struct Launch {
   unsigned matrices = 0;  // grid.y
   int rows = 0;           // without offsets: every matrix's rows
   int64_t max_rows = 0;   // the most rows a matrix has (picks C)
+  const int32_t* order = nullptr;
+  int64_t up_offset = 0;
 };
 
 void launch_typed(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
@@ -159,6 +180,8 @@ void launch_typed(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
         p.x_matrix_stride = l.x_matrix_stride;
         p.y_matrix_stride = l.y_matrix_stride;
         p.rows = l.rows;
+        p.order = l.order;
+        p.up_offset = l.up_offset;
         launch(p, l.max_rows, l.matrices, stream_of(ctx));
       }
     });
@@ -167,10 +190,10 @@ void launch_typed(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
 
 }  // namespace
 
-void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g,
-                const Tensor& y) {
+void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g, const Tensor& y,
+                bool gather, bool swiglu) {
   const RowView xv = row_view(x), yv = row_view(y);
-  const int64_t experts = g.offsets.size(0) - 1, m = xv.rows;
+  const int64_t experts = g.offsets.size(0) - 1, m = g.order.size(0);
   DSPARK_CHECK(w.is_contiguous() && device::is_aligned16(w.data()) &&
                    device::is_aligned16(x.data()) &&
                    (xv.stride * static_cast<int64_t>(dtype_size(x.dtype()))) % 16 == 0,
@@ -180,7 +203,9 @@ void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups&
                dtype_name(x.dtype()), dtype_name(w.dtype()), dtype_name(y.dtype()));
   Launch l;
   l.n = w.size(0) / experts;
-  l.k = xv.cols;
+  l.k = w.size(1);
+  l.order = gather ? g.order.data_as<int32_t>() : nullptr;
+  l.up_offset = swiglu ? l.k : 0;
   l.x_stride = xv.stride;
   l.y_stride = yv.stride;
   l.offsets = g.offsets.data_as<int32_t>();
