@@ -6,7 +6,8 @@
 //   memory; each lane scores whole groups (their top 2), then warp-wide rounds pick the groups
 //   and the experts.
 //   moe_combine: one block per row, threads over the columns, the k choices summed in order (the
-//   row's expert rows and weights staged in shared memory first).
+//   row's expert rows and weights staged in shared memory first); a programmatic dependent of the
+//   expert product before it.
 //   moe_group: one warp. It counts the pairs per expert in shared memory, scans the counts into
 //   offsets (and the list of experts with rows), then places the pairs 32 at a time in index
 //   order: lanes choosing one expert take consecutive rows by lane (__match_any_sync), so the
@@ -21,6 +22,7 @@
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -211,6 +213,8 @@ __global__ void moe_combine_kernel(const TE* expert_out, int64_t e_stride, const
   // on them, and run ahead of the in-order sum.
   __shared__ const TE* s_row[kMaxCombineChoices];
   __shared__ float s_w[kMaxCombineChoices];
+  pdl_wait();  // a programmatic dependent (pdl.cuh): the next kernel may launch from here on
+  pdl_launch_dependents();
   const int64_t r = blockIdx.x;
   for (int j = static_cast<int>(threadIdx.x); j < k; j += static_cast<int>(blockDim.x)) {
     s_row[j] = expert_out + static_cast<int64_t>(slots[r * k + j]) * e_stride;
@@ -396,9 +400,11 @@ void moe_combine(Context& ctx, const Tensor& expert_out, const Tensor& slots, co
   const int threads = static_cast<int>(std::clamp<int64_t>(ceil_div(ov.cols, 32) * 32, 32, 512));
   dispatch_float(expert_out.dtype(), [&]<typename TE>(TypeTag<TE>) {
     dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
-      moe_combine_kernel<<<static_cast<unsigned>(ov.rows), threads, 0, stream_of(ctx)>>>(
-          device_ptr<TE>(expert_out), ev.stride, slots.data_as<int32_t>(), weights.data_as<float>(),
-          static_cast<int>(slots.size(1)), device_ptr<TO>(out), ov.stride, ov.cols);
+      launch_pdl(moe_combine_kernel<device_t<TE>, device_t<TO>>,
+                 dim3(static_cast<unsigned>(ov.rows)), dim3(static_cast<unsigned>(threads)), 0,
+                 stream_of(ctx), device_ptr<TE>(expert_out), ev.stride, slots.data_as<int32_t>(),
+                 weights.data_as<float>(), static_cast<int>(slots.size(1)), device_ptr<TO>(out),
+                 ov.stride, ov.cols);
       DSPARK_CUDA_CHECK_LAUNCH();
     });
   });

@@ -13,6 +13,7 @@
 //  - Per output, a lane sums its chunks in column order and the warp adds its lanes with a xor
 //    butterfly: the order depends on K only, so a row's result does not depend on how many rows
 //    the call or its expert has.
+//  - Launched as a programmatic dependent (pdl.cuh) of the kernel before it.
 //  - moe_linear_gather: grouped row r of x is the tokens' row order[r]; moe_linear_swiglu: x's
 //    rows hold [gate | up] and each chunk of x is SwiGLU's output (activation.cu's Silu, rounded
 //    to x's dtype as the swiglu op stores it), computed as it is loaded.
@@ -25,6 +26,7 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/gemv_tile.cuh"
+#include "dspark/backend/cuda/kernels/pdl.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -61,6 +63,8 @@ __device__ __forceinline__ void load_x(const T* xr, int64_t col, int64_t up_offs
 template <typename T, typename TY, int C>
 __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams<T, TY> p) {
   constexpr int kVec = device::kVecWidth<T>;
+  pdl_wait();  // a programmatic dependent (pdl.cuh): the next kernel may launch from here on
+  pdl_launch_dependents();
   const int slot = static_cast<int>(blockIdx.y);
   int64_t e = slot;
   int lo = 0, hi = p.rows;
@@ -138,15 +142,14 @@ void launch(const MoeLinearParams<T, TY>& p, int64_t rows_per_expert, unsigned s
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, int64_t{kWarps} * kRowsPerWarp)), slots);
   const dim3 block(kWarps * 32);
   if (rows_per_expert <= 1) {
-    moe_linear_kernel<T, TY, 1><<<grid, block, 0, stream>>>(p);
+    launch_pdl(moe_linear_kernel<T, TY, 1>, grid, block, 0, stream, p);
   } else if (rows_per_expert <= 2) {
-    moe_linear_kernel<T, TY, 2><<<grid, block, 0, stream>>>(p);
+    launch_pdl(moe_linear_kernel<T, TY, 2>, grid, block, 0, stream, p);
   } else if (rows_per_expert <= 4) {
-    moe_linear_kernel<T, TY, 4><<<grid, block, 0, stream>>>(p);
+    launch_pdl(moe_linear_kernel<T, TY, 4>, grid, block, 0, stream, p);
   } else {
-    moe_linear_kernel<T, TY, 8><<<grid, block, 0, stream>>>(p);
+    launch_pdl(moe_linear_kernel<T, TY, 8>, grid, block, 0, stream, p);
   }
-  DSPARK_CUDA_CHECK_LAUNCH();
 }
 
 // The call's shape, whichever op it comes from.

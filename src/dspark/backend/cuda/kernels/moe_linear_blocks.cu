@@ -176,6 +176,7 @@ __global__ void __launch_bounds__(kThreads) moe_linear_blocks_kernel(const MoeBl
     for (int s = 0; s < kRing - 1; ++s) issue(s);
     if (!waited) {
       pdl_wait();
+      pdl_launch_dependents();  // moe_combine may launch (it waits for this grid)
       waited = true;
     }
     for (int s = 0; s < total; ++s) {
