@@ -25,7 +25,8 @@
 //               [--profile-ops] [--device cuda] [--json FILE]
 // --batch B: B rows (requests) of --context random tokens each decode together (all prefilled
 // before the first round: SpecConfig::prefill_first); the decode step
-// reports tok/s (B per step) and reads the weights once plus every row's K/V. --context and
+// reports tok/s (B per step) and reads the weights once plus every row's K/V (of a MoE model's
+// routed experts only the share B rows choose: "step_weight_bytes" in the JSON). --context and
 // --batch take comma lists (e.g. --context 512,4096,16384 --batch 1,4,16): every combination is
 // measured in turn with the model loaded once, one table each, and the JSON holds them under
 // "runs" (a single combination keeps the flat layout).
@@ -48,6 +49,7 @@
 // round (draft / verify / rest, SpecConfig::cpu_times) and of the verify phase (batch build,
 // target forward, verifier launch, readback wait + acceptance).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -114,8 +116,18 @@ nlohmann::json run_config(const Options& o, Model& target, Context& ctx, Created
   const PhaseMs plain = measure(target, ctx, nullptr, 0, prompts, o.rounds);
   nlohmann::json j = {{"context", context}, {"batch", batch}};
   // Bytes a decode step reads: the weights once, every row's K/V (the context grows by half the
-  // measured rounds on average).
-  const double step_bytes = weight_bytes + kv_token * batch * (context + o.rounds / 2.0);
+  // measured rounds on average). Of a MoE model's routed experts only the share the step's rows
+  // choose: 1 - (1 - k / E)^batch of them for rows routed independently and uniformly.
+  const ModelConfig& mc = target.config();
+  const double routed = static_cast<double>(target.routed_expert_bytes());
+  const double share =
+      mc.num_experts > 0
+          ? 1.0 - std::pow(1.0 - static_cast<double>(mc.num_experts_per_tok) / mc.num_experts,
+                           static_cast<double>(batch))
+          : 1.0;
+  const double read_weight_bytes = weight_bytes - routed * (1.0 - share);
+  const double step_bytes = read_weight_bytes + kv_token * batch * (context + o.rounds / 2.0);
+  j["step_weight_bytes"] = read_weight_bytes;
   const double gbs = step_bytes / (plain.round * 1e-3) / 1e9;
   const double tok_s = batch / (plain.round * 1e-3);
   j["decode_step_ms"] = plain.round;
@@ -550,7 +562,11 @@ int main_impl(int argc, char** argv) {
     }
   }
   if (bandwidth > 0)
-    std::printf("copy bandwidth %.0f GB/s; weights %.2f GB\n", bandwidth / 1e9, weight_bytes / 1e9);
+    std::printf(
+        "copy bandwidth %.0f GB/s; weights %.2f GB (routed experts %.2f GB, of which a "
+        "decode step reads its rows' share)\n",
+        bandwidth / 1e9, weight_bytes / 1e9,
+        static_cast<double>(target->routed_expert_bytes()) / 1e9);
   std::printf("%s\n", j.dump().c_str());
   if (!o.json_file.empty()) std::ofstream(o.json_file) << j.dump(2) << "\n";
   return 0;

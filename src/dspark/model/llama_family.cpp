@@ -168,6 +168,12 @@ class LlamaFamilyModel final : public Model {
   bool cuda_graphs() const override { return graphs_enabled_; }
   ForwardStats forward_stats() const override { return stats_; }
   void reset_forward_stats() override { stats_ = ForwardStats{}; }
+  int64_t routed_expert_bytes() const override {
+    int64_t bytes = 0;
+    for (const LayerWeights& lw : layers_)
+      if (lw.moe.defined()) bytes += lw.moe.expert_bytes();
+    return bytes;
+  }
 
  private:
   struct Activations {

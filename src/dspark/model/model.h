@@ -101,6 +101,9 @@ class Model {
   virtual bool cuda_graphs() const { return false; }
   virtual ForwardStats forward_stats() const { return {}; }
   virtual void reset_forward_stats() {}
+  // Bytes of the routed experts' weights of the MoE layers (0 for dense models): a token reads
+  // only its chosen experts' share of them, which benchmarks count instead of all of them.
+  virtual int64_t routed_expert_bytes() const { return 0; }
 };
 
 // Loads a Hugging Face checkpoint directory (config.json + safetensors). `dtype` is the engine

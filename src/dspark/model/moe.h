@@ -27,6 +27,11 @@ struct ExpertMatrix {
     return blocks.defined() ? blocks.parts[0].w : WeightMatrix::dense(dense.view());
   }
   bool defined() const { return blocks.defined() || dense->defined(); }
+  int64_t bytes() const {
+    return blocks.defined()   ? blocks.bytes()
+           : dense->defined() ? static_cast<int64_t>(dense->nbytes())
+                              : 0;
+  }
 };
 
 struct MoeWeights {
@@ -45,6 +50,10 @@ struct MoeWeights {
   MoeGroupRouting grouped;
   MlpWeights shared;  // mlp.shared_experts, run on every token (config.n_shared_experts > 0)
   bool defined() const { return experts > 0; }
+  // The routed experts' bytes (gate, up and down; not the router or the shared expert).
+  int64_t expert_bytes() const {
+    return gate_up.bytes() + gate.bytes() + up.bytes() + down.bytes();
+  }
   bool has_shared() const { return shared.gate_up->defined() || shared.gate_up_q.defined(); }
 };
 
