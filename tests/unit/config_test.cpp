@@ -402,6 +402,58 @@ TEST(ModelConfig, Glm4MoeDefaultsAndKeys) {
   expect_error([&] { parse_model_config(j); }, ErrorKind::io, {"at least 2 experts per group"});
 }
 
+// GlmMoeDsaConfig's defaults (GLM-5's MLA and indexer sizes, 3 dense layers, rms_norm_eps 1e-5,
+// always interleaved rope), `indexer_types` and `mlp_layer_types`, and their bad values.
+TEST(ModelConfig, GlmMoeDsaDefaultsAndKeys) {
+  json j = base("GlmMoeDsaForCausalLM");
+  j["num_key_value_heads"] = 4;
+  ModelConfig c = parse_model_config(j);
+  EXPECT_EQ(c.model_type, "glm_moe_dsa");
+  EXPECT_TRUE(c.mla());
+  EXPECT_TRUE(c.dsa());
+  EXPECT_EQ(c.q_lora_rank, 2048);
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.qk_nope_head_dim, 192);
+  EXPECT_EQ(c.qk_rope_head_dim, 64);
+  EXPECT_EQ(c.v_head_dim, 256);
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.index_topk, 2048);
+  EXPECT_EQ(c.index_n_heads, 32);
+  EXPECT_EQ(c.index_head_dim, 128);
+  EXPECT_EQ(c.index_shared, std::vector<bool>(4, false));
+  EXPECT_EQ(c.num_experts, 256);
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, false, false, true}));
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{1});
+
+  j["rope_interleave"] = false;  // not a GlmMoeDsaConfig key: the rope stays interleaved
+  j["index_topk"] = 6;
+  j["indexer_types"] = {"full", "shared", "full", "shared"};
+  j["mlp_layer_types"] = {"dense", "sparse", "dense", "sparse"};
+  c = parse_model_config(j);
+  EXPECT_TRUE(c.rope_interleave);
+  EXPECT_EQ(c.index_topk, 6);
+  EXPECT_EQ(c.index_shared, (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, false, true}));
+
+  auto expect_bad = [&](const char* key, json value, ErrorKind kind,
+                        std::initializer_list<std::string> needles) {
+    json bad = j;
+    bad[key] = std::move(value);
+    expect_error([&] { parse_model_config(bad); }, kind, needles);
+  };
+  expect_bad("indexer_types", {"shared", "full", "full", "full"}, ErrorKind::io,
+             {"indexer_types[0]"});
+  expect_bad("indexer_types", {"full", "dense", "full", "full"}, ErrorKind::io,
+             {"indexer_types[1]", "dense"});
+  expect_bad("indexer_types", {"full"}, ErrorKind::io, {"indexer_types", "4"});
+  expect_bad("mlp_layer_types", {"dense", "moe", "dense", "dense"}, ErrorKind::io,
+             {"mlp_layer_types[1]"});
+  expect_bad("index_topk", 0, ErrorKind::io, {"index_topk"});
+  expect_bad("index_head_dim", 32, ErrorKind::io, {"index_head_dim (32)"});
+  expect_bad("q_lora_rank", nullptr, ErrorKind::unsupported, {"q_lora_rank"});
+}
+
 TEST(ModelConfig, LlamaDefaultsAndIdForms) {
   json j = base("LlamaForCausalLM");
   j.erase("num_key_value_heads");

@@ -22,9 +22,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kFixtures = {"llama3",    "llama3_sharded", "qwen2",
-                                            "qwen3",     "qwen3_yarn",     "mistral",
-                                            "qwen3_moe", "deepseek_v3",    "glm4_moe"};
+const std::vector<std::string> kFixtures = {
+    "llama3",  "llama3_sharded", "qwen2",       "qwen3",    "qwen3_yarn",
+    "mistral", "qwen3_moe",      "deepseek_v3", "glm4_moe", "glm_moe_dsa"};
 
 fs::path fixture_dir(const std::string& name) {
   return test::data_dir() / "models" / name;
@@ -61,6 +61,14 @@ std::map<std::string, Shape> expected_weights(const ModelConfig& c) {
       w[p + "self_attn.kv_a_layernorm.weight"] = Shape{r};
       w[p + "self_attn.kv_b_proj.weight"] = Shape{heads * (c.qk_nope_head_dim + c.v_head_dim), r};
       w[p + "self_attn.o_proj.weight"] = Shape{h, heads * c.v_head_dim};
+      if (c.dsa() && !c.index_shared[static_cast<size_t>(l)]) {
+        const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+        w[p + "self_attn.indexer.wq_b.weight"] = Shape{ih * id, c.q_lora_rank};
+        w[p + "self_attn.indexer.wk.weight"] = Shape{id, h};
+        w[p + "self_attn.indexer.k_norm.weight"] = Shape{id};
+        w[p + "self_attn.indexer.k_norm.bias"] = Shape{id};
+        w[p + "self_attn.indexer.weights_proj.weight"] = Shape{ih, h};
+      }
     } else {
       w[p + "self_attn.q_proj.weight"] = Shape{q, h};
       w[p + "self_attn.k_proj.weight"] = Shape{kv, h};
@@ -164,6 +172,16 @@ TEST_P(GoldenFixture, CheckpointMatchesConfig) {
     EXPECT_EQ(c.n_shared_experts, 1);
     EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 1.8);
     EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true})) << "layer 0 dense";
+  } else if (name == "glm_moe_dsa") {
+    EXPECT_EQ(c.architecture, "GlmMoeDsaForCausalLM");
+    EXPECT_TRUE(c.mla());
+    EXPECT_TRUE(c.rope_interleave);
+    EXPECT_EQ(c.index_topk, 6);
+    EXPECT_EQ(c.index_n_heads, 8);
+    EXPECT_EQ(c.index_head_dim, 16);
+    EXPECT_EQ(c.index_shared, (std::vector<bool>{false, true, false, true}));
+    EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true})) << "layer 0 dense";
+    EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.0);
   } else if (name == "deepseek_v3") {
     EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
     EXPECT_TRUE(c.mla());
@@ -272,6 +290,37 @@ TEST_P(GoldenFixture, GoldensAreSelfConsistent) {
       max_diff =
           std::max(max_diff, std::fabs(static_cast<double>(logits[(n - 1) * v + j]) - dec[j]));
     EXPECT_LT(max_diff, 1e-3) << p << "last prompt row vs first greedy decision row";
+    // DSA: transformers' selection of each indexer layer, ascending, -1 padded; the prompts run
+    // past index_topk, so the sparse choice is exercised.
+    for (int l = 0; c.dsa() && l < c.num_layers; ++l) {
+      const std::string name = p + fmt::format("index{}.ids", l);
+      if (c.index_shared[static_cast<size_t>(l)]) {
+        EXPECT_FALSE(gold.contains(name)) << name;
+        continue;
+      }
+      expect_tensor(gold, name, DType::i32, Shape{n, c.index_topk});
+      if (HasFatalFailure()) return;
+      const auto ids = to_vector<int32_t>(gold.get(name));
+      EXPECT_GT(n, 2 * c.index_topk) << "prompt vs index_topk";
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t kept = std::min<int64_t>(t + 1, c.index_topk);
+        for (int64_t j = 0; j < c.index_topk; ++j) {
+          const int32_t id = ids[static_cast<size_t>(t * c.index_topk + j)];
+          if (j >= kept) {
+            EXPECT_EQ(id, -1) << name << " row " << t;
+          } else {
+            EXPECT_TRUE(id >= 0 && id <= t) << name << " row " << t << ": " << id;
+            if (j > 0) {
+              EXPECT_GT(id, ids[static_cast<size_t>(t * c.index_topk + j - 1)]);
+            }
+          }
+        }
+      }
+    }
+  }
+  if (c.dsa()) {
+    ASSERT_TRUE(meta.count("min_index_gap"));
+    EXPECT_GE(std::stod(meta.at("min_index_gap")), 1e-4);
   }
   EXPECT_NEAR(min_margin, min_margin_recorded, 1e-5);
   if (c.layer_window[0] > 0) {

@@ -28,9 +28,9 @@
 namespace dspark::test {
 
 inline const std::vector<std::string>& golden_model_names() {
-  static const std::vector<std::string> names = {"llama3",    "llama3_sharded", "qwen2",
-                                                 "qwen3",     "qwen3_yarn",     "mistral",
-                                                 "qwen3_moe", "deepseek_v3",    "glm4_moe"};
+  static const std::vector<std::string> names = {
+      "llama3",  "llama3_sharded", "qwen2",       "qwen3",    "qwen3_yarn",
+      "mistral", "qwen3_moe",      "deepseek_v3", "glm4_moe", "glm_moe_dsa"};
   return names;
 }
 

@@ -21,6 +21,9 @@ goldens.safetensors, for prompt i in 0..2 (n_i tokens), all computed in float32,
   p{i}.router{l}.logits, .ids, .weights   (MoE models, for each MoE layer l) the router logits
                                     f32 [n_i, E] of the prompt and transformers' routing of them:
                                     the top-k expert ids i32 [n_i, k] and their weights f32
+  p{i}.index{l}.ids  i32 [n_i, K]   (DSA models, each layer with its own indexer) the keys
+                                    transformers' indexer kept for each position, ascending, -1
+                                    padded (K = index_topk)
 Metadata: versions, taps, the smallest top-1/top-2 logit margin along the greedy paths, ...
 
 Weights are drawn with a fixed torch generator from SEED_TRIES seeds per model. A seed is
@@ -29,7 +32,9 @@ argmax (so the EOS-disabled path equals plain argmax), the same model in bfloat1
 not required of MoE models) takes the same argmax at every decision, and each continuation has
 >= MIN_DISTINCT_GREEDY distinct tokens; the acceptable seed with the largest minimum margin is
 kept. For MoE models every routing decision along the prompts and greedy paths must also be
-clear: the k-th and (k+1)-th expert probabilities of each token differ by >= MIN_ROUTER_GAP.
+clear: the k-th and (k+1)-th expert probabilities of each token differ by >= MIN_ROUTER_GAP,
+and for DSA models every indexer choice: the k-th and (k+1)-th key scores differ by
+>= MIN_INDEX_GAP.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ N_GREEDY = 32
 SEED_TRIES = 64  # seeds tried per model; the most robust acceptable one is kept
 MIN_DISTINCT_GREEDY = 8  # distinct tokens per greedy continuation (no degenerate loops)
 MIN_ROUTER_GAP = 1e-5  # MoE: k-th minus (k+1)-th expert probability (f32 noise: ~1e-7)
+MIN_INDEX_GAP = 1e-4  # DSA: k-th minus (k+1)-th indexer score of a query (f32 noise: ~1e-6)
 
 VOCAB = 384
 HIDDEN = 64
@@ -145,6 +151,17 @@ DEEPSEEK_MOE = dict(
     first_k_dense_replace=1,
 )
 
+# The MLA of the deepseek_v3 and glm_moe_dsa fixtures: q LoRA rank 48, latent 32 + rope 8, nope 16,
+# v 16, one latent "head" serving the 4 query heads.
+TINY_MLA = dict(
+    num_key_value_heads=HEADS,
+    q_lora_rank=48,
+    kv_lora_rank=32,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+)
+
 MODELS = [
     ModelSpec(
         "llama3",
@@ -225,12 +242,7 @@ MODELS = [
         # MoE: 8 experts in 4 groups of 2, 2 groups kept, top-2, a shared expert, routed scaling
         # 2.5; layer 0 dense (first_k_dense_replace 1).
         _base_config(
-            num_key_value_heads=HEADS,
-            q_lora_rank=48,
-            kv_lora_rank=32,
-            qk_nope_head_dim=16,
-            qk_rope_head_dim=8,
-            v_head_dim=16,
+            **TINY_MLA,
             rope_interleave=True,
             rope_scaling=dict(
                 rope_type="yarn",
@@ -265,6 +277,29 @@ MODELS = [
             **DEEPSEEK_MOE,
         ),
         seed=8000,
+        require_bf16_greedy=False,
+        correction_bias_std=0.1,
+    ),
+    ModelSpec(
+        "glm_moe_dsa",
+        "GlmMoeDsaConfig",
+        "GlmMoeDsaForCausalLM",
+        # GLM-5: MLA as in deepseek_v3 (q LoRA 48, latent 32 + rope 8, interleaved rope, default
+        # rope) plus the DSA indexer: 8 heads of width 16 (8 rotated), top-6 keys per query, far
+        # fewer than the prompts' 18-74 tokens; layers 1 and 3 are "shared" (they reuse the top-6
+        # of layers 0 and 2). DeepSeek MoE of 8 experts of width 16 (4 groups of 2, 2 kept, top-2,
+        # a shared expert, routed scaling 2.0); layer 0 dense of width 64.
+        _base_config(
+            intermediate_size=64,
+            **TINY_MLA,
+            index_n_heads=8,
+            index_head_dim=16,
+            index_topk=6,
+            indexer_types=["full", "shared", "full", "shared"],
+            routed_scaling_factor=2.0,
+            **{**DEEPSEEK_MOE, "moe_intermediate_size": 16},
+        ),
+        seed=9000,
         require_bf16_greedy=False,
         correction_bias_std=0.1,
     ),
@@ -346,6 +381,7 @@ class Goldens:
     distinct_greedy: list
     min_router_gap: float  # MoE: inf for dense models
     bf16_divergence: list
+    min_index_gap: float  # DSA: inf for models without an indexer
 
 
 def top2_margin(logits: torch.Tensor) -> torch.Tensor:
@@ -355,11 +391,13 @@ def top2_margin(logits: torch.Tensor) -> torch.Tensor:
 
 def is_deepseek(config) -> bool:
     """DeepSeek MoE (DeepSeek-V3, GLM-4.5): DeepseekV3TopkRouter's routing, first_k_dense_replace."""
-    return config.model_type in ("deepseek_v3", "glm4_moe")
+    return config.model_type in ("deepseek_v3", "glm4_moe", "glm_moe_dsa")
 
 
 def moe_layers(config) -> list[int]:
     """The layers with experts (transformers' rule), [] for dense models."""
+    if getattr(config, "mlp_layer_types", None) is not None:
+        return [l for l, t in enumerate(config.mlp_layer_types) if t == "sparse"]
     if is_deepseek(config):
         return list(range(config.first_k_dense_replace, config.num_hidden_layers))
     n = getattr(config, "num_experts", 0) or 0
@@ -371,6 +409,23 @@ def moe_layers(config) -> list[int]:
         for l in range(config.num_hidden_layers)
         if l not in only and (l + 1) % config.decoder_sparse_step == 0
     ]
+
+
+def forward_capturing(model, x: torch.Tensor, modules: dict) -> dict:
+    """Runs model(x) and returns, for each key of `modules`, (module, positional inputs, output)
+    of that module's call."""
+    seen = {}
+    hooks = [
+        m.register_forward_hook(lambda mod, args, out, l=l: seen.__setitem__(l, (mod, args, out)))
+        for l, m in modules.items()
+    ]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
 
 
 def deepseek_route(config, gate, rl: torch.Tensor):
@@ -400,21 +455,11 @@ def deepseek_route(config, gate, rl: torch.Tensor):
 def deepseek_routing(model, x: torch.Tensor):
     """(layer, router logits, ids, weights, gap) per MoE layer of a DeepSeek model, from the router
     inputs its forward sees; checks that transformers chose the same experts and weights."""
-    seen = {}
-    hooks = []
-    for l in moe_layers(model.config):
-        gate = model.model.layers[l].mlp.gate
-        hooks.append(gate.register_forward_hook(
-            lambda mod, inp, out, l=l: seen.__setitem__(l, (mod, inp[0], out))))
-    try:
-        with torch.no_grad():
-            model(x)
-    finally:
-        for h in hooks:
-            h.remove()
+    gates = {l: model.model.layers[l].mlp.gate for l in moe_layers(model.config)}
+    seen = forward_capturing(model, x, gates)
     out = []
     for l in sorted(seen):
-        gate, h, (rl, hf_w, hf_ids) = seen[l]
+        gate, _, (rl, hf_w, hf_ids) = seen[l]
         rl = rl.reshape(-1, rl.shape[-1]).float()
         ids, w, gap = deepseek_route(model.config, gate, rl)
         order = hf_ids.sort(dim=-1).indices
@@ -450,6 +495,76 @@ def routing(model, x: torch.Tensor) -> list[tuple[int, torch.Tensor, torch.Tenso
     return out
 
 
+def dsa_reference_scores(indexer, h, q_resid, cos, sin) -> torch.Tensor:
+    """The DSA indexer's scores [S, T] of one sequence (batch 1), written from GlmMoeDsaIndexer's
+    definition: per head relu(q . k / sqrt(D)) weighted by weights_proj(h) / sqrt(H), summed; q
+    from wq_b(q_resid), k = LayerNorm(wk(h)), the first qk_rope_head_dim features of both rotated
+    in interleaved pairs (2i, 2i + 1)."""
+    n_heads, d, r = indexer.n_heads, indexer.head_dim, indexer.qk_rope_head_dim
+    s_len = h.shape[1]
+    q = (q_resid[0] @ indexer.wq_b.weight.T).view(s_len, n_heads, d)
+    k = torch.nn.functional.layer_norm(
+        h[0] @ indexer.wk.weight.T, (d,), indexer.k_norm.weight, indexer.k_norm.bias, 1e-6
+    )
+    c, s = cos[0, :, : r // 2], sin[0, :, : r // 2]  # [S, r / 2]: cos/sin are cat(f, f)
+
+    def rotate(x, c, s):
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+    q = torch.cat([rotate(q[..., :r], c[:, None], s[:, None]), q[..., r:]], dim=-1)
+    k = torch.cat([rotate(k[..., :r], c, s), k[..., r:]], dim=-1)
+    per_head = torch.relu(torch.einsum("shd,td->sht", q, k) * d**-0.5)
+    w = (h[0] @ indexer.weights_proj.weight.T) * n_heads**-0.5
+    return torch.einsum("sht,sh->st", per_head, w)
+
+
+def dsa_selection(model, x: torch.Tensor):
+    """(layer, selected key positions i32 [n, index_topk] ascending, -1 padded, gap) for each
+    layer that runs its own indexer; `gap` is the smallest k-th minus (k+1)-th visible score over
+    the queries that see more than index_topk keys. Checks that transformers selected the same
+    keys as the reference scores."""
+    if model.config.model_type != "glm_moe_dsa":
+        return []
+    indexers = {
+        l: layer.self_attn.indexer
+        for l, layer in enumerate(model.model.layers)
+        if layer.self_attn.indexer is not None
+    }
+    seen = forward_capturing(model, x, indexers)
+    k = model.config.index_topk
+    out = []
+    for l in sorted(seen):
+        mod, args, hf_ids = seen[l]
+        h, q_resid, (cos, sin) = args[0], args[1], args[2]
+        with torch.no_grad():
+            scores = dsa_reference_scores(mod, h.float(), q_resid.float(), cos.float(), sin.float())
+        n = scores.shape[0]
+        ids = torch.full((n, k), -1, dtype=torch.int32)
+        gap = math.inf
+        for i in range(n):
+            row = scores[i, : i + 1]
+            row_gap = math.inf
+            if i + 1 > k:
+                top = row.topk(k + 1)
+                row_gap = float(top.values[k - 1] - top.values[k])
+                mine = top.indices[:k].sort().values
+            else:
+                mine = torch.arange(i + 1)
+            gap = min(gap, row_gap)
+            theirs = hf_ids[0, i].long()
+            theirs = theirs[theirs <= i].sort().values
+            if not torch.equal(mine, theirs):
+                # Only a (near) tie may make the choices differ; the seed is rejected for it.
+                if row_gap >= MIN_INDEX_GAP:
+                    raise RuntimeError(f"layer {l}, query {i}: the reference top-k differs from "
+                                       f"transformers' (gap {row_gap:.2e})")
+                gap = 0.0
+            ids[i, : mine.numel()] = mine.to(torch.int32)
+        out.append((l, ids, gap))
+    return out
+
+
 def min_router_gap(model, x: torch.Tensor) -> float:
     """The smallest k-th minus (k+1)-th expert probability over tokens and MoE layers."""
     if is_deepseek(model.config):
@@ -468,6 +583,7 @@ def compute_goldens(
     tensors = {}
     problems = []
     margins, prompt_margins, bf16_errors, distinct, router_gaps = [], [], [], [], []
+    index_gaps = []  # DSA: the indexer's k-th minus (k+1)-th score, per prompt and layer
     bf16_divergence = []  # per prompt: the first greedy step where bf16 differs, -1 none
     model_bf16 = copy.deepcopy(model).to(torch.bfloat16)
     gen_cfg = transformers.GenerationConfig(
@@ -533,6 +649,12 @@ def compute_goldens(
         router_gaps.append(gap)
         if gap < MIN_ROUTER_GAP:
             problems.append(f"p{i}: an expert choice is within {gap:.2e} of the next expert")
+        for l, ids_l, _ in dsa_selection(model, x):
+            tensors[f"p{i}.index{l}.ids"] = ids_l.contiguous()
+        for l, _, index_gap in dsa_selection(model, full):
+            index_gaps.append(index_gap)
+            if index_gap < MIN_INDEX_GAP:
+                problems.append(f"p{i}: layer {l} selects a key within {index_gap:.2e} of the next")
     return Goldens(
         tensors,
         min(margins),
@@ -542,6 +664,7 @@ def compute_goldens(
         distinct,
         min(router_gaps),
         bf16_divergence,
+        min(index_gaps, default=math.inf),
     )
 
 
@@ -667,6 +790,7 @@ def make_model(spec: ModelSpec, tok, prompt_ids, out_root: str, tries: int) -> d
             if math.isfinite(g.min_router_gap)
             else {}
         ),
+        **({"min_index_gap": f"{g.min_index_gap:.3e}"} if math.isfinite(g.min_index_gap) else {}),
         **versions(),
     }
     safetensors.torch.save_file(g.tensors, os.path.join(out_dir, "goldens.safetensors"), meta)

@@ -42,25 +42,28 @@ struct ArchInfo {
   bool moe;       // Qwen3-MoE: routed experts (parse_moe)
   bool deepseek;  // DeepSeek-V3: MLA and DeepSeek MoE (parse_deepseek)
   bool glm_moe;   // GLM-4.5: GQA with partial rotary and DeepSeek MoE (parse_glm4_moe)
+  bool dsa;       // GLM-5: DeepSeek-V3's layout plus the DSA indexer (parse_glm_moe_dsa)
 };
 
 // Defaults as in transformers' LlamaConfig / Qwen2Config / Qwen3Config / MistralConfig /
-// Qwen3MoeConfig / DeepseekV3Config / Glm4MoeConfig.
-constexpr std::array<ArchInfo, 7> kArchitectures = {{
+// Qwen3MoeConfig / DeepseekV3Config / Glm4MoeConfig / GlmMoeDsaConfig.
+constexpr std::array<ArchInfo, 8> kArchitectures = {{
     {"LlamaForCausalLM", "llama", -1, -1, 2048, 1, 2, false, false, WindowRule::none, false, false,
-     false},
+     false, false},
     {"MistralForCausalLM", "mistral", 8, -1, 131072, 1, 2, false, false, WindowRule::mistral, false,
-     false, false},
+     false, false, false},
     {"Qwen2ForCausalLM", "qwen2", 32, -1, 32768, -1, -1, true, false, WindowRule::qwen, false,
-     false, false},
+     false, false, false},
     {"Qwen3ForCausalLM", "qwen3", 32, 128, 32768, -1, -1, false, true, WindowRule::qwen, false,
-     false, false},
+     false, false, false},
     {"Qwen3MoeForCausalLM", "qwen3_moe", 4, -1, 32768, -1, -1, false, true,
-     WindowRule::every_when_used, true, false, false},
+     WindowRule::every_when_used, true, false, false, false},
     {"DeepseekV3ForCausalLM", "deepseek_v3", 128, -1, 4096, 0, 1, false, false, WindowRule::none,
-     false, true, false},
+     false, true, false, false},
     {"Glm4MoeForCausalLM", "glm4_moe", 8, -1, 131072, -1, -1, false, false, WindowRule::none, false,
-     false, true},
+     false, true, false},
+    {"GlmMoeDsaForCausalLM", "glm_moe_dsa", 64, -1, 202752, 0, 1, false, false, WindowRule::none,
+     false, true, false, true},
 }};
 // Qwen3MoeConfig's defaults for the expert keys.
 constexpr int kDefaultNumExperts = 128;
@@ -81,6 +84,13 @@ constexpr int kDeepseekNGroup = 8;
 constexpr int kDeepseekTopkGroup = 4;
 constexpr double kDeepseekRoutedScaling = 2.5;
 constexpr int kDeepseekFirstDense = 3;
+// The MLA defaults of DeepseekV3Config and GlmMoeDsaConfig.
+struct MlaDefaults {
+  int q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+};
+constexpr MlaDefaults kDeepseekMla{kDeepseekQLoraRank, kDeepseekKvLoraRank, kDeepseekQkNopeHeadDim,
+                                   kDeepseekQkRopeHeadDim, kDeepseekVHeadDim};
+constexpr MlaDefaults kGlmMoeDsaMla{2048, 512, 192, 64, 256};
 // The defaults of the DeepSeek MoE keys: DeepseekV3Config's and Glm4MoeConfig's.
 struct DeepseekMoeDefaults {
   int routed_experts, experts_per_token, moe_intermediate, shared_experts, n_group, topk_group,
@@ -92,6 +102,13 @@ constexpr DeepseekMoeDefaults kDeepseekMoe{kDeepseekRoutedExperts,   8,
                                            kDeepseekNGroup,          kDeepseekTopkGroup,
                                            kDeepseekFirstDense,      kDeepseekRoutedScaling};
 constexpr DeepseekMoeDefaults kGlm4Moe{128, 8, 1408, 1, 1, 1, 1, 1.0};
+constexpr DeepseekMoeDefaults kGlmMoeDsaMoe{256, 8, 2048, 1, 1, 1, 3, 2.5};
+constexpr int kGlmMoeDsaIntermediate = 12288;
+constexpr double kGlmMoeDsaRmsNormEps = 1e-5;
+// GlmMoeDsaConfig's indexer defaults.
+constexpr int kGlmMoeDsaIndexTopk = 2048;
+constexpr int kGlmMoeDsaIndexHeadDim = 128;
+constexpr int kGlmMoeDsaIndexHeads = 32;
 constexpr int kGlm4MoeIntermediate = 10944;
 constexpr double kGlm4MoeRmsNormEps = 1e-5;
 constexpr double kGlm4MoePartialRotary = 0.5;
@@ -343,26 +360,65 @@ int non_negative_int(const json& j, std::string_view key, std::string_view sourc
 void parse_deepseek_moe(const json& j, std::string_view source, const DeepseekMoeDefaults& d,
                         ModelConfig& c);
 
-// DeepSeek-V3: the MLA dimensions and the DeepSeek MoE keys (transformers' DeepseekV3Config and
-// the keys of the published checkpoints' config.json that change what transformers computes).
-void parse_deepseek(const json& j, std::string_view source, ModelConfig& c) {
+// A per-layer list of two names (`off` / `on`) under `key`, when present and not null, into
+// flags (already sized num_layers): true where the layer says `on`.
+void layer_flags(const json& j, const char* key, std::string_view source, std::string_view off,
+                 std::string_view on, std::vector<bool>& flags) {
+  const auto types = j.find(key);
+  if (types == j.end() || types->is_null()) return;
+  DSPARK_CHECK_KIND(io, types->is_array() && types->size() == flags.size(),
+                    "{}: {} must be a list of num_hidden_layers ({}) strings", source, key,
+                    flags.size());
+  for (size_t l = 0; l < flags.size(); ++l) {
+    const json& t = (*types)[l];
+    const std::string name = t.is_string() ? t.get<std::string>() : t.dump();
+    DSPARK_CHECK_KIND(io, name == off || name == on, "{}: {}[{}] = '{}' (expected {} or {})",
+                      source, key, l, name, off, on);
+    flags[l] = name == on;
+  }
+}
+
+// DeepSeek-V3 and GLM-5: the MLA dimensions and the DeepSeek MoE keys (transformers'
+// DeepseekV3Config / GlmMoeDsaConfig and the keys of the published checkpoints' config.json that
+// change what transformers computes).
+void parse_deepseek(const json& j, std::string_view source, bool dsa, ModelConfig& c) {
+  const MlaDefaults& d = dsa ? kGlmMoeDsaMla : kDeepseekMla;
   // q_lora_rank null: queries straight from q_proj (DeepSeek-V2-Lite's layout).
   const auto q_lora = j.find("q_lora_rank");
-  c.q_lora_rank = q_lora == j.end()   ? kDeepseekQLoraRank
+  c.q_lora_rank = q_lora == j.end()   ? d.q_lora_rank
                   : q_lora->is_null() ? 0
                                       : positive_int(j, "q_lora_rank", source);
-  c.kv_lora_rank = positive_int(j, "kv_lora_rank", source, kDeepseekKvLoraRank);
-  c.qk_nope_head_dim = positive_int(j, "qk_nope_head_dim", source, kDeepseekQkNopeHeadDim);
-  c.qk_rope_head_dim = positive_int(j, "qk_rope_head_dim", source, kDeepseekQkRopeHeadDim);
-  c.v_head_dim = positive_int(j, "v_head_dim", source, kDeepseekVHeadDim);
-  c.rope_interleave = json_optional_bool(j, "rope_interleave", source).value_or(true);
+  c.kv_lora_rank = positive_int(j, "kv_lora_rank", source, d.kv_lora_rank);
+  c.qk_nope_head_dim = positive_int(j, "qk_nope_head_dim", source, d.qk_nope_head_dim);
+  c.qk_rope_head_dim = positive_int(j, "qk_rope_head_dim", source, d.qk_rope_head_dim);
+  c.v_head_dim = positive_int(j, "v_head_dim", source, d.v_head_dim);
+  // GLM-5 always rotates interleaved pairs (GlmMoeDsaAttention has no rope_interleave switch).
+  c.rope_interleave = dsa || json_optional_bool(j, "rope_interleave", source).value_or(true);
   c.head_dim = c.qk_rope_head_dim;  // the rotary dimension (transformers: head_dim)
   DSPARK_CHECK_KIND(io, c.qk_rope_head_dim % 2 == 0, "{}: qk_rope_head_dim must be even, got {}",
                     source, c.qk_rope_head_dim);
   DSPARK_CHECK_KIND(unsupported, !json_optional_bool(j, "attention_bias", source).value_or(false),
                     "{}: attention_bias = true is not supported for {}", source, c.architecture);
 
-  parse_deepseek_moe(j, source, kDeepseekMoe, c);
+  parse_deepseek_moe(j, source, dsa ? kGlmMoeDsaMoe : kDeepseekMoe, c);
+}
+
+// GLM-5's DSA indexer: index_topk / index_n_heads / index_head_dim and `indexer_types` ("full" or
+// "shared" per layer; default: every layer full, GlmMoeDsaConfig's index_topk_freq 1).
+void parse_glm_moe_dsa(const json& j, std::string_view source, ModelConfig& c) {
+  DSPARK_CHECK_KIND(unsupported, c.q_lora_rank > 0,
+                    "{}: {} needs q_lora_rank (the indexer's queries come from the q LoRA)", source,
+                    c.architecture);
+  c.index_topk = positive_int(j, "index_topk", source, kGlmMoeDsaIndexTopk);
+  c.index_n_heads = positive_int(j, "index_n_heads", source, kGlmMoeDsaIndexHeads);
+  c.index_head_dim = positive_int(j, "index_head_dim", source, kGlmMoeDsaIndexHeadDim);
+  DSPARK_CHECK_KIND(io, c.index_head_dim >= c.qk_rope_head_dim,
+                    "{}: index_head_dim ({}) is smaller than qk_rope_head_dim ({})", source,
+                    c.index_head_dim, c.qk_rope_head_dim);
+  c.index_shared.assign(static_cast<size_t>(c.num_layers), false);
+  layer_flags(j, "indexer_types", source, "full", "shared", c.index_shared);
+  DSPARK_CHECK_KIND(io, !c.index_shared.front(),
+                    "{}: indexer_types[0] is 'shared' but no layer before it selects keys", source);
 }
 
 // GLM-4.5 (Glm4MoeForCausalLM): GQA attention (q/k/v biases with attention_bias, per-head q/k
@@ -412,6 +468,8 @@ void parse_deepseek_moe(const json& j, std::string_view source, const DeepseekMo
   const int first_dense = non_negative_int(j, "first_k_dense_replace", source, d.first_dense);
   c.layer_moe.assign(static_cast<size_t>(c.num_layers), false);
   for (int l = first_dense; l < c.num_layers; ++l) c.layer_moe[static_cast<size_t>(l)] = true;
+  // GLM-5: `mlp_layer_types` ("dense" / "sparse" per layer), when given, wins.
+  layer_flags(j, "mlp_layer_types", source, "dense", "sparse", c.layer_moe);
 }
 
 ModelConfig parse_config(const json& j, std::string_view source) {
@@ -432,6 +490,7 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   c.hidden_size = positive_int(j, "hidden_size", source);
   c.intermediate_size = positive_int(j, "intermediate_size", source,
                                      arch.moe ? std::optional<int64_t>(kDefaultMoeDenseIntermediate)
+                                     : arch.dsa ? std::optional<int64_t>(kGlmMoeDsaIntermediate)
                                      : arch.deepseek ? std::optional<int64_t>(kDeepseekIntermediate)
                                      : arch.glm_moe  ? std::optional<int64_t>(kGlm4MoeIntermediate)
                                                      : std::nullopt);
@@ -460,7 +519,9 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   }
 
   c.rms_norm_eps = json_optional_number(j, "rms_norm_eps", source)
-                       .value_or(arch.glm_moe ? kGlm4MoeRmsNormEps : 1e-6);
+                       .value_or(arch.glm_moe ? kGlm4MoeRmsNormEps
+                                 : arch.dsa   ? kGlmMoeDsaRmsNormEps
+                                              : 1e-6);
   DSPARK_CHECK_KIND(io, c.rms_norm_eps > 0, "{}: rms_norm_eps must be positive, got {}", source,
                     c.rms_norm_eps);
   c.max_position_embeddings =
@@ -476,7 +537,8 @@ ModelConfig parse_config(const json& j, std::string_view source) {
   DSPARK_CHECK_KIND(unsupported, !json_optional_bool(j, "mlp_bias", source).value_or(false),
                     "{}: mlp_bias = true is not supported", source);
 
-  if (arch.deepseek) parse_deepseek(j, source, c);
+  if (arch.deepseek) parse_deepseek(j, source, arch.dsa, c);
+  if (arch.dsa) parse_glm_moe_dsa(j, source, c);
   if (arch.glm_moe) parse_glm4_moe(j, source, c);
 
   parse_rope(j, source, c, arch.glm_moe ? kGlm4MoePartialRotary : 1.0);

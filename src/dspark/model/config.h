@@ -15,8 +15,8 @@ namespace dspark {
 
 struct ModelConfig {
   std::string architecture;  // the first of `architectures`, e.g. "Qwen3ForCausalLM"
-  std::string
-      model_type;  // "llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "deepseek_v3", "glm4_moe"
+  // "llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "deepseek_v3", "glm4_moe", "glm_moe_dsa"
+  std::string model_type;
   int vocab_size = 0;
   int hidden_size = 0;
   int intermediate_size = 0;
@@ -68,6 +68,19 @@ struct ModelConfig {
   int v_head_dim = 0;
   bool rope_interleave = false;  // the rotated pairs are (2i, 2i + 1), not (i, i + d / 2)
   bool mla() const { return kv_lora_rank > 0; }
+  // DeepSeek sparse attention (GLM-5, GlmMoeDsaForCausalLM; index_topk 0: none). Each query of an
+  // MLA layer attends only to the index_topk cached keys its layer's indexer scores highest
+  // (all visible keys while there are no more than that). The indexer: index_n_heads heads of
+  // index_head_dim; queries wq_b(rms_norm(q_a_proj(x))), one key per token LayerNorm(wk(x)), both
+  // with their first qk_rope_head_dim features rotated (interleaved pairs); per-head weights
+  // weights_proj(x); score(key j) = sum_h w_h relu(q_h . k_j) / sqrt(index_n_heads *
+  // index_head_dim). index_shared[l] (indexer_types "shared"): layer l has no indexer and reuses
+  // the selection of the layer before it.
+  int index_topk = 0;
+  int index_n_heads = 0;
+  int index_head_dim = 0;
+  std::vector<bool> index_shared;  // [num_layers], empty without DSA
+  bool dsa() const { return index_topk > 0; }
   // Next-token prediction (MTP) layers beside the decoder (DeepSeek-V3, GLM-4.5): layer indices
   // num_layers .. num_layers + n - 1 of the checkpoint (model/mtp.h). 0: none.
   int num_nextn_predict_layers = 0;

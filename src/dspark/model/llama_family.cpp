@@ -1,7 +1,7 @@
-// Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / DeepSeek-V3 / GLM-4.5: pre-norm decoder layers
-// (RMSNorm -> GQA attention with RoPE, or DeepSeek's multi-head latent attention (model/mla.h) ->
-// residual -> RMSNorm -> SwiGLU MLP, or a mixture of SwiGLU experts (model/moe.h) -> residual),
-// final RMSNorm, LM head (tied or not).
+// Llama / Qwen2 / Qwen3 / Mistral / Qwen3-MoE / DeepSeek-V3 / GLM-4.5 / GLM-5: pre-norm decoder
+// layers (RMSNorm -> GQA attention with RoPE, or DeepSeek's multi-head latent attention, sparse in
+// GLM-5 (model/mla.h) -> residual -> RMSNorm -> SwiGLU MLP, or a mixture of SwiGLU experts
+// (model/moe.h) -> residual), final RMSNorm, LM head (tied or not).
 //
 // Forward data flow (residual stream x in f32, matmul inputs in the activation dtype):
 //   x = embed(tokens); xn = norm_in[0](x)
@@ -50,12 +50,12 @@ constexpr FamilyTraits kMistral{false, false, false};
 // Qwen3-MoE is Qwen3 with expert FFNs (the config's num_experts and layer_moe); DeepSeek-V3 has
 // MLA instead of q/k/v projections (config.mla()) and DeepSeek MoE; GLM-4.5 is Mistral's GQA
 // (q/k/v biases with attention_bias, optional q/k norms: config.qk_norm, partial rotary) with
-// DeepSeek MoE.
+// DeepSeek MoE; GLM-5 is DeepSeek-V3 with sparse attention (config.dsa()).
 constexpr std::pair<const char*, FamilyTraits> kArchitectures[] = {
-    {"LlamaForCausalLM", kLlama},    {"Qwen2ForCausalLM", kQwen2},
-    {"Qwen3ForCausalLM", kQwen3},    {"MistralForCausalLM", kMistral},
-    {"Qwen3MoeForCausalLM", kQwen3}, {"DeepseekV3ForCausalLM", kMistral},
-    {"Glm4MoeForCausalLM", kMistral}};
+    {"LlamaForCausalLM", kLlama},     {"Qwen2ForCausalLM", kQwen2},
+    {"Qwen3ForCausalLM", kQwen3},     {"MistralForCausalLM", kMistral},
+    {"Qwen3MoeForCausalLM", kQwen3},  {"DeepseekV3ForCausalLM", kMistral},
+    {"Glm4MoeForCausalLM", kMistral}, {"GlmMoeDsaForCausalLM", kMistral}};
 
 LlamaFamilyTensors tensors_of(const FamilyTraits& t, const ModelConfig& c) {
   return LlamaFamilyTensors{t.qkv_bias_always || c.attention_bias,
@@ -152,7 +152,7 @@ class LlamaFamilyModel final : public Model {
   DType activation_dtype() const override { return dtype_; }
   KvCacheShape kv_shape(int page_size, int num_pages) const override {
     if (config_.mla()) {  // one latent row per token, serving as key and value (model/mla.h)
-      return KvCacheShape{config_.num_layers, 1, mla_.latent(), dtype_, page_size, num_pages, true};
+      return KvCacheShape{config_.num_layers, 1, mla_.row(), dtype_, page_size, num_pages, true};
     }
     return KvCacheShape{
         config_.num_layers, config_.num_kv_heads, config_.head_dim, dtype_, page_size, num_pages};
@@ -284,6 +284,10 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
   validate_config(config_);
   DSPARK_CHECK_KIND(unsupported, dtype_is_float(dtype), "engine dtype {} is not a float type",
                     dtype_name(dtype));
+  DSPARK_CHECK_KIND(unsupported, !config_.dsa() || device.is_cpu(),
+                    "{}: DeepSeek sparse attention (the indexer's LayerNorm and top-k, attention "
+                    "over the selected keys) has no CUDA kernels yet; load it on the CPU",
+                    config_.architecture);
   if (config_.layer_window.empty()) config_.layer_window.assign(config_.num_layers, 0);
   const ModelConfig& c = config_;
   dims_ = AttentionDims{c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
@@ -307,7 +311,7 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
     lw.norm_post = w.load(p + "post_attention_layernorm.weight", Shape{h}, DType::f32);
     const std::string a = p + "self_attn.";
     if (c.mla()) {
-      lw.mla = load_mla_weights(weights, a, c, device, dtype);
+      lw.mla = load_mla_weights(weights, a, c, l, device, dtype);
     } else {
       load_attention(w, a, dims_, tensors, lw.attn);
     }
@@ -388,9 +392,13 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
     f(a.mla.q_a, dtype_, Shape{n, int64_t{mla_.q_lora_rank}});
     f(a.mla.q, dtype_, Shape{n, heads * mla_.qk()});
     f(a.mla.q_abs, dtype_, Shape{n, heads, lat});
-    f(a.mla.latent, dtype_, Shape{n, lat});
+    f(a.mla.latent, dtype_, Shape{n, int64_t{mla_.row()}});
     f(a.mla.attn, dtype_, Shape{n, heads, lat});
     f(a.mla.attn_v, dtype_, Shape{n, heads * mla_.v});
+    const bool dsa = config_.dsa();
+    f(a.mla.index_q, dtype_,
+      Shape{dsa ? n : 0, int64_t{mla_.index_heads}, int64_t{mla_.index_dim}});
+    f(a.mla.ids, DType::i32, Shape{dsa ? n : 0, std::max<int64_t>(mla_.index_topk, 1)});
   } else {
     f(a.attn.qkv, dtype_, Shape{n, dims_.qkv_width()});
     f(a.attn.q_tmp, dtype_, Shape{n, dims_.q_width()});  // qkv_prologue's q out and k scratch
@@ -704,11 +712,11 @@ RopeTable llama_family_rope_table(const ModelConfig& c, const WeightLoader& weig
 }
 
 std::vector<std::pair<std::string, ModelFactory>> llama_family_architectures() {
-  static_assert(std::size(kArchitectures) == 7, "one factory per architecture below");
-  return {{"LlamaForCausalLM", &create<kLlama>},    {"Qwen2ForCausalLM", &create<kQwen2>},
-          {"Qwen3ForCausalLM", &create<kQwen3>},    {"MistralForCausalLM", &create<kMistral>},
-          {"Qwen3MoeForCausalLM", &create<kQwen3>}, {"DeepseekV3ForCausalLM", &create<kMistral>},
-          {"Glm4MoeForCausalLM", &create<kMistral>}};
+  static_assert(std::size(kArchitectures) == 8, "one factory per architecture below");
+  return {{"LlamaForCausalLM", &create<kLlama>},     {"Qwen2ForCausalLM", &create<kQwen2>},
+          {"Qwen3ForCausalLM", &create<kQwen3>},     {"MistralForCausalLM", &create<kMistral>},
+          {"Qwen3MoeForCausalLM", &create<kQwen3>},  {"DeepseekV3ForCausalLM", &create<kMistral>},
+          {"Glm4MoeForCausalLM", &create<kMistral>}, {"GlmMoeDsaForCausalLM", &create<kMistral>}};
 }
 
 }  // namespace dspark

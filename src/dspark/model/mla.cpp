@@ -11,6 +11,7 @@
 #include "dspark/ops/matmul.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/rope.h"
+#include "dspark/ops/sparse_attention.h"
 
 namespace dspark {
 namespace {
@@ -18,6 +19,8 @@ namespace {
 // The RMSNorms inside MLA (q_a_layernorm, kv_a_layernorm) use transformers' default eps, not the
 // config's rms_norm_eps.
 constexpr float kLatentNormEps = 1e-6f;
+// The DSA indexer's key LayerNorm (GlmMoeDsaIndexer: nn.LayerNorm(index_head_dim, eps=1e-6)).
+constexpr float kIndexNormEps = 1e-6f;
 
 // A host f32 [rows, cols] matrix as an engine-dtype tensor on `device`.
 OwnedTensor upload(const std::vector<float>& host, const Shape& shape, Device device, DType dtype) {
@@ -52,11 +55,12 @@ Tensor heads_cols(const Tensor& x, int64_t begin, int64_t end) {
 
 MlaDims mla_dims(const ModelConfig& c) {
   return MlaDims{c.hidden_size,      c.num_heads,        c.q_lora_rank, c.kv_lora_rank,
-                 c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim};
+                 c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim,  c.index_topk,
+                 c.index_n_heads,    c.index_head_dim};
 }
 
 MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefix,
-                            const ModelConfig& config, Device device, DType dtype) {
+                            const ModelConfig& config, int layer, Device device, DType dtype) {
   const MlaDims d = mla_dims(config);
   const int64_t h = d.hidden, heads = d.n_heads, r = d.kv_lora_rank, qk = d.qk();
   const WeightLoader host(source, Device::cpu(), DType::f32);
@@ -79,7 +83,37 @@ MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefi
     for (int64_t i = 0; i < heads; ++i) deinterleave_rows(q, q_cols, i * qk + d.nope, d.rope);
   }
   in.insert(in.end(), kv_a.begin(), kv_a.end());
-  w.in = upload(in, Shape{d.in_width(), h}, device, dtype);
+  int64_t in_rows = d.q_lora_rank + d.latent();
+  if (config.dsa()) {
+    w.index = config.index_shared[static_cast<size_t>(layer)] ? MlaWeights::kIndexShared
+                                                              : MlaWeights::kIndexOwn;
+  }
+  if (w.index == MlaWeights::kIndexOwn) {
+    // The indexer's rotated features are its first `rope` (of q per head, of k), in interleaved
+    // pairs: reordered like MLA's (the LayerNorm before k's rotation is order-blind when its
+    // weight and bias move alike).
+    const std::string x = prefix + "indexer.";
+    const int64_t ih = d.index_heads, id = d.index_dim;
+    std::vector<float> wk = load_f32(host, x + "wk.weight", Shape{id, h});
+    std::vector<float> wq = load_f32(host, x + "wq_b.weight", Shape{ih * id, d.q_lora_rank});
+    std::vector<float> norm_w = load_f32(host, x + "k_norm.weight", Shape{id});
+    std::vector<float> norm_b = load_f32(host, x + "k_norm.bias", Shape{id});
+    std::vector<float> head_w = load_f32(host, x + "weights_proj.weight", Shape{ih, h});
+    deinterleave_rows(wk, h, 0, d.rope);
+    deinterleave_rows(norm_w, 1, 0, d.rope);
+    deinterleave_rows(norm_b, 1, 0, d.rope);
+    for (int64_t i = 0; i < ih; ++i) deinterleave_rows(wq, d.q_lora_rank, i * id, d.rope);
+    // score = sum_h w_h relu(q_h . k) / sqrt(heads * dim): the constant goes into the weights.
+    const auto head_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(ih * id)));
+    for (float& v : head_w) v *= head_scale;
+    in.insert(in.end(), wk.begin(), wk.end());
+    in.insert(in.end(), head_w.begin(), head_w.end());
+    in_rows = d.in_width();
+    w.index_q = upload(wq, Shape{ih * id, d.q_lora_rank}, device, dtype);
+    w.index_k_norm = upload(norm_w, Shape{id}, device, DType::f32);
+    w.index_k_bias = upload(norm_b, Shape{id}, device, DType::f32);
+  }
+  w.in = upload(in, Shape{in_rows, h}, device, dtype);
   w.q = upload(q, Shape{heads * qk, q_cols}, device, dtype);
   if (q_lora)
     w.q_a_norm = dev.load(prefix + "q_a_layernorm.weight", Shape{d.q_lora_rank}, DType::f32);
@@ -118,7 +152,7 @@ void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOn
                const ForwardMeta& meta, const Tensor& pages, const AttentionParams& params,
                const Tensor& xn, const MlaScratch& s, const Tensor& out, const ResidualNorm* then) {
   const int64_t n = xn.size(0), heads = d.n_heads, r = d.kv_lora_rank, lat = d.latent();
-  linear(ctx, xn, w.in.view(), Tensor{}, s.in);
+  linear(ctx, xn, w.in.view(), Tensor{}, s.in.slice(1, 0, w.in.view().size(0)));
 
   // Queries [n, heads, qk]: q_b_proj(rms_norm(q_a)), or q_proj(xn).
   if (d.q_lora_rank > 0) {
@@ -135,9 +169,17 @@ void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOn
   rms_norm(ctx, kv.slice(1, 0, r), w.kv_a_norm.view(), s.latent.slice(1, 0, r),
            RmsNormParams{kLatentNormEps, false});
   convert(ctx, kv.slice(1, r, lat), s.latent.slice(1, r, lat));
-  const Tensor latent3 = s.latent.reshape(Shape{n, 1, lat});
+  const Tensor latent3 = s.latent.reshape(Shape{n, 1, int64_t{d.row()}});
   rope(ctx, heads_cols(latent3, r, lat), meta.positions, rope_table.inv_freq,
        rope_table.attention_scaling);
+  const int64_t index_in = d.q_lora_rank + lat;  // the indexer's columns of s.in
+  if (w.index == MlaWeights::kIndexOwn) {
+    // The index key: LayerNorm(wk x) with its first `rope` features rotated, after the latent.
+    layer_norm(ctx, s.in.slice(1, index_in, index_in + d.index_dim), w.index_k_norm.view(),
+               w.index_k_bias.view(), s.latent.slice(1, lat, d.row()), kIndexNormEps);
+    rope(ctx, heads_cols(latent3, lat, lat + d.rope), meta.positions, rope_table.inv_freq,
+         rope_table.attention_scaling);
+  }
   kv_write(ctx, latent3, latent3, meta.slots, pages, pages);
 
   // The absorbed query: [q_nope[h] . W_UK[h], rope(q_rope[h])] per head.
@@ -149,7 +191,25 @@ void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOn
   // One latent "head" serves every query head as key and value; the value part of each output is
   // its first kv_lora_rank columns.
   const PagedKv cache{pages, pages, meta.page_indptr, meta.page_indices, meta.kv_lens};
-  paged_attention(ctx, s.q_abs, cache, meta.q_indptr, meta.positions, params, s.attn);
+  if (w.index == MlaWeights::kIndexNone) {
+    paged_attention(ctx, s.q_abs, cache, meta.q_indptr, meta.positions, params, s.attn);
+  } else {
+    if (w.index == MlaWeights::kIndexOwn) {
+      // The indexer's queries [n, index_heads, index_dim] from the normalised q LoRA, rotated
+      // alike; its head weights are the last columns of s.in (pre-scaled at load).
+      linear(ctx, s.q_a, w.index_q.view(), Tensor{},
+             s.index_q.reshape(Shape{n, int64_t{d.index_heads} * d.index_dim}));
+      rope(ctx, heads_cols(s.index_q, 0, d.rope), meta.positions, rope_table.inv_freq,
+           rope_table.attention_scaling);
+      const Tensor keys = pages.slice(3, lat, d.row());
+      index_topk(ctx, s.index_q,
+                 s.in.slice(1, index_in + d.index_dim, index_in + d.index_dim + d.index_heads),
+                 PagedKv{keys, keys, meta.page_indptr, meta.page_indices, meta.kv_lens},
+                 meta.q_indptr, meta.positions, 1.0f, s.ids);
+    }
+    sparse_paged_attention(ctx, s.q_abs, cache, meta.q_indptr, s.ids,
+                           params.scale, heads_cols(s.attn, 0, r));
+  }
   linear_per_head(ctx, heads_cols(s.attn, 0, r), w.w_uv.view(),
                   s.attn_v.reshape(Shape{n, heads, d.v}));
   project_then(ctx, s.attn_v, w.o.view(), Tensor{}, QuantizedWeight{}, Tensor{}, out, then);

@@ -1,4 +1,4 @@
-// Argument checks and device dispatch of the RMSNorm ops (contract: ops/norm.h).
+// Argument checks and device dispatch of the RMSNorm and LayerNorm ops (contract: ops/norm.h).
 #include "dspark/ops/norm.h"
 
 #include "dspark/backend/cpu/kernels.h"
@@ -57,6 +57,24 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
     return;
   }
   for (int64_t h = 0; h < x.size(1); ++h) run(x.select(1, h), out.select(1, h));
+}
+
+void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& out, float eps) {
+  constexpr const char* kOp = "layer_norm";
+  check_rank(kOp, "x", x, 2);
+  check_float(kOp, "x", x);
+  check_float(kOp, "out", out);
+  check_shape(kOp, "out", out, x.shape());
+  check_rows_contiguous(kOp, "x", x);
+  check_rows_contiguous(kOp, "out", out);
+  check_weight(kOp, weight, x.size(1));
+  check_weight(kOp, bias, x.size(1));
+  DSPARK_CHECK(eps >= 0.0f, "{}: eps must be >= 0, got {}", kOp, eps);
+  for (const Tensor* t : {&x, &weight, &bias, &out}) check_on_device(kOp, "tensor", *t, ctx);
+  DSPARK_CHECK_KIND(unsupported, !ctx.is_cuda(), "{}: no CUDA kernel (CPU only)", kOp);
+  if (x.numel() == 0) return;
+  cpu::layer_norm(ctx, x, weight, bias, out, eps);
 }
 
 namespace ops_internal {

@@ -1,4 +1,5 @@
-// RMSNorm, plain and (1 + w) ("unit offset", Gemma) variants, and the fused residual-add form.
+// RMSNorm, plain and (1 + w) ("unit offset", Gemma) variants, and the fused residual-add form;
+// LayerNorm.
 #pragma once
 
 #include "dspark/backend/context.h"
@@ -16,6 +17,13 @@ namespace dspark {
 //   q or k part of a fused QKV output: such a view is normalised head by head).
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
               const RmsNormParams& params);
+
+// out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b   (LayerNorm, biased variance, in f32)
+//   x: [n, D] any float dtype, rows contiguous; weight, bias: [D] any float dtype; out: [n, D]
+//   any float dtype, may alias x. CPU only (DeepSeek sparse attention's indexer keys); on CUDA it
+//   throws unsupported.
+void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& out, float eps);
 
 // residual[r, :] += x[r, :]; out[r, :] = rms_norm(residual[r, :])   (one pass)
 //   residual: [n, D] (f32 or the activation dtype, updated in place); x: [n, D]; out: [n, D].

@@ -19,6 +19,8 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
               const RmsNormParams& params);
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
                   const Tensor& out, const RmsNormParams& params);
+void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& out, float eps);
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 // linear with block-quantized weights (WeightFormat::blocks or blocks_x8; ops/matmul.h).
 void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
@@ -55,6 +57,11 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
               const Tensor& k_pages, const Tensor& v_pages);
 void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
                      const Tensor& q_pos, const AttentionParams& params, const Tensor& out);
+void index_topk(Context& ctx, const Tensor& q, const Tensor& head_weights, const PagedKv& keys,
+                const Tensor& q_indptr, const Tensor& q_pos, float scale, const Tensor& ids);
+void sparse_paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv,
+                            const Tensor& q_indptr, const Tensor& ids, float scale,
+                            const Tensor& out);
 void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Tensor& draft_tokens,
                         const Tensor& draft_indptr, const Tensor& seeds, const Tensor& positions,
                         const Tensor& modes, const Tensor& n_accepted, const Tensor& next_token);

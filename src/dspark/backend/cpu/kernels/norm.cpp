@@ -1,5 +1,5 @@
-// CPU kernels of rms_norm and add_rms_norm (contract: ops/norm.h). One row per task; the row is
-// loaded to f32, its mean square accumulated in double.
+// CPU kernels of rms_norm, add_rms_norm and layer_norm (contract: ops/norm.h). One row per task;
+// the row is loaded to f32, its mean square accumulated in double.
 #include <cmath>
 
 #include "dspark/backend/cpu/float_io.h"
@@ -71,6 +71,33 @@ void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const T
             normalize_row(sum, w.data(), d, params.eps, row_ptr<TO>(out, r));
           }
         });
+      });
+    });
+  });
+}
+
+void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& out, float eps) {
+  const int64_t n = x.size(0), d = x.size(1);
+  const std::vector<float> w = vector_f32(weight), b = vector_f32(bias);
+  dispatch_float(x.dtype(), [&]<typename TX>(TypeTag<TX>) {
+    dispatch_float(out.dtype(), [&]<typename TO>(TypeTag<TO>) {
+      ctx.pool().parallel_for(n, grain_for(d), [&](int64_t begin, int64_t end) {
+        float* row = thread_scratch(d, 0);
+        for (int64_t r = begin; r < end; ++r) {
+          load_f32(row_ptr<const TX>(x, r), row, d);
+          double sum = 0;
+          for (int64_t j = 0; j < d; ++j) sum += row[j];
+          const auto mean = static_cast<float>(sum / static_cast<double>(d));
+          double var = 0;
+          for (int64_t j = 0; j < d; ++j) {
+            row[j] -= mean;
+            var += static_cast<double>(row[j]) * row[j];
+          }
+          const auto inv = static_cast<float>(1.0 / std::sqrt(var / static_cast<double>(d) + eps));
+          for (int64_t j = 0; j < d; ++j) row[j] = row[j] * inv * w[j] + b[j];
+          store_f32(row, row_ptr<TO>(out, r), d);
+        }
       });
     });
   });
