@@ -527,8 +527,9 @@ int main(int argc, char** argv) {
   app.add_flag("--no-forward", a.no_forward, "skip the SmolLM2-shaped forward sweep");
   app.add_flag("--huge-pages", a.huge_pages,
                "weights in transparent huge pages (madvise(MADV_HUGEPAGE)) instead of 4 KiB pages");
-  app.add_option("--quant", a.quant,
-                 "also time these block-quantized types (q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k)");
+  app.add_option(
+      "--quant", a.quant,
+      "also time these block-quantized types (q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k,q8_a)");
   app.add_flag("--no-f32", a.no_f32, "skip the f32 / bf16 weights (with --quant)");
   app.add_flag("--cpu-time", a.cpu_time,
                "time with the calling thread's CPU clock (needs DSPARK_THREADS=1): steadier on a "

@@ -95,6 +95,7 @@ std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint
     case QuantType::q5_1:
     case QuantType::q4_k:
     case QuantType::q5_k:
+    case QuantType::q8_a:
       halves = {0, 2};
       break;
     case QuantType::q6_k:

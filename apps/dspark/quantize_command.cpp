@@ -11,6 +11,8 @@
 #include "commands.h"
 #include "dspark/core/error.h"
 #include "dspark/core/progress_bar.h"
+#include "dspark/core/quant.h"
+#include "dspark/io/mlx_quant.h"
 #include "dspark/model/gguf_export.h"
 #include "dspark/model/quantize_checkpoint.h"
 #include "dspark/spec/dspark/drafter_config.h"
@@ -65,9 +67,9 @@ int run_quantize(const QuantizeArgs& a) {
     fmt::print(
         "drafter policy: {} confidence-head weight(s) kept as stored; reloaded: one row of "
         "{} tap features through the context projection and {} layers' K/V (features RMS "
-        "{:.4g}, K/V RMS {:.4g}, {} matrices held as Q4_1 blocks)\n",
+        "{:.4g}, K/V RMS {:.4g}, {} matrices held as {} blocks)\n",
         s.kept_by_policy.size(), t.features, t.layers, t.features_rms, t.kv_rms,
-        t.matrices_as_blocks);
+        t.matrices_as_blocks, quant_type_name(mlx_block_type(o.spec.bits)));
   }
   return 0;
 }

@@ -130,6 +130,10 @@ std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint
       case QuantType::q6_k:
         put_half(blk + 208, 0.0005f * sign * mag(gen));
         break;
+      case QuantType::q8_a:
+        put_half(blk, 0.003f * sign * mag(gen));
+        put_half(blk + 2, -0.4f * sign * mag(gen));
+        break;
     }
   }
   return data;

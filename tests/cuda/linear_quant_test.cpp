@@ -238,7 +238,10 @@ TEST_P(CudaLinearQuant, MatchesHostReference) {
 #if !defined(DSPARK_CONSISTENCY_ON_CPU)
   // The paths of the policy these calls reached (the plans depend on the SM count: an H200's 132
   // reach them all).
-  EXPECT_EQ(cov.row_tiles, (std::set<int>{1, 2, 3, 4, 6}));
+  // Q8_A (the largest super-blocks with a min in the scale table) leaves no room for more than 32
+  // rows of x: its 33 and 48 rows take the dequantizing path.
+  EXPECT_EQ(cov.row_tiles,
+            q == QuantType::q8_a ? (std::set<int>{1, 2, 3, 4}) : (std::set<int>{1, 2, 3, 4, 6}));
   EXPECT_FALSE(cov.gemv_warps_k.empty());
   EXPECT_TRUE(cov.one_slice && cov.split && cov.dequantize);
   if (ctx.gpu.cuda_caps().sm_count == 132) {

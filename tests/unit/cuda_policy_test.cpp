@@ -328,9 +328,10 @@ TEST(CudaPolicyLinearBlocks, TensorCoresForDecodeAndVerifyRows) {
             expect_valid_gemv_plan(s, kH200, c.gemv_plan);
             continue;
           }
-          // The largest blocks (Q8_0, Q6_K) leave no room for every row of x beside the 16
-          // warps' rings at the widest calls: those take the dequantizing path.
-          const bool wide = m > 24 && (q == QuantType::q8_0 || q == QuantType::q6_k);
+          // The largest blocks (Q8_0, Q8_A, Q6_K) leave no room for every row of x beside the
+          // 16 warps' rings at the widest calls: those take the dequantizing path.
+          const bool wide =
+              m > 24 && (q == QuantType::q8_0 || q == QuantType::q8_a || q == QuantType::q6_k);
           if (wide && c.kernel == LinearBlocksKernel::dequantize) continue;
           ASSERT_EQ(c.kernel, LinearBlocksKernel::mma)
               << quant_type_name(q) << " " << m << "x" << k;

@@ -1,10 +1,12 @@
 // MLX affine-quantized checkpoints (model/mlx_weights.h) loaded through load_model:
 // tests/data/mlx/llama3_q4_g32 and llama3_q8_g64, the tiny golden Llama 3 quantized as mlx-lm
 // does (tools/mlx/make_mlx_fixtures.py; the 4-bit one with a module left in f32 and one in 8 bits
-// through per-module config entries). The 4-bit weights stay Q4_1 blocks and decode the same
-// greedy tokens as their twin with the same weights dequantized to f32 (logits within the
-// quantized product's tolerance: x is rounded to 8 bits); the 8-bit ones are dequantized at load
-// and equal their twin. Greedy speculative decoding equals plain greedy decoding.
+// through per-module config entries). The 4-bit weights stay Q4_1 blocks, the 8-bit ones Q8_A
+// blocks; both decode the greedy tokens of their twin with the same weights dequantized to f32
+// up to near-ties (logits within the quantized product's tolerance: x is rounded to 8 bits;
+// test::expect_twins_greedy_tokens), and the 8-bit
+// model holds about its file's tensor bytes. Greedy speculative decoding equals plain greedy
+// decoding.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -19,6 +21,7 @@
 #include "common/model_runs.h"
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
+#include "dspark/core/buffer.h"
 #include "dspark/core/error.h"
 #include "dspark/engine/generate.h"
 #include "dspark/engine/speculative.h"
@@ -54,7 +57,7 @@ Twins load_twins(const std::filesystem::path& dir) {
 
 struct Fixture {
   const char* name;
-  bool blocks;       // 4-bit: kept as Q4_1 blocks
+  QuantType blocks;  // the blocks its embedding table and LM head are kept in
   double tolerance;  // relative RMS of the last logits against the dequantized twin
 };
 
@@ -63,11 +66,10 @@ class MlxModel : public ::testing::TestWithParam<Fixture> {};
 TEST_P(MlxModel, MatchesItsDequantizedTwin) {
   const Fixture f = GetParam();
   Twins t = load_twins(fixture(f.name));
-  EXPECT_EQ(t.quantized->lm_head().quantized(), f.blocks);
-  EXPECT_EQ(t.quantized->embedding_table().quantized(), f.blocks);
-  if (f.blocks) {
-    EXPECT_EQ(t.quantized->lm_head().quant, QuantType::q4_1);
-  }
+  ASSERT_TRUE(t.quantized->lm_head().quantized());
+  ASSERT_TRUE(t.quantized->embedding_table().quantized());
+  EXPECT_EQ(t.quantized->lm_head().quant, f.blocks);
+  EXPECT_EQ(t.quantized->embedding_table().quant, f.blocks);
   EXPECT_FALSE(t.dequantized->lm_head().quantized());
   Context ctx(Device::cpu());
   const int vocab = t.quantized->config().vocab_size;
@@ -78,9 +80,8 @@ TEST_P(MlxModel, MatchesItsDequantizedTwin) {
     const double err = test::relative_rms_error(q, d);
     EXPECT_LE(err, f.tolerance) << f.name << " prompt " << salt;
     std::cout << f.name << " prompt " << salt << ": relative RMS " << err << "\n";
-    EXPECT_EQ(generate(*t.quantized, ctx, prompt, test::greedy_tokens(24)).tokens,
-              generate(*t.dequantized, ctx, prompt, test::greedy_tokens(24)).tokens)
-        << f.name << " prompt " << salt;
+    SCOPED_TRACE(fmt::format("{} prompt {}", f.name, salt));
+    test::expect_twins_greedy_tokens(*t.quantized, *t.dequantized, ctx, prompt, true);
   }
 }
 
@@ -142,6 +143,22 @@ TEST(MlxModelTied, TiedEmbeddingsKeepTheirBlocksAsTheLmHead) {
   }
 }
 
+TEST(MlxModelMemory, EightBitWeightsTakeAboutTheFilesTensorBytes) {
+  // Q8_A holds 9 bits per value (an f16 scale and bias per 32 values); the file 8.5 (bf16 per
+  // group of 64) or 9 (groups of 32, down_proj here). Dequantized to f32 they would take ~3.6x.
+  const std::filesystem::path dir = fixture("llama3_q8_g64");
+  const SafeTensors st = SafeTensors::open(dir);
+  int64_t file_bytes = 0;
+  for (const std::string& name : st.names())
+    file_bytes += static_cast<int64_t>(st.get(name).nbytes());
+  const int64_t before = memory_stats(Device::cpu()).active_bytes;
+  std::unique_ptr<Model> model = load_model(dir, Device::cpu(), DType::f32);
+  const int64_t held = memory_stats(Device::cpu()).active_bytes - before;
+  std::cout << "llama3_q8_g64: " << held << " bytes held, file tensors " << file_bytes << "\n";
+  EXPECT_GE(held, file_bytes);
+  EXPECT_LE(static_cast<double>(held), 1.07 * static_cast<double>(file_bytes));
+}
+
 TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
   const std::filesystem::path dir =
       edited_q4("bits3", [](nlohmann::json& c) { c["quantization"]["bits"] = 3; });
@@ -159,8 +176,8 @@ TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlxModel,
-                         ::testing::Values(Fixture{"llama3_q4_g32", true, 3e-2},
-                                           Fixture{"llama3_q8_g64", false, 1e-5}),
+                         ::testing::Values(Fixture{"llama3_q4_g32", QuantType::q4_1, 3e-2},
+                                           Fixture{"llama3_q8_g64", QuantType::q8_a, 3e-2}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

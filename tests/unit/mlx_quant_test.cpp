@@ -1,7 +1,8 @@
 // MLX affine quantization (io/mlx_quant.h, model/mlx_weights.h) against NumPy:
 // tests/data/mlx/unpack.safetensors (tools/mlx/make_mlx_fixtures.py) holds random MLX-quantized
 // tensors for bits {4, 8} x group_size {32, 64, 128}, packed by NumPy, and NumPy's f32
-// dequantization; the C++ unpacking and the Q4_1 repacking must reproduce it bit for bit. Then the
+// dequantization; the C++ unpacking and the Q4_1 (4 bits) / Q8_A (8 bits) repacking must reproduce
+// it bit for bit. Then the
 // config entry and the errors: unsupported bits / group sizes, missing companions.
 #include <gtest/gtest.h>
 
@@ -70,16 +71,17 @@ TEST_P(MlxUnpack, DequantizesLikeNumPy) {
   expect_same_bits(got, expected_of(unpack_fixture(), name), name);
 }
 
-TEST_P(MlxUnpack, FourBitsRepackToQ41BlocksOfTheSameValues) {
+TEST_P(MlxUnpack, RepacksToBlocksOfTheSameValues) {
   const auto [bits, group] = GetParam();
-  if (bits != 4) GTEST_SKIP() << "8-bit weights are dequantized at load";
   const std::string name = fmt::format("b{}_g{}", bits, group);
   const MlxQuantTensor t = tensor_of(unpack_fixture(), name, {bits, group});
   const auto [rows, cols] = mlx_quant_shape(t);
-  std::vector<uint8_t> blocks(static_cast<size_t>(rows * quant_row_bytes(QuantType::q4_1, cols)));
-  ASSERT_TRUE(mlx_repack_q4_1(t, blocks.data()));
+  const QuantType type = mlx_block_type(bits);
+  EXPECT_EQ(type, bits == 4 ? QuantType::q4_1 : QuantType::q8_a);
+  std::vector<uint8_t> blocks(static_cast<size_t>(rows * quant_row_bytes(type, cols)));
+  ASSERT_TRUE(mlx_repack_blocks(t, blocks.data()));
   std::vector<float> got(static_cast<size_t>(rows * cols));
-  dequantize_blocks(QuantType::q4_1, blocks.data(), rows * cols / 32, got.data());
+  dequantize_blocks(type, blocks.data(), rows * cols / 32, got.data());
   expect_same_bits(got, expected_of(unpack_fixture(), name), name);
 }
 
@@ -90,38 +92,47 @@ INSTANTIATE_TEST_SUITE_P(BitsGroups, MlxUnpack,
                            return fmt::format("b{}_g{}", p.param.bits, p.param.group);
                          });
 
-TEST(MlxQuant, ScalesNotExactInF16RefuseQ41ButDequantize) {
-  const MlxQuantTensor t = tensor_of(unpack_fixture(), "b4_g64_inexact", {4, 64});
-  std::vector<uint8_t> blocks(static_cast<size_t>(4 * quant_row_bytes(QuantType::q4_1, 128)));
-  EXPECT_FALSE(mlx_repack_q4_1(t, blocks.data()));
-  std::vector<float> got(4 * 128);
-  mlx_dequantize(t, got.data());
-  expect_same_bits(got, expected_of(unpack_fixture(), "b4_g64_inexact"), "inexact");
+TEST(MlxQuant, ScalesNotExactInF16RefuseBlocksButDequantize) {
+  for (const int bits : {4, 8}) {
+    const std::string name = fmt::format("b{}_g64_inexact", bits);
+    const MlxQuantTensor t = tensor_of(unpack_fixture(), name, {bits, 64});
+    std::vector<uint8_t> blocks(
+        static_cast<size_t>(4 * quant_row_bytes(mlx_block_type(bits), 128)));
+    EXPECT_FALSE(mlx_repack_blocks(t, blocks.data())) << name;
+    std::vector<float> got(4 * 128);
+    mlx_dequantize(t, got.data());
+    expect_same_bits(got, expected_of(unpack_fixture(), name), name);
+  }
 }
 
-TEST(MlxQuant, WeightsKeepExactFourBitTensorsAsBlocks) {
+TEST(MlxQuant, WeightsKeepExactTensorsAsBlocks) {
   const SafeTensors& st = unpack_fixture();
   // Every tensor of the fixture: 4-bit with groups of 64 (the others' bits and groups as named).
   const MlxWeights w(st, MlxQuantization{{4, 64},
                                          {{"b4_g32", MlxQuantSpec{4, 32}},
                                           {"b4_g128", MlxQuantSpec{4, 128}},
-                                          {"b8_g64", MlxQuantSpec{8, 64}}}});
-  for (const char* name : {"b4_g32", "b4_g64", "b4_g128"}) {
+                                          {"b8_g32", MlxQuantSpec{8, 32}},
+                                          {"b8_g64", MlxQuantSpec{8, 64}},
+                                          {"b8_g128", MlxQuantSpec{8, 128}},
+                                          {"b8_g64_inexact", MlxQuantSpec{8, 64}}}});
+  for (const char* name : {"b4_g32", "b4_g64", "b4_g128", "b8_g32", "b8_g64", "b8_g128"}) {
     const std::optional<QuantizedView> v = w.get_quantized(std::string(name) + ".weight");
     ASSERT_TRUE(v.has_value()) << name;
-    EXPECT_EQ(v->quant, QuantType::q4_1);
+    const QuantType type = name[1] == '4' ? QuantType::q4_1 : QuantType::q8_a;
+    EXPECT_EQ(v->quant, type);
     EXPECT_EQ(v->n, 6);
     EXPECT_EQ(v->k, 256);
+    EXPECT_EQ(v->blocks.nbytes(), static_cast<size_t>(6 * quant_row_bytes(type, 256))) << name;
     std::vector<float> got(6 * 256);
-    dequantize_blocks(QuantType::q4_1, static_cast<const uint8_t*>(v->blocks.data()), 6 * 256 / 32,
+    dequantize_blocks(type, static_cast<const uint8_t*>(v->blocks.data()), 6 * 256 / 32,
                       got.data());
     expect_same_bits(got, expected_of(st, name), name);
   }
-  // 8-bit: dense; not exact in f16: dense, said on stderr. get() dequantizes both like NumPy.
-  EXPECT_FALSE(w.get_quantized("b8_g64.weight").has_value());
+  // Not exact in f16: dense, said on stderr. get() dequantizes like NumPy.
   EXPECT_FALSE(w.get_quantized("b4_g64_inexact.weight").has_value());
+  EXPECT_FALSE(w.get_quantized("b8_g64_inexact.weight").has_value());
   EXPECT_FALSE(w.get_quantized("b8_g64.expected").has_value());  // a float tensor
-  for (const char* name : {"b8_g64", "b4_g64_inexact"}) {
+  for (const char* name : {"b8_g64", "b4_g64_inexact", "b8_g64_inexact"}) {
     const Tensor t = w.get(std::string(name) + ".weight");
     ASSERT_EQ(t.dtype(), DType::f32);
     std::vector<float> got(static_cast<size_t>(t.numel()));

@@ -116,6 +116,10 @@ std::vector<uint8_t> random_weights(QuantType type, int64_t n, int64_t k, uint32
       case QuantType::q6_k:
         put_half(p + 208, d * 0.05f);
         break;
+      case QuantType::q8_a:
+        put_half(p, d / 16.0f);
+        put_half(p + 2, -8.0f * d * u(gen));
+        break;
     }
   }
   return w;
@@ -405,13 +409,15 @@ TEST_P(QuantLinear, InterleavedLayoutRoundTrips) {
   }
 }
 
-// The largest integer sums the kernels of the 5-bit formats and the k-quants can meet (every value
-// at its extreme, x at +-127, Q6_K's scales at -128): no int16 pair sum or int32 sum overflows on
-// any path, and every path gives the same bits and the dequantized product.
+// The largest integer sums the kernels of the 5-bit formats, the k-quants and Q8_A can meet (every
+// value at its extreme, x at +-127, Q6_K's scales at -128; Q8_A's bytes 255 and 0, which AVX2
+// multiplies as 127 and -128): no int16 pair sum or int32 sum overflows on any path, and every
+// path gives the same bits and the dequantized product.
 TEST_P(QuantLinear, ExtremeValuesAgreeOnEveryIsa) {
   const QuantType type = GetParam();
   const bool q5 = type == QuantType::q5_0 || type == QuantType::q5_1;
-  if (!is_k_quant(type) && !q5) GTEST_SKIP() << "at most 4-bit or 8-bit signed values";
+  if (!is_k_quant(type) && !q5 && type != QuantType::q8_a)
+    GTEST_SKIP() << "at most 4-bit or 8-bit signed values";
   const int64_t k = 512, m = 3;
   const QuantBlock qb = quant_block(type);
   std::vector<uint8_t> w(static_cast<size_t>(kN * quant_row_bytes(type, k)), 0xFF);
@@ -423,6 +429,8 @@ TEST_P(QuantLinear, ExtremeValuesAgreeOnEveryIsa) {
     } else {
       put_half(p, 1e-3f);
       if (type != QuantType::q5_0) put_half(p + 2, 1e-4f);  // Q5_0's fifth bits stay set
+      if (type == QuantType::q8_a)
+        for (int j = 0; j < 32; ++j) p[4 + j] = j % 3 == 0 ? 0 : 255;
     }
   }
   std::vector<float> x(static_cast<size_t>(m * k));

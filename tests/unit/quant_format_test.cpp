@@ -2,7 +2,8 @@
 // Python reference that ships with llama.cpp): tests/data/quant/T.blocks are random blocks of
 // every type and T.f32 the package's values for them (tools/gguf/make_quant_fixtures.py,
 // tests/data/quant/SOURCE.md). dequantize_blocks must reproduce them bit for bit, one block at a
-// time and all at once. Plus the table of block sizes, names and the row-length check.
+// time and all at once (Q8_A, which GGUF does not have, against NumPy: mlx_quant_test.cpp). Plus
+// the table of block sizes, names and the row-length check.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -37,8 +38,9 @@ uint32_t bits_of(float f) {
 }
 
 class QuantFormat : public ::testing::TestWithParam<QuantType> {};
+class GgufQuantFormat : public ::testing::TestWithParam<QuantType> {};
 
-TEST_P(QuantFormat, MatchesTheGgufPackageBitForBit) {
+TEST_P(GgufQuantFormat, MatchesTheGgufPackageBitForBit) {
   const QuantType type = GetParam();
   const std::string name = lower(quant_type_name(type));
   const auto dir = test::data_dir() / "quant";
@@ -99,6 +101,8 @@ std::string type_name(const ::testing::TestParamInfo<QuantType>& p) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantFormat, ::testing::ValuesIn(kQuantTypes), type_name);
+INSTANTIATE_TEST_SUITE_P(GgufTypes, GgufQuantFormat, ::testing::ValuesIn(kGgufQuantTypes),
+                         type_name);
 
 TEST(QuantFormatTable, BlockSizesAndNames) {
   struct Row {
@@ -106,11 +110,12 @@ TEST(QuantFormatTable, BlockSizesAndNames) {
     const char* name;
     int64_t elements, bytes;
   };
-  // ggml's GGML_QUANT_SIZES (gguf.constants) for these types.
+  // ggml's GGML_QUANT_SIZES (gguf.constants) for the GGUF types; Q8_A: f16 d, m, 32 bytes.
   const Row rows[] = {{QuantType::q4_0, "Q4_0", 32, 18},   {QuantType::q4_1, "Q4_1", 32, 20},
                       {QuantType::q5_0, "Q5_0", 32, 22},   {QuantType::q5_1, "Q5_1", 32, 24},
                       {QuantType::q8_0, "Q8_0", 32, 34},   {QuantType::q4_k, "Q4_K", 256, 144},
-                      {QuantType::q5_k, "Q5_K", 256, 176}, {QuantType::q6_k, "Q6_K", 256, 210}};
+                      {QuantType::q5_k, "Q5_K", 256, 176}, {QuantType::q6_k, "Q6_K", 256, 210},
+                      {QuantType::q8_a, "Q8_A", 32, 36}};
   ASSERT_EQ(std::size(rows), kQuantTypes.size());
   for (const Row& r : rows) {
     EXPECT_EQ(quant_type_name(r.type), r.name);

@@ -55,13 +55,10 @@ TEST(QuantizeDrafter, FixturesDraftLosslesslyForFloatAndQuantizedTargets) {
       EXPECT_EQ(st.get("fc.weight").dtype(), DType::i32) << what;  // U32 words
 
       const DrafterSmokeTest t = drafter_smoke_test(dir);
-      // 4-bit: fc and the 4 fused matrices of each of the 2 layers as blocks (+ own embed /
-      // lm_head); 8-bit: dequantized at load.
-      if (spec.bits == 4) {
-        EXPECT_GE(t.matrices_as_blocks, 9) << what;
-      } else {
-        EXPECT_EQ(t.matrices_as_blocks, 0) << what;
-      }
+      // 4-bit (groups of 32): fc and the 4 fused matrices of each of the 2 layers as Q4_1 blocks
+      // (+ own embed / lm_head); 8-bit (groups of 64): as Q8_A blocks those whose inputs are a
+      // multiple of 64 (the others stay float).
+      EXPECT_GE(t.matrices_as_blocks, spec.bits == 4 ? 9 : 5) << what;
       EXPECT_NEAR(t.features_rms, reference.features_rms, 0.05 * reference.features_rms) << what;
       EXPECT_NEAR(t.kv_rms, reference.kv_rms, (spec.bits == 4 ? 0.1 : 0.02) * reference.kv_rms)
           << what;

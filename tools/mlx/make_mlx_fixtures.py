@@ -4,8 +4,8 @@
 Writes, with NumPy only (the packing done here independently of dspark's C++):
   tests/data/mlx/unpack.safetensors: for bits in {4, 8} x group_size in {32, 64, 128} a random
     MLX-quantized tensor `b{B}_g{G}` (.weight U32, .scales / .biases in bf16, f16 or f32) and
-    `.expected`, NumPy's f32 dequantization scales * q + biases; plus `b4_g64_inexact`, whose
-    bf16 scales do not convert to f16 exactly (too small for f16).
+    `.expected`, NumPy's f32 dequantization scales * q + biases; plus `b4_g64_inexact` and
+    `b8_g64_inexact`, whose bf16 scales do not convert to f16 exactly (too small for f16).
   tests/data/mlx/llama3_q4_g32/, llama3_q8_g64/: the tiny golden Llama 3
     (tests/data/models/llama3) quantized as mlx-lm does (every projection, embed_tokens and
     lm_head; per group scale = (max - min) / (2^B - 1), bias = min, both stored in bf16,
@@ -104,6 +104,19 @@ def store_float(values, dtype):
     return dtype, f, f
 
 
+def add_inexact(tensors, rng, bits):
+    """`b{bits}_g64_inexact`: bf16 scales too small for f16 (4 rows of 128 values)."""
+    rows, cols, group = 4, 128, 64
+    q = rng.integers(0, 2 ** bits, size=(rows, cols), dtype=np.uint32)
+    s_bits, s_f = bf16_bits(rng.uniform(1e-9, 2e-9, size=(rows, cols // group)))
+    b_bits, b_f = bf16_bits(rng.uniform(-0.5, 0.5, size=(rows, cols // group)))
+    name = f"b{bits}_g64_inexact"
+    tensors[name + ".weight"] = ("U32", pack(q, bits))
+    tensors[name + ".scales"] = ("BF16", s_bits)
+    tensors[name + ".biases"] = ("BF16", b_bits)
+    tensors[name + ".expected"] = ("F32", dequantize(q, s_f, b_f, group))
+
+
 def make_unpack(rng):
     tensors = {}
     cases = [(b, g) for b in (4, 8) for g in (32, 64, 128)]
@@ -121,15 +134,10 @@ def make_unpack(rng):
         tensors[name + ".scales"] = (sd, s_arr)
         tensors[name + ".biases"] = (bd, b_arr)
         tensors[name + ".expected"] = ("F32", dequantize(q, s_f, b_f, group))
-    # bf16 scales below f16's range: the Q4_1 repack must refuse them.
-    rows, cols, group = 4, 128, 64
-    q = rng.integers(0, 16, size=(rows, cols), dtype=np.uint32)
-    s_bits, s_f = bf16_bits(rng.uniform(1e-9, 2e-9, size=(rows, cols // group)))
-    b_bits, b_f = bf16_bits(rng.uniform(-0.5, 0.5, size=(rows, cols // group)))
-    tensors["b4_g64_inexact.weight"] = ("U32", pack(q, 4))
-    tensors["b4_g64_inexact.scales"] = ("BF16", s_bits)
-    tensors["b4_g64_inexact.biases"] = ("BF16", b_bits)
-    tensors["b4_g64_inexact.expected"] = ("F32", dequantize(q, s_f, b_f, group))
+    # bf16 scales below f16's range: the Q4_1 / Q8_A repacks must refuse them. The 8-bit one has
+    # its own generator, so that the tensors above keep their values.
+    add_inexact(tensors, rng, 4)
+    add_inexact(tensors, np.random.default_rng(358), 8)
     write_safetensors(os.path.join(OUT, "unpack.safetensors"), tensors)
 
 

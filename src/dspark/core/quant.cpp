@@ -1,5 +1,6 @@
 // The reference dequantization of the block formats (core/quant.h): the arithmetic in f32 in the
-// order of the gguf package's, so results are bit-identical to it.
+// order of the gguf package's, so results are bit-identical to it (Q8_A: MLX's scale * q + bias,
+// one product and one sum in f32).
 #include "dspark/core/quant.h"
 
 #include <cctype>
@@ -73,6 +74,13 @@ void block_q8_0(const uint8_t* b, float* y) {
   const float d = half(b);
   const auto* q = reinterpret_cast<const int8_t*>(b + 2);
   for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(q[j]);
+}
+
+void block_q8_a(const uint8_t* b, float* y) {
+  const float d = half(b);
+  const float m = half(b + 2);
+  const uint8_t* qs = b + 4;
+  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]) + m;
 }
 
 // The 6-bit scale and min of sub-block j (0..7) packed in the 12 bytes of a K-quant block: bytes
@@ -172,6 +180,8 @@ BlockFn block_fn(QuantType type) {
       return &block_q5_k;
     case QuantType::q6_k:
       return &block_q6_k;
+    case QuantType::q8_a:
+      return &block_q8_a;
   }
   DSPARK_FAIL(internal, "unknown quant type {}", static_cast<int>(type));
 }
@@ -196,6 +206,8 @@ QuantBlock quant_block(QuantType type) {
       return {256, 176};
     case QuantType::q6_k:
       return {256, 210};
+    case QuantType::q8_a:
+      return {32, 36};
   }
   DSPARK_FAIL(internal, "unknown quant type {}", static_cast<int>(type));
 }
@@ -218,6 +230,8 @@ std::string_view quant_type_name(QuantType type) {
       return "Q5_K";
     case QuantType::q6_k:
       return "Q6_K";
+    case QuantType::q8_a:
+      return "Q8_A";
   }
   return "Q?";
 }

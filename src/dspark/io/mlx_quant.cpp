@@ -145,27 +145,39 @@ void mlx_dequantize(const MlxQuantTensor& t, float* out) {
   });
 }
 
-bool mlx_repack_q4_1(const MlxQuantTensor& t, uint8_t* out) {
-  DSPARK_CHECK(t.spec.bits == 4, "mlx_repack_q4_1: '{}' has {} bits", t.name, t.spec.bits);
+QuantType mlx_block_type(int bits) {
+  DSPARK_CHECK(bits == 4 || bits == 8, "mlx_block_type: {} bits", bits);
+  return bits == 4 ? QuantType::q4_1 : QuantType::q8_a;
+}
+
+bool mlx_repack_blocks(const MlxQuantTensor& t, uint8_t* out) {
   const auto [rows, cols] = mlx_quant_shape(t);
+  const int bits = t.spec.bits;
+  const QuantType type = mlx_block_type(bits);
   const std::vector<float> scales = floats_of(t.scales), biases = floats_of(t.biases);
   const int64_t groups = cols / t.spec.group_size, blocks = cols / 32;
-  const int64_t row_bytes = quant_row_bytes(QuantType::q4_1, cols);
+  const int64_t row_bytes = quant_row_bytes(type, cols), block_bytes = quant_block(type).bytes;
+  const int64_t words = cols * bits / 32, block_words = bits;  // 32 values = `bits` words
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       const size_t g = static_cast<size_t>(r * groups + b * 32 / t.spec.group_size);
       const std::optional<f16> d = exact_f16(scales[g]), m = exact_f16(biases[g]);
       if (!d || !m) return false;
-      uint8_t* block = out + r * row_bytes + b * 20;
+      uint8_t* block = out + r * row_bytes + b * block_bytes;
       std::memcpy(block, &d->bits, 2);
       std::memcpy(block + 2, &m->bits, 2);
-      // 32 values = 4 words of 8 nibbles; value j of the block -> word j / 8, nibble j % 8.
+      // Value j of the block: word j / (32 / bits), bits bits * (j % (32 / bits)) up.
       uint8_t q[32];
-      for (int w = 0; w < 4; ++w) {
-        const uint32_t word = word_at(t.packed, r * (cols / 8) + b * 4 + w);
-        for (int j = 0; j < 8; ++j) q[w * 8 + j] = static_cast<uint8_t>((word >> (4 * j)) & 0xF);
+      for (int w = 0; w < block_words; ++w) {
+        const uint32_t word = word_at(t.packed, r * words + b * block_words + w);
+        for (int j = 0; j < 32 / bits; ++j)
+          q[w * (32 / bits) + j] = static_cast<uint8_t>((word >> (bits * j)) & ((1u << bits) - 1));
       }
-      for (int j = 0; j < 16; ++j) block[4 + j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+      if (bits == 8) {
+        std::memcpy(block + 4, q, 32);
+      } else {
+        for (int j = 0; j < 16; ++j) block[4 + j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+      }
     }
   }
   return true;

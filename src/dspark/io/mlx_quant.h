@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "dspark/core/quant.h"
 #include "dspark/core/tensor.h"
 
 namespace dspark {
@@ -58,10 +59,14 @@ std::pair<int64_t, int64_t> mlx_quant_shape(const MlxQuantTensor& t);
 // w = scale * q + bias in f32, [rows, cols] row-major into `out`.
 void mlx_dequantize(const MlxQuantTensor& t, float* out);
 
-// 4-bit only: the tensor as GGUF Q4_1 blocks (core/quant.h), quant_row_bytes(q4_1, cols) bytes per
-// row into `out`; each group of G values is G / 32 blocks with d = scale, m = bias as f16. Returns
+// The block type an MLX tensor of `bits` is held in: Q4_1 for 4 bits, Q8_A for 8.
+QuantType mlx_block_type(int bits);
+
+// The tensor as blocks of mlx_block_type(bits) (core/quant.h: GGUF Q4_1 for 4 bits, Q8_A for 8),
+// quant_row_bytes(type, cols) bytes per row into `out`; each group of G values is G / 32 blocks
+// with d = scale, m = bias as f16 and the codes as stored (Q4_1: the nibbles reordered). Returns
 // false (out partly written) when a scale or bias does not convert to f16 exactly: the blocks
 // would then not dequantize to the MLX weight.
-bool mlx_repack_q4_1(const MlxQuantTensor& t, uint8_t* out);
+bool mlx_repack_blocks(const MlxQuantTensor& t, uint8_t* out);
 
 }  // namespace dspark

@@ -69,26 +69,27 @@ Shape MlxWeights::shape_of(const std::string& name) const {
 std::optional<QuantizedView> MlxWeights::get_quantized(const std::string& name) const {
   if (!st_.contains(name)) return std::nullopt;
   const std::optional<MlxQuantTensor> q = quantized(name);
-  if (!q || q->spec.bits != 4) return std::nullopt;  // 8-bit: dequantized (not yet native)
+  if (!q) return std::nullopt;
   const auto [rows, cols] = mlx_quant_shape(*q);
-  const int64_t row_bytes = quant_row_bytes(QuantType::q4_1, cols);
+  const QuantType type = mlx_block_type(q->spec.bits);
+  const int64_t row_bytes = quant_row_bytes(type, cols);
   std::lock_guard lock(mutex_);
   if (not_exact_.count(name) != 0) return std::nullopt;
   auto it = blocks_.find(name);
   if (it == blocks_.end()) {
     std::vector<uint8_t> blocks(static_cast<size_t>(rows * row_bytes));
-    if (!mlx_repack_q4_1(*q, blocks.data())) {
+    if (!mlx_repack_blocks(*q, blocks.data())) {
       not_exact_.insert(name);
       fmt::print(stderr,
                  "dspark: '{}': an MLX scale or bias is not exact in f16; the tensor is "
-                 "dequantized at load instead of kept as Q4_1 blocks\n",
-                 name);
+                 "dequantized at load instead of kept as {} blocks\n",
+                 name, quant_type_name(type));
       return std::nullopt;
     }
     it = blocks_.emplace(name, std::move(blocks)).first;
   }
   QuantizedView v;
-  v.quant = QuantType::q4_1;
+  v.quant = type;
   v.n = rows;
   v.k = cols;
   v.blocks = Tensor(it->second.data(), DType::u8, Shape{rows, row_bytes}, Device::cpu());

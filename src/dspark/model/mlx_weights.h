@@ -1,7 +1,7 @@
 // MLX-quantized Hugging Face checkpoints (mlx-lm, io/mlx_quant.h) as a WeightSource: 4-bit
-// weights repacked into GGUF Q4_1 blocks (run by the block kernels as a GGUF file's are), 8-bit
-// ones and 4-bit ones whose scales or biases are not exact in f16 dequantized to f32 at load.
-// See docs/quantization.md.
+// weights repacked into GGUF Q4_1 blocks, 8-bit ones into Q8_A blocks (core/quant.h; both run by
+// the block kernels as a GGUF file's are); weights whose scales or biases are not exact in f16
+// dequantized to f32 at load. See docs/quantization.md.
 #pragma once
 
 #include <map>
@@ -26,9 +26,9 @@ class MlxWeights final : public WeightSource {
   Tensor get(const std::string& name) const override;
   Shape shape_of(const std::string& name) const override;
   std::string origin() const override;
-  // 4-bit weights as Q4_1 blocks (kept until the source is destroyed); nullopt for float and
-  // 8-bit tensors and for those whose scales / biases do not convert to f16 exactly (said once on
-  // stderr, naming the tensor).
+  // 4-bit weights as Q4_1 blocks, 8-bit ones as Q8_A blocks (kept until the source is
+  // destroyed); nullopt for float tensors and for those whose scales / biases do not convert to
+  // f16 exactly (said once on stderr, naming the tensor).
   std::optional<QuantizedView> get_quantized(const std::string& name) const override;
 
  private:

@@ -74,7 +74,7 @@ float half(const uint8_t* p) {
 
 // One weight row as integer values and the weight's part of each unit's scale (quant_gemm.h).
 struct DecodedRow {
-  std::vector<int8_t> q;      // [k] integer values (Q6_K: q - 32)
+  std::vector<int16_t> q;     // [k] integer values (Q6_K: q - 32; Q8_A: 0..255)
   std::vector<float> scale;   // [k / 32] d_w (legacy, Q6_K) or d_w * sc_u (Q4_K, Q5_K)
   std::vector<float> min;     // [k / 32] m_b (Q4_1, Q5_1) or dmin * m_u (Q4_K, Q5_K)
   std::vector<int8_t> sub16;  // [k / 16] Q6_K's scale of each 16 values
@@ -94,10 +94,10 @@ void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) 
   out.scale.resize(static_cast<size_t>(units));
   out.min.assign(static_cast<size_t>(units), 0.0f);
   out.sub16.assign(static_cast<size_t>(k / 16), 0);
-  int8_t* q = out.q.data();
+  int16_t* q = out.q.data();
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = row + b * qb.bytes;
-    int8_t* y = q + b * qb.elements;
+    int16_t* y = q + b * qb.elements;
     switch (type) {
       case QuantType::q4_0:
       case QuantType::q4_1: {
@@ -105,8 +105,8 @@ void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) 
         const uint8_t* qs = p + (with_min ? 4 : 2);
         const int off = with_min ? 0 : 8;
         for (int j = 0; j < 16; ++j) {
-          y[j] = static_cast<int8_t>((qs[j] & 0x0F) - off);
-          y[j + 16] = static_cast<int8_t>((qs[j] >> 4) - off);
+          y[j] = static_cast<int16_t>((qs[j] & 0x0F) - off);
+          y[j + 16] = static_cast<int16_t>((qs[j] >> 4) - off);
         }
         out.scale[b] = half(p);
         if (with_min) out.min[b] = half(p + 2);
@@ -121,16 +121,21 @@ void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) 
         for (int j = 0; j < 16; ++j) {
           const int lo = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
           const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-          y[j] = static_cast<int8_t>(lo - off);
-          y[j + 16] = static_cast<int8_t>(hi - off);
+          y[j] = static_cast<int16_t>(lo - off);
+          y[j + 16] = static_cast<int16_t>(hi - off);
         }
         out.scale[b] = half(p);
         if (with_min) out.min[b] = half(p + 2);
         break;
       }
       case QuantType::q8_0:
-        std::memcpy(y, p + 2, 32);
+        for (int j = 0; j < 32; ++j) y[j] = static_cast<int8_t>(p[2 + j]);
         out.scale[b] = half(p);
+        break;
+      case QuantType::q8_a:
+        for (int j = 0; j < 32; ++j) y[j] = p[4 + j];
+        out.scale[b] = half(p);
+        out.min[b] = half(p + 2);
         break;
       case QuantType::q4_k:
       case QuantType::q5_k: {
@@ -147,8 +152,8 @@ void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) 
               lo |= ((qh[l] >> (2 * g)) & 1) << 4;
               hi |= ((qh[l] >> (2 * g + 1)) & 1) << 4;
             }
-            y[64 * g + l] = static_cast<int8_t>(lo);
-            y[64 * g + 32 + l] = static_cast<int8_t>(hi);
+            y[64 * g + l] = static_cast<int16_t>(lo);
+            y[64 * g + 32 + l] = static_cast<int16_t>(hi);
           }
         }
         for (int u = 0; u < 8; ++u) {
@@ -165,11 +170,11 @@ void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) 
         for (int h = 0; h < 2; ++h) {
           for (int l = 0; l < 32; ++l) {
             const uint8_t lo0 = ql[64 * h + l], lo1 = ql[64 * h + 32 + l], hb = qh[32 * h + l];
-            int8_t* yh = y + 128 * h;
-            yh[l] = static_cast<int8_t>(((lo0 & 0x0F) | ((hb & 3) << 4)) - 32);
-            yh[l + 32] = static_cast<int8_t>(((lo1 & 0x0F) | (((hb >> 2) & 3) << 4)) - 32);
-            yh[l + 64] = static_cast<int8_t>(((lo0 >> 4) | (((hb >> 4) & 3) << 4)) - 32);
-            yh[l + 96] = static_cast<int8_t>(((lo1 >> 4) | (((hb >> 6) & 3) << 4)) - 32);
+            int16_t* yh = y + 128 * h;
+            yh[l] = static_cast<int16_t>(((lo0 & 0x0F) | ((hb & 3) << 4)) - 32);
+            yh[l + 32] = static_cast<int16_t>(((lo1 & 0x0F) | (((hb >> 2) & 3) << 4)) - 32);
+            yh[l + 64] = static_cast<int16_t>(((lo0 >> 4) | (((hb >> 4) & 3) << 4)) - 32);
+            yh[l + 96] = static_cast<int16_t>(((lo1 >> 4) | (((hb >> 6) & 3) << 4)) - 32);
           }
         }
         for (int u = 0; u < 8; ++u) out.scale[8 * b + u] = d;
@@ -186,7 +191,8 @@ float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) 
   const int8_t* xq = x.q(r);
   const float* xd = x.d(r);
   const float* xs = x.s(r);
-  const bool plus_min = type == QuantType::q4_1 || type == QuantType::q5_1;
+  const bool plus_min =
+      type == QuantType::q4_1 || type == QuantType::q5_1 || type == QuantType::q8_a;
   const bool minus_min = type == QuantType::q4_k || type == QuantType::q5_k;
   float acc = 0.0f;
   for (int64_t b = 0; b < x.blocks; ++b) {

@@ -13,11 +13,12 @@
 // Block sums (every format; the k-quants Q4_K, Q5_K, Q6_K by units of 32 values: block
 // b = 8 * super-block + u): per (x row, weight row) one f32 accumulator, per block b in order
 // along k, with i_b the exact int32 sum of its 32 products w_i * q_i (w = q - 8 for Q4_0, q - 16
-// for Q5_0, q for Q4_1, Q5_1, Q4_K and Q5_K, the signed byte for Q8_0, as core/quant.h defines
-// them; Q6_K: w = q - 32 and i_b = sc_a * (the sum of products 0..15) + sc_b * (that of 16..31),
-// sc_a / sc_b the int8 scales of the unit's two halves, at most 2 * 16 * 32 * 127 * 128 < 2^24
-// in magnitude):
-//     acc = fma(d_w * d_x, float(i_b), acc)   then for Q4_1 / Q5_1 also  acc = fma(m_w, s_x, acc)
+// for Q5_0, q for Q4_1, Q5_1, Q4_K and Q5_K, the signed byte for Q8_0, the unsigned byte for
+// Q8_A (|i_b| <= 32 * 255 * 127 < 2^24), as core/quant.h defines them; Q6_K: w = q - 32 and
+// i_b = sc_a * (the sum of products 0..15) + sc_b * (that of 16..31), sc_a / sc_b the int8 scales
+// of the unit's two halves, at most 2 * 16 * 32 * 127 * 128 < 2^24 in magnitude):
+//     acc = fma(d_w * d_x, float(i_b), acc)   then for Q4_1 / Q5_1 / Q8_A also
+//     acc = fma(m_w, s_x, acc)
 // (d_w * d_x one f32 multiply, d_w / m_w the block's f16 d / m; Q6_K d_w the super-block's d);
 // Q4_K / Q5_K the same with d_w = d * sc_u and m_w = -(dmin * m_u) (both exact in f32: an f16
 // times a 6-bit integer). y = acc, then + bias[j] and the conversion to y's dtype. The SIMD

@@ -3,13 +3,14 @@
 //
 // A tile is MR x rows by NG groups of 8 weight rows. Per block of 32 values and group, the values
 // are unpacked into 8 registers of "steps" (step s: values 4s' .. 4s'+3 of the block for the 8
-// rows, s' = s for Q8_0 and Q4_K's units; for the other nibble formats steps 0-3 are the low
+// rows, s' = s for Q8_0 / Q8_A and Q4_K's units; for the other nibble formats steps 0-3 are the low
 // nibbles of the 4 chunks, values 4t .. 4t+3, and 4-7 the high ones, values 16+4t .., with Q5's
 // fifth bits added as bit 4), each multiplied with the 4 x bytes of those values broadcast to the
 // 8 lanes: VNNI's vpdpbusd adds the 4 products into the row's int32 lane; AVX2 adds pairs with
 // vpmaddubsw into int16 (exact: 4-bit weights give at most 16 products of 15 * 127 per lane, 5-bit
 // ones go in 2 or 4 partial sums, at most 8 products of 31 * 127) and widens once per block with
-// vpmaddwd (Q8_0: signs moved onto x, one vpmaddwd per step). The 8 int32 block sums are then
+// vpmaddwd (Q8_0, Q8_A: signs moved onto x, one vpmaddwd per step; Q8_A's unsigned bytes less
+// 128 there, the offset settled with x's block sum). The 8 int32 block sums are then
 // converted and scaled at once (Q4_K: the same per unit of 32 values, its 8 rows' 6-bit scales and
 // mins turned into f32 d * sc and -dmin * m once per super-block and unit, shared by every x row).
 // The integer sums are exact, so both instruction sets give the same bits (quant_gemm.h).
@@ -31,24 +32,27 @@ struct X8Format {
                                     : T == QuantType::q4_k ? 144
                                     : T == QuantType::q5_k ? 176
                                     : T == QuantType::q6_k ? 210
+                                    : T == QuantType::q8_a ? 36
                                                            : 34;
   static constexpr int64_t kGroupBlock = 8 * kBlock;  // one block (super-block) of the 8 rows
   // The bytes before the values: the f16 d[8] (and m[8]), Q5's fifth bits; Q4_K's d, dmin,
   // scales and mins.
-  static constexpr int kHead = T == QuantType::q4_1                             ? 32
+  static constexpr int kHead = (T == QuantType::q4_1 || T == QuantType::q8_a)   ? 32
                                : T == QuantType::q5_0                           ? 48
                                : T == QuantType::q5_1                           ? 64
                                : (T == QuantType::q4_k || T == QuantType::q5_k) ? 128
                                                                                 : 16;
-  static constexpr bool kNibbles = T != QuantType::q8_0;
+  static constexpr bool kBytes = T == QuantType::q8_0 || T == QuantType::q8_a;  // 8-bit values
+  static constexpr bool kNibbles = !kBytes;
   static constexpr bool kFifth = T == QuantType::q5_0 || T == QuantType::q5_1;  // at kHead - 32
-  static constexpr bool kMin =
-      T == QuantType::q4_1 || T == QuantType::q5_1 || T == QuantType::q4_k || T == QuantType::q5_k;
+  static constexpr bool kMin = T == QuantType::q4_1 || T == QuantType::q5_1 ||
+                               T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q8_a;
   static constexpr bool kSuper =
       T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k;
   static constexpr int64_t kUnits = kSuper ? 8 : 1;  // units of 32 per block
-  // Step s covers values 4s .. 4s+3 of the unit (Q8_0, the k-quants), or of the nibble order.
-  static constexpr bool kNaturalSteps = T == QuantType::q8_0 || kSuper;
+  // Step s covers values 4s .. 4s+3 of the unit (Q8_0, Q8_A, the k-quants), or of the nibble
+  // order.
+  static constexpr bool kNaturalSteps = kBytes || kSuper;
 };
 
 X8_TARGET inline __m256i load256(const void* p) {
@@ -62,7 +66,7 @@ X8_TARGET inline __m256i bcast4(const int8_t* p) {
 }
 
 // The 8 steps of block b of a group (the weights as the multiply takes them: unsigned bytes; for
-// Q8_0 on AVX2 the signed values).
+// Q8_0 on AVX2 the signed values, for Q8_A on AVX2 the bytes less 128).
 template <QuantType T>
 X8_TARGET inline void unpack_steps(const uint8_t* gb, __m256i (&w)[8]) {
   using F = X8Format<T>;
@@ -195,11 +199,13 @@ constexpr int step_offset(int s) {
 // of a group's unpacked steps, in P partial sums.
 template <QuantType T, int P>
 X8_TARGET inline __m256i block_sums(const __m256i (&w)[8], const int8_t* a, int32_t sum) {
-  // The weight's offset: Q4_0 stores q = value + 8, Q5_0 value + 16, Q8_0 (VNNI) value + 128.
-  constexpr int32_t kOffset = T == QuantType::q4_0                ? 8
-                              : T == QuantType::q5_0              ? 16
-                              : (T == QuantType::q8_0 && X8_VNNI) ? 128
-                                                                  : 0;
+  // The weight's offset: Q4_0 stores q = value + 8, Q5_0 value + 16, Q8_0 (VNNI) value + 128;
+  // Q8_A on AVX2 multiplies value - 128.
+  constexpr int32_t kOffset = T == QuantType::q4_0                 ? 8
+                              : T == QuantType::q5_0               ? 16
+                              : (T == QuantType::q8_0 && X8_VNNI)  ? 128
+                              : (T == QuantType::q8_a && !X8_VNNI) ? -128
+                                                                   : 0;
   __m256i part[P];
 #if X8_VNNI
   part[0] = _mm256_set1_epi32(-kOffset * sum);
@@ -402,6 +408,8 @@ X8_TARGET void block_x8_isa(QuantType type, const XBlocks& x, int64_t m, const u
       return x8_block<QuantType::q5_k>(x, m, g, groups, out);
     case QuantType::q6_k:
       return x8_block<QuantType::q6_k>(x, m, g, groups, out);
+    case QuantType::q8_a:
+      return x8_block<QuantType::q8_a>(x, m, g, groups, out);
     default:
       return;
   }

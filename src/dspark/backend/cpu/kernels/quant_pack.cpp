@@ -1,5 +1,6 @@
-// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q5_0 / Q5_1's fifth bits by
-// step; Q4_K / Q5_K's 6-bit scales and mins regrouped; Q6_K's int8 scales by sub-block).
+// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q8_A as stored; Q5_0 / Q5_1's
+// fifth bits by step; Q4_K / Q5_K's 6-bit scales and mins regrouped; Q6_K's int8 scales by
+// sub-block).
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 
 #include <cstring>
@@ -30,6 +31,8 @@ Parts parts_of(QuantType t) {
       return {2, true, 16, false};
     case QuantType::q8_0:
       return {1, false, 32, true};
+    case QuantType::q8_a:
+      return {2, false, 32, false};
     default:
       break;
   }

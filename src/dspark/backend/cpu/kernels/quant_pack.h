@@ -10,7 +10,8 @@
 //   Q4_0: f16 d[8] | 128 bytes of nibbles;  Q4_1: f16 d[8] | f16 m[8] | 128 bytes of nibbles;
 //   Q5_0: f16 d[8] | 32 bytes of fifth bits | 128 bytes of nibbles;
 //   Q5_1: f16 d[8] | f16 m[8] | 32 bytes of fifth bits | 128 bytes of nibbles;
-//   Q8_0: f16 d[8] | 256 bytes of values, each stored as value + 128 (unsigned).
+//   Q8_0: f16 d[8] | 256 bytes of values, each stored as value + 128 (unsigned);
+//   Q8_A: f16 d[8] | f16 m[8] | 256 bytes of values (unsigned, as stored).
 // The values (nibbles: the block's own bytes, low nibble value j, high nibble value j + 16) as
 // chunks of 4 bytes, chunk t of the 8 rows in row order: byte 32t + 4r + i = byte 4t + i of row
 // r's quants. Q5's fifth bits (the row's u32 qh, bit j for value j): byte 4r + i, bit s = bit

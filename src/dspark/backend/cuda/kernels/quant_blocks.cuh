@@ -1,5 +1,6 @@
-// Device decoding of the GGUF block formats (core/quant.h documents the layouts; core/quant.cpp's
-// dequantize_blocks is the definition). Private to backend/cuda/kernels. Two views of a block:
+// Device decoding of the block formats (GGUF's and Q8_A; core/quant.h documents the layouts;
+// core/quant.cpp's dequantize_blocks is the definition). Private to backend/cuda/kernels. Two views
+// of a block:
 //
 //  - decode32: 32 consecutive values of a block as f32, with the reference's arithmetic in its
 //    order (__fmul_rn / __fadd_rn: never contracted into an FMA), so the values are the host's bit
@@ -47,6 +48,8 @@ constexpr int64_t quant_block_bytes(QuantType q) {
       return 176;
     case QuantType::q6_k:
       return 210;
+    case QuantType::q8_a:
+      return 36;
   }
   return 0;
 }
@@ -73,6 +76,8 @@ void dispatch_quant(QuantType q, F&& f) {
       return f(QuantTag<QuantType::q5_k>{});
     case QuantType::q6_k:
       return f(QuantTag<QuantType::q6_k>{});
+    case QuantType::q8_a:
+      return f(QuantTag<QuantType::q8_a>{});
   }
 }
 
@@ -218,6 +223,10 @@ DSPARK_QHD void decode32(const uint8_t* b, int part, float (&y)[32]) {
 #pragma unroll
     for (int j = 0; j < 32; ++j)
       y[j] = mul_rn(d, static_cast<float>(static_cast<int8_t>(byte_at(b + 2, j))));
+  } else if constexpr (Q == QuantType::q8_a) {
+    const float d = half_at(b), m = half_at(b + 2);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) y[j] = add_rn(mul_rn(d, static_cast<float>(byte_at(b + 4, j))), m);
   } else if constexpr (Q == QuantType::q4_k || Q == QuantType::q5_k) {
     // part p: group g = p / 2 of 64 values, its low (p even) or high nibbles.
     constexpr bool k5 = Q == QuantType::q5_k;
@@ -258,7 +267,8 @@ DSPARK_QHD void decode32(const uint8_t* b, int part, float (&y)[32]) {
 //   kSbBytes: bytes of a super-block of 256 values; kSubs: scale sub-blocks per super-block;
 //   kStepsPerSub: MMA steps (16 values) per sub-block; kMin: whether Mn is non-zero; kOffset:
 //   value = D * (q - kOffset) + Mn; kSigned: the unit's bytes are int8 (Q8_0: q ^ 0x80 is the
-//   unsigned q with kOffset 128); kAligned: the unit's words are 4-byte aligned in the stage.
+//   unsigned q with kOffset 128; wide_bytes below: bytes up to 255); kAligned: the unit's words
+//   are 4-byte aligned in the stage.
 //   unit(sb, u, c, q): the 4 steps of unit u for lane c; elem(u, s): the first value of step s;
 //   sub(u, s): its sub-block; scales(sb, out): (D, Mn) or D of every sub-block.
 template <QuantType Q>
@@ -390,6 +400,24 @@ struct QuantMma<QuantType::q8_0> : LegacySteps {
   }
 };
 
+// Q8_A: Q8_0's steps with unsigned bytes and a min; its blocks of 36 bytes keep the words aligned.
+template <>
+struct QuantMma<QuantType::q8_a> : LegacySteps {
+  static constexpr int kSbBytes = 288, kOffset = 0;
+  static constexpr bool kMin = true, kSigned = false, kAligned = true;
+  __host__ __device__ static void unit(const uint8_t* sb, int u, int c, uint32_t (&q)[4]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* blk = sb + (2 * u + i) * 36 + 4 + 4 * c;
+      q[2 * i] = word_at(blk);
+      q[2 * i + 1] = word_at(blk + 16);
+    }
+  }
+  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
+    detail::legacy_scales<36, true>(sb, out);
+  }
+};
+
 // Q4_K / Q5_K: unit u = the group of 64 values whose 4-bit parts are bytes 32u .. 32u + 31 of qs:
 // steps 0, 1 = the low nibbles (sub-block 2u), steps 2, 3 = the high nibbles (sub-block 2u + 1).
 struct KquantSteps {
@@ -460,11 +488,17 @@ struct QuantMma<QuantType::q6_k> {
   }
 };
 
+// Whether a format's unit bytes go up to 255 (Q8_0 after its q ^ 0x80, Q8_A).
+template <QuantType Q>
+constexpr bool wide_bytes() {
+  return Q == QuantType::q8_0 || Q == QuantType::q8_a;
+}
+
 // The A-operand pairs of one step's word q (4 unsigned bytes, or int8 when kSigned) for a 16-bit
 // MMA type T: p01 = (q0 - off, q1 - off), p23 = (q2 - off, q3 - off), lower element in the low
 // half, exact. Bytes below 128 (below 1024 for f16) become T through a magic exponent byte (0x43:
-// bf16 128 + q, 0x64: f16 1024 + q) and one packed subtraction; Q8_0 in bf16 (bytes up to 255)
-// goes through f32 (0x4B000000 | u is 2^23 + u).
+// bf16 128 + q, 0x64: f16 1024 + q) and one packed subtraction; Q8_0 and Q8_A in bf16 (bytes up
+// to 255) go through f32 (0x4B000000 | u is 2^23 + u).
 template <typename T, QuantType Q>
 DSPARK_QHD void step_pairs(uint32_t q, uint32_t& p01, uint32_t& p23) {
   using F = QuantMma<Q>;
@@ -480,9 +514,9 @@ DSPARK_QHD void step_pairs(uint32_t q, uint32_t& p01, uint32_t& p23) {
     h23 = __hsub2(h23, bias);
     __builtin_memcpy(&p01, &h01, 4);
     __builtin_memcpy(&p23, &h23, 4);
-  } else if constexpr (F::kSigned) {
+  } else if constexpr (wide_bytes<Q>()) {
     static_assert(std::is_same_v<T, __nv_bfloat16>);
-    constexpr float kBias = 8388608.0f + F::kOffset;  // 2^23 + 128
+    constexpr float kBias = 8388608.0f + F::kOffset;  // 2^23 + the offset
     const float f0 = float_bits(prmt(q, 0x4B000000u, 0x7540u)) - kBias;
     const float f1 = float_bits(prmt(q, 0x4B000000u, 0x7541u)) - kBias;
     const float f2 = float_bits(prmt(q, 0x4B000000u, 0x7542u)) - kBias;
@@ -582,6 +616,7 @@ constexpr bool matches_policy() {
 static_assert(matches_policy<QuantType::q4_0>() && matches_policy<QuantType::q4_1>() &&
               matches_policy<QuantType::q5_0>() && matches_policy<QuantType::q5_1>() &&
               matches_policy<QuantType::q8_0>() && matches_policy<QuantType::q4_k>() &&
-              matches_policy<QuantType::q5_k>() && matches_policy<QuantType::q6_k>());
+              matches_policy<QuantType::q5_k>() && matches_policy<QuantType::q6_k>() &&
+              matches_policy<QuantType::q8_a>());
 
 }  // namespace dspark::cuda::quant

@@ -253,14 +253,15 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
 }
 
 // dots[st]: the integer products of step st of unit u (its 4 words in q) with x's 16 values of
-// that step in super-block sbg of row xq (steps 2 and 3: 16 times them with kHighNibbles).
+// that step in super-block sbg of row xq (steps 2 and 3: 16 times them with kHighNibbles). Q8_A's
+// bytes (0..255) are multiplied unsigned.
 template <QuantType Q>
 __device__ __forceinline__ void unit_dots(const uint32_t (&q)[16], const uint8_t* xq, int sbg,
                                           int u, int (&dots)[4]) {
 #pragma unroll
   for (int st = 0; st < 4; ++st) {
     const uint4 xw = *reinterpret_cast<const uint4*>(xq + xq_step(sbg, u, st));
-    if (kHighNibbles<Q> && st >= 2) {
+    if ((kHighNibbles<Q> && st >= 2) || Q == QuantType::q8_a) {
       int dt = dp4a_us(q[4 * st], xw.x, 0);
       dt = dp4a_us(q[4 * st + 1], xw.y, dt);
       dt = dp4a_us(q[4 * st + 2], xw.z, dt);

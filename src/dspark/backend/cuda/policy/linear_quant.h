@@ -51,6 +51,8 @@ constexpr QuantMmaFormat quant_mma_format(QuantType t) {
       return {176, 1, 8, true};
     case QuantType::q6_k:
       return {210, 1, 16, false};
+    case QuantType::q8_a:
+      return {288, 1, 8, true};
   }
   return {0, 1, 1, false};
 }
