@@ -414,6 +414,14 @@ TEST_P(DSparkCudaLossless, GreedySpeculativeEqualsPlainGreedy) {
   test::check_dspark_lossless(GetParam(), test::kTestGpu, temp_dir("drafter"), DType::f32);
 }
 
+// Deferred context commits on the GPU, with the target's graphs on (graphed commits of staged
+// rows): greedy output == plain greedy, committed == projected + dropped (rounds whose drafts
+// differ from eager commits are counted in the output line).
+TEST(DSparkCudaDeferredCommit, StagedRowsResumeLosslessly) {
+  DSPARK_REQUIRE_CUDA();
+  test::check_deferred_commits(test::kTestGpu, temp_dir("deferred"), /*bitwise=*/false);
+}
+
 std::vector<test::LosslessCase> lossless_cases() {
   std::vector<test::LosslessCase> out;
   for (const std::string target : {"qwen3", "llama3"})

@@ -677,7 +677,7 @@ inline void check_dspark_lossless(const LosslessCase& c, Device device,
     total.merge(out[i].spec);
   }
   const DSparkStats& ds = source->dspark_stats();
-  EXPECT_EQ(ds.n_rows_projected, ds.n_rows_committed);
+  EXPECT_EQ(ds.n_rows_projected + ds.n_rows_dropped, ds.n_rows_committed);
   EXPECT_EQ(ds.n_device_reads, ds.n_rounds);
   EXPECT_GT(total.drafted, 0);
   if (c.thresholds && c.layout != "dflash") {
@@ -693,6 +693,150 @@ inline void check_dspark_lossless(const LosslessCase& c, Device device,
       c.thresholds ? 1 : 0, static_cast<long long>(total.rounds),
       static_cast<long long>(total.drafted), static_cast<long long>(total.accepted),
       static_cast<long long>(ds.n_pruned), static_cast<long long>(ds.n_rows_projected));
+}
+
+// ---- deferred context commits (spec/dspark/dspark_source.h) ---------------------------------
+
+// What one propose call drafted, and (with DSparkSourceOptions::record) the drafter's state behind
+// it.
+struct DraftRoundTrace {
+  std::vector<int32_t> indptr, tokens;
+  std::vector<float> hidden, logits;
+  bool operator==(const DraftRoundTrace&) const = default;
+};
+
+// Asks for drafts only on the rounds of a schedule (row r drafts in round t when
+// (t + 2 r) % period < on), so that rows have runs of rounds without drafts between drafting ones;
+// records each round that reached the drafter.
+class ScheduledDraftSource final : public ForwardingDraftSource {
+ public:
+  ScheduledDraftSource(DSparkSource& inner, int period, int on)
+      : ForwardingDraftSource(inner), dspark_(inner), period_(period), on_(on) {}
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override {
+    std::vector<ProposeRequest> asked(requests.begin(), requests.end());
+    bool any = false;
+    for (ProposeRequest& q : asked) {
+      if ((round_ + 2 * q.row) % period_ >= on_) q.max_tokens = 0;
+      any = any || q.max_tokens > 0;
+    }
+    ++round_;
+    const int64_t rounds_before = dspark_.dspark_stats().n_rounds;
+    inner().propose(ctx, asked, out);
+    if (!any || dspark_.dspark_stats().n_rounds == rounds_before) return;
+    const DSparkRecord& rec = dspark_.record();
+    trace.push_back({out.indptr, out.tokens, rec.hidden, rec.logits});
+  }
+  std::vector<DraftRoundTrace> trace;
+
+ private:
+  DSparkSource& dspark_;
+  int period_, on_;
+  int round_ = 0;
+};
+
+struct ScheduledRun {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<DraftRoundTrace> trace;
+  DSparkStats stats;
+};
+
+// Six greedy rows of 40 tokens, gamma 4, through the engine with the drafter in `dir` and a stage
+// of `deferred_rows` rows (0: eager commits).
+inline ScheduledRun run_scheduled(Model& target, Context& ctx, const std::filesystem::path& dir,
+                                  int deferred_rows, int period, int on, bool record) {
+  DSparkSourceOptions opt;
+  opt.kv_tokens = 4096;
+  opt.record = record;
+  opt.deferred_rows = deferred_rows;
+  auto source = load_dspark_source(dir, target, opt, false);
+  ScheduledDraftSource scheduled(*source, period, on);
+  GenerateOptions o;
+  o.max_tokens = 40;
+  o.eos_token_ids = {};
+  std::vector<RequestInput> reqs;
+  for (const auto& p : lossless_prompts(target.config().vocab_size))
+    reqs.push_back(RequestInput{p, o, nullptr, {}});
+  SpecConfig cfg;
+  cfg.gamma = 4;
+  cfg.prefill_chunk = 40;
+  ScheduledRun r;
+  for (const RequestOutput& out :
+       generate_speculative(target, ctx, &scheduled, std::move(reqs), cfg))
+    r.tokens.push_back(out.result.tokens);
+  r.trace = std::move(scheduled.trace);
+  r.stats = source->dspark_stats();
+  return r;
+}
+
+// Deferred commits against eager ones on `device` (f32, the qwen3 tiny target, a tiny drafter
+// written to `dir`), for schedules with runs of rounds without drafts and for a roomy stage, one
+// small enough to be compacted and one smaller than a round's rows: greedy output == plain greedy,
+// committed == projected + dropped, fewer rows projected, and the same drafts in every round.
+// `bitwise` (the CPU): each round's block hidden states and logits too, bit for bit (the drafter
+// records them, which keeps its rounds and commits eager). Otherwise the target's CUDA graphs are
+// on (graphed commits of staged rows) and rounds whose drafts differ are only counted (GEMMs of
+// other row counts may round differently).
+inline void check_deferred_commits(Device device, const std::filesystem::path& dir, bool bitwise) {
+  const auto target_dir = data_dir() / "models" / "qwen3";
+  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
+  Context ctx(device);
+  auto target = load_model(target_dir, device, DType::f32);
+  TinyDrafterSpec spec;
+  spec.block_size = 4;
+  write_tiny_drafter(dir, spec, target->config());
+
+  GenerateOptions o;
+  o.max_tokens = 40;
+  o.eos_token_ids = {};
+  std::vector<std::vector<int32_t>> plain;
+  for (const auto& p : lossless_prompts(target->config().vocab_size))
+    plain.push_back(generate(*target, ctx, p, o).tokens);
+  target->set_cuda_graphs(!bitwise && device.is_cuda());
+
+  for (const auto& [period, on] : {std::pair{5, 1}, std::pair{7, 3}, std::pair{1, 1}}) {
+    const ScheduledRun eager = run_scheduled(*target, ctx, dir, 0, period, on, bitwise);
+    EXPECT_EQ(eager.tokens, plain);
+    EXPECT_EQ(eager.stats.n_rows_staged, 0);
+    EXPECT_EQ(eager.stats.n_rows_projected, eager.stats.n_rows_committed);
+    ASSERT_FALSE(eager.trace.empty());
+    // 2048: the default; 40: compacted when rows resume (or projected whole); 3: fewer than one
+    // round's rows (six).
+    for (const int rows : {2048, 40, 3}) {
+      const ScheduledRun deferred = run_scheduled(*target, ctx, dir, rows, period, on, bitwise);
+      EXPECT_EQ(deferred.tokens, plain) << rows;
+      ASSERT_EQ(deferred.trace.size(), eager.trace.size()) << rows;
+      size_t differ = 0;
+      for (size_t t = 0; t < eager.trace.size(); ++t) {
+        const bool same = deferred.trace[t] == eager.trace[t];
+        differ += same ? 0 : 1;
+        if (bitwise) {
+          EXPECT_TRUE(same) << "round " << t << " period " << period << " stage " << rows;
+        }
+      }
+      const DSparkStats& s = deferred.stats;
+      EXPECT_EQ(s.n_rows_committed, eager.stats.n_rows_committed);
+      EXPECT_EQ(s.n_rows_projected + s.n_rows_dropped, s.n_rows_committed) << rows;
+      if (on < period) {
+        EXPECT_GT(s.n_rows_staged, 0) << rows;
+        EXPECT_GT(s.n_stage_flushes, 0) << rows;
+        EXPECT_GT(s.n_rows_dropped, 0) << rows;  // rows end between drafting rounds
+        EXPECT_LT(s.n_rows_projected, eager.stats.n_rows_projected) << rows;
+        if (rows == 40) {
+          EXPECT_GT(s.n_stage_compactions, 0);
+        }
+      }
+      std::printf(
+          "[ deferred ] %s period %d on %d stage %4d: committed %lld projected %lld (eager %lld) "
+          "staged %lld dropped %lld flushes %lld compactions %lld rounds %zu differing %zu\n",
+          device.name().c_str(), period, on, rows, static_cast<long long>(s.n_rows_committed),
+          static_cast<long long>(s.n_rows_projected),
+          static_cast<long long>(eager.stats.n_rows_projected),
+          static_cast<long long>(s.n_rows_staged), static_cast<long long>(s.n_rows_dropped),
+          static_cast<long long>(s.n_stage_flushes), static_cast<long long>(s.n_stage_compactions),
+          eager.trace.size(), differ);
+    }
+  }
+  target->set_cuda_graphs(false);
 }
 
 // ---- the published-layout fixtures (tests/data/drafters, docs/drafter-goldens.md) --------------

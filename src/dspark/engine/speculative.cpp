@@ -346,6 +346,7 @@ void SpeculativeEngine::decode_round() {
   clock.mark(RoundMark::verified);
   roll_back_target_kv();
   commit_to_source(fo.taps);
+  clock.mark(RoundMark::committed);
   emit();
   clock.mark(RoundMark::emitted);
   // Rows that end here finish after this round's times are in their telemetry (finish_row hands
@@ -461,8 +462,17 @@ void SpeculativeEngine::observe_round_cost(const RoundClock& clock) {
     drafting += q.max_tokens > 0;
     drafts += q.max_tokens;
   }
+  // The draft step's cost, with the commit when only drafting rows pay for it (a source that
+  // defers the others'), less the catch-up of rows that resumed drafting (once per resumption).
+  const double catch_up = source_->stats().catch_up_ms;
+  const double resumed_ms = catch_up - catch_up_ms_;
+  catch_up_ms_ = catch_up;
+  const bool commit_drafts = source_->defers_idle_commits();
+  const double commit_ms = clock.wall_ms(RoundMark::verified, RoundMark::committed);
   if (drafting > 0 && draft_cost_samples_++ > 0) {
-    draft_fit_.observe(drafting, drafts, clock.wall_ms(RoundMark::begin, RoundMark::proposed));
+    const double ms = clock.wall_ms(RoundMark::begin, RoundMark::proposed) +
+                      (commit_drafts ? commit_ms : 0.0) - resumed_ms;
+    draft_fit_.observe(drafting, drafts, std::max(0.0, ms));
     draft_fit_.apply(cost_);
   }
   if (drafting == 0) pooled_.idle(kPooledIdleRate);
@@ -472,7 +482,8 @@ void SpeculativeEngine::observe_round_cost(const RoundClock& clock) {
     const double ratio = clock.wall_ms(RoundMark::proposed, RoundMark::verified) / profiled;
     cost_.verify_scale += kRate * (ratio - cost_.verify_scale);
   }
-  const double rest = clock.wall_ms(RoundMark::verified, RoundMark::emitted);
+  const double rest =
+      clock.wall_ms(commit_drafts ? RoundMark::committed : RoundMark::verified, RoundMark::emitted);
   cost_.fixed_ms += kRate * (rest - cost_.fixed_ms);
 }
 

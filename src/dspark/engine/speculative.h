@@ -142,8 +142,17 @@ class SpeculativeEngine {
 
   // The boundaries of a decode round's phases: draft from begin to proposed, verify to verified
   // (its CPU time split where the batch is built and where the target's forward returns), rest to
-  // emitted.
-  enum class RoundMark { begin, proposed, batch_built, forwarded, verified, emitted, count };
+  // emitted (through committed: the target KV rolled back and the source's commit done).
+  enum class RoundMark {
+    begin,
+    proposed,
+    batch_built,
+    forwarded,
+    verified,
+    committed,
+    emitted,
+    count
+  };
   using RoundClock = PhaseClock<RoundMark>;
   // decode_round's phases in order (RoundScratch says what each one fills).
   bool propose();  // false: no row decodes this round
@@ -175,7 +184,8 @@ class SpeculativeEngine {
   RoundCostModel cost_;
   DraftCostFit draft_fit_;
   int draft_cost_samples_ = 0;
-  AcceptanceEstimate pooled_;               // over all rows: a new row's starting estimate
+  double catch_up_ms_ = 0;     // the source's DraftStats::catch_up_ms at the last round's end
+  AcceptanceEstimate pooled_;  // over all rows: a new row's starting estimate
   std::vector<std::unique_ptr<Row>> rows_;  // live rows in arrival order
   std::vector<std::pair<RowId, RequestOutput>> finished_;
   RowId next_id_ = 0;

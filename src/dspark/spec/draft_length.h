@@ -7,9 +7,10 @@
 // tokens, engine/verify_cost.h, scaled by how long the rounds' verifies really take; the draft and
 // fixed costs measured as rounds run) and a per-row acceptance estimate (the EWMA of the row's past
 // rounds, per draft position, starting from the engine's pooled estimate). A row drafting 0 tokens
-// is plain decoding for that round; its draft source still commits every kept token, so it can
-// resume. The choice depends only on past rounds, never on the target's output at the positions
-// being drafted, so verification (and sampling) stays exact.
+// is plain decoding for that round; its draft source still gets every kept token, so it can
+// resume (a DSpark drafter defers their projection until then). The choice depends only on past
+// rounds, never on the target's output at the positions being drafted, so verification (and
+// sampling) stays exact.
 #pragma once
 
 #include <span>

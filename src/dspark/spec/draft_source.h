@@ -73,6 +73,9 @@ struct DraftStats {
   int64_t n_drafted = 0;
   double propose_ms = 0;
   double commit_ms = 0;
+  // Of propose_ms and commit_ms: deferred work done when a row drafts again (a DSpark drafter's
+  // staged context), a one-off cost of resuming rather than one of each drafting round.
+  double catch_up_ms = 0;
 };
 
 class DraftSource {
@@ -91,6 +94,10 @@ class DraftSource {
   virtual void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) = 0;
   virtual void release(RowId row) = 0;
   virtual DraftStats stats() const { return {}; }
+  // Whether commit() defers the work of rows that drafted nothing in their round (until they draft
+  // again): the commit then costs in proportion to the drafting rows, and the adaptive draft
+  // policy counts it with the draft step's cost.
+  virtual bool defers_idle_commits() const { return false; }
 
   // Prefix reuse (SpecConfig::prefix_cache) for a source that keeps per-token state made from the
   // target's taps (which a reused prefix never produces): it publishes that state like the
@@ -132,6 +139,7 @@ class ForwardingDraftSource : public DraftSource {
   }
   void release(RowId row) override { inner_.release(row); }
   DraftStats stats() const override { return inner_.stats(); }
+  bool defers_idle_commits() const override { return inner_.defers_idle_commits(); }
   bool reuses_prefixes() const override { return inner_.reuses_prefixes(); }
   int prefix_page() const override { return inner_.prefix_page(); }
   int attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) override {

@@ -189,8 +189,8 @@ int DSparkSource::attach_prefix(RowId row, std::span<const int32_t> prompt, int 
 }
 
 void DSparkSource::trim_prefix(RowId row, int n) {
-  const Row& r = row_ref(row);
-  if (kv_.length(r.seq) > n) kv_.rollback_to(r.seq, n);
+  Row& r = row_ref(row);
+  if (kv_.length(r.seq) + static_cast<int>(r.staged.size()) > n) truncate_context(r, n);
 }
 
 void DSparkSource::publish_prefix(RowId row, std::span<const int32_t> prompt, int n) {
@@ -200,6 +200,7 @@ void DSparkSource::publish_prefix(RowId row, std::span<const int32_t> prompt, in
 void DSparkSource::release(RowId row) {
   auto it = rows_.find(row);
   if (it == rows_.end()) return;
+  drop_staged(it->second, 0);
   kv_.release(it->second.seq);
   rows_.erase(it);
 }
@@ -213,7 +214,18 @@ void DSparkSource::commit(Context& ctx, std::span<const RowUpdate> updates,
   std::vector<SeqId> seqs;
   std::vector<int> n_new;
   std::vector<int32_t> tap_rows, positions;
-  int64_t committed = 0;
+  auto project_now = [&](Row& r, const RowUpdate& u) {
+    const int n = static_cast<int>(u.kept_tokens.size());
+    seqs.push_back(r.seq);
+    n_new.push_back(n);
+    for (int j = 0; j < n; ++j) {
+      tap_rows.push_back(u.tap_offset + j);
+      positions.push_back(u.first_position + j);
+    }
+  };
+  deferrals_.clear();
+  flush_rows_.clear();
+  int64_t committed = 0, deferred = 0;
   for (const RowUpdate& u : updates) {
     Row& r = row_ref(u.row);
     if (confidence_log_ != nullptr && u.n_drafted > 0 && !r.confidence.empty()) {
@@ -223,23 +235,32 @@ void DSparkSource::commit(Context& ctx, std::span<const RowUpdate> updates,
         confidence_log_->push_back({k, r.confidence[static_cast<size_t>(k)], k < u.n_accepted});
     }
     r.confidence.clear();
+    const bool decoding = r.pending >= 0;  // past its prompt: the commit of a verify
     r.pending = u.pending;
     const int n = static_cast<int>(u.kept_tokens.size());
     committed += n;
     if (n == 0) continue;
-    const int len = kv_.length(r.seq);
+    const int len = kv_.length(r.seq) + static_cast<int>(r.staged.size());
     DSPARK_CHECK(u.first_position <= len,
                  "dspark: row {} commits context from position {} but holds only {} rows", u.row,
                  u.first_position, len);
-    if (u.first_position < len) kv_.rollback_to(r.seq, u.first_position);
-    seqs.push_back(r.seq);
-    n_new.push_back(n);
-    for (int j = 0; j < n; ++j) {
-      tap_rows.push_back(u.tap_offset + j);
-      positions.push_back(u.first_position + j);
+    if (u.first_position < len) truncate_context(r, u.first_position);
+    if (decoding && u.n_drafted == 0 && options_.deferred_rows > 0) {
+      deferrals_.push_back({&r, &u});
+      deferred += n;
+      continue;
     }
+    if (!r.staged.empty()) flush_rows_.push_back(&r);  // its staged rows come first
+    project_now(r, u);
   }
+  if (deferred > 0 && !make_stage_room(ctx, deferred)) {
+    // More rows than the whole stage: projected now (make_stage_room projected the staged ones).
+    for (const Deferral& d : deferrals_) project_now(*d.row, *d.update);
+    deferrals_.clear();
+  }
+  if (!flush_rows_.empty()) flush_staged(ctx, flush_rows_);
   if (!seqs.empty()) project_context(ctx, seqs, n_new, tap_rows, positions, taps);
+  if (!deferrals_.empty()) stage_context(ctx, deferrals_, taps);
   ++dstats_.n_commits;
   dstats_.n_rows_committed += committed;
   dstats_.last_commit_rows_committed = committed;
@@ -417,6 +438,13 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     any_sampled = any_sampled || !q.sampling.greedy();
     constrained = constrained || q.grammar != nullptr;
   }
+  // Rows that resume drafting: their deferred context first (the block attends to it).
+  flush_rows_.clear();
+  for (const size_t i : active) {
+    Row& r = row_ref(requests[i].row);
+    if (!r.staged.empty()) flush_rows_.push_back(&r);
+  }
+  if (!flush_rows_.empty()) flush_staged(ctx, flush_rows_);
   const int64_t base = static_cast<int64_t>(out.tokens.size());
   if (active.empty()) {
     for (size_t i = 0; i < n_req; ++i) out.indptr.push_back(static_cast<int32_t>(base));

@@ -23,6 +23,17 @@
 // masked, renormalised distribution). Such a round reads the device once per step, drafts over
 // the whole vocabulary (no draft vocabulary) and is never graphed; a row's drafts end after an
 // EOS.
+// Deferred commits: a row that drafted nothing in a round (RowUpdate::n_drafted == 0 after its
+// prompt; with the adaptive draft policy, a row for which drafting does not pay) is not projected
+// then: its kept tokens' target taps are copied into a staging area (the concatenated tap rows,
+// as the commit gathers them) and projected when the row is next asked for drafts, in one pass
+// (chunks of at most kDeferredChunkRows rows), before its block runs. A row that never drafts
+// again costs the copy of its taps only. The projection of a staged row is that of an eager
+// commit (the same kernels over the same rows; on the CPU bitwise equal: the products of at most
+// 32 rows are batch invariant, ops/matmul.h), so the drafts do not depend on when the rows were
+// projected. The staging area holds DSparkSourceOptions::deferred_rows rows over all rows; when a
+// commit does not fit, the live rows are moved to the front if that frees half of it, else every
+// staged row is projected.
 // Capacity: a commit that does not fit the drafter's KV cache throws out_of_memory; a round whose
 // blocks do not fit proposes nothing (counted in DSparkStats::n_kv_full).
 // CUDA graphs: while the target's graphs are on (Model::cuda_graphs), greedy rounds on CUDA are
@@ -81,12 +92,22 @@ struct DSparkSourceOptions {
   // only acceptance may move. CUDA with bf16 activations only; norms and the Markov / confidence
   // heads stay in the engine dtype.
   bool fp8_weights = false;
+  // Context rows staged by deferred commits (see above) at most, over all rows: each holds the
+  // target's tap rows (taps x hidden values in the engine dtype; 11.5 KB for SmolLM2-135M's five
+  // f32 taps), allocated on the first deferred commit. 0: every commit is projected at once.
+  int deferred_rows = 2048;
 };
 
 struct DSparkStats {
   int64_t n_commits = 0;
   int64_t n_rows_committed = 0;  // context rows handed to commit (kept tokens)
   int64_t n_rows_projected = 0;  // context rows projected into the drafter KV cache
+  // Deferred commits: rows staged, and staged rows released (or rolled back) before they were
+  // projected. Once every row is released, n_rows_committed == n_rows_projected + n_rows_dropped.
+  int64_t n_rows_staged = 0;
+  int64_t n_rows_dropped = 0;
+  int64_t n_stage_flushes = 0;  // passes that projected staged rows (a resuming row, a full stage)
+  int64_t n_stage_compactions = 0;  // live staged rows moved to the front of a full stage
   int64_t last_commit_rows_committed = 0;
   int64_t last_commit_rows_projected = 0;
   int64_t n_rounds = 0;          // propose calls that ran the backbone
@@ -136,6 +157,7 @@ class DSparkSource final : public DraftSource {
   void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override;
   void release(RowId row) override;
   DraftStats stats() const override { return stats_; }
+  bool defers_idle_commits() const override { return options_.deferred_rows > 0; }
   // The context K/V of a prompt's prefix is published and attached with the drafter's KV pages.
   bool reuses_prefixes() const override { return true; }
   int prefix_page() const override { return kv_.shape().page_size; }
@@ -161,11 +183,39 @@ class DSparkSource final : public DraftSource {
     SeqId seq = -1;
     int32_t pending = -1;
     std::vector<float> confidence;  // the last proposal's confidences (drafted positions)
+    // Deferred context rows: their rows of stage_, for positions kv length, kv length + 1, ...
+    std::vector<int32_t> staged;
   };
   Row& row_ref(RowId row);
   void project_context(Context& ctx, const std::vector<SeqId>& seqs, const std::vector<int>& n_new,
                        const std::vector<int32_t>& tap_rows, const std::vector<int32_t>& positions,
                        std::span<const Tensor> taps);
+
+  // ---- deferred commits (dspark_deferred.cpp) ----
+  // Rows projected per pass of a flush: the CPU's batch-invariant product (ops/matmul.h).
+  static constexpr int64_t kDeferredChunkRows = 32;
+  struct Deferral {
+    Row* row;
+    const RowUpdate* update;
+  };
+  // Drops a row's context from `position` on (staged rows, then projected ones).
+  void truncate_context(Row& r, int position);
+  // Makes room for `n` staged rows: moves the live rows to the front when that frees half the
+  // stage, else projects every staged row. False when `n` exceeds the whole stage.
+  bool make_stage_room(Context& ctx, int64_t n);
+  // The deferred updates' tap rows into the stage.
+  void stage_context(Context& ctx, std::span<const Deferral> deferrals,
+                     std::span<const Tensor> taps);
+  // Projects the rows' staged context into the drafter's KV cache.
+  void flush_staged(Context& ctx, std::span<Row* const> rows);
+  void drop_staged(Row& r, size_t keep);   // staged rows from index `keep` on
+  std::vector<Tensor> stage_taps() const;  // stage_ as the commit's tap tensors
+  OwnedTensor stage_;                      // [deferred_rows, taps x hidden] engine dtype
+  int64_t stage_top_ = 0;     // rows of stage_ written since it was last empty or compacted
+  int64_t stage_live_ = 0;    // of them, held by a row
+  PackedIndices stage_meta_;  // the tap rows a deferred commit copies
+  std::vector<Deferral> deferrals_;
+  std::vector<Row*> flush_rows_;
 
   // ---- the context commit's device work (dspark_commit.cpp) ----
   struct CommitMeta {
