@@ -15,10 +15,10 @@
 //   confidence_head.proj.{weight [1, d (+r)], bias [1]}
 //
 // An MLX affine-quantized checkpoint (`dspark quantize`'s drafter policy, docs/quantization.md)
-// loads through MlxWeights: 4-bit fc, projections, embed_tokens and lm_head stay Q4_1 blocks
-// (the `*_q` / TableWeight fields; linear and gather_rows take them); 8-bit ones, and the Markov
-// and confidence heads' matrices (read by kernels that take dense weights), are dequantized at
-// load into the engine dtype.
+// loads through MlxWeights: fc, projections, embed_tokens and lm_head stay blocks (4-bit: Q4_1,
+// 8-bit: Q8_A; the `*_q` / TableWeight fields; linear and gather_rows take them); the Markov and
+// confidence heads' matrices (read by kernels that take dense weights) are dequantized at load
+// into the engine dtype.
 #pragma once
 
 #include <filesystem>
