@@ -279,8 +279,8 @@ void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
                        const WeightMatrix& w, const MoeGroups& g, const Tensor& y) {
   constexpr const char* kOp = "moe_linear_swiglu";
   const int64_t m = g.order.size(0), inter = act.size(1);
-  if (ctx.is_cuda() && m > 0 && moe_linear_on_device(ctx, w, act.dtype(), m) &&
-      gate_up.dtype() == act.dtype()) {
+  if (ctx.is_cuda() && w.format == WeightFormat::blocks && m > 0 &&
+      moe_linear_on_device(ctx, w, act.dtype(), m) && gate_up.dtype() == act.dtype()) {
     check_float_rows(kOp, "gate_up", gate_up, ctx);
     check_float_rows(kOp, "act", act, ctx);
     check_float_rows(kOp, "y", y, ctx);
@@ -292,11 +292,7 @@ void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
     DSPARK_CHECK(inter == w.k, "{}: act has {} columns, w takes {}", kOp, inter, w.k);
     check_shape(kOp, "y", y, Shape{m, w.n / experts});
     check_on_device(kOp, "w", w.data, ctx);
-    if (w.format == WeightFormat::blocks) {
-      DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, gate_up, w, g, y, false, act.dtype()));
-    } else {
-      DSPARK_ON_CUDA(cuda::moe_linear(ctx, gate_up, w.data, g, y, false, /*swiglu=*/true));
-    }
+    DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, gate_up, w, g, y, false, act.dtype()));
     return;
   }
   swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);

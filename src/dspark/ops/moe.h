@@ -82,8 +82,8 @@ void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const 
 // moe_linear of SwiGLU's rows: act = swiglu(gate_up[:, :I], gate_up[:, I:]) (ops/activation.h) in
 // act's dtype, I = act.size(1) = w.k, then y = moe_linear(act, w, g); gate_up [m, 2 I] and act
 // [m, I] with rows contiguous. The same as swiglu then moe_linear on the same backend, bit for bit;
-// act gets SwiGLU's rows on the paths that need them. CUDA's device paths (moe_linear_on_device,
-// gate_up in act's dtype) compute them as they read x and leave act unwritten.
+// act gets SwiGLU's rows on the paths that need them. CUDA's block experts (moe_linear_on_device,
+// gate_up in act's dtype) compute them while rounding x and leave act unwritten.
 void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
                        const WeightMatrix& w, const MoeGroups& g, const Tensor& y);
 // Whether moe_linear of m rows of x dtype `x` runs without waiting for the host (it then can be

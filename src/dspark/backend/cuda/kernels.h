@@ -50,10 +50,9 @@ void moe_route_and_group(Context& ctx, const Tensor& logits, bool normalize, con
 void moe_route_grouped_and_group(Context& ctx, const Tensor& logits, const Tensor& bias,
                                  const MoeGroupRouting& p, const Tensor& ids, const Tensor& weights,
                                  const MoeGroups& g);
-// With `gather` x holds the tokens' rows (moe_linear_gather); with `swiglu` x holds [gate | up]
-// rows of 2K values (moe_linear_swiglu, SwiGLU in x's dtype).
+// With `gather` x holds the tokens' rows (moe_linear_gather).
 void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g, const Tensor& y,
-                bool gather = false, bool swiglu = false);
+                bool gather = false);
 // moe_linear with block-quantized experts (WeightFormat::blocks, K a multiple of 256); with
 // `gather` x holds the tokens' rows and row r of the product is x[g.order[r]] (moe_linear_gather);
 // with a swiglu_act dtype x holds [gate | up] rows of 2K values and the product's x is their

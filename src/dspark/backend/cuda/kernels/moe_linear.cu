@@ -14,9 +14,9 @@
 //    butterfly: the order depends on K only, so a row's result does not depend on how many rows
 //    the call or its expert has.
 //  - Launched as a programmatic dependent (pdl.cuh) of the kernel before it.
-//  - moe_linear_gather: grouped row r of x is the tokens' row order[r]; moe_linear_swiglu: x's
-//    rows hold [gate | up] and each chunk of x is SwiGLU's output (activation.cu's Silu, rounded
-//    to x's dtype as the swiglu op stores it), computed as it is loaded.
+//  - moe_linear_gather: grouped row r of x is the tokens' row order[r]. (SwiGLU is not computed
+//    here as x is loaded: every warp of every row tile would compute it again; verify of 16 on
+//    a bf16 Qwen3-30B-A3B shape took 1.45x as long that way.)
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -44,21 +44,7 @@ struct MoeLinearParams {
   int64_t x_matrix_stride = 0, y_matrix_stride = 0;
   int rows = 0;
   const int32_t* order = nullptr;  // moe_linear_gather: x row of grouped row r
-  int64_t up_offset = 0;           // moe_linear_swiglu: up's values this far past gate's
 };
-
-// kVec values of x at xr + col: as stored, or SwiGLU's outputs of gate (xr) and up (+ up_offset).
-template <typename T, int kVec>
-__device__ __forceinline__ void load_x(const T* xr, int64_t col, int64_t up_offset,
-                                       float (&xv)[kVec]) {
-  device::load_vec(xr + col, xv);
-  if (up_offset == 0) return;
-  float u[kVec];
-  device::load_vec(xr + up_offset + col, u);
-#pragma unroll
-  for (int v = 0; v < kVec; ++v)
-    xv[v] = device::to_float(device::from_float<T>(xv[v] / (1.0f + expf(-xv[v])) * u[v]));
-}
 
 template <typename T, typename TY, int C>
 __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams<T, TY> p) {
@@ -109,7 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_linear_kernel(MoeLinearParams
           const int64_t col = col0 + int64_t{u} * 32 * kVec;
           if (col >= p.k) break;
           float xv[kVec];
-          load_x<T, kVec>(xr, col, p.up_offset, xv);
+          device::load_vec(xr + col, xv);
 #pragma unroll
           for (int i = 0; i < kRowsPerWarp; ++i) {
             const T* we = reinterpret_cast<const T*>(&a[i][u]);
@@ -161,7 +147,6 @@ struct Launch {
   int rows = 0;           // without offsets: every matrix's rows
   int64_t max_rows = 0;   // the most rows a matrix has (picks C)
   const int32_t* order = nullptr;
-  int64_t up_offset = 0;
 };
 
 void launch_typed(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
@@ -184,7 +169,6 @@ void launch_typed(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
         p.y_matrix_stride = l.y_matrix_stride;
         p.rows = l.rows;
         p.order = l.order;
-        p.up_offset = l.up_offset;
         launch(p, l.max_rows, l.matrices, stream_of(ctx));
       }
     });
@@ -194,7 +178,7 @@ void launch_typed(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
 }  // namespace
 
 void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups& g, const Tensor& y,
-                bool gather, bool swiglu) {
+                bool gather) {
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t experts = g.offsets.size(0) - 1, m = g.order.size(0);
   DSPARK_CHECK(w.is_contiguous() && device::is_aligned16(w.data()) &&
@@ -208,7 +192,6 @@ void moe_linear(Context& ctx, const Tensor& x, const Tensor& w, const MoeGroups&
   l.n = w.size(0) / experts;
   l.k = w.size(1);
   l.order = gather ? g.order.data_as<int32_t>() : nullptr;
-  l.up_offset = swiglu ? l.k : 0;
   l.x_stride = xv.stride;
   l.y_stride = yv.stride;
   l.offsets = g.offsets.data_as<int32_t>();
