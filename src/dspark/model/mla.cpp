@@ -207,8 +207,8 @@ void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOn
                  PagedKv{keys, keys, meta.page_indptr, meta.page_indices, meta.kv_lens},
                  meta.q_indptr, meta.positions, 1.0f, s.ids);
     }
-    sparse_paged_attention(ctx, s.q_abs, cache, meta.q_indptr, s.ids,
-                           params.scale, heads_cols(s.attn, 0, r));
+    sparse_paged_attention(ctx, s.q_abs, cache, meta.q_indptr, s.ids, params.scale,
+                           heads_cols(s.attn, 0, r));
   }
   linear_per_head(ctx, heads_cols(s.attn, 0, r), w.w_uv.view(),
                   s.attn_v.reshape(Shape{n, heads, d.v}));

@@ -209,19 +209,31 @@ bool moe_linear_on_device(const Context& ctx, const WeightMatrix& w, DType x, in
          (w.k * static_cast<int64_t>(dtype_size(x))) % 16 == 0;
 }
 
+namespace {
+
+// The arguments of an expert product of m grouped rows: x (float rows whose k_cols values each
+// product row takes), w (E stacked experts of K = k_cols), g, y [m, N]. Returns N.
+int64_t check_expert_product(const char* op, const Tensor& x, int64_t k_cols, const WeightMatrix& w,
+                             const MoeGroups& g, int64_t m, const Tensor& y, const Context& ctx) {
+  check_float_rows(op, "x", x, ctx);
+  check_float_rows(op, "y", y, ctx);
+  check_groups(op, g, m, ctx);
+  const int64_t experts = g.offsets.size(0) - 1;
+  DSPARK_CHECK(w.n > 0 && w.n % experts == 0, "{}: w has {} rows, not a multiple of {} experts", op,
+               w.n, experts);
+  DSPARK_CHECK(k_cols == w.k, "{}: x has {} columns, w takes {}", op, k_cols, w.k);
+  const int64_t n = w.n / experts;
+  check_shape(op, "y", y, Shape{m, n});
+  return n;
+}
+
+}  // namespace
+
 void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,
                 const Tensor& y) {
   constexpr const char* kOp = "moe_linear";
-  check_float_rows(kOp, "x", x, ctx);
-  check_float_rows(kOp, "y", y, ctx);
-  const int64_t m = x.size(0);
-  check_groups(kOp, g, m, ctx);
-  const int64_t experts = g.offsets.size(0) - 1;
-  DSPARK_CHECK(w.n > 0 && w.n % experts == 0, "{}: w has {} rows, not a multiple of {} experts",
-               kOp, w.n, experts);
-  const int64_t n = w.n / experts;
-  DSPARK_CHECK(x.size(1) == w.k, "{}: x has {} columns, w takes {}", kOp, x.size(1), w.k);
-  check_shape(kOp, "y", y, Shape{m, n});
+  const int64_t m = x.size(0), experts = g.offsets.size(0) - 1;
+  const int64_t n = check_expert_product(kOp, x, x.size(1), w, g, m, y, ctx);
   if (m == 0) return;
   if (ctx.is_cuda() && moe_linear_on_device(ctx, w, x.dtype(), m)) {
     check_on_device(kOp, "w", w.data, ctx);
@@ -255,14 +267,7 @@ void moe_linear_gather(Context& ctx, const Tensor& x, const Tensor& rows, const 
   constexpr const char* kOp = "moe_linear_gather";
   const int64_t m = g.order.size(0);
   if (ctx.is_cuda() && m > 0 && moe_linear_on_device(ctx, w, x.dtype(), m)) {
-    check_float_rows(kOp, "x", x, ctx);
-    check_float_rows(kOp, "y", y, ctx);
-    check_groups(kOp, g, m, ctx);
-    const int64_t experts = g.offsets.size(0) - 1;
-    DSPARK_CHECK(w.n > 0 && w.n % experts == 0, "{}: w has {} rows, not a multiple of {} experts",
-                 kOp, w.n, experts);
-    DSPARK_CHECK(x.size(1) == w.k, "{}: x has {} columns, w takes {}", kOp, x.size(1), w.k);
-    check_shape(kOp, "y", y, Shape{m, w.n / experts});
+    check_expert_product(kOp, x, x.size(1), w, g, m, y, ctx);
     check_on_device(kOp, "w", w.data, ctx);
     if (w.format == WeightFormat::blocks) {
       DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, x, w, g, y, /*gather=*/true));
@@ -281,16 +286,9 @@ void moe_linear_swiglu(Context& ctx, const Tensor& gate_up, const Tensor& act,
   const int64_t m = g.order.size(0), inter = act.size(1);
   if (ctx.is_cuda() && w.format == WeightFormat::blocks && m > 0 &&
       moe_linear_on_device(ctx, w, act.dtype(), m) && gate_up.dtype() == act.dtype()) {
-    check_float_rows(kOp, "gate_up", gate_up, ctx);
     check_float_rows(kOp, "act", act, ctx);
-    check_float_rows(kOp, "y", y, ctx);
-    check_groups(kOp, g, m, ctx);
     check_shape(kOp, "gate_up", gate_up, Shape{m, 2 * inter});
-    const int64_t experts = g.offsets.size(0) - 1;
-    DSPARK_CHECK(w.n > 0 && w.n % experts == 0, "{}: w has {} rows, not a multiple of {} experts",
-                 kOp, w.n, experts);
-    DSPARK_CHECK(inter == w.k, "{}: act has {} columns, w takes {}", kOp, inter, w.k);
-    check_shape(kOp, "y", y, Shape{m, w.n / experts});
+    check_expert_product(kOp, gate_up, inter, w, g, m, y, ctx);
     check_on_device(kOp, "w", w.data, ctx);
     DSPARK_ON_CUDA(cuda::moe_linear_blocks(ctx, gate_up, w, g, y, false, act.dtype()));
     return;
