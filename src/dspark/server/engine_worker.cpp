@@ -409,8 +409,9 @@ void EngineWorker::serve(Engine& e) {
       }
       metrics_.record_step(failed);
     }
-    dispatch_finished(e);
+    // Gauges first: a client that has its response then reads /metrics sees its row gone.
     publish_gauges(engine);
+    dispatch_finished(e);
   }
   publish_gauges(engine);
 }
