@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cost_cache_options.h"
 #include "dspark/backend/context.h"
 #include "dspark/engine/eval_set.h"
 #include "dspark/engine/model_chat_template.h"
@@ -34,6 +35,9 @@ struct EvalArgs {
   std::string device = "cpu";
   std::string json_file;
   bool quiet = false;
+  // fixed by default: tau and acceptance by position then measure the drafter at gamma.
+  std::string draft_policy = "fixed";
+  CostCacheArgs cost_cache;
 };
 
 nlohmann::json turn_json(const EvalTurn& t) {
@@ -72,13 +76,16 @@ int run_eval_command(const EvalArgs& a) {
   DSPARK_CHECK_KIND(invalid_input, created.source != nullptr,
                     "--draft none: eval compares a draft source with plain decoding");
   options.spec.gamma = a.gamma ? *a.gamma : created.default_gamma;
+  options.spec.draft_policy = parse_draft_policy(a.draft_policy);
+  options.spec.cost_cache = cost_cache_config(a.cost_cache, a.model, device);
 
   const size_t n_items =
       a.limit > 0 ? std::min(items.size(), static_cast<size_t>(a.limit)) : items.size();
   std::fprintf(stderr,
-               "dspark eval: %zu prompts from %s, draft %s (gamma %d), %d tokens, batch %d, %s\n",
-               n_items, a.prompts.c_str(), created.kind.c_str(), options.spec.gamma, a.max_tokens,
-               a.batch, device.name().c_str());
+               "dspark eval: %zu prompts from %s, draft %s (gamma %d, %s), %d tokens, batch %d, "
+               "%s\n",
+               n_items, a.prompts.c_str(), created.kind.c_str(), options.spec.gamma,
+               a.draft_policy.c_str(), a.max_tokens, a.batch, device.name().c_str());
   int done = 0;
   const std::vector<EvalTurn> turns =
       run_eval(tm, ctx, chat, items, *created.source, options, [&](const EvalTurn& t) {
@@ -98,6 +105,7 @@ int run_eval_command(const EvalArgs& a) {
                       {"draft_kind", created.kind},
                       {"draft_vocab", a.draft_vocab},
                       {"gamma", options.spec.gamma},
+                      {"draft_policy", a.draft_policy},
                       {"max_tokens", a.max_tokens},
                       {"batch", a.batch},
                       {"greedy", true}};
@@ -162,6 +170,13 @@ Command add_eval_command(CLI::App& app) {
                   "Also write the result with every turn's figures to this file (the input of "
                   "tools/eval/plot_acceptance.py)");
   sub->add_flag("-q,--quiet", args->quiet, "No progress line per turn on stderr");
+  add_draft_policy_option(sub, args->draft_policy)
+      ->description(
+          "Draft length per row and round: fixed (the default here: tau and acceptance by "
+          "position measure the drafter at --gamma) or adaptive (as generate and serve use by "
+          "default: from the verify cost and each row's recent acceptance; the speedups are then "
+          "what a user sees)");
+  add_cost_cache_options(sub, args->cost_cache);
   return [args] { return run_eval_command(*args); };
 }
 

@@ -63,6 +63,14 @@ assert [(key(t), t["n_generated"], t["tau"], t["accepted_by_position"]) for t in
 assert b["batch"] == 3 and b["overall"]["identical"] == 5
 PY
 
+# --draft-policy: fixed by default (the JSON says so); adaptive keeps every output identical.
+grep -q '"draft_policy": *"fixed"' "$TMP/line.json" || fail "no draft_policy fixed: $(cat "$TMP/line.json")"
+out=$("$DSPARK" eval -m "$M" --draft "$DRAFTER" --prompts "$TMP/set.jsonl" -n 12 --gamma 4 -q \
+  --draft-policy adaptive --no-cost-cache) || fail "--draft-policy adaptive failed: $out"
+python3 -c 'import json, sys; j = json.loads(sys.argv[1].splitlines()[-1]);
+assert j["draft_policy"] == "adaptive" and j["overall"]["identical"] == 5, j' "$out" ||
+  fail "--draft-policy adaptive: $out"
+
 # --limit: the first N items.
 out=$("$DSPARK" eval -m "$M" --draft ngram --prompts "$TMP/set.jsonl" -n 8 --limit 1 -q)
 grep -q '"prompts":1' <<<"$(tail -n 1 <<<"$out")" || fail "--limit 1: $out"
