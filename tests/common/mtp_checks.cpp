@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 
 #include "dspark/engine/generate.h"
@@ -148,12 +149,15 @@ MtpLosslessStats check_mtp_lossless(const std::filesystem::path& dir, Device dev
   std::vector<std::vector<int32_t>> plain;
   for (const auto& p : prompts) plain.push_back(generate(*target, ctx, p, greedy).tokens);
   MtpLosslessStats stats;
-  for (int gamma : {1, 2, 3, 5}) {
+  // Fixed draft lengths, then the adaptive policy (rows that stop drafting defer their commits
+  // and absorb them when they draft again: mtp_source.h).
+  for (int gamma : {1, 2, 3, 5, -5}) {
     auto source = mtp_source(*target);
     std::vector<RequestInput> reqs;
     for (const auto& p : prompts) reqs.push_back(RequestInput{p, greedy, nullptr, {}});
     SpecConfig cfg;
-    cfg.gamma = gamma;
+    cfg.gamma = std::abs(gamma);
+    if (gamma < 0) cfg.draft_policy = DraftPolicy::adaptive;
     cfg.prefill_chunk = 7;  // prompts cut across chunks: the source carries positions over
     const auto out = generate_speculative(*target, ctx, source.get(), std::move(reqs), cfg);
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -171,6 +171,70 @@ TEST_P(MtpFamily, CommitAfterVerifyMatchesFreshSource) {
   }
 }
 
+// Rounds without drafts defer the source's commits (mtp_source.h): a proposal after them equals
+// that of a source that absorbed every commit at once, also when the row's stage overflows (a
+// stage of 2 rows) and across a round with drafts.
+TEST_P(MtpFamily, DeferredCommitsProposeAsEagerOnes) {
+  Context ctx(kCpu);
+  auto target = load_model(dir_, kCpu, DType::f32);
+  const int32_t vocab = target->config().vocab_size;
+  const test::MtpGolden g = test::load_mtp_goldens(dir_).back();
+  PagedKvCache tkv(target->kv_shape(16, 64), kCpu);
+  const SeqId seq = tkv.create_sequence();
+  std::vector<std::unique_ptr<MtpSource>> srcs;
+  for (int deferred : {0, MtpSource::kDeferredRows, 2})
+    srcs.push_back(std::make_unique<MtpSource>(MtpLayer::load(target->config(), kCpu, DType::f32),
+                                               *target, 4096, 16, deferred));
+  EXPECT_FALSE(srcs[0]->defers_idle_commits());
+  EXPECT_TRUE(srcs[1]->defers_idle_commits());
+  auto commit_all = [&](const std::vector<int32_t>& kept, int first, int32_t next, int drafted,
+                        const ForwardOutput& fo) {
+    RowUpdate u;
+    u.kept_tokens = kept;
+    u.first_position = first;
+    u.pending = next;
+    u.n_drafted = drafted;
+    for (auto& s : srcs) s->commit(ctx, std::span<const RowUpdate>(&u, 1), fo.taps);
+  };
+  for (auto& s : srcs) s->begin(ctx, 0, g.context);
+  commit_all(g.context, 0, g.pending, 0,
+             test::mtp_target_forward(ctx, *target, tkv, seq, g.context));
+  int32_t pending = g.pending;
+  // Rounds without drafts: the target keeps its pending token; the next one is arbitrary.
+  auto idle_rounds = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      const int len = tkv.length(seq);
+      const ForwardOutput fo = test::mtp_target_forward(ctx, *target, tkv, seq, {pending});
+      const int32_t next = (pending * 7 + 3) % vocab;
+      commit_all({pending}, len, next, 0, fo);
+      pending = next;
+    }
+  };
+  auto expect_same_proposals = [&](const char* when) {
+    const std::vector<int32_t> want = test::mtp_propose_greedy(ctx, *srcs[0], 3);
+    const std::vector<float> q = test::mtp_first_draft_q(ctx, *srcs[0]);
+    for (size_t i = 1; i < srcs.size(); ++i) {
+      EXPECT_EQ(test::mtp_propose_greedy(ctx, *srcs[i], 3), want) << GetParam() << " " << when;
+      EXPECT_LE(test::relative_rms_error(test::mtp_first_draft_q(ctx, *srcs[i]), q), 1e-5)
+          << GetParam() << " " << when;
+    }
+    return want;
+  };
+  idle_rounds(5);
+  const std::vector<int32_t> drafts = expect_same_proposals("after 5 rounds without drafts");
+  EXPECT_GT(srcs[1]->stats().catch_up_ms, 0.0);
+  // A round with 3 drafts, one accepted, then 3 rounds without drafts.
+  std::vector<int32_t> verify = {pending};
+  verify.insert(verify.end(), drafts.begin(), drafts.end());
+  const int len = tkv.length(seq);
+  const ForwardOutput vo = test::mtp_target_forward(ctx, *target, tkv, seq, verify);
+  tkv.rollback_to(seq, len + 2);
+  pending = (pending * 5 + 1) % vocab;
+  commit_all({verify[0], verify[1]}, len, pending, 3, vo);
+  idle_rounds(3);
+  expect_same_proposals("after a drafting round and 3 without drafts");
+}
+
 TEST_P(MtpFamily, GreedyAndCoupledSpeculativeEqualPlain) {
   const test::MtpLosslessStats s = test::check_mtp_lossless(dir_, kCpu);
   EXPECT_GT(s.drafted, 0);

@@ -16,11 +16,12 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 MtpSource::MtpSource(std::unique_ptr<MtpLayer> layer, const Model& target, int kv_tokens,
-                     int page_size)
+                     int page_size, int deferred_rows)
     : layer_(std::move(layer)),
       target_final_norm_(target.final_norm()),
       target_eps_(static_cast<float>(target.config().rms_norm_eps)),
       target_last_layer_(target.config().num_layers - 1),
+      deferred_rows_(std::max(0, deferred_rows)),
       kv_(layer_->kv_shape(page_size, (kv_tokens + page_size - 1) / page_size + 1),
           layer_->device()) {
   DSPARK_CHECK_KIND(
@@ -63,15 +64,23 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
   const Tensor normed = ensure_rows(normed_, dt, tap.size(0), h, ctx.device());
   rms_norm(ctx, tap, target_final_norm_, normed, RmsNormParams{target_eps_, false});
 
+  // Rows of position i: (h_i, t_{i+1}). A carried position continues with the first kept token;
+  // the update's own rows are its kept tokens after the first, then the pending token.
+  auto own_rows = [](const RowUpdate& u) {
+    return static_cast<int64_t>(u.kept_tokens.size()) - 1 + (u.pending >= 0 ? 1 : 0);
+  };
+  std::vector<char> defer(updates.size(), 0);
   int64_t total = 0;
-  for (const RowUpdate& u : updates) {
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const RowUpdate& u = updates[i];
     const Row& r = row_ref(u.row);
     DSPARK_CHECK(!u.kept_tokens.empty(), "mtp: row {} commits no tokens", u.row);
-    DSPARK_CHECK(u.first_position == r.absorbed + (r.carry ? 1 : 0),
+    DSPARK_CHECK(u.first_position == r.absorbed + r.staged + (r.carry ? 1 : 0),
                  "mtp: row {} commits position {} but holds {} positions", u.row, u.first_position,
-                 r.absorbed + (r.carry ? 1 : 0));
-    total += (r.carry ? 1 : 0) + static_cast<int64_t>(u.kept_tokens.size()) - 1 +
-             (u.pending >= 0 ? 1 : 0);
+                 r.absorbed + r.staged + (r.carry ? 1 : 0));
+    defer[i] = deferred_rows_ > 0 && r.prompted && u.n_drafted == 0 && !r.carry && u.pending >= 0 &&
+               r.staged + own_rows(u) <= deferred_rows_;
+    if (!defer[i]) total += r.staged + (r.carry ? 1 : 0) + own_rows(u);
   }
   const Tensor hidden_in =
       ensure_rows(hidden_in_, dt, std::max<int64_t>(total, 1), h, ctx.device());
@@ -79,19 +88,36 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
   batch.row_indptr.push_back(0);
   std::vector<Row*> ready;
   int64_t k = 0;
-  for (const RowUpdate& u : updates) {
+  for (size_t i = 0; i < updates.size(); ++i) {
+    const RowUpdate& u = updates[i];
     Row& r = row_ref(u.row);
     kv_.rollback_to(r.seq, r.absorbed);  // the chained rows of the last proposal
     r.ready = false;
+    r.prompted = r.prompted || u.pending >= 0;
+    const int64_t own = own_rows(u);
+    if (defer[i]) {
+      if (!r.stage.view().defined())
+        r.stage = OwnedTensor(dt, Shape{int64_t{deferred_rows_}, h}, ctx.device());
+      convert(ctx, normed.rows(u.tap_offset, u.tap_offset + own),
+              r.stage.view().rows(r.staged, r.staged + own));
+      r.staged_tokens.insert(r.staged_tokens.end(), u.kept_tokens.begin() + 1, u.kept_tokens.end());
+      r.staged_tokens.push_back(u.pending);
+      r.staged += static_cast<int>(own);
+      continue;
+    }
     const int64_t begin = k;
-    const auto n = static_cast<int64_t>(u.kept_tokens.size());
-    // Row of position i: (h_i, t_{i+1}). A carried position continues with the first kept token.
+    if (r.staged > 0) {
+      convert(ctx, r.stage.view().rows(0, r.staged), hidden_in.rows(k, k + r.staged));
+      batch.tokens.insert(batch.tokens.end(), r.staged_tokens.begin(), r.staged_tokens.end());
+      k += r.staged;
+      r.staged = 0;
+      r.staged_tokens.clear();
+    }
     if (r.carry) {
       convert(ctx, r.carried.view(), hidden_in.rows(k, k + 1));
       batch.tokens.push_back(u.kept_tokens[0]);
       ++k;
     }
-    const int64_t own = n - 1 + (u.pending >= 0 ? 1 : 0);
     if (own > 0) {
       convert(ctx, normed.rows(u.tap_offset, u.tap_offset + own), hidden_in.rows(k, k + own));
       batch.tokens.insert(batch.tokens.end(), u.kept_tokens.begin() + 1, u.kept_tokens.end());
@@ -100,7 +126,7 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
     }
     r.carry = u.pending < 0;
     if (r.carry) {
-      const int64_t last = u.tap_offset + n - 1;
+      const int64_t last = u.tap_offset + static_cast<int64_t>(u.kept_tokens.size()) - 1;
       convert(ctx, normed.rows(last, last + 1), r.carried.view());
     }
     if (k == begin) continue;
@@ -112,17 +138,46 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
       ready.push_back(&r);
     }
   }
-  if (k > 0) {
-    const ForwardOutput fo = layer_->forward(ctx, kv_, batch, hidden_in.rows(0, k));
-    for (size_t j = 0; j < ready.size(); ++j) {
-      const auto lj = static_cast<int64_t>(j);
-      const int64_t row = batch.logit_indices[j];
-      convert(ctx, fo.logits.rows(lj, lj + 1), ready[j]->logits.view());
-      convert(ctx, fo.final_hidden.rows(row, row + 1), ready[j]->hidden.view());
-      ready[j]->ready = true;
-    }
-  }
+  if (k > 0) absorb(ctx, batch, hidden_in.rows(0, k), ready);
   stats_.commit_ms += ms_since(t0);
+}
+
+void MtpSource::absorb_staged(Context& ctx, std::span<Row* const> rows) {
+  if (rows.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t h = layer_->hidden_size();
+  int64_t total = 0;
+  for (const Row* r : rows) total += r->staged;
+  const Tensor hidden_in =
+      ensure_rows(hidden_in_, layer_->activation_dtype(), total, h, ctx.device());
+  ForwardBatch batch;
+  batch.row_indptr.push_back(0);
+  int64_t k = 0;
+  for (Row* r : rows) {
+    convert(ctx, r->stage.view().rows(0, r->staged), hidden_in.rows(k, k + r->staged));
+    batch.tokens.insert(batch.tokens.end(), r->staged_tokens.begin(), r->staged_tokens.end());
+    k += r->staged;
+    r->absorbed += r->staged;
+    r->staged = 0;
+    r->staged_tokens.clear();
+    batch.row_indptr.push_back(static_cast<int32_t>(k));
+    batch.seqs.push_back(r->seq);
+    batch.logit_indices.push_back(static_cast<int32_t>(k) - 1);
+  }
+  absorb(ctx, batch, hidden_in.rows(0, k), rows);
+  stats_.catch_up_ms += ms_since(t0);
+}
+
+void MtpSource::absorb(Context& ctx, ForwardBatch& batch, const Tensor& hidden_in,
+                       std::span<Row* const> ready) {
+  const ForwardOutput fo = layer_->forward(ctx, kv_, batch, hidden_in);
+  for (size_t j = 0; j < ready.size(); ++j) {
+    const auto lj = static_cast<int64_t>(j);
+    const int64_t row = batch.logit_indices[j];
+    convert(ctx, fo.logits.rows(lj, lj + 1), ready[j]->logits.view());
+    convert(ctx, fo.final_hidden.rows(row, row + 1), ready[j]->hidden.view());
+    ready[j]->ready = true;
+  }
 }
 
 void MtpSource::propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) {
@@ -130,6 +185,13 @@ void MtpSource::propose(Context& ctx, std::span<const ProposeRequest> requests, 
   const size_t n = requests.size();
   const int64_t vocab = layer_->vocab_size(), h = layer_->hidden_size();
   const DType dt = layer_->activation_dtype();
+  // Rows asked for drafts absorb their deferred rows first (their first draft's logits).
+  std::vector<Row*> resumed;
+  for (const ProposeRequest& q : requests) {
+    Row& r = row_ref(q.row);
+    if (q.max_tokens > 0 && r.staged > 0) resumed.push_back(&r);
+  }
+  absorb_staged(ctx, resumed);
   steps_.begin(ctx, requests, vocab);
   std::vector<std::vector<int32_t>> drafts(n);
   ForwardOutput prev;  // the last chained forward: row a of it is active[a]'s

@@ -9,6 +9,14 @@
 // Commit: the chained rows are rolled back and the kept tokens' rows absorbed (their taps, each
 // with the token after it; a chunk's last position waits for the next chunk's first token).
 //
+// Deferred commits: after its prompt, a row that drafted nothing in a round (RowUpdate::n_drafted
+// == 0; with the adaptive draft policy, a row for which drafting does not pay) is not absorbed
+// then: its new rows (h_i, t_{i+1}) wait in the row's stage, and are absorbed in one forward when
+// the row is next asked for drafts, before its first draft (that forward also makes the pending
+// token's logits). A round where no row drafts then runs neither the layer nor its LM head. A
+// commit that would overflow the stage (`deferred_rows` per row) absorbs the staged rows with its
+// own, as does a commit whose last position waits for its next token (no pending token).
+//
 // Prefix reuse (SpecConfig::prefix_cache): row i depends on prompt[0 .. i + 1] (h_i on the
 // tokens up to i, and token i + 1), so the layer's full pages are published keyed by the tokens
 // after their positions (prompt[1 ..]) under the first prompt token (PagedKvCache's context): a
@@ -18,6 +26,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "dspark/core/buffer.h"
 #include "dspark/kv/paged_kv_cache.h"
@@ -29,9 +38,11 @@ namespace dspark {
 
 class MtpSource final : public DraftSource {
  public:
+  // Rows a row's stage holds (deferred commits, above; 0: every commit is absorbed at once).
+  static constexpr int kDeferredRows = 64;
   // `kv_tokens`: capacity of the layer's KV cache in tokens, over all rows.
-  MtpSource(std::unique_ptr<MtpLayer> layer, const Model& target, int kv_tokens,
-            int page_size = 16);
+  MtpSource(std::unique_ptr<MtpLayer> layer, const Model& target, int kv_tokens, int page_size = 16,
+            int deferred_rows = kDeferredRows);
   std::string name() const override { return "mtp"; }
   std::vector<int> target_taps() const override { return {target_last_layer_}; }
   void begin(Context& ctx, RowId row, std::span<const int32_t> prompt) override;
@@ -39,6 +50,7 @@ class MtpSource final : public DraftSource {
               std::span<const Tensor> taps) override;
   void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override;
   void release(RowId row) override;
+  bool defers_idle_commits() const override { return deferred_rows_ > 0; }
   bool reuses_prefixes() const override { return true; }
   int prefix_page() const override { return kv_.shape().page_size; }
   int attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) override;
@@ -50,19 +62,32 @@ class MtpSource final : public DraftSource {
  private:
   struct Row {
     SeqId seq = -1;
-    int absorbed = 0;     // committed positions whose rows the KV cache holds: [0, absorbed)
-    bool carry = false;   // position `absorbed` is committed but its next token is not known yet
-    bool ready = false;   // logits / hidden hold the row of the last committed position
-    OwnedTensor logits;   // f32 [1, vocab]: the first draft's logits
-    OwnedTensor hidden;   // [1, hidden]: that row's h' (chained into the second draft)
-    OwnedTensor carried;  // [1, hidden]: the carried position's h (target, after the final norm)
+    int absorbed = 0;       // committed positions whose rows the KV cache holds: [0, absorbed)
+    bool carry = false;     // position `absorbed` is committed but its next token is not known yet
+    bool ready = false;     // logits / hidden hold the row of the last committed position
+    OwnedTensor logits;     // f32 [1, vocab]: the first draft's logits
+    OwnedTensor hidden;     // [1, hidden]: that row's h' (chained into the second draft)
+    OwnedTensor carried;    // [1, hidden]: the carried position's h (target, after the final norm)
+    bool prompted = false;  // its prompt is committed (a commit with a pending token was made)
+    // Deferred rows: positions [absorbed, absorbed + staged), their h in stage's first rows
+    // ([deferred_rows, hidden], made on the first deferral) and their next tokens.
+    int staged = 0;
+    OwnedTensor stage;
+    std::vector<int32_t> staged_tokens;
   };
   Row& row_ref(RowId row);
+  // One forward over the rows' staged positions, which makes their first draft's logits.
+  void absorb_staged(Context& ctx, std::span<Row* const> rows);
+  // The layer's forward over `batch` (rows of `hidden_in` with their next tokens); `ready[j]`
+  // keeps the logits of logit index j and that row's h' as its first draft's.
+  void absorb(Context& ctx, ForwardBatch& batch, const Tensor& hidden_in,
+              std::span<Row* const> ready);
 
   std::unique_ptr<MtpLayer> layer_;
   Tensor target_final_norm_;
   float target_eps_ = 1e-6f;
   int target_last_layer_ = 0;
+  int deferred_rows_ = kDeferredRows;
   PagedKvCache kv_;
   std::unordered_map<RowId, Row> rows_;
   DraftSteps steps_;
