@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# DeepSeek-V3 and GLM-4.5 GGUF files (llama.cpp's `deepseek2` / `glm4moe` architectures): the tiny
-# golden checkpoints written as GGUF by tools/gguf/make_fixtures.py --deepseek-moe (as llama.cpp's
-# converter lays them out: MLA's kv_b_proj split into attn_k_b / attn_v_b, stacked and shared
-# experts, the score correction as exp_probs_b, glm4moe's block_count counting its next-token
-# layer) load through dspark info / generate; their greedy tokens for the golden prompt equal
+# DeepSeek-V3, GLM-4.5 and GLM-5 GGUF files (llama.cpp's `deepseek2` / `glm4moe` / `glm-dsa`
+# architectures): the tiny golden checkpoints written as GGUF by tools/gguf/make_fixtures.py
+# --deepseek-moe (as llama.cpp's converter lays them out: MLA's kv_b_proj split into attn_k_b /
+# attn_v_b, stacked and shared experts, the score correction as exp_probs_b, glm4moe's
+# block_count counting its next-token layer, glm-dsa's indexer keys and tensors) load through
+# dspark info / generate; their greedy tokens for the golden prompt equal
 # transformers' (goldens.safetensors), and their log-probabilities (the chosen token and the 5
 # most probable) equal those of the same checkpoint loaded from safetensors within 1e-4. The MTP
 # fixtures (*_mtp) written the same way with their blk.4.nextn.* tensors: `--draft mtp` from the
@@ -14,13 +15,15 @@ set -euo pipefail
 DSPARK=$1
 ROOT=$2
 MODELS=${DSPARK_TEST_MODELS:-$ROOT/tests/data/models}
-[[ -d $MODELS/deepseek_v3 && -d $MODELS/glm4_moe ]] || { echo "SKIP: no fixtures"; exit 0; }
+[[ -d $MODELS/deepseek_v3 && -d $MODELS/glm4_moe && -d $MODELS/glm_moe_dsa ]] ||
+  { echo "SKIP: no fixtures"; exit 0; }
 python3 -c "import gguf, numpy, safetensors" 2>/dev/null || { echo "SKIP: no gguf package"; exit 0; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-for pair in deepseek_v3:deepseek2:DeepseekV3ForCausalLM glm4_moe:glm4moe:Glm4MoeForCausalLM; do
+for pair in deepseek_v3:deepseek2:DeepseekV3ForCausalLM glm4_moe:glm4moe:Glm4MoeForCausalLM \
+  glm_moe_dsa:glm-dsa:GlmMoeDsaForCausalLM; do
   IFS=: read -r name arch want <<< "$pair"
   M=$MODELS/$name
   G=$TMP/$arch.gguf

@@ -21,6 +21,7 @@
 #include <iostream>
 #include <tuple>
 
+#include "common/gguf_fixtures.h"
 #include "common/test_util.h"
 #include "dspark/backend/context.h"
 #include "dspark/core/error.h"
@@ -81,28 +82,13 @@ std::vector<float> all_logits(Model& model, Context& ctx, const std::vector<int3
   return to_vector<float>(out.logits);
 }
 
-// The hyper-parameters a GGUF config shares with the Hugging Face one it was converted from.
-void expect_same_hyper_parameters(const ModelConfig& c, const ModelConfig& hf) {
-  EXPECT_EQ(c.vocab_size, hf.vocab_size);
-  EXPECT_EQ(c.hidden_size, hf.hidden_size);
-  EXPECT_EQ(c.intermediate_size, hf.intermediate_size);
-  EXPECT_EQ(c.num_heads, hf.num_heads);
-  EXPECT_EQ(c.num_kv_heads, hf.num_kv_heads);
-  EXPECT_EQ(c.head_dim, hf.head_dim);
-  EXPECT_NEAR(c.rms_norm_eps, hf.rms_norm_eps, 1e-12);
-  EXPECT_EQ(c.rope_theta, hf.rope_theta);
-  EXPECT_EQ(c.max_position_embeddings, hf.max_position_embeddings);
-  EXPECT_EQ(c.tie_word_embeddings, hf.tie_word_embeddings);
-  EXPECT_EQ(c.eos_token_ids, hf.eos_token_ids);
-}
-
 TEST(GgufModel, TinyLlamaConfigFromMetadata) {
   const GgufFile g = GgufFile::open(gguf_dir() / "tiny_llama.gguf");
   const ModelConfig c = gguf_model_config(g);
   const ModelConfig hf = load_model_config(test::data_dir() / "models" / "llama3");
   EXPECT_EQ(c.architecture, "LlamaForCausalLM");
   EXPECT_EQ(c.num_layers, 1);
-  expect_same_hyper_parameters(c, hf);
+  test::expect_same_hyper_parameters(c, hf);
 }
 
 TEST(GgufModel, TinyLlamaLogitsMatchSafetensorsLoad) {
@@ -146,7 +132,7 @@ TEST(GgufModel, TinyQwen3MoeConfigFromMetadata) {
   EXPECT_EQ(c.architecture, "Qwen3MoeForCausalLM");
   EXPECT_TRUE(c.qk_norm);
   EXPECT_EQ(c.num_layers, hf.num_layers);
-  expect_same_hyper_parameters(c, hf);
+  test::expect_same_hyper_parameters(c, hf);
   EXPECT_EQ(c.num_experts, hf.num_experts);
   EXPECT_EQ(c.num_experts_per_tok, hf.num_experts_per_tok);
   EXPECT_EQ(c.moe_intermediate_size, hf.moe_intermediate_size);
@@ -268,57 +254,8 @@ TEST(GgufModel, PathResolution) {
 // through a file: the MLA sizes from the *_mla keys, YaRN's mscale_all_dim from the log
 // multiplier, block_count less the next-token layers, DeepSeek MoE's keys; softmax routing
 // (DeepSeek-V2's) and a MoE layer without its router are refused.
-GgufValue gguf_u32(int64_t v) {
-  return GgufValue{GgufValue::Type::u32, GgufValue::Type::u8, v};
-}
-GgufValue gguf_f32(double v) {
-  return GgufValue{GgufValue::Type::f32, GgufValue::Type::u8, v};
-}
-
 ModelConfig deepseek2_config(int64_t gating, int64_t dense_layers) {
-  const std::string p = "deepseek2.";
-  const std::vector<std::pair<std::string, GgufValue>> meta = {
-      {"general.architecture",
-       GgufValue{GgufValue::Type::string, GgufValue::Type::u8, std::string("deepseek2")}},
-      {p + "block_count", gguf_u32(3)},
-      {p + "nextn_predict_layers", gguf_u32(1)},
-      {p + "embedding_length", gguf_u32(64)},
-      {p + "feed_forward_length", gguf_u32(160)},
-      {p + "context_length", gguf_u32(512)},
-      {p + "vocab_size", gguf_u32(384)},
-      {p + "attention.head_count", gguf_u32(4)},
-      {p + "attention.head_count_kv", gguf_u32(1)},
-      {p + "attention.key_length", gguf_u32(40)},
-      {p + "attention.value_length", gguf_u32(32)},
-      {p + "attention.key_length_mla", gguf_u32(24)},
-      {p + "attention.value_length_mla", gguf_u32(16)},
-      {p + "attention.q_lora_rank", gguf_u32(48)},
-      {p + "attention.kv_lora_rank", gguf_u32(32)},
-      {p + "attention.layer_norm_rms_epsilon", gguf_f32(1e-6)},
-      {p + "rope.dimension_count", gguf_u32(8)},
-      {p + "rope.freq_base", gguf_f32(10000.0)},
-      {p + "rope.scaling.type",
-       GgufValue{GgufValue::Type::string, GgufValue::Type::u8, std::string("yarn")}},
-      {p + "rope.scaling.factor", gguf_f32(4.0)},
-      {p + "rope.scaling.original_context_length", gguf_u32(64)},
-      {p + "rope.scaling.yarn_log_multiplier", gguf_f32(0.08)},
-      {p + "expert_count", gguf_u32(8)},
-      {p + "expert_used_count", gguf_u32(2)},
-      {p + "expert_feed_forward_length", gguf_u32(32)},
-      {p + "expert_shared_count", gguf_u32(1)},
-      {p + "expert_group_count", gguf_u32(4)},
-      {p + "expert_group_used_count", gguf_u32(2)},
-      {p + "expert_weights_scale", gguf_f32(2.5)},
-      {p + "expert_weights_norm", GgufValue{GgufValue::Type::boolean, GgufValue::Type::u8, true}},
-      {p + "expert_gating_func", gguf_u32(gating)},
-      {p + "leading_dense_block_count", gguf_u32(dense_layers)},
-  };
-  const auto path = std::filesystem::temp_directory_path() /
-                    fmt::format("dspark_deepseek2_meta_{}.gguf", ::getpid());
-  write_gguf(path, meta, {}, [](size_t, uint8_t*) {});
-  const GgufFile g = GgufFile::open(path);
-  std::filesystem::remove(path);
-  return gguf_model_config(g);
+  return test::config_from_metadata(test::deepseek_metadata("deepseek2", gating, dense_layers));
 }
 
 TEST(GgufModel, Deepseek2ConfigFromMetadata) {

@@ -11,13 +11,13 @@
 
 #include <unistd.h>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "common/gguf_fixtures.h"
 #include "common/mtp_checks.h"
 #include "common/test_util.h"
 #include "dspark/core/error.h"
@@ -31,26 +31,9 @@ namespace {
 
 const Device kCpu = Device::cpu();
 
-bool python_has_gguf() {
-  static const bool has =
-      std::system("python3 -c 'import gguf, numpy, safetensors' > /dev/null 2>&1") == 0;
-  return has;
-}
-
 std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::temp_directory_path() /
          fmt::format("dspark_mtp_gguf_{}_{}", ::getpid(), name);
-}
-
-// The checkpoint directory `src` as a GGUF file of `arch` (make_fixtures.py --deepseek-moe; with
-// q8_0 its matrices in Q8_0).
-void write_gguf(const std::filesystem::path& src, const std::filesystem::path& out,
-                const std::string& arch, bool q8_0 = false) {
-  const std::string cmd =
-      fmt::format("python3 '{}' --deepseek-moe '{}' '{}' {}{} > /dev/null",
-                  (test::source_dir() / "tools" / "gguf" / "make_fixtures.py").string(),
-                  src.string(), out.string(), arch, q8_0 ? " --q8-0" : "");
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
 struct Family {
@@ -70,7 +53,7 @@ class FamilyFiles {
     auto it = files_.find(arch);
     if (it == files_.end()) {
       const std::filesystem::path out = temp_path(arch + ".gguf");
-      write_gguf(src, out, arch);
+      test::write_deepseek_moe_gguf(src, out, arch);
       it = files_.emplace(arch, ::testing::Test::HasFatalFailure() ? "" : out).first;
     }
     return it->second;
@@ -86,7 +69,7 @@ class MtpGguf : public ::testing::TestWithParam<Family> {
     dir_ = test::mtp_fixture_dir(GetParam().name);
     if (!std::filesystem::exists(dir_ / "mtp_goldens.safetensors"))
       GTEST_SKIP() << "fixture " << dir_ << " missing";
-    if (!python_has_gguf()) GTEST_SKIP() << "python3 with the gguf package missing";
+    if (!test::python_has_gguf()) GTEST_SKIP() << "python3 with the gguf package missing";
     static FamilyFiles files;
     gguf_ = files.get(dir_, GetParam().arch);
     ASSERT_FALSE(gguf_.empty()) << "writing the " << GetParam().arch << " file failed";
@@ -176,7 +159,7 @@ TEST_P(MtpGguf, BigramFixtureAcceptsTheDrafts) {
   test::write_bigram_mtp_fixture(GetParam().name, dir);
   std::filesystem::copy_file(dir_ / "tokenizer.json", dir / "tokenizer.json");
   const std::filesystem::path file = temp_path(GetParam().arch + "_bigram.gguf");
-  write_gguf(dir, file, GetParam().arch);
+  test::write_deepseek_moe_gguf(dir, file, GetParam().arch);
   const test::MtpLosslessStats s = test::check_mtp_lossless(file, kCpu);
   std::filesystem::remove_all(dir);
   std::filesystem::remove(file);
@@ -189,7 +172,7 @@ TEST_P(MtpGguf, BigramFixtureAcceptsTheDrafts) {
 // with it equals plain decoding of the same file.
 TEST_P(MtpGguf, QuantizedFileDraftsLosslessly) {
   const std::filesystem::path q8 = temp_path(GetParam().arch + "_q8_0.gguf");
-  write_gguf(dir_, q8, GetParam().arch, true);
+  test::write_deepseek_moe_gguf(dir_, q8, GetParam().arch, true);
   {
     const GgufFile file = GgufFile::open(q8);
     EXPECT_EQ(file.tensor("blk.4.nextn.eh_proj.weight").type, GgmlType::q8_0);
@@ -240,11 +223,11 @@ TEST(MtpGgufErrors, FilesWithoutTheLayer) {
   if (!std::filesystem::exists(models / "deepseek_v3") ||
       !std::filesystem::exists(models / "glm4_moe"))
     GTEST_SKIP() << "fixtures missing";
-  if (!python_has_gguf()) GTEST_SKIP() << "python3 with the gguf package missing";
+  if (!test::python_has_gguf()) GTEST_SKIP() << "python3 with the gguf package missing";
   const std::filesystem::path deepseek = temp_path("plain_deepseek2.gguf");
   const std::filesystem::path glm = temp_path("plain_glm4moe.gguf");
-  write_gguf(models / "deepseek_v3", deepseek, "deepseek2");
-  write_gguf(models / "glm4_moe", glm, "glm4moe");
+  test::write_deepseek_moe_gguf(models / "deepseek_v3", deepseek, "deepseek2");
+  test::write_deepseek_moe_gguf(models / "glm4_moe", glm, "glm4moe");
   const std::string e1 = load_error(deepseek), e2 = load_error(glm);
   std::filesystem::remove(deepseek);
   std::filesystem::remove(glm);

@@ -359,15 +359,21 @@ def write_qwen_dense(src, path, arch):
 
 
 def write_deepseek_moe(src, path, arch, q8_0=False):
-    """A DeepSeek-V3 (GGUF architecture `deepseek2`) or GLM-4.5 (`glm4moe`) checkpoint directory
-    as a GGUF file the way llama.cpp's convert_hf_to_gguf.py writes one, every tensor F32:
-      - DeepSeek MoE: expert_gating_func 2 (sigmoid), groups, shared experts (`*_shexp`), the
+    """A DeepSeek-V3 (GGUF architecture `deepseek2`), GLM-4.5 (`glm4moe`) or GLM-5 (`glm-dsa`)
+    checkpoint directory as a GGUF file the way llama.cpp's convert_hf_to_gguf.py writes one,
+    every tensor F32:
+      - DeepSeek MoE: expert_gating_func 2 (sigmoid; glm-dsa only when the config names
+        `scoring_func`, as the converter writes it), groups, shared experts (`*_shexp`), the
         score correction as `exp_probs_b.bias`, experts stacked per layer, the leading dense
         layers' count;
       - deepseek2: head_count_kv 1, key_length / value_length of the absorbed form (kv_lora_rank +
         rope, kv_lora_rank), the per-head sizes as key_length_mla / value_length_mla, kv_b_proj
         split per head into attn_k_b (transposed: [heads, kv_lora_rank, nope]) and attn_v_b,
         YaRN's mscale_all_dim as yarn_log_multiplier = 0.1 * mscale_all_dim;
+      - glm-dsa: deepseek2's MLA plus the DSA indexer: attention.indexer.{head_count,key_length,
+        top_k}, `indexer_types` as the bool array attention.indexer.types (true: "full"), and each
+        full layer's indexer tensors under the names gguf-py maps them to
+        (blk.N.indexer.{attn_q_b,attn_k,proj,k_norm}), stored as the checkpoint has them;
       - glm4moe: partial rotary as rope.dimension_count, q/k/v biases, q/k norms,
         post_attention_layernorm as `post_attention_norm`;
       - the next-token prediction (MTP) layers when the checkpoint holds them (config
@@ -390,8 +396,9 @@ def write_deepseek_moe(src, path, arch, q8_0=False):
     nextn = cfg.get("num_nextn_predict_layers", 0)
     mtp_layers = [n_layers + i for i in range(nextn)
                   if f"model.layers.{n_layers + i}.eh_proj.weight" in st]
-    if arch != "glm4moe" and not mtp_layers:
+    if arch not in ("glm4moe", "glm-dsa") and not mtp_layers:
         nextn = 0
+    mla = arch in ("deepseek2", "glm-dsa")
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_name(f"tiny {arch} fixture")
     w.add_block_count(n_layers + nextn)
@@ -404,7 +411,7 @@ def write_deepseek_moe(src, path, arch, q8_0=False):
     w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_vocab_size(cfg["vocab_size"])
-    if arch == "deepseek2":
+    if mla:
         r, nope, rd = cfg["kv_lora_rank"], cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"]
         w.add_head_count_kv(1)
         if cfg.get("q_lora_rank"):
@@ -437,8 +444,16 @@ def write_deepseek_moe(src, path, arch, q8_0=False):
     w.add_expert_weights_scale(cfg["routed_scaling_factor"])
     if cfg.get("norm_topk_prob"):
         w.add_expert_weights_norm(True)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if arch != "glm-dsa" or cfg.get("scoring_func") == "sigmoid":
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     w.add_leading_dense_block_count(cfg["first_k_dense_replace"])
+    if arch == "glm-dsa":
+        w.add_indexer_head_count(cfg["index_n_heads"])
+        w.add_indexer_key_length(cfg["index_head_dim"])
+        w.add_indexer_top_k(cfg["index_topk"])
+        if "indexer_types" in cfg:  # the converter's add_indexer_types (newer than gguf 0.19)
+            w.add_array(f"{arch}.attention.indexer.types",
+                        [t == "full" for t in cfg["indexer_types"]])
     tok_json = json.load(open(os.path.join(src, "tokenizer.json")))
     assert add_bpe_tokenizer(w, tok_json, "qwen2") == cfg["vocab_size"]
     w.add_eos_token_id(cfg["eos_token_id"])
@@ -471,11 +486,11 @@ def write_deepseek_moe(src, path, arch, q8_0=False):
                     name = gguf.TENSOR_NAMES[key].format(bid=l)
                     put(f"{name}.weight", st[f"{p}{hf}.weight"])
         put(f"blk.{l}.attn_norm.weight", st[p + "input_layernorm.weight"])
-        norm2 = "ffn_norm" if arch == "deepseek2" else "post_attention_norm"
+        norm2 = "ffn_norm" if mla else "post_attention_norm"
         put(f"blk.{l}.{norm2}.weight", st[p + "post_attention_layernorm.weight"])
         a = p + "self_attn."
         put(f"blk.{l}.attn_output.weight", st[a + "o_proj.weight"])
-        if arch == "deepseek2":
+        if mla:
             if a + "q_a_proj.weight" in st:
                 put(f"blk.{l}.attn_q_a.weight", st[a + "q_a_proj.weight"])
                 put(f"blk.{l}.attn_q_a_norm.weight", st[a + "q_a_layernorm.weight"])
@@ -487,6 +502,14 @@ def write_deepseek_moe(src, path, arch, q8_0=False):
             kv_b = st[a + "kv_b_proj.weight"].reshape(heads, nope + cfg["v_head_dim"], r)
             put(f"blk.{l}.attn_k_b.weight", kv_b[:, :nope, :].transpose(0, 2, 1))
             put(f"blk.{l}.attn_v_b.weight", kv_b[:, nope:, :])
+            for hf, key in (("wq_b.weight", gguf.MODEL_TENSOR.INDEXER_ATTN_Q_B),
+                            ("wk.weight", gguf.MODEL_TENSOR.INDEXER_ATTN_K),
+                            ("weights_proj.weight", gguf.MODEL_TENSOR.INDEXER_PROJ),
+                            ("k_norm.weight", gguf.MODEL_TENSOR.INDEXER_K_NORM),
+                            ("k_norm.bias", gguf.MODEL_TENSOR.INDEXER_K_NORM)):
+                if f"{a}indexer.{hf}" in st:  # a "full" indexer layer of glm-dsa
+                    name = gguf.TENSOR_NAMES[key].format(bid=l)
+                    put(f"{name}.{hf.rsplit('.', 1)[1]}", st[f"{a}indexer.{hf}"])
         else:
             for g in ("q", "k", "v"):
                 put(f"blk.{l}.attn_{g}.weight", st[f"{a}{g}_proj.weight"])
@@ -622,8 +645,9 @@ def main():
                     help="only write SRC_DIR (a dense Qwen2 / Qwen3 checkpoint) as OUT_GGUF of "
                          "GGUF architecture ARCH (qwen2 / qwen3), every tensor F32")
     ap.add_argument("--deepseek-moe", nargs=3, metavar=("SRC_DIR", "OUT_GGUF", "ARCH"),
-                    help="only write SRC_DIR (a DeepSeek-V3 or GLM-4.5 checkpoint) as OUT_GGUF of "
-                         "GGUF architecture ARCH (deepseek2 / glm4moe), every tensor F32")
+                    help="only write SRC_DIR (a DeepSeek-V3, GLM-4.5 or GLM-5 checkpoint) as "
+                         "OUT_GGUF of GGUF architecture ARCH (deepseek2 / glm4moe / glm-dsa), "
+                         "every tensor F32")
     ap.add_argument("--q8-0", action="store_true",
                     help="with --deepseek-moe: matrices whose rows are a multiple of 32 values in "
                          "Q8_0 (routers, norms, biases in F32)")

@@ -47,6 +47,11 @@ constexpr LayerName kLayerNames[] = {
     {"attn_kv_b", "self_attn.kv_b_proj"},
     {"attn_k_b", "self_attn.k_b_proj"},
     {"attn_v_b", "self_attn.v_b_proj"},
+    // The DSA indexer (glm-dsa): its query and key projections, head weights and key LayerNorm.
+    {"indexer.attn_q_b", "self_attn.indexer.wq_b"},
+    {"indexer.attn_k", "self_attn.indexer.wk"},
+    {"indexer.proj", "self_attn.indexer.weights_proj"},
+    {"indexer.k_norm", "self_attn.indexer.k_norm"},
     // glm4moe's name for the norm before the MLP.
     {"post_attention_norm", "post_attention_layernorm"},
     // The next-token prediction (MTP) layer's own tensors (llama.cpp's "nextn", in the blocks
@@ -187,19 +192,27 @@ std::vector<int> gguf_eos_token_ids(const GgufFile& file) {
 
 namespace {
 
-// DeepSeek MoE from deepseek2 / glm4moe metadata (as llama.cpp's converter writes it): sigmoid
-// routing with the score correction (expert_gating_func 2), groups, shared experts, the leading
-// dense layers.
+// `p` + `key`: a required integer, positive and below 2^31.
+int positive_key(const GgufFile& file, const std::string& p, const std::string& key,
+                 const std::string& where) {
+  const int64_t v = file.get_int(p + key);
+  DSPARK_CHECK_KIND(io, v > 0 && v < (int64_t{1} << 31), "{}: {}{} = {} must be positive", where, p,
+                    key, v);
+  return static_cast<int>(v);
+}
+
+// DeepSeek MoE from deepseek2 / glm4moe / glm-dsa metadata (as llama.cpp's converter writes it):
+// sigmoid routing with the score correction (expert_gating_func 2), groups, shared experts, the
+// leading dense layers. `default_gating`: what llama.cpp takes when the key is absent.
 void gguf_deepseek_moe(const GgufFile& file, const std::string& p, const std::string& where,
-                       ModelConfig& c) {
+                       int64_t default_gating, ModelConfig& c) {
   auto positive = [&](const std::string& key, int64_t fallback) {
     const int64_t v = file.find_int(p + key).value_or(fallback);
     DSPARK_CHECK_KIND(io, v > 0 && v < (int64_t{1} << 31), "{}: {}{} = {} must be positive", where,
                       p, key, v);
     return static_cast<int>(v);
   };
-  // A missing key means softmax to llama.cpp (DeepSeek-V2's routing).
-  const int64_t gating = file.find_int(p + "expert_gating_func").value_or(1);
+  const int64_t gating = file.find_int(p + "expert_gating_func").value_or(default_gating);
   DSPARK_CHECK_KIND(unsupported, gating == 2,
                     "{}: {}expert_gating_func {} is not supported (DeepSeek MoE needs 2, sigmoid "
                     "scores with the score correction; 1 is DeepSeek-V2's softmax routing)",
@@ -245,12 +258,7 @@ void gguf_deepseek_moe(const GgufFile& file, const std::string& p, const std::st
 // have only key_length = nope + rope and value_length = v.
 void gguf_mla(const GgufFile& file, const std::string& p, const std::string& where,
               ModelConfig& c) {
-  auto positive = [&](const std::string& key) {
-    const int64_t v = file.get_int(p + key);
-    DSPARK_CHECK_KIND(io, v > 0 && v < (int64_t{1} << 31), "{}: {}{} = {} must be positive", where,
-                      p, key, v);
-    return static_cast<int>(v);
-  };
+  auto positive = [&](const std::string& key) { return positive_key(file, p, key, where); };
   c.num_kv_heads = c.num_heads;  // transformers' config; MLA itself has one latent per token
   c.kv_lora_rank = positive("attention.kv_lora_rank");
   c.q_lora_rank = file.has(p + "attention.q_lora_rank") ? positive("attention.q_lora_rank") : 0;
@@ -266,29 +274,82 @@ void gguf_mla(const GgufFile& file, const std::string& p, const std::string& whe
   c.rope_interleave = true;         // llama.cpp rotates deepseek2's pairs (2i, 2i + 1)
 }
 
+// GLM-5's DSA indexer from glm-dsa metadata: attention.indexer.{top_k,head_count,key_length}, and
+// which decoder layers have an indexer of their own: attention.indexer.types (one bool or integer
+// per layer, true / nonzero "full", or one value for every layer), else the layers that hold
+// blk.N.indexer.* tensors (GLM-5 / 5.1 files have no key and an indexer in every layer; the
+// shared layers of GLM-5.2 have no indexer tensors). Every full layer must hold them.
+void gguf_dsa(const GgufFile& file, const std::string& p, const std::string& where,
+              ModelConfig& c) {
+  auto positive = [&](const std::string& key) { return positive_key(file, p, key, where); };
+  DSPARK_CHECK_KIND(unsupported, c.q_lora_rank > 0,
+                    "{}: glm-dsa needs {}attention.q_lora_rank (the indexer's queries come from "
+                    "the q LoRA)",
+                    where, p);
+  c.index_topk = positive("attention.indexer.top_k");
+  c.index_n_heads = positive("attention.indexer.head_count");
+  c.index_head_dim = positive("attention.indexer.key_length");
+  DSPARK_CHECK_KIND(io, c.index_head_dim >= c.qk_rope_head_dim,
+                    "{}: {}attention.indexer.key_length ({}) is smaller than rope.dimension_count "
+                    "({})",
+                    where, p, c.index_head_dim, c.qk_rope_head_dim);
+  const auto layers = static_cast<size_t>(c.num_layers);
+  auto has_indexer = [&](size_t l) {
+    return file.contains(fmt::format("blk.{}.indexer.attn_k.weight", l));
+  };
+  const std::string key = p + "attention.indexer.types";
+  std::vector<bool> full(layers);
+  if (const GgufValue* types = file.find(key)) {
+    std::vector<int64_t> flags;
+    if (types->is_array()) {
+      flags = types->as_ints(key);
+    } else {
+      flags.assign(layers, types->type == GgufValue::Type::boolean ? types->as_bool(key)
+                                                                   : types->as_int(key) != 0);
+    }
+    DSPARK_CHECK_KIND(io, flags.size() == layers,
+                      "{}: {} has {} entries for {} decoder layers (block_count less "
+                      "nextn_predict_layers)",
+                      where, key, flags.size(), layers);
+    for (size_t l = 0; l < layers; ++l) full[l] = flags[l] != 0;
+  } else {
+    for (size_t l = 0; l < layers; ++l) full[l] = has_indexer(l);
+  }
+  DSPARK_CHECK_KIND(io, full[0],
+                    "{}: layer 0 has no indexer of its own ({}) but no layer before it selects "
+                    "keys",
+                    where, file.has(key) ? key + "[0] is false" : "no blk.0.indexer.attn_k.weight");
+  c.index_shared.assign(layers, false);
+  for (size_t l = 0; l < layers; ++l) {
+    c.index_shared[l] = !full[l];
+    DSPARK_CHECK_KIND(io, !full[l] || has_indexer(l),
+                      "{}: layer {} is a full indexer layer ({}[{}]) but the file has no "
+                      "blk.{}.indexer.attn_k.weight",
+                      where, l, key, l, l);
+  }
+}
+
 }  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& file) {
   const std::string where = file.path().string();
   const std::string arch = file.get_string("general.architecture");
-  const bool deepseek2 = arch == "deepseek2", glm4moe = arch == "glm4moe";
+  const bool glm_dsa = arch == "glm-dsa";
+  const bool deepseek2 = arch == "deepseek2" || glm_dsa;  // glm-dsa: deepseek2's MLA + indexer
+  const bool glm4moe = arch == "glm4moe";
   DSPARK_CHECK_KIND(unsupported,
                     arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" ||
                         deepseek2 || glm4moe,
                     "{}: GGUF architecture '{}' is not supported (supported: llama, qwen2, qwen3, "
-                    "qwen3moe, deepseek2, glm4moe)",
+                    "qwen3moe, deepseek2, glm4moe, glm-dsa)",
                     where, arch);
   const std::string p = arch + ".";
-  auto positive = [&](const std::string& key) {
-    const int64_t v = file.get_int(p + key);
-    DSPARK_CHECK_KIND(io, v > 0 && v < (int64_t{1} << 31), "{}: {}{} = {} must be positive", where,
-                      p, key, v);
-    return static_cast<int>(v);
-  };
+  auto positive = [&](const std::string& key) { return positive_key(file, p, key, where); };
 
   ModelConfig c;
-  // block_count counts the next-token prediction layers that follow the decoder's (glm4moe; their
-  // tensors are blk.{num_layers + i}.nextn.* with the block's attention and FFN, model/mtp.h).
+  // block_count counts the next-token prediction layers that follow the decoder's (glm4moe,
+  // glm-dsa; their tensors are blk.{num_layers + i}.nextn.* with the block's attention and FFN,
+  // model/mtp.h).
   const int blocks = positive("block_count");
   const int64_t nextn = file.find_int(p + "nextn_predict_layers").value_or(0);
   DSPARK_CHECK_KIND(io, nextn >= 0 && nextn < blocks,
@@ -298,11 +359,15 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   c.checkpoint_path = file.path();
   c.hidden_size = positive("embedding_length");
   if (deepseek2 || glm4moe) {
-    c.architecture = deepseek2 ? "DeepseekV3ForCausalLM" : "Glm4MoeForCausalLM";
-    c.model_type = deepseek2 ? "deepseek_v3" : "glm4_moe";
+    c.architecture = glm_dsa     ? "GlmMoeDsaForCausalLM"
+                     : deepseek2 ? "DeepseekV3ForCausalLM"
+                                 : "Glm4MoeForCausalLM";
+    c.model_type = glm_dsa ? "glm_moe_dsa" : deepseek2 ? "deepseek_v3" : "glm4_moe";
     c.intermediate_size = positive("feed_forward_length");
     c.qk_norm = glm4moe && file.contains("blk.0.attn_q_norm.weight");
-    gguf_deepseek_moe(file, p, where, c);
+    // Without the key llama.cpp routes deepseek2 files by softmax (DeepSeek-V2's routing) and
+    // glm-dsa files by sigmoid.
+    gguf_deepseek_moe(file, p, where, glm_dsa ? 2 : 1, c);
   } else if (arch != "qwen3moe") {
     DSPARK_CHECK_KIND(unsupported, file.find_int(p + "expert_count").value_or(0) == 0,
                       "{}: {} GGUF models with experts ({}expert_count) are not supported", where,
@@ -337,6 +402,7 @@ ModelConfig gguf_model_config(const GgufFile& file) {
   c.num_heads = positive("attention.head_count");
   if (deepseek2) {
     gguf_mla(file, p, where, c);
+    if (glm_dsa) gguf_dsa(file, p, where, c);
   } else {
     c.num_kv_heads =
         file.has(p + "attention.head_count_kv") ? positive("attention.head_count_kv") : c.num_heads;

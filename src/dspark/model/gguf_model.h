@@ -1,8 +1,9 @@
-// Models from GGUF files: the `llama` and `qwen3moe` architectures of llama.cpp's format mapped
-// onto our Llama family (hyper-parameters from `<arch>.*` metadata, tensors renamed to the Hugging
-// Face names, each expert of a stacked `ffn_*_exps` tensor seen as its own Hugging Face matrix,
-// block-quantized 2-D weights kept in their format on every device, other quantized tensors
-// dequantized at load to the engine dtype). See docs/gguf.md and docs/quantization.md.
+// Models from GGUF files: llama.cpp's `llama`, `qwen2`, `qwen3`, `qwen3moe`, `deepseek2`,
+// `glm4moe` and `glm-dsa` architectures mapped onto our Llama family (hyper-parameters from
+// `<arch>.*` metadata, tensors renamed to the Hugging Face names, each expert of a stacked
+// `ffn_*_exps` tensor seen as its own Hugging Face matrix, block-quantized 2-D weights kept in
+// their format on every device, other quantized tensors dequantized at load to the engine dtype).
+// See docs/gguf.md and docs/quantization.md.
 #pragma once
 
 #include <filesystem>
@@ -29,7 +30,9 @@ std::optional<std::filesystem::path> resolve_gguf_model(const std::filesystem::p
 
 // The hyper-parameters of a GGUF model (`general.architecture` "llama" -> LlamaForCausalLM,
 // "qwen3moe" -> Qwen3MoeForCausalLM: a layer has experts when it has `ffn_gate_inp`; the top-k
-// weights are renormalised unless `qwen3moe.expert_weights_norm` is false, as llama.cpp does).
+// weights are renormalised unless `qwen3moe.expert_weights_norm` is false, as llama.cpp does;
+// "glm-dsa" -> GlmMoeDsaForCausalLM: deepseek2's MLA and DeepSeek MoE plus the DSA indexer keys
+// `attention.indexer.*`, docs/gguf.md).
 // Throws ErrorKind::unsupported for another architecture or rope scaling type, ErrorKind::io for
 // missing or inconsistent keys (naming the file and the key).
 ModelConfig gguf_model_config(const GgufFile& file);

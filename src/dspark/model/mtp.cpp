@@ -55,6 +55,10 @@ std::unique_ptr<MtpLayer> MtpLayer::load(const ModelConfig& t, Device device, DT
                     "the target's MTP layer is read from its checkpoint (a safetensors directory "
                     "or a GGUF file); this target ({}) was not loaded from one",
                     t.architecture);
+  DSPARK_CHECK_KIND(unsupported, !t.dsa(),
+                    "{}: its next-token prediction layer is not supported yet (no reference for "
+                    "the DeepSeek sparse attention of the MTP layer); draft with another source",
+                    t.architecture);
   const bool gguf = resolve_gguf_model(t.checkpoint_path).has_value();
   DSPARK_CHECK_KIND(invalid_input, t.num_nextn_predict_layers > 0,
                     "the target ({}) has no next-token prediction (MTP) layer: {} (DeepSeek-V3 and "
@@ -63,10 +67,6 @@ std::unique_ptr<MtpLayer> MtpLayer::load(const ModelConfig& t, Device device, DT
                     gguf ? "its GGUF file has no nextn_predict_layers (llama.cpp's converter keeps "
                            "the layer for glm4moe, drops it for deepseek2)"
                          : "its config has no num_nextn_predict_layers");
-  DSPARK_CHECK_KIND(unsupported, !t.dsa(),
-                    "{}: its next-token prediction layer is not supported yet (no reference for "
-                    "the DeepSeek sparse attention of the MTP layer); draft with another source",
-                    t.architecture);
   auto layer = std::unique_ptr<MtpLayer>(new MtpLayer());
   const std::string prefix = fmt::format("model.layers.{}.", t.num_layers);
   with_checkpoint_weights(t.checkpoint_path, [&](const WeightSource& w) {
