@@ -181,7 +181,7 @@ class QuantBytes {
     const uint16_t d = f32_to_f16(0.01f).bits, m = f32_to_f16(-0.05f).bits;
     std::vector<int> d_at = {0}, m_at;
     if (type == QuantType::q4_1 || type == QuantType::q5_1 || type == QuantType::q4_k ||
-        type == QuantType::q5_k)
+        type == QuantType::q5_k || quant_unit_type(type) != type)
       m_at = {2};
     if (type == QuantType::q6_k) d_at = {208};
     for (size_t b = 0; b + static_cast<size_t>(qb.bytes) <= n_;
@@ -529,7 +529,8 @@ int main(int argc, char** argv) {
                "weights in transparent huge pages (madvise(MADV_HUGEPAGE)) instead of 4 KiB pages");
   app.add_option(
       "--quant", a.quant,
-      "also time these block-quantized types (q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k,q8_a)");
+      "also time these block-quantized types (q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k,q8_a; "
+      "MLX's groups of 64 / 128: q4_a64,q4_a128,q8_a64,q8_a128)");
   app.add_flag("--no-f32", a.no_f32, "skip the f32 / bf16 weights (with --quant)");
   app.add_flag("--cpu-time", a.cpu_time,
                "time with the calling thread's CPU clock (needs DSPARK_THREADS=1): steadier on a "

@@ -96,6 +96,10 @@ std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint
     case QuantType::q4_k:
     case QuantType::q5_k:
     case QuantType::q8_a:
+    case QuantType::q4_a64:
+    case QuantType::q4_a128:
+    case QuantType::q8_a64:
+    case QuantType::q8_a128:
       halves = {0, 2};
       break;
     case QuantType::q6_k:

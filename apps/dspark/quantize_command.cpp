@@ -69,7 +69,7 @@ int run_quantize(const QuantizeArgs& a) {
         "{} tap features through the context projection and {} layers' K/V (features RMS "
         "{:.4g}, K/V RMS {:.4g}, {} matrices held as {} blocks)\n",
         s.kept_by_policy.size(), t.features, t.layers, t.features_rms, t.kv_rms,
-        t.matrices_as_blocks, quant_type_name(mlx_block_type(o.spec.bits)));
+        t.matrices_as_blocks, quant_type_name(mlx_block_type(o.spec)));
   }
   return 0;
 }

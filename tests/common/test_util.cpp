@@ -119,6 +119,8 @@ std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint
         break;
       case QuantType::q4_1:
       case QuantType::q5_1:
+      case QuantType::q4_a64:
+      case QuantType::q4_a128:
         put_half(blk, 0.05f * mag(gen));
         put_half(blk + 2, -0.4f * mag(gen));
         break;
@@ -131,6 +133,8 @@ std::vector<uint8_t> random_quant_blocks(QuantType q, int64_t n, int64_t k, uint
         put_half(blk + 208, 0.0005f * sign * mag(gen));
         break;
       case QuantType::q8_a:
+      case QuantType::q8_a64:
+      case QuantType::q8_a128:
         put_half(blk, 0.003f * sign * mag(gen));
         put_half(blk + 2, -0.4f * sign * mag(gen));
         break;

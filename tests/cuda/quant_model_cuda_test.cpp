@@ -2,7 +2,8 @@
 // GGUF fixtures of tests/unit/quant_model_test.cpp, the MLX fixtures of
 // tests/unit/mlx_model_test.cpp and the FP8 checkpoint of tests/unit/fp8_checkpoint_test.cpp:
 //  - the blocks are kept where the CPU keeps them (every GGUF fixture, MLX 4-bit as Q4_1 and
-//    8-bit as Q8_A); the FP8 projections stay E4M3 codes with their block scales (nothing
+//    8-bit as Q8_A: groups of 64 expanded at upload to those 32-value blocks, where the CPU keeps
+//    Q4_A64 / Q8_A64); the FP8 projections stay E4M3 codes with their block scales (nothing
 //    says on stderr that they were dequantized);
 //  - the last position's logits are the CPU's within 5e-2 relative RMS (bf16 activations; the
 //    tensor-core kernel's rows, 5 and more, multiply bf16 x where the CPU rounds x to 8 bits) and
@@ -18,6 +19,7 @@
 #include "common/test_util.h"
 #include "cuda_consistency.h"
 #include "dspark/backend/context.h"
+#include "dspark/core/quant.h"
 #include "dspark/engine/generate.h"
 #include "dspark/engine/speculative.h"
 #include "dspark/io/gguf.h"
@@ -66,6 +68,11 @@ TEST_P(CudaQuantModel, KeepsBlocksAndMatchesTheCpu) {
   auto cpu_model = load_fixture(f, Device::cpu(), DType::f32);
   ASSERT_EQ(gpu_model->lm_head().quantized(), f.blocks);
   ASSERT_EQ(gpu_model->embedding_table().quantized(), f.blocks);
+  if (f.blocks) {
+    EXPECT_EQ(gpu_model->lm_head().quant, quant_unit_type(cpu_model->lm_head().quant));
+    EXPECT_EQ(gpu_model->embedding_table().quant,
+              quant_unit_type(cpu_model->embedding_table().quant));
+  }
   Context gpu(test::kTestGpu), cpu(Device::cpu());
   const int vocab = gpu_model->config().vocab_size;
   for (int salt = 0; salt < 3; ++salt) {
@@ -108,6 +115,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Fixture{"Block32", "gguf/tiny_llama_quant.gguf", true, true},
                       Fixture{"KQuants", "gguf/tiny_llama_k.gguf", true, true},
                       Fixture{"llama3_q4_g32", "mlx/llama3_q4_g32", false, true},
+                      Fixture{"llama3_q4_g64", "mlx/llama3_q4_g64", false, true},
                       Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, true, false, false},
                       Fixture{"llama3_fp8", "fp8/llama3_fp8", false, false, true}),
     [](const auto& p) { return std::string(p.param.name); });

@@ -1,13 +1,15 @@
 // MLX affine quantization (io/mlx_quant.h, model/mlx_weights.h) against NumPy:
 // tests/data/mlx/unpack.safetensors (tools/mlx/make_mlx_fixtures.py) holds random MLX-quantized
 // tensors for bits {4, 8} x group_size {32, 64, 128}, packed by NumPy, and NumPy's f32
-// dequantization; the C++ unpacking and the Q4_1 (4 bits) / Q8_A (8 bits) repacking must reproduce
-// it bit for bit. Then the
-// config entry and the errors: unsupported bits / group sizes, missing companions.
+// dequantization; the C++ unpacking and the repacking into one block per group (Q4_1 / Q8_A for
+// groups of 32, Q4_A64 / Q8_A64 for 64, Q4_A128 / Q8_A128 for 128) must reproduce it bit for bit,
+// and the blocks take the file's bytes. Then the config entry and the errors: unsupported bits /
+// group sizes, missing companions.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -59,6 +61,12 @@ struct Case {
 
 class MlxUnpack : public ::testing::TestWithParam<Case> {};
 
+QuantType expected_type(int bits, int group) {
+  if (bits == 4)
+    return group == 32 ? QuantType::q4_1 : group == 64 ? QuantType::q4_a64 : QuantType::q4_a128;
+  return group == 32 ? QuantType::q8_a : group == 64 ? QuantType::q8_a64 : QuantType::q8_a128;
+}
+
 TEST_P(MlxUnpack, DequantizesLikeNumPy) {
   const auto [bits, group] = GetParam();
   const std::string name = fmt::format("b{}_g{}", bits, group);
@@ -76,13 +84,24 @@ TEST_P(MlxUnpack, RepacksToBlocksOfTheSameValues) {
   const std::string name = fmt::format("b{}_g{}", bits, group);
   const MlxQuantTensor t = tensor_of(unpack_fixture(), name, {bits, group});
   const auto [rows, cols] = mlx_quant_shape(t);
-  const QuantType type = mlx_block_type(bits);
-  EXPECT_EQ(type, bits == 4 ? QuantType::q4_1 : QuantType::q8_a);
+  const QuantType type = mlx_block_type({bits, group});
+  EXPECT_EQ(type, expected_type(bits, group));
+  EXPECT_EQ(quant_block(type).elements, group);
+  // The file's bytes: the words, a 2-byte scale and bias per group (f16 here, bf16 in mlx-lm's
+  // files; the fixture's f32 ones are wider).
+  EXPECT_EQ(quant_row_bytes(type, cols), cols * bits / 8 + cols / group * 4);
   std::vector<uint8_t> blocks(static_cast<size_t>(rows * quant_row_bytes(type, cols)));
   ASSERT_TRUE(mlx_repack_blocks(t, blocks.data()));
   std::vector<float> got(static_cast<size_t>(rows * cols));
-  dequantize_blocks(type, blocks.data(), rows * cols / 32, got.data());
+  dequantize_blocks(type, blocks.data(), rows * cols / group, got.data());
   expect_same_bits(got, expected_of(unpack_fixture(), name), name);
+  // The 32-value blocks CUDA runs (expand_quant_groups) hold the same values.
+  const QuantType unit = quant_unit_type(type);
+  std::vector<uint8_t> units(static_cast<size_t>(rows * quant_row_bytes(unit, cols)));
+  expand_quant_groups(type, blocks.data(), rows * cols / group, units.data());
+  std::vector<float> got32(got.size());
+  dequantize_blocks(unit, units.data(), rows * cols / 32, got32.data());
+  expect_same_bits(got32, expected_of(unpack_fixture(), name), name + " expanded");
 }
 
 INSTANTIATE_TEST_SUITE_P(BitsGroups, MlxUnpack,
@@ -97,7 +116,7 @@ TEST(MlxQuant, ScalesNotExactInF16RefuseBlocksButDequantize) {
     const std::string name = fmt::format("b{}_g64_inexact", bits);
     const MlxQuantTensor t = tensor_of(unpack_fixture(), name, {bits, 64});
     std::vector<uint8_t> blocks(
-        static_cast<size_t>(4 * quant_row_bytes(mlx_block_type(bits), 128)));
+        static_cast<size_t>(4 * quant_row_bytes(mlx_block_type({bits, 64}), 128)));
     EXPECT_FALSE(mlx_repack_blocks(t, blocks.data())) << name;
     std::vector<float> got(4 * 128);
     mlx_dequantize(t, got.data());
@@ -118,14 +137,14 @@ TEST(MlxQuant, WeightsKeepExactTensorsAsBlocks) {
   for (const char* name : {"b4_g32", "b4_g64", "b4_g128", "b8_g32", "b8_g64", "b8_g128"}) {
     const std::optional<QuantizedView> v = w.get_quantized(std::string(name) + ".weight");
     ASSERT_TRUE(v.has_value()) << name;
-    const QuantType type = name[1] == '4' ? QuantType::q4_1 : QuantType::q8_a;
+    const QuantType type = expected_type(name[1] - '0', std::atoi(name + 4));
     EXPECT_EQ(v->quant, type);
     EXPECT_EQ(v->n, 6);
     EXPECT_EQ(v->k, 256);
     EXPECT_EQ(v->blocks.nbytes(), static_cast<size_t>(6 * quant_row_bytes(type, 256))) << name;
     std::vector<float> got(6 * 256);
-    dequantize_blocks(type, static_cast<const uint8_t*>(v->blocks.data()), 6 * 256 / 32,
-                      got.data());
+    dequantize_blocks(type, static_cast<const uint8_t*>(v->blocks.data()),
+                      6 * 256 / quant_block(type).elements, got.data());
     expect_same_bits(got, expected_of(st, name), name);
   }
   // Not exact in f16: dense, said on stderr. get() dequantizes like NumPy.

@@ -1,5 +1,6 @@
 // linear() and gather_rows() with block-quantized weights on the CPU (ops/matmul.h,
-// ops/embedding.h; kernels: backend/cpu/kernels/quant_gemm.h), for every QuantType:
+// ops/embedding.h; kernels: backend/cpu/kernels/quant_gemm.h), for every QuantType (kQuantTypes
+// and kGroupQuantTypes):
 //  - accuracy: against the double-precision product of core's dequantized weight (the reference
 //    values, tests/unit/quant_format_test.cpp), within the contract's 1e-2 relative RMS, for
 //    M in {1, 2, 3, 5, 8, 17, 33, 70}, odd N, K of several blocks, x f32 / bf16 / f16, y f32 /
@@ -14,7 +15,9 @@
 //  - the interleaved layout round trip (pack, then unpack every row);
 //  - the 5-bit and k-quant formats' extreme values (the largest integer sums) on every path;
 //  - rows of zeros, of tiny values and with a non-finite value;
-//  - gather_rows of a quantized table: the rows of dequantize_blocks.
+//  - gather_rows of a quantized table: the rows of dequantize_blocks;
+//  - the MLX group types (Q4_A64 ... Q8_A128, every test above too): the products of their
+//    expansion into Q4_1 / Q8_A blocks, bit for bit.
 // Weights are random blocks: random quant bits, finite f16 scales of realistic size.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -71,9 +74,14 @@ bool is_k_quant(QuantType t) {
   return t == QuantType::q4_k || t == QuantType::q5_k || t == QuantType::q6_k;
 }
 
-// K: several blocks, not a multiple of 8 blocks for the legacy formats.
+bool is_group(QuantType t) {
+  return quant_unit_type(t) != t;
+}
+
+// K: several blocks, not a multiple of 8 blocks (units of 32) for the legacy formats and the MLX
+// group types.
 int64_t k_for(QuantType t) {
-  return is_k_quant(t) ? 768 : 352;
+  return is_k_quant(t) ? 768 : is_group(t) ? 640 : 352;
 }
 
 void put_half(uint8_t* p, float v) {
@@ -101,6 +109,8 @@ std::vector<uint8_t> random_weights(QuantType type, int64_t n, int64_t k, uint32
         put_half(p, d);
         break;
       case QuantType::q4_1:
+      case QuantType::q4_a64:
+      case QuantType::q4_a128:
         put_half(p, d);
         put_half(p + 2, -8.0f * d * u(gen));
         break;
@@ -117,6 +127,8 @@ std::vector<uint8_t> random_weights(QuantType type, int64_t n, int64_t k, uint32
         put_half(p + 208, d * 0.05f);
         break;
       case QuantType::q8_a:
+      case QuantType::q8_a64:
+      case QuantType::q8_a128:
         put_half(p, d / 16.0f);
         put_half(p + 2, -8.0f * d * u(gen));
         break;
@@ -290,9 +302,10 @@ TEST_P(QuantLinear, BatchInvariantOnEveryIsaAndThreadCount) {
 TEST_P(QuantLinear, EveryRowCountUpTo17MatchesOneRowBitForBit) {
   const QuantType type = GetParam();
   // Legacy: 11 blocks (a group of 8, then a pair and a single block), 16 (two full groups), 18
-  // (two groups and a pair); k-quants: 3 and 6 super-blocks.
-  const std::vector<int64_t> ks =
-      is_k_quant(type) ? std::vector<int64_t>{768, 1536} : std::vector<int64_t>{352, 512, 576};
+  // (two groups and a pair); k-quants: 3 and 6 super-blocks; MLX groups: 12 and 20 units.
+  const std::vector<int64_t> ks = is_k_quant(type) ? std::vector<int64_t>{768, 1536}
+                                  : is_group(type) ? std::vector<int64_t>{384, 640}
+                                                   : std::vector<int64_t>{352, 512, 576};
   constexpr int64_t kRows = 18;
   ThreadPool pool(2);
   for (const int64_t k : ks) {
@@ -416,8 +429,8 @@ TEST_P(QuantLinear, InterleavedLayoutRoundTrips) {
 TEST_P(QuantLinear, ExtremeValuesAgreeOnEveryIsa) {
   const QuantType type = GetParam();
   const bool q5 = type == QuantType::q5_0 || type == QuantType::q5_1;
-  if (!is_k_quant(type) && !q5 && type != QuantType::q8_a)
-    GTEST_SKIP() << "at most 4-bit or 8-bit signed values";
+  const bool q8_a = quant_unit_type(type) == QuantType::q8_a;
+  if (!is_k_quant(type) && !q5 && !q8_a) GTEST_SKIP() << "at most 4-bit or 8-bit signed values";
   const int64_t k = 512, m = 3;
   const QuantBlock qb = quant_block(type);
   std::vector<uint8_t> w(static_cast<size_t>(kN * quant_row_bytes(type, k)), 0xFF);
@@ -429,8 +442,8 @@ TEST_P(QuantLinear, ExtremeValuesAgreeOnEveryIsa) {
     } else {
       put_half(p, 1e-3f);
       if (type != QuantType::q5_0) put_half(p + 2, 1e-4f);  // Q5_0's fifth bits stay set
-      if (type == QuantType::q8_a)
-        for (int j = 0; j < 32; ++j) p[4 + j] = j % 3 == 0 ? 0 : 255;
+      if (q8_a)
+        for (int64_t j = 0; j < qb.elements; ++j) p[4 + j] = j % 3 == 0 ? 0 : 255;
     }
   }
   std::vector<float> x(static_cast<size_t>(m * k));
@@ -487,7 +500,36 @@ TEST_P(QuantLinear, GatheredRowsGiveTheSameProducts) {
   }
 }
 
+// The MLX group types give the products of their expansion into 32-value blocks
+// (expand_quant_groups: Q4_1 / Q8_A blocks with the group's d and m, what CUDA runs) bit for bit,
+// on every ISA, in either layout, for every row count of the tiles.
+class QuantGroups : public ::testing::TestWithParam<QuantType> {};
+
+TEST_P(QuantGroups, ProductsAreThoseOfTheExpandedBlocks) {
+  const QuantType type = GetParam(), unit = quant_unit_type(type);
+  ThreadPool pool(2);
+  for (const int64_t k : {int64_t{384}, int64_t{640}}) {
+    const std::vector<uint8_t> w = random_weights(type, kN, k, 81);
+    std::vector<uint8_t> expanded(static_cast<size_t>(kN * quant_row_bytes(unit, k)));
+    expand_quant_groups(type, w.data(), kN * (k / quant_block(type).elements), expanded.data());
+    const std::vector<float> x = test::random_normal(static_cast<size_t>(17 * k), 82);
+    const std::vector<float> bias = test::random_normal(kN, 83, 0.1f);
+    for (const Variant v : variants(type)) {
+      for (const int64_t m : {1, 2, 3, 4, 5, 8, 9, 17}) {
+        SCOPED_TRACE(
+            fmt::format("{} K={} isa={} M={}", quant_type_name(type), k, variant_name(v), m));
+        const std::vector<float> got = run_kernel(pool, v, type, w, x, 0, m, k, bias.data());
+        const std::vector<float> want =
+            run_kernel(pool, v, unit, expanded, x, 0, m, k, bias.data());
+        ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypes, QuantLinear, ::testing::ValuesIn(kQuantTypes), type_name);
+INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantLinear, ::testing::ValuesIn(kGroupQuantTypes), type_name);
+INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantGroups, ::testing::ValuesIn(kGroupQuantTypes), type_name);
 
 }  // namespace
 }  // namespace dspark

@@ -1,6 +1,6 @@
 // dspark quantize's library (model/quantize_checkpoint.h, io/mlx_quantize.h): the tiny golden
-// Llama 3 quantized into MLX affine checkpoints loads through load_model, keeps its 4-bit weights
-// as Q4_1 blocks and its 8-bit ones as Q8_A blocks and decodes the greedy tokens of its
+// Llama 3 quantized into MLX affine checkpoints loads through load_model, keeps its weights as
+// one block per group (4 bits: Q4_1 / Q4_A64, 8 bits: Q8_A) and decodes the greedy tokens of its
 // dequantized twin; shards load as one file;
 // the refusals. The codes, scales and biases themselves are checked against a NumPy port of MLX's
 // rule in tests/cli/quantize_test.sh.
@@ -89,7 +89,7 @@ TEST(MlxQuantizeRows, PinsTheEdgeFartherFromZeroAndRepresentsZero) {
 struct Case {
   const char* name;
   MlxQuantSpec spec;
-  QuantType blocks;        // in memory: Q4_1 (4 bits) or Q8_A (8 bits)
+  QuantType blocks;        // in memory (mlx_block_type)
   size_t n_not_divisible;  // down_proj (160 inputs) with groups of 64
 };
 
@@ -153,7 +153,7 @@ TEST_P(QuantizeLlama, LoadsAndDecodesItsDequantizedTwinsTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Specs, QuantizeLlama,
                          ::testing::Values(Case{"q4_g32", {4, 32}, QuantType::q4_1, 0},
-                                           Case{"q4_g64", {4, 64}, QuantType::q4_1, 4},
+                                           Case{"q4_g64", {4, 64}, QuantType::q4_a64, 4},
                                            Case{"q8_g32", {8, 32}, QuantType::q8_a, 0}),
                          [](const auto& p) { return std::string(p.param.name); });
 

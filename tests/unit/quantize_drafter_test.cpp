@@ -56,7 +56,7 @@ TEST(QuantizeDrafter, FixturesDraftLosslesslyForFloatAndQuantizedTargets) {
 
       const DrafterSmokeTest t = drafter_smoke_test(dir);
       // 4-bit (groups of 32): fc and the 4 fused matrices of each of the 2 layers as Q4_1 blocks
-      // (+ own embed / lm_head); 8-bit (groups of 64): as Q8_A blocks those whose inputs are a
+      // (+ own embed / lm_head); 8-bit (groups of 64): as Q8_A64 blocks those whose inputs are a
       // multiple of 64 (the others stay float).
       EXPECT_GE(t.matrices_as_blocks, spec.bits == 4 ? 9 : 5) << what;
       EXPECT_NEAR(t.features_rms, reference.features_rms, 0.05 * reference.features_rms) << what;

@@ -6,10 +6,10 @@ Writes, with NumPy only (the packing done here independently of dspark's C++):
     MLX-quantized tensor `b{B}_g{G}` (.weight U32, .scales / .biases in bf16, f16 or f32) and
     `.expected`, NumPy's f32 dequantization scales * q + biases; plus `b4_g64_inexact` and
     `b8_g64_inexact`, whose bf16 scales do not convert to f16 exactly (too small for f16).
-  tests/data/mlx/llama3_q4_g32/, llama3_q8_g64/: the tiny golden Llama 3
+  tests/data/mlx/llama3_q4_g32/, llama3_q4_g64/, llama3_q8_g64/: the tiny golden Llama 3
     (tests/data/models/llama3) quantized as mlx-lm does (every projection, embed_tokens and
     lm_head; per group scale = (max - min) / (2^B - 1), bias = min, both stored in bf16,
-    q = round((w - bias) / scale) clipped), config.json with "quantization". The 4-bit one also has
+    q = round((w - bias) / scale) clipped), config.json with "quantization". The 4-bit g32 one has
     per-module entries: layer 0's o_proj not quantized (stored f32), layer 3's down_proj in
     8 bits. Modules whose inputs are not a multiple of the group (down_proj: 160) get groups of 32
     through a per-module entry.
@@ -196,6 +196,7 @@ def main():
         "model.layers.3.mlp.down_proj": {"group_size": 32, "bits": 8},
     })
     make_model("llama3_q8_g64", 8, 64, {})
+    make_model("llama3_q4_g64", 4, 64, {})
     return 0
 
 

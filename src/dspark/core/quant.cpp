@@ -1,6 +1,6 @@
 // The reference dequantization of the block formats (core/quant.h): the arithmetic in f32 in the
-// order of the gguf package's, so results are bit-identical to it (Q8_A: MLX's scale * q + bias,
-// one product and one sum in f32).
+// order of the gguf package's, so results are bit-identical to it (Q8_A and the MLX group types:
+// MLX's scale * q + bias, one product and one sum in f32).
 #include "dspark/core/quant.h"
 
 #include <cctype>
@@ -28,14 +28,21 @@ void block_q4_0(const uint8_t* b, float* y) {
   }
 }
 
-void block_q4_1(const uint8_t* b, float* y) {
-  const float d = half(b);
-  const float m = half(b + 2);
-  const uint8_t* qs = b + 4;
+// 32 values d * q + m from Q4_1's 16 bytes of nibbles (value j low, j + 16 high); affine_bytes:
+// from Q8_A's 32 bytes.
+void affine_nibbles(float d, float m, const uint8_t* qs, float* y) {
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>(qs[j] & 0x0F) + m;
     y[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
   }
+}
+
+void affine_bytes(float d, float m, const uint8_t* qs, float* y) {
+  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]) + m;
+}
+
+void block_q4_1(const uint8_t* b, float* y) {
+  affine_nibbles(half(b), half(b + 2), b + 4, y);
 }
 
 // The fifth bits of a Q5 block: bit j of the little-endian u32 at `p` belongs to element j.
@@ -77,10 +84,20 @@ void block_q8_0(const uint8_t* b, float* y) {
 }
 
 void block_q8_a(const uint8_t* b, float* y) {
-  const float d = half(b);
-  const float m = half(b + 2);
-  const uint8_t* qs = b + 4;
-  for (int j = 0; j < 32; ++j) y[j] = d * static_cast<float>(qs[j]) + m;
+  affine_bytes(half(b), half(b + 2), b + 4, y);
+}
+
+// Q4_A64 ... Q8_A128: kUnits units of 32 values sharing the group's d and m.
+template <int kUnits, bool kNibbles>
+void block_group(const uint8_t* b, float* y) {
+  const float d = half(b), m = half(b + 2);
+  for (int u = 0; u < kUnits; ++u) {
+    if constexpr (kNibbles) {
+      affine_nibbles(d, m, b + 4 + 16 * u, y + 32 * u);
+    } else {
+      affine_bytes(d, m, b + 4 + 32 * u, y + 32 * u);
+    }
+  }
 }
 
 // The 6-bit scale and min of sub-block j (0..7) packed in the 12 bytes of a K-quant block: bytes
@@ -182,6 +199,14 @@ BlockFn block_fn(QuantType type) {
       return &block_q6_k;
     case QuantType::q8_a:
       return &block_q8_a;
+    case QuantType::q4_a64:
+      return &block_group<2, true>;
+    case QuantType::q4_a128:
+      return &block_group<4, true>;
+    case QuantType::q8_a64:
+      return &block_group<2, false>;
+    case QuantType::q8_a128:
+      return &block_group<4, false>;
   }
   DSPARK_FAIL(internal, "unknown quant type {}", static_cast<int>(type));
 }
@@ -208,6 +233,14 @@ QuantBlock quant_block(QuantType type) {
       return {256, 210};
     case QuantType::q8_a:
       return {32, 36};
+    case QuantType::q4_a64:
+      return {64, 36};
+    case QuantType::q4_a128:
+      return {128, 68};
+    case QuantType::q8_a64:
+      return {64, 68};
+    case QuantType::q8_a128:
+      return {128, 132};
   }
   DSPARK_FAIL(internal, "unknown quant type {}", static_cast<int>(type));
 }
@@ -232,6 +265,14 @@ std::string_view quant_type_name(QuantType type) {
       return "Q6_K";
     case QuantType::q8_a:
       return "Q8_A";
+    case QuantType::q4_a64:
+      return "Q4_A64";
+    case QuantType::q4_a128:
+      return "Q4_A128";
+    case QuantType::q8_a64:
+      return "Q8_A64";
+    case QuantType::q8_a128:
+      return "Q8_A128";
   }
   return "Q?";
 }
@@ -240,6 +281,8 @@ std::optional<QuantType> quant_type_from_name(std::string_view name) {
   std::string upper(name);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (QuantType t : kQuantTypes)
+    if (quant_type_name(t) == upper) return t;
+  for (QuantType t : kGroupQuantTypes)
     if (quant_type_name(t) == upper) return t;
   return std::nullopt;
 }
@@ -250,6 +293,38 @@ int64_t quant_row_bytes(QuantType type, int64_t k) {
                     "a {} row of {} values: the length must be a multiple of {}",
                     quant_type_name(type), k, b.elements);
   return k / b.elements * b.bytes;
+}
+
+QuantType quant_unit_type(QuantType type) {
+  switch (type) {
+    case QuantType::q4_a64:
+    case QuantType::q4_a128:
+      return QuantType::q4_1;
+    case QuantType::q8_a64:
+    case QuantType::q8_a128:
+      return QuantType::q8_a;
+    default:
+      return type;
+  }
+}
+
+void expand_quant_groups(QuantType type, const uint8_t* src, int64_t n_blocks, uint8_t* dst) {
+  const QuantType unit = quant_unit_type(type);
+  const QuantBlock b = quant_block(type), ub = quant_block(unit);
+  if (unit == type) {
+    std::memcpy(dst, src, static_cast<size_t>(n_blocks * b.bytes));
+    return;
+  }
+  // The group's f16 d and m (4 bytes), then each unit's codes: ub.bytes - 4 of them.
+  const int64_t units = b.elements / ub.elements, codes = ub.bytes - 4;
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    const uint8_t* g = src + i * b.bytes;
+    for (int64_t u = 0; u < units; ++u) {
+      uint8_t* o = dst + (i * units + u) * ub.bytes;
+      std::memcpy(o, g, 4);
+      std::memcpy(o + 4, g + 4 + u * codes, static_cast<size_t>(codes));
+    }
+  }
 }
 
 void dequantize_blocks(QuantType type, const uint8_t* src, int64_t n_blocks, float* dst) {

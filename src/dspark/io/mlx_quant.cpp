@@ -145,38 +145,51 @@ void mlx_dequantize(const MlxQuantTensor& t, float* out) {
   });
 }
 
-QuantType mlx_block_type(int bits) {
-  DSPARK_CHECK(bits == 4 || bits == 8, "mlx_block_type: {} bits", bits);
-  return bits == 4 ? QuantType::q4_1 : QuantType::q8_a;
+QuantType mlx_block_type(MlxQuantSpec spec) {
+  DSPARK_CHECK((spec.bits == 4 || spec.bits == 8) &&
+                   (spec.group_size == 32 || spec.group_size == 64 || spec.group_size == 128),
+               "mlx_block_type: bits {}, group_size {}", spec.bits, spec.group_size);
+  switch (spec.group_size) {
+    case 32:
+      return spec.bits == 4 ? QuantType::q4_1 : QuantType::q8_a;
+    case 64:
+      return spec.bits == 4 ? QuantType::q4_a64 : QuantType::q8_a64;
+    default:
+      return spec.bits == 4 ? QuantType::q4_a128 : QuantType::q8_a128;
+  }
 }
 
 bool mlx_repack_blocks(const MlxQuantTensor& t, uint8_t* out) {
   const auto [rows, cols] = mlx_quant_shape(t);
-  const int bits = t.spec.bits;
-  const QuantType type = mlx_block_type(bits);
+  const int bits = t.spec.bits, group = t.spec.group_size;
+  const QuantType type = mlx_block_type(t.spec);
   const std::vector<float> scales = floats_of(t.scales), biases = floats_of(t.biases);
-  const int64_t groups = cols / t.spec.group_size, blocks = cols / 32;
+  const int64_t groups = cols / group, units = group / 32;
   const int64_t row_bytes = quant_row_bytes(type, cols), block_bytes = quant_block(type).bytes;
-  const int64_t words = cols * bits / 32, block_words = bits;  // 32 values = `bits` words
+  const int64_t words = cols * bits / 32, unit_words = bits;  // 32 values = `bits` words
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const size_t g = static_cast<size_t>(r * groups + b * 32 / t.spec.group_size);
-      const std::optional<f16> d = exact_f16(scales[g]), m = exact_f16(biases[g]);
+    for (int64_t g = 0; g < groups; ++g) {
+      const size_t at = static_cast<size_t>(r * groups + g);
+      const std::optional<f16> d = exact_f16(scales[at]), m = exact_f16(biases[at]);
       if (!d || !m) return false;
-      uint8_t* block = out + r * row_bytes + b * block_bytes;
+      uint8_t* block = out + r * row_bytes + g * block_bytes;
       std::memcpy(block, &d->bits, 2);
       std::memcpy(block + 2, &m->bits, 2);
-      // Value j of the block: word j / (32 / bits), bits bits * (j % (32 / bits)) up.
-      uint8_t q[32];
-      for (int w = 0; w < block_words; ++w) {
-        const uint32_t word = word_at(t.packed, r * words + b * block_words + w);
-        for (int j = 0; j < 32 / bits; ++j)
-          q[w * (32 / bits) + j] = static_cast<uint8_t>((word >> (bits * j)) & ((1u << bits) - 1));
-      }
-      if (bits == 8) {
-        std::memcpy(block + 4, q, 32);
-      } else {
-        for (int j = 0; j < 16; ++j) block[4 + j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+      for (int64_t u = 0; u < units; ++u) {
+        // Value j of the unit: word j / (32 / bits), bits bits * (j % (32 / bits)) up.
+        uint8_t q[32];
+        for (int w = 0; w < unit_words; ++w) {
+          const uint32_t word = word_at(t.packed, r * words + (g * units + u) * unit_words + w);
+          for (int j = 0; j < 32 / bits; ++j)
+            q[w * (32 / bits) + j] =
+                static_cast<uint8_t>((word >> (bits * j)) & ((1u << bits) - 1));
+        }
+        uint8_t* codes = block + 4 + u * bits * 4;  // 16 or 32 bytes per unit
+        if (bits == 8) {
+          std::memcpy(codes, q, 32);
+        } else {
+          for (int j = 0; j < 16; ++j) codes[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+        }
       }
     }
   }

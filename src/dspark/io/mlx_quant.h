@@ -59,14 +59,15 @@ std::pair<int64_t, int64_t> mlx_quant_shape(const MlxQuantTensor& t);
 // w = scale * q + bias in f32, [rows, cols] row-major into `out`.
 void mlx_dequantize(const MlxQuantTensor& t, float* out);
 
-// The block type an MLX tensor of `bits` is held in: Q4_1 for 4 bits, Q8_A for 8.
-QuantType mlx_block_type(int bits);
+// The block type an MLX tensor of `spec` (a supported one) is held in (core/quant.h), one block
+// per group: 4 bits in groups of 32 GGUF Q4_1, of 64 Q4_A64, of 128 Q4_A128; 8 bits Q8_A, Q8_A64,
+// Q8_A128. Each takes the file's bytes: bf16 scale and bias become f16 d and m.
+QuantType mlx_block_type(MlxQuantSpec spec);
 
-// The tensor as blocks of mlx_block_type(bits) (core/quant.h: GGUF Q4_1 for 4 bits, Q8_A for 8),
-// quant_row_bytes(type, cols) bytes per row into `out`; each group of G values is G / 32 blocks
-// with d = scale, m = bias as f16 and the codes as stored (Q4_1: the nibbles reordered). Returns
-// false (out partly written) when a scale or bias does not convert to f16 exactly: the blocks
-// would then not dequantize to the MLX weight.
+// The tensor as blocks of mlx_block_type(spec), quant_row_bytes(type, cols) bytes per row into
+// `out`: per group d = scale, m = bias as f16, then the codes as stored (4 bits: each unit of 32
+// values' nibbles reordered as Q4_1's). Returns false (out partly written) when a scale or bias
+// does not convert to f16 exactly: the blocks would then not dequantize to the MLX weight.
 bool mlx_repack_blocks(const MlxQuantTensor& t, uint8_t* out);
 
 }  // namespace dspark

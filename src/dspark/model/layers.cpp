@@ -172,7 +172,8 @@ QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) con
       i = j;
       continue;
     }
-    const int64_t row_bytes = views[i].blocks.size(1);
+    const int64_t k = views[i].k;
+    int64_t row_bytes = views[i].blocks.size(1);
     OwnedTensor host(DType::u8, Shape{rows, row_bytes}, Device::cpu());
     auto* dst = static_cast<uint8_t*>(host.view().data());
     for (size_t p = i; p < j; ++p) {
@@ -180,22 +181,33 @@ QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) con
       std::memcpy(dst, views[p].blocks.data(), bytes);
       dst += bytes;
     }
+    // The block type the device's kernels take (CUDA: MLX's groups of 64 / 128 as 32-value
+    // blocks, the same values).
+    QuantType quant = views[i].quant;
+    if (const QuantType want = preferred_block_type(device_, quant); want != quant) {
+      row_bytes = quant_row_bytes(want, k);
+      OwnedTensor expanded(DType::u8, Shape{rows, row_bytes}, Device::cpu());
+      expand_quant_groups(quant, static_cast<const uint8_t*>(host.view().data()),
+                          rows * (k / quant_block(quant).elements),
+                          static_cast<uint8_t*>(expanded.view().data()));
+      host = std::move(expanded);
+      quant = want;
+    }
     // The rows as the device reads them best (the CPU: groups of 8 rows interleaved).
-    const WeightFormat format = preferred_block_format(device_, views[i].quant);
+    const WeightFormat format = preferred_block_format(device_, quant);
     if (format != WeightFormat::blocks) {
       OwnedTensor relaid(DType::u8, Shape{rows, row_bytes}, Device::cpu());
-      relayout_blocks(views[i].quant, rows, views[i].k,
-                      static_cast<const uint8_t*>(host.view().data()), format,
+      relayout_blocks(quant, rows, k, static_cast<const uint8_t*>(host.view().data()), format,
                       static_cast<uint8_t*>(relaid.view().data()));
       host = std::move(relaid);
     }
     QuantizedWeight::Part part;
     part.blocks = device_.is_cpu() ? std::move(host) : OwnedTensor::copy_of(host.view(), device_);
     part.w.format = format;
-    part.w.quant = views[i].quant;
+    part.w.quant = quant;
     part.w.data = part.blocks.view();
     part.w.n = rows;
-    part.w.k = views[i].k;
+    part.w.k = k;
     part.row0 = row0;
     row0 += rows;
     out.parts.push_back(std::move(part));

@@ -86,7 +86,9 @@ class WeightLoader {
   // QuantizedWeight (load them with load / load_concat: dequantized). FP8 blocks stay as stored on
   // the CPU, and on CUDA in bf16 models where its kernels take their blocks
   // (cuda_fp8_blocks_supported, k a multiple of 16). Consecutive parts of one format become one
-  // matrix (FP8: while every part but the last fills whole row blocks).
+  // matrix (FP8: while every part but the last fills whole row blocks). Blocks are held in the
+  // type the device's kernels take (preferred_block_type: CUDA expands MLX's groups of 64 / 128
+  // to 32-value blocks).
   QuantizedWeight load_quantized(const std::vector<Part>& parts) const;
   // A block's projection (q/k/v, o, gate/up, down): into `blocks` when load_quantized keeps the
   // parts as stored, else dense (load_concat) into `dense`.

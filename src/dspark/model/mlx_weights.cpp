@@ -71,7 +71,7 @@ std::optional<QuantizedView> MlxWeights::get_quantized(const std::string& name) 
   const std::optional<MlxQuantTensor> q = quantized(name);
   if (!q) return std::nullopt;
   const auto [rows, cols] = mlx_quant_shape(*q);
-  const QuantType type = mlx_block_type(q->spec.bits);
+  const QuantType type = mlx_block_type(q->spec);
   const int64_t row_bytes = quant_row_bytes(type, cols);
   std::lock_guard lock(mutex_);
   if (not_exact_.count(name) != 0) return std::nullopt;

@@ -1,7 +1,8 @@
-// MLX-quantized Hugging Face checkpoints (mlx-lm, io/mlx_quant.h) as a WeightSource: 4-bit
-// weights repacked into GGUF Q4_1 blocks, 8-bit ones into Q8_A blocks (core/quant.h; both run by
-// the block kernels as a GGUF file's are); weights whose scales or biases are not exact in f16
-// dequantized to f32 at load. See docs/quantization.md.
+// MLX-quantized Hugging Face checkpoints (mlx-lm, io/mlx_quant.h) as a WeightSource: weights
+// repacked into one block per group (mlx_block_type: GGUF Q4_1 / Q8_A for groups of 32, Q4_A64 /
+// Q8_A64 / Q4_A128 / Q8_A128 for 64 and 128; core/quant.h; run by the block kernels as a GGUF
+// file's are), the file's bytes; weights whose scales or biases are not exact in f16 dequantized
+// to f32 at load. See docs/quantization.md.
 #pragma once
 
 #include <map>
@@ -26,9 +27,9 @@ class MlxWeights final : public WeightSource {
   Tensor get(const std::string& name) const override;
   Shape shape_of(const std::string& name) const override;
   std::string origin() const override;
-  // 4-bit weights as Q4_1 blocks, 8-bit ones as Q8_A blocks (kept until the source is
-  // destroyed); nullopt for float tensors and for those whose scales / biases do not convert to
-  // f16 exactly (said once on stderr, naming the tensor).
+  // The weight as blocks of mlx_block_type(its spec) (kept until the source is destroyed);
+  // nullopt for float tensors and for those whose scales / biases do not convert to f16 exactly
+  // (said once on stderr, naming the tensor).
   std::optional<QuantizedView> get_quantized(const std::string& name) const override;
 
  private:

@@ -174,6 +174,10 @@ WeightFormat preferred_block_format(Device device, QuantType /*every format inte
   return x8 ? WeightFormat::blocks_x8 : WeightFormat::blocks;
 }
 
+QuantType preferred_block_type(Device device, QuantType quant) {
+  return device.is_cuda() ? quant_unit_type(quant) : quant;
+}
+
 void relayout_blocks(QuantType quant, int64_t n, int64_t k, const uint8_t* src, WeightFormat format,
                      uint8_t* dst) {
   DSPARK_CHECK(format == WeightFormat::blocks || format == WeightFormat::blocks_x8,

@@ -52,6 +52,12 @@ WeightMatrix weight_rows(const WeightMatrix& w, int64_t begin, int64_t end);
 // backend/cpu/kernels/quant_pack.h), else WeightFormat::blocks.
 WeightFormat preferred_block_format(Device device, QuantType quant);
 
+// The block type `device`'s kernels take for weights stored as `quant`: CUDA takes MLX's groups
+// of 64 and 128 (core/quant.h: kGroupQuantTypes) as their 32-value blocks (quant_unit_type,
+// converted by expand_quant_groups: the same values, 6-18% more bytes), the CPU every type as
+// stored.
+QuantType preferred_block_type(Device device, QuantType quant);
+
 // n rows of k values of `quant` blocks from the plain layout (WeightFormat::blocks) at src into
 // `format` at dst (host memory, the same number of bytes; they must not overlap).
 void relayout_blocks(QuantType quant, int64_t n, int64_t k, const uint8_t* src, WeightFormat format,

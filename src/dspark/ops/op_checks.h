@@ -80,10 +80,10 @@ inline Tensor as_rows(const char* op, const char* name, const Tensor& t) {
   return Tensor(t.data(), t.dtype(), Shape{rows, cols}, Shape{row_stride, 1}, t.device());
 }
 
-// A quantized weight matrix on ctx's device: WeightFormat::blocks (or blocks_x8 on the CPU), data
-// u8 [n, row bytes of k] contiguous, k a multiple of the block's values; or
-// WeightFormat::fp8_blocks, data u8 [n, k] contiguous and scales f32 [ceil(n / block_n), ceil(k /
-// block_k)] contiguous.
+// A quantized weight matrix on ctx's device: WeightFormat::blocks (or blocks_x8 on the CPU; the
+// MLX group types Q4_A64 ... on the CPU only), data u8 [n, row bytes of k] contiguous, k a multiple
+// of the block's values; or WeightFormat::fp8_blocks, data u8 [n, k] contiguous and scales f32
+// [ceil(n / block_n), ceil(k / block_k)] contiguous.
 inline void check_weight_matrix(const Context& ctx, const char* op, const char* name,
                                 const WeightMatrix& w) {
   check_rank(op, name, w.data, 2);
@@ -105,6 +105,10 @@ inline void check_weight_matrix(const Context& ctx, const char* op, const char* 
                "{}: {} has an unknown weight format", op, name);
   DSPARK_CHECK_KIND(unsupported, w.format != WeightFormat::blocks_x8 || !ctx.is_cuda(),
                     "{}: {} is in the CPU's interleaved layout", op, name);
+  DSPARK_CHECK_KIND(unsupported, !ctx.is_cuda() || quant_unit_type(w.quant) == w.quant,
+                    "{}: {} is in {} blocks, which CUDA takes only expanded to {} blocks "
+                    "(expand_quant_groups)",
+                    op, name, quant_type_name(w.quant), quant_type_name(quant_unit_type(w.quant)));
   const QuantBlock b = quant_block(w.quant);
   DSPARK_CHECK(w.n >= 0 && w.k >= 0 && w.k % b.elements == 0,
                "{}: {} [{}, {}] of {} blocks: the row length must be a multiple of {}", op, name,

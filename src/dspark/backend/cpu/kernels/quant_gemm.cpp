@@ -137,6 +137,29 @@ void decode_row(QuantType type, const uint8_t* row, int64_t k, DecodedRow& out) 
         out.scale[b] = half(p);
         out.min[b] = half(p + 2);
         break;
+      case QuantType::q4_a64:
+      case QuantType::q4_a128:
+      case QuantType::q8_a64:
+      case QuantType::q8_a128: {
+        // Units of 32 values as Q4_1's / Q8_A's, each with the group's d and m.
+        const bool nibbles = quant_unit_type(type) == QuantType::q4_1;
+        const int64_t per_group = qb.elements / 32;
+        for (int64_t u = 0; u < per_group; ++u) {
+          int16_t* yu = y + 32 * u;
+          if (nibbles) {
+            const uint8_t* qs = p + 4 + 16 * u;
+            for (int j = 0; j < 16; ++j) {
+              yu[j] = static_cast<int16_t>(qs[j] & 0x0F);
+              yu[j + 16] = static_cast<int16_t>(qs[j] >> 4);
+            }
+          } else {
+            for (int j = 0; j < 32; ++j) yu[j] = p[4 + 32 * u + j];
+          }
+          out.scale[per_group * b + u] = half(p);
+          out.min[per_group * b + u] = half(p + 2);
+        }
+        break;
+      }
       case QuantType::q4_k:
       case QuantType::q5_k: {
         const bool five = type == QuantType::q5_k;
@@ -191,8 +214,9 @@ float dot_row(QuantType type, const DecodedRow& w, const XBlocks& x, int64_t r) 
   const int8_t* xq = x.q(r);
   const float* xd = x.d(r);
   const float* xs = x.s(r);
+  const QuantType unit = quant_unit_type(type);
   const bool plus_min =
-      type == QuantType::q4_1 || type == QuantType::q5_1 || type == QuantType::q8_a;
+      unit == QuantType::q4_1 || unit == QuantType::q5_1 || unit == QuantType::q8_a;
   const bool minus_min = type == QuantType::q4_k || type == QuantType::q5_k;
   float acc = 0.0f;
   for (int64_t b = 0; b < x.blocks; ++b) {

@@ -21,7 +21,10 @@
 //     acc = fma(m_w, s_x, acc)
 // (d_w * d_x one f32 multiply, d_w / m_w the block's f16 d / m; Q6_K d_w the super-block's d);
 // Q4_K / Q5_K the same with d_w = d * sc_u and m_w = -(dmin * m_u) (both exact in f32: an f16
-// times a 6-bit integer). y = acc, then + bias[j] and the conversion to y's dtype. The SIMD
+// times a 6-bit integer); the MLX group types (Q4_A64, Q4_A128, Q8_A64, Q8_A128) by units of 32
+// values, each unit as the Q4_1 / Q8_A block that expand_quant_groups makes of it (the group's d
+// and m), so their results are those of the expanded blocks bit for bit. y = acc, then + bias[j]
+// and the conversion to y's dtype. The SIMD
 // kernels run on the 8-row interleaved layout (quant_pack.h): those of quant_gemm_x8.cpp convert
 // and scale the sums of 8 weight rows at once.
 //

@@ -12,7 +12,9 @@
 // vpmaddwd (Q8_0, Q8_A: signs moved onto x, one vpmaddwd per step; Q8_A's unsigned bytes less
 // 128 there, the offset settled with x's block sum). The 8 int32 block sums are then
 // converted and scaled at once (Q4_K: the same per unit of 32 values, its 8 rows' 6-bit scales and
-// mins turned into f32 d * sc and -dmin * m once per super-block and unit, shared by every x row).
+// mins turned into f32 d * sc and -dmin * m once per super-block and unit, shared by every x row;
+// the MLX group types: each unit of 32 values as a Q4_1 / Q8_A block, the group's d and m loaded
+// once).
 // The integer sums are exact, so both instruction sets give the same bits (quant_gemm.h).
 // Registers: VNNI has 32, AVX2 16, hence the wider VNNI tiles; at one x row the block's steps go
 // into 2-4 partial sums per group so that the vpdpbusd chains do not wait on each other.
@@ -22,9 +24,25 @@ namespace X8_NS {
 constexpr int kCols = static_cast<int>(kBlockCols);
 
 // Q4_K's units of 32 values take the place of the legacy blocks (kBlock, kHead: its super-block
-// of 8 units and the parts before the nibbles, quant_pack.h).
+// of 8 units and the parts before the nibbles, quant_pack.h). The MLX group types are kUnits
+// blocks of their unit type kUnit (Q4_1, Q8_A) sharing one head: each unit runs as kUnit's block.
 template <QuantType T>
 struct X8Format {
+  static constexpr bool kGroups = T == QuantType::q4_a64 || T == QuantType::q4_a128 ||
+                                  T == QuantType::q8_a64 || T == QuantType::q8_a128;
+  static constexpr QuantType kUnit =
+      (T == QuantType::q4_a64 || T == QuantType::q4_a128)   ? QuantType::q4_1
+      : (T == QuantType::q8_a64 || T == QuantType::q8_a128) ? QuantType::q8_a
+                                                            : T;
+  static constexpr bool kSuper =
+      T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k;
+  // Units of 32 per block.
+  static constexpr int64_t kUnits = kSuper                                               ? 8
+                                    : (T == QuantType::q4_a64 || T == QuantType::q8_a64) ? 2
+                                    : kGroups                                            ? 4
+                                                                                         : 1;
+  // The bytes of a unit's values in the 8 rows (the MLX group types).
+  static constexpr int64_t kUnitBytes = kUnit == QuantType::q4_1 ? 128 : 256;
   static constexpr int64_t kBlock = T == QuantType::q4_0   ? 18
                                     : T == QuantType::q4_1 ? 20
                                     : T == QuantType::q5_0 ? 22
@@ -33,23 +51,22 @@ struct X8Format {
                                     : T == QuantType::q5_k ? 176
                                     : T == QuantType::q6_k ? 210
                                     : T == QuantType::q8_a ? 36
+                                    : kGroups              ? 4 + kUnits * kUnitBytes / 8
                                                            : 34;
   static constexpr int64_t kGroupBlock = 8 * kBlock;  // one block (super-block) of the 8 rows
   // The bytes before the values: the f16 d[8] (and m[8]), Q5's fifth bits; Q4_K's d, dmin,
   // scales and mins.
-  static constexpr int kHead = (T == QuantType::q4_1 || T == QuantType::q8_a)   ? 32
-                               : T == QuantType::q5_0                           ? 48
-                               : T == QuantType::q5_1                           ? 64
-                               : (T == QuantType::q4_k || T == QuantType::q5_k) ? 128
-                                                                                : 16;
-  static constexpr bool kBytes = T == QuantType::q8_0 || T == QuantType::q8_a;  // 8-bit values
+  static constexpr int kHead = (kUnit == QuantType::q4_1 || kUnit == QuantType::q8_a) ? 32
+                               : T == QuantType::q5_0                                 ? 48
+                               : T == QuantType::q5_1                                 ? 64
+                               : (T == QuantType::q4_k || T == QuantType::q5_k)       ? 128
+                                                                                      : 16;
+  static constexpr bool kBytes = kUnit == QuantType::q8_0 || kUnit == QuantType::q8_a;  // 8-bit
   static constexpr bool kNibbles = !kBytes;
   static constexpr bool kFifth = T == QuantType::q5_0 || T == QuantType::q5_1;  // at kHead - 32
-  static constexpr bool kMin = T == QuantType::q4_1 || T == QuantType::q5_1 ||
-                               T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q8_a;
-  static constexpr bool kSuper =
-      T == QuantType::q4_k || T == QuantType::q5_k || T == QuantType::q6_k;
-  static constexpr int64_t kUnits = kSuper ? 8 : 1;  // units of 32 per block
+  static constexpr bool kMin = kUnit == QuantType::q4_1 || T == QuantType::q5_1 ||
+                               T == QuantType::q4_k || T == QuantType::q5_k ||
+                               kUnit == QuantType::q8_a;
   // Step s covers values 4s .. 4s+3 of the unit (Q8_0, Q8_A, the k-quants), or of the nibble
   // order.
   static constexpr bool kNaturalSteps = kBytes || kSuper;
@@ -326,7 +343,7 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
           if constexpr (T == QuantType::q6_k) {
             sums = q6_sums(w, xq[r] + 32 * u, xsum[r][u], xsum16[r][u], sc_a, sc_b);
           } else {
-            sums = block_sums<T, P>(w, xq[r] + 32 * u, xsum[r][u]);
+            sums = block_sums<F::kUnit, P>(w, xq[r] + 32 * u, xsum[r][u]);
           }
           const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][u]));
           acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[r][j]);
@@ -355,6 +372,13 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
         for (int i = 0; i < 8; ++i) {
           unpack_k6_unit(gb, i, w);
           unit(8 * b + i, w, d, m, int8x8(gb + 16 + 16 * i), int8x8(gb + 24 + 16 * i));
+        }
+      } else if constexpr (F::kGroups) {
+        // Each unit as a block of kUnit with the group's d and m.
+#pragma GCC unroll 4
+        for (int i = 0; i < F::kUnits; ++i) {
+          unpack_steps<F::kUnit>(gb + F::kUnitBytes * i, w);
+          unit(F::kUnits * b + i, w, d, m, __m256i{}, __m256i{});
         }
       } else {
         unpack_steps<T>(gb, w);
@@ -410,6 +434,14 @@ X8_TARGET void block_x8_isa(QuantType type, const XBlocks& x, int64_t m, const u
       return x8_block<QuantType::q6_k>(x, m, g, groups, out);
     case QuantType::q8_a:
       return x8_block<QuantType::q8_a>(x, m, g, groups, out);
+    case QuantType::q4_a64:
+      return x8_block<QuantType::q4_a64>(x, m, g, groups, out);
+    case QuantType::q4_a128:
+      return x8_block<QuantType::q4_a128>(x, m, g, groups, out);
+    case QuantType::q8_a64:
+      return x8_block<QuantType::q8_a64>(x, m, g, groups, out);
+    case QuantType::q8_a128:
+      return x8_block<QuantType::q8_a128>(x, m, g, groups, out);
     default:
       return;
   }

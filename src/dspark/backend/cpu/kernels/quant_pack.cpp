@@ -1,6 +1,6 @@
-// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q8_A as stored; Q5_0 / Q5_1's
-// fifth bits by step; Q4_K / Q5_K's 6-bit scales and mins regrouped; Q6_K's int8 scales by
-// sub-block).
+// The interleaved layout of quant_pack.h: byte moves (Q8_0's +128; Q8_A and the MLX group types as
+// stored; Q5_0 / Q5_1's fifth bits by step; Q4_K / Q5_K's 6-bit scales and mins regrouped; Q6_K's
+// int8 scales by sub-block).
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 
 #include <cstring>
@@ -15,7 +15,7 @@ namespace {
 struct Parts {
   int halves;   // f16 scales per block (1 or 2)
   bool fifth;   // a u32 of fifth bits after the scales (Q5_0, Q5_1)
-  int quants;   // bytes of quants per block (16 or 32)
+  int quants;   // bytes of quants per block (16 or 32; the MLX group types' 32 to 128)
   bool offset;  // values stored + 128 (Q8_0)
 };
 
@@ -31,8 +31,12 @@ Parts parts_of(QuantType t) {
       return {2, true, 16, false};
     case QuantType::q8_0:
       return {1, false, 32, true};
-    case QuantType::q8_a:
-      return {2, false, 32, false};
+    case QuantType::q8_a:  // and MLX's groups: f16 d, m, then the codes as stored
+    case QuantType::q4_a64:
+    case QuantType::q4_a128:
+    case QuantType::q8_a64:
+    case QuantType::q8_a128:
+      return {2, false, static_cast<int>(quant_block(t).bytes) - 4, false};
     default:
       break;
   }

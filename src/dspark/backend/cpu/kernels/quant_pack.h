@@ -11,7 +11,9 @@
 //   Q5_0: f16 d[8] | 32 bytes of fifth bits | 128 bytes of nibbles;
 //   Q5_1: f16 d[8] | f16 m[8] | 32 bytes of fifth bits | 128 bytes of nibbles;
 //   Q8_0: f16 d[8] | 256 bytes of values, each stored as value + 128 (unsigned);
-//   Q8_A: f16 d[8] | f16 m[8] | 256 bytes of values (unsigned, as stored).
+//   Q8_A: f16 d[8] | f16 m[8] | 256 bytes of values (unsigned, as stored);
+//   Q4_A64 / Q4_A128 (Q8_A64 / Q8_A128): f16 d[8] | f16 m[8] | per unit u of 32 values the 128
+//   (256) bytes Q4_1 (Q8_A) has for a block, at 32 + 128u (32 + 256u): one d and m per group.
 // The values (nibbles: the block's own bytes, low nibble value j, high nibble value j + 16) as
 // chunks of 4 bytes, chunk t of the 8 rows in row order: byte 32t + 4r + i = byte 4t + i of row
 // r's quants. Q5's fifth bits (the row's u32 qh, bit j for value j): byte 4r + i, bit s = bit

@@ -50,6 +50,11 @@ constexpr int64_t quant_block_bytes(QuantType q) {
       return 210;
     case QuantType::q8_a:
       return 36;
+    case QuantType::q4_a64:  // MLX's groups of 64 / 128: uploaded as Q4_1 / Q8_A blocks
+    case QuantType::q4_a128:
+    case QuantType::q8_a64:
+    case QuantType::q8_a128:
+      break;
   }
   return 0;
 }
@@ -78,6 +83,11 @@ void dispatch_quant(QuantType q, F&& f) {
       return f(QuantTag<QuantType::q6_k>{});
     case QuantType::q8_a:
       return f(QuantTag<QuantType::q8_a>{});
+    case QuantType::q4_a64:  // never here: uploaded as Q4_1 / Q8_A blocks (ops check it)
+    case QuantType::q4_a128:
+    case QuantType::q8_a64:
+    case QuantType::q8_a128:
+      return;
   }
 }
 

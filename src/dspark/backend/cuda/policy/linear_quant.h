@@ -53,6 +53,11 @@ constexpr QuantMmaFormat quant_mma_format(QuantType t) {
       return {210, 1, 16, false};
     case QuantType::q8_a:
       return {288, 1, 8, true};
+    case QuantType::q4_a64:  // MLX's groups of 64 / 128: uploaded as Q4_1 / Q8_A blocks
+    case QuantType::q4_a128:
+    case QuantType::q8_a64:
+    case QuantType::q8_a128:
+      break;
   }
   return {0, 1, 1, false};
 }
