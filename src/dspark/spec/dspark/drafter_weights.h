@@ -15,9 +15,10 @@
 //   confidence_head.proj.{weight [1, d (+r)], bias [1]}
 //
 // An MLX affine-quantized checkpoint (`dspark quantize`'s drafter policy, docs/quantization.md)
-// loads through MlxWeights: fc, projections, embed_tokens and lm_head stay blocks (4-bit: Q4_1,
-// 8-bit: Q8_A; the `*_q` / TableWeight fields; linear and gather_rows take them); the Markov and
-// confidence heads' matrices (read by kernels that take dense weights) are dequantized at load
+// loads through MlxWeights: fc, projections, embed_tokens and lm_head stay blocks (the MLX block
+// types of io/mlx_quant.h, mlx_block_type: Q4_1 / Q8_A for groups of 32, one block per group of 64
+// or 128 on the CPU; the `*_q` / TableWeight fields; linear and gather_rows take them); the Markov
+// and confidence heads' matrices (read by kernels that take dense weights) are dequantized at load
 // into the engine dtype.
 #pragma once
 
