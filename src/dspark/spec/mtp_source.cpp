@@ -48,6 +48,10 @@ void MtpSource::begin(Context&, RowId row, std::span<const int32_t>) {
   r.logits = OwnedTensor(DType::f32, Shape{1, int64_t{layer_->vocab_size()}}, d);
   r.hidden = OwnedTensor(layer_->activation_dtype(), Shape{1, h}, d);
   r.carried = OwnedTensor(layer_->activation_dtype(), Shape{1, h}, d);
+  // Made here, with the row's other buffers: a commit never allocates.
+  if (deferred_rows_ > 0)
+    r.stage = OwnedTensor(layer_->activation_dtype(), Shape{int64_t{deferred_rows_}, h}, d);
+  r.staged_tokens.reserve(static_cast<size_t>(deferred_rows_));
   rows_[row] = std::move(r);
 }
 
@@ -69,7 +73,8 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
   auto own_rows = [](const RowUpdate& u) {
     return static_cast<int64_t>(u.kept_tokens.size()) - 1 + (u.pending >= 0 ? 1 : 0);
   };
-  std::vector<char> defer(updates.size(), 0);
+  std::vector<char>& defer = defer_;
+  defer.assign(updates.size(), 0);
   int64_t total = 0;
   for (size_t i = 0; i < updates.size(); ++i) {
     const RowUpdate& u = updates[i];
@@ -96,8 +101,6 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
     r.prompted = r.prompted || u.pending >= 0;
     const int64_t own = own_rows(u);
     if (defer[i]) {
-      if (!r.stage.view().defined())
-        r.stage = OwnedTensor(dt, Shape{int64_t{deferred_rows_}, h}, ctx.device());
       convert(ctx, normed.rows(u.tap_offset, u.tap_offset + own),
               r.stage.view().rows(r.staged, r.staged + own));
       r.staged_tokens.insert(r.staged_tokens.end(), u.kept_tokens.begin() + 1, u.kept_tokens.end());
@@ -106,13 +109,7 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
       continue;
     }
     const int64_t begin = k;
-    if (r.staged > 0) {
-      convert(ctx, r.stage.view().rows(0, r.staged), hidden_in.rows(k, k + r.staged));
-      batch.tokens.insert(batch.tokens.end(), r.staged_tokens.begin(), r.staged_tokens.end());
-      k += r.staged;
-      r.staged = 0;
-      r.staged_tokens.clear();
-    }
+    k += take_staged(ctx, r, hidden_in.rows(k, k + r.staged), batch);
     if (r.carry) {
       convert(ctx, r.carried.view(), hidden_in.rows(k, k + 1));
       batch.tokens.push_back(u.kept_tokens[0]);
@@ -154,18 +151,25 @@ void MtpSource::absorb_staged(Context& ctx, std::span<Row* const> rows) {
   batch.row_indptr.push_back(0);
   int64_t k = 0;
   for (Row* r : rows) {
-    convert(ctx, r->stage.view().rows(0, r->staged), hidden_in.rows(k, k + r->staged));
-    batch.tokens.insert(batch.tokens.end(), r->staged_tokens.begin(), r->staged_tokens.end());
-    k += r->staged;
-    r->absorbed += r->staged;
-    r->staged = 0;
-    r->staged_tokens.clear();
+    const int64_t n = take_staged(ctx, *r, hidden_in.rows(k, k + r->staged), batch);
+    k += n;
+    r->absorbed += static_cast<int>(n);
     batch.row_indptr.push_back(static_cast<int32_t>(k));
     batch.seqs.push_back(r->seq);
     batch.logit_indices.push_back(static_cast<int32_t>(k) - 1);
   }
   absorb(ctx, batch, hidden_in.rows(0, k), rows);
   stats_.catch_up_ms += ms_since(t0);
+}
+
+int64_t MtpSource::take_staged(Context& ctx, Row& r, const Tensor& dst, ForwardBatch& batch) {
+  const int64_t n = r.staged;
+  if (n == 0) return 0;
+  convert(ctx, r.stage.view().rows(0, n), dst);
+  batch.tokens.insert(batch.tokens.end(), r.staged_tokens.begin(), r.staged_tokens.end());
+  r.staged = 0;
+  r.staged_tokens.clear();
+  return n;
 }
 
 void MtpSource::absorb(Context& ctx, ForwardBatch& batch, const Tensor& hidden_in,
@@ -186,7 +190,8 @@ void MtpSource::propose(Context& ctx, std::span<const ProposeRequest> requests, 
   const int64_t vocab = layer_->vocab_size(), h = layer_->hidden_size();
   const DType dt = layer_->activation_dtype();
   // Rows asked for drafts absorb their deferred rows first (their first draft's logits).
-  std::vector<Row*> resumed;
+  std::vector<Row*>& resumed = resumed_;
+  resumed.clear();
   for (const ProposeRequest& q : requests) {
     Row& r = row_ref(q.row);
     if (q.max_tokens > 0 && r.staged > 0) resumed.push_back(&r);

@@ -70,12 +70,15 @@ class MtpSource final : public DraftSource {
     OwnedTensor carried;    // [1, hidden]: the carried position's h (target, after the final norm)
     bool prompted = false;  // its prompt is committed (a commit with a pending token was made)
     // Deferred rows: positions [absorbed, absorbed + staged), their h in stage's first rows
-    // ([deferred_rows, hidden], made on the first deferral) and their next tokens.
+    // ([deferred_rows, hidden]) and their next tokens.
     int staged = 0;
     OwnedTensor stage;
     std::vector<int32_t> staged_tokens;
   };
   Row& row_ref(RowId row);
+  // Moves the row's staged rows into `dst` (its first r.staged rows) and their tokens onto
+  // batch.tokens; returns how many.
+  int64_t take_staged(Context& ctx, Row& r, const Tensor& dst, ForwardBatch& batch);
   // One forward over the rows' staged positions, which makes their first draft's logits.
   void absorb_staged(Context& ctx, std::span<Row* const> rows);
   // The layer's forward over `batch` (rows of `hidden_in` with their next tokens); `ready[j]`
@@ -92,6 +95,8 @@ class MtpSource final : public DraftSource {
   std::unordered_map<RowId, Row> rows_;
   DraftSteps steps_;
   OwnedTensor normed_, hidden_in_, step_logits_;
+  std::vector<char> defer_;    // commit: which updates are deferred
+  std::vector<Row*> resumed_;  // propose: rows that absorb their staged rows first
   DraftStats stats_;
 };
 
