@@ -12,11 +12,7 @@ import json
 import os
 import sys
 
-
-def label(draft: str) -> str:
-    source, *extra = draft.split()
-    shown = [e for e in extra if "/" not in e and e != "--draft-vocab"]
-    return " ".join([os.path.basename(source.rstrip("/"))] + shown)
+from serve_load import config_name  # the same configuration names as serve_load's table
 
 
 def main() -> None:
@@ -47,7 +43,7 @@ def main() -> None:
     fig, (ax, rel) = plt.subplots(1, 2, figsize=(12, 4.5))
     seen = {}
     for c in configs:
-        name = label(c["draft"])
+        name = config_name(c["draft"])
         seen[name] = seen.get(name, 0) + 1
         tag = f"{name} (run {seen[name]})"
         xs = [lv["concurrency"] for lv in c["levels"]]
