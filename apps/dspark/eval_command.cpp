@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -27,6 +28,8 @@ struct EvalArgs {
   std::string draft;
   std::string draft_vocab;
   bool draft_fp8 = false;
+  bool no_markov = false;
+  bool no_thresholds = false;
   std::string prompts;
   std::optional<int> gamma;
   int max_tokens = 128;
@@ -47,6 +50,7 @@ nlohmann::json turn_json(const EvalTurn& t) {
           {"n_prompt", t.n_prompt},
           {"n_generated", t.n_generated},
           {"identical", t.identical},
+          {"output_hash", fmt::format("{:016x}", t.output_hash)},
           {"tau", t.spec.tau()},
           {"accepted_by_position", t.spec.accepted_at},
           {"drafted_by_position", t.spec.drafted_at},
@@ -70,6 +74,8 @@ int run_eval_command(const EvalArgs& a) {
   draft_options.draft = a.draft;
   draft_options.draft_vocab = a.draft_vocab;
   draft_options.draft_fp8 = a.draft_fp8;
+  draft_options.markov = !a.no_markov;
+  draft_options.thresholds = !a.no_thresholds;
   options.spec.gamma = a.gamma.value_or(64);  // the largest allowed, until the drafter's is known
   draft_options.draft_model_kv_tokens = std::max(4096, eval_kv_tokens(tm, items, options));
   CreatedSource created = create_draft_source(draft_options, *tm.model);
@@ -82,10 +88,11 @@ int run_eval_command(const EvalArgs& a) {
   const size_t n_items =
       a.limit > 0 ? std::min(items.size(), static_cast<size_t>(a.limit)) : items.size();
   std::fprintf(stderr,
-               "dspark eval: %zu prompts from %s, draft %s (gamma %d, %s), %d tokens, batch %d, "
-               "%s\n",
+               "dspark eval: %zu prompts from %s, draft %s (gamma %d, %s%s%s), %d tokens, batch "
+               "%d, %s\n",
                n_items, a.prompts.c_str(), created.kind.c_str(), options.spec.gamma,
-               a.draft_policy.c_str(), a.max_tokens, a.batch, device.name().c_str());
+               a.draft_policy.c_str(), a.no_markov ? ", Markov head off" : "",
+               a.no_thresholds ? ", no pruning" : "", a.max_tokens, a.batch, device.name().c_str());
   int done = 0;
   const std::vector<EvalTurn> turns =
       run_eval(tm, ctx, chat, items, *created.source, options, [&](const EvalTurn& t) {
@@ -104,6 +111,8 @@ int run_eval_command(const EvalArgs& a) {
                       {"draft", a.draft},
                       {"draft_kind", created.kind},
                       {"draft_vocab", a.draft_vocab},
+                      {"markov", !a.no_markov},
+                      {"thresholds", !a.no_thresholds},
                       {"gamma", options.spec.gamma},
                       {"draft_policy", a.draft_policy},
                       {"max_tokens", a.max_tokens},
@@ -148,6 +157,12 @@ Command add_eval_command(CLI::App& app) {
                   "A DSpark/DFlash drafter drafts greedy rounds over only these token ids");
   sub->add_flag("--draft-fp8", args->draft_fp8,
                 "A DSpark/DFlash drafter's projections and LM head in FP8 (CUDA)");
+  sub->add_flag("--no-markov", args->no_markov,
+                "Ablation: a DSpark drafter drafts from its backbone alone, without its Markov "
+                "head (the checkpoint as plain DFlash)");
+  sub->add_flag("--no-thresholds", args->no_thresholds,
+                "Ablation: a DSpark/DFlash drafter ignores dspark_thresholds.json (no confidence "
+                "pruning)");
   sub->add_option("--prompts", args->prompts,
                   "Prompt set: JSONL of {id, category, source, prompt | turns, raw}")
       ->required();

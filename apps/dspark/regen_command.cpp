@@ -22,7 +22,6 @@
 #include "dspark/engine/text_generation.h"
 #include "dspark/io/chat_template.h"
 #include "dspark/model/registry.h"
-#include "dspark/spec/dspark/dspark_source.h"
 #include "dspark/spec/source_factory.h"
 #include "regen/regen.h"
 
@@ -183,8 +182,7 @@ int run_regen_command(const RegenArgs& a) {
   o.tap_chunk_tokens = a.tap_chunk;
   o.max_seconds = a.max_seconds;
 
-  // Draft source (evaluation): a block drafter directory is loaded here so that --no-markov and
-  // --no-thresholds reach it; anything else goes through the CLI's factory.
+  // Draft source (evaluation), with the drafter ablations --no-markov and --no-thresholds.
   std::unique_ptr<DraftSource> source;
   std::string kind = "none";
   int default_gamma = 0;
@@ -194,20 +192,13 @@ int run_regen_command(const RegenArgs& a) {
       static_cast<int64_t>(std::min<size_t>(static_cast<size_t>(a.batch), prompts.size())) *
           (static_cast<int64_t>(longest) + a.max_tokens + 96),
       1 << 28);
-  if (a.draft != "none" && is_block_drafter_dir(a.draft)) {
-    DSparkSourceOptions so;
-    so.kv_tokens = static_cast<int>(kv);
-    so.markov_enabled = !a.no_markov;
-    auto s = load_dspark_source(a.draft, *tm.model, so, !a.no_thresholds);
-    default_gamma = s->max_drafts();
-    kind = s->config().has_dspark_heads() ? "dspark" : "dflash";
-    source = std::move(s);
-  } else if (a.draft != "none") {
-    DSPARK_CHECK_KIND(invalid_input, !a.no_markov, "--no-markov needs a DSpark drafter directory");
+  if (a.draft != "none") {
     DraftOptions d;
     d.draft = a.draft;
     d.ngram = NgramConfig{a.ngram_min, a.ngram_max};
     d.draft_model_kv_tokens = static_cast<int>(kv);
+    d.markov = !a.no_markov;
+    d.thresholds = !a.no_thresholds;
     CreatedSource c = create_draft_source(d, *tm.model);
     source = std::move(c.source);
     kind = c.kind;

@@ -58,10 +58,40 @@ import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 key = lambda t: (t["id"], t["turn"])
 ta, tb = sorted(a["turns"], key=key), sorted(b["turns"], key=key)
-assert [(key(t), t["n_generated"], t["tau"], t["accepted_by_position"]) for t in ta] == \
-    [(key(t), t["n_generated"], t["tau"], t["accepted_by_position"]) for t in tb], (ta, tb)
+fields = lambda t: (key(t), t["n_generated"], t["output_hash"], t["tau"], t["accepted_by_position"])
+assert [fields(t) for t in ta] == [fields(t) for t in tb], (ta, tb)
 assert b["batch"] == 3 and b["overall"]["identical"] == 5
+assert len({t["output_hash"] for t in ta}) == 5, ta  # a hash of each output, not a constant
 PY
+
+# The drafter ablations: --no-markov drafts from the backbone alone (other drafts, the same
+# outputs), --no-thresholds; both are in the JSON, and refused for sources they do not apply to.
+"$DSPARK" eval -m "$M" --draft "$DRAFTER" --prompts "$TMP/set.jsonl" -n 12 --gamma 4 -q \
+  --no-markov --no-thresholds --json "$TMP/ablated.json" >/dev/null 2>"$TMP/err.txt" ||
+  fail "--no-markov --no-thresholds failed: $(cat "$TMP/err.txt")"
+grep -q "Markov head off, no pruning" "$TMP/err.txt" || fail "no ablation in the header: $(cat "$TMP/err.txt")"
+python3 - "$TMP/full.json" "$TMP/ablated.json" <<'PY' || fail "--no-markov: bad result"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["markov"] is True and a["thresholds"] is True, a
+assert b["markov"] is False and b["thresholds"] is False and b["overall"]["identical"] == 5, b
+key = lambda t: (t["id"], t["turn"])
+ha = {key(t): t["output_hash"] for t in a["turns"]}
+hb = {key(t): t["output_hash"] for t in b["turns"]}
+assert ha == hb, (ha, hb)  # the target's output does not depend on the drafter
+da = [t["accepted_by_position"] for t in sorted(a["turns"], key=key)]
+db = [t["accepted_by_position"] for t in sorted(b["turns"], key=key)]
+assert da != db, "the Markov head changes no draft"
+PY
+for bad in "ngram --no-markov:applies to DSpark drafters" \
+  "ngram --no-thresholds:applies to DSpark / DFlash drafters" \
+  "$ROOT/tests/data/drafters/qwen3_dflash --no-markov:has no Markov head"; do
+  args=${bad%%:*}
+  # shellcheck disable=SC2086
+  err=$("$DSPARK" eval -m "$M" --draft $args --prompts "$TMP/set.jsonl" -n 4 -q 2>&1 >/dev/null) &&
+    fail "accepted: --draft $args"
+  grep -q -- "${bad#*:}" <<<"$err" || fail "--draft $args: $err"
+done
 
 # --draft-policy: fixed by default (the JSON says so); adaptive keeps every output identical.
 grep -q '"draft_policy": *"fixed"' "$TMP/line.json" || fail "no draft_policy fixed: $(cat "$TMP/line.json")"

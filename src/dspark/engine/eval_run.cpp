@@ -1,5 +1,6 @@
 // run_eval (engine/eval_set.h): the measured generations of `dspark eval`.
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,17 @@ std::vector<RequestOutput> run_rows(TextModel& tm, Context& ctx, DraftSource* so
     r[i].detokenizer = detoks.back().get();
   }
   return generate_speculative(*tm.model, ctx, source, std::move(r), config);
+}
+
+uint64_t token_hash(const std::vector<int32_t>& tokens) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a offset basis, over each id's 4 bytes
+  for (int32_t t : tokens) {
+    for (int b = 0; b < 4; ++b) {
+      h ^= (static_cast<uint32_t>(t) >> (8 * b)) & 0xffu;
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
 }
 
 }  // namespace
@@ -109,6 +121,7 @@ std::vector<EvalTurn> run_eval(TextModel& tm, Context& ctx, const ChatTemplate& 
         r.n_prompt = static_cast<int>(prompts[k].size());
         r.n_generated = p.n_generated;
         r.identical = p.tokens == spec[k].result.tokens;
+        r.output_hash = token_hash(p.tokens);
         r.plain_decode_ms = p.timings.decode_ms;
         r.spec_decode_ms = spec[k].result.timings.decode_ms;
         r.decode_tokens = std::max(0, p.n_generated - 1);

@@ -51,6 +51,9 @@ struct EvalTurn {
   int n_prompt = 0;
   int n_generated = 0;  // plain decoding's tokens
   bool identical = false;
+  // FNV-1a (64-bit) of plain decoding's token ids: runs at other batch sizes or on other devices
+  // can be compared output by output without storing the tokens.
+  uint64_t output_hash = 0;
   double plain_decode_ms = 0, spec_decode_ms = 0;  // time after the first token
   int64_t decode_tokens = 0;                       // tokens after the first (plain run)
   SpecTelemetry spec;

@@ -33,6 +33,10 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
                       "--draft-vocab applies to DSpark / DFlash drafters, not to {}", kind);
     DSPARK_CHECK_KIND(invalid_input, !o.draft_fp8,
                       "--draft-fp8 applies to DSpark / DFlash drafters, not to {}", kind);
+    DSPARK_CHECK_KIND(invalid_input, o.markov, "--no-markov applies to DSpark drafters, not to {}",
+                      kind);
+    DSPARK_CHECK_KIND(invalid_input, o.thresholds,
+                      "--no-thresholds applies to DSpark / DFlash drafters, not to {}", kind);
   };
   if (o.draft == "ngram") {
     no_vocab("prompt lookup (ngram)");
@@ -57,12 +61,16 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
   if (is_block_drafter_dir(dir)) {
     const DrafterConfig cfg = load_drafter_config(dir);
     const bool dflash = cfg.layout == DrafterLayout::dflash;
+    DSPARK_CHECK_KIND(invalid_input, o.markov || cfg.markov_head != MarkovHeadType::none,
+                      "--no-markov: the drafter in {} has no Markov head (a DFlash drafter)",
+                      dir.string());
     DSparkSourceOptions options;
     options.kv_tokens = o.draft_model_kv_tokens;
     if (!o.draft_vocab.empty()) options.draft_vocab = read_draft_vocab(o.draft_vocab);
     options.fp8_weights = o.draft_fp8;
-    return CreatedSource{make_draft_source(dir, target, options), dflash ? "dflash" : "dspark",
-                         cfg.drafts_per_block(cfg.block_size)};
+    options.markov_enabled = o.markov;
+    return CreatedSource{load_dspark_source(dir, target, options, o.thresholds),
+                         dflash ? "dflash" : "dspark", cfg.drafts_per_block(cfg.block_size)};
   }
   no_vocab("a draft model");
   return draft_model(dir, target, o.draft_model_kv_tokens);

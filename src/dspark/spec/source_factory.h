@@ -28,6 +28,12 @@ struct DraftOptions {
   // --draft-fp8: a DSpark / DFlash drafter's projections and LM head in FP8 (E4M3, per-row scales;
   // CUDA, bf16). Refused for other sources.
   bool draft_fp8 = false;
+  // Ablations of a DSpark drafter (`--no-markov`, `--no-thresholds`; dspark eval and regen):
+  // markov false drafts from the backbone's base logits alone (the checkpoint as plain DFlash);
+  // thresholds false ignores dspark_thresholds.json (no confidence pruning). Refused for other
+  // sources, and markov false for a drafter without a Markov head.
+  bool markov = true;
+  bool thresholds = true;
 };
 
 struct CreatedSource {

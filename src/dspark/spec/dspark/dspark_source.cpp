@@ -698,9 +698,4 @@ std::unique_ptr<DSparkSource> load_dspark_source(const std::filesystem::path& di
                                         std::move(options));
 }
 
-std::unique_ptr<DraftSource> make_draft_source(const std::filesystem::path& dir, Model& target,
-                                               const DSparkSourceOptions& options) {
-  return load_dspark_source(dir, target, options, true);
-}
-
 }  // namespace dspark

@@ -355,8 +355,5 @@ inline constexpr const char* kThresholdsFileName = "dspark_thresholds.json";
 std::unique_ptr<DSparkSource> load_dspark_source(const std::filesystem::path& dir, Model& target,
                                                  DSparkSourceOptions options = {},
                                                  bool read_thresholds_file = true);
-// The same as a DraftSource, for the CLI.
-std::unique_ptr<DraftSource> make_draft_source(const std::filesystem::path& dir, Model& target,
-                                               const DSparkSourceOptions& options = {});
 
 }  // namespace dspark
