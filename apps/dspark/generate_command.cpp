@@ -225,10 +225,11 @@ Command add_generate_command(CLI::App& app) {
       ->excludes(schema_opt);
   sub->add_flag("!--no-cuda-graphs", args->cuda_graphs,
                 "CUDA: run every forward eagerly instead of replaying captured CUDA graphs");
-  sub->add_option("--draft", args->draft,
-                  "Speculative decoding: none, ngram (prompt lookup), mtp (the target's own "
-                  "next-token prediction layer: DeepSeek-V3, GLM-4.5), model:DIR (a draft model "
-                  "sharing the tokenizer) or DIR (a DFlash/DSpark drafter, or a draft model)")
+  sub->add_option(
+         "--draft", args->draft,
+         "Speculative decoding: none, ngram (prompt lookup), mtp (the target's own "
+         "next-token prediction layer: DeepSeek-V3, GLM-4.5, GLM-5), model:DIR (a draft model "
+         "sharing the tokenizer) or DIR (a DFlash/DSpark drafter, or a draft model)")
       ->capture_default_str();
   sub->add_option("--draft-vocab", args->draft_vocab,
                   "A DSpark/DFlash drafter drafts greedy rounds over only these token ids (a JSON "

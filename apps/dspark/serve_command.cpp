@@ -163,7 +163,7 @@ Command add_serve_command(CLI::App& app) {
       ->required();
   sub->add_option("--draft", c.engine.draft,
                   "Speculative decoding: none, ngram (prompt lookup), mtp (the target's own "
-                  "next-token prediction layer: DeepSeek-V3, GLM-4.5), model:DIR or DIR (a "
+                  "next-token prediction layer: DeepSeek-V3, GLM-4.5, GLM-5), model:DIR or DIR (a "
                   "DFlash/DSpark drafter, or a draft model)")
       ->capture_default_str();
   sub->add_option("--draft-vocab", c.engine.draft_vocab,

@@ -10,7 +10,8 @@
 //     python3 and that package): the config of its config.json, logits bit-equal to the
 //     safetensors load's on the CPU in f32 (the same weights), transformers' goldens (logits,
 //     taps, greedy), its Q8_0 twin's greedy tokens against its dequantized weights', and the
-//     refusal of --draft mtp.
+//     refusal of --draft mtp for a target without an MTP layer (the GLM-5 MTP layer:
+//     spec_mtp_test.cpp, spec_mtp_gguf_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -211,18 +212,20 @@ TEST_F(GlmDsaFixture, LogitsEqualSafetensorsAndGoldens) {
   std::cout << "[glm-dsa gguf cpu f32] worst rel RMS: " << worst.str() << "\n";
 }
 
-// --draft mtp refuses a GLM-5 target, from GGUF as from safetensors, naming the reason.
-TEST_F(GlmDsaFixture, MtpLayerIsRefused) {
+// --draft mtp refuses this GLM-5 target (its config declares no MTP layer), from GGUF as from
+// safetensors, naming the reason.
+TEST_F(GlmDsaFixture, MtpLayerIsRefusedWithoutOne) {
   const std::filesystem::path path = file(false);
   ASSERT_FALSE(HasFatalFailure());
-  for (const std::filesystem::path& target : {path, dir_}) {
+  for (const auto& [target, why] :
+       {std::pair{path, "its GGUF file has no nextn_predict_layers"},
+        std::pair{dir_, "its config has no num_nextn_predict_layers"}}) {
     try {
       (void)MtpLayer::load(load_model(target, kCpu, DType::f32)->config(), kCpu, DType::f32);
       ADD_FAILURE() << "expected an error for " << target;
     } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::unsupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find("DeepSeek sparse attention"), std::string::npos)
-          << e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::invalid_input) << e.what();
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
     }
   }
 }

@@ -1,7 +1,8 @@
 // The MTP draft source from GGUF files (model/mtp.h: the layer as llama.cpp's blk.N.nextn.*
-// tensors beside the block's own): the MTP fixtures tests/data/models/{deepseek_v3,glm4_moe}_mtp
-// written as deepseek2 / glm4moe GGUF files at test time by tools/gguf/make_fixtures.py
-// --deepseek-moe (the `gguf` package's names, MODEL_TENSOR.NEXTN_*; skipped without python3 and
+// tensors beside the block's own): the MTP fixtures
+// tests/data/models/{deepseek_v3,glm4_moe,glm_moe_dsa}_mtp written as deepseek2 / glm4moe / glm-dsa
+// GGUF files at test time by tools/gguf/make_fixtures.py --deepseek-moe (the `gguf` package's
+// names, MODEL_TENSOR.NEXTN_* and the glm-dsa layer's blk.N.indexer.*; skipped without python3 and
 // that package). On the CPU in f32 the GGUF layer's logits and its source's first q equal the
 // safetensors ones bit for bit (the same weights, read through GgufWeights), its drafts the
 // PyTorch reference's; greedy / coupled speculative decoding with it equals plain decoding of the
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -98,13 +100,15 @@ TEST_P(MtpGguf, NamesAndConfig) {
     const std::string hf_name = "model.layers." + n + "." + hf + ".weight";
     const std::string gguf_name = "blk." + n + "." + gguf + ".weight";
     EXPECT_EQ(gguf_name_of(hf_name), gguf_name);
-    // The fixtures: DeepSeek-V3's layer has its own embedding and head, GLM-4.5's shares them.
+    // The fixtures: DeepSeek-V3's layer has its own embedding and head, the GLM ones share them.
     if (file.contains(gguf_name)) {
       EXPECT_EQ(w.gguf_name(hf_name), gguf_name) << hf_name;
     }
   }
   EXPECT_EQ(file.contains("blk." + n + ".nextn.shared_head_head.weight"),
             GetParam().name == "deepseek_v3");
+  // GLM-5's layer is a full DSA layer with its own indexer.
+  EXPECT_EQ(file.contains("blk." + n + ".indexer.attn_k.weight"), GetParam().arch == "glm-dsa");
 }
 
 TEST_P(MtpGguf, LayerAndDraftsEqualSafetensors) {
@@ -169,7 +173,12 @@ TEST_P(MtpGguf, BigramFixtureAcceptsTheDrafts) {
 
 // A Q8_0 file (every matrix of 32-value rows, the MTP layer's eh_proj, head and embedding too,
 // kept in its blocks): the layer's first logits stay near the F32 file's, and speculative decoding
-// with it equals plain decoding of the same file.
+// with it equals plain decoding of the same file. glm-dsa: both layers' indexer top-k is widened
+// past the contexts (dense attention) for the logits comparison, since the 8-bit rounding flips
+// near choices of the top 6 (one row moved by 19% relative RMS), as for the target
+// (gguf_glm_dsa_test.cpp); and one context may miss the bound: in the 37-token one the layer's
+// router scores experts 6 and 7 at 0.5505 / 0.5508 (with the correction bias), and rounding the
+// layer's weights to Q8_0 alone swaps them (38% relative RMS).
 TEST_P(MtpGguf, QuantizedFileDraftsLosslessly) {
   const std::filesystem::path q8 = temp_path(GetParam().arch + "_q8_0.gguf");
   test::write_deepseek_moe_gguf(dir_, q8, GetParam().arch, true);
@@ -180,8 +189,13 @@ TEST_P(MtpGguf, QuantizedFileDraftsLosslessly) {
   Context ctx(kCpu);
   auto f32_target = load_model(gguf_, kCpu, DType::f32);
   auto q8_target = load_model(q8, kCpu, DType::f32);
-  auto f32_layer = MtpLayer::load(f32_target->config(), kCpu, DType::f32);
-  auto q8_layer = MtpLayer::load(q8_target->config(), kCpu, DType::f32);
+  auto dense = [](ModelConfig c) {
+    if (c.dsa()) c.index_topk = 128;
+    return c;
+  };
+  auto f32_layer = MtpLayer::load(dense(f32_target->config()), kCpu, DType::f32);
+  auto q8_layer = MtpLayer::load(dense(q8_target->config()), kCpu, DType::f32);
+  int over = 0;
   for (const test::MtpGolden& g : test::load_mtp_goldens(dir_)) {
     PagedKvCache tkv(f32_target->kv_shape(16, 64), kCpu);
     const ForwardOutput to =
@@ -194,17 +208,25 @@ TEST_P(MtpGguf, QuantizedFileDraftsLosslessly) {
               .logits));
     }
     const double err = test::relative_rms_error(logits[1], logits[0]);
-    std::printf("[ mtp ] %s Q8_0 layer logits rel RMS %.2e\n", GetParam().arch.c_str(), err);
-    EXPECT_LE(err, 0.05) << GetParam().arch << " context " << g.context.size();
+    std::printf("[ mtp ] %s Q8_0 layer logits rel RMS %.2e (context %zu)\n",
+                GetParam().arch.c_str(), err, g.context.size());
+    over += err > 0.05;
   }
+  EXPECT_LE(over, GetParam().arch == "glm-dsa" ? 1 : 0)
+      << "contexts whose Q8_0 layer logits are more than 5% off the F32 file's";
   EXPECT_GT(test::check_mtp_lossless(q8, kCpu).drafted, 0);
   std::filesystem::remove(q8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, MtpGguf,
                          ::testing::Values(Family{"deepseek_v3", "deepseek2"},
-                                           Family{"glm4_moe", "glm4moe"}),
-                         [](const ::testing::TestParamInfo<Family>& p) { return p.param.arch; });
+                                           Family{"glm4_moe", "glm4moe"},
+                                           Family{"glm_moe_dsa", "glm-dsa"}),
+                         [](const ::testing::TestParamInfo<Family>& p) {
+                           std::string name = p.param.arch;  // glm-dsa: glm_dsa
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 std::string load_error(const std::filesystem::path& gguf) {
   auto target = load_model(gguf, kCpu, DType::f32);

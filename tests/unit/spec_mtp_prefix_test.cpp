@@ -27,8 +27,12 @@ class RecordingSource final : public ForwardingDraftSource {
   std::vector<std::vector<int32_t>> drafts;
 };
 
-TEST(MtpPrefixCache, ReusesTheLayersRowsAndDraftsAsWithoutIt) {
-  const auto dir = test::mtp_fixture_dir("glm4_moe");
+// GLM-4.5 (GQA) and GLM-5 (MLA with the DSA indexer: the layer's attached rows carry its index
+// keys, and the 40-token prompts are past index_topk 6).
+class MtpPrefixCache : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MtpPrefixCache, ReusesTheLayersRowsAndDraftsAsWithoutIt) {
+  const auto dir = test::mtp_fixture_dir(GetParam());
   if (!std::filesystem::exists(dir / "config.json")) GTEST_SKIP() << "fixture missing";
   Context ctx(Device::cpu());
   auto target = load_model(dir, Device::cpu(), DType::f32);
@@ -87,6 +91,8 @@ TEST(MtpPrefixCache, ReusesTheLayersRowsAndDraftsAsWithoutIt) {
   EXPECT_EQ(on.out[4].spec.prefix_reused, 0);   // the target's pages differ from token 0
   EXPECT_EQ(on.out[5].spec.prefix_reused, 32);  // the layer's pages published under token 200
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, MtpPrefixCache, ::testing::Values("glm4_moe", "glm_moe_dsa"));
 
 }  // namespace
 }  // namespace dspark

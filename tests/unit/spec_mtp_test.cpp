@@ -251,7 +251,8 @@ TEST_P(MtpFamily, BigramFixtureAcceptsTheDrafts) {
   EXPECT_GT(s.acceptance(), 0.95);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, MtpFamily, ::testing::Values("deepseek_v3", "glm4_moe"));
+INSTANTIATE_TEST_SUITE_P(Families, MtpFamily,
+                         ::testing::Values("deepseek_v3", "glm4_moe", "glm_moe_dsa"));
 
 std::string error_of(const DraftOptions& o, Model& target) {
   try {

@@ -55,14 +55,10 @@ std::unique_ptr<MtpLayer> MtpLayer::load(const ModelConfig& t, Device device, DT
                     "the target's MTP layer is read from its checkpoint (a safetensors directory "
                     "or a GGUF file); this target ({}) was not loaded from one",
                     t.architecture);
-  DSPARK_CHECK_KIND(unsupported, !t.dsa(),
-                    "{}: its next-token prediction layer is not supported yet (no reference for "
-                    "the DeepSeek sparse attention of the MTP layer); draft with another source",
-                    t.architecture);
   const bool gguf = resolve_gguf_model(t.checkpoint_path).has_value();
   DSPARK_CHECK_KIND(invalid_input, t.num_nextn_predict_layers > 0,
-                    "the target ({}) has no next-token prediction (MTP) layer: {} (DeepSeek-V3 and "
-                    "GLM-4.5 checkpoints carry one)",
+                    "the target ({}) has no next-token prediction (MTP) layer: {} (DeepSeek-V3, "
+                    "GLM-4.5 and GLM-5 checkpoints carry one)",
                     t.architecture,
                     gguf ? "its GGUF file has no nextn_predict_layers (llama.cpp's converter keeps "
                            "the layer for glm4moe, drops it for deepseek2)"
@@ -86,6 +82,9 @@ std::unique_ptr<MtpLayer> MtpLayer::load(const ModelConfig& t, Device device, DT
     c.num_nextn_predict_layers = 0;
     c.layer_window.assign(1, 0);
     if (!c.layer_moe.empty()) c.layer_moe.assign(1, w.contains(prefix + "mlp.gate.weight"));
+    // DSA (GLM-5): the layer runs alone, so it selects its keys with its own indexer (a missing
+    // self_attn.indexer.* tensor is an io error of the load) over its own cache's index keys.
+    if (c.dsa()) c.index_shared.assign(1, false);
     c.tie_word_embeddings =
         t.tie_word_embeddings && !w.contains(prefix + "shared_head.head.weight");
     const MtpWeights renamed(w, prefix);

@@ -1,5 +1,5 @@
-// The next-token prediction (MTP) layer a DeepSeek-V3 or GLM-4.5 checkpoint carries beside its
-// decoder (config num_nextn_predict_layers > 0; dspark uses the first, checkpoint layer index
+// The next-token prediction (MTP) layer a DeepSeek-V3, GLM-4.5 or GLM-5 checkpoint carries beside
+// its decoder (config num_nextn_predict_layers > 0; dspark uses the first, checkpoint layer index
 // num_hidden_layers, under "model.layers.{N}."; in a GGUF file blk.{N}.nextn.* and the block's
 // own tensors). One row of it, at sequence position i:
 //
@@ -11,7 +11,9 @@
 // reads); a chained step feeds the previous step's h' instead. embed_tokens and shared_head.head
 // are the layer's own copies when the checkpoint has them, else the target's (tied as the target
 // is). The layer is held as a one-layer model of the target's family whose input embeddings are
-// replaced by x (ForwardBatch::input_embeddings).
+// replaced by x (ForwardBatch::input_embeddings). A GLM-5 (DSA) layer is a full indexer layer: its
+// indexer scores the layer's own cached index keys (written beside its MLA latents, so rolled back
+// with them) and its attention reads the index_topk best.
 #pragma once
 
 #include <memory>

@@ -1,10 +1,10 @@
 // The target's own next-token prediction layer as a serial draft source (`--draft mtp`;
-// model/mtp.h: DeepSeek-V3, GLM-4.5). Its KV cache holds one row per committed target position i:
-// the target's hidden state h_i (tap of the last layer, through the target's final norm) with the
-// token t_{i+1} that followed it. The row of the last committed position, made with the pending
-// token, gives the first draft (the full-prefill convention: the prompt's rows are absorbed at
-// the prefill commit, so the first round already drafts); each further draft chains one row
-// with the previous row's output h' and the previous draft, at the next position.
+// model/mtp.h: DeepSeek-V3, GLM-4.5, GLM-5). Its KV cache holds one row per committed target
+// position i: the target's hidden state h_i (tap of the last layer, through the target's final
+// norm) with the token t_{i+1} that followed it. The row of the last committed position, made with
+// the pending token, gives the first draft (the full-prefill convention: the prompt's rows are
+// absorbed at the prefill commit, so the first round already drafts); each further draft chains one
+// row with the previous row's output h' and the previous draft, at the next position.
 //
 // Commit: the chained rows are rolled back and the kept tokens' rows absorbed (their taps, each
 // with the token after it; a chunk's last position waits for the next chunk's first token).

@@ -1,7 +1,7 @@
 // Builds the DraftSource a user asked for (`--draft`):
 //   none          no drafting (plain decoding)
 //   ngram         prompt lookup (NgramConfig)
-//   mtp           the target's own next-token prediction layer (DeepSeek-V3, GLM-4.5:
+//   mtp           the target's own next-token prediction layer (DeepSeek-V3, GLM-4.5, GLM-5:
 //                 spec/mtp_source.h)
 //   model:DIR     an independent draft model (a Hugging Face causal LM sharing the vocabulary)
 //   DIR           detected from DIR/config.json: a DFlash / DSpark block drafter (DeepSpec,
