@@ -11,10 +11,10 @@ import argparse
 import json
 import sys
 
+from eval_runs import load_runs
 
-def row(set_name: str, config: str, path: str) -> dict:
-    with open(path) as f:
-        d = json.load(f)
+
+def row(set_name: str, config: str, d: dict) -> dict:
     o = d["overall"]
     rounds = max(o["rounds"], 1)
     return {
@@ -41,13 +41,7 @@ def main() -> int:
     ap.add_argument("results", nargs="+", help="SET:CONFIG:FILE.json (dspark eval --json)")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
-    rows = []
-    for spec in args.results:
-        parts = spec.split(":", 2)
-        if len(parts) != 3:
-            print(f"ablation_table: '{spec}' is not SET:CONFIG:FILE", file=sys.stderr)
-            return 2
-        rows.append(row(*parts))
+    rows = [row(*r) for r in load_runs(args.results, "SET:CONFIG:FILE", "ablation_table")]
     positions = max(len(r["acceptance_by_position"]) for r in rows)
     head = ["set", "setting", "γ", "τ"] + [f"acc@{k + 1}" for k in range(positions)]
     head += ["drafted/round", "speedup", "slower", "identical"]

@@ -12,6 +12,8 @@ import argparse
 import json
 import sys
 
+from eval_runs import load_runs
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -19,18 +21,13 @@ def main() -> int:
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     runs = []
-    for spec in args.results:
-        parts = spec.split(":", 2)
-        if len(parts) != 3:
-            print(f"equality_table: '{spec}' is not SOURCE:BATCH:FILE", file=sys.stderr)
-            return 2
-        with open(parts[2]) as f:
-            d = json.load(f)
+    for source, batch, d in load_runs(args.results, "SOURCE:BATCH:FILE", "equality_table"):
         hashes = {(t["id"], t["turn"]): t.get("output_hash") for t in d["turns"]}
         if None in hashes.values():
-            print(f"equality_table: {parts[2]} has no output_hash per turn", file=sys.stderr)
+            print(f"equality_table: {source} batch {batch} has no output_hash per turn",
+                  file=sys.stderr)
             return 1
-        runs.append((parts[0], int(parts[1]), d, hashes))
+        runs.append((source, int(batch), d, hashes))
     # The reference outputs: plain decoding at the smallest batch size measured.
     ref = min(runs, key=lambda r: r[1])
     for source, batch, _, hashes in runs:

@@ -28,7 +28,7 @@ CreatedSource draft_model(const std::filesystem::path& dir, Model& target, int k
 
 CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
   if (o.draft.empty() || o.draft == "none") return CreatedSource{nullptr, "none", 0};
-  auto no_vocab = [&](const char* kind) {
+  auto refuse_drafter_options = [&](const char* kind) {  // options of block drafters only
     DSPARK_CHECK_KIND(invalid_input, o.draft_vocab.empty(),
                       "--draft-vocab applies to DSpark / DFlash drafters, not to {}", kind);
     DSPARK_CHECK_KIND(invalid_input, !o.draft_fp8,
@@ -39,18 +39,18 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
                       "--no-thresholds applies to DSpark / DFlash drafters, not to {}", kind);
   };
   if (o.draft == "ngram") {
-    no_vocab("prompt lookup (ngram)");
+    refuse_drafter_options("prompt lookup (ngram)");
     return CreatedSource{std::make_unique<NgramSource>(o.ngram), "ngram", 4};
   }
   if (o.draft == "mtp") {
-    no_vocab("the target's MTP layer");
+    refuse_drafter_options("the target's MTP layer");
     auto layer = MtpLayer::load(target.config(), target.device(), target.activation_dtype());
     return CreatedSource{
         std::make_unique<MtpSource>(std::move(layer), target, o.draft_model_kv_tokens), "mtp",
         kMtpDefaultGamma};
   }
   if (o.draft.rfind("model:", 0) == 0) {
-    no_vocab("a draft model");
+    refuse_drafter_options("a draft model");
     return draft_model(o.draft.substr(6), target, o.draft_model_kv_tokens);
   }
   const std::filesystem::path dir = o.draft;
@@ -72,7 +72,7 @@ CreatedSource create_draft_source(const DraftOptions& o, Model& target) {
     return CreatedSource{load_dspark_source(dir, target, options, o.thresholds),
                          dflash ? "dflash" : "dspark", cfg.drafts_per_block(cfg.block_size)};
   }
-  no_vocab("a draft model");
+  refuse_drafter_options("a draft model");
   return draft_model(dir, target, o.draft_model_kv_tokens);
 }
 
