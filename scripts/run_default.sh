@@ -22,7 +22,8 @@ if [ -f "$drafter/config.json" ]; then
   draft=$drafter
   if [ $on_cpu = 1 ]; then
     q4="$drafter-mlx4"
-    if [ ! -f "$q4/config.json" ] || [ "$drafter/model.safetensors" -nt "$q4/config.json" ]; then
+    if [ ! -f "$q4/config.json" ] || [ "$drafter/model.safetensors" -nt "$q4/config.json" ] ||
+      [ "$drafter/dspark_thresholds.json" -nt "$q4/config.json" ]; then
       echo "make run: writing the drafter's 4-bit copy (once) to $q4"
       tmp="$q4.tmp.$$"
       rm -rf "$tmp"

@@ -1,8 +1,8 @@
 // dspark calibrate: fit per-position confidence thresholds for a DSpark drafter. Runs the
 // drafter unpruned with the target over a prompt set (all prompts batched, greedy), logs every
-// reached draft position as (position, confidence, accepted), fits the thresholds
-// (spec/dspark/calibration.h) and writes them next to the checkpoint as dspark_thresholds.json,
-// which later loads of the drafter pick up.
+// reached draft position as (position, confidence, accepted), fits the thresholds and each
+// position's acceptance by confidence (spec/dspark/calibration.h) and writes them next to the
+// checkpoint as dspark_thresholds.json, which later loads of the drafter pick up.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -135,6 +135,9 @@ int run_calibrate(const CalibrateArgs& a) {
   file.block_size = source->block_rows();
   file.n_samples = static_cast<int64_t>(log.size());
   file.positions = fit.positions;
+  AcceptanceFitOptions ao;
+  ao.min_samples = a.min_samples;
+  file.acceptance = fit_acceptance_curves(log, source->max_drafts(), ao);
   const std::filesystem::path out = a.output.empty()
                                         ? std::filesystem::path(a.draft_dir) / kThresholdsFileName
                                         : std::filesystem::path(a.output);
@@ -151,10 +154,24 @@ int run_calibrate(const CalibrateArgs& a) {
                 static_cast<long long>(p.n_samples), static_cast<long long>(p.n_accepted),
                 p.threshold, static_cast<long long>(p.n_kept), p.precision, p.reason.c_str());
   }
+  std::printf(
+      "acceptance by confidence (knots confidence:probability; the adaptive draft policy "
+      "cuts rounds with them):\n");
+  for (size_t k = 0; k < file.acceptance.size(); ++k) {
+    const AcceptanceCurve& c = file.acceptance[k];
+    std::printf("%8zu ", k);
+    if (c.empty()) std::printf(" (too few samples: uses the nearest earlier position's)");
+    for (size_t i = 0; i < c.confidence.size(); ++i)
+      std::printf(" %.2f:%.2f", c.confidence[i], c.probability[i]);
+    std::printf("\n");
+  }
   std::printf("wrote %s\n", out.string().c_str());
   if (a.json) {
     nlohmann::json positions = nlohmann::json::array();
     for (const PositionFit& p : fit.positions) positions.push_back(position_fit_json(p));
+    nlohmann::json curves = nlohmann::json::array();
+    for (const AcceptanceCurve& c : file.acceptance)
+      curves.push_back({{"confidence", c.confidence}, {"probability", c.probability}});
     const nlohmann::json j = {{"thresholds", fit.thresholds},
                               {"file", out.string()},
                               {"samples", log.size()},
@@ -162,7 +179,8 @@ int run_calibrate(const CalibrateArgs& a) {
                               {"target_precision", a.target_precision},
                               {"tau", total.tau()},
                               {"acceptance", total.acceptance()},
-                              {"positions", positions}};
+                              {"positions", positions},
+                              {"acceptance_curves", curves}};
     std::printf("%s\n", j.dump().c_str());
   }
   std::fflush(stdout);

@@ -162,7 +162,7 @@ Command add_eval_command(CLI::App& app) {
                 "head (the checkpoint as plain DFlash)");
   sub->add_flag("--no-thresholds", args->no_thresholds,
                 "Ablation: a DSpark/DFlash drafter ignores dspark_thresholds.json (no confidence "
-                "pruning)");
+                "pruning, no acceptance curves)");
   sub->add_option("--prompts", args->prompts,
                   "Prompt set: JSONL of {id, category, source, prompt | turns, raw}")
       ->required();

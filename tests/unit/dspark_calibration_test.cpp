@@ -1,5 +1,5 @@
-// Threshold fitting (spec/dspark/calibration.h) on hand-built observation sets whose answers are
-// derived in the comments, and the thresholds file round trip / errors.
+// Threshold and acceptance-curve fitting (spec/dspark/calibration.h) on hand-built observation
+// sets whose answers are derived in the comments, and the thresholds file round trip / errors.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -128,6 +128,83 @@ TEST(DSparkCalibration, FileRoundTrip) {
   expect_io(R"({"thresholds": ["x"]})", "numbers");
   expect_io(R"({"format": "other", "thresholds": []})", "format");
   expect_io("[1, 2", "invalid JSON");
+  expect_io(R"({"thresholds": [], "acceptance": {}})", "must be a list");
+  expect_io(R"({"thresholds": [], "acceptance": [{"confidence": [0.5], "probability": [0.5]}]})",
+            "position");
+  expect_io(R"({"thresholds": [], "acceptance": [{"position": 0, "confidence": [0.5]}]})",
+            "probability");
+  expect_io(R"({"thresholds": [], "acceptance": [{"position": 0, "confidence": [0.5, 0.6],
+               "probability": [0.5]}]})",
+            "2 confidences but 1 probabilities");
+  expect_io(R"({"thresholds": [], "acceptance": [{"position": 0, "confidence": [0.6, 0.5],
+               "probability": [0.5, 0.6]}]})",
+            "must not decrease");
+  expect_io(R"({"thresholds": [], "acceptance": [{"position": 0, "confidence": [0.5],
+               "probability": [1.5]}]})",
+            "outside [0, 1]");
+}
+
+TEST(DSparkCalibration, AcceptanceCurveInterpolatesAndClamps) {
+  AcceptanceCurve c;
+  c.confidence = {0.2f, 0.6f};
+  c.probability = {0.1f, 0.5f};
+  EXPECT_FLOAT_EQ(c.at(0.0f), 0.1f);
+  EXPECT_FLOAT_EQ(c.at(0.2f), 0.1f);
+  EXPECT_FLOAT_EQ(c.at(0.4f), 0.3f);
+  EXPECT_FLOAT_EQ(c.at(0.6f), 0.5f);
+  EXPECT_FLOAT_EQ(c.at(0.9f), 0.5f);
+  EXPECT_FLOAT_EQ(AcceptanceCurve{}.at(0.5f), 0.0f);
+}
+
+TEST(DSparkCalibration, AcceptanceCurvesAreBinnedAndMonotone) {
+  // Position 0: 400 observations, confidences i / 400, accepted iff i >= 100; bins of 100 give
+  // knots at the bins' mean confidences (49.5, 149.5, ...) / 400 with (A + 1) / (N + 2): 1/102,
+  // then 101/102 three times. Position 1: acceptance that falls as confidence rises (the first
+  // 200 accepted, the last 200 not) is pooled into one knot at the overall rate (201/402).
+  // Position 2: too few observations, no curve.
+  std::vector<ConfidenceSample> s = ramp(0, 400, 100);
+  for (int i = 0; i < 400; ++i) s.push_back({1, static_cast<float>(i) / 400, i < 200});
+  for (int i = 0; i < 10; ++i) s.push_back({2, 0.5f, true});
+  AcceptanceFitOptions o;
+  o.bin_samples = 100;
+  const std::vector<AcceptanceCurve> c = fit_acceptance_curves(s, 3, o);
+  ASSERT_EQ(c.size(), 3u);
+  ASSERT_EQ(c[0].confidence.size(), 4u);
+  EXPECT_NEAR(c[0].confidence[0], 49.5 / 400, 1e-6);
+  EXPECT_NEAR(c[0].confidence[3], 349.5 / 400, 1e-6);
+  EXPECT_NEAR(c[0].probability[0], 1.0 / 102, 1e-6);
+  EXPECT_NEAR(c[0].probability[1], 101.0 / 102, 1e-6);
+  ASSERT_EQ(c[1].confidence.size(), 1u);
+  EXPECT_NEAR(c[1].confidence[0], 199.5 / 400, 1e-6);
+  EXPECT_NEAR(c[1].probability[0], 201.0 / 402, 1e-6);
+  EXPECT_TRUE(c[2].empty());
+  // At most max_bins knots.
+  o.max_bins = 2;
+  EXPECT_EQ(fit_acceptance_curves(s, 1, o)[0].confidence.size(), 2u);
+}
+
+TEST(DSparkCalibration, AcceptanceCurvesRoundTrip) {
+  const auto dir = std::filesystem::temp_directory_path() / "dspark_calibration_curve_test";
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "dspark_thresholds.json";
+  ThresholdsFile f;
+  f.thresholds = {0.0f, 0.0f, 0.0f};
+  f.acceptance.resize(3);
+  f.acceptance[0].confidence = {0.25f, 0.5f};
+  f.acceptance[0].probability = {0.125f, 0.75f};
+  f.acceptance[2].confidence = {0.5f};
+  f.acceptance[2].probability = {0.375f};
+  write_thresholds_file(file, f);
+  const ThresholdsFile g = read_thresholds_file(file);
+  ASSERT_EQ(g.acceptance.size(), 3u);
+  EXPECT_EQ(g.acceptance[0].confidence, f.acceptance[0].confidence);
+  EXPECT_EQ(g.acceptance[0].probability, f.acceptance[0].probability);
+  EXPECT_TRUE(g.acceptance[1].empty());
+  EXPECT_EQ(g.acceptance[2].probability, f.acceptance[2].probability);
+  // A file without curves reads as none.
+  f.acceptance.clear();
+  write_thresholds_file(file, f);
+  EXPECT_TRUE(read_thresholds_file(file).acceptance.empty());
 }
 
 }  // namespace

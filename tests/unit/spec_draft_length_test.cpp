@@ -2,7 +2,7 @@
 // force, its zero-draft and full-draft ends, the acceptance estimate, the cost model's
 // interpolation, the verify profile, and the engine with the adaptive policy: greedy output equal
 // to plain greedy whether rows draft or not (the source stays committed), coupled sampling equal to
-// plain sampling.
+// plain sampling, and the cut of drafts the source rates.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,6 +117,19 @@ TEST(DraftLength, AcceptanceEstimateFollowsRoundsAndRelaxesWhenIdle) {
   for (int i = 0; i < 40; ++i) row.observe(4, 4);
   for (int i = 0; i < 400; ++i) row.idle(pooled);
   EXPECT_LT(row.conditional()[0], 0.01f);
+}
+
+// Drafts cut before verification move the estimate toward their ratings, from the given position.
+TEST(DraftLength, AcceptanceEstimateLearnsFromRatedDrafts) {
+  AcceptanceEstimate e(4);
+  const std::vector<float> rated = {0.0f, 0.5f};
+  for (int i = 0; i < 60; ++i) e.expect(1, rated);
+  EXPECT_FLOAT_EQ(e.conditional()[0], AcceptanceEstimate::kPrior);
+  EXPECT_LT(e.conditional()[1], 1e-3f);
+  EXPECT_NEAR(e.conditional()[2], 0.5f, 1e-3f);
+  EXPECT_FLOAT_EQ(e.conditional()[3], AcceptanceEstimate::kPrior);
+  e.expect(3, rated);  // past the last position: ignored
+  EXPECT_FLOAT_EQ(e.conditional()[3], AcceptanceEstimate::kPrior * 0.75f);
 }
 
 TEST(DraftLength, DraftCostFitRecoversRowAndTokenCosts) {
@@ -302,6 +315,63 @@ TEST(DraftLength, AdaptiveCoupledSamplingEqualsPlainSampling) {
     for (size_t i = 0; i < ps.size(); ++i)
       EXPECT_EQ(r.out[i].result.tokens, plain[i]) << "seed " << seed << " row " << i;
     EXPECT_GT(r.total.drafted, 0);
+  }
+}
+
+// A source whose drafts carry the given rating by position in their row (Proposal::acceptance).
+class RatedSource : public ForwardingDraftSource {
+ public:
+  RatedSource(DraftSource& inner, std::vector<float> by_position)
+      : ForwardingDraftSource(inner), by_position_(std::move(by_position)) {}
+  void propose(Context& ctx, std::span<const ProposeRequest> requests, Proposal& out) override {
+    ForwardingDraftSource::propose(ctx, requests, out);
+    out.acceptance.clear();
+    for (size_t i = 0; i + 1 < out.indptr.size(); ++i)
+      for (int j = 0; j < out.count(i); ++j)
+        out.acceptance.push_back(by_position_[static_cast<size_t>(j) % by_position_.size()]);
+  }
+
+ private:
+  std::vector<float> by_position_;
+};
+
+// The adaptive policy cuts rated drafts that do not pay (greedy and coupled sampling stay equal
+// to plain decoding, the sampled rows' q compacted with their drafts) and keeps those that do.
+TEST(DraftLength, AdaptiveCutsRatedDrafts) {
+  if (!std::filesystem::exists(model_dir("qwen3") / "config.json")) GTEST_SKIP();
+  Context ctx(Device::cpu());
+  auto target = load_model(model_dir("qwen3"), Device::cpu(), DType::f32);
+  const auto ps = prompts(target->config().vocab_size);
+  const std::vector<std::pair<int, double>> flat = {{1, 10.0}, {64, 10.0}};
+  for (const bool sampled : {false, true}) {
+    GenerateOptions o = short_options();
+    if (sampled) {
+      o.sampling.temperature = 0.8f;
+      o.sampling.top_p = 0.9f;
+      o.sampling.spec = SpecSampling::coupled;
+      o.seed = 3;
+    }
+    std::vector<std::vector<int32_t>> plain;
+    for (const auto& p : ps) plain.push_back(generate(*target, ctx, p, o).tokens);
+    std::vector<PolicyRun> runs;
+    for (const std::vector<float>& rating :
+         {std::vector<float>{1.0f}, std::vector<float>{0.0f}, std::vector<float>{1.0f, 0.0f}}) {
+      DraftModelSource inner(load_model(model_dir("qwen3"), Device::cpu(), DType::f32), 4096);
+      RatedSource source(inner, rating);
+      runs.push_back(run_policy(*target, ctx, &source, o, ps, DraftPolicy::adaptive, flat));
+      for (size_t i = 0; i < ps.size(); ++i)
+        EXPECT_EQ(runs.back().out[i].result.tokens, plain[i])
+            << "sampled " << sampled << " rating " << rating[0] << " row " << i;
+    }
+    const SpecTelemetry &all = runs[0].total, &none = runs[1].total, &first = runs[2].total;
+    EXPECT_GT(all.drafted, 0);
+    EXPECT_EQ(all.drafts_cut, 0);
+    EXPECT_EQ(none.drafted, 0);
+    EXPECT_GT(none.drafts_cut, 0);
+    // [1, 0, 1, 0]: only the first draft of a row pays.
+    EXPECT_GT(first.drafted, 0);
+    EXPECT_GT(first.drafts_cut, 0);
+    EXPECT_EQ(first.drafted_at.size(), 1u);
   }
 }
 

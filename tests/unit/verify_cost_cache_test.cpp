@@ -220,7 +220,7 @@ struct EngineRun {
 };
 
 EngineRun run_engine(Model& target, Context& ctx, const fs::path& cache_dir, int gamma,
-                     bool generate_tokens = false) {
+                     bool generate_tokens = false, int max_tokens = 24) {
   EngineRun r;
   SpecConfig cfg;
   cfg.gamma = gamma;
@@ -233,7 +233,7 @@ EngineRun run_engine(Model& target, Context& ctx, const fs::path& cache_dir, int
   NgramSource source(NgramConfig{1, 3});
   if (generate_tokens) {
     GenerateOptions o;
-    o.max_tokens = 24;
+    o.max_tokens = max_tokens;
     o.eos_token_ids = {};
     std::vector<RequestInput> reqs;
     for (int i = 0; i < 2; ++i) {
@@ -306,6 +306,35 @@ TEST(VerifyCostCache, EngineLoadsWhatAnEarlierEngineMeasured) {
   const EngineRun unwritable = run_engine(*target, ctx, dir.path() / "plain_file" / "c", 4);
   EXPECT_TRUE(mentions(unwritable.log, "cannot write the verify cost cache"));
   EXPECT_FALSE(unwritable.profile.points.empty());
+}
+
+// A cached profile whose times the rounds beat by far (measured on a busy machine) is dropped when
+// the engine ends, so that the next start profiles again; one the rounds do not beat stays.
+TEST(VerifyCostCache, ProfileTheRoundsBeatIsDropped) {
+  if (!fs::exists(qwen3_dir() / "config.json")) GTEST_SKIP();
+  Context ctx(Device::cpu());
+  auto target = load_model(qwen3_dir(), Device::cpu(), DType::f32);
+  TempDir dir;
+  const fs::path cache = dir.path() / "verify-cost";
+  run_engine(*target, ctx, cache, 4);
+  ASSERT_EQ(count_files(cache), 1);
+  const fs::path file = fs::directory_iterator(cache)->path();
+  const nlohmann::json measured = nlohmann::json::parse(std::ifstream(file));
+  auto store_scaled = [&](double factor) {
+    nlohmann::json j = measured;
+    for (auto& point : j["points"]) point[1] = point[1].get<double>() * factor;
+    write_file(file, j.dump());
+  };
+  // 160 tokens per row, gamma 4: at least 32 rounds, enough for the engine to judge the profile.
+  store_scaled(1e3);
+  const EngineRun slow = run_engine(*target, ctx, cache, 4, true, 160);
+  EXPECT_FALSE(fs::exists(file));
+  EXPECT_TRUE(mentions(slow.log, "verify cost profile " + file.string() + " dropped"));
+  store_scaled(1e-3);
+  const EngineRun fast = run_engine(*target, ctx, cache, 4, true, 160);
+  EXPECT_TRUE(fs::exists(file));
+  EXPECT_FALSE(mentions(fast.log, "dropped"));
+  EXPECT_EQ(fast.tokens, slow.tokens);
 }
 
 TEST(VerifyCostCache, EngineWithoutTheCacheWritesNothing) {

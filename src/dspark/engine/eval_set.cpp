@@ -107,7 +107,9 @@ nlohmann::json EvalGroup::to_json() const {
           {"acceptance", spec.acceptance()},
           {"acceptance_by_position", s["acceptance_by_position"]},
           {"drafted_by_position", spec.drafted_at},
-          {"accepted_by_position", spec.accepted_at}};
+          {"accepted_by_position", spec.accepted_at},
+          {"mean_draft_length", spec.mean_draft_length()},
+          {"drafts_cut", spec.drafts_cut}};
 }
 
 EvalSummary summarize_eval(const std::vector<EvalTurn>& turns) {

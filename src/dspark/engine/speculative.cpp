@@ -1,6 +1,7 @@
 #include "dspark/engine/speculative.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -96,8 +97,10 @@ SpeculativeEngine::SpeculativeEngine(Model& target, Context& ctx, DraftSource* s
     } else {
       profile_ = profile_verify_cost(target_, ctx_, kv_, taps_, rows, config_.gamma + 1,
                                      config_.profile_budget_s);
-      if (cached) store_verify_cost(config_.cost_cache.dir, key, profile_, config_.log);
+      if (cached && store_verify_cost(config_.cost_cache.dir, key, profile_, config_.log))
+        cost_file_ = verify_cost_cache_file(config_.cost_cache.dir, key);
     }
+    if (!profile_.loaded_from.empty()) cost_file_ = profile_.loaded_from;
     cost_.verify = profile_.points;
     if (config_.log) config_.log(describe(profile_));
   }
@@ -123,7 +126,25 @@ VerifyCostKey SpeculativeEngine::verify_cost_key(int rows) const {
   return key;
 }
 
-SpeculativeEngine::~SpeculativeEngine() = default;
+// A cached profile the rounds found much slower than the device now is (measured while the
+// machine was busy) would keep the policy drafting too little at every later start: it is dropped,
+// so that the next start profiles again.
+SpeculativeEngine::~SpeculativeEngine() {
+  constexpr int64_t kMinRounds = 32;
+  constexpr double kStaleScale = 0.8;
+  if (cost_file_.empty() || verify_rounds_ < kMinRounds || cost_.verify_scale >= kStaleScale)
+    return;
+  std::error_code ec;
+  if (std::filesystem::remove(cost_file_, ec) && config_.log) {
+    try {
+      config_.log(fmt::format(
+          "verify cost profile {} dropped: the rounds ran at {:.2f}x its times (profiled while "
+          "the machine was busy?); the next start profiles again",
+          cost_file_.string(), cost_.verify_scale));
+    } catch (...) {  // a destructor never throws; the file is gone either way
+    }
+  }
+}
 
 RowId SpeculativeEngine::add(RequestInput input) {
   const int64_t vocab = target_.config().vocab_size;
@@ -404,6 +425,9 @@ bool SpeculativeEngine::propose() {
 // gives such a draft probability 0, so verification rejects it and everything after it; cutting
 // it there is lossless and spares the verify forward those positions. Sources that draft under
 // the grammar (ProposeRequest::grammar) propose no such draft; this is the net for the others.
+// Then, with the adaptive policy and a source that rates its drafts (Proposal::acceptance), each
+// row keeps the drafts that pay for their verify rows (cut_drafts). Both cuts depend only on the
+// drafts, never on the target's output at their positions, so verification stays exact.
 void SpeculativeEngine::constrain_drafts() {
   RoundScratch& s = round_;
   Proposal& p = s.proposal;
@@ -420,6 +444,16 @@ void SpeculativeEngine::constrain_drafts() {
     cut = cut || keep < p.count(i);
     s.drafts_kept.push_back(keep);
   }
+  s.drafts_rated.assign(s.drafts_kept.begin(), s.drafts_kept.end());
+  s.acceptance_indptr.assign(p.indptr.begin(), p.indptr.end());
+  s.acceptance.clear();
+  if (adaptive() && !p.acceptance.empty()) {
+    DSPARK_CHECK(p.acceptance.size() == p.tokens.size(), "draft source rated {} of {} drafts",
+                 p.acceptance.size(), p.tokens.size());
+    s.acceptance.swap(p.acceptance);
+    cut = cut_drafts() || cut;
+  }
+  p.acceptance.clear();
   if (!cut) return;
   // Compact tokens (and the rows of q) in place: each kept draft moves to an earlier or equal
   // index, so no row is overwritten before it is moved.
@@ -438,6 +472,35 @@ void SpeculativeEngine::constrain_drafts() {
   for (size_t i = 0; i < s.rows.size(); ++i) p.indptr[i + 1] = p.indptr[i] + s.drafts_kept[i];
   p.tokens.resize(static_cast<size_t>(w));
   if (p.q.defined()) p.q = w > 0 ? p.q.rows(0, w) : Tensor();
+}
+
+// The rated drafts (the first drafts_rated[i] of row i, rated s.acceptance) cut to the lengths
+// with the highest expected tokens per millisecond for the rest of the round: the draft step has
+// run, so its cost counts as a fixed part of the round, and only the verify rows still depend on
+// the lengths.
+bool SpeculativeEngine::cut_drafts() {
+  RoundScratch& s = round_;
+  RoundCostModel cost = cost_;
+  int drafting = 0, asked = 0;
+  for (const ProposeRequest& q : s.requests) {
+    drafting += q.max_tokens > 0;
+    asked += q.max_tokens;
+  }
+  cost.fixed_ms += cost.draft_ms_per_row * drafting + cost.draft_ms_per_token * asked;
+  cost.draft_ms_per_row = cost.draft_ms_per_token = 0;
+  s.choice.clear();
+  for (size_t i = 0; i < s.rows.size(); ++i)
+    s.choice.push_back({std::span<const float>(s.acceptance)
+                            .subspan(static_cast<size_t>(s.acceptance_indptr[i]),
+                                     static_cast<size_t>(s.drafts_rated[i])),
+                        s.drafts_rated[i]});
+  choose_draft_lengths(s.choice, cost, s.lengths);
+  bool cut = false;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    s.drafts_kept[i] = std::min(s.drafts_kept[i], s.lengths[i]);
+    cut = cut || s.lengths[i] < s.drafts_rated[i];
+  }
+  return cut;
 }
 
 void SpeculativeEngine::choose_lengths() {
@@ -479,6 +542,7 @@ void SpeculativeEngine::observe_round_cost(const RoundClock& clock) {
   const double profiled =
       cost_.verify_ms(static_cast<int>(s.batch.tokens.size())) / cost_.verify_scale;
   if (profiled > 0) {
+    ++verify_rounds_;
     const double ratio = clock.wall_ms(RoundMark::proposed, RoundMark::verified) / profiled;
     cost_.verify_scale += kRate * (ratio - cost_.verify_scale);
   }
@@ -633,9 +697,20 @@ void SpeculativeEngine::emit() {
     r.pending = next;
     r.spec.record_round(s.proposal.count(i), s.verified.n_accepted[i]);
     r.spec.draft_budget += s.requests[i].max_tokens;
+    r.spec.drafts_cut += s.drafts_rated[i] - s.proposal.count(i);
     if (s.requests[i].max_tokens > 0) {
-      r.accept.observe(s.proposal.count(i), s.verified.n_accepted[i]);
-      pooled_.observe(s.proposal.count(i), s.verified.n_accepted[i]);
+      const int n = s.proposal.count(i), accepted = s.verified.n_accepted[i];
+      r.accept.observe(n, accepted);
+      pooled_.observe(n, accepted);
+      // Drafts the policy cut (cut_drafts) were never verified: their rating stands in for the
+      // outcome, so that a row whose drafts are all cut still learns that drafting does not pay.
+      if (accepted == n && n < s.drafts_rated[i] && !s.acceptance.empty()) {
+        const auto rated = std::span<const float>(s.acceptance)
+                               .subspan(static_cast<size_t>(s.acceptance_indptr[i] + n),
+                                        static_cast<size_t>(s.drafts_rated[i] - n));
+        r.accept.expect(n, rated);
+        pooled_.expect(n, rated);
+      }
     } else {
       r.accept.idle(pooled_);
     }

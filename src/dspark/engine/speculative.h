@@ -159,6 +159,7 @@ class SpeculativeEngine {
   // The adaptive policy: each row's draft budget this round (ProposeRequest::max_tokens).
   void choose_lengths();
   void constrain_drafts();
+  bool cut_drafts();  // false: every rated draft stays
   // The round's draft and fixed costs into the cost model (adaptive policy).
   void observe_round_cost(const RoundClock& clock);
   void build_verify_batch();
@@ -180,7 +181,9 @@ class SpeculativeEngine {
   PagedKvCache kv_;
   Verifier verifier_;
   std::vector<int> taps_;
-  VerifyCostProfile profile_;  // adaptive policy
+  VerifyCostProfile profile_;        // adaptive policy
+  std::filesystem::path cost_file_;  // the profile's cache file (read or written), if any
+  int64_t verify_rounds_ = 0;        // rounds whose verify time updated cost_.verify_scale
   RoundCostModel cost_;
   DraftCostFit draft_fit_;
   int draft_cost_samples_ = 0;
@@ -193,25 +196,28 @@ class SpeculativeEngine {
   // decode_round's per-round host arrays, kept between rounds (cleared, not freed): a round in
   // steady state allocates none of them. The phase that fills each one is named first.
   struct RoundScratch {
-    std::vector<Row*> rows;                // propose: this round's rows
-    std::vector<ProposeRequest> requests;  // propose
-    Proposal proposal;                     // propose
-    ForwardBatch batch;                    // build_verify_batch
-    std::vector<SamplingParams> params;    // build_verify_batch (per row)
-    std::vector<uint64_t> seeds;           // build_verify_batch
-    std::vector<int32_t> positions;        // build_verify_batch: position of draft 1
-    std::vector<int32_t> length_before;    // build_verify_batch: the KV length before the round
-    VerifyResult verified;                 // verify
-    std::vector<RowUpdate> updates;        // commit_to_source (and Row::kept)
-    std::vector<int32_t> burst;            // emit: one row's tokens
-    std::vector<Row*> ending;              // emit: the rows this round ends
-    std::vector<PenaltyEntry> penalties;   // verify: the penalty edits of the logits
-    std::vector<float> logits_host;        // verify: logits rows copied for logprobs (CUDA)
-    std::vector<DraftLengthRow> choice;    // propose: the adaptive policy's inputs
-    std::vector<int> lengths;              // propose: and its choice
-    std::vector<int32_t> drafts_kept;      // propose: drafts each row keeps (constrain_drafts)
-    std::vector<int32_t> mask_rows;        // verify: logits rows with a structured-output mask
-    std::vector<uint32_t> mask_words;      // verify: and their masks (ops/token_mask.h)
+    std::vector<Row*> rows;                  // propose: this round's rows
+    std::vector<ProposeRequest> requests;    // propose
+    Proposal proposal;                       // propose
+    ForwardBatch batch;                      // build_verify_batch
+    std::vector<SamplingParams> params;      // build_verify_batch (per row)
+    std::vector<uint64_t> seeds;             // build_verify_batch
+    std::vector<int32_t> positions;          // build_verify_batch: position of draft 1
+    std::vector<int32_t> length_before;      // build_verify_batch: the KV length before the round
+    VerifyResult verified;                   // verify
+    std::vector<RowUpdate> updates;          // commit_to_source (and Row::kept)
+    std::vector<int32_t> burst;              // emit: one row's tokens
+    std::vector<Row*> ending;                // emit: the rows this round ends
+    std::vector<PenaltyEntry> penalties;     // verify: the penalty edits of the logits
+    std::vector<float> logits_host;          // verify: logits rows copied for logprobs (CUDA)
+    std::vector<DraftLengthRow> choice;      // propose: the adaptive policy's inputs
+    std::vector<int> lengths;                // propose: and its choice
+    std::vector<int32_t> drafts_kept;        // propose: drafts each row keeps (constrain_drafts)
+    std::vector<int32_t> drafts_rated;       // propose: of the proposal, those the policy could cut
+    std::vector<float> acceptance;           // propose: Proposal::acceptance, before the cut
+    std::vector<int32_t> acceptance_indptr;  // propose: and its rows (the proposal's indptr)
+    std::vector<int32_t> mask_rows;          // verify: logits rows with a structured-output mask
+    std::vector<uint32_t> mask_words;        // verify: and their masks (ops/token_mask.h)
   };
   RoundScratch round_;
 };

@@ -69,6 +69,14 @@ void AcceptanceEstimate::observe(int drafted, int accepted) {
   }
 }
 
+void AcceptanceEstimate::expect(int first, std::span<const float> expected) {
+  for (size_t k = 0; k < expected.size(); ++k) {
+    const size_t j = static_cast<size_t>(first) + k;
+    if (j >= p_.size()) break;
+    p_[j] += kRate * (std::clamp(expected[k], 0.0f, 1.0f) - p_[j]);
+  }
+}
+
 void AcceptanceEstimate::idle(const AcceptanceEstimate& target, float rate) {
   for (size_t j = 0; j < p_.size() && j < target.p_.size(); ++j)
     p_[j] += rate * (target.p_[j] - p_[j]);

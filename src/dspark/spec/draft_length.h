@@ -69,6 +69,10 @@ class AcceptanceEstimate {
   void start_from(const AcceptanceEstimate& pooled) { p_ = pooled.p_; }
   // A round that proposed `drafted` tokens of which the first `accepted` were accepted.
   void observe(int drafted, int accepted);
+  // Drafts first .. first + expected.size() - 1 (0-based positions) that were reached but not
+  // verified: each position's estimate moves toward the given probability of acceptance, as if
+  // observed.
+  void expect(int first, std::span<const float> expected);
   // A round without drafts: the estimate moves by `rate` toward `target` (the pooled estimate, or
   // for the pooled one the prior), so that a row whose drafts stopped paying tries again once it
   // may pay (the draft source stayed committed).

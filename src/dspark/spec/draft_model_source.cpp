@@ -38,9 +38,13 @@ void DraftModelSource::commit(Context&, std::span<const RowUpdate> updates,
     r.history.resize(static_cast<size_t>(u.first_position));
     r.history.insert(r.history.end(), u.kept_tokens.begin(), u.kept_tokens.end());
     if (u.pending >= 0) r.history.push_back(u.pending);
-    // Keep the longest prefix of the draft cache that is still part of the committed text.
+    // Keep the longest prefix of the draft cache that is still part of the committed text, short
+    // of the last token: the next propose feeds at least that one for its logits (the cache may
+    // hold all of the text when drafts were cut before verification and the target's token
+    // equals the first of them).
     size_t keep = 0;
-    const size_t limit = std::min(r.kv_tokens.size(), r.history.size());
+    const size_t limit =
+        std::min(r.kv_tokens.size(), r.history.empty() ? size_t{0} : r.history.size() - 1);
     while (keep < limit && r.kv_tokens[keep] == r.history[keep]) ++keep;
     if (keep < r.kv_tokens.size()) {
       kv_.rollback_to(r.seq, static_cast<int>(keep));

@@ -60,10 +60,16 @@ struct Proposal {
   // The processed draft distribution q of each drafted token, f32 [tokens.size(), vocab] on the
   // context's device; undefined when every draft is deterministic (q = one-hot of the token).
   Tensor q;
+  // Per drafted token (parallel to tokens), or empty: the source's calibrated probability that the
+  // draft is accepted when every draft before it in its row is (a DSpark drafter's confidence
+  // through its acceptance curve). The adaptive draft policy cuts each row where the rest does not
+  // pay for its verify rows.
+  std::vector<float> acceptance;
   void clear() {
     indptr.assign(1, 0);
     tokens.clear();
     q = Tensor();
+    acceptance.clear();
   }
   int count(size_t i) const { return indptr[i + 1] - indptr[i]; }
 };

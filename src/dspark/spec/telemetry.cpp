@@ -48,6 +48,7 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   verify_sync_wait_ms += o.verify_sync_wait_ms;
   prefix_reused += o.prefix_reused;
   draft_budget += o.draft_budget;
+  drafts_cut += o.drafts_cut;
   draft_policy = o.draft_policy;
 }
 
@@ -68,6 +69,7 @@ nlohmann::json SpecTelemetry::to_json() const {
       {"prefix_reused", prefix_reused},
       {"draft_policy", draft_policy_name(draft_policy)},
       {"mean_draft_length", mean_draft_length()},
+      {"drafts_cut", drafts_cut},
       {"timings_ms",
        {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
   if (draft_cpu_ms + verify_cpu_ms + rest_cpu_ms > 0)

@@ -44,6 +44,9 @@ struct SpecTelemetry {
   // chosen draft length.
   DraftPolicy draft_policy = DraftPolicy::fixed;
   int64_t draft_budget = 0;
+  // Drafts the adaptive policy cut after the source rated them (Proposal::acceptance): proposed,
+  // never verified, not counted in drafted.
+  int64_t drafts_cut = 0;
   double mean_draft_length() const {
     return rounds > 0 ? static_cast<double>(draft_budget) / rounds : 0.0;
   }

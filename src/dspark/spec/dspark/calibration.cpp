@@ -18,6 +18,39 @@ namespace {
 
 constexpr const char* kFormat = "dspark-thresholds/1";
 
+std::vector<float> read_unit_numbers(const json& entry, const char* key,
+                                     const std::string& source) {
+  const auto it = entry.find(key);
+  DSPARK_CHECK_KIND(io, it != entry.end() && it->is_array(),
+                    "{}: an 'acceptance' entry needs '{}' (a list of numbers)", source, key);
+  std::vector<float> out;
+  for (const json& v : *it) {
+    DSPARK_CHECK_KIND(io, v.is_number(), "{}: acceptance '{}' must hold numbers, got {}", source,
+                      key, json_brief(v));
+    const double x = v.get<double>();
+    DSPARK_CHECK_KIND(io, x >= 0.0 && x <= 1.0, "{}: acceptance '{}' value {} is outside [0, 1]",
+                      source, key, x);
+    DSPARK_CHECK_KIND(io, out.empty() || x >= out.back(),
+                      "{}: acceptance '{}' must not decrease ({} after {})", source, key, x,
+                      out.back());
+    out.push_back(static_cast<float>(x));
+  }
+  return out;
+}
+
+// One "acceptance" entry's knots.
+AcceptanceCurve read_curve(const json& entry, const std::string& source) {
+  DSPARK_CHECK_KIND(io, entry.is_object(), "{}: an 'acceptance' entry must be an object, got {}",
+                    source, json_brief(entry));
+  AcceptanceCurve c;
+  c.confidence = read_unit_numbers(entry, "confidence", source);
+  c.probability = read_unit_numbers(entry, "probability", source);
+  DSPARK_CHECK_KIND(io, c.confidence.size() == c.probability.size(),
+                    "{}: an 'acceptance' entry has {} confidences but {} probabilities", source,
+                    c.confidence.size(), c.probability.size());
+  return c;
+}
+
 PositionFit fit_position(std::vector<ConfidenceSample>& s, int position,
                          const ThresholdFitOptions& o) {
   PositionFit f;
@@ -92,6 +125,74 @@ ThresholdFit fit_thresholds(std::span<const ConfidenceSample> samples, int n_pos
   return fit;
 }
 
+float AcceptanceCurve::at(float c) const {
+  if (confidence.empty()) return 0.0f;
+  if (c <= confidence.front()) return probability.front();
+  if (c >= confidence.back()) return probability.back();
+  const size_t i = static_cast<size_t>(std::upper_bound(confidence.begin(), confidence.end(), c) -
+                                       confidence.begin());
+  const float c0 = confidence[i - 1], c1 = confidence[i];
+  const float p0 = probability[i - 1], p1 = probability[i];
+  return c1 > c0 ? p0 + (p1 - p0) * (c - c0) / (c1 - c0) : p1;
+}
+
+std::vector<AcceptanceCurve> fit_acceptance_curves(std::span<const ConfidenceSample> samples,
+                                                   int n_positions,
+                                                   const AcceptanceFitOptions& options) {
+  DSPARK_CHECK_KIND(invalid_input, n_positions >= 0, "fit_acceptance_curves: {} positions",
+                    n_positions);
+  DSPARK_CHECK_KIND(invalid_input, options.bin_samples >= 1 && options.max_bins >= 1,
+                    "fit_acceptance_curves: {} samples per bin, {} bins", options.bin_samples,
+                    options.max_bins);
+  std::vector<std::vector<ConfidenceSample>> by_position(static_cast<size_t>(n_positions));
+  for (const ConfidenceSample& s : samples) {
+    if (s.position < 0 || s.position >= n_positions || !std::isfinite(s.confidence)) continue;
+    by_position[static_cast<size_t>(s.position)].push_back(s);
+  }
+  std::vector<AcceptanceCurve> curves(static_cast<size_t>(n_positions));
+  for (int k = 0; k < n_positions; ++k) {
+    std::vector<ConfidenceSample>& s = by_position[static_cast<size_t>(k)];
+    const auto n = static_cast<int64_t>(s.size());
+    if (n == 0 || n < options.min_samples) continue;
+    std::sort(s.begin(), s.end(), [](const ConfidenceSample& a, const ConfidenceSample& b) {
+      return a.confidence < b.confidence;
+    });
+    // Equal-count bins; the pooled blocks of the isotonic fit carry their sums.
+    struct Block {
+      double confidence_sum = 0;
+      int64_t n = 0, accepted = 0;
+      double rate() const { return smoothed_precision(accepted, n); }
+    };
+    const int64_t bins =
+        std::clamp<int64_t>(n / options.bin_samples, 1, static_cast<int64_t>(options.max_bins));
+    std::vector<Block> blocks;
+    for (int64_t b = 0; b < bins; ++b) {
+      Block block;
+      for (int64_t i = b * n / bins; i < (b + 1) * n / bins; ++i) {
+        const ConfidenceSample& x = s[static_cast<size_t>(i)];
+        block.confidence_sum += x.confidence;
+        ++block.n;
+        block.accepted += x.accepted ? 1 : 0;
+      }
+      blocks.push_back(block);
+      // Pool adjacent violators: merge while the new block's acceptance is below the one before.
+      while (blocks.size() > 1 && blocks.back().rate() < blocks[blocks.size() - 2].rate()) {
+        const Block last = blocks.back();
+        blocks.pop_back();
+        blocks.back().confidence_sum += last.confidence_sum;
+        blocks.back().n += last.n;
+        blocks.back().accepted += last.accepted;
+      }
+    }
+    AcceptanceCurve& c = curves[static_cast<size_t>(k)];
+    for (const Block& b : blocks) {
+      c.confidence.push_back(static_cast<float>(b.confidence_sum / static_cast<double>(b.n)));
+      c.probability.push_back(static_cast<float>(b.rate()));
+    }
+  }
+  return curves;
+}
+
 ThresholdsFile read_thresholds_file(const fs::path& file) {
   const json j = read_json_file(file);
   const std::string source = file.string();
@@ -113,6 +214,20 @@ ThresholdsFile read_thresholds_file(const fs::path& file) {
   out.target_precision = json_optional_number(j, "target_precision", source).value_or(0.0);
   out.block_size = static_cast<int>(json_optional_int(j, "block_size", source).value_or(0));
   out.n_samples = json_optional_int(j, "samples", source).value_or(0);
+  if (const auto a = j.find("acceptance"); a != j.end()) {
+    DSPARK_CHECK_KIND(io, a->is_array(), "{}: 'acceptance' must be a list, got {}", source,
+                      json_brief(*a));
+    for (const json& entry : *a) {
+      const std::optional<int64_t> k =
+          entry.is_object() ? json_optional_int(entry, "position", source) : std::nullopt;
+      DSPARK_CHECK_KIND(io, k && *k >= 0 && *k < 4096,
+                        "{}: an 'acceptance' entry needs a 'position' in [0, 4096), got {}", source,
+                        json_brief(entry));
+      if (out.acceptance.size() <= static_cast<size_t>(*k))
+        out.acceptance.resize(static_cast<size_t>(*k) + 1);
+      out.acceptance[static_cast<size_t>(*k)] = read_curve(entry, source);
+    }
+  }
   return out;
 }
 
@@ -125,12 +240,21 @@ json position_fit_json(const PositionFit& p) {
 void write_thresholds_file(const fs::path& file, const ThresholdsFile& c) {
   json positions = json::array();
   for (const PositionFit& p : c.positions) positions.push_back(position_fit_json(p));
-  const json j = {{"format", kFormat},
-                  {"thresholds", c.thresholds},
-                  {"target_precision", c.target_precision},
-                  {"block_size", c.block_size},
-                  {"samples", c.n_samples},
-                  {"positions", positions}};
+  json j = {{"format", kFormat},
+            {"thresholds", c.thresholds},
+            {"target_precision", c.target_precision},
+            {"block_size", c.block_size},
+            {"samples", c.n_samples},
+            {"positions", positions}};
+  if (!c.acceptance.empty()) {
+    json curves = json::array();
+    for (size_t k = 0; k < c.acceptance.size(); ++k)
+      if (!c.acceptance[k].empty())
+        curves.push_back({{"position", k},
+                          {"confidence", c.acceptance[k].confidence},
+                          {"probability", c.acceptance[k].probability}});
+    j["acceptance"] = curves;
+  }
   const fs::path tmp = fs::path(file.string() + ".tmp");
   {
     std::ofstream out(tmp);

@@ -61,15 +61,43 @@ ThresholdFit fit_thresholds(std::span<const ConfidenceSample> samples, int n_pos
 // The smoothed precision (A + 1) / (N + 2).
 double smoothed_precision(int64_t n_accepted, int64_t n);
 
+// One draft position's calibrated acceptance: the probability that a draft is accepted, given its
+// confidence and that every draft before it in the round was accepted. Knots of non-decreasing
+// confidence and probability; linear between them, constant beyond the ends. The adaptive draft
+// policy cuts each round's proposal with it (engine/speculative.h).
+struct AcceptanceCurve {
+  std::vector<float> confidence;
+  std::vector<float> probability;
+  bool empty() const { return confidence.empty(); }
+  float at(float c) const;
+};
+
+struct AcceptanceFitOptions {
+  int64_t min_samples = 64;   // observations a position needs for a curve (else it has none)
+  int64_t bin_samples = 256;  // observations per bin at least (bins of equal count)
+  int max_bins = 16;
+};
+
+// Per position 0..n_positions-1: observations sorted by confidence, cut into bins of equal count,
+// each bin a knot (mean confidence, smoothed acceptance (A + 1) / (N + 2)); adjacent bins whose
+// acceptance decreases are pooled (isotonic regression, weighted by count), so the curve never
+// falls as confidence rises. A position with fewer than min_samples observations gets no curve.
+std::vector<AcceptanceCurve> fit_acceptance_curves(std::span<const ConfidenceSample> samples,
+                                                   int n_positions,
+                                                   const AcceptanceFitOptions& options);
+
 struct ThresholdsFile {
   std::vector<float> thresholds;  // per draft position, each in [0, 1]
   double target_precision = 0;
   int block_size = 0;
   int64_t n_samples = 0;
   std::vector<PositionFit> positions;  // written for inspection; not needed to read
+  // Per draft position (optional: files without "acceptance" have none; a position may be empty).
+  std::vector<AcceptanceCurve> acceptance;
 };
 
-// Reads a thresholds file: {"format": "dspark-thresholds/1", "thresholds": [...], ...}.
+// Reads a thresholds file: {"format": "dspark-thresholds/1", "thresholds": [...], ...,
+// "acceptance": [{"position": k, "confidence": [...], "probability": [...]}, ...] (optional)}.
 // Throws io naming the file and the problem.
 ThresholdsFile read_thresholds_file(const std::filesystem::path& file);
 void write_thresholds_file(const std::filesystem::path& file, const ThresholdsFile& contents);

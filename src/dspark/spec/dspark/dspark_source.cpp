@@ -85,6 +85,20 @@ DSparkSource::DSparkSource(DrafterConfig config, DrafterWeights weights, Model& 
       table.inv_freq, Shape{static_cast<int64_t>(table.inv_freq.size())}, target.device());
   rope_.attention_scaling = table.attention_scaling;
   if (options_.fp8_weights) quantize_backbone_fp8();
+  if (config_.confidence_head) {
+    const AcceptanceCurve* last = nullptr;
+    for (const AcceptanceCurve& curve : options_.acceptance) {
+      if (!curve.empty()) last = &curve;
+      curves_.push_back(last);
+    }
+    // Positions before the first curve take it too.
+    const auto first = std::find_if(curves_.begin(), curves_.end(),
+                                    [](const AcceptanceCurve* p) { return p != nullptr; });
+    if (first == curves_.end())
+      curves_.clear();
+    else
+      std::fill(curves_.begin(), first, *first);
+  }
 }
 
 DSparkSource::~DSparkSource() = default;
@@ -645,6 +659,11 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
         Row& r = row_ref(requests[i].row);
         r.confidence.resize(static_cast<size_t>(n));
         for (int k = 0; k < n; ++k) r.confidence[static_cast<size_t>(k)] = conf_at_fn(a, k);
+        if (!curves_.empty())
+          for (int k = 0; k < n; ++k)
+            out.acceptance.push_back(
+                curves_[std::min(static_cast<size_t>(k), curves_.size() - 1)]->at(
+                    r.confidence[static_cast<size_t>(k)]));
       }
       dstats_.n_pruned += full - n;
       for (int k = 0; k < n; ++k) {
@@ -692,7 +711,9 @@ std::unique_ptr<DSparkSource> load_dspark_source(const std::filesystem::path& di
   std::error_code ec;
   if (options.thresholds.empty() && read_thresholds_file_flag &&
       std::filesystem::is_regular_file(file, ec)) {
-    options.thresholds = read_thresholds_file(file).thresholds;
+    ThresholdsFile contents = read_thresholds_file(file);
+    options.thresholds = std::move(contents.thresholds);
+    if (options.acceptance.empty()) options.acceptance = std::move(contents.acceptance);
   }
   return std::make_unique<DSparkSource>(std::move(config), std::move(weights), target,
                                         std::move(options));

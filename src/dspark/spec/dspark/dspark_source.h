@@ -72,6 +72,10 @@ struct DSparkSourceOptions {
   // Per draft position k: the proposal ends at the first k > 0 with confidence < thresholds[k]
   // (positions past the end of the list, and position 0, are never pruned). Empty: no pruning.
   std::vector<float> thresholds;
+  // Per draft position: the calibrated acceptance of a draft given its confidence (the thresholds
+  // file's "acceptance"); a position without a curve uses the nearest earlier one (those before the
+  // first curve use the first). Fills Proposal::acceptance; empty: the proposal carries none.
+  std::vector<AcceptanceCurve> acceptance;
   // Keep host copies of the last commit's context features and of the last round (tests).
   bool record = false;
   // false: drafts from the base logits alone (z_k = U_k), ignoring the Markov / gated / RNN
@@ -344,6 +348,9 @@ class DSparkSource final : public DraftSource {
   DSparkStats dstats_;
   DSparkRecord record_;
   std::vector<ConfidenceSample>* confidence_log_ = nullptr;
+  // Per draft position, the curve of options_.acceptance it uses (the nearest earlier non-empty
+  // one); empty without curves or without a confidence head.
+  std::vector<const AcceptanceCurve*> curves_;
 };
 
 // The thresholds file read next to a checkpoint when present (see spec/dspark/calibration.h).
