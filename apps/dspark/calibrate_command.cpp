@@ -170,8 +170,8 @@ int run_calibrate(const CalibrateArgs& a) {
     nlohmann::json positions = nlohmann::json::array();
     for (const PositionFit& p : fit.positions) positions.push_back(position_fit_json(p));
     nlohmann::json curves = nlohmann::json::array();
-    for (const AcceptanceCurve& c : file.acceptance)
-      curves.push_back({{"confidence", c.confidence}, {"probability", c.probability}});
+    for (size_t k = 0; k < file.acceptance.size(); ++k)
+      curves.push_back(acceptance_curve_json(static_cast<int>(k), file.acceptance[k]));
     const nlohmann::json j = {{"thresholds", fit.thresholds},
                               {"file", out.string()},
                               {"samples", log.size()},

@@ -480,7 +480,8 @@ void SpeculativeEngine::constrain_drafts() {
 // the lengths.
 bool SpeculativeEngine::cut_drafts() {
   RoundScratch& s = round_;
-  RoundCostModel cost = cost_;
+  RoundCostModel& cost = s.cut_cost;
+  cost = cost_;  // the verify points' storage is reused: no allocation per round
   int drafting = 0, asked = 0;
   for (const ProposeRequest& q : s.requests) {
     drafting += q.max_tokens > 0;

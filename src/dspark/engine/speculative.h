@@ -216,6 +216,7 @@ class SpeculativeEngine {
     std::vector<int32_t> drafts_rated;       // propose: of the proposal, those the policy could cut
     std::vector<float> acceptance;           // propose: Proposal::acceptance, before the cut
     std::vector<int32_t> acceptance_indptr;  // propose: and its rows (the proposal's indptr)
+    RoundCostModel cut_cost;                 // propose: cut_drafts' cost model
     std::vector<int32_t> mask_rows;          // verify: logits rows with a structured-output mask
     std::vector<uint32_t> mask_words;        // verify: and their masks (ops/token_mask.h)
   };

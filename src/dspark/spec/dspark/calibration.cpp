@@ -51,6 +51,17 @@ AcceptanceCurve read_curve(const json& entry, const std::string& source) {
   return c;
 }
 
+// The finite observations of positions 0..n_positions-1, one list per position.
+std::vector<std::vector<ConfidenceSample>> group_by_position(
+    std::span<const ConfidenceSample> samples, int n_positions) {
+  std::vector<std::vector<ConfidenceSample>> out(static_cast<size_t>(n_positions));
+  for (const ConfidenceSample& s : samples) {
+    if (s.position < 0 || s.position >= n_positions || !std::isfinite(s.confidence)) continue;
+    out[static_cast<size_t>(s.position)].push_back(s);
+  }
+  return out;
+}
+
 PositionFit fit_position(std::vector<ConfidenceSample>& s, int position,
                          const ThresholdFitOptions& o) {
   PositionFit f;
@@ -112,11 +123,7 @@ ThresholdFit fit_thresholds(std::span<const ConfidenceSample> samples, int n_pos
   DSPARK_CHECK_KIND(invalid_input, n_positions >= 0, "fit_thresholds: {} positions", n_positions);
   DSPARK_CHECK_KIND(invalid_input, options.target_precision > 0.0 && options.target_precision < 1.0,
                     "target precision must be in (0, 1), got {}", options.target_precision);
-  std::vector<std::vector<ConfidenceSample>> by_position(static_cast<size_t>(n_positions));
-  for (const ConfidenceSample& s : samples) {
-    if (s.position < 0 || s.position >= n_positions || !std::isfinite(s.confidence)) continue;
-    by_position[static_cast<size_t>(s.position)].push_back(s);
-  }
+  std::vector<std::vector<ConfidenceSample>> by_position = group_by_position(samples, n_positions);
   ThresholdFit fit;
   for (int k = 0; k < n_positions; ++k) {
     fit.positions.push_back(fit_position(by_position[static_cast<size_t>(k)], k, options));
@@ -144,11 +151,7 @@ std::vector<AcceptanceCurve> fit_acceptance_curves(std::span<const ConfidenceSam
   DSPARK_CHECK_KIND(invalid_input, options.bin_samples >= 1 && options.max_bins >= 1,
                     "fit_acceptance_curves: {} samples per bin, {} bins", options.bin_samples,
                     options.max_bins);
-  std::vector<std::vector<ConfidenceSample>> by_position(static_cast<size_t>(n_positions));
-  for (const ConfidenceSample& s : samples) {
-    if (s.position < 0 || s.position >= n_positions || !std::isfinite(s.confidence)) continue;
-    by_position[static_cast<size_t>(s.position)].push_back(s);
-  }
+  std::vector<std::vector<ConfidenceSample>> by_position = group_by_position(samples, n_positions);
   std::vector<AcceptanceCurve> curves(static_cast<size_t>(n_positions));
   for (int k = 0; k < n_positions; ++k) {
     std::vector<ConfidenceSample>& s = by_position[static_cast<size_t>(k)];
@@ -237,6 +240,11 @@ json position_fit_json(const PositionFit& p) {
           {"reason", p.reason}};
 }
 
+json acceptance_curve_json(int position, const AcceptanceCurve& curve) {
+  return {
+      {"position", position}, {"confidence", curve.confidence}, {"probability", curve.probability}};
+}
+
 void write_thresholds_file(const fs::path& file, const ThresholdsFile& c) {
   json positions = json::array();
   for (const PositionFit& p : c.positions) positions.push_back(position_fit_json(p));
@@ -250,9 +258,7 @@ void write_thresholds_file(const fs::path& file, const ThresholdsFile& c) {
     json curves = json::array();
     for (size_t k = 0; k < c.acceptance.size(); ++k)
       if (!c.acceptance[k].empty())
-        curves.push_back({{"position", k},
-                          {"confidence", c.acceptance[k].confidence},
-                          {"probability", c.acceptance[k].probability}});
+        curves.push_back(acceptance_curve_json(static_cast<int>(k), c.acceptance[k]));
     j["acceptance"] = curves;
   }
   const fs::path tmp = fs::path(file.string() + ".tmp");

@@ -103,5 +103,8 @@ ThresholdsFile read_thresholds_file(const std::filesystem::path& file);
 void write_thresholds_file(const std::filesystem::path& file, const ThresholdsFile& contents);
 // One position's fit as the thresholds file and `dspark calibrate --json` write it.
 nlohmann::json position_fit_json(const PositionFit& fit);
+// One position's acceptance curve as the thresholds file and `dspark calibrate --json` write it:
+// {"position", "confidence", "probability"}.
+nlohmann::json acceptance_curve_json(int position, const AcceptanceCurve& curve);
 
 }  // namespace dspark
