@@ -112,7 +112,10 @@ serve_once s2
 grep -q "dspark serve: verify cost loaded from $TMP/serve/" "$TMP/s2.serr" ||
   fail "serve did not load: $(cat "$TMP/s2.serr")"
 
-# dspark demo takes the flags too.
-"$DSPARK" demo --help | grep -q -- "--no-cost-cache" || fail "demo --help lacks --no-cost-cache"
-"$DSPARK" serve --help | grep -q -- "--cost-cache" || fail "serve --help lacks --cost-cache"
+# dspark demo takes the flags too. (The help is read whole first: with pipefail, grep -q closing
+# the pipe at its first match could fail the writer with SIGPIPE.)
+help=$("$DSPARK" demo --help)
+grep -q -- "--no-cost-cache" <<<"$help" || fail "demo --help lacks --no-cost-cache"
+help=$("$DSPARK" serve --help)
+grep -q -- "--cost-cache" <<<"$help" || fail "serve --help lacks --cost-cache"
 echo "cost cache: OK"
