@@ -42,6 +42,9 @@ struct Fixture {
   // chose different tokens at a near tie on one of the three prompts (token 5 of prompt 1, on the
   // H200), with the logits within the 5e-2 bound and the other prompts' 16 tokens equal; the
   // CPU's own dequantized twin differs from it at near ties too (tests/unit/mlx_model_test.cpp).
+  // Off for the 4-bit group-64 fixture too: token 11 of prompt 0 is a near tie on the CPU (logits
+  // 24.561 and 24.529 of tokens 152 and 85, a margin of 0.13%), which the H200's bf16 activations
+  // (groups expanded to Q4_1 blocks) resolved the other way, the logits within the bound.
   bool greedy_matches = true;
 };
 
@@ -115,7 +118,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Fixture{"Block32", "gguf/tiny_llama_quant.gguf", true, true},
                       Fixture{"KQuants", "gguf/tiny_llama_k.gguf", true, true},
                       Fixture{"llama3_q4_g32", "mlx/llama3_q4_g32", false, true},
-                      Fixture{"llama3_q4_g64", "mlx/llama3_q4_g64", false, true},
+                      Fixture{"llama3_q4_g64", "mlx/llama3_q4_g64", false, true, false, false},
                       Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, true, false, false},
                       Fixture{"llama3_fp8", "fp8/llama3_fp8", false, false, true}),
     [](const auto& p) { return std::string(p.param.name); });
