@@ -60,6 +60,7 @@
 
 #include "bench_common.h"
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/backend/op_profile.h"
 #include "dspark/core/buffer.h"
@@ -97,6 +98,7 @@ struct Options {
   bool draft_fp8 = false;
   bool graphs = false, profile_ops = false, trace = false, blocking_sync = false;
   bool graphs_only = false;  // with graphs: no eager verify widths, no back-to-back loops
+  bool exact = false;        // batch-invariant numerics (Tuning::batch_invariant)
 };
 
 // One (context, batch) configuration: `batch` rows of `context` random tokens each, every
@@ -469,6 +471,9 @@ int main_impl(int argc, char** argv) {
                "with --graphs: time verify widths with graphs only and skip the back-to-back "
                "forward loops (the eager decode step stays, as the reference): a third of the "
                "forwards, for context x batch sweeps");
+  app.add_flag("--exact", o.exact,
+               "batch-invariant numerics (dspark's --exact: Tuning::batch_invariant), to measure "
+               "their cost against the default kernels");
   app.add_flag("--trace", o.trace,
                "also record the decode step's and the round's device timeline (CUPTI): idle "
                "gaps between kernels, host time blocked, kernel times");
@@ -523,6 +528,7 @@ int main_impl(int argc, char** argv) {
   const Device device = parse_device(o.device_name);
   if (o.blocking_sync && device.is_cuda()) cuda::set_blocking_sync(device.index);
   Context ctx(device);
+  ctx.cuda_tuning().batch_invariant = o.exact;
   const DType dtype = device.is_cuda() ? DType::bf16 : DType::f32;
   const double bandwidth = device.is_cuda() ? cuda::measure_copy_bandwidth(device.index) : 0.0;
   const int64_t before = memory_stats(device).active_bytes;
@@ -545,11 +551,9 @@ int main_impl(int argc, char** argv) {
     created = create_draft_source(d, *target);
   }
 
-  nlohmann::json j = {{"model", o.model},
-                      {"device", device.name()},
-                      {"rounds", o.rounds},
-                      {"weight_bytes", weight_bytes},
-                      {"copy_bandwidth_gbs", bandwidth / 1e9}};
+  nlohmann::json j = {
+      {"model", o.model}, {"device", device.name()},      {"rounds", o.rounds},
+      {"exact", o.exact}, {"weight_bytes", weight_bytes}, {"copy_bandwidth_gbs", bandwidth / 1e9}};
   const bool sweep = contexts.size() * batches.size() > 1;
   for (int context : contexts) {
     for (int batch : batches) {

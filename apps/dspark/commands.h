@@ -32,6 +32,16 @@ inline CLI::Option* add_spec_sampling_option(CLI::App* sub, std::string& value) 
       ->capture_default_str();
 }
 
+// --exact (Tuning::batch_invariant, backend/cuda/policy/device.h) into `value`.
+inline CLI::Option* add_exact_option(CLI::App* sub, bool& value) {
+  return sub->add_flag(
+      "--exact", value,
+      "CUDA: batch-invariant numerics: a token's logits no longer depend on the other rows of its "
+      "forward, so speculative output equals plain output bit for bit (greedy, and sampled with "
+      "--spec-sampling coupled) at any batch; costs speed (docs/spec-decoding.md). The CPU "
+      "ignores it");
+}
+
 // --draft-policy (spec/draft_length.h): adaptive (the default) or fixed.
 inline CLI::Option* add_draft_policy_option(CLI::App* sub, std::string& value) {
   return sub

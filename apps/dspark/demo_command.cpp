@@ -4,7 +4,8 @@
 // draft position, and whether the outputs are identical (greedy, and sampled with coupled
 // speculative sampling and the same seed: they must be in f32 on the CPU, where a difference is a
 // bug and the exit status is 1; in bf16 on CUDA a near-tie can round differently in a verify
-// forward than in a decode forward, which the table says; rejection sampling may differ).
+// forward than in a decode forward, which the table says, unless --exact makes the forward
+// batch-invariant (then a difference is a bug again); rejection sampling may differ).
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -17,9 +18,11 @@
 #include "commands.h"
 #include "cost_cache_options.h"
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/engine/model_chat_template.h"
 #include "dspark/engine/side_by_side.h"
 #include "dspark/engine/spec_sampling.h"
+#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/source_factory.h"
 
@@ -49,6 +52,7 @@ struct DemoArgs {
   bool raw = false;
   bool json = false;
   bool cuda_graphs = true;  // CUDA: replay captured decode / verify forwards
+  bool exact = false;       // CUDA: batch-invariant numerics (--exact)
 };
 
 std::vector<int32_t> encode_prompt(const DemoArgs& a, const TextModel& tm) {
@@ -81,7 +85,7 @@ void print_table(const SideBySideResult& r, const std::string& kind, int gamma, 
   else if (!r.identical && bf16)
     std::printf(
         "(bf16 on CUDA: a near-tie rounded differently in a multi-token verify forward than "
-        "in a one-token decode forward; f32 gives identical output)\n");
+        "in a one-token decode forward; --exact gives identical output)\n");
   std::string by_pos;
   for (size_t j = 0; j < s.drafted_at.size(); ++j) {
     if (s.drafted_at[j] == 0) break;
@@ -93,7 +97,12 @@ void print_table(const SideBySideResult& r, const std::string& kind, int gamma, 
 int run_demo(const DemoArgs& a) {
   const Device device = parse_device(a.device);
   Context ctx(device);
+  ctx.cuda_tuning().batch_invariant = a.exact;
   TextModel tm = load_text_model(a.model, device, default_engine_dtype(device));
+  if (a.exact && device.is_cuda()) {
+    const std::string gaps = exact_notice(*tm.model);
+    if (!gaps.empty()) std::fprintf(stderr, "dspark demo: %s\n", gaps.c_str());
+  }
   if (device.is_cuda()) tm.model->set_cuda_graphs(a.cuda_graphs);
   const std::vector<int32_t> prompt = encode_prompt(a, tm);
 
@@ -130,7 +139,9 @@ int run_demo(const DemoArgs& a) {
         ends_with_newline = !t.empty() && t.back() == '\n';
       });
   if (!ends_with_newline) std::fputc('\n', stdout);
-  const bool bf16 = tm.model->activation_dtype() != DType::f32;
+  // bf16 without --exact: a verify row may round differently from its decode row.
+  const bool bf16 =
+      tm.model->activation_dtype() != DType::f32 && !(a.exact && exact_notice(*tm.model).empty());
   print_table(r, created.kind, config.gamma, bf16, may_differ);
   if (a.json) {
     nlohmann::json j = {{"model", a.model},
@@ -193,6 +204,7 @@ Command add_demo_command(CLI::App& app) {
   sub->add_flag("--json", args->json, "Print the measurements as one JSON line at the end");
   sub->add_flag("!--no-cuda-graphs", args->cuda_graphs,
                 "CUDA: run every forward eagerly instead of replaying captured CUDA graphs");
+  add_exact_option(sub, args->exact);
   return [args] { return run_demo(*args); };
 }
 

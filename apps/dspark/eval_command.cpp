@@ -15,8 +15,10 @@
 #include "commands.h"
 #include "cost_cache_options.h"
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/engine/eval_set.h"
 #include "dspark/engine/model_chat_template.h"
+#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/source_factory.h"
 
@@ -41,6 +43,7 @@ struct EvalArgs {
   // fixed by default: tau and acceptance by position then measure the drafter at gamma.
   std::string draft_policy = "fixed";
   CostCacheArgs cost_cache;
+  bool exact = false;  // CUDA: batch-invariant numerics (--exact)
 };
 
 nlohmann::json turn_json(const EvalTurn& t) {
@@ -63,7 +66,12 @@ int run_eval_command(const EvalArgs& a) {
   const std::vector<EvalItem> items = read_eval_set(a.prompts);
   const Device device = parse_device(a.device);
   Context ctx(device);
+  ctx.cuda_tuning().batch_invariant = a.exact;
   TextModel tm = load_text_model(a.model, device, default_engine_dtype(device));
+  if (a.exact && device.is_cuda()) {
+    const std::string gaps = exact_notice(*tm.model);
+    if (!gaps.empty()) std::fprintf(stderr, "dspark eval: %s\n", gaps.c_str());
+  }
   const ChatTemplate chat = load_model_chat_template(a.model);
 
   EvalOptions options;
@@ -185,6 +193,7 @@ Command add_eval_command(CLI::App& app) {
                   "Also write the result with every turn's figures to this file (the input of "
                   "tools/eval/plot_acceptance.py)");
   sub->add_flag("-q,--quiet", args->quiet, "No progress line per turn on stderr");
+  add_exact_option(sub, args->exact);
   add_draft_policy_option(sub, args->draft_policy)
       ->description(
           "Draft length per row and round: fixed (the default here: tau and acceptance by "

@@ -12,9 +12,11 @@
 #include "commands.h"
 #include "cost_cache_options.h"
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/engine/json_output.h"
 #include "dspark/engine/spec_sampling.h"
 #include "dspark/engine/text_generation.h"
+#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/source_factory.h"
 
@@ -37,6 +39,7 @@ struct GenerateArgs {
   std::string json_schema;   // structured output: a JSON-Schema file
   bool json_object = false;  // structured output: any JSON object
   bool cuda_graphs = true;   // CUDA: replay captured decode / verify forwards
+  bool exact = false;        // CUDA: batch-invariant numerics (--exact)
   // Speculative decoding.
   std::string draft = "none";
   std::string draft_vocab;
@@ -50,7 +53,12 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   const Device device = parse_device(a.device);
   Context ctx(device);  // "built without CUDA" / "no CUDA device" before anything is loaded
+  ctx.cuda_tuning().batch_invariant = a.exact;
   TextModel tm = load_text_model(a.model_dir, device, default_engine_dtype(device));
+  if (a.exact && device.is_cuda()) {
+    const std::string gaps = exact_notice(*tm.model);
+    if (!gaps.empty()) std::fprintf(stderr, "dspark generate: %s\n", gaps.c_str());
+  }
   if (device.is_cuda()) tm.model->set_cuda_graphs(a.cuda_graphs);
 
   GenerateOptions o;
@@ -225,6 +233,7 @@ Command add_generate_command(CLI::App& app) {
       ->excludes(schema_opt);
   sub->add_flag("!--no-cuda-graphs", args->cuda_graphs,
                 "CUDA: run every forward eagerly instead of replaying captured CUDA graphs");
+  add_exact_option(sub, args->exact);
   sub->add_option(
          "--draft", args->draft,
          "Speculative decoding: none, ngram (prompt lookup), mtp (the target's own "

@@ -177,6 +177,7 @@ Command add_serve_command(CLI::App& app) {
                   "Drafted tokens per round at most (default: the drafter's block, else 4)")
       ->check(int_in(0, 64));
   add_draft_policy_option(sub, args->draft_policy);
+  add_exact_option(sub, c.engine.exact);
   add_cost_cache_options(sub, args->cost_cache);
   add_spec_sampling_option(sub, args->spec_sampling)
       ->description(

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <random>
 
 #include "dspark/core/buffer.h"
 #include "dspark/kv/paged_kv_cache.h"
@@ -60,6 +61,29 @@ void expect_twins_greedy_tokens(Model& model, Model& twin, Context& ctx,
   }
   std::cout << exact << " of " << tokens.size() << " tokens are the twin's argmax\n";
   EXPECT_GE(exact, static_cast<int>(tokens.size()) * 9 / 10);
+}
+
+std::vector<int32_t> random_token_ids(int64_t vocab, int n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int32_t& t : out) t = tok(gen);
+  return out;
+}
+
+std::vector<float> forward_row_logits(Model& model, Context& ctx, PagedKvCache& kv,
+                                      const ForwardRows& rows, size_t wanted) {
+  ForwardBatch b;
+  b.row_indptr.push_back(0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const int first = static_cast<int>(b.tokens.size());
+    b.tokens.insert(b.tokens.end(), rows[r].second.begin(), rows[r].second.end());
+    b.row_indptr.push_back(static_cast<int32_t>(b.tokens.size()));
+    b.seqs.push_back(rows[r].first);
+    if (r == wanted)
+      for (int i = first; i < static_cast<int>(b.tokens.size()); ++i) b.logit_indices.push_back(i);
+  }
+  return to_f32_vector(model.forward(ctx, kv, b).logits);
 }
 
 }  // namespace dspark::test

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "dspark/backend/context.h"
 #include "dspark/engine/generate.h"
+#include "dspark/kv/paged_kv_cache.h"
 #include "dspark/model/model.h"
 #include "dspark/model/weight_source.h"
 
@@ -28,6 +30,15 @@ class DequantizedView final : public WeightSource {
 
 // 9 token ids below `vocab`, a different sequence per salt.
 std::vector<int32_t> fixed_prompt(int vocab, int salt);
+
+// n token ids below `vocab`, uniformly random from the seed.
+std::vector<int32_t> random_token_ids(int64_t vocab, int n, uint32_t seed);
+
+// One forward of `rows` (sequence, its new tokens) on kv; the logits (as f32) of every token of row
+// `wanted`, in order.
+using ForwardRows = std::vector<std::pair<SeqId, std::vector<int32_t>>>;
+std::vector<float> forward_row_logits(Model& model, Context& ctx, PagedKvCache& kv,
+                                      const ForwardRows& rows, size_t wanted);
 
 // Greedy decoding of n tokens that never stops early (no end-of-sequence ids).
 GenerateOptions greedy_tokens(int n);

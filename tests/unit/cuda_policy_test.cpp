@@ -241,6 +241,43 @@ TEST(CudaPolicyAttention, NoSplitsWhenTheTilesFillTheGpu) {
   EXPECT_EQ(attention_splits(AttentionShape{}, kH200, t), 1);
 }
 
+// --exact (Tuning::batch_invariant): every choice whose arithmetic would depend on the rows of the
+// call takes the one that does not, at every M - decode, verify, many requests' rows, the LM head.
+TEST(CudaPolicyBatchInvariant, OneKernelFamilyAtEveryRowCount) {
+  Tuning t;
+  t.batch_invariant = true;
+  constexpr int64_t kPartial = int64_t{16} << 20;
+  for (int64_t m : {1, 2, 17, 33, 48, 64, 65, 544, 4096}) {
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 12288},
+                               {151936, 4096}, {4096, 16400}}) {
+      EXPECT_EQ(choose_linear(bf16_linear(m, n, k), t), LinearKernel::invariant)
+          << m << " x " << n << " x " << k;
+    }
+    EXPECT_EQ(choose_linear_norm_splits(bf16_linear(m, 4096, 4096), true, true, kPartial, t), 0);
+    for (bool programmatic : {false, true})
+      EXPECT_EQ(choose_add_rms_norm(m, 1024, true, true, programmatic, kH200, t).cluster_ctas, 1);
+    EXPECT_EQ(choose_add_rms_norm(m, 1024, true, true, false, kH200, t).vectors_per_thread, 4);
+    for (int64_t kv_len : {1, 1025, 16385})
+      EXPECT_EQ(plan_attention(qwen3_8b(1, m, kv_len), true, kH200, t).n_splits, 1);
+    EXPECT_EQ(plan_attention(qwen3_8b(17, 1, 1025), true, kH200, t).merge, SplitMerge::none);
+  }
+  // What the kernel cannot take stays on cuBLASLt (not invariant): K not a multiple of 16,
+  // unaligned rows, f32 weights, mixed dtypes.
+  EXPECT_EQ(choose_linear(bf16_linear(1, 4096, 4104), t), LinearKernel::cublaslt);
+  LinearShape s = bf16_linear(17, 4096, 4096);
+  s.aligned = false;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::cublaslt);
+  s = bf16_linear(17, 4096, 4096);
+  s.x = s.w = s.y = DType::f32;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::cublaslt);
+  s = bf16_linear(1, 4096, 4096);
+  s.w = DType::f16;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::cublaslt);
+  s = bf16_linear(17, 4096, 4096);
+  s.y = DType::f32;
+  EXPECT_EQ(choose_linear(s, t), LinearKernel::invariant);
+}
+
 TEST(CudaPolicyLinearFp8, KernelByRowsAndShape) {
   // The drafter's projections on the H200 (264 CTA slots of the stream kernel).
   EXPECT_EQ(choose_linear_fp8(1, 4096, 4096, kH200), Fp8Kernel::registers);

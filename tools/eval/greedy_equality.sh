@@ -14,7 +14,8 @@
 # is a draft model cut from MODEL (its first DRAFT_LAYERS [24] blocks,
 # tools/eval/make_layer_draft.py; MODEL must be a GGUF file, and the gguf package importable by
 # PYTHON [python3]; on SmolLM2 24 of 30 blocks have draft 1 accepted in about a quarter of the
-# rounds, so rounds both accept and roll back), OUT [build/equality].
+# rounds, so rounds both accept and roll back), OUT [build/equality], EVAL_ARGS [more dspark
+# eval flags, e.g. --exact for CUDA's batch-invariant numerics].
 # Outputs: $OUT/<source>-b<batch>.json (dspark eval --json), $OUT/equality.md and equality.json.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -54,7 +55,7 @@ for source in $SOURCES; do
     echo "greedy_equality: $source batch $batch ($(date -u +%H:%M:%S), load $load)"
     # Exit status 1 means an output differed in f32: recorded in the table, not fatal here.
     "$DSPARK" eval -m "$MODEL" "${args[@]}" --draft-policy fixed --device "$DEVICE" \
-      -n "$MAX_TOKENS" --limit "$LIMIT" --batch "$batch" -q --prompts "$PROMPTS" \
+      -n "$MAX_TOKENS" --limit "$LIMIT" --batch "$batch" -q --prompts "$PROMPTS" ${EVAL_ARGS:-} \
       --json "$OUT/$source-b$batch.json" >"$OUT/$source-b$batch.txt" || true
     results+=("$source:$batch:$OUT/$source-b$batch.json")
   done

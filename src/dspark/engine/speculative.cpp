@@ -6,6 +6,7 @@
 #include <numeric>
 #include <optional>
 
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/core/thread_pool.h"
 #include "dspark/engine/json_draft.h"
 #include "dspark/engine/json_mask.h"
@@ -118,6 +119,7 @@ VerifyCostKey SpeculativeEngine::verify_cost_key(int rows) const {
   key.threads = ctx_.is_cuda() ? 0 : ctx_.pool().size();
   key.dtype = std::string(dtype_name(target_.activation_dtype()));
   key.cuda_graphs = target_.cuda_graphs();
+  key.exact = ctx_.is_cuda() && ctx_.cuda_tuning().batch_invariant;
   key.page_size = config_.page_size;
   key.taps = taps_;
   key.max_rows = rows;

@@ -68,13 +68,13 @@ std::string check_points(const nlohmann::json& points) {
 }  // namespace
 
 nlohmann::json VerifyCostKey::to_json() const {
-  return {{"format", format},       {"build", build},
-          {"model", model},         {"device", device},
-          {"machine", machine},     {"threads", threads},
-          {"dtype", dtype},         {"cuda_graphs", cuda_graphs},
-          {"page_size", page_size}, {"taps", taps},
-          {"max_rows", max_rows},   {"width", width},
-          {"budget_s", budget_s}};
+  return {{"format", format},   {"build", build},
+          {"model", model},     {"device", device},
+          {"machine", machine}, {"threads", threads},
+          {"dtype", dtype},     {"cuda_graphs", cuda_graphs},
+          {"exact", exact},     {"page_size", page_size},
+          {"taps", taps},       {"max_rows", max_rows},
+          {"width", width},     {"budget_s", budget_s}};
 }
 
 std::string model_identity(const fs::path& model) {

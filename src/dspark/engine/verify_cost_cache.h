@@ -44,7 +44,8 @@ struct VerifyCostKey {
   int threads = 0;      // CPU kernel threads (the context's pool); 0 on CUDA
   std::string dtype;    // the target's activation (engine) dtype
   bool cuda_graphs = false;
-  int page_size = 0;  // target KV page size
+  bool exact = false;  // CUDA batch-invariant numerics (Tuning::batch_invariant): other kernels
+  int page_size = 0;   // target KV page size
   std::vector<int> taps;
   int max_rows = 0;
   int width = 0;        // tokens per row (gamma + 1)

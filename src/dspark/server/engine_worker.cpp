@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
 #include "dspark/engine/text_generation.h"
+#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/server/errors.h"
 #include "dspark/spec/source_factory.h"
@@ -199,6 +201,7 @@ int64_t default_kv_tokens(const KvSizing& s) {
 void EngineWorker::load(Engine& e) {
   const Device device = parse_device(config_.device);
   e.ctx = std::make_unique<Context>(device);
+  e.ctx->cuda_tuning().batch_invariant = config_.exact;
   e.tm = std::make_unique<TextModel>(
       load_text_model(config_.model_dir, device, default_engine_dtype(device)));
   Model& target = *e.tm->model;
@@ -255,6 +258,10 @@ void EngineWorker::load(Engine& e) {
   // The engine's notices while it starts, printed by `dspark serve` after its first line.
   auto notices = std::make_shared<std::vector<std::string>>();
   spec.log = [notices](std::string_view line) { notices->emplace_back(line); };
+  if (config_.exact && device.is_cuda()) {
+    std::string gaps = exact_notice(target);
+    if (!gaps.empty()) notices->push_back(std::move(gaps));
+  }
   e.engine = std::make_unique<SpeculativeEngine>(target, *e.ctx, e.source.source.get(), spec,
                                                  static_cast<int>(kv_tokens));
 

@@ -49,6 +49,7 @@ struct EngineWorkerConfig {
   int page_size = 16;
   int prefill_chunk = 512;
   bool prefix_cache = true;  // reuse the target KV of repeated prompt prefixes (SpecConfig)
+  bool exact = false;        // CUDA: batch-invariant numerics (Tuning::batch_invariant)
   // Testing hook: the first engine step with at least this many live rows throws instead of
   // running (0: never), to exercise the recovery path ($DSPARK_SERVE_FAIL_AT_ROWS of serve).
   int fail_at_rows = 0;

@@ -1,5 +1,5 @@
-// The one-row linear kernel (gemv_m1.cu), private to backend/cuda/kernels: linear() runs it when
-// choose_linear (policy/linear.h) picks it.
+// The hand-written 16-bit linear kernels, private to backend/cuda/kernels: linear() runs them when
+// choose_linear (policy/linear.h) picks them.
 #pragma once
 
 #include "dspark/backend/context.h"
@@ -15,5 +15,10 @@ LinearShape linear_shape(const Tensor& x, const Tensor& w, const Tensor& y);
 // CTAs of 8 warps (half) or 16.
 void linear_one_row(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
                     const Tensor& y, bool half_ctas);
+
+// y[M, N] = x[M, K] . w[N, K]^T (+ bias) with the bits of each row independent of M
+// (gemv_invariant.cu), for a call that choose_linear gave to the batch-invariant kernel.
+void linear_invariant(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
+                      const Tensor& y);
 
 }  // namespace dspark::cuda

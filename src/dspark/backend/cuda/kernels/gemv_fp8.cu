@@ -512,10 +512,11 @@ void launch_stream(const Fp8Params<TY>& p, int sms, cudaStream_t stream) {
              p);
 }
 
+// invariant: the kernels whose sums do not depend on M only (Tuning::batch_invariant).
 template <typename TY, int NT, bool KB>
-void launch(const Fp8Params<TY>& p, const DeviceCaps& caps, cudaStream_t stream) {
+void launch(const Fp8Params<TY>& p, const DeviceCaps& caps, bool invariant, cudaStream_t stream) {
   if constexpr (NT <= 2) {  // M <= 16
-    switch (choose_linear_fp8(p.m, p.n, p.k, caps, KB)) {
+    switch (choose_linear_fp8(p.m, p.n, p.k, caps, KB || invariant)) {
       case Fp8Kernel::registers:
         return launch_xreg<TY, NT, kXRing, KB>(p, caps.sm_count, stream);
       case Fp8Kernel::stream2_tiles2:
@@ -535,10 +536,11 @@ void launch(const Fp8Params<TY>& p, const DeviceCaps& caps, cudaStream_t stream)
 }
 
 template <typename TY, bool KB, int NT = 1>
-void launch_tiles(const Fp8Params<TY>& p, const DeviceCaps& caps, cudaStream_t stream) {
+void launch_tiles(const Fp8Params<TY>& p, const DeviceCaps& caps, bool invariant,
+                  cudaStream_t stream) {
   if constexpr (NT <= kMaxTiles) {
-    if (p.m <= NT * 8) return launch<TY, NT, KB>(p, caps, stream);
-    launch_tiles<TY, KB, NT * 2>(p, caps, stream);
+    if (p.m <= NT * 8) return launch<TY, NT, KB>(p, caps, invariant, stream);
+    launch_tiles<TY, KB, NT * 2>(p, caps, invariant, stream);
   }
 }
 
@@ -585,6 +587,7 @@ void run_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const float* scale
                     "multiple of 8 elements apart, got {} and {}",
                     x.describe(), w8.describe());
   const bool has_bias = bias.defined() && bias.numel() > 0;
+  const bool invariant = ctx.cuda_tuning().batch_invariant;
   int kb_shift = 0;
   if (blocks)
     while ((int64_t{kChunk} << kb_shift) < blocks->block_k) ++kb_shift;
@@ -608,9 +611,9 @@ void run_fp8(Context& ctx, const Tensor& x, const Tensor& w8, const float* scale
           p.scale_ld = blocks->scales.size(1);
           p.block_n = blocks->block_n;
           p.kb_shift = kb_shift;
-          launch_tiles<device_t<TY>, true>(p, ctx.cuda_caps(), stream_of(ctx));
+          launch_tiles<device_t<TY>, true>(p, ctx.cuda_caps(), invariant, stream_of(ctx));
         } else {
-          launch_tiles<device_t<TY>, false>(p, ctx.cuda_caps(), stream_of(ctx));
+          launch_tiles<device_t<TY>, false>(p, ctx.cuda_caps(), invariant, stream_of(ctx));
         }
       }
     }

@@ -1,6 +1,6 @@
 // linear: y[M, N] = x[M, K] . w[N, K]^T (+ bias), f32 accumulation: one row of 16-bit weights on
 // the one-row kernel (gemv_m1.cu), everything else through cuBLASLt (choose_linear,
-// policy/linear.h).
+// policy/linear.h); with Tuning::batch_invariant, 16-bit weights at any M on gemv_invariant.cu.
 //
 // cuBLASLt is column-major. A row-major [R, C] matrix with row stride ld is the column-major
 // [C, R] matrix with leading dimension ld, so y^T = w . x^T is computed as
@@ -57,6 +57,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
                     "linear on CUDA: output {} for {} inputs (f32 or the input dtype)",
                     dtype_name(y.dtype()), dtype_name(x.dtype()));
   const LinearKernel kernel = choose_linear(linear_shape(x, w, y), ctx.cuda_tuning());
+  if (kernel == LinearKernel::invariant) return linear_invariant(ctx, x, w, bias, y);
   if (kernel != LinearKernel::cublaslt)  // one row (decode steps): gemv_m1.cu
     return linear_one_row(ctx, x, w, bias, y, kernel == LinearKernel::one_row_half);
 

@@ -36,7 +36,7 @@ QueryTiling attention_tiling(const AttentionShape& s) {
 }
 
 int attention_splits(const AttentionShape& s, const DeviceCaps& caps, const Tuning& t) {
-  if (s.n_tokens <= 0 || s.n_rows <= 0 || s.n_kv_heads <= 0) return 1;
+  if (t.batch_invariant || s.n_tokens <= 0 || s.n_rows <= 0 || s.n_kv_heads <= 0) return 1;
   const QueryTiling tiling = attention_tiling(s);
   const int64_t ctas = tiling.grid_x * tiling.grid_y;
   const int64_t target = 2 * static_cast<int64_t>(caps.sm_count);

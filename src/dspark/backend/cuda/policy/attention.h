@@ -66,7 +66,8 @@ QueryTiling attention_tiling(const AttentionShape& s);
 // per multiprocessor), at most one per 64 keys of a request, at most kAttentionMaxClusterSplits
 // when the tiles would be cluster-merged, then the fewest splits that give a CTA no more key
 // tiles. A captured forward is keyed by it (backend/graph_set.h), so it depends on the shape,
-// caps and tuning only, not on which kernel runs.
+// caps and tuning only, not on which kernel runs. One split with t.batch_invariant: a row's keys
+// are then summed in key order by one CTA whatever the other rows.
 int attention_splits(const AttentionShape& s, const DeviceCaps& caps, const Tuning& t);
 
 // The whole plan; `tensor_cores`: attention_on_tensor_cores for the call.

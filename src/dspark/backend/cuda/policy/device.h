@@ -18,6 +18,13 @@ struct DeviceCaps {
 };
 
 struct Tuning {
+  // Batch-invariant numerics (the `--exact` option): a row's bits depend only on its own token,
+  // position and context, never on how many rows the forward has or where the row sits, so a
+  // verify row equals the decode step of the same token bit for bit. Every 16-bit linear runs the
+  // batch-invariant kernel (kernels/gemv_invariant.cu) at every M, no linear is fused with the
+  // norm after it by a split of K, norms never share a row over a cluster, attention never
+  // splits the keys, and FP8 weights take the kernels whose sums do not depend on M.
+  bool batch_invariant = false;
   // linear with one row on CUDA cores: CTAs of 8 warps, two per multiprocessor, for N <= this
   // (and K <= 8,192), else CTAs of 16 warps. An 8-warp CTA fits beside another kernel's CTA (a
   // decode attention's), so its first weight loads overlap that kernel; 6,144 covers the q/k/v

@@ -11,6 +11,11 @@ bool is_16bit(DType d) {
 }  // namespace
 
 LinearKernel choose_linear(const LinearShape& s, const Tuning& t) {
+  if (t.batch_invariant) {
+    const bool fits = is_16bit(s.x) && s.w == s.x && (s.y == DType::f32 || s.y == s.x) &&
+                      s.aligned && s.k > 0 && s.k % 16 == 0 && s.n >= 1;
+    return fits ? LinearKernel::invariant : LinearKernel::cublaslt;
+  }
   const bool fits = s.m == 1 && is_16bit(s.x) && s.w == s.x && (s.y == DType::f32 || s.y == s.x) &&
                     s.aligned && s.k > 0 && s.k % 8 == 0 && s.k <= kOneRowMaxK && s.n >= 1 &&
                     s.n <= kOneRowMaxN;
@@ -23,7 +28,8 @@ int choose_linear_norm_splits(const LinearShape& s, bool w_contiguous, bool norm
                               int64_t partial_bytes, const Tuning& t) {
   const int splits =
       t.linear_norm_splits < kLinearNormMaxSplits ? t.linear_norm_splits : kLinearNormMaxSplits;
-  if (splits < 2 || s.m < 2 || s.m > t.linear_norm_max_rows || !norm_fits) return 0;
+  if (t.batch_invariant || splits < 2 || s.m < 2 || s.m > t.linear_norm_max_rows || !norm_fits)
+    return 0;
   if (!is_16bit(s.x) || s.w != s.x || !w_contiguous) return 0;
   if (s.k < 8 * splits || s.k % (8 * splits) != 0 || s.n % 4 != 0) return 0;
   if (splits * s.m * s.n * static_cast<int64_t>(sizeof(float)) > partial_bytes) return 0;

@@ -23,6 +23,7 @@ enum class LinearKernel {
   cublaslt,      // any shape
   one_row,       // gemv_m1.cu, CTAs of 16 warps
   one_row_half,  // gemv_m1.cu, CTAs of 8 warps
+  invariant,     // gemv_invariant.cu: any M, the same bits per row (Tuning::batch_invariant)
 };
 
 // The widest weight (N) the one-row kernel takes: an LM head stays on cuBLASLt, which streams it
@@ -32,7 +33,9 @@ inline constexpr int64_t kOneRowMaxN = 65536;
 // (8 warps: half of it).
 inline constexpr int64_t kOneRowMaxK = 16384;
 
-// The one-row kernel (decode steps) for one row of 16-bit x and w of one dtype, y f32 or that
+// With t.batch_invariant: the batch-invariant kernel for 16-bit x and w of one dtype, y f32 or
+// that dtype, K % 16 == 0, aligned, at any M (cuBLASLt otherwise, which is not invariant).
+// Else the one-row kernel (decode steps) for one row of 16-bit x and w of one dtype, y f32 or that
 // dtype, K % 8 == 0, K <= kOneRowMaxK, N <= kOneRowMaxN, aligned; cuBLASLt otherwise.
 LinearKernel choose_linear(const LinearShape& s, const Tuning& t);
 
@@ -44,7 +47,7 @@ inline constexpr int kLinearNormMaxSplits = 4;
 // add_rms_norm. Split when the rows are 2..t.linear_norm_max_rows, x and w 16-bit of one dtype,
 // w contiguous, K a multiple of 8 x slices, N a multiple of 4, the partial sums fit
 // `partial_bytes` (half the cuBLASLt workspace), and `norm_fits` (the norm kernel takes the f32
-// residual and y rows: add_rms_norm_split_sums_fits).
+// residual and y rows: add_rms_norm_split_sums_fits); never with t.batch_invariant.
 int choose_linear_norm_splits(const LinearShape& s, bool w_contiguous, bool norm_fits,
                               int64_t partial_bytes, const Tuning& t);
 

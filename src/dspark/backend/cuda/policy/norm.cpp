@@ -14,8 +14,9 @@ NormPlan choose_add_rms_norm(int64_t rows, int64_t vectors, bool vectorized, boo
                    : t.norm_cluster_ctas >= 4 ? 4
                    : t.norm_cluster_ctas >= 2 ? 2
                                               : 1;
-  if (ctas > 1 && f32_rows && (!programmatic || t.norm_cluster_programmatic) &&
-      rows <= kNormClusterMaxRows && caps.compute_major == 9 && (vectors + ctas - 1) / ctas <= 1024)
+  if (ctas > 1 && !t.batch_invariant && f32_rows &&
+      (!programmatic || t.norm_cluster_programmatic) && rows <= kNormClusterMaxRows &&
+      caps.compute_major == 9 && (vectors + ctas - 1) / ctas <= 1024)
     plan.cluster_ctas = ctas;
   return plan;
 }

@@ -23,6 +23,7 @@ struct NormPlan {
 // the residual and x vectors have one width). `f32_rows`: residual and x are f32 (the clustered
 // kernel's only types). `programmatic`: the launch is a programmatic dependent of the kernel
 // before it (not right after a cuBLASLt GEMM): clusters only with t.norm_cluster_programmatic.
+// No clusters with t.batch_invariant (a row's sum of squares then has one order at any M).
 NormPlan choose_add_rms_norm(int64_t rows, int64_t vectors, bool vectorized, bool f32_rows,
                              bool programmatic, const DeviceCaps& caps, const Tuning& t);
 
