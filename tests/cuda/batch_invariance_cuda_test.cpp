@@ -32,6 +32,7 @@ constexpr int kMaxVerify = 32;
 
 // Where the fixtures are: the golden models, or random Llama checkpoints written once per run.
 std::filesystem::path fixture_dir(const std::string& name) {
+  if (name.find('/') != std::string::npos) return test::data_dir() / name;  // gguf/..., mlx/...
   if (name.rfind("micro_hd", 0) != 0) return test::golden_models_dir() / name;
   static const test::TempDir root;  // removed at exit
   const int head_dim = std::stoi(name.substr(8));
@@ -197,13 +198,19 @@ TEST(BatchInvarianceCudaDefault, SomeVerifyRowDiffersWithoutTheOption) {
 }
 
 std::vector<std::string> fixtures() {
-  return {"llama3",     "qwen2",       "qwen3",     "qwen3_yarn",  "mistral",
-          "micro_hd64", "micro_hd128", "qwen3_moe", "deepseek_v3", "glm4_moe"};
+  return {"llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral", "micro_hd64", "micro_hd128",
+          "qwen3_moe", "deepseek_v3", "glm4_moe",
+          // Block-quantized weights (dequantized, then the invariant dense kernel) and F16.
+          "gguf/tiny_llama_quant.gguf", "gguf/tiny_llama_k.gguf", "gguf/tiny_qwen3_moe.gguf",
+          "mlx/llama3_q4_g64", "mlx/llama3_q8_g64"};
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchInvarianceCuda, ::testing::ValuesIn(fixtures()),
                          [](const ::testing::TestParamInfo<std::string>& param) {
-                           return param.param;
+                           std::string name = param.param;
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return name;
                          });
 
 }  // namespace

@@ -248,8 +248,8 @@ TEST(CudaPolicyBatchInvariant, OneKernelFamilyAtEveryRowCount) {
   t.batch_invariant = true;
   constexpr int64_t kPartial = int64_t{16} << 20;
   for (int64_t m : {1, 2, 17, 33, 48, 64, 65, 544, 4096}) {
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 12288},
-                               {151936, 4096}, {4096, 16400}}) {
+    for (const auto& [n, k] :
+         {std::pair<int64_t, int64_t>{6144, 4096}, {4096, 12288}, {151936, 4096}, {4096, 16400}}) {
       EXPECT_EQ(choose_linear(bf16_linear(m, n, k), t), LinearKernel::invariant)
           << m << " x " << n << " x " << k;
     }
@@ -436,6 +436,17 @@ TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
             LinearBlocksKernel::mma);
   EXPECT_EQ(choose_linear_blocks(quant_linear(48, 1 << 20, 4096), kH200, t).kernel,
             LinearBlocksKernel::dequantize);
+}
+
+// --exact: block weights are dequantized at every M, so the dense linear's invariant kernel runs.
+TEST(CudaPolicyLinearBlocks, DequantizeEverythingWhenBatchInvariant) {
+  Tuning t;
+  t.batch_invariant = true;
+  for (int64_t m : {1, 4, 5, 17, 48, 49, 512})
+    for (QuantType q : {QuantType::q4_k, QuantType::q4_1, QuantType::q6_k, QuantType::q8_0})
+      EXPECT_EQ(choose_linear_blocks(quant_linear(m, 4096, 4096, q), kH200, t).kernel,
+                LinearBlocksKernel::dequantize)
+          << m << " rows of " << quant_type_name(q);
 }
 
 TEST(CudaPolicyLinearBlocks, DequantizeEverythingElse) {

@@ -83,6 +83,10 @@ size_t quant_mma_smem_limit(const DeviceCaps& caps) {
 LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
                                         const Tuning& t, bool split_k) {
   LinearBlocksChoice choice;  // dequantize
+  // Batch-invariant numerics: the few-row and tensor-core kernels round x differently (int8
+  // blocks against x's 16 bits) and the latter's plan follows the rows; the dequantized weight
+  // rows go through the dense linear, which then runs its batch-invariant kernel.
+  if (t.batch_invariant) return choice;
   const bool gemv_fits = s.m >= 1 && s.m <= kQuantGemvMaxRows && s.aligned && s.n >= 1 &&
                          s.k >= 256 && s.k % 256 == 0 && caps.compute_major >= 8 &&
                          caps.sm_count >= 1 && s.n <= (int64_t{1} << 30);

@@ -172,7 +172,8 @@ struct LinearBlocksChoice {
 // (weights, plus a share of x's slice and of the partial sums, which come from L2) with a cost per
 // round and per split; a split's partial sums within kQuantMmaMaxPartialBytes. `split_k` false: no
 // K split (the arrival counters are unavailable: first used inside a graph capture). Everything
-// else: dequantize.
+// else, and every call with t.batch_invariant: dequantize (then the dense linear's invariant
+// kernel).
 LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
                                         const Tuning& t, bool split_k = true);
 
