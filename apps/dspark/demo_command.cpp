@@ -22,7 +22,6 @@
 #include "dspark/engine/model_chat_template.h"
 #include "dspark/engine/side_by_side.h"
 #include "dspark/engine/spec_sampling.h"
-#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/source_factory.h"
 
@@ -99,10 +98,6 @@ int run_demo(const DemoArgs& a) {
   Context ctx(device);
   ctx.cuda_tuning().batch_invariant = a.exact;
   TextModel tm = load_text_model(a.model, device, default_engine_dtype(device));
-  if (a.exact && device.is_cuda()) {
-    const std::string gaps = exact_notice(*tm.model);
-    if (!gaps.empty()) std::fprintf(stderr, "dspark demo: %s\n", gaps.c_str());
-  }
   if (device.is_cuda()) tm.model->set_cuda_graphs(a.cuda_graphs);
   const std::vector<int32_t> prompt = encode_prompt(a, tm);
 
@@ -140,8 +135,7 @@ int run_demo(const DemoArgs& a) {
       });
   if (!ends_with_newline) std::fputc('\n', stdout);
   // bf16 without --exact: a verify row may round differently from its decode row.
-  const bool bf16 =
-      tm.model->activation_dtype() != DType::f32 && !(a.exact && exact_notice(*tm.model).empty());
+  const bool bf16 = tm.model->activation_dtype() != DType::f32 && !a.exact;
   print_table(r, created.kind, config.gamma, bf16, may_differ);
   if (a.json) {
     nlohmann::json j = {{"model", a.model},

@@ -18,7 +18,6 @@
 #include "dspark/backend/cuda/policy/device.h"
 #include "dspark/engine/eval_set.h"
 #include "dspark/engine/model_chat_template.h"
-#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/source_factory.h"
 
@@ -68,10 +67,6 @@ int run_eval_command(const EvalArgs& a) {
   Context ctx(device);
   ctx.cuda_tuning().batch_invariant = a.exact;
   TextModel tm = load_text_model(a.model, device, default_engine_dtype(device));
-  if (a.exact && device.is_cuda()) {
-    const std::string gaps = exact_notice(*tm.model);
-    if (!gaps.empty()) std::fprintf(stderr, "dspark eval: %s\n", gaps.c_str());
-  }
   const ChatTemplate chat = load_model_chat_template(a.model);
 
   EvalOptions options;

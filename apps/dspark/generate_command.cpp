@@ -16,7 +16,6 @@
 #include "dspark/engine/json_output.h"
 #include "dspark/engine/spec_sampling.h"
 #include "dspark/engine/text_generation.h"
-#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/spec/source_factory.h"
 
@@ -55,10 +54,6 @@ int run_generate(const GenerateArgs& a) {
   Context ctx(device);  // "built without CUDA" / "no CUDA device" before anything is loaded
   ctx.cuda_tuning().batch_invariant = a.exact;
   TextModel tm = load_text_model(a.model_dir, device, default_engine_dtype(device));
-  if (a.exact && device.is_cuda()) {
-    const std::string gaps = exact_notice(*tm.model);
-    if (!gaps.empty()) std::fprintf(stderr, "dspark generate: %s\n", gaps.c_str());
-  }
   if (device.is_cuda()) tm.model->set_cuda_graphs(a.cuda_graphs);
 
   GenerateOptions o;

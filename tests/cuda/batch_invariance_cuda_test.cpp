@@ -2,12 +2,11 @@
 // the logits of a row's positions in a verify of k tokens equal, bit for bit, those of the same
 // positions decoded one token at a time, for k = 1 .. 32, alone and with other requests' rows
 // before and after it in the same forward (a decode row, another verify, a prefill chunk), and
-// with 31 other decode rows. The fixtures are the golden models with float weights (dense, MoE and
-// MLA + MoE; attention on CUDA cores: head_dim 8 to 32, a sliding window) and two random Llama
-// checkpoints with head_dim 64 and 128 (attention on tensor cores, K and N of several chunks, a
-// partial last chunk of K). Without the option the default kernels are not invariant (one-row
-// kernel at M = 1, cuBLASLt above): a test shows that the fixture can tell. Block-quantized
-// weights are not covered yet (model/exact_numerics.h).
+// with 31 other decode rows. The fixtures are the golden models (dense, MoE and MLA + MoE;
+// attention on CUDA cores: head_dim 8 to 32, a sliding window), two random Llama checkpoints with
+// head_dim 64 and 128 (attention on tensor cores, K and N of several chunks, a partial last chunk
+// of K) and the block-quantized GGUF and MLX fixtures. Without the option the default kernels are
+// not invariant (one-row kernel at M = 1, cuBLASLt above): a test shows that the fixture can tell.
 #include <gtest/gtest.h>
 
 #include <cctype>

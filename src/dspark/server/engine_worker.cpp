@@ -12,7 +12,6 @@
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
 #include "dspark/engine/text_generation.h"
-#include "dspark/model/exact_numerics.h"
 #include "dspark/model/registry.h"
 #include "dspark/server/errors.h"
 #include "dspark/spec/source_factory.h"
@@ -258,10 +257,6 @@ void EngineWorker::load(Engine& e) {
   // The engine's notices while it starts, printed by `dspark serve` after its first line.
   auto notices = std::make_shared<std::vector<std::string>>();
   spec.log = [notices](std::string_view line) { notices->emplace_back(line); };
-  if (config_.exact && device.is_cuda()) {
-    std::string gaps = exact_notice(target);
-    if (!gaps.empty()) notices->push_back(std::move(gaps));
-  }
   e.engine = std::make_unique<SpeculativeEngine>(target, *e.ctx, e.source.source.get(), spec,
                                                  static_cast<int>(kv_tokens));
 
