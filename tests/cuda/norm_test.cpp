@@ -1,5 +1,5 @@
-// rms_norm / add_rms_norm: CUDA vs CPU over dtypes, odd sizes, strided rows, in-place output,
-// per-head [n, heads, D] views, and the (1 + w) variant.
+// rms_norm / add_rms_norm / layer_norm: CUDA vs CPU over dtypes, odd sizes, strided rows, in-place
+// output, per-head [n, heads, D] views, and the (1 + w) variant.
 #include "dspark/ops/norm.h"
 
 #include <string>
@@ -233,6 +233,49 @@ TEST(CudaNorm, AddRmsNormAliasingXInWiderRows) {
       expect_close(x.gpu, x.cpu, tolerance(dtype), "out " + what);
     }
   }
+}
+
+// layer_norm (the DSA indexer's keys, with a bias): dtypes, sizes, rows inside a wider buffer into
+// another wider buffer (the model's layout), and in place. A row of constant values plus an offset
+// checks the centring (variance ~0: the output is the bias).
+TEST(CudaNorm, LayerNormMatchesCpu) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  uint32_t seed = 500;
+  for (DType x_dtype : kFloatDTypes) {
+    for (DType out_dtype : {x_dtype, DType::f32}) {
+      for (const Size s : {Size{1, 1}, Size{3, 17}, Size{5, 128}, Size{4, 1000}}) {
+        const Pair buf = random_pair(x_dtype, Shape{s.n, s.d + 9}, seed++, 2.0f);
+        const Pair w = random_pair(DType::f32, Shape{s.d}, seed++, 0.5f);
+        const Pair b = random_pair(x_dtype, Shape{s.d}, seed++, 0.5f);
+        const Pair out = zeros_pair(out_dtype, Shape{s.n, s.d + 5});
+        const std::string what = "x " + name_of(x_dtype) + " out " + name_of(out_dtype) + " [" +
+                                 std::to_string(s.n) + ", " + std::to_string(s.d) + "]";
+        layer_norm(ctx.cpu, columns(buf.cpu, 9, s.d), w.cpu, b.cpu, columns(out.cpu, 2, s.d),
+                   1e-6f);
+        layer_norm(ctx.gpu, columns(buf.gpu, 9, s.d), w.gpu, b.gpu, columns(out.gpu, 2, s.d),
+                   1e-6f);
+        ctx.gpu.synchronize();
+        expect_close(out.gpu, out.cpu, tolerance(out_dtype), what);
+        layer_norm(ctx.cpu, columns(buf.cpu, 9, s.d), w.cpu, b.cpu, columns(buf.cpu, 9, s.d),
+                   1e-5f);
+        layer_norm(ctx.gpu, columns(buf.gpu, 9, s.d), w.gpu, b.gpu, columns(buf.gpu, 9, s.d),
+                   1e-5f);
+        ctx.gpu.synchronize();
+        expect_close(buf.gpu, buf.cpu, tolerance(x_dtype), "in place " + what);
+      }
+    }
+  }
+  const int64_t d = 64;
+  const Pair x =
+      values_pair(std::vector<float>(static_cast<size_t>(2 * d), 3.25f), DType::f32, Shape{2, d});
+  const Pair w = random_pair(DType::f32, Shape{d}, 601);
+  const Pair b = random_pair(DType::f32, Shape{d}, 602);
+  const Pair out = zeros_pair(DType::f32, Shape{2, d});
+  layer_norm(ctx.cpu, x.cpu, w.cpu, b.cpu, out.cpu, 1e-6f);
+  layer_norm(ctx.gpu, x.gpu, w.gpu, b.gpu, out.gpu, 1e-6f);
+  ctx.gpu.synchronize();
+  expect_close(out.gpu, out.cpu, tolerance(DType::f32), "constant rows");
 }
 
 }  // namespace

@@ -72,9 +72,12 @@ void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tenso
   check_weight(kOp, bias, x.size(1));
   DSPARK_CHECK(eps >= 0.0f, "{}: eps must be >= 0, got {}", kOp, eps);
   for (const Tensor* t : {&x, &weight, &bias, &out}) check_on_device(kOp, "tensor", *t, ctx);
-  DSPARK_CHECK_KIND(unsupported, !ctx.is_cuda(), "{}: no CUDA kernel (CPU only)", kOp);
   if (x.numel() == 0) return;
-  cpu::layer_norm(ctx, x, weight, bias, out, eps);
+  if (ctx.is_cuda()) {
+    DSPARK_ON_CUDA(cuda::layer_norm(ctx, x, weight, bias, out, eps));
+  } else {
+    cpu::layer_norm(ctx, x, weight, bias, out, eps);
+  }
 }
 
 namespace ops_internal {

@@ -20,8 +20,7 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
 
 // out[r, :] = (x[r, :] - mean) / sqrt(var + eps) * w + b   (LayerNorm, biased variance, in f32)
 //   x: [n, D] any float dtype, rows contiguous; weight, bias: [D] any float dtype; out: [n, D]
-//   any float dtype, may alias x. CPU only (DeepSeek sparse attention's indexer keys); on CUDA it
-//   throws unsupported.
+//   any float dtype, may alias x. (DeepSeek sparse attention's indexer keys.)
 void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
                 const Tensor& out, float eps);
 

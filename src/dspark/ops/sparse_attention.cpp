@@ -1,11 +1,14 @@
-// Argument checks and dispatch of index_topk and sparse_paged_attention (contract:
-// ops/sparse_attention.h). CPU only: the page table and index tensors are host memory, so their
-// values are checked too.
+// Argument checks and device dispatch of index_topk and sparse_paged_attention (contract:
+// ops/sparse_attention.h). On the CPU the page table and index tensors are host memory, so their
+// values are checked too (offsets, lengths, page ids, selected ids); on CUDA only shapes and
+// dtypes are.
 #include "dspark/ops/sparse_attention.h"
 
 #include <cmath>
 
 #include "dspark/backend/cpu/kernels.h"
+#include "dspark/backend/cuda/kernels.h"
+#include "dspark/ops/dispatch.h"
 #include "dspark/ops/op_checks.h"
 
 namespace dspark {
@@ -24,15 +27,21 @@ void check_pool(const char* op, const char* name, const Tensor& pages, int64_t w
                pages.describe());
 }
 
-// The batch's rows and page table: q_indptr [n_rows + 1] over n tokens, page_indptr /
-// page_indices / kv_lens consistent with the pool.
-void check_table(const char* op, const PagedKv& kv, const Tensor& q_indptr, int64_t n) {
+// The shapes of the batch's rows and page table: q_indptr [n_rows + 1], page_indptr [n_rows + 1],
+// page_indices, kv_lens [n_rows].
+void check_table_shapes(const char* op, const PagedKv& kv, const Tensor& q_indptr) {
   check_vector(op, "q_indptr", q_indptr, DType::i32, -1);
   const int64_t n_rows = q_indptr.size(0) - 1;
   DSPARK_CHECK(n_rows >= 0, "{}: q_indptr must hold n_rows + 1 entries", op);
   check_vector(op, "page_indptr", kv.page_indptr, DType::i32, n_rows + 1);
   check_vector(op, "page_indices", kv.page_indices, DType::i32, -1);
   check_vector(op, "kv_lens", kv.kv_lens, DType::i32, n_rows);
+}
+
+// The values of the batch's rows and page table (host memory): q_indptr over n tokens,
+// page_indptr / page_indices / kv_lens consistent with the pool.
+void check_table_values(const char* op, const PagedKv& kv, const Tensor& q_indptr, int64_t n) {
+  const int64_t n_rows = q_indptr.size(0) - 1;
   const int32_t* qi = q_indptr.data_as<int32_t>();
   const int32_t* pi = kv.page_indptr.data_as<int32_t>();
   const int32_t* pages = kv.page_indices.data_as<int32_t>();
@@ -58,7 +67,6 @@ void check_table(const char* op, const PagedKv& kv, const Tensor& q_indptr, int6
 
 void check_devices(const char* op, Context& ctx, std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts) check_on_device(op, "tensor", *t, ctx);
-  DSPARK_CHECK_KIND(unsupported, !ctx.is_cuda(), "{}: no CUDA kernel (CPU only)", op);
 }
 
 }  // namespace
@@ -85,7 +93,13 @@ void index_topk(Context& ctx, const Tensor& q, const Tensor& head_weights, const
   check_devices(kOp, ctx,
                 {&q, &head_weights, &keys.k_pages, &q_indptr, &q_pos, &ids, &keys.page_indptr,
                  &keys.page_indices, &keys.kv_lens});
-  check_table(kOp, keys, q_indptr, n);
+  check_table_shapes(kOp, keys, q_indptr);
+  if (ctx.is_cuda()) {
+    if (n > 0)
+      DSPARK_ON_CUDA(cuda::index_topk(ctx, q, head_weights, keys, q_indptr, q_pos, scale, ids));
+    return;
+  }
+  check_table_values(kOp, keys, q_indptr, n);
   if (n == 0) return;
   cpu::index_topk(ctx, q, head_weights, keys, q_indptr, q_pos, scale, ids);
 }
@@ -117,7 +131,12 @@ void sparse_paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv,
   check_devices(kOp, ctx,
                 {&q, &out, &kv.k_pages, &kv.v_pages, &q_indptr, &ids, &kv.page_indptr,
                  &kv.page_indices, &kv.kv_lens});
-  check_table(kOp, kv, q_indptr, n);
+  check_table_shapes(kOp, kv, q_indptr);
+  if (ctx.is_cuda()) {
+    if (n > 0) DSPARK_ON_CUDA(cuda::sparse_paged_attention(ctx, q, kv, q_indptr, ids, scale, out));
+    return;
+  }
+  check_table_values(kOp, kv, q_indptr, n);
   const int32_t* qi = q_indptr.data_as<int32_t>();
   const int32_t* lens = kv.kv_lens.data_as<int32_t>();
   const int32_t* sel = ids.data_as<int32_t>();

@@ -23,6 +23,8 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
               const RmsNormParams& params);
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
                   const Tensor& out, const RmsNormParams& params);
+void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& out, float eps);
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y);
 // linear with block-quantized weights (WeightFormat::blocks; ops/matmul.h).
 void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
@@ -87,6 +89,12 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
 int paged_attention_splits(const Context& ctx, int64_t n_tokens, int64_t n_heads,
                            int64_t n_kv_heads, int64_t n_rows, int64_t total_pages,
                            int64_t page_size);
+// DeepSeek sparse attention (ops/sparse_attention.h); per query, so batch-invariant as they are.
+void index_topk(Context& ctx, const Tensor& q, const Tensor& head_weights, const PagedKv& keys,
+                const Tensor& q_indptr, const Tensor& q_pos, float scale, const Tensor& ids);
+void sparse_paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv,
+                            const Tensor& q_indptr, const Tensor& ids, float scale,
+                            const Tensor& out);
 void speculative_accept(Context& ctx, const Tensor& p, const Tensor& q, const Tensor& draft_tokens,
                         const Tensor& draft_indptr, const Tensor& seeds, const Tensor& positions,
                         const Tensor& modes, const Tensor& n_accepted, const Tensor& next_token);

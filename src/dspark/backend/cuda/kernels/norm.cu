@@ -1,13 +1,14 @@
-// rms_norm and add_rms_norm: one block per row, f32 math. Pass 1 accumulates the sum of squares
-// (add_rms_norm first updates the residual row in place and squares the stored, rounded value),
-// pass 2 re-reads the row (from L1/L2) and writes out. Both passes give element c to the same
-// thread, so `out` may alias `x` (and add_rms_norm's pass 2 reads back its own residual writes).
-// Loads of x use 16-byte vectors when rows are aligned; the weight's dtype is a run-time kind.
-// add_rms_norm's rows of up to 4 vectors per thread take a one-pass kernel instead that keeps the
-// row in registers (add_rms_norm_regs_kernel); for calls of a few f32 rows launched plainly (after
-// a cuBLASLt GEMM: a verify's o and down projections) a thread-block cluster of CTAs shares each
-// row, the row's sum of squares exchanged through distributed shared memory (cluster_row_sum).
-// Which one runs: choose_add_rms_norm (policy/norm.h).
+// rms_norm, add_rms_norm and layer_norm: one block per row, f32 math. Pass 1 accumulates the sum of
+// squares (add_rms_norm first updates the residual row in place and squares the stored, rounded
+// value), pass 2 re-reads the row (from L1/L2) and writes out. Both passes give element c to the
+// same thread, so `out` may alias `x` (and add_rms_norm's pass 2 reads back its own residual
+// writes). Loads of x use 16-byte vectors when rows are aligned; the weight's dtype is a run-time
+// kind. add_rms_norm's rows of up to 4 vectors per thread take a one-pass kernel instead that keeps
+// the row in registers (add_rms_norm_regs_kernel); for calls of a few f32 rows launched plainly
+// (after a cuBLASLt GEMM: a verify's o and down projections) a thread-block cluster of CTAs shares
+// each row, the row's sum of squares exchanged through distributed shared memory (cluster_row_sum).
+// Which one runs: choose_add_rms_norm (policy/norm.h). layer_norm (with a bias, DSA's indexer
+// keys) is a plain three-pass kernel (layer_norm_kernel).
 #include <algorithm>
 #include <type_traits>
 
@@ -413,6 +414,46 @@ NormParams<TR, TX, device_t<TO>> norm_params(const Tensor& out, int64_t cols, co
   return p;
 }
 
+// ---- layer_norm ------------------------------------------------------------------------------
+
+struct LayerNormParams {
+  const void* x;  // [rows, cols], rows x_stride apart
+  void* out;      // [rows, cols], rows out_stride apart
+  const void* weight;
+  const void* bias;
+  FloatKind x_kind, out_kind, weight_kind, bias_kind;
+  int64_t x_stride, out_stride;
+  int cols;
+  float eps;
+};
+
+// One block per row, f32 math in three passes over the row: the mean, the biased variance of the
+// centred values (two passes rather than E[x^2] - mean^2, which cancels), then the output. Element
+// c belongs to the same thread in every pass, so `out` may alias `x`. A small op (the DSA
+// indexer's keys, one row of index_head_dim per token): operand dtypes are run-time kinds.
+__global__ void layer_norm_kernel(LayerNormParams p) {
+  __shared__ float s_red[32];
+  const int64_t xr = static_cast<int64_t>(blockIdx.x) * p.x_stride;
+  const int64_t orow = static_cast<int64_t>(blockIdx.x) * p.out_stride;
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < p.cols; c += blockDim.x)
+    sum += device::load_float(p.x, xr + c, p.x_kind);
+  const float mean = device::block_sum(sum, s_red) / static_cast<float>(p.cols);
+  float var = 0.0f;
+  for (int c = threadIdx.x; c < p.cols; c += blockDim.x) {
+    const float v = device::load_float(p.x, xr + c, p.x_kind) - mean;
+    var += v * v;
+  }
+  const float inv =
+      1.0f / sqrtf(device::block_sum(var, s_red) / static_cast<float>(p.cols) + p.eps);
+  for (int c = threadIdx.x; c < p.cols; c += blockDim.x) {
+    const float v = (device::load_float(p.x, xr + c, p.x_kind) - mean) * inv;
+    device::store_float(p.out, orow + c, p.out_kind,
+                        v * device::load_float(p.weight, c, p.weight_kind) +
+                            device::load_float(p.bias, c, p.bias_kind));
+  }
+}
+
 }  // namespace
 
 void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& out,
@@ -431,6 +472,28 @@ void rms_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor&
                  dim3(threads_for(xv.cols, kW)), 0, stream_of(ctx), p);
     });
   });
+}
+
+void layer_norm(Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& out, float eps) {
+  const RowView xv = row_view(x), ov = row_view(out);
+  if (xv.rows == 0 || xv.cols == 0) return;
+  LayerNormParams p{};
+  p.x = x.data();
+  p.out = out.data();
+  p.weight = weight.data();
+  p.bias = bias.data();
+  p.x_kind = float_kind(x.dtype());
+  p.out_kind = float_kind(out.dtype());
+  p.weight_kind = float_kind(weight.dtype());
+  p.bias_kind = float_kind(bias.dtype());
+  p.x_stride = xv.stride;
+  p.out_stride = ov.stride;
+  p.cols = static_cast<int>(xv.cols);
+  p.eps = eps;
+  const int threads = static_cast<int>(std::clamp<int64_t>(ceil_div(xv.cols, 32) * 32, 32, 256));
+  layer_norm_kernel<<<static_cast<unsigned>(xv.rows), threads, 0, stream_of(ctx)>>>(p);
+  DSPARK_CUDA_CHECK_LAUNCH();
 }
 
 void add_rms_norm(Context& ctx, const Tensor& residual, const Tensor& x, const Tensor& weight,
