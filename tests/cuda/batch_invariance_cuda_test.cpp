@@ -2,11 +2,12 @@
 // the logits of a row's positions in a verify of k tokens equal, bit for bit, those of the same
 // positions decoded one token at a time, for k = 1 .. 32, alone and with other requests' rows
 // before and after it in the same forward (a decode row, another verify, a prefill chunk), and
-// with 31 other decode rows. The fixtures are the golden models (dense, MoE and MLA + MoE;
-// attention on CUDA cores: head_dim 8 to 32, a sliding window), two random Llama checkpoints with
-// head_dim 64 and 128 (attention on tensor cores, K and N of several chunks, a partial last chunk
-// of K) and the block-quantized GGUF and MLX fixtures. Without the option the default kernels are
-// not invariant (one-row kernel at M = 1, cuBLASLt above): a test shows that the fixture can tell.
+// with 31 other decode rows. The fixtures are the golden models (dense, MoE, MLA + MoE, GLM-5's
+// MLA + MoE with DeepSeek sparse attention; attention on CUDA cores: head_dim 8 to 32, a sliding
+// window), two random Llama checkpoints with head_dim 64 and 128 (attention on tensor cores, K and
+// N of several chunks, a partial last chunk of K) and the block-quantized GGUF and MLX fixtures.
+// Without the option the default kernels are not invariant (one-row kernel at M = 1, cuBLASLt
+// above): a test shows that the fixture can tell.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -199,6 +200,8 @@ TEST(BatchInvarianceCudaDefault, SomeVerifyRowDiffersWithoutTheOption) {
 std::vector<std::string> fixtures() {
   return {"llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral", "micro_hd64", "micro_hd128",
           "qwen3_moe", "deepseek_v3", "glm4_moe",
+          // DeepSeek sparse attention (index_topk 6 < the prompt): per-query kernels, unchanged.
+          "glm_moe_dsa",
           // Block-quantized weights (dequantized, then the invariant dense kernel) and F16.
           "gguf/tiny_llama_quant.gguf", "gguf/tiny_llama_k.gguf", "gguf/tiny_qwen3_moe.gguf",
           "mlx/llama3_q4_g64", "mlx/llama3_q8_g64"};

@@ -1,4 +1,5 @@
-// The MTP draft source on CUDA (f32, the tiny MLA / GQA + MoE fixtures): greedy and coupled
+// The MTP draft source on CUDA (f32, the tiny MLA / GQA + MoE fixtures, GLM-5's with sparse
+// attention): greedy and coupled
 // speculative decoding equal plain decoding, and the bigram fixture's drafts are accepted (see
 // common/mtp_checks.h).
 #include <gtest/gtest.h>
@@ -33,7 +34,8 @@ TEST_P(CudaMtp, BigramFixtureAcceptsTheDrafts) {
   EXPECT_GT(s.acceptance(), 0.95);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, CudaMtp, ::testing::Values("deepseek_v3", "glm4_moe"));
+INSTANTIATE_TEST_SUITE_P(Families, CudaMtp,
+                         ::testing::Values("deepseek_v3", "glm4_moe", "glm_moe_dsa"));
 
 }  // namespace
 }  // namespace dspark

@@ -284,10 +284,6 @@ LlamaFamilyModel::LlamaFamilyModel(const ModelConfig& config, const FamilyTraits
   validate_config(config_);
   DSPARK_CHECK_KIND(unsupported, dtype_is_float(dtype), "engine dtype {} is not a float type",
                     dtype_name(dtype));
-  DSPARK_CHECK_KIND(unsupported, !config_.dsa() || device.is_cpu(),
-                    "{}: DeepSeek sparse attention (the indexer's LayerNorm and top-k, attention "
-                    "over the selected keys) has no CUDA kernels yet; load it on the CPU",
-                    config_.architecture);
   if (config_.layer_window.empty()) config_.layer_window.assign(config_.num_layers, 0);
   const ModelConfig& c = config_;
   dims_ = AttentionDims{c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
