@@ -501,7 +501,7 @@ void launch_sparse(Context& ctx, const SparseArgs<T>& a, dim3 grid) {
 void index_topk(Context& ctx, const Tensor& q, const Tensor& head_weights, const PagedKv& keys,
                 const Tensor& q_indptr, const Tensor& q_pos, float scale, const Tensor& ids) {
   const int64_t n = q.size(0), n_rows = q_indptr.numel() - 1;
-  if (n == 0) return;
+  if (n == 0 || n_rows <= 0) return;
   const Tensor& kp = keys.k_pages;
   const int64_t k = ids.size(1), page_size = kp.size(1);
   TopkArgs p{};
