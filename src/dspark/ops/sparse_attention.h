@@ -3,7 +3,9 @@
 // those keys only (sparse_paged_attention). Keys of a row are numbered by their slot in the row
 // (0 .. kv_len-1), which is their absolute position. On CUDA the index tensors are device memory
 // and their values are not checked; both ops work per query there too (batch-invariant), without
-// host syncs, so they can be captured in CUDA graphs. Limits on CUDA (unsupported beyond):
+// host syncs, so they can be captured in CUDA graphs. index_topk's f32 scores are summed in
+// another order than on the CPU: keys within rounding of the k-th score may be chosen differently
+// (exact ties are broken alike). Limits on CUDA (unsupported beyond):
 // sparse_paged_attention's Dq and Dv up to 576 and K / V pools of one dtype; index_topk's k such
 // that its candidate buffer (8 * (k + max(k, 512)) bytes) and q (4 * H * (D + 1) bytes) fit in
 // one block's shared memory (k = 2048 with 32 heads of 128 takes 49 KB).

@@ -1,14 +1,16 @@
 // index_topk and sparse_paged_attention (contract: ops/sparse_attention.h): DeepSeek sparse
 // attention (GLM-5). Both work query by query, with a fixed order of operations per query, so a
 // query's result does not depend on the batch around it (batch-invariant as they are, --exact
-// included); neither syncs with the host or allocates, so both can be captured in CUDA graphs.
+// included). Neither syncs with the host; index_topk's scratch (ctx.scratch) depends on the shape
+// only, so it grows on a graph's eager first run, never in a capture.
 //
 // index_topk. The exact top-k under the total order (score descending, position ascending) is
 // unique, so it is computed in parts and merged without changing the result:
 //  - index_topk_kernel: a CTA of 256 threads per (query, key split) scores its split's keys, a
 //    tile of 256 consecutive positions at a time, one key per thread (the query's heads and head
 //    weights as f32 in shared memory; score = scale * sum_h w_h relu(q_h . k), heads summed in
-//    order), and streams them through a TopkBuffer;
+//    order), and streams them through a TopkBuffer. The CPU sums each dot product in another
+//    order, so keys whose scores are within rounding of the k-th may be chosen differently;
 //  - a TopkBuffer (shared memory) holds candidates in ascending position. Scores are compared as
 //    order-preserving u32 keys. Once the buffer has been cut to k entries, the k-th best key is a
 //    threshold: a later candidate (a higher position) enters only with a strictly larger key, so
