@@ -1,7 +1,6 @@
 // The MTP draft source on CUDA (f32, the tiny MLA / GQA + MoE fixtures, GLM-5's with sparse
-// attention): greedy and coupled
-// speculative decoding equal plain decoding, and the bigram fixture's drafts are accepted (see
-// common/mtp_checks.h).
+// attention): greedy and coupled speculative decoding equal plain decoding, and the bigram
+// fixture's drafts are accepted (see common/mtp_checks.h).
 #include <gtest/gtest.h>
 
 #include <unistd.h>
