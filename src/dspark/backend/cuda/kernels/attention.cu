@@ -242,20 +242,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttentionArgs
         const int j = key0 + lane;
         const bool visible = j >= lo && j < hi;
         s = visible ? s * kLog2e : -INFINITY;
-        const float m_new = fmaxf(m[rr], device::warp_max(s));  // finite: a key is visible
-        const float alpha = exp2f(m[rr] - m_new);               // 0 on the first visible tile
-        const float w = visible ? exp2f(s - m_new) : 0.0f;
-        l[rr] = l[rr] * alpha + device::warp_sum(w);
-#pragma unroll
-        for (int c = 0; c < NC; ++c) acc[rr][c] *= alpha;
-#pragma unroll 8
-        for (int jj = 0; jj < kKeyTile; ++jj) {
-          const float wj = __shfl_sync(device::kFullMask, w, jj);
-          const float* v_row = s_v + jj * kD + lane;
-#pragma unroll
-          for (int c = 0; c < NC; ++c) acc[rr][c] += wj * v_row[32 * c];
-        }
-        m[rr] = m_new;
+        attn::online_softmax_tile<NC, kKeyTile>(s, visible, m[rr], l[rr], acc[rr], s_v, kD, lane);
       }
       __syncthreads();
     }

@@ -327,4 +327,29 @@ __device__ __forceinline__ void merge_splits_cluster(const AttentionArgs<TKV>& p
 template <typename TKV>
 void launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid);
 
+// One key tile of the CUDA-core kernels' online softmax (paged_attention's and
+// sparse_paged_attention's), for the query row of a warp: lane j holds key j's score s, already
+// scaled by log2e, and whether key j counts (s is -inf otherwise); at least one key of the tile
+// counts. Updates the row's running max m and sum l (base-2 exponentials, f32) and its output
+// columns acc[c] (column lane + 32 c) from the tile's V rows, v_tile[j * v_ld + column].
+template <int NC, int kTile>
+__device__ __forceinline__ void online_softmax_tile(float s, bool counts, float& m, float& l,
+                                                    float (&acc)[NC], const float* v_tile, int v_ld,
+                                                    int lane) {
+  const float m_new = fmaxf(m, device::warp_max(s));  // finite: a key of the tile counts
+  const float alpha = exp2f(m - m_new);               // 0 on the first tile with a key
+  const float w = counts ? exp2f(s - m_new) : 0.0f;
+  l = l * alpha + device::warp_sum(w);
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] *= alpha;
+#pragma unroll 8
+  for (int jj = 0; jj < kTile; ++jj) {
+    const float wj = __shfl_sync(device::kFullMask, w, jj);
+    const float* v_row = v_tile + jj * v_ld + lane;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[c] += wj * v_row[32 * c];
+  }
+  m = m_new;
+}
+
 }  // namespace dspark::cuda::attn

@@ -346,7 +346,6 @@ constexpr int kRowsPerWarp = 4;
 constexpr int kHeadsPerCta = kAttnWarps * kRowsPerWarp;
 constexpr int kKeyTile = 32;
 constexpr int kMaxSparseDim = 576;  // MLA's absorbed query: a latent of 512 and a rope key of 64
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <typename T>
 struct SparseArgs {
@@ -439,6 +438,8 @@ __global__ void __launch_bounds__(kAttnThreads) sparse_paged_attention_kernel(Sp
     }
     __syncthreads();
     const bool valid = s_k_off[lane] >= 0;
+    // A tile of -1 ids only (the offsets are the block's, so every warp skips it alike).
+    if (!__any_sync(device::kFullMask, valid)) continue;
 
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -449,23 +450,8 @@ __global__ void __launch_bounds__(kAttnThreads) sparse_paged_attention_kernel(Sp
       float s = 0.0f;
 #pragma unroll 16
       for (int d = 0; d < kD; ++d) s += q_row[d] * k_row[d];
-      s = valid ? s * kLog2e : -INFINITY;
-      const float tile_max = device::warp_max(s);
-      if (tile_max == -INFINITY) continue;  // no key in this tile (warp-uniform)
-      const float m_new = fmaxf(m[rr], tile_max);
-      const float alpha = exp2f(m[rr] - m_new);  // 0 on the first tile with a key
-      const float w = valid ? exp2f(s - m_new) : 0.0f;
-      l[rr] = l[rr] * alpha + device::warp_sum(w);
-#pragma unroll
-      for (int c = 0; c < NC; ++c) acc[rr][c] *= alpha;
-#pragma unroll 8
-      for (int jj = 0; jj < kKeyTile; ++jj) {
-        const float wj = __shfl_sync(device::kFullMask, w, jj);
-        const float* v_row = s_v + jj * kD + lane;
-#pragma unroll
-        for (int c = 0; c < NC; ++c) acc[rr][c] += wj * v_row[32 * c];
-      }
-      m[rr] = m_new;
+      s = valid ? s * attn::kLog2e : -INFINITY;
+      attn::online_softmax_tile<NC, kKeyTile>(s, valid, m[rr], l[rr], acc[rr], s_v, kD, lane);
     }
   }
 
