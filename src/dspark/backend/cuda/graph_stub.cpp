@@ -6,7 +6,7 @@
 
 namespace dspark::cuda {
 namespace {
-[[noreturn]] void no_cuda() {
+[[noreturn]] void no_cuda_graphs() {
   DSPARK_FAIL(unsupported, "dspark was built without CUDA");
 }
 }  // namespace
@@ -17,10 +17,10 @@ Graph& Graph::operator=(Graph&&) noexcept {
   return *this;
 }
 void Graph::launch(const Context&) const {
-  no_cuda();
+  no_cuda_graphs();
 }
 Graph Graph::capture(Context&, const std::function<void()>&) {
-  no_cuda();
+  no_cuda_graphs();
 }
 
 }  // namespace dspark::cuda

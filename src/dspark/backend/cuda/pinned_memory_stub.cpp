@@ -4,13 +4,13 @@
 
 namespace dspark {
 namespace {
-[[noreturn]] void no_cuda() {
+[[noreturn]] void no_cuda_pinned_memory() {
   DSPARK_FAIL(unsupported, "dspark was built without CUDA");
 }
 }  // namespace
 
 PinnedBuffer::PinnedBuffer(size_t) {
-  no_cuda();
+  no_cuda_pinned_memory();
 }
 PinnedBuffer::~PinnedBuffer() = default;
 PinnedBuffer::PinnedBuffer(PinnedBuffer&&) noexcept {}
@@ -24,10 +24,10 @@ CopyFence& CopyFence::operator=(CopyFence&&) noexcept {
   return *this;
 }
 void CopyFence::record(const Context&) {
-  no_cuda();
+  no_cuda_pinned_memory();
 }
 void CopyFence::wait() const {
-  no_cuda();
+  no_cuda_pinned_memory();
 }
 
 }  // namespace dspark
