@@ -2,13 +2,13 @@
 
 #include <algorithm>
 
+#include "dspark/backend/cuda/policy/common.h"
+
 namespace dspark::cuda {
 
-namespace {
+using policy_detail::ceil_div;
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
+namespace {
 
 // Split launches whose tiles are too big for the last-CTA merge are cluster-merged where the
 // device has clusters (the tensor-core kernel; the CUDA-core kernel's go to the combine kernel).

@@ -1,14 +1,10 @@
 #include "dspark/backend/cuda/policy/linear.h"
 
+#include "dspark/backend/cuda/policy/common.h"
+
 namespace dspark::cuda {
 
-namespace {
-
-bool is_16bit(DType d) {
-  return d == DType::bf16 || d == DType::f16;
-}
-
-}  // namespace
+using policy_detail::is_16bit;
 
 LinearKernel choose_linear(const LinearShape& s, const Tuning& t) {
   if (t.batch_invariant) {

@@ -3,20 +3,17 @@
 #include <algorithm>
 #include <limits>
 
+#include "dspark/backend/cuda/policy/common.h"
+
 namespace dspark::cuda {
+
+using policy_detail::ceil_div;
+using policy_detail::is_16bit;
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 size_t round_up(size_t v, size_t a) {
   return (v + a - 1) / a * a;
-}
-
-bool is_16bit(DType d) {
-  return d == DType::bf16 || d == DType::f16;
 }
 
 // The plan estimate counts bytes of the busiest warp's weight stream (at 75% of the H200's copy
