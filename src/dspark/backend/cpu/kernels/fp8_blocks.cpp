@@ -16,7 +16,7 @@
 namespace dspark::cpu {
 namespace {
 
-constexpr int64_t kChunk = 64;
+constexpr int64_t kScaleChunk = 64;  // elements of k per dot_f32 call
 
 const std::array<float, 256>& e4m3_table() {
   static const std::array<float, 256> table = [] {
@@ -52,8 +52,8 @@ void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, con
         for (int64_t r = 0; r < m; ++r) {
           const float* xr = xf + r * k;
           float acc = 0.0f;
-          for (int64_t c = 0; c < k; c += kChunk) {
-            const int64_t len = std::min(kChunk, k - c);
+          for (int64_t c = 0; c < k; c += kScaleChunk) {
+            const int64_t len = std::min(kScaleChunk, k - c);
             acc += s[c / w.block_k] * dot_f32(row + c, xr + c, len);
           }
           if (!b.empty()) acc += b[static_cast<size_t>(i)];

@@ -15,8 +15,6 @@ namespace dspark::cpu {
 namespace small_gemm_detail {
 namespace {
 
-constexpr int kCols = static_cast<int>(kSmallGemmBlockCols);
-
 // The portable tile: the same arithmetic as the AVX2 one with a multiply and an add instead of a
 // fused multiply-add: 8 partial sums per (row, column), held as two 4-lane GNU vectors (SSE on
 // x86-64, NEON on ARM; every lane is its own sequence of f32 operations, nothing is reordered).

@@ -29,8 +29,6 @@
 namespace dspark::cpu::small_gemm_detail {
 namespace {
 
-constexpr int kCols = static_cast<int>(kSmallGemmBlockCols);
-
 // Full sums of four 8-lane accumulators, lane i of the result = ((a0+a1)+(a2+a3)) +
 // ((a4+a5)+(a6+a7)) of accumulator i (the order documented in small_m_gemm.h).
 DSPARK_AVX2 inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {

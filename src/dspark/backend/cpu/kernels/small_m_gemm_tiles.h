@@ -3,9 +3,13 @@
 
 #include <cstdint>
 
+#include "dspark/backend/cpu/kernels/small_m_gemm.h"
 #include "dspark/core/dtype.h"
 
 namespace dspark::cpu::small_gemm_detail {
+
+// kSmallGemmBlockCols as an int: the tiles' loop bound.
+constexpr int kCols = static_cast<int>(kSmallGemmBlockCols);
 
 // One block of weight rows for every input row:
 //   out[r * kSmallGemmBlockCols + j] = sum_k x[r, k] * w[j, k]    r < m, j < ncols
