@@ -22,6 +22,8 @@ struct RaisedByTemplate {
 
 // Fails (invalid_input) with the reason an Undefined value cannot be used.
 [[noreturn]] void fail_undefined(const Value& v);
+// Fails (invalid_input) with `message`: a Python TypeError of the template.
+[[noreturn]] void type_error(std::string message);
 
 // `obj.name`: methods of str/dict/list (bound), dict keys, namespace attributes; Undefined with a
 // hint when absent. `obj[key]`: list/str index, dict key, else an attribute of that name.

@@ -20,10 +20,6 @@ namespace {
 using FilterFn = std::function<Value(const Value&, CallArgs&)>;
 using TestFn = std::function<bool(const Value&, CallArgs&)>;
 
-[[noreturn]] void type_error(std::string message) {
-  DSPARK_FAIL(invalid_input, "{}", message);
-}
-
 // jinja2's soft_str: str(value), Undefined -> "".
 std::string soft_str(const Value& v) {
   return to_str(v);

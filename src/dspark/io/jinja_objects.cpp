@@ -77,10 +77,6 @@ std::string map_chars(std::string_view s, char32_t (*f)(char32_t)) {
   return from_code_points(cps);
 }
 
-[[noreturn]] void type_error(std::string message) {
-  DSPARK_FAIL(invalid_input, "{}", message);
-}
-
 const std::string& need_string(const Value& v, std::string_view what) {
   if (v.is_undefined()) fail_undefined(v);
   if (!v.is_string()) type_error(fmt::format("{} must be str, not {}", what, type_name(v)));
@@ -386,6 +382,10 @@ Value missing_attribute(const Value& obj, const std::string& name) {
 }
 
 }  // namespace
+
+[[noreturn]] void type_error(std::string message) {
+  DSPARK_FAIL(invalid_input, "{}", message);
+}
 
 [[noreturn]] void fail_undefined(const Value& v) {
   DSPARK_FAIL(invalid_input, "{}",

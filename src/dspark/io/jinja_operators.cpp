@@ -7,13 +7,6 @@
 #include "dspark/io/utf8.h"
 
 namespace dspark::jinja {
-namespace {
-
-[[noreturn]] void type_error(std::string message) {
-  DSPARK_FAIL(invalid_input, "{}", message);
-}
-
-}  // namespace
 
 Value unary_op(std::string_view op, const Value& a) {
   if (a.is_undefined()) fail_undefined(a);
