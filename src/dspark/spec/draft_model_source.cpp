@@ -3,14 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "dspark/core/elapsed.h"
+
 namespace dspark {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 DraftModelSource::DraftModelSource(std::unique_ptr<Model> model, int kv_tokens, int page_size)
     : model_(std::move(model)),
@@ -51,7 +46,7 @@ void DraftModelSource::commit(Context&, std::span<const RowUpdate> updates,
       r.kv_tokens.resize(keep);
     }
   }
-  stats_.commit_ms += ms_since(t0);
+  stats_.commit_ms += elapsed_ms(t0);
 }
 
 void DraftModelSource::propose(Context& ctx, std::span<const ProposeRequest> requests,
@@ -94,7 +89,7 @@ void DraftModelSource::propose(Context& ctx, std::span<const ProposeRequest> req
   steps_.finish(drafts, out);
   stats_.n_drafted += steps_.n_drafted();
   ++stats_.n_propose_calls;
-  stats_.propose_ms += ms_since(t0);
+  stats_.propose_ms += elapsed_ms(t0);
 }
 
 void DraftModelSource::release(RowId row) {

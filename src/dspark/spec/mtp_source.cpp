@@ -3,17 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "dspark/core/elapsed.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/norm.h"
 
 namespace dspark {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 MtpSource::MtpSource(std::unique_ptr<MtpLayer> layer, const Model& target, int kv_tokens,
                      int page_size, int deferred_rows)
@@ -136,7 +130,7 @@ void MtpSource::commit(Context& ctx, std::span<const RowUpdate> updates,
     }
   }
   if (k > 0) absorb(ctx, batch, hidden_in.rows(0, k), ready);
-  stats_.commit_ms += ms_since(t0);
+  stats_.commit_ms += elapsed_ms(t0);
 }
 
 void MtpSource::absorb_staged(Context& ctx, std::span<Row* const> rows) {
@@ -159,7 +153,7 @@ void MtpSource::absorb_staged(Context& ctx, std::span<Row* const> rows) {
     batch.logit_indices.push_back(static_cast<int32_t>(k) - 1);
   }
   absorb(ctx, batch, hidden_in.rows(0, k), rows);
-  stats_.catch_up_ms += ms_since(t0);
+  stats_.catch_up_ms += elapsed_ms(t0);
 }
 
 int64_t MtpSource::take_staged(Context& ctx, Row& r, const Tensor& dst, ForwardBatch& batch) {
@@ -250,7 +244,7 @@ void MtpSource::propose(Context& ctx, std::span<const ProposeRequest> requests, 
   steps_.finish(drafts, out);
   stats_.n_drafted += steps_.n_drafted();
   ++stats_.n_propose_calls;
-  stats_.propose_ms += ms_since(t0);
+  stats_.propose_ms += elapsed_ms(t0);
 }
 
 int MtpSource::attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) {

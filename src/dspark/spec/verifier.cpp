@@ -12,7 +12,7 @@ namespace dspark {
 namespace {
 
 // Grows `t` (contents discarded) so it holds at least `numel` elements of `dtype`.
-Tensor ensure(OwnedTensor& t, DType dtype, int64_t numel, Device device) {
+Tensor ensure_elements(OwnedTensor& t, DType dtype, int64_t numel, Device device) {
   if (!t.view().defined() || t.view().numel() < numel || t.device() != device) {
     t = OwnedTensor(dtype, Shape{std::max<int64_t>(numel, 64)}, device);
   }
@@ -110,7 +110,7 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = proposal.indptr[i] + i; j <= proposal.indptr[i + 1] + i; ++j)
       row_params_[static_cast<size_t>(j)] = params[static_cast<size_t>(i)];
-  Tensor p = ensure(probs_, DType::f32, rows * vocab, device).reshape(Shape{rows, vocab});
+  Tensor p = ensure_elements(probs_, DType::f32, rows * vocab, device).reshape(Shape{rows, vocab});
   process_logits(ctx, target_logits, row_params_, p);
 
   // One packed upload: [tokens | indptr | positions | modes | n_accepted | next_token], and the
@@ -127,9 +127,9 @@ void Verifier::verify(Context& ctx, const Tensor& target_logits, const Proposal&
   for (int64_t i = 0; i < n; ++i)
     host[n_drafts + 2 * n + 1 + i] = static_cast<int32_t>(params[static_cast<size_t>(i)].spec);
   std::copy(seeds.begin(), seeds.end(), reinterpret_cast<uint64_t*>(staging + seeds_at));
-  Tensor packed = ensure(packed_, DType::i32, n_index + 2 * n, device);
+  Tensor packed = ensure_elements(packed_, DType::i32, n_index + 2 * n, device);
   ctx.copy_async(packed.data(), host, static_cast<size_t>(n_index) * sizeof(int32_t));
-  Tensor seed_t = ensure(seeds_, DType::i64, n, device);
+  Tensor seed_t = ensure_elements(seeds_, DType::i64, n, device);
   ctx.copy_async(seed_t.data(), staging + seeds_at, seeds.size_bytes());
   upload_in_flight_ = device.is_cuda();
 
@@ -158,7 +158,7 @@ void Verifier::verify_greedy(Context& ctx, const Tensor& target_logits, const Pr
   if (target != nullptr) {
     wait_for_device(ctx);  // the forward enqueued the argmax and its copy to the host
   } else {
-    Tensor best = ensure(packed_, DType::i32, target_logits.size(0), ctx.device());
+    Tensor best = ensure_elements(packed_, DType::i32, target_logits.size(0), ctx.device());
     argmax(ctx, target_logits, best);
     target = read_back(ctx, best);  // the round's one device read
   }

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "dspark/core/elapsed.h"
 #include "dspark/core/philox.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
@@ -24,9 +25,6 @@ namespace dspark {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 constexpr int64_t kReadbackAlign = 64;  // elements: keeps the confidence logits 256-byte aligned
 
@@ -280,7 +278,7 @@ void DSparkSource::commit(Context& ctx, std::span<const RowUpdate> updates,
   dstats_.last_commit_rows_committed = committed;
   dstats_.last_commit_rows_projected = static_cast<int64_t>(tap_rows.size());
   dstats_.n_rows_projected += static_cast<int64_t>(tap_rows.size());
-  stats_.commit_ms += ms_since(t0);
+  stats_.commit_ms += elapsed_ms(t0);
 }
 
 int64_t DSparkSource::RoundShape::conf_offset() const {
@@ -463,7 +461,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   if (active.empty()) {
     for (size_t i = 0; i < n_req; ++i) out.indptr.push_back(static_cast<int32_t>(base));
     ++stats_.n_propose_calls;
-    stats_.propose_ms += ms_since(t0);
+    stats_.propose_ms += elapsed_ms(t0);
     return;
   }
   DSPARK_CHECK(!any_sampled || base == 0,
@@ -529,7 +527,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
     for (size_t i = 0; i < n_req; ++i) out.indptr.push_back(static_cast<int32_t>(base));
     ++dstats_.n_kv_full;
     ++stats_.n_propose_calls;
-    stats_.propose_ms += ms_since(t0);
+    stats_.propose_ms += elapsed_ms(t0);
     return;
   }
 
@@ -687,7 +685,7 @@ void DSparkSource::propose(Context& ctx, std::span<const ProposeRequest> request
   ++dstats_.n_rounds;
   dstats_.n_block_rows += M;
   ++stats_.n_propose_calls;
-  stats_.propose_ms += ms_since(t0);
+  stats_.propose_ms += elapsed_ms(t0);
 }
 
 // ---- loading ----------------------------------------------------------------------------------
