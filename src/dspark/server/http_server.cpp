@@ -83,18 +83,6 @@ bool same_secret(std::string_view a, std::string_view b) {
 // The channels of one request's choices (n of them; index i = choice i).
 using Choices = std::vector<std::shared_ptr<RequestChannel>>;
 
-// One streamed response: shared by the content provider and its releaser.
-struct StreamState {
-  Choices channels;
-  std::shared_ptr<ChannelWakeup> wakeup;  // n > 1: any channel's change
-  std::vector<ChoiceStream> choices;
-  std::vector<bool> done;  // per choice: its finish chunk was written
-  ResponseMeta meta;
-  bool include_usage = false;
-  bool began = false;
-  bool finished = false;  // the last event was written (or the request ended)
-};
-
 // The request's outputs, in choice order (all channels done).
 std::vector<const RequestOutput*> outputs(const Choices& channels) {
   std::vector<const RequestOutput*> outs;
@@ -117,6 +105,19 @@ ApiError ended_error(const RequestOutput& out, int status) {
 }  // namespace
 
 struct HttpServer::Impl {
+  // One streamed response: shared by the content provider and its releaser. A member, not in the
+  // anonymous namespace: the provider's lambdas (members of Impl) hold it.
+  struct StreamState {
+    Choices channels;
+    std::shared_ptr<ChannelWakeup> wakeup;  // n > 1: any channel's change
+    std::vector<ChoiceStream> choices;
+    std::vector<bool> done;  // per choice: its finish chunk was written
+    ResponseMeta meta;
+    bool include_usage = false;
+    bool began = false;
+    bool finished = false;  // the last event was written (or the request ended)
+  };
+
   ServerConfig config;
   ServerMetrics metrics;
   EngineWorker worker;

@@ -19,31 +19,31 @@ namespace dspark::server {
 namespace {
 
 // Request bodies keep their key order (tools and messages reach the chat template as sent).
-using json = nlohmann::ordered_json;
+using ojson = nlohmann::ordered_json;
 
-std::string type_name(const json& v) {
+std::string type_name(const ojson& v) {
   switch (v.type()) {
-    case json::value_t::null:
+    case ojson::value_t::null:
       return "null";
-    case json::value_t::boolean:
+    case ojson::value_t::boolean:
       return "a boolean";
-    case json::value_t::string:
+    case ojson::value_t::string:
       return "a string";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
+    case ojson::value_t::number_integer:
+    case ojson::value_t::number_unsigned:
       return "an integer";
-    case json::value_t::number_float:
+    case ojson::value_t::number_float:
       return "a decimal number";
-    case json::value_t::array:
+    case ojson::value_t::array:
       return "an array";
-    case json::value_t::object:
+    case ojson::value_t::object:
       return "an object";
     default:
       return "an unsupported value";
   }
 }
 
-ApiError wrong_type(const std::string& param, const std::string& expected, const json& got) {
+ApiError wrong_type(const std::string& param, const std::string& expected, const ojson& got) {
   return bad_request(fmt::format("Invalid type for '{}': expected {}, but got {} instead.", param,
                                  expected, type_name(got)),
                      param, "invalid_type", "invalid_type");
@@ -60,15 +60,15 @@ ApiError unsupported(const std::string& param, const std::string& message) {
 }
 
 // The value of `key`, or null when it is absent or JSON null.
-const json* field(const json& obj, const char* key) {
+const ojson* field(const ojson& obj, const char* key) {
   const auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return nullptr;
   return &*it;
 }
 
 // An integer field in [lo, hi]; floats (even integral ones) are a type error, like OpenAI's API.
-std::optional<int64_t> int_field(const json& obj, const char* key, int64_t lo, int64_t hi) {
-  const json* v = field(obj, key);
+std::optional<int64_t> int_field(const ojson& obj, const char* key, int64_t lo, int64_t hi) {
+  const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_number_integer()) throw wrong_type(key, "an integer", *v);
   if (v->is_number_unsigned() &&
@@ -80,8 +80,8 @@ std::optional<int64_t> int_field(const json& obj, const char* key, int64_t lo, i
   return x;
 }
 
-std::optional<double> number_field(const json& obj, const char* key) {
-  const json* v = field(obj, key);
+std::optional<double> number_field(const ojson& obj, const char* key) {
+  const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_number()) throw wrong_type(key, "a number", *v);
   const double x = v->get<double>();
@@ -89,15 +89,15 @@ std::optional<double> number_field(const json& obj, const char* key) {
   return x;
 }
 
-std::optional<bool> bool_field(const json& obj, const char* key) {
-  const json* v = field(obj, key);
+std::optional<bool> bool_field(const ojson& obj, const char* key) {
+  const ojson* v = field(obj, key);
   if (!v) return std::nullopt;
   if (!v->is_boolean()) throw wrong_type(key, "a boolean", *v);
   return v->get<bool>();
 }
 
 // The sampling fields shared by both endpoints, over the model's defaults.
-SamplingParams parse_sampling(const json& body, const SamplingParams& defaults) {
+SamplingParams parse_sampling(const ojson& body, const SamplingParams& defaults) {
   SamplingParams p = defaults;
   if (auto t = number_field(body, "temperature")) {
     if (*t < 0 || *t > 2)
@@ -115,7 +115,7 @@ SamplingParams parse_sampling(const json& body, const SamplingParams& defaults) 
     if (*m < 0 || *m > 1) throw bad_value("min_p", fmt::format("must be in [0, 1], got {}.", *m));
     p.min_p = static_cast<float>(*m);
   }
-  if (const json* v = field(body, "spec_sampling")) {
+  if (const ojson* v = field(body, "spec_sampling")) {
     if (!v->is_string()) throw wrong_type("spec_sampling", "a string", *v);
     const std::optional<SpecSampling> mode = spec_sampling_from_name(v->get<std::string>());
     if (!mode)
@@ -127,8 +127,8 @@ SamplingParams parse_sampling(const json& body, const SamplingParams& defaults) 
   return p;
 }
 
-uint64_t parse_seed(const json& body) {
-  const json* v = field(body, "seed");
+uint64_t parse_seed(const ojson& body) {
+  const ojson* v = field(body, "seed");
   if (!v) {
     thread_local std::mt19937_64 rng{std::random_device{}()};
     return rng();
@@ -138,11 +138,11 @@ uint64_t parse_seed(const json& body) {
   return static_cast<uint64_t>(v->get<int64_t>());  // negative seeds wrap (two's complement)
 }
 
-std::vector<std::string> parse_stop(const json& body) {
-  const json* v = field(body, "stop");
+std::vector<std::string> parse_stop(const ojson& body) {
+  const ojson* v = field(body, "stop");
   if (!v) return {};
   std::vector<std::string> stops;
-  auto add = [&](const json& s, const std::string& param) {
+  auto add = [&](const ojson& s, const std::string& param) {
     if (!s.is_string()) throw wrong_type(param, "a string", s);
     std::string text = s.get<std::string>();
     if (text.empty()) throw bad_value(param, "stop strings must not be empty.");
@@ -164,25 +164,25 @@ std::vector<std::string> parse_stop(const json& body) {
 }
 
 // Fields of the OpenAI API that dspark does not implement: refused when they ask for something.
-void reject_unsupported(const json& body) {
+void reject_unsupported(const ojson& body) {
   if (auto b = int_field(body, "best_of", std::numeric_limits<int64_t>::min(),
                          std::numeric_limits<int64_t>::max());
       b && *b != 1)
     throw unsupported("best_of", "only best_of = 1 is supported.");
-  if (const json* lb = field(body, "logit_bias")) {
+  if (const ojson* lb = field(body, "logit_bias")) {
     if (!lb->is_object()) throw wrong_type("logit_bias", "an object", *lb);
     if (!lb->empty()) throw unsupported("logit_bias", "logit_bias is not supported.");
   }
   if (auto echo = bool_field(body, "echo"); echo && *echo)
     throw unsupported("echo", "echo is not supported.");
-  if (const json* s = field(body, "suffix")) {
+  if (const ojson* s = field(body, "suffix")) {
     if (!s->is_string()) throw wrong_type("suffix", "a string", *s);
     if (!s->get<std::string>().empty()) throw unsupported("suffix", "suffix is not supported.");
   }
 }
 
 // presence_penalty, frequency_penalty (OpenAI: [-2, 2]) and repetition_penalty (vLLM: > 0).
-PenaltyParams parse_penalties(const json& body) {
+PenaltyParams parse_penalties(const ojson& body) {
   PenaltyParams p;
   for (const auto& [key, value] :
        {std::pair{"presence_penalty", &p.presence}, std::pair{"frequency_penalty", &p.frequency}}) {
@@ -201,7 +201,7 @@ PenaltyParams parse_penalties(const json& body) {
 
 // GenerateOptions::logprobs from chat's logprobs (bool) + top_logprobs, or completions' logprobs
 // (the number of alternatives).
-int parse_logprobs(Endpoint endpoint, const json& body) {
+int parse_logprobs(Endpoint endpoint, const ojson& body) {
   if (endpoint == Endpoint::completions) {
     if (field(body, "top_logprobs"))
       throw bad_value("top_logprobs",
@@ -218,16 +218,16 @@ int parse_logprobs(Endpoint endpoint, const json& body) {
 
 // A message's content: a string, or an array of {"type": "text", "text": ...} parts (the chat
 // template joins them, or loops over them when it is written to).
-json validated_content(const json& content, const std::string& param) {
+ojson validated_content(const ojson& content, const std::string& param) {
   if (content.is_string()) return content;
   if (!content.is_array())
     throw wrong_type(param, "a string or an array of content parts", content);
-  json parts = json::array();
+  ojson parts = ojson::array();
   for (size_t i = 0; i < content.size(); ++i) {
-    const json& part = content[i];
+    const ojson& part = content[i];
     const std::string p = fmt::format("{}[{}]", param, i);
     if (!part.is_object()) throw wrong_type(p, "an object", part);
-    const json* type = field(part, "type");
+    const ojson* type = field(part, "type");
     if (!type)
       throw bad_request(fmt::format("Missing required parameter: '{}.type'.", p), p + ".type",
                         "missing_required_parameter", "missing_field");
@@ -236,19 +236,19 @@ json validated_content(const json& content, const std::string& param) {
       throw unsupported(p + ".type",
                         fmt::format("content parts of type '{}' are not supported (text only).",
                                     utf8::to_valid_lossy(type->get<std::string>().substr(0, 64))));
-    const json* text = field(part, "text");
+    const ojson* text = field(part, "text");
     if (!text)
       throw bad_request(fmt::format("Missing required parameter: '{}.text'.", p), p + ".text",
                         "missing_required_parameter", "missing_field");
     if (!text->is_string()) throw wrong_type(p + ".text", "a string", *text);
-    parts.push_back(json{{"type", "text"}, {"text", *text}});
+    parts.push_back(ojson{{"type", "text"}, {"text", *text}});
   }
   return parts;
 }
 
 // Validated messages in the shape the chat renderer takes.
-json parse_messages(const json& body) {
-  const json* v = field(body, "messages");
+ojson parse_messages(const ojson& body) {
+  const ojson* v = field(body, "messages");
   if (!v)
     throw bad_request("Missing required parameter: 'messages'.", "messages",
                       "missing_required_parameter", "missing_field");
@@ -256,12 +256,12 @@ json parse_messages(const json& body) {
   if (v->empty()) throw bad_value("messages", "expected a non-empty array of messages.");
   static const std::vector<std::string> kRoles = {"system", "developer", "user", "assistant",
                                                   "tool"};
-  json out = json::array();
+  ojson out = ojson::array();
   for (size_t i = 0; i < v->size(); ++i) {
-    const json& m = (*v)[i];
+    const ojson& m = (*v)[i];
     const std::string p = fmt::format("messages[{}]", i);
     if (!m.is_object()) throw wrong_type(p, "an object", m);
-    const json* role = field(m, "role");
+    const ojson* role = field(m, "role");
     if (!role)
       throw bad_request(fmt::format("Missing required parameter: '{}.role'.", p), p + ".role",
                         "missing_required_parameter", "missing_field");
@@ -271,16 +271,16 @@ json parse_messages(const json& body) {
       throw bad_value(p + ".role",
                       fmt::format("unknown role '{}' (system, developer, user, assistant or tool).",
                                   utf8::to_valid_lossy(r.substr(0, 64))));
-    json msg = {{"role", r == "developer" ? "system" : r}};
-    const json* content = field(m, "content");
-    const json* tool_calls = field(m, "tool_calls");
+    ojson msg = {{"role", r == "developer" ? "system" : r}};
+    const ojson* content = field(m, "content");
+    const ojson* tool_calls = field(m, "tool_calls");
     if (content) {
       msg["content"] = validated_content(*content, p + ".content");
     } else if (!(r == "assistant" && tool_calls)) {
       throw bad_request(fmt::format("Missing required parameter: '{}.content'.", p), p + ".content",
                         "missing_required_parameter", "missing_field");
     }
-    if (const json* name = field(m, "name")) {
+    if (const ojson* name = field(m, "name")) {
       if (!name->is_string()) throw wrong_type(p + ".name", "a string", *name);
       msg["name"] = *name;
     }
@@ -288,7 +288,7 @@ json parse_messages(const json& body) {
       if (!tool_calls->is_array()) throw wrong_type(p + ".tool_calls", "an array", *tool_calls);
       msg["tool_calls"] = *tool_calls;
     }
-    if (const json* id = field(m, "tool_call_id")) {
+    if (const ojson* id = field(m, "tool_call_id")) {
       if (!id->is_string()) throw wrong_type(p + ".tool_call_id", "a string", *id);
       msg["tool_call_id"] = *id;
     }
@@ -298,13 +298,13 @@ json parse_messages(const json& body) {
 }
 
 // Template variables a chat request supplies: tools and chat_template_kwargs.
-json parse_template_extra(const json& body) {
-  json extra = json::object();
-  if (const json* kw = field(body, "chat_template_kwargs")) {
+ojson parse_template_extra(const ojson& body) {
+  ojson extra = ojson::object();
+  if (const ojson* kw = field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) throw wrong_type("chat_template_kwargs", "an object", *kw);
     for (auto it = kw->begin(); it != kw->end(); ++it) extra[it.key()] = it.value();
   }
-  if (const json* tools = field(body, "tools")) {
+  if (const ojson* tools = field(body, "tools")) {
     if (!tools->is_array()) throw wrong_type("tools", "an array", *tools);
     extra["tools"] = *tools;
   }
@@ -329,12 +329,12 @@ std::vector<int32_t> encode(const PromptContext& ctx, const std::string& text, b
 }
 
 // The completions prompt: a string, token ids, or a batch of one of either.
-std::vector<int32_t> parse_prompt(const json& body, const PromptContext& ctx) {
-  const json* v = field(body, "prompt");
+std::vector<int32_t> parse_prompt(const ojson& body, const PromptContext& ctx) {
+  const ojson* v = field(body, "prompt");
   if (!v)
     throw bad_request("Missing required parameter: 'prompt'.", "prompt",
                       "missing_required_parameter", "missing_field");
-  const json* p = v;
+  const ojson* p = v;
   if (v->is_array() && !v->empty() && (v->front().is_string() || v->front().is_array())) {
     if (v->size() != 1)
       throw unsupported("prompt", fmt::format("batches of prompts are not supported (got {}); send "
@@ -354,7 +354,7 @@ std::vector<int32_t> parse_prompt(const json& body, const PromptContext& ctx) {
   std::vector<int32_t> ids;
   ids.reserve(p->size());
   for (size_t i = 0; i < p->size(); ++i) {
-    const json& t = (*p)[i];
+    const ojson& t = (*p)[i];
     const std::string param = fmt::format("prompt[{}]", i);
     if (!t.is_number_integer()) throw wrong_type(param, "an integer token id", t);
     if (t.is_number_unsigned() ? t.get<uint64_t>() >= static_cast<uint64_t>(ctx.vocab_size)
@@ -366,9 +366,9 @@ std::vector<int32_t> parse_prompt(const json& body, const PromptContext& ctx) {
   return ids;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const PromptContext& ctx) {
-  const json messages = parse_messages(body);
-  const json extra = parse_template_extra(body);
+std::vector<int32_t> chat_prompt(const ojson& body, const PromptContext& ctx) {
+  const ojson messages = parse_messages(body);
+  const ojson extra = parse_template_extra(body);
   std::string text;
   try {
     text = ctx.render_chat(messages, extra);
@@ -386,7 +386,7 @@ std::vector<int32_t> chat_prompt(const json& body, const PromptContext& ctx) {
   }
   // A template without tool support ignores `tools`: refuse rather than drop them silently.
   if (const auto tools = extra.find("tools"); tools != extra.end() && !tools->empty()) {
-    json without = extra;
+    ojson without = extra;
     without.erase("tools");
     if (ctx.render_chat(messages, without) == text)
       throw bad_request(
@@ -441,10 +441,10 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view text, const Prom
     throw bad_request(
         fmt::format("The request body is nested deeper than {} levels.", kMaxJsonDepth), {},
         "invalid_json", "invalid_json");
-  json body;
+  ojson body;
   try {
-    body = json::parse(text);
-  } catch (const json::exception& e) {
+    body = ojson::parse(text);
+  } catch (const ojson::exception& e) {
     // nlohmann's message names the byte offset (and invalid UTF-8 inside strings).
     throw bad_request(
         fmt::format("The request body is not valid JSON: {}", utf8::to_valid_lossy(e.what())), {},
@@ -457,7 +457,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view text, const Prom
 
   ParsedRequest r;
   r.endpoint = endpoint;
-  const json* model = field(body, "model");
+  const ojson* model = field(body, "model");
   if (!model)
     throw bad_request("Missing required parameter: 'model'.", "model", "missing_required_parameter",
                       "missing_field");
@@ -479,7 +479,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view text, const Prom
   r.options.seed = parse_seed(body);
   r.options.stop = parse_stop(body);
   r.stream = bool_field(body, "stream").value_or(false);
-  if (const json* so = field(body, "stream_options")) {
+  if (const ojson* so = field(body, "stream_options")) {
     if (!so->is_object()) throw wrong_type("stream_options", "an object", *so);
     if (!r.stream)
       throw bad_value("stream_options", "stream_options is only allowed when 'stream' is true.");
