@@ -15,6 +15,19 @@
 
 namespace dspark::test {
 
+std::filesystem::path gguf_dir() {
+  return data_dir() / "gguf";
+}
+
+std::string read_bytes(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+float rounded(float v, DType dtype) {
+  return dispatch_float(dtype, [&]<typename T>(TypeTag<T>) { return to_f32(from_f32<T>(v)); });
+}
+
 std::filesystem::path data_dir() {
   return DSPARK_TEST_DATA_DIR;
 }

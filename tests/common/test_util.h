@@ -13,10 +13,19 @@
 
 namespace dspark::test {
 
+inline constexpr Device kCpu = Device::cpu();
+
 std::filesystem::path data_dir();    // tests/data
 std::filesystem::path source_dir();  // the repository root
 // ../shared/assets next to the checkout, or "" when absent (tests that need it skip).
 std::filesystem::path shared_assets_dir();
+std::filesystem::path gguf_dir();  // tests/data/gguf
+
+// The whole file's bytes ("" when it cannot be read).
+std::string read_bytes(const std::filesystem::path& file);
+
+// v rounded to the precision of dtype (f32, bf16 or f16), as a value stored in that dtype reads.
+float rounded(float v, DType dtype);
 
 // Relative RMS error ||a - b|| / ||b||  (b is the reference).
 double relative_rms_error(const std::vector<float>& a, const std::vector<float>& b);

@@ -19,7 +19,7 @@ namespace {
 
 using nlohmann::json;
 
-std::filesystem::path temp_dir(const std::string& name) {
+std::filesystem::path config_temp_dir(const std::string& name) {
   const std::string test = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   return std::filesystem::temp_directory_path() / ("dspark_cfg_" + test + "_" + name);
 }
@@ -117,7 +117,7 @@ TEST(DSparkConfig, OtherArchitecturesAreNotDrafters) {
   j["architectures"] = {"Qwen3ForCausalLM"};
   EXPECT_THROW(parse_drafter_config(j, "config.json"), Error);
   EXPECT_FALSE(is_block_drafter_dir(test::data_dir() / "models" / "qwen3"));
-  EXPECT_FALSE(is_block_drafter_dir(temp_dir("missing")));
+  EXPECT_FALSE(is_block_drafter_dir(config_temp_dir("missing")));
 }
 
 class DSparkFit : public ::testing::Test {
@@ -131,7 +131,7 @@ class DSparkFit : public ::testing::Test {
   // load_dspark_source to fail with invalid_input mentioning `needle`.
   void expect_mismatch(const ModelConfig& fake, const test::TinyDrafterSpec& spec,
                        const std::string& needle) {
-    const auto dir = temp_dir(needle);
+    const auto dir = config_temp_dir(needle);
     test::write_tiny_drafter(dir, spec, fake);
     EXPECT_TRUE(is_block_drafter_dir(dir));
     try {
@@ -148,7 +148,7 @@ class DSparkFit : public ::testing::Test {
 };
 
 TEST_F(DSparkFit, MatchingDrafterLoads) {
-  const auto dir = temp_dir("ok");
+  const auto dir = config_temp_dir("ok");
   test::write_tiny_drafter(dir, test::TinyDrafterSpec{}, target_->config());
   auto source = load_dspark_source(dir, *target_);
   EXPECT_EQ(source->name(), "dspark");
@@ -211,7 +211,7 @@ TEST_F(DSparkFit, MaskTokenOutOfRange) {
 }
 
 TEST_F(DSparkFit, ThresholdsFileIsRead) {
-  const auto dir = temp_dir("thr");
+  const auto dir = config_temp_dir("thr");
   test::write_tiny_drafter(dir, test::TinyDrafterSpec{}, target_->config());
   ThresholdsFile f;
   f.thresholds = {0.0f, 0.5f, 0.25f};
@@ -227,7 +227,7 @@ TEST_F(DSparkFit, ThresholdsFileIsRead) {
 TEST_F(DSparkFit, FullDrafterCache) {
   // kv_tokens 16 -> 2 pages of 16 tokens. A 28-token prompt fits (commit), a block of 7 rows after
   // it does not: rounds propose nothing (counted) and decoding stays exact.
-  const auto dir = temp_dir("kv");
+  const auto dir = config_temp_dir("kv");
   test::TinyDrafterSpec spec;
   spec.block_size = 7;
   test::write_tiny_drafter(dir, spec, target_->config());

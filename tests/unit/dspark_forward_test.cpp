@@ -17,7 +17,7 @@
 namespace dspark {
 namespace {
 
-std::filesystem::path temp_dir(const std::string& name) {
+std::filesystem::path forward_temp_dir(const std::string& name) {
   return test::per_test_temp_dir("dspark_fwd", name);
 }
 
@@ -33,7 +33,7 @@ std::vector<std::vector<int32_t>> prompts(int n, int vocab, uint32_t seed) {
   return out;
 }
 
-struct Case {
+struct ForwardCase {
   std::string target;
   std::string layout;
   std::string markov;
@@ -41,16 +41,16 @@ struct Case {
   int gamma;
 };
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
+std::string forward_case_name(const ::testing::TestParamInfo<ForwardCase>& info) {
+  const ForwardCase& c = info.param;
   return fmt::format("{}_{}_{}{}_g{}", c.target, c.layout, c.markov, c.conf_markov ? "_cm" : "",
                      c.gamma);
 }
 
-class DSparkForward : public ::testing::TestWithParam<Case> {};
+class DSparkForward : public ::testing::TestWithParam<ForwardCase> {};
 
 TEST_P(DSparkForward, MatchesReferenceOverRounds) {
-  const Case& c = GetParam();
+  const ForwardCase& c = GetParam();
   const auto target_dir = test::data_dir() / "models" / c.target;
   if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no " << c.target;
   Context ctx(Device::cpu());
@@ -64,7 +64,7 @@ TEST_P(DSparkForward, MatchesReferenceOverRounds) {
   spec.attention_bias = c.markov == "gated";
   spec.own_lm_head = c.markov == "rnn";
   spec.seed = static_cast<uint32_t>(c.gamma * 10 + c.markov.size());
-  const auto dir = temp_dir("drafter");
+  const auto dir = forward_temp_dir("drafter");
   test::write_tiny_drafter(dir, spec, target->config());
   const test::ReferenceDrafter ref(dir, target_dir);
 
@@ -81,7 +81,7 @@ TEST_P(DSparkForward, MatchesReferenceOverRounds) {
     std::printf(
         "[ dspark   ] %s rows=%d: features %.2e hidden %.2e base %.2e z %.2e conf %.2e "
         "tokens %lld/%lld\n",
-        case_name({c, 0}).c_str(), n_rows, st.features, st.hidden, st.base, st.corrected,
+        forward_case_name({c, 0}).c_str(), n_rows, st.features, st.hidden, st.base, st.corrected,
         st.confidence, static_cast<long long>(st.tokens_equal), static_cast<long long>(st.tokens));
     if (n_rows == 1) {
       EXPECT_LE(st.features, 1e-4);
@@ -99,8 +99,8 @@ TEST_P(DSparkForward, MatchesReferenceOverRounds) {
   }
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
+std::vector<ForwardCase> forward_cases() {
+  std::vector<ForwardCase> out;
   for (const std::string target : {"qwen3", "llama3"}) {
     for (int gamma : {4, 7, 16}) {
       out.push_back({target, "deepspec", "vanilla", true, gamma});
@@ -114,7 +114,8 @@ std::vector<Case> cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DSparkForward, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, DSparkForward, ::testing::ValuesIn(forward_cases()),
+                         forward_case_name);
 
 // FP8 drafter weights are a CUDA + bf16 path: on the CPU the option is refused with an error that
 // names it, before any round runs.

@@ -11,7 +11,7 @@
 namespace dspark {
 namespace {
 
-std::string case_name(const ::testing::TestParamInfo<test::LosslessCase>& info) {
+std::string lossless_case_name(const ::testing::TestParamInfo<test::LosslessCase>& info) {
   const test::LosslessCase& c = info.param;
   return fmt::format("{}_{}_{}_g{}{}", c.target, c.layout, c.markov, c.gamma,
                      c.thresholds ? "_thr" : "");
@@ -21,11 +21,11 @@ class DSparkLossless : public ::testing::TestWithParam<test::LosslessCase> {};
 
 TEST_P(DSparkLossless, GreedySpeculativeEqualsPlainGreedy) {
   const auto dir = std::filesystem::temp_directory_path() /
-                   ("dspark_lossless_cpu_" + case_name({GetParam(), 0}));
+                   ("dspark_lossless_cpu_" + lossless_case_name({GetParam(), 0}));
   test::check_dspark_lossless(GetParam(), Device::cpu(), dir);
 }
 
-std::vector<test::LosslessCase> cases() {
+std::vector<test::LosslessCase> lossless_cases() {
   std::vector<test::LosslessCase> out;
   for (const std::string target : {"qwen3", "llama3"})
     for (int gamma : {4, 7, 16})
@@ -41,7 +41,8 @@ std::vector<test::LosslessCase> cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, DSparkLossless, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, DSparkLossless, ::testing::ValuesIn(lossless_cases()),
+                         lossless_case_name);
 
 // The published-layout fixtures (tools/dspark_ref drafters of the tiny targets) through the
 // engine: greedy speculative output == plain greedy, gamma in {4, 7, 16}.

@@ -57,15 +57,15 @@ void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& 
   }
 }
 
-struct Case {
+struct Fp8CheckpointCase {
   const char* name;
   int64_t block_n, block_k;
 };
 
-class Fp8Dequant : public ::testing::TestWithParam<Case> {};
+class Fp8Dequant : public ::testing::TestWithParam<Fp8CheckpointCase> {};
 
 TEST_P(Fp8Dequant, MatchesNumPyBitForBit) {
-  const Case c = GetParam();
+  const Fp8CheckpointCase c = GetParam();
   const SafeTensors& st = dequant_fixture();
   const std::string weight = std::string(c.name) + ".weight";
   ASSERT_TRUE(st.is_e4m3(weight));
@@ -75,9 +75,9 @@ TEST_P(Fp8Dequant, MatchesNumPyBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Blocks, Fp8Dequant,
-                         ::testing::Values(Case{"b16x24_bf16", 16, 24},
-                                           Case{"b128x128_f16", 128, 128},
-                                           Case{"b32x16_f32", 32, 16}),
+                         ::testing::Values(Fp8CheckpointCase{"b16x24_bf16", 16, 24},
+                                           Fp8CheckpointCase{"b128x128_f16", 128, 128},
+                                           Fp8CheckpointCase{"b32x16_f32", 32, 16}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 TEST(Fp8Checkpoint, ReadsEveryWeightAsItsNumPyTwin) {

@@ -124,7 +124,7 @@ void expect_decodes_like_twin(const fs::path& out, const fs::path& src, double v
   }
 }
 
-struct Case {
+struct ExportCase {
   const char* name;
   QuantType type;
   // Relative RMS of the last logits against the float checkpoint's: 4 bits move the tiny random
@@ -134,10 +134,10 @@ struct Case {
   double vs_float;
 };
 
-class GgufExport : public ::testing::TestWithParam<Case> {};
+class GgufExport : public ::testing::TestWithParam<ExportCase> {};
 
 TEST_P(GgufExport, LoadsAndDecodesLikeItsTwinAndTheFloatModel) {
-  const Case c = GetParam();
+  const ExportCase c = GetParam();
   const bool k_quant = quant_block(c.type).elements == 256;
   const fs::path src = k_quant ? write_wide_llama(c.name) : test::data_dir() / "models" / "llama3";
   const fs::path out = export_to(c.name, src, c.type);
@@ -148,13 +148,16 @@ TEST_P(GgufExport, LoadsAndDecodesLikeItsTwinAndTheFloatModel) {
   if (k_quant) fs::remove_all(src);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Types, GgufExport,
-    ::testing::Values(Case{"q8_0", QuantType::q8_0, 2e-2}, Case{"q4_0", QuantType::q4_0, 0.35},
-                      Case{"q4_1", QuantType::q4_1, 0.35}, Case{"q5_0", QuantType::q5_0, 0.2},
-                      Case{"q5_1", QuantType::q5_1, 0.2}, Case{"q4_k", QuantType::q4_k, 0.6},
-                      Case{"q5_k", QuantType::q5_k, 0.3}, Case{"q6_k", QuantType::q6_k, 0.1}),
-    [](const auto& p) { return std::string(p.param.name); });
+INSTANTIATE_TEST_SUITE_P(Types, GgufExport,
+                         ::testing::Values(ExportCase{"q8_0", QuantType::q8_0, 2e-2},
+                                           ExportCase{"q4_0", QuantType::q4_0, 0.35},
+                                           ExportCase{"q4_1", QuantType::q4_1, 0.35},
+                                           ExportCase{"q5_0", QuantType::q5_0, 0.2},
+                                           ExportCase{"q5_1", QuantType::q5_1, 0.2},
+                                           ExportCase{"q4_k", QuantType::q4_k, 0.6},
+                                           ExportCase{"q5_k", QuantType::q5_k, 0.3},
+                                           ExportCase{"q6_k", QuantType::q6_k, 0.1}),
+                         [](const auto& p) { return std::string(p.param.name); });
 
 // llama-quantize's medium mix on a 32-layer model: the head and the tied embedding in Q6_K; v_proj
 // and down_proj in Q6_K in layers 0-3, 6, 9, ..., 27 and 28-31, in the base type elsewhere; the

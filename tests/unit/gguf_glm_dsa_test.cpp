@@ -40,7 +40,7 @@
 namespace dspark {
 namespace {
 
-const Device kCpu = Device::cpu();
+using test::kCpu;
 
 // glm-dsa metadata of two decoder layers (test::deepseek_metadata without expert_gating_func, as
 // the converter writes it for a config without scoring_func) plus the indexer's keys and, unless

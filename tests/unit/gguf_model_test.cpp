@@ -36,9 +36,7 @@
 namespace dspark {
 namespace {
 
-std::filesystem::path gguf_dir() {
-  return test::data_dir() / "gguf";
-}
+using test::gguf_dir;
 
 std::filesystem::path smollm2_path() {
   if (const char* p = std::getenv("DSPARK_SMOLLM2_GGUF")) return p;

@@ -16,9 +16,7 @@
 namespace dspark {
 namespace {
 
-std::filesystem::path gguf_dir() {
-  return test::data_dir() / "gguf";
-}
+using test::gguf_dir;
 
 std::vector<float> golden(const SafeTensors& st, const std::string& name) {
   return to_vector<float>(st.get(name));
@@ -82,10 +80,7 @@ TEST(GgufReader, UnsupportedTypeNamesTensorAndType) {
   }
 }
 
-std::string read_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using test::read_bytes;
 
 std::filesystem::path write_temp(const std::string& name, const std::string& bytes) {
   const auto p = std::filesystem::temp_directory_path() / ("dspark_gguf_" + name);

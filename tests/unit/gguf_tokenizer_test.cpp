@@ -21,9 +21,7 @@
 namespace dspark {
 namespace {
 
-std::filesystem::path gguf_dir() {
-  return test::data_dir() / "gguf";
-}
+using test::gguf_dir;
 
 TEST(GgufTokenizer, TinyLlamaMatchesTokenizerJson) {
   const GgufFile g = GgufFile::open(gguf_dir() / "tiny_llama.gguf");

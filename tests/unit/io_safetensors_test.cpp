@@ -24,10 +24,7 @@ void write_bytes(const fs::path& file, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-std::string read_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using test::read_bytes;
 
 std::string le64(uint64_t v) {
   std::string s(8, '\0');

@@ -55,11 +55,11 @@ void expect_same_bits(const std::vector<float>& got, const std::vector<float>& w
   }
 }
 
-struct Case {
+struct MlxQuantCase {
   int bits, group;
 };
 
-class MlxUnpack : public ::testing::TestWithParam<Case> {};
+class MlxUnpack : public ::testing::TestWithParam<MlxQuantCase> {};
 
 QuantType expected_type(int bits, int group) {
   if (bits == 4)
@@ -105,8 +105,9 @@ TEST_P(MlxUnpack, RepacksToBlocksOfTheSameValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BitsGroups, MlxUnpack,
-                         ::testing::Values(Case{4, 32}, Case{4, 64}, Case{4, 128}, Case{8, 32},
-                                           Case{8, 64}, Case{8, 128}),
+                         ::testing::Values(MlxQuantCase{4, 32}, MlxQuantCase{4, 64},
+                                           MlxQuantCase{4, 128}, MlxQuantCase{8, 32},
+                                           MlxQuantCase{8, 64}, MlxQuantCase{8, 128}),
                          [](const auto& p) {
                            return fmt::format("b{}_g{}", p.param.bits, p.param.group);
                          });

@@ -15,7 +15,7 @@ using test::relative_rms_error;
 
 // f32 outputs: relative RMS error <= 1e-6 (one f32 rounding per element, plus expf);
 // 16-bit outputs: the output rounding dominates (bf16: 2^-9 relative per element).
-double tolerance(DType out) {
+double activation_tolerance(DType out) {
   return out == DType::f32 ? 1e-6 : (out == DType::bf16 ? 4e-3 : 5e-4);
 }
 
@@ -38,13 +38,13 @@ TEST(OpsActivation, SwigluAndAddAllDtypes) {
           std::vector<float> ref(g.size());
           for (size_t i = 0; i < g.size(); ++i)
             ref[i] = static_cast<float>(g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i]);
-          EXPECT_LE(relative_rms_error(to_f32_vector(out), ref), tolerance(out_dtype));
+          EXPECT_LE(relative_rms_error(to_f32_vector(out), ref), activation_tolerance(out_dtype));
 
           OwnedTensor sum(out_dtype, Shape{n, d}, Device::cpu());
           add(ctx, gate, up, sum);
           for (size_t i = 0; i < g.size(); ++i)
             ref[i] = static_cast<float>(static_cast<double>(g[i]) + u[i]);
-          EXPECT_LE(relative_rms_error(to_f32_vector(sum), ref), tolerance(out_dtype));
+          EXPECT_LE(relative_rms_error(to_f32_vector(sum), ref), activation_tolerance(out_dtype));
         }
       }
     }
@@ -60,12 +60,12 @@ TEST(OpsActivation, OutputMayAliasAnInput) {
     add(ctx, a, b, a);
     std::vector<float> ref(av.size());
     for (size_t i = 0; i < av.size(); ++i) ref[i] = av[i] + bv[i];
-    EXPECT_LE(relative_rms_error(to_f32_vector(a), ref), tolerance(dtype));
+    EXPECT_LE(relative_rms_error(to_f32_vector(a), ref), activation_tolerance(dtype));
     swiglu(ctx, b, a, b);
     const std::vector<float> sum = to_f32_vector(a);
     for (size_t i = 0; i < av.size(); ++i)
       ref[i] = static_cast<float>(bv[i] / (1.0 + std::exp(-static_cast<double>(bv[i]))) * sum[i]);
-    EXPECT_LE(relative_rms_error(to_f32_vector(b), ref), tolerance(dtype));
+    EXPECT_LE(relative_rms_error(to_f32_vector(b), ref), activation_tolerance(dtype));
   }
 }
 

@@ -50,9 +50,7 @@ std::vector<int> span_of(int first, int count) {
   return p;
 }
 
-float rounded(float v, DType dtype) {
-  return dispatch_float(dtype, [&]<typename T>(TypeTag<T>) { return to_f32(from_f32<T>(v)); });
-}
+using test::rounded;
 
 // out[t, h, :] by the definition in ops/attention.h, in double.
 std::vector<float> attention_reference(const AttnCase& c, const std::vector<float>& q,

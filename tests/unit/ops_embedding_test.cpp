@@ -11,9 +11,7 @@ namespace {
 using test::random_tensor;
 
 // The value `v` after a round trip through `dtype` (what a converting copy must produce).
-float rounded(float v, DType dtype) {
-  return dispatch_float(dtype, [&]<typename T>(TypeTag<T>) { return to_f32(from_f32<T>(v)); });
-}
+using test::rounded;
 
 TEST(OpsEmbedding, GatherRowsAllDtypesAndWidths) {
   Context ctx(Device::cpu());

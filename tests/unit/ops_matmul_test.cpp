@@ -26,13 +26,13 @@ std::vector<float> linear_reference(const std::vector<float>& x, const std::vect
   return y;
 }
 
-struct Case {
+struct MatmulCase {
   int64_t m, n, k;
   DType x, w, y;
   DType bias;  // i8 = no bias
 };
 
-void run_case(Context& ctx, const Case& c, double tol) {
+void run_case(Context& ctx, const MatmulCase& c, double tol) {
   SCOPED_TRACE(fmt::format("M={} N={} K={} x={} w={} y={} bias={}", c.m, c.n, c.k, dtype_name(c.x),
                            dtype_name(c.w), dtype_name(c.y),
                            c.bias == DType::i8 ? "none" : dtype_name(c.bias)));
@@ -61,7 +61,7 @@ void run_case(Context& ctx, const Case& c, double tol) {
 
 // f32 output: relative RMS error <= 1e-5 (f32 accumulation over K terms);
 // 16-bit output: its own rounding dominates (bf16 2^-9, f16 2^-12 relative per element).
-double tolerance(DType y) {
+double matmul_tolerance(DType y) {
   return y == DType::f32 ? 1e-5 : (y == DType::bf16 ? 4e-3 : 6e-4);
 }
 
@@ -84,7 +84,7 @@ TEST(OpsMatmul, Linear16BitWeightsFewRows) {
                                   {DType::f32, DType::bf16, DType::f32},
                                   {DType::f16, DType::f16, DType::f16},
                                   {DType::f32, DType::f32, DType::bf16}})
-          run_case(ctx, {m, n, k, xd, wd, yd, DType::bf16}, tolerance(yd));
+          run_case(ctx, {m, n, k, xd, wd, yd, DType::bf16}, matmul_tolerance(yd));
 }
 
 TEST(OpsMatmul, Linear16BitWeightsManyRows) {
@@ -96,7 +96,7 @@ TEST(OpsMatmul, Linear16BitWeightsManyRows) {
                                   {DType::bf16, DType::bf16, DType::f32},
                                   {DType::f32, DType::f16, DType::f32},
                                   {DType::f32, DType::f32, DType::f16}})
-          run_case(ctx, {m, n, k, xd, wd, yd, DType::i8}, tolerance(yd));
+          run_case(ctx, {m, n, k, xd, wd, yd, DType::i8}, matmul_tolerance(yd));
 }
 
 // More weight rows than one conversion block holds (16 MiB of f32 = 1023 rows of K = 4099).

@@ -17,7 +17,7 @@ using test::relative_rms_error;
 
 // f32 output: relative RMS error <= 1e-5; 16-bit output: the output's own rounding (<= 2^-9
 // relative per element for bf16) dominates.
-double tolerance(DType out) {
+double norm_tolerance(DType out) {
   return out == DType::f32 ? 1e-5 : 4e-3;
 }
 
@@ -37,9 +37,7 @@ std::vector<float> rms_norm_reference(const std::vector<float>& x, const std::ve
   return y;
 }
 
-float rounded(float v, DType dtype) {
-  return dispatch_float(dtype, [&]<typename T>(TypeTag<T>) { return to_f32(from_f32<T>(v)); });
-}
+using test::rounded;
 
 TEST(OpsNorm, RmsNormShapesDtypesStrides) {
   Context ctx(Device::cpu());
@@ -63,7 +61,7 @@ TEST(OpsNorm, RmsNormShapesDtypesStrides) {
             rms_norm(ctx, x, w, out, params);
             const auto ref = rms_norm_reference(to_f32_vector(x), to_f32_vector(w), n, d,
                                                 params.eps, unit_offset);
-            EXPECT_LE(relative_rms_error(to_f32_vector(out), ref), tolerance(out_dtype));
+            EXPECT_LE(relative_rms_error(to_f32_vector(out), ref), norm_tolerance(out_dtype));
             ++cases;
           }
         }
@@ -93,7 +91,7 @@ TEST(OpsNorm, RmsNormInPlace) {
     OwnedTensor w = random_tensor(DType::f32, Shape{64}, 4);
     const auto ref = rms_norm_reference(to_f32_vector(x), to_f32_vector(w), 5, 64, 1e-6, false);
     rms_norm(ctx, x, w, x, RmsNormParams{});
-    EXPECT_LE(relative_rms_error(to_f32_vector(x), ref), tolerance(dtype));
+    EXPECT_LE(relative_rms_error(to_f32_vector(x), ref), norm_tolerance(dtype));
   }
 }
 
@@ -118,7 +116,7 @@ TEST(OpsNorm, RmsNormPerHeadOfAFusedProjection) {
         ref_in.push_back(before[t * width + j]);
       }
     EXPECT_LE(relative_rms_error(got, rms_norm_reference(ref_in, wv, n * heads, d, 1e-6, false)),
-              tolerance(dtype));
+              norm_tolerance(dtype));
     for (int64_t t = 0; t < n; ++t)  // k and v untouched
       for (int64_t j = heads * d; j < width; ++j)
         ASSERT_EQ(after[t * width + j], before[t * width + j]);
@@ -147,7 +145,7 @@ TEST(OpsNorm, AddRmsNorm) {
               sum[i] = rounded(static_cast<float>(static_cast<double>(r0[i]) + xv[i]), res_dtype);
             EXPECT_EQ(to_f32_vector(res), sum);
             const auto ref = rms_norm_reference(sum, to_f32_vector(w), n, d, 1e-6, false);
-            EXPECT_LE(relative_rms_error(to_f32_vector(out), ref), tolerance(out_dtype));
+            EXPECT_LE(relative_rms_error(to_f32_vector(out), ref), norm_tolerance(out_dtype));
           }
         }
       }

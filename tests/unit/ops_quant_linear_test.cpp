@@ -211,7 +211,7 @@ std::vector<WeightFormat> formats(QuantType /*type*/) {
   return {WeightFormat::blocks, WeightFormat::blocks_x8};
 }
 
-std::string type_name(const ::testing::TestParamInfo<QuantType>& p) {
+std::string quant_linear_param_name(const ::testing::TestParamInfo<QuantType>& p) {
   return std::string(quant_type_name(p.param));
 }
 
@@ -527,9 +527,12 @@ TEST_P(QuantGroups, ProductsAreThoseOfTheExpandedBlocks) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, QuantLinear, ::testing::ValuesIn(kQuantTypes), type_name);
-INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantLinear, ::testing::ValuesIn(kGroupQuantTypes), type_name);
-INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantGroups, ::testing::ValuesIn(kGroupQuantTypes), type_name);
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantLinear, ::testing::ValuesIn(kQuantTypes),
+                         quant_linear_param_name);
+INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantLinear, ::testing::ValuesIn(kGroupQuantTypes),
+                         quant_linear_param_name);
+INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantGroups, ::testing::ValuesIn(kGroupQuantTypes),
+                         quant_linear_param_name);
 
 }  // namespace
 }  // namespace dspark

@@ -21,7 +21,7 @@
 namespace dspark {
 namespace {
 
-std::vector<uint8_t> read_bytes(const std::filesystem::path& path) {
+std::vector<uint8_t> read_byte_vector(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << "cannot open " << path;
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -46,8 +46,8 @@ TEST_P(GgufQuantFormat, MatchesTheGgufPackageBitForBit) {
   const QuantType type = GetParam();
   const std::string name = lower(quant_type_name(type));
   const auto dir = test::data_dir() / "quant";
-  const std::vector<uint8_t> blocks = read_bytes(dir / (name + ".blocks"));
-  const std::vector<uint8_t> raw = read_bytes(dir / (name + ".f32"));
+  const std::vector<uint8_t> blocks = read_byte_vector(dir / (name + ".blocks"));
+  const std::vector<uint8_t> raw = read_byte_vector(dir / (name + ".f32"));
   const QuantBlock qb = quant_block(type);
   ASSERT_GT(blocks.size(), 0u);
   ASSERT_EQ(blocks.size() % static_cast<size_t>(qb.bytes), 0u);
@@ -98,14 +98,16 @@ TEST_P(QuantFormat, SizesNamesAndRowLengths) {
   }
 }
 
-std::string type_name(const ::testing::TestParamInfo<QuantType>& p) {
+std::string quant_format_param_name(const ::testing::TestParamInfo<QuantType>& p) {
   return std::string(quant_type_name(p.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, QuantFormat, ::testing::ValuesIn(kQuantTypes), type_name);
-INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantFormat, ::testing::ValuesIn(kGroupQuantTypes), type_name);
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantFormat, ::testing::ValuesIn(kQuantTypes),
+                         quant_format_param_name);
+INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantFormat, ::testing::ValuesIn(kGroupQuantTypes),
+                         quant_format_param_name);
 INSTANTIATE_TEST_SUITE_P(GgufTypes, GgufQuantFormat, ::testing::ValuesIn(kGgufQuantTypes),
-                         type_name);
+                         quant_format_param_name);
 
 TEST(QuantFormatTable, BlockSizesAndNames) {
   struct Row {

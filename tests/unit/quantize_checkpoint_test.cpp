@@ -86,17 +86,17 @@ TEST(MlxQuantizeRows, PinsTheEdgeFartherFromZeroAndRepresentsZero) {
   EXPECT_EQ(code(3), 10u);
 }
 
-struct Case {
+struct QuantizeCase {
   const char* name;
   MlxQuantSpec spec;
   QuantType blocks;        // in memory (mlx_block_type)
   size_t n_not_divisible;  // down_proj (160 inputs) with groups of 64
 };
 
-class QuantizeLlama : public ::testing::TestWithParam<Case> {};
+class QuantizeLlama : public ::testing::TestWithParam<QuantizeCase> {};
 
 TEST_P(QuantizeLlama, LoadsAndDecodesItsDequantizedTwinsTokens) {
-  const Case c = GetParam();
+  const QuantizeCase c = GetParam();
   const fs::path out = scratch(c.name);
   const QuantizeSummary s = quantize(llama3(), out, c.spec);
   EXPECT_EQ(s.not_divisible.size(), c.n_not_divisible);
@@ -152,9 +152,9 @@ TEST_P(QuantizeLlama, LoadsAndDecodesItsDequantizedTwinsTokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Specs, QuantizeLlama,
-                         ::testing::Values(Case{"q4_g32", {4, 32}, QuantType::q4_1, 0},
-                                           Case{"q4_g64", {4, 64}, QuantType::q4_a64, 4},
-                                           Case{"q8_g32", {8, 32}, QuantType::q8_a, 0}),
+                         ::testing::Values(QuantizeCase{"q4_g32", {4, 32}, QuantType::q4_1, 0},
+                                           QuantizeCase{"q4_g64", {4, 64}, QuantType::q4_a64, 4},
+                                           QuantizeCase{"q8_g32", {8, 32}, QuantType::q8_a, 0}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 // Expects the same tensor names and bytes in both checkpoints.

@@ -31,7 +31,7 @@
 namespace dspark {
 namespace {
 
-const Device kCpu = Device::cpu();
+using test::kCpu;
 
 std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::temp_directory_path() /

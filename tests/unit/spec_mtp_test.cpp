@@ -21,7 +21,7 @@
 namespace dspark {
 namespace {
 
-const Device kCpu = Device::cpu();
+using test::kCpu;
 
 std::unique_ptr<MtpSource> make_source(const Model& target) {
   return std::make_unique<MtpSource>(MtpLayer::load(target.config(), kCpu, DType::f32), target,

@@ -68,14 +68,14 @@ std::vector<double> processed(const std::vector<double>& p, int top_k, double to
   return kept;
 }
 
-struct Case {
+struct VerifierCase {
   int top_k;
   double top_p;
   int gamma;
   SpecSampling mode = SpecSampling::rejection;
 };
 
-void run_exactness(const Case& c, int64_t n_samples) {
+void run_exactness(const VerifierCase& c, int64_t n_samples) {
   n_samples = test::stat_samples(n_samples);
   Context ctx(Device::cpu());
   const Chain t = target_chain();
