@@ -16,8 +16,10 @@
 // MMA step s (0..3) takes their words 2s and 2s + 1 as the fragments of logical k (2c, 2c + 1)
 // and (2c + 8, 2c + 9): the weights and the tokens pair the same physical k.
 //
-// At one row this reads each weight byte once like the one-row kernel (gemv_m1.cu), but from one
-// CTA per 16 rows rather than a persistent grid; rows beyond 64 read the weights again per launch.
+// Two kernels with this arithmetic in this order (so the same bits): up to 8 rows of x a
+// persistent grid streams the row tiles with the next stage's weights in flight across tiles (the
+// stream kernel, as gemv_fp8.cu's); above, one CTA per tile (the tile kernel). Rows beyond 64 read
+// the weights again per launch.
 #include <type_traits>
 
 #include "dspark/backend/cuda/device/convert.cuh"
@@ -81,6 +83,31 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[NT][4], const Lane32& a, 
   }
 }
 
+// Token row g + 8t of x at this lane's offset (g = lane / 4, c = lane % 4); tokens past M read
+// the last row, never stored.
+template <int NT, typename TW, typename TY>
+__device__ __forceinline__ void x_rows(const InvariantParams<TW, TY>& p, const TW* (&xs)[NT]) {
+  const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+    xs[t] = p.x + min(static_cast<int64_t>(g + 8 * t), p.m - 1) * p.ldx + c * 16;
+}
+
+// One chunk that may reach past K (K % 16 == 0, so a lane's 16 elements are all in or all out);
+// wa / wb / xs[t] point at the lane's offset of chunk 0.
+template <typename TW, int NT>
+__device__ __forceinline__ void mma_masked_chunk(float (&acc)[NT][4], const TW* wa, const TW* wb,
+                                                 const TW* const (&xs)[NT], int64_t ch, int64_t k) {
+  const bool in = ch * kChunk + (threadIdx.x & 3) * 16 < k;
+  const Lane32 zero{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+  Lane32 xv[NT];
+#pragma unroll
+  for (int t = 0; t < NT; ++t) xv[t] = in ? load_x(xs[t] + ch * kChunk) : zero;
+  const Lane32 a = in ? load_weights(wa + ch * kChunk) : zero;
+  const Lane32 b = in ? load_weights(wb + ch * kChunk) : zero;
+  mma_chunk<TW, NT>(acc, a, b, xv);
+}
+
 template <typename TY>
 struct Store {
   const void* bias;
@@ -105,9 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_invariant_kernel(InvariantPa
   const TW* wa = p.w + min(row0 + g, last) * p.k + c * 16;
   const TW* wb = p.w + min(row0 + g + 8, last) * p.k + c * 16;
   const TW* xs[NT];
-#pragma unroll
-  for (int t = 0; t < NT; ++t)
-    xs[t] = p.x + min(static_cast<int64_t>(g + 8 * t), p.m - 1) * p.ldx + c * 16;
+  x_rows<NT>(p, xs);
 
   static_assert(kSplitAlign % U == 0);
   const gemv_tile::ChunkRange range = gemv_tile::warp_chunks(p.k, kChunk, warp);
@@ -131,30 +156,106 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_invariant_kernel(InvariantPa
 #pragma unroll
     for (int u = 0; u < U; ++u) mma_chunk<TW, NT>(acc, a[u], b[u], xv[u]);
   }
-  // The rest (a last chunk past K: K % 16 == 0, so a lane's 16 elements are all in or all out).
-  for (; ch < range.end; ++ch) {
-    const bool in = ch * kChunk + c * 16 < p.k;
-    const Lane32 zero{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-    Lane32 xv[NT];
-#pragma unroll
-    for (int t = 0; t < NT; ++t) xv[t] = in ? load_x(xs[t] + ch * kChunk) : zero;
-    const Lane32 a = in ? load_weights(wa + ch * kChunk) : zero;
-    const Lane32 b = in ? load_weights(wb + ch * kChunk) : zero;
-    mma_chunk<TW, NT>(acc, a, b, xv);
-  }
+  for (; ch < range.end; ++ch) mma_masked_chunk<TW, NT>(acc, wa, wb, xs, ch, p.k);
 
   gemv_tile::reduce_warps<NT>(partial, acc, row0, p.n, p.m,
                               Store<TY>{p.bias, p.bias_kind, p.y, p.ldy});
 }
 
+// The stream kernel: the tile kernel's arithmetic in its order (the same bits) on a persistent
+// grid of at most two CTAs per multiprocessor, each walking row tiles blockIdx.x, + gridDim.x, ..
+// Stage j of a warp is chunks begin + jU .. + U - 1 of its K range; the weights of the next stage
+// (this tile's, else the next tile's first) are loaded before the MMAs of this one, across tiles,
+// and the first stage before pdl_wait(), so the loads never wait for a CTA to start, end or sum
+// its warps. The chunks of the range that do not fill a stage follow unpipelined, as the tile
+// kernel's last chunks do. The warps' sums go through a double-buffered shared array: one
+// barrier per tile.
+template <typename TW, typename TY, int NT, int U>
+__global__ void __launch_bounds__(kWarps * 32, 2)
+    gemv_invariant_stream_kernel(InvariantParams<TW, TY> p) {
+  __shared__ float partial[2][kWarps][kRows][8 * NT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int64_t tiles = (p.n + kRows - 1) / kRows, last = p.n - 1;
+  const TW* xs[NT];
+  x_rows<NT>(p, xs);
+  static_assert(kSplitAlign % U == 0);
+  const gemv_tile::ChunkRange range = gemv_tile::warp_chunks(p.k, kChunk, warp);
+  const int64_t groups = max(int64_t{0}, (range.end_full - range.begin) / U);
+  const int64_t first_left = range.begin + groups * U;  // the first chunk not in a stage
+  // Weight row g (+ 8) of a tile at this lane's offset of chunk 0.
+  auto row = [&](int64_t tile, int half) {
+    return p.w + min(tile * kRows + g + 8 * half, last) * p.k + c * 16;
+  };
+  auto load_stage = [&](int64_t tile, int64_t j, Lane32(&a)[U], Lane32(&b)[U]) {
+    const TW* pa = row(tile, 0) + (range.begin + j * U) * kChunk;
+    const TW* pb = row(tile, 1) + (range.begin + j * U) * kChunk;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      a[u] = load_weights(pa + u * kChunk);
+      b[u] = load_weights(pb + u * kChunk);
+    }
+  };
+
+  int64_t tile = blockIdx.x;
+  Lane32 a[U], b[U];
+  if (groups > 0) load_stage(tile, 0, a, b);  // weights: before the wait
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int buf = 0; tile < tiles; tile += gridDim.x, buf ^= 1) {
+    float acc[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    for (int64_t j = 0; j < groups; ++j) {
+      const bool more = j + 1 < groups;
+      const int64_t next_tile = more ? tile : tile + gridDim.x;
+      Lane32 na[U], nb[U];
+      if (more || next_tile < tiles) load_stage(next_tile, more ? j + 1 : 0, na, nb);
+      const int64_t ch = range.begin + j * U;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        Lane32 xv[NT];
+#pragma unroll
+        for (int t = 0; t < NT; ++t) xv[t] = load_x(xs[t] + (ch + u) * kChunk);
+        mma_chunk<TW, NT>(acc, a[u], b[u], xv);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        a[u] = na[u];
+        b[u] = nb[u];
+      }
+    }
+    const TW* wa = row(tile, 0);
+    const TW* wb = row(tile, 1);
+    for (int64_t ch = first_left; ch < range.end; ++ch)
+      mma_masked_chunk<TW, NT>(acc, wa, wb, xs, ch, p.k);
+    // partial[buf] is written again two tiles later, after every thread has passed the next
+    // tile's barrier, so after it has read this tile's sums.
+    gemv_tile::reduce_warps<NT>(partial[buf], acc, tile * kRows, p.n, p.m,
+                                Store<TY>{p.bias, p.bias_kind, p.y, p.ldy});
+  }
+}
+
+// Up to 8 rows of x (decode steps, verifies of up to 7 drafts) the stream kernel, in stages of 2
+// chunks, on a grid that gives every CTA the same number of tiles (two slots per multiprocessor);
+// more rows the tile kernel. Both give the same bits. (Measured on the H200 with the Qwen3-8B
+// shape: with 17 rows the stream kernel, in stages of one chunk to stay within the 128 registers
+// of two CTAs per multiprocessor, made a verify of 16 drafts 19% slower than the tile kernel.)
 template <typename TW, typename TY, int NT = 1>
-void launch_tiles(const InvariantParams<TW, TY>& p, cudaStream_t stream) {
+void launch_tiles(const InvariantParams<TW, TY>& p, int sms, cudaStream_t stream) {
   if constexpr (NT <= kMaxTiles) {
-    if (p.m > NT * 8) return launch_tiles<TW, TY, NT * 2>(p, stream);
-    constexpr int kUnroll = NT <= 2 ? 4 : 2;
-    launch_pdl(gemv_invariant_kernel<TW, TY, NT, kUnroll>,
-               dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{kRows}))), dim3(kWarps * 32), 0,
-               stream, p);
+    if (p.m > NT * 8) return launch_tiles<TW, TY, NT * 2>(p, sms, stream);
+    if constexpr (NT == 1) {
+      const int64_t tiles = ceil_div(p.n, int64_t{kRows}), slots = 2 * int64_t{sms};
+      const auto grid = static_cast<unsigned>(ceil_div(tiles, ceil_div(tiles, slots)));
+      launch_pdl(gemv_invariant_stream_kernel<TW, TY, 1, 2>, dim3(grid), dim3(kWarps * 32), 0,
+                 stream, p);
+    } else {
+      constexpr int kUnroll = NT <= 2 ? 4 : 2;
+      launch_pdl(gemv_invariant_kernel<TW, TY, NT, kUnroll>,
+                 dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{kRows}))), dim3(kWarps * 32), 0,
+                 stream, p);
+    }
   }
 }
 
@@ -182,7 +283,7 @@ void linear_invariant(Context& ctx, const Tensor& x, const Tensor& w, const Tens
                                                               k,
                                                               rows == 1 ? k : xv.stride,
                                                               rows == 1 ? n : yv.stride};
-          launch_tiles(p, stream);
+          launch_tiles(p, ctx.cuda_caps().sm_count, stream);
         }
       });
 }
