@@ -15,7 +15,9 @@
 # tools/eval/make_layer_draft.py; MODEL must be a GGUF file, and the gguf package importable by
 # PYTHON [python3]; on SmolLM2 24 of 30 blocks have draft 1 accepted in about a quarter of the
 # rounds, so rounds both accept and roll back), OUT [build/equality], EVAL_ARGS [more dspark
-# eval flags, e.g. --exact for CUDA's batch-invariant numerics].
+# eval flags, e.g. --exact for CUDA's batch-invariant numerics], RAW [0; 1: each item's first
+# prompt encoded as it is, without the chat template, for models that have none, such as the
+# random-weight files of tools/synth/make_random_gguf.py].
 # Outputs: $OUT/<source>-b<batch>.json (dspark eval --json), $OUT/equality.md and equality.json.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,6 +37,20 @@ OUT=${OUT:-$root/build/equality}
 [ -x "$DSPARK" ] || { echo "greedy_equality: no dspark at $DSPARK (build it first)" >&2; exit 1; }
 [ -f "$MODEL" ] || bash "$root/scripts/fetch_default_model.sh"
 mkdir -p "$OUT"
+if [ "${RAW:-0}" = 1 ]; then
+  "$PYTHON" - "$PROMPTS" "$OUT/prompts-raw.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
+    for line in f:
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        prompt = item["turns"][0] if "turns" in item else item["prompt"]
+        out.write(json.dumps({"id": item["id"], "category": item.get("category", ""),
+                              "prompt": prompt, "raw": True}) + "\n")
+PY
+  PROMPTS=$OUT/prompts-raw.jsonl
+fi
 
 results=()
 for source in $SOURCES; do
