@@ -7,6 +7,7 @@
 #include "dspark/backend/cuda/blas.h"
 #include "dspark/backend/cuda/policy/device.h"
 #include "dspark/backend/cuda/runtime.h"
+#include "dspark/core/elapsed.h"
 #include "dspark/core/error.h"
 #include "dspark/core/thread_pool.h"
 
@@ -63,8 +64,7 @@ void Context::synchronize() const {
   if (!stream_) return;
   const auto t0 = std::chrono::steady_clock::now();
   stream_->synchronize();
-  sync_wall_ms_ +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  sync_wall_ms_ += elapsed_ms(t0);
 }
 
 void* Context::scratch(size_t bytes) {

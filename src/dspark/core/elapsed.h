@@ -1,4 +1,4 @@
-// Wall-clock milliseconds since a steady_clock time point: the timings the draft sources report.
+// Wall-clock milliseconds since a steady_clock time point (the host timings in stats).
 #pragma once
 
 #include <chrono>

@@ -22,6 +22,7 @@
 
 #include "dspark/backend/graph_cache.h"
 #include "dspark/backend/pinned_memory.h"
+#include "dspark/core/elapsed.h"
 #include "dspark/model/layers.h"
 #include "dspark/model/mla.h"
 #include "dspark/model/moe.h"
@@ -453,8 +454,7 @@ ForwardOutput LlamaFamilyModel::forward(Context& ctx, PagedKvCache& kv, const Fo
   const HostPlan h = plan_host(kv, b);
   ForwardOutput out =
       graph_eligible(ctx, b) ? forward_graphed(ctx, kv, b, h) : forward_eager(ctx, kv, b, h);
-  const double ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double ms = elapsed_ms(start);
   ++stats_.forwards;
   stats_.host_ms += ms;
   if (static_cast<int64_t>(b.tokens.size()) <= ForwardStats::kStepTokens) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "dspark/core/elapsed.h"
+
 namespace dspark {
 
 NgramSource::NgramSource(NgramConfig config) : config_(config) {
@@ -27,8 +29,7 @@ void NgramSource::commit(Context&, std::span<const RowUpdate> updates, std::span
     h.insert(h.end(), u.kept_tokens.begin(), u.kept_tokens.end());
     if (u.pending >= 0) h.push_back(u.pending);
   }
-  stats_.commit_ms +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.commit_ms += elapsed_ms(t0);
 }
 
 std::vector<int32_t> NgramSource::lookup(std::span<const int32_t> h, int max_tokens,
@@ -68,8 +69,7 @@ void NgramSource::propose(Context&, std::span<const ProposeRequest> requests, Pr
     stats_.n_drafted += static_cast<int64_t>(d.size());
   }
   ++stats_.n_propose_calls;
-  stats_.propose_ms +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.propose_ms += elapsed_ms(t0);
 }
 
 void NgramSource::release(RowId row) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "dspark/core/elapsed.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/spec/dspark/dspark_source.h"
 
@@ -146,8 +147,7 @@ void DSparkSource::flush_staged(Context& ctx, std::span<Row* const> rows) {
   if (stage_live_ == 0) stage_top_ = 0;
   dstats_.n_rows_projected += flushed;
   if (flushed > 0) ++dstats_.n_stage_flushes;
-  stats_.catch_up_ms +=
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  stats_.catch_up_ms += elapsed_ms(t0);
 }
 
 }  // namespace dspark
