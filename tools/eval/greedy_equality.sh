@@ -35,7 +35,7 @@ PYTHON=${PYTHON:-python3}
 OUT=${OUT:-$root/build/equality}
 
 [ -x "$DSPARK" ] || { echo "greedy_equality: no dspark at $DSPARK (build it first)" >&2; exit 1; }
-[ -f "$MODEL" ] || bash "$root/scripts/fetch_default_model.sh"
+[ -e "$MODEL" ] || bash "$root/scripts/fetch_default_model.sh"
 mkdir -p "$OUT"
 if [ "${RAW:-0}" = 1 ]; then
   "$PYTHON" - "$PROMPTS" "$OUT/prompts-raw.jsonl" <<'PY'

@@ -111,8 +111,8 @@ struct QuantMmaPlan {
 
 // The few-row kernel (kernels/linear_quant_gemv.cu): CTAs of kQuantGemvWarps warps, each warp a
 // ring of quant_gemv_stages(q) slots of kQuantGemvStageSbs super-blocks of one weight row (a lane
-// per unit of 64 values): 3 stages in flight for the formats of up to 176 bytes per super-block,
-// 2 for the larger (Q6_K, Q8_0: their stages are larger).
+// per unit of 64 values): 4 slots for the formats of up to 176 bytes per super-block, 3 for the
+// larger (Q6_K, Q8_0: their stages are larger); all but one are in flight ahead of the math.
 inline constexpr int kQuantGemvWarps = 16;
 inline constexpr int kQuantGemvStageSbs = 8;
 constexpr int quant_gemv_stages(QuantType q) {
