@@ -567,6 +567,48 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   EXPECT_GE(compared, 6) << "too few scenarios with the same split count either way";
 }
 
+// Decode tiles merged in a cluster of their split CTAs (sm_90, Tuning::attention_decode_cluster_
+// splits 16) against the last split CTA's merge from shared memory (0): the same bits where both
+// launches have the same split count (at most 16 key tiles per row; rows of more than 32 keep the
+// last-CTA merge either way), the CPU within tolerance otherwise (run_scenario); Qwen3-8B's heads,
+// one and two rows, a window, head_dim 64 and 256.
+TEST(CudaAttention, DecodeClusterMergeEqualsLastCtaMerge) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  if (!cluster_merges(ctx.gpu)) GTEST_SKIP() << "no cluster-merged launches";
+  std::vector<Scenario> v;
+  for (int len : {130, 500, 900, 1000, 1025, 3001})
+    v.push_back(qwen3_8b("8b decode " + std::to_string(len), {len}, {1}));
+  v.push_back(qwen3_8b("8b decode, two rows", {700, 900}, {1, 1}));
+  Scenario window = qwen3_8b("8b decode, window 300", {1000}, {1});
+  window.window = 300;
+  v.push_back(window);
+  v.push_back({.name = "head_dim 64 decode", .kv_lens = {777}, .n_q = {1}, .head_dim = 64});
+  v.push_back({.name = "head_dim 256 decode", .kv_lens = {600}, .n_q = {1}, .head_dim = 256});
+  uint32_t seed = 3100;
+  int compared = 0;
+  for (const Scenario& s : v) {
+    int last_splits = 0, cluster_splits = 0;
+    std::vector<float> last_cta, cluster;
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      {
+        const ScopedTuning<int> off(ctx.gpu, &cuda::Tuning::attention_decode_cluster_splits, 0);
+        last_splits = splits_of(ctx.gpu, s);
+        last_cta = run_scenario(ctx, s, dtype, dtype, seed);
+      }
+      cluster_splits = splits_of(ctx.gpu, s);
+      cluster = run_scenario(ctx, s, dtype, dtype, seed);
+      EXPECT_LE(cluster_splits, last_splits) << s.name;
+      if (last_splits == cluster_splits && cluster_splits > 1) {
+        EXPECT_EQ(cluster, last_cta) << s.name << " " << name_of(dtype);
+        ++compared;
+      }
+      seed += 10;
+    }
+  }
+  EXPECT_GE(compared, 8) << "too few scenarios with the same split count either way";
+}
+
 // Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256
 // and 16-byte aligned q rows (the profiler records it), the CUDA-core one for f32, other head dims
 // or a q that starts one element into its buffer (attention_on_tensor_cores,

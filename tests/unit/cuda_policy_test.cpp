@@ -169,20 +169,42 @@ TEST(CudaPolicyAttention, TensorCoresForSixteenBitCachesOfSupportedHeadDims) {
   EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::bf16, 128, false));
 }
 
-TEST(CudaPolicyAttention, DecodeSplitsKeysMergedByTheLastCta) {
+TEST(CudaPolicyAttention, DecodeSplitsKeysMergedInClustersOnHopper) {
   const Tuning t;
   // One request at context 1,024 (+ the new token: 1,025 keys, 65 pages): 8 CTAs of 4 rows;
-  // a split per 64 keys (17) fills the GPU best.
+  // a split per 64 keys (17) would fill the GPU best; on sm_90 a cluster of at most 16 split
+  // CTAs merges them (17 tiles: one CTA takes two).
   const AttentionPlan p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
   EXPECT_EQ(p.kernel, AttentionKernel::tensor_core);
   EXPECT_EQ(p.tiling.grid_x, 1);
   EXPECT_EQ(p.tiling.grid_y, 8);
   EXPECT_EQ(p.tiling.tile_rows, 4);
-  EXPECT_EQ(p.n_splits, 17);
-  EXPECT_EQ(p.merge, SplitMerge::last_cta);
-  EXPECT_EQ(attention_splits(qwen3_8b(1, 1, 1025), kH200, t), 17);
-  // At 16k: at most 32 splits; on Ampere the same.
-  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 16385), true, kH200, t).n_splits, 32);
+  EXPECT_EQ(p.n_splits, 16);
+  EXPECT_EQ(p.merge, SplitMerge::cluster);
+  EXPECT_EQ(attention_splits(qwen3_8b(1, 1, 1025), kH200, t), 16);
+  // Fewer tiles than that: one split per tile, as without clusters.
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 900), true, kH200, t).n_splits, 15);
+  // The CUDA-core kernel: the same count (a graph's key does not depend on the kernel), merged by
+  // the last CTA.
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 1025), false, kH200, t).n_splits, 16);
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 1025), false, kH200, t).merge, SplitMerge::last_cta);
+  // Without clusters (Ampere, or either tuning off): 17 splits merged by the last CTA.
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 1025), true, kAmpere, t).n_splits, 17);
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 1025), true, kAmpere, t).merge, SplitMerge::last_cta);
+  Tuning no_decode_cluster;
+  no_decode_cluster.attention_decode_cluster_splits = 0;
+  const AttentionPlan q = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, no_decode_cluster);
+  EXPECT_EQ(q.n_splits, 17);
+  EXPECT_EQ(q.merge, SplitMerge::last_cta);
+  // Clusters while 16 splits leave a CTA at most 2 key tiles (up to 2,048 keys); longer rows keep
+  // the CTA target's count (at most 32) and the last-CTA merge.
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 2048), true, kH200, t).n_splits, 16);
+  EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 2048), true, kH200, t).merge, SplitMerge::cluster);
+  for (int64_t kv_len : {2049, 4097, 16385}) {
+    const AttentionPlan r = plan_attention(qwen3_8b(1, 1, kv_len), true, kH200, t);
+    EXPECT_EQ(r.n_splits, 32) << kv_len;
+    EXPECT_EQ(r.merge, SplitMerge::last_cta) << kv_len;
+  }
   EXPECT_EQ(plan_attention(qwen3_8b(1, 1, 16385), true, kAmpere, t).merge, SplitMerge::last_cta);
 }
 
@@ -224,7 +246,8 @@ TEST(CudaPolicyAttention, MergeRowsFollowTheTuning) {
   AttentionPlan p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
   EXPECT_EQ(p.n_splits, 6);  // 17 tiles over 8 splits: 3 each at most, so 6 splits
   EXPECT_EQ(p.merge, SplitMerge::cluster);
-  t.attention_merge_rows = 16;  // every tile merged by its last CTA
+  t.attention_merge_rows = 16;  // every tile merged by its last CTA (without decode clusters)
+  t.attention_decode_cluster_splits = 0;
   p = plan_attention(qwen3_8b(17, 1, 1041), true, kH200, t);
   EXPECT_EQ(p.n_splits, 7);
   EXPECT_EQ(p.merge, SplitMerge::last_cta);

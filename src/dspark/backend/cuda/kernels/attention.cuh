@@ -21,11 +21,11 @@ namespace dspark::cuda::attn {
 // The tiling and split limits the choice of a launch uses (policy/attention.h): query rows
 // (token, head) per CTA, of one KV head (both kernels tile the rows the same way); keys per split
 // a multiple of kSplitKeys (the tensor-core kernel's key tile); the most splits, and the most of a
-// cluster-merged launch (the portable cluster size).
+// cluster-merged launch (a decode launch's: the non-portable cluster size).
 inline constexpr int kMaxRows = kAttentionTileRows;
 inline constexpr int kSplitKeys = kAttentionSplitKeys;
 inline constexpr int kMaxSplits = kAttentionMaxSplits;
-inline constexpr int kMaxClusterSplits = kAttentionMaxClusterSplits;
+inline constexpr int kMaxClusterSplits = kAttentionMaxDecodeClusterSplits;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
 template <typename TKV>
@@ -151,29 +151,37 @@ __device__ __forceinline__ void merge_split_item_batched(Load load, int n_splits
                                                          int lane) {
   static_assert(HD % 32 == 0 && kSplitsMax <= kMaxSplits);
   constexpr int kD = HD / 32;
+  // Splits whose values are in flight together (the registers of at most 8 splits' columns).
+  constexpr int kBatch = kSplitsMax < 8 ? kSplitsMax : 8;
   const bool mine = lane < n_splits;
   float ms = -INFINITY, ls = 0.0f;
   if (mine) {
     ms = load(lane, int64_t{HD});
     ls = load(lane, int64_t{HD} + 1);
   }
-  float v[kSplitsMax][kD];
-#pragma unroll
-  for (int s = 0; s < kSplitsMax; ++s) {
-#pragma unroll
-    for (int j = 0; j < kD; ++j) v[s][j] = s < n_splits ? load(s, int64_t{lane} + 32 * j) : 0.0f;
-  }
   float w[kSplitsMax];
   const float inv = split_weights(ms, ls, n_splits, w);
+  float o[kD] = {};
 #pragma unroll
-  for (int j = 0; j < kD; ++j) {
-    float o = 0.0f;
+  for (int s0 = 0; s0 < kSplitsMax; s0 += kBatch) {
+    if (s0 >= n_splits) break;
+    float v[kBatch][kD];
 #pragma unroll
-    for (int s = 0; s < kSplitsMax; ++s) {
-      if (s < n_splits && w[s] > 0.0f) o += v[s][j] * w[s];
+    for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+      for (int j = 0; j < kD; ++j)
+        v[b][j] = s0 + b < n_splits ? load(s0 + b, int64_t{lane} + 32 * j) : 0.0f;
     }
-    device::store_float(out, base + lane + 32 * j, out_kind, o * inv);
+#pragma unroll
+    for (int j = 0; j < kD; ++j) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (s0 + b < n_splits && w[s0 + b] > 0.0f) o[j] += v[b][j] * w[s0 + b];
+      }
+    }
   }
+#pragma unroll
+  for (int j = 0; j < kD; ++j) device::store_float(out, base + lane + 32 * j, out_kind, o[j] * inv);
 }
 
 __device__ __forceinline__ void merge_split_item(const float* part, int n_splits, int head_dim,
@@ -295,8 +303,7 @@ __device__ __forceinline__ void copy_kv_chunk(const AttentionArgs<TKV>& p, int64
 // merge_split_item_batched reading split s's row from rank s's shared memory (all of the row's
 // loads in flight together): combine_splits_kernel's operations in its order, so the same bits.
 // Every CTA of a cluster runs the same segments (they depend on the query tile only), so the
-// barriers pair up. n_warps: the CTA's warps. Used by both tensor-core kernels (attention_mma.cu,
-// attention_rows.cu).
+// barriers pair up. n_warps: the CTA's warps. Used by the tensor-core kernel (attention_mma.cu).
 template <int HD, typename TKV>
 __device__ __forceinline__ void merge_splits_cluster(const AttentionArgs<TKV>& p, float* s_part,
                                                      int n_q, int t, int nh, int h_begin,

@@ -35,14 +35,14 @@
 //    one cp.async round trip (merge_splits_smem), instead of head_dim / 32 + 1 dependent L2 reads.
 // (H200, bench_attention decode: 13.9 -> 9.2 us at 1k context, 42.9 -> 32.0 us at 16k.)
 //
-// The cluster merge (SplitMerge::cluster, policy/attention.h: sm_90, split launches whose tiles
-// have more rows than the last-CTA merge takes, i.e. verify and draft blocks; kCluster below).
-// Instead of writing every split's partial rows to global memory and merging them in a second
-// launch (combine_splits_kernel):
-//  - the launch (with 2..8 splits) makes the grid.z split CTAs of each query tile one
-//    thread-block cluster of {1, 1, n_splits}, together with the PDL attribute; the policy caps
-//    such launches at 8 splits (the portable cluster size), so a graph's key is the count the
-//    launch uses;
+// The cluster merge (SplitMerge::cluster, policy/attention.h: sm_90, split launches of verify and
+// draft blocks, and of decode tiles unless Tuning::attention_decode_cluster_splits is off;
+// kCluster below). Instead of writing every split's partial rows to global memory and merging
+// them in a second launch (combine_splits_kernel) or in the last split CTA:
+//  - the launch (with 2..8 splits, decode 2..16) makes the grid.z split CTAs of each query tile
+//    one thread-block cluster of {1, 1, n_splits}, together with the PDL attribute; the policy
+//    caps such launches at 8 splits (the portable cluster size; decode tiles at 16, a
+//    non-portable size), so a graph's key is the count the launch uses;
 //  - per segment of the tile (segments depend on the tile only, so all CTAs of a cluster run the
 //    same ones), each CTA leaves its partial rows (acc..., max, sum: what it would write to
 //    `part`) in its shared memory after the warps' O tiles, in the K/V stages, then a cluster
@@ -512,6 +512,9 @@ void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
   static_assert(kSmem >= kMergeSmemBytes, "the split merge reuses the dynamic smem");
   if constexpr (kSmem > 48 * 1024)
     allow_dynamic_smem<&attention_mma_kernel<T, HD, kCluster>>(kSmem);
+  // Decode launches cluster up to kMaxClusterSplits (16) split CTAs.
+  if constexpr (kCluster)
+    if (grid.z > 8) allow_nonportable_clusters<&attention_mma_kernel<T, HD, kCluster>>();
   const OpProfileScope profile(ctx, "paged_attention_mma()");  // also inside paged_attention
   // The cluster merge: the grid.z split CTAs of each query tile form one cluster.
   launch_pdl_cluster(attention_mma_kernel<T, HD, kCluster>, grid, dim3(kThreads), kSmem,

@@ -149,6 +149,19 @@ void allow_dynamic_smem(size_t bytes) {
   configured.fetch_or(bit, std::memory_order_relaxed);
 }
 
+// Lets `kernel` be launched in thread-block clusters larger than the portable 8 CTAs (sm_90: up
+// to 16), set once per kernel and device like allow_dynamic_smem.
+template <auto* kernel>
+void allow_nonportable_clusters() {
+  static std::atomic<uint64_t> configured{0};  // a bit per device id < 64
+  const int device = current_device();
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (configured.load(std::memory_order_relaxed) & bit) != 0) return;
+  DSPARK_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  configured.fetch_or(bit, std::memory_order_relaxed);
+}
+
 // Compute capability major of the current device, queried once per device (launch paths ask).
 inline int compute_major() {
   constexpr int kCached = 64;

@@ -16,6 +16,26 @@ bool cluster_eligible(int64_t tile_rows, const DeviceCaps& caps, const Tuning& t
   return t.attention_cluster_merge && tile_rows > t.attention_merge_rows && caps.compute_major == 9;
 }
 
+// The 64-key tiles of a row (the most splits that get a key each).
+int64_t key_tiles_per_row(const AttentionShape& s) {
+  return ceil_div(s.total_pages * s.page_size / s.n_rows, kAttentionSplitKeys);
+}
+
+// Decode tiles (those the last-CTA merge takes) cluster-merged: the most splits, or 0. Only while
+// the cap leaves a split CTA at most kAttentionDecodeClusterTiles key tiles: past that the longer
+// splits cost more than the cluster saves (H100, bench_attention, Qwen3-8B heads, one row: 1,024
+// keys 8.2 -> 7.4 us with 16 splits in a cluster against 17 merged by the last CTA, but 4,096
+// keys 12.3 -> 14.4 us and 16,384 keys 34.4 -> 35.9 us against 32 splits).
+int64_t decode_cluster_splits(const AttentionShape& s, int64_t tile_rows, const DeviceCaps& caps,
+                              const Tuning& t) {
+  if (!t.attention_cluster_merge || tile_rows > t.attention_merge_rows || caps.compute_major != 9 ||
+      t.attention_decode_cluster_splits < 2)
+    return 0;
+  const int64_t most =
+      std::min<int64_t>(t.attention_decode_cluster_splits, kAttentionMaxDecodeClusterSplits);
+  return ceil_div(key_tiles_per_row(s), most) <= kAttentionDecodeClusterTiles ? most : 0;
+}
+
 }  // namespace
 
 bool attention_on_tensor_cores(DType kv, DType q, int64_t head_dim, bool aligned) {
@@ -41,10 +61,11 @@ int attention_splits(const AttentionShape& s, const DeviceCaps& caps, const Tuni
   const int64_t ctas = tiling.grid_x * tiling.grid_y;
   const int64_t target = 2 * static_cast<int64_t>(caps.sm_count);
   if (ctas >= target) return 1;
-  const int64_t keys_per_row = s.total_pages * s.page_size / s.n_rows;
-  const int64_t useful = ceil_div(keys_per_row, kAttentionSplitKeys);
+  const int64_t useful = key_tiles_per_row(s);
   int64_t n_splits =
       std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kAttentionMaxSplits);
+  if (const int64_t most = decode_cluster_splits(s, tiling.tile_rows, caps, t); most > 0)
+    return static_cast<int>(std::min(n_splits, most));
   if (cluster_eligible(tiling.tile_rows, caps, t)) {
     n_splits = std::min<int64_t>(n_splits, kAttentionMaxClusterSplits);
     // A row's key tiles are dealt evenly over the splits: of the counts that give a CTA at most
@@ -63,7 +84,9 @@ AttentionPlan plan_attention(const AttentionShape& s, bool tensor_cores, const D
   plan.n_splits = attention_splits(s, caps, t);
   if (plan.n_splits <= 1) return plan;
   const QueryTiling& q = plan.tiling;
-  if (q.tile_rows <= t.attention_merge_rows && q.grid_x * q.grid_y <= kAttentionMergeTiles)
+  if (tensor_cores && decode_cluster_splits(s, q.tile_rows, caps, t) > 0)
+    plan.merge = SplitMerge::cluster;
+  else if (q.tile_rows <= t.attention_merge_rows && q.grid_x * q.grid_y <= kAttentionMergeTiles)
     plan.merge = SplitMerge::last_cta;
   else if (tensor_cores && plan.n_splits <= kAttentionMaxClusterSplits &&
            cluster_eligible(q.tile_rows, caps, t))

@@ -16,8 +16,13 @@ inline constexpr int kAttentionTileRows = 16;
 // Keys per split are a multiple of this (the tensor-core kernel's key tile).
 inline constexpr int kAttentionSplitKeys = 64;
 inline constexpr int kAttentionMaxSplits = 32;
-// The most splits of a cluster-merged launch: the portable cluster size.
+// The most splits of a cluster-merged launch: the portable cluster size; for decode tiles the
+// non-portable size of sm_90 (Tuning::attention_decode_cluster_splits).
 inline constexpr int kAttentionMaxClusterSplits = 8;
+inline constexpr int kAttentionMaxDecodeClusterSplits = 16;
+// Decode tiles are cluster-merged only while that leaves a split at most this many 64-key tiles
+// (contexts up to 2,048 keys at 16 splits); longer rows keep more splits and the last-CTA merge.
+inline constexpr int kAttentionDecodeClusterTiles = 2;
 // Query tiles the last-CTA merge's arrival counters cover.
 inline constexpr int64_t kAttentionMergeTiles = 4096;
 
@@ -66,8 +71,11 @@ QueryTiling attention_tiling(const AttentionShape& s);
 // per multiprocessor), at most one per 64 keys of a request, at most kAttentionMaxClusterSplits
 // when the tiles would be cluster-merged, then the fewest splits that give a CTA no more key
 // tiles. A captured forward is keyed by it (backend/graph_set.h), so it depends on the shape,
-// caps and tuning only, not on which kernel runs. One split with t.batch_invariant: a row's keys
-// are then summed in key order by one CTA whatever the other rows.
+// caps and tuning only, not on which kernel runs. Decode tiles cluster-merged on sm_90
+// (Tuning::attention_decode_cluster_splits, rows of at most 16 x kAttentionDecodeClusterTiles key
+// tiles) take the CTA target's count capped at that size, unbalanced (fewer, longer splits are
+// slower at decode). One split with t.batch_invariant: a row's keys are then summed in key order
+// by one CTA whatever the other rows.
 int attention_splits(const AttentionShape& s, const DeviceCaps& caps, const Tuning& t);
 
 // The whole plan; `tensor_cores`: attention_on_tensor_cores for the call.

@@ -50,6 +50,11 @@ struct Tuning {
   // cluster and merge through distributed shared memory (false: the combine kernel, the path of
   // GPUs without clusters).
   bool attention_cluster_merge = true;
+  // With the cluster merge, decode tiles (at most attention_merge_rows rows) too: their split CTAs,
+  // at most this many (up to kAttentionMaxDecodeClusterSplits, a non-portable cluster size), form
+  // a cluster instead of being merged by the last one to finish (no partial rows through L2, no
+  // arrival counter), for rows short enough (policy/attention.h). 0 or 1: the last-CTA merge.
+  int attention_decode_cluster_splits = 16;
   // linear with block-quantized weights (policy/linear_quant.h): the tensor-core kernel for up to
   // this many rows of x (at most 48), above it the weight dequantized into scratch and cuBLASLt.
   // Not measured yet: 48 is the kernel's limit (a verify of 16 drafts is 17 rows; prefill chunks
