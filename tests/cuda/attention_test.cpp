@@ -567,11 +567,12 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   EXPECT_GE(compared, 6) << "too few scenarios with the same split count either way";
 }
 
-// Decode tiles merged in a cluster of their split CTAs (sm_90, Tuning::attention_decode_cluster_
-// splits 16) against the last split CTA's merge from shared memory (0): the same bits where both
-// launches have the same split count (at most 16 key tiles per row; rows of more than 32 keep the
-// last-CTA merge either way), the CPU within tolerance otherwise (run_scenario); Qwen3-8B's heads,
-// one and two rows, a window, head_dim 64 and 256.
+// Decode tiles merged in a cluster of their split CTAs (sm_90, the tuning's
+// attention_decode_cluster_splits 16) against the last split CTA's merge from shared memory (the
+// same field 0): the same bits where both launches have the same split count (at most 16 key
+// tiles per row; rows of more than 32 keep the last-CTA merge either way), the CPU within
+// tolerance otherwise (run_scenario); Qwen3-8B's heads, one and two rows, a window, head_dim 64
+// and 256.
 TEST(CudaAttention, DecodeClusterMergeEqualsLastCtaMerge) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
