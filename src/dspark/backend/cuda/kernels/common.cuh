@@ -136,30 +136,30 @@ inline int current_device() {
   return device;
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory (cudaFuncAttributeMaxDynamicSharedMemorySize),
-// set once per kernel and device: the attribute is per device, and a launch path asks every time.
-template <auto* kernel>
-void allow_dynamic_smem(size_t bytes) {
+// Sets `kernel`'s attribute kAttr to `value` once per kernel and device: the attribute is per
+// device, and a launch path asks every time (the first value set stays).
+template <auto* kernel, cudaFuncAttribute kAttr>
+void set_func_attribute_once(int value) {
   static std::atomic<uint64_t> configured{0};  // a bit per device id < 64
   const int device = current_device();
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (configured.load(std::memory_order_relaxed) & bit) != 0) return;
-  DSPARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(bytes)));
+  DSPARK_CUDA_CHECK(cudaFuncSetAttribute(kernel, kAttr, value));
   configured.fetch_or(bit, std::memory_order_relaxed);
 }
 
+// Lets `kernel` use `bytes` of dynamic shared memory.
+template <auto* kernel>
+void allow_dynamic_smem(size_t bytes) {
+  set_func_attribute_once<kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      static_cast<int>(bytes));
+}
+
 // Lets `kernel` be launched in thread-block clusters larger than the portable 8 CTAs (sm_90: up
-// to 16), set once per kernel and device like allow_dynamic_smem.
+// to 16).
 template <auto* kernel>
 void allow_nonportable_clusters() {
-  static std::atomic<uint64_t> configured{0};  // a bit per device id < 64
-  const int device = current_device();
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (configured.load(std::memory_order_relaxed) & bit) != 0) return;
-  DSPARK_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  configured.fetch_or(bit, std::memory_order_relaxed);
+  set_func_attribute_once<kernel, cudaFuncAttributeNonPortableClusterSizeAllowed>(1);
 }
 
 // Compute capability major of the current device, queried once per device (launch paths ask).
