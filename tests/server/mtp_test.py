@@ -1,4 +1,6 @@
-"""dspark serve --draft mtp (the target's MTP layer, on the tiny GLM-4.5 MTP fixture): greedy
+"""dspark serve --draft mtp --draft-policy fixed (the target's MTP layer, on the tiny GLM-4.5 MTP
+fixture; fixed, because the adaptive policy may rightly draft nothing where the MTP layer costs
+about as much as the verify, as in a sanitizer build): greedy
 completions equal `dspark generate` (plain decoding), and the speculation is reported like any
 other source's: usage.speculation and the /metrics counters count the MTP's drafts. A long prompt
 sent twice reuses its prefix (the target's pages and the MTP layer's rows, cached_tokens > 0) and
@@ -21,7 +23,7 @@ def main():
         print("SKIP: no MTP fixture")
         return
     refs = [generate(DSPARK, M, p, N, "--temperature", "0") for p in PROMPTS]
-    with Server(DSPARK, M, "--draft", "mtp") as srv:
+    with Server(DSPARK, M, "--draft", "mtp", "--draft-policy", "fixed") as srv:
         client = srv.client()
         drafted = 0
         for prompt, ref in zip(PROMPTS, refs):
