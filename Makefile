@@ -32,7 +32,8 @@ test: build
 	PATH="$(TEST_PATH)" ctest --test-dir $(BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 900
 	$(MAKE) --no-print-directory asan-test
 
-# The unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only).
+# The unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer (CPU only), less
+# the tests labelled python-only (they run no dspark code; tests/CMakeLists.txt).
 # Compiled at -Og -g1 (not RelWithDebInfo's -O2 -g) and with precompiled headers (DSPARK_PCH):
 # a third of the compile time. The sanitizers check every access at any optimisation level
 # (fewer are optimised away at -Og), and -g1 keeps the file:line (inlined frames included) of their
@@ -45,4 +46,5 @@ asan-test: setup
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target dspark_unit_tests dspark
 	@bash scripts/setup_python.sh $(PYENV)
 	PATH="$(TEST_PATH)" ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  DSPARK_STAT_SAMPLES=20000 ctest --test-dir $(ASAN_BUILD) -L cpu --output-on-failure -j $(JOBS) --timeout 1800
+	  DSPARK_STAT_SAMPLES=20000 ctest --test-dir $(ASAN_BUILD) -L cpu -LE python-only \
+	  --output-on-failure -j $(JOBS) --timeout 1800

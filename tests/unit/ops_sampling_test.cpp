@@ -51,11 +51,14 @@ std::vector<double> process_reference(const std::vector<float>& logits, const Sa
   for (size_t i = 0; i < v; ++i) p[i] = e[i] / s;
   std::vector<bool> kept_p = kept;
   if (sp.top_p < 1.0f) {
+    // A token outside top-k has p = 0, so it is never above another: the literal sum needs no
+    // `kept` test (one load per term, which the sanitizer build's O(V^2) loop feels).
     for (size_t x = 0; x < v; ++x) {
       if (!kept[x]) continue;
+      const double px = p[x];
       double above = 0;
       for (size_t y = 0; y < v; ++y)
-        if (kept[y] && p[y] > p[x]) above += p[y];
+        if (p[y] > px) above += p[y];
       kept_p[x] = above < sp.top_p;
     }
   }
