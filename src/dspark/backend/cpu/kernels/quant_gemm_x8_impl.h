@@ -136,6 +136,12 @@ X8_TARGET inline void unpack_k4_unit(const uint8_t* gb, int u, __m256i (&w)[8]) 
   }
 }
 
+#if X8_VNNI
+// 8 int8 at p as int32 lanes.
+X8_TARGET inline __m256i int8x8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
 // The 8 steps of unit u (0..7) of a Q6_K group super-block at gb: the unsigned 6-bit values q
 // (the weight is q - 32), low 4 bits from ql, high 2 from qh (core/quant.h, quant_pack.h).
 X8_TARGET inline void unpack_k6_unit(const uint8_t* gb, int u, __m256i (&w)[8]) {
@@ -151,34 +157,70 @@ X8_TARGET inline void unpack_k6_unit(const uint8_t* gb, int u, __m256i (&w)[8]) 
     w[c] = _mm256_or_si256(l4, _mm256_slli_epi16(h2, 4));
   }
 }
-
 // The int32 sums of one x row against a Q6_K unit's 8 rows: sc_a * (sum of the products of values
 // 0..15) + sc_b * (that of 16..31), the weights q - 32 (the offset settled with x's sums: sum16
-// of values 0..15, sum of all 32). Exact: AVX2's int16 pair sums hold two steps (4 products of at
-// most 63 * 127).
+// of values 0..15, sum of all 32).
 X8_TARGET inline __m256i q6_sums(const __m256i (&w)[8], const int8_t* a, int32_t sum, int32_t sum16,
                                  __m256i sc_a, __m256i sc_b) {
   __m256i half[2] = {_mm256_set1_epi32(-32 * sum16), _mm256_set1_epi32(-32 * (sum - sum16))};
-#if X8_VNNI
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s)
     half[s / 4] = _mm256_dpbusd_epi32(half[s / 4], w[s], bcast4(a + 4 * s));
-#else
-  const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 4
-  for (int s = 0; s < 8; s += 2) {
-    const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(w[s], bcast4(a + 4 * s)),
-                                         _mm256_maddubs_epi16(w[s + 1], bcast4(a + 4 * s + 4)));
-    half[s / 4] = _mm256_add_epi32(half[s / 4], _mm256_madd_epi16(p16, ones));
-  }
-#endif
   return _mm256_add_epi32(_mm256_mullo_epi32(half[0], sc_a), _mm256_mullo_epi32(half[1], sc_b));
 }
-
-// 8 int8 at p as int32 lanes.
-X8_TARGET inline __m256i int8x8(const uint8_t* p) {
-  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+#else
+// Step c (values 4c .. 4c+3 of the 8 rows) of unit 4h + t of a Q6_K group super-block, as
+// unpack_k6_unit gives it: the low 4 bits from ql (t < 2: low nibbles), bits 4-5 from bits
+// 2t .. 2t+1 of qh (16-bit shifts: the bits a shift carries into a neighbouring byte are masked).
+X8_TARGET inline __m256i k6_step(const uint8_t* ql, const uint8_t* qh, int t, int c) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i lo = load256(ql + 32 * c), hi = load256(qh + 32 * c);
+  const __m256i l4 = _mm256_and_si256(t >= 2 ? _mm256_srli_epi16(lo, 4) : lo, m4);
+  const __m256i h = t == 0   ? _mm256_slli_epi16(hi, 4)
+                    : t == 1 ? _mm256_slli_epi16(hi, 2)
+                    : t == 2 ? hi
+                             : _mm256_srli_epi16(hi, 2);
+  return _mm256_or_si256(l4, _mm256_and_si256(h, m30));
 }
+
+// The int32 sums of MR x rows (their unit's 32 bytes at a[r], block sums sum[r], sum16[r]) against
+// unit u of a Q6_K group super-block at gb: sc_a * (sum of the products of values 0..15) + sc_b *
+// (that of 16..31), the weights q - 32. Each pair of steps is unpacked once for the MR rows and
+// its int16 pair sums (at most 4 products of 63 * 128) are widened by vpmaddwd with the rows'
+// scales, so the scales cost no multiply of their own; the offset -32 * (sc_a * sum16 + sc_b *
+// (sum - sum16)) is one more vpmaddwd. The same integers as VNNI's q6_sums, so the same bits.
+template <int MR>
+X8_TARGET inline void q6_unit_sums(const uint8_t* gb, int u, const int8_t* const (&a)[MR],
+                                   const int32_t (&sum)[MR], const int32_t (&sum16)[MR],
+                                   __m256i (&out)[MR]) {
+  const int h = u / 4, t = u % 4;
+  const uint8_t* ql = gb + 144 + 32 * (16 * h + 8 * (t % 2));
+  const uint8_t* qh = gb + 144 + 32 * (32 + 8 * h);
+  const __m128i sa = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 16 + 16 * u));
+  const __m128i sb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(gb + 24 + 16 * u));
+  // Row r's 32-bit lane: its scale in both int16 halves; for the offset, (sc_a, sc_b).
+  const __m256i sc[2] = {_mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sa)),
+                         _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sb, sb))};
+  const __m256i sab = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(sa, sb));
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    const uint32_t pair = static_cast<uint16_t>(sum16[r]) |
+                          static_cast<uint32_t>(static_cast<uint16_t>(sum[r] - sum16[r])) << 16;
+    const __m256i off = _mm256_madd_epi16(sab, _mm256_set1_epi32(static_cast<int32_t>(pair)));
+    out[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(off, 5));
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 8; c += 2) {
+    const __m256i w0 = k6_step(ql, qh, t, c), w1 = k6_step(ql, qh, t, c + 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      const __m256i p16 = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bcast4(a[r] + 4 * c)),
+                                           _mm256_maddubs_epi16(w1, bcast4(a[r] + 4 * c + 4)));
+      out[r] = _mm256_add_epi32(out[r], _mm256_madd_epi16(p16, sc[c / 4]));
+    }
+  }
+}
+#endif
 
 // The 6-bit scales and mins of a Q4_K group super-block as bytes (quant_pack.h): byte 8u' + r of
 // sm[0] = sc[u'] of row r, sm[1] sc[u' + 4], sm[2] m[u'], sm[3] m[u' + 4] (u' = 0..3). Kept in
@@ -341,7 +383,9 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
         for (int r = 0; r < MR; ++r) {
           __m256i sums;
           if constexpr (T == QuantType::q6_k) {
+#if X8_VNNI
             sums = q6_sums(w, xq[r] + 32 * u, xsum[r][u], xsum16[r][u], sc_a, sc_b);
+#endif
           } else {
             sums = block_sums<F::kUnit, P>(w, xq[r] + 32 * u, xsum[r][u]);
           }
@@ -368,11 +412,32 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
                _mm256_mul_ps(m, bytes8_ps(sm[2 + i / 4], i % 4)), __m256i{}, __m256i{});
         }
       } else if constexpr (T == QuantType::q6_k) {
+#if X8_VNNI
 #pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) {
           unpack_k6_unit(gb, i, w);
           unit(8 * b + i, w, d, m, int8x8(gb + 16 + 16 * i), int8x8(gb + 24 + 16 * i));
         }
+#else
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+          const int64_t u = 8 * b + i;
+          const int8_t* a[MR];
+          int32_t sum[MR], sum16[MR];
+          for (int r = 0; r < MR; ++r) {
+            a[r] = xq[r] + 32 * u;
+            sum[r] = xsum[r][u];
+            sum16[r] = xsum16[r][u];
+          }
+          __m256i sums[MR];
+          q6_unit_sums<MR>(gb, i, a, sum, sum16, sums);
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r) {
+            const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xd[r][u]));
+            acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums[r]), acc[r][j]);
+          }
+        }
+#endif
       } else if constexpr (F::kGroups) {
         // Each unit as a block of kUnit with the group's d and m.
 #pragma GCC unroll 4
