@@ -348,7 +348,10 @@ X8_TARGET inline void prefetch_block(const uint8_t* p, int64_t ahead, int64_t by
 template <QuantType T, int MR, int NG>
 X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, float* out) {
   using F = X8Format<T>;
-  constexpr int P = MR * NG <= 2 ? 4 : 2;
+  // AVX2, 4-bit values: one int16 sum per block holds its 16 products per lane (at most
+  // 16 * 15 * 128 = 30,720), so a single partial sum needs one vpmaddwd instead of P.
+  constexpr bool kFourBit = F::kNibbles && !F::kFifth && T != QuantType::q5_k && !F::kBytes;
+  constexpr int P = (!X8_VNNI && kFourBit) ? 1 : MR * NG <= 2 ? 4 : 2;
   const int8_t* xq[MR];
   const float* xd[MR];
   const float* xs[MR];
