@@ -136,6 +136,32 @@ X8_TARGET inline void unpack_k4_unit(const uint8_t* gb, int u, __m256i (&w)[8]) 
   }
 }
 
+#if !X8_VNNI
+// The int32 sums of MR x rows (their unit's 32 bytes at a[r]) against unit u of a Q4_K group
+// super-block at gb, as block_sums gives them from unpack_k4_unit's steps in one partial sum:
+// each step is unpacked once for the MR rows and multiplied at once, so the tile keeps no
+// unpacked unit in registers (with the scales, mins and accumulators they spill on AVX2).
+template <int MR>
+X8_TARGET inline void k4_unit_sums(const uint8_t* gb, int u, const int8_t* const (&a)[MR],
+                                   __m256i (&out)[MR]) {
+  const uint8_t* q = gb + X8Format<QuantType::q4_k>::kHead + 256 * (u / 2);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i part[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) part[r] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int s = 0; s < 8; ++s) {
+    const __m256i raw = load256(q + 32 * s);
+    const __m256i w = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+      part[r] = _mm256_add_epi16(part[r], _mm256_maddubs_epi16(w, bcast4(a[r] + 4 * s)));
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) out[r] = _mm256_madd_epi16(part[r], _mm256_set1_epi16(1));
+}
+#endif
+
 #if X8_VNNI
 // 8 int8 at p as int32 lanes.
 X8_TARGET inline __m256i int8x8(const uint8_t* p) {
@@ -410,9 +436,26 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
         m = _mm256_xor_ps(m, _mm256_set1_ps(-0.0f));
 #pragma GCC unroll 8
         for (int i = 0; i < 8; ++i) {
+          const __m256 dw = _mm256_mul_ps(d, bytes8_ps(sm[i / 4], i % 4));
+          const __m256 mw = _mm256_mul_ps(m, bytes8_ps(sm[2 + i / 4], i % 4));
+#if !X8_VNNI
+          if constexpr (T == QuantType::q4_k) {
+            const int64_t u = 8 * b + i;
+            const int8_t* a[MR];
+            for (int r = 0; r < MR; ++r) a[r] = xq[r] + 32 * u;
+            __m256i sums[MR];
+            k4_unit_sums<MR>(gb, i, a, sums);
+#pragma GCC unroll 8
+            for (int r = 0; r < MR; ++r) {
+              const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][u]));
+              acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums[r]), acc[r][j]);
+              acc[r][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[r][u]), acc[r][j]);
+            }
+            continue;
+          }
+#endif
           unpack_k4_unit<T>(gb, i, w);
-          unit(8 * b + i, w, _mm256_mul_ps(d, bytes8_ps(sm[i / 4], i % 4)),
-               _mm256_mul_ps(m, bytes8_ps(sm[2 + i / 4], i % 4)), __m256i{}, __m256i{});
+          unit(8 * b + i, w, dw, mw, __m256i{}, __m256i{});
         }
       } else if constexpr (T == QuantType::q6_k) {
 #if X8_VNNI
