@@ -162,6 +162,38 @@ X8_TARGET inline void k4_unit_sums(const uint8_t* gb, int u, const int8_t* const
 }
 #endif
 
+#if !X8_VNNI
+// The int32 sums of MR x rows (their block's 32 bytes at a[r], block sums sum[r]) against the 8
+// rows of a Q4_0 / Q4_1 block whose nibbles are at q, as block_sums gives them from unpack_steps
+// in one partial sum: each 32-byte chunk is loaded once for its low and high nibbles and
+// multiplied for the MR rows at once, so no unpacked block stays in registers.
+template <QuantType T, int MR>
+X8_TARGET inline void nibble_block_sums(const uint8_t* q, const int8_t* const (&a)[MR],
+                                        const int32_t (&sum)[MR], __m256i (&out)[MR]) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  __m256i part[MR];
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) part[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int t = 0; t < 4; ++t) {
+    const __m256i raw = load256(q + 32 * t);
+    const __m256i lo = _mm256_and_si256(raw, m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r)
+      part[r] = _mm256_add_epi16(
+          part[r], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(a[r] + 4 * t)),
+                                    _mm256_maddubs_epi16(hi, bcast4(a[r] + 16 + 4 * t))));
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < MR; ++r) {
+    out[r] = _mm256_madd_epi16(part[r], _mm256_set1_epi16(1));
+    if constexpr (T == QuantType::q4_0)  // stored value + 8
+      out[r] = _mm256_sub_epi32(out[r], _mm256_set1_epi32(8 * sum[r]));
+  }
+}
+#endif
+
 #if X8_VNNI
 // 8 int8 at p as int32 lanes.
 X8_TARGET inline __m256i int8x8(const uint8_t* p) {
@@ -424,6 +456,21 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
             acc[r][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[r][u]), acc[r][j]);
         }
       };
+      // The same for block sums already taken (the AVX2 tiles that unpack step by step).
+      [[maybe_unused]] auto add_sums = [&](int64_t u, const __m256i(&sums)[MR], __m256 dw,
+                                           __m256 mw) X8_INLINE {
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; ++r) {
+          const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][u]));
+          acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums[r]), acc[r][j]);
+          if constexpr (F::kMin)
+            acc[r][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[r][u]), acc[r][j]);
+        }
+      };
+      // Unit u's 32 x bytes of each row.
+      [[maybe_unused]] auto x_rows = [&](int64_t u, const int8_t*(&a)[MR]) X8_INLINE {
+        for (int r = 0; r < MR; ++r) a[r] = xq[r] + 32 * u;
+      };
       const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(gb)));
       __m256 m = _mm256_setzero_ps();
       if constexpr (F::kMin)
@@ -440,17 +487,11 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
           const __m256 mw = _mm256_mul_ps(m, bytes8_ps(sm[2 + i / 4], i % 4));
 #if !X8_VNNI
           if constexpr (T == QuantType::q4_k) {
-            const int64_t u = 8 * b + i;
             const int8_t* a[MR];
-            for (int r = 0; r < MR; ++r) a[r] = xq[r] + 32 * u;
+            x_rows(8 * b + i, a);
             __m256i sums[MR];
             k4_unit_sums<MR>(gb, i, a, sums);
-#pragma GCC unroll 8
-            for (int r = 0; r < MR; ++r) {
-              const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(xd[r][u]));
-              acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums[r]), acc[r][j]);
-              acc[r][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xs[r][u]), acc[r][j]);
-            }
+            add_sums(8 * b + i, sums, dw, mw);
             continue;
           }
 #endif
@@ -469,19 +510,32 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
         for (int i = 0; i < 8; ++i) {
           const int64_t u = 8 * b + i;
           const int8_t* a[MR];
+          x_rows(u, a);
           int32_t sum[MR], sum16[MR];
           for (int r = 0; r < MR; ++r) {
-            a[r] = xq[r] + 32 * u;
             sum[r] = xsum[r][u];
             sum16[r] = xsum16[r][u];
           }
           __m256i sums[MR];
           q6_unit_sums<MR>(gb, i, a, sum, sum16, sums);
-#pragma GCC unroll 8
-          for (int r = 0; r < MR; ++r) {
-            const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(xd[r][u]));
-            acc[r][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums[r]), acc[r][j]);
-          }
+          add_sums(u, sums, d, m);
+        }
+#endif
+#if !X8_VNNI
+      } else if constexpr (kFourBit && MR > 1) {
+        // Q4_0, Q4_1 and the MLX 4-bit groups (each unit a Q4_1 block with the group's d, m),
+        // several x rows (at one row the unpacked block fits in registers and this gains nothing).
+#pragma GCC unroll 4
+        for (int i = 0; i < F::kUnits; ++i) {
+          const int64_t u = F::kUnits * b + i;
+          const int8_t* a[MR];
+          x_rows(u, a);
+          int32_t sum[MR];
+          for (int r = 0; r < MR; ++r) sum[r] = xsum[r][u];
+          __m256i sums[MR];
+          nibble_block_sums<F::kUnit, MR>(
+              gb + (F::kGroups ? F::kUnitBytes * i : 0) + X8Format<F::kUnit>::kHead, a, sum, sums);
+          add_sums(u, sums, d, m);
         }
 #endif
       } else if constexpr (F::kGroups) {
