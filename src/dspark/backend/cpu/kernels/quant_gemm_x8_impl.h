@@ -17,7 +17,11 @@
 // once).
 // The integer sums are exact, so both instruction sets give the same bits (quant_gemm.h).
 // Registers: VNNI has 32, AVX2 16, hence the wider VNNI tiles; at one x row the block's steps go
-// into 2-4 partial sums per group so that the vpdpbusd chains do not wait on each other.
+// into 2-4 partial sums per group so that the vpdpbusd chains do not wait on each other (AVX2's
+// 4-bit formats: one int16 sum per block). On AVX2 an unpacked block of 8 registers does not fit
+// beside the accumulators, so Q4_K, Q6_K and (at several x rows) the other 4-bit formats unpack
+// a step at a time and multiply it with every x row of the tile at once (k4_unit_sums,
+// q6_unit_sums, nibble_block_sums; Q6_K's scales go into its vpmaddwd).
 
 namespace X8_NS {
 
@@ -215,6 +219,7 @@ X8_TARGET inline void unpack_k6_unit(const uint8_t* gb, int u, __m256i (&w)[8]) 
     w[c] = _mm256_or_si256(l4, _mm256_slli_epi16(h2, 4));
   }
 }
+
 // The int32 sums of one x row against a Q6_K unit's 8 rows: sc_a * (sum of the products of values
 // 0..15) + sc_b * (that of 16..31), the weights q - 32 (the offset settled with x's sums: sum16
 // of values 0..15, sum of all 32).
