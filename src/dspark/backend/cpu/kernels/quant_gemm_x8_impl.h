@@ -141,28 +141,40 @@ X8_TARGET inline void unpack_k4_unit(const uint8_t* gb, int u, __m256i (&w)[8]) 
 }
 
 #if !X8_VNNI
-// The int32 sums of MR x rows (their unit's 32 bytes at a[r]) against unit u of a Q4_K group
-// super-block at gb, as block_sums gives them from unpack_k4_unit's steps in one partial sum:
-// each step is unpacked once for the MR rows and multiplied at once, so the tile keeps no
-// unpacked unit in registers (with the scales, mins and accumulators they spill on AVX2).
-template <int MR>
+// The int32 sums of MR x rows (their unit's 32 bytes at a[r]) against unit u of a Q4_K / Q5_K
+// group super-block at gb, as block_sums gives them from unpack_k4_unit's steps (Q4_K in one
+// int16 partial sum, Q5_K's 5-bit values in two: at most 8 products of 31 * 128 each): each step
+// is unpacked once for the MR rows and multiplied at once, so the tile keeps no unpacked unit in
+// registers (with the scales, mins and accumulators they spill on AVX2).
+template <QuantType T, int MR>
 X8_TARGET inline void k4_unit_sums(const uint8_t* gb, int u, const int8_t* const (&a)[MR],
                                    __m256i (&out)[MR]) {
-  const uint8_t* q = gb + X8Format<QuantType::q4_k>::kHead + 256 * (u / 2);
+  constexpr int P = T == QuantType::q5_k ? 2 : 1;
+  const uint8_t* q = gb + X8Format<T>::kHead + 256 * (u / 2);
   const __m256i m4 = _mm256_set1_epi8(0x0F);
-  __m256i part[MR];
+  __m256i part[MR][P];
 #pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) part[r] = _mm256_setzero_si256();
+  for (int r = 0; r < MR; ++r)
+    for (int p = 0; p < P; ++p) part[r][p] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
     const __m256i raw = load256(q + 32 * s);
-    const __m256i w = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+    __m256i w = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+    if constexpr (T == QuantType::q5_k) {
+      const __m256i h = _mm256_srli_epi16(load256(gb + 1152 + 32 * s), u);
+      w = _mm256_or_si256(w, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r)
-      part[r] = _mm256_add_epi16(part[r], _mm256_maddubs_epi16(w, bcast4(a[r] + 4 * s)));
+      part[r][s * P / 8] =
+          _mm256_add_epi16(part[r][s * P / 8], _mm256_maddubs_epi16(w, bcast4(a[r] + 4 * s)));
   }
+  const __m256i ones = _mm256_set1_epi16(1);
 #pragma GCC unroll 4
-  for (int r = 0; r < MR; ++r) out[r] = _mm256_madd_epi16(part[r], _mm256_set1_epi16(1));
+  for (int r = 0; r < MR; ++r) {
+    out[r] = _mm256_madd_epi16(part[r][0], ones);
+    if constexpr (P == 2) out[r] = _mm256_add_epi32(out[r], _mm256_madd_epi16(part[r][1], ones));
+  }
 }
 #endif
 
@@ -490,18 +502,16 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
         for (int i = 0; i < 8; ++i) {
           const __m256 dw = _mm256_mul_ps(d, bytes8_ps(sm[i / 4], i % 4));
           const __m256 mw = _mm256_mul_ps(m, bytes8_ps(sm[2 + i / 4], i % 4));
-#if !X8_VNNI
-          if constexpr (T == QuantType::q4_k) {
-            const int8_t* a[MR];
-            x_rows(8 * b + i, a);
-            __m256i sums[MR];
-            k4_unit_sums<MR>(gb, i, a, sums);
-            add_sums(8 * b + i, sums, dw, mw);
-            continue;
-          }
-#endif
+#if X8_VNNI
           unpack_k4_unit<T>(gb, i, w);
           unit(8 * b + i, w, dw, mw, __m256i{}, __m256i{});
+#else
+          const int8_t* a[MR];
+          x_rows(8 * b + i, a);
+          __m256i sums[MR];
+          k4_unit_sums<T, MR>(gb, i, a, sums);
+          add_sums(8 * b + i, sums, dw, mw);
+#endif
         }
       } else if constexpr (T == QuantType::q6_k) {
 #if X8_VNNI
