@@ -123,26 +123,31 @@ X8_TARGET inline void unpack_steps(const uint8_t* gb, __m256i (&w)[8]) {
   }
 }
 
-// The 8 steps of unit u (0..7) of a Q4_K / Q5_K group super-block at gb: the low nibbles of its
-// pair of units for u even, the high ones for u odd; Q5_K's fifth bits (bit u of qh) as bit 4.
+// Step s (0..7) of unit u (0..7) of a Q4_K / Q5_K group super-block at gb: the low nibbles of
+// its pair of units for u even, the high ones for u odd; Q5_K's fifth bits (bit u of qh) as bit 4.
+template <QuantType T>
+X8_TARGET inline __m256i k4_step(const uint8_t* gb, int u, int s) {
+  const __m256i raw = load256(gb + X8Format<T>::kHead + 256 * (u / 2) + 32 * s);
+  __m256i w = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, _mm256_set1_epi8(0x0F));
+  if constexpr (T == QuantType::q5_k) {
+    const __m256i h = _mm256_srli_epi16(load256(gb + 1152 + 32 * s), u);
+    w = _mm256_or_si256(w, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
+  }
+  return w;
+}
+
+#if X8_VNNI
+// The 8 steps of unit u of a Q4_K / Q5_K group super-block.
 template <QuantType T>
 X8_TARGET inline void unpack_k4_unit(const uint8_t* gb, int u, __m256i (&w)[8]) {
-  const uint8_t* q = gb + X8Format<T>::kHead + 256 * (u / 2);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
 #pragma GCC unroll 8
-  for (int s = 0; s < 8; ++s) {
-    const __m256i raw = load256(q + 32 * s);
-    w[s] = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-    if constexpr (T == QuantType::q5_k) {
-      const __m256i h = _mm256_srli_epi16(load256(gb + 1152 + 32 * s), u);
-      w[s] = _mm256_or_si256(w[s], _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
-    }
-  }
+  for (int s = 0; s < 8; ++s) w[s] = k4_step<T>(gb, u, s);
 }
+#endif
 
 #if !X8_VNNI
 // The int32 sums of MR x rows (their unit's 32 bytes at a[r]) against unit u of a Q4_K / Q5_K
-// group super-block at gb, as block_sums gives them from unpack_k4_unit's steps (Q4_K in one
+// group super-block at gb, as block_sums gives them from k4_step's steps (Q4_K in one
 // int16 partial sum, Q5_K's 5-bit values in two: at most 8 products of 31 * 128 each): each step
 // is unpacked once for the MR rows and multiplied at once, so the tile keeps no unpacked unit in
 // registers (with the scales, mins and accumulators they spill on AVX2).
@@ -150,20 +155,13 @@ template <QuantType T, int MR>
 X8_TARGET inline void k4_unit_sums(const uint8_t* gb, int u, const int8_t* const (&a)[MR],
                                    __m256i (&out)[MR]) {
   constexpr int P = T == QuantType::q5_k ? 2 : 1;
-  const uint8_t* q = gb + X8Format<T>::kHead + 256 * (u / 2);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
   __m256i part[MR][P];
 #pragma GCC unroll 4
   for (int r = 0; r < MR; ++r)
     for (int p = 0; p < P; ++p) part[r][p] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int s = 0; s < 8; ++s) {
-    const __m256i raw = load256(q + 32 * s);
-    __m256i w = _mm256_and_si256(u % 2 ? _mm256_srli_epi16(raw, 4) : raw, m4);
-    if constexpr (T == QuantType::q5_k) {
-      const __m256i h = _mm256_srli_epi16(load256(gb + 1152 + 32 * s), u);
-      w = _mm256_or_si256(w, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
-    }
+    const __m256i w = k4_step<T>(gb, u, s);
 #pragma GCC unroll 4
     for (int r = 0; r < MR; ++r)
       part[r][s * P / 8] =
@@ -425,7 +423,8 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
   using F = X8Format<T>;
   // AVX2, 4-bit values: one int16 sum per block holds its 16 products per lane (at most
   // 16 * 15 * 128 = 30,720), so a single partial sum needs one vpmaddwd instead of P.
-  constexpr bool kFourBit = F::kNibbles && !F::kFifth && T != QuantType::q5_k && !F::kBytes;
+  constexpr bool kFourBit =
+      F::kUnit == QuantType::q4_0 || F::kUnit == QuantType::q4_1 || T == QuantType::q4_k;
   constexpr int P = (!X8_VNNI && kFourBit) ? 1 : MR * NG <= 2 ? 4 : 2;
   const int8_t* xq[MR];
   const float* xd[MR];
