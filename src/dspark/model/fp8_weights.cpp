@@ -10,7 +10,7 @@
 namespace dspark {
 namespace {
 
-constexpr std::string_view kWeightSuffix = ".weight";
+constexpr std::string_view kFp8WeightSuffix = ".weight";
 
 }  // namespace
 
@@ -27,11 +27,11 @@ std::string Fp8Weights::origin() const {
 
 std::optional<Fp8QuantTensor> Fp8Weights::quantized(const std::string& name) const {
   if (!st_.is_e4m3(name)) return std::nullopt;
-  DSPARK_CHECK_KIND(io, name.ends_with(kWeightSuffix),
+  DSPARK_CHECK_KIND(io, name.ends_with(kFp8WeightSuffix),
                     "tensor '{}' is F8_E4M3 but is not a linear's weight (expected a name ending "
                     "in \".weight\") in {}",
                     name, origin());
-  const std::string module = name.substr(0, name.size() - kWeightSuffix.size());
+  const std::string module = name.substr(0, name.size() - kFp8WeightSuffix.size());
   DSPARK_CHECK_KIND(io, !quantization_.keeps_float(module),
                     "tensor '{}' is F8_E4M3 but config.json's modules_to_not_convert keeps module "
                     "'{}' in floats ({})",

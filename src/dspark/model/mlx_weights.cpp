@@ -10,7 +10,7 @@
 namespace dspark {
 namespace {
 
-constexpr std::string_view kWeightSuffix = ".weight";
+constexpr std::string_view kMlxWeightSuffix = ".weight";
 
 }  // namespace
 
@@ -28,8 +28,8 @@ std::string MlxWeights::origin() const {
 std::optional<MlxQuantTensor> MlxWeights::quantized(const std::string& name) const {
   const Tensor w = st_.get(name);
   if (dtype_is_float(w.dtype())) return std::nullopt;
-  if (w.dtype() != DType::i32 || !name.ends_with(kWeightSuffix)) return std::nullopt;
-  const std::string module = name.substr(0, name.size() - kWeightSuffix.size());
+  if (w.dtype() != DType::i32 || !name.ends_with(kMlxWeightSuffix)) return std::nullopt;
+  const std::string module = name.substr(0, name.size() - kMlxWeightSuffix.size());
   const std::optional<MlxQuantSpec> spec = quantization_.spec_of(module);
   DSPARK_CHECK_KIND(io, spec.has_value(),
                     "tensor '{}' is U32 (MLX-quantized) but config.json's quantization marks "
