@@ -45,3 +45,18 @@ function(dspark_sanitize_test_files target)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize=undefined>)
   endif()
 endfunction()
+
+# The CPU kernels that do most of the test suites' arithmetic, in the sanitizer build: -O2 instead
+# of the build's -Og, and without the precompiled header. At -Og their register tiles (arrays of
+# __m256 accumulators under `#pragma GCC unroll`) stay loops over memory, and ASan and UBSan check
+# every access: the f32 small-M tiles took a quarter of the sanitizer suite's CPU time. At -O2 the
+# tiles are unrolled into registers again; the sanitizers still check every load and store of the
+# data. The precompiled header has to go for these files: GCC takes the optimisation level from
+# the header it loads (-Og), so -O2 did nothing with it (and crashed GCC 12 on attention.cpp).
+# Files with their own compile options leave the unity batches. quant_gemm_x8.cpp stays at -Og:
+# at -O2 under the sanitizers it compiles for ten minutes.
+function(dspark_optimise_sanitized_kernels)
+  if(DSPARK_SANITIZE)
+    set_source_files_properties(${ARGN} PROPERTIES COMPILE_OPTIONS -O2 SKIP_PRECOMPILE_HEADERS ON)
+  endif()
+endfunction()
