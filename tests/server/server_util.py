@@ -61,6 +61,7 @@ class Server:
         self.log = tempfile.NamedTemporaryFile("w+", prefix="dspark-serve-", suffix=".log",
                                                delete=False)
         cmd = [dspark, "serve", "-m", model, "--port", "0", *extra]
+        self.cmd = " ".join(cmd)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      env=env)
         line = self.proc.stdout.readline()
@@ -108,7 +109,9 @@ class Server:
             rc = self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            fail("the server did not stop within 15 s of SIGTERM")
+            self.proc.wait()
+            fail(f"the server did not stop within 15 s of SIGTERM ({self.cmd}); its stderr:\n"
+                 f"{self._stderr()[-4000:]}")
         check(rc == 0, f"the server exited {rc} after SIGTERM: {self._stderr()}")
         os.unlink(self.log.name)
 
