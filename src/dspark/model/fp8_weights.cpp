@@ -6,14 +6,9 @@
 
 #include "dspark/core/error.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/io/weight_names.h"
 
 namespace dspark {
-namespace {
-
-constexpr std::string_view kFp8WeightSuffix = ".weight";
-
-}  // namespace
-
 Fp8Weights::Fp8Weights(const SafeTensors& st, Fp8Quantization quantization)
     : st_(st), quantization_(std::move(quantization)) {}
 
@@ -27,15 +22,15 @@ std::string Fp8Weights::origin() const {
 
 std::optional<Fp8QuantTensor> Fp8Weights::quantized(const std::string& name) const {
   if (!st_.is_e4m3(name)) return std::nullopt;
-  DSPARK_CHECK_KIND(io, name.ends_with(kFp8WeightSuffix),
+  const std::optional<std::string> module = weight_module(name);
+  DSPARK_CHECK_KIND(io, module.has_value(),
                     "tensor '{}' is F8_E4M3 but is not a linear's weight (expected a name ending "
                     "in \".weight\") in {}",
                     name, origin());
-  const std::string module = name.substr(0, name.size() - kFp8WeightSuffix.size());
-  DSPARK_CHECK_KIND(io, !quantization_.keeps_float(module),
+  DSPARK_CHECK_KIND(io, !quantization_.keeps_float(*module),
                     "tensor '{}' is F8_E4M3 but config.json's modules_to_not_convert keeps module "
                     "'{}' in floats ({})",
-                    name, module, origin());
+                    name, *module, origin());
   const std::string scale = name + "_scale_inv";
   DSPARK_CHECK_KIND(io, st_.contains(scale),
                     "tensor '{}' is F8_E4M3 (FP8, weight_block_size [{}, {}]) but its scales "

@@ -6,14 +6,9 @@
 
 #include "dspark/core/error.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/io/weight_names.h"
 
 namespace dspark {
-namespace {
-
-constexpr std::string_view kMlxWeightSuffix = ".weight";
-
-}  // namespace
-
 MlxWeights::MlxWeights(const SafeTensors& st, MlxQuantization quantization)
     : st_(st), quantization_(std::move(quantization)) {}
 
@@ -28,8 +23,9 @@ std::string MlxWeights::origin() const {
 std::optional<MlxQuantTensor> MlxWeights::quantized(const std::string& name) const {
   const Tensor w = st_.get(name);
   if (dtype_is_float(w.dtype())) return std::nullopt;
-  if (w.dtype() != DType::i32 || !name.ends_with(kMlxWeightSuffix)) return std::nullopt;
-  const std::string module = name.substr(0, name.size() - kMlxWeightSuffix.size());
+  const std::optional<std::string> linear = weight_module(name);
+  if (w.dtype() != DType::i32 || !linear) return std::nullopt;
+  const std::string& module = *linear;
   const std::optional<MlxQuantSpec> spec = quantization_.spec_of(module);
   DSPARK_CHECK_KIND(io, spec.has_value(),
                     "tensor '{}' is U32 (MLX-quantized) but config.json's quantization marks "

@@ -15,12 +15,11 @@
 #include "dspark/io/json_util.h"
 #include "dspark/io/mlx_quantize.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/io/weight_names.h"
 
 namespace dspark {
 namespace fs = std::filesystem;
 namespace {
-
-constexpr std::string_view kWeightSuffix = ".weight";
 
 enum class Action { quantize, copy };
 
@@ -34,10 +33,6 @@ struct TensorPlan {
 // Scales and biases: the weight's dtype when 16-bit, else bf16 (see the header).
 DType scale_dtype_for(DType weight) {
   return weight == DType::f32 ? DType::bf16 : weight;
-}
-
-std::string module_of(const std::string& weight_name) {
-  return weight_name.substr(0, weight_name.size() - kWeightSuffix.size());
 }
 
 void check_spec(MlxQuantSpec s) {
@@ -57,15 +52,15 @@ std::vector<TensorPlan> plan_tensors(const SafeTensors& st, const QuantizeOption
     const Tensor t = st.get(name);
     TensorPlan p{name, Action::copy, static_cast<int64_t>(t.nbytes()),
                  static_cast<int64_t>(t.nbytes()), 0};
-    const bool is_weight = name.ends_with(kWeightSuffix);
+    const std::optional<std::string> module = weight_module(name);
+    const bool is_weight = module.has_value();
     DSPARK_CHECK_KIND(
         unsupported, !(is_weight && !dtype_is_float(t.dtype())) && !name.ends_with(".scales"),
         "{}: tensor '{}' ({} {}) looks quantized already; dspark quantize needs a float "
         "checkpoint",
         st.path().string(), name, dtype_name(t.dtype()), t.shape().str());
     if (is_weight && t.dim() == 2) {
-      const std::string module = module_of(name);
-      if (o.keep_float && o.keep_float(module)) {
+      if (o.keep_float && o.keep_float(*module)) {
         summary.kept_by_policy.push_back(name);
       } else if (t.size(1) % g != 0) {
         summary.not_divisible.push_back(name);
@@ -123,7 +118,7 @@ void write_tensor(const SafeTensors& st, const TensorPlan& p, const QuantizeOpti
   OwnedTensor& biases = owned.emplace_back(sd, groups, Device::cpu());
   convert_host(scales32.view().data(), DType::f32, scales.view().data(), sd, groups.numel());
   convert_host(biases32.view().data(), DType::f32, biases.view().data(), sd, groups.numel());
-  const std::string module = module_of(p.name);
+  const std::string module = *weight_module(p.name);
   entries.emplace_back(p.name, words.view());
   entries.emplace_back(module + ".scales", scales.view());
   entries.emplace_back(module + ".biases", biases.view());
@@ -140,7 +135,7 @@ void write_config(const QuantizeOptions& o, nlohmann::json config, const Quantiz
   // Weights of a quantizable kind kept float: `false`, so that loaders which quantize every
   // Linear / Embedding (mlx-lm) leave them as they are.
   for (const auto* list : {&s.kept_by_policy, &s.not_divisible}) {
-    for (const std::string& name : *list) q[module_of(name)] = false;
+    for (const std::string& name : *list) q[*weight_module(name)] = false;
   }
   config["quantization"] = q;
   config["quantization_config"] = q;
