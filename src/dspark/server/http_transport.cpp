@@ -511,8 +511,18 @@ void HttpTransport::shutdown() {
   // Responses in flight finish first (a stream's last events included): the library ends a
   // chunked response early once the server is stopped.
   poller_->wait_idle(kDrainOnShutdown);
-  stop();  // the accept loop
+  close_listener();  // the accept loop
   poller_->stop();
+}
+
+void HttpTransport::close_listener() {
+  // The library's stop() does nothing until listen_after_bind() has marked the server running,
+  // so a stop that came first (a signal right after start-up) would leave the accept loop
+  // running forever. With the socket closed here that loop ends at once, or never starts.
+  const socket_t sock = svr_sock_.exchange(INVALID_SOCKET);
+  if (sock == INVALID_SOCKET) return;
+  ::shutdown(sock, SHUT_RDWR);  // wakes an accept() in progress
+  ::close(sock);
 }
 
 bool HttpTransport::process_and_close_socket(socket_t sock) {

@@ -54,7 +54,8 @@ class HttpTransport : public httplib::Server {
   // Like Server::set_logger; the connection layer also reads each response's Connection header.
   void set_response_logger(httplib::Logger logger);
   // Lets the requests being served finish (up to 2 s), then stops accepting, closes idle
-  // connections, ends reads still in flight and joins the workers. Thread-safe, idempotent.
+  // connections, ends reads still in flight and joins the workers. Thread-safe, idempotent; called
+  // before listen_after_bind(), that call returns at once.
   void shutdown();
 
  private:
@@ -63,6 +64,7 @@ class HttpTransport : public httplib::Server {
   class Poller;
 
   bool process_and_close_socket(socket_t sock) override;
+  void close_listener();
   void serve_one(std::shared_ptr<Conn> conn);
 
   TransportConfig config_;
