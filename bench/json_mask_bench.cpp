@@ -66,8 +66,11 @@ int main(int argc, char** argv) {
   int64_t width = 151936;
   int iters = 50;
   app.add_option("--tokenizer", dir, "Directory with tokenizer.json")->required();
-  app.add_option("--logits-width", width, "Logits row width (the model's vocab_size)");
-  app.add_option("--iters", iters, "Calls timed per figure")->check(CLI::Range(1, 100000));
+  app.add_option("--logits-width", width, "Logits row width (the model's vocab_size)")
+      ->capture_default_str();
+  app.add_option("--iters", iters, "Calls timed per figure")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   return dspark::run(dir, width, iters);
 }
