@@ -18,17 +18,19 @@ void ProgressBar::update(int64_t items, int64_t items_total, int64_t bytes, int6
           ? static_cast<double>(bytes) / static_cast<double>(bytes_total)
           : (items_total > 0 ? static_cast<double>(items) / static_cast<double>(items_total) : 1.0);
   const int tenth = std::clamp(static_cast<int>(frac * 10), 0, 10);
-  if (!tty_ && tenth == last_tenth_ && items != items_total) return;
+  const bool last = items_total > 0 ? items == items_total : bytes >= bytes_total;
+  if (!tty_ && tenth == last_tenth_ && !last) return;
   last_tenth_ = tenth;
   constexpr int kWidth = 30;
   const int filled = std::clamp(static_cast<int>(frac * kWidth), 0, kWidth);
   const bool gb = bytes_total >= 1'000'000'000;
   const double unit = gb ? 1e9 : 1e6;
-  const std::string line =
-      fmt::format("[{}{}] {:3.0f}%  {}/{} {}  {:.2f}/{:.2f} {}  {}", std::string(filled, '#'),
-                  std::string(kWidth - filled, '-'), frac * 100, items, items_total, unit_,
-                  static_cast<double>(bytes) / unit, static_cast<double>(bytes_total) / unit,
-                  gb ? "GB" : "MB", detail);
+  const std::string count =
+      items_total > 0 ? fmt::format("  {}/{} {}", items, items_total, unit_) : std::string();
+  const std::string line = fmt::format(
+      "[{}{}] {:3.0f}%{}  {:.2f}/{:.2f} {}  {}", std::string(filled, '#'),
+      std::string(kWidth - filled, '-'), frac * 100, count, static_cast<double>(bytes) / unit,
+      static_cast<double>(bytes_total) / unit, gb ? "GB" : "MB", detail);
   if (tty_) {
     // \x1b[K clears what a longer previous line left.
     fmt::print(out_, "\r{}\x1b[K", line);

@@ -577,6 +577,12 @@ std::optional<std::string> GgufFile::find_string(const std::string& key) const {
   return v == nullptr ? std::nullopt : std::optional<std::string>(v->as_string(key));
 }
 
+size_t GgufFile::tensor_bytes() const {
+  size_t total = 0;
+  for (const GgufTensorInfo& t : tensors_) total += t.bytes;
+  return total;
+}
+
 const GgufTensorInfo& GgufFile::tensor(const std::string& name) const {
   const auto it = index_.find(name);
   DSPARK_CHECK_KIND(io, it != index_.end(), "tensor '{}' not found in {}", name, path_.string());

@@ -166,6 +166,7 @@ class GgufFile {
 
   // ---- tensors ----
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }  // file order
+  size_t tensor_bytes() const;                                             // of every tensor's data
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
   // Throws ErrorKind::io "tensor '<name>' not found in <file>".
   const GgufTensorInfo& tensor(const std::string& name) const;

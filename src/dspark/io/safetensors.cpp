@@ -283,6 +283,17 @@ bool SafeTensors::is_e4m3(const std::string& name) const {
   return it != entries_.end() && it->second.e4m3;
 }
 
+size_t SafeTensors::bytes(const std::string& name) const {
+  const auto it = entries_.find(name);
+  return it == entries_.end() ? 0 : it->second.bytes;
+}
+
+size_t SafeTensors::total_bytes() const {
+  size_t total = 0;
+  for (const auto& [name, e] : entries_) total += e.bytes;
+  return total;
+}
+
 std::vector<std::string> SafeTensors::names() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());

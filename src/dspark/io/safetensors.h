@@ -37,6 +37,9 @@ class SafeTensors {
   // Whether the tensor is stored as F8_E4M3 (its u8 view holds E4M3 codes); false when absent.
   bool is_e4m3(const std::string& name) const;
   std::vector<std::string> names() const;  // sorted
+  // The bytes tensor `name` occupies in its file (0 when absent), and those of every tensor.
+  size_t bytes(const std::string& name) const;
+  size_t total_bytes() const;
   const std::filesystem::path& path() const { return path_; }
   // The "__metadata__" entries of the (first) header.
   const std::map<std::string, std::string>& metadata() const { return metadata_; }

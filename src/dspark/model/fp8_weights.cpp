@@ -20,6 +20,18 @@ std::string Fp8Weights::origin() const {
   return st_.path().string();
 }
 
+int64_t Fp8Weights::stored_bytes(const std::string& name) const {
+  size_t bytes = st_.bytes(name);
+  if (const std::optional<std::string> m = weight_module(name)) {
+    bytes += st_.bytes(*m + ".weight_scale_inv");
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+int64_t Fp8Weights::total_stored_bytes() const {
+  return static_cast<int64_t>(st_.total_bytes());
+}
+
 std::optional<Fp8QuantTensor> Fp8Weights::quantized(const std::string& name) const {
   if (!st_.is_e4m3(name)) return std::nullopt;
   const std::optional<std::string> module = weight_module(name);

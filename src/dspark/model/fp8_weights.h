@@ -28,6 +28,9 @@ class Fp8Weights final : public WeightSource {
   Tensor get(const std::string& name) const override;
   Shape shape_of(const std::string& name) const override;
   std::string origin() const override;
+  // The weight with its companion tensors (.weight_scale_inv).
+  int64_t stored_bytes(const std::string& name) const override;
+  int64_t total_stored_bytes() const override;
   // F8_E4M3 weights as stored (WeightFormat::fp8_blocks), nullopt for other tensors.
   std::optional<QuantizedView> get_quantized(const std::string& name) const override;
 

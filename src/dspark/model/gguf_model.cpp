@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "dspark/core/error.h"
+#include "dspark/model/load_progress.h"
 #include "dspark/model/registry.h"
 
 namespace dspark {
@@ -540,6 +541,18 @@ const std::vector<float>& GgufWeights::dequantized(const std::string& gguf) cons
   return cached->second;
 }
 
+int64_t GgufWeights::stored_bytes(const std::string& name) const {
+  const std::string gguf = gguf_name(name);
+  if (gguf.empty()) return 0;
+  const GgufTensorInfo& info = file_.tensor(gguf);
+  const int64_t bytes = static_cast<int64_t>(info.bytes);
+  return expert_slice(name) != nullptr ? bytes / std::max<int64_t>(1, info.shape[0]) : bytes;
+}
+
+int64_t GgufWeights::total_stored_bytes() const {
+  return static_cast<int64_t>(file_.tensor_bytes());
+}
+
 std::string GgufWeights::gguf_name(const std::string& hf_name) const {
   if (const ExpertSlice* slice = expert_slice(hf_name)) return slice->gguf;
   const auto it = hf_to_gguf_.find(hf_name);
@@ -620,7 +633,10 @@ std::optional<QuantizedView> GgufWeights::get_quantized(const std::string& name)
 std::unique_ptr<Model> load_gguf_model(const GgufFile& file, Device device, DType dtype) {
   const ModelConfig config = gguf_model_config(file);
   const GgufWeights weights(file, config);
-  return create_model(config, weights, device, dtype);
+  LoadProgress progress(weights.total_stored_bytes());
+  std::unique_ptr<Model> model = create_model(config, weights, device, dtype);
+  progress.finish();
+  return model;
 }
 
 }  // namespace dspark

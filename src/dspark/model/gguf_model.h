@@ -56,6 +56,9 @@ class GgufWeights final : public WeightSource {
   // tensor holding it).
   std::string gguf_name(const std::string& hf_name) const;
   Shape shape_of(const std::string& name) const override;
+  // An expert's matrix: its share of the stacked tensor.
+  int64_t stored_bytes(const std::string& name) const override;
+  int64_t total_stored_bytes() const override;
 
  private:
   // One expert's matrix inside a stacked [experts, rows, cols] GGUF tensor.

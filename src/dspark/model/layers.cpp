@@ -6,6 +6,7 @@
 
 #include "dspark/core/convert_host.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/model/load_progress.h"
 #include "dspark/model/weight_source.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/linear_fp8.h"
@@ -46,6 +47,7 @@ Tensor WeightLoader::checked(const Part& part) const {
   DSPARK_CHECK_KIND(unsupported, dtype_is_float(t.dtype()),
                     "tensor '{}' has dtype {}; expected a float weight", part.name,
                     dtype_name(t.dtype()));
+  if (LoadProgress::active()) LoadProgress::add_to_active(source_->stored_bytes(part.name));
   return t;
 }
 
@@ -213,6 +215,8 @@ QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) con
     out.parts.push_back(std::move(part));
     i = j;
   }
+  if (LoadProgress::active())
+    for (const Part& part : parts) LoadProgress::add_to_active(source_->stored_bytes(part.name));
   return out;
 }
 

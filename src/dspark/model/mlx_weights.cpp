@@ -20,6 +20,19 @@ std::string MlxWeights::origin() const {
   return st_.path().string();
 }
 
+int64_t MlxWeights::stored_bytes(const std::string& name) const {
+  size_t bytes = st_.bytes(name);
+  if (const std::optional<std::string> m = weight_module(name)) {
+    bytes += st_.bytes(*m + ".scales");
+    bytes += st_.bytes(*m + ".biases");
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+int64_t MlxWeights::total_stored_bytes() const {
+  return static_cast<int64_t>(st_.total_bytes());
+}
+
 std::optional<MlxQuantTensor> MlxWeights::quantized(const std::string& name) const {
   const Tensor w = st_.get(name);
   if (dtype_is_float(w.dtype())) return std::nullopt;

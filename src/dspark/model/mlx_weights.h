@@ -27,6 +27,9 @@ class MlxWeights final : public WeightSource {
   Tensor get(const std::string& name) const override;
   Shape shape_of(const std::string& name) const override;
   std::string origin() const override;
+  // The weight with its companion tensors (.scales, .biases).
+  int64_t stored_bytes(const std::string& name) const override;
+  int64_t total_stored_bytes() const override;
   // The weight as blocks of mlx_block_type(its spec) (kept until the source is destroyed);
   // nullopt for float tensors and for those whose scales / biases do not convert to f16 exactly
   // (said once on stderr, naming the tensor).

@@ -30,6 +30,10 @@ class MtpWeights final : public WeightSource {
   std::optional<QuantizedView> get_quantized(const std::string& name) const override {
     return base_.get_quantized(map(name));
   }
+  int64_t stored_bytes(const std::string& name) const override {
+    return base_.stored_bytes(map(name));
+  }
+  int64_t total_stored_bytes() const override { return base_.total_stored_bytes(); }
 
  private:
   std::string own_or(const std::string& own, const std::string& shared) const {

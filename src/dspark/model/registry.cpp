@@ -66,6 +66,12 @@ Tensor SafeTensorsWeights::get(const std::string& name) const {
 std::string SafeTensorsWeights::origin() const {
   return st_.path().string();
 }
+int64_t SafeTensorsWeights::stored_bytes(const std::string& name) const {
+  return static_cast<int64_t>(st_.bytes(name));
+}
+int64_t SafeTensorsWeights::total_stored_bytes() const {
+  return static_cast<int64_t>(st_.total_bytes());
+}
 
 std::unique_ptr<Model> create_model(const ModelConfig& config, const SafeTensors& st, Device device,
                                     DType dtype) {

@@ -46,6 +46,14 @@ class WeightSource {
     (void)name;
     return std::nullopt;
   }
+  // The bytes tensor `name` takes in the checkpoint (with the scales a quantized weight carries),
+  // and those of the whole checkpoint: the measure of a load's progress (model/load_progress.h).
+  // 0: unknown.
+  virtual int64_t stored_bytes(const std::string& name) const {
+    (void)name;
+    return 0;
+  }
+  virtual int64_t total_stored_bytes() const { return 0; }
 };
 
 // A SafeTensors checkpoint as a WeightSource (it must outlive the adapter).
@@ -55,6 +63,8 @@ class SafeTensorsWeights final : public WeightSource {
   bool contains(const std::string& name) const override;
   Tensor get(const std::string& name) const override;
   std::string origin() const override;
+  int64_t stored_bytes(const std::string& name) const override;
+  int64_t total_stored_bytes() const override;
 
  private:
   const SafeTensors& st_;
