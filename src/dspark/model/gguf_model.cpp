@@ -11,7 +11,6 @@
 #include <fmt/ranges.h>
 
 #include "dspark/core/error.h"
-#include "dspark/model/load_progress.h"
 #include "dspark/model/registry.h"
 
 namespace dspark {
@@ -633,10 +632,7 @@ std::optional<QuantizedView> GgufWeights::get_quantized(const std::string& name)
 std::unique_ptr<Model> load_gguf_model(const GgufFile& file, Device device, DType dtype) {
   const ModelConfig config = gguf_model_config(file);
   const GgufWeights weights(file, config);
-  LoadProgress progress(weights.total_stored_bytes());
-  std::unique_ptr<Model> model = create_model(config, weights, device, dtype);
-  progress.finish();
-  return model;
+  return create_model(config, weights, device, dtype);
 }
 
 }  // namespace dspark

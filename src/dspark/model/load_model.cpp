@@ -12,7 +12,6 @@
 #include "dspark/io/safetensors.h"
 #include "dspark/model/fp8_weights.h"
 #include "dspark/model/gguf_model.h"
-#include "dspark/model/load_progress.h"
 #include "dspark/model/mlx_weights.h"
 #include "dspark/model/model.h"
 #include "dspark/model/registry.h"
@@ -70,11 +69,8 @@ std::unique_ptr<Model> load_model(const std::filesystem::path& dir, Device devic
   }
   check_engine_dtype(device, dtype);
   std::unique_ptr<Model> model;
-  with_checkpoint_weights(dir, [&](const WeightSource& w) {
-    LoadProgress progress(w.total_stored_bytes());
-    model = create_model(config, w, device, dtype);
-    progress.finish();
-  });
+  with_checkpoint_weights(
+      dir, [&](const WeightSource& w) { model = create_model(config, w, device, dtype); });
   return model;
 }
 

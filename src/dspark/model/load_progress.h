@@ -3,9 +3,9 @@
 // a load that has run for kQuietSeconds starts a progress bar (core/progress_bar.h) over the
 // checkpoint's bytes, so short loads (small models, tests) stay silent.
 //
-// load_model creates one for its load; WeightLoader (model/layers.h) reports each weight it has
-// loaded to the one active on its thread (weights shared by two loaders, or the tied embedding
-// and LM head, count twice: the bar stops at 99% until the load ends).
+// create_model (model/registry.h) holds one for its load; WeightLoader (model/layers.h) reports
+// each weight it has loaded to the one active on its thread (weights shared by two loaders, or the
+// tied embedding and LM head, count twice: the bar stops at 99% until the load ends).
 #pragma once
 
 #include <chrono>

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <fmt/ranges.h>
 
 #include "dspark/core/error.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/llama_family.h"
+#include "dspark/model/load_progress.h"
 
 namespace dspark {
 namespace {
@@ -85,7 +87,12 @@ std::unique_ptr<Model> create_model(const ModelConfig& config, const WeightSourc
     DSPARK_FAIL(unsupported, "unsupported architecture '{}' (supported: {})", config.architecture,
                 fmt::join(supported_architectures(), ", "));
   }
-  return factory(config, weights, device, dtype);
+  // The progress of this load, unless it is part of one already reporting (an MTP layer's).
+  std::optional<LoadProgress> progress;
+  if (!LoadProgress::active()) progress.emplace(weights.total_stored_bytes());
+  std::unique_ptr<Model> model = factory(config, weights, device, dtype);
+  if (progress) progress->finish();
+  return model;
 }
 
 DType default_engine_dtype(Device device) {

@@ -31,7 +31,8 @@ ModelFactory find_architecture(const std::string& architecture);
 // Sorted names of every registered architecture.
 std::vector<std::string> supported_architectures();
 
-// The factory for config.architecture, or ErrorKind::unsupported naming the supported ones.
+// The factory for config.architecture, or ErrorKind::unsupported naming the supported ones. A load
+// that runs past 2 s shows its progress on stderr (model/load_progress.h).
 std::unique_ptr<Model> create_model(const ModelConfig& config, const WeightSource& weights,
                                     Device device, DType dtype);
 // The same for a safetensors checkpoint.
