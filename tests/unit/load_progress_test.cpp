@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <iostream>
 #include <string>
 
 #include "common/test_util.h"
@@ -11,6 +13,7 @@
 #include "dspark/model/config.h"
 #include "dspark/model/gguf_model.h"
 #include "dspark/model/load_progress.h"
+#include "dspark/model/model.h"
 #include "dspark/model/registry.h"
 
 namespace dspark {
@@ -85,6 +88,29 @@ TEST(LoadProgress, SafetensorsWeightsCountedOnce) {
 TEST(LoadProgress, GgufExpertsCountedOnce) {
   const GgufFile g = GgufFile::open(test::gguf_dir() / "tiny_qwen3_moe.gguf");
   expect_counted(GgufWeights(g, gguf_model_config(g)), gguf_model_config(g));
+}
+
+// MLX scales and biases and FP8 block scales count with their weights: a whole checkpoint loaded
+// through load_model (whose own progress defers to the active one).
+void expect_checkpoint_counted(const std::filesystem::path& dir) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  const SafeTensors st = SafeTensors::open(dir);
+  const auto total = static_cast<int64_t>(st.total_bytes());
+  LoadProgress p(total, f, /*quiet_seconds=*/1e9);
+  const auto model = load_model(dir, Device::cpu(), DType::f32);
+  std::cout << "[" << dir.filename().string() << "] counted " << p.done() << " of " << total
+            << " bytes\n";
+  EXPECT_EQ(p.done(), total);  // every tensor once: none of these fixtures ties its head
+  std::fclose(f);
+}
+
+TEST(LoadProgress, MlxCompanionsCountedWithTheirWeights) {
+  expect_checkpoint_counted(test::data_dir() / "mlx" / "llama3_q4_g64");
+}
+
+TEST(LoadProgress, Fp8ScalesCountedWithTheirWeights) {
+  expect_checkpoint_counted(test::data_dir() / "fp8" / "llama3_fp8");
 }
 
 }  // namespace

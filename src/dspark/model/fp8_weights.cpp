@@ -21,11 +21,7 @@ std::string Fp8Weights::origin() const {
 }
 
 int64_t Fp8Weights::stored_bytes(const std::string& name) const {
-  size_t bytes = st_.bytes(name);
-  if (const std::optional<std::string> m = weight_module(name)) {
-    bytes += st_.bytes(*m + ".weight_scale_inv");
-  }
-  return static_cast<int64_t>(bytes);
+  return safetensors_stored_bytes(st_, name, {".weight_scale_inv"});
 }
 
 int64_t Fp8Weights::total_stored_bytes() const {

@@ -21,12 +21,7 @@ std::string MlxWeights::origin() const {
 }
 
 int64_t MlxWeights::stored_bytes(const std::string& name) const {
-  size_t bytes = st_.bytes(name);
-  if (const std::optional<std::string> m = weight_module(name)) {
-    bytes += st_.bytes(*m + ".scales");
-    bytes += st_.bytes(*m + ".biases");
-  }
-  return static_cast<int64_t>(bytes);
+  return safetensors_stored_bytes(st_, name, {".scales", ".biases"});
 }
 
 int64_t MlxWeights::total_stored_bytes() const {

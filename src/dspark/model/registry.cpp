@@ -9,6 +9,7 @@
 
 #include "dspark/core/error.h"
 #include "dspark/io/safetensors.h"
+#include "dspark/io/weight_names.h"
 #include "dspark/model/llama_family.h"
 #include "dspark/model/load_progress.h"
 
@@ -69,7 +70,16 @@ std::string SafeTensorsWeights::origin() const {
   return st_.path().string();
 }
 int64_t SafeTensorsWeights::stored_bytes(const std::string& name) const {
-  return static_cast<int64_t>(st_.bytes(name));
+  return safetensors_stored_bytes(st_, name);
+}
+
+int64_t safetensors_stored_bytes(const SafeTensors& st, const std::string& name,
+                                 std::initializer_list<std::string_view> companion_suffixes) {
+  size_t bytes = st.bytes(name);
+  if (const std::optional<std::string> module = weight_module(name))
+    for (std::string_view suffix : companion_suffixes)
+      bytes += st.bytes(*module + std::string(suffix));
+  return static_cast<int64_t>(bytes);
 }
 int64_t SafeTensorsWeights::total_stored_bytes() const {
   return static_cast<int64_t>(st_.total_bytes());

@@ -3,8 +3,10 @@
 // Families ask for tensors by their Hugging Face names and never see the storage format.
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "dspark/backend/op_params.h"
 #include "dspark/core/quant.h"
@@ -55,6 +57,12 @@ class WeightSource {
   }
   virtual int64_t total_stored_bytes() const { return 0; }
 };
+
+// WeightSource::stored_bytes of a safetensors checkpoint: tensor `name`'s bytes plus, for a
+// "<module>.weight", those of the module's companion tensors "<module><suffix>" (MLX's ".scales"
+// and ".biases", FP8's ".weight_scale_inv").
+int64_t safetensors_stored_bytes(const SafeTensors& st, const std::string& name,
+                                 std::initializer_list<std::string_view> companion_suffixes = {});
 
 // A SafeTensors checkpoint as a WeightSource (it must outlive the adapter).
 class SafeTensorsWeights final : public WeightSource {
