@@ -202,7 +202,9 @@ std::vector<std::string> fixtures() {
           "qwen3_moe", "deepseek_v3", "glm4_moe",
           // DeepSeek sparse attention (index_topk 6 < the prompt): per-query kernels, unchanged.
           "glm_moe_dsa",
-          // Block-quantized weights (dequantized, then the invariant dense kernel) and F16.
+          // Block-quantized weights (the few-row kernel at every M, in chunks of 4 rows; the
+          // dequantized blocks and the invariant dense kernel where K is not a multiple of 256)
+          // and F16.
           "gguf/tiny_llama_quant.gguf", "gguf/tiny_llama_k.gguf", "gguf/tiny_qwen3_moe.gguf",
           "mlx/llama3_q4_g64", "mlx/llama3_q8_g64"};
 }

@@ -345,6 +345,51 @@ TEST_P(CudaLinearQuant, GemvRowsIndependentOfM) {
   }
 }
 
+// Batch-invariant numerics (`--exact`): the few-row kernel at every M, in chunks of
+// kQuantGemvMaxRows rows. Row i of a call of m rows (a verify, many requests' rows, a prefill) has
+// the bits of the same x row alone, and the rows match the CPU's integer kernels.
+TEST_P(CudaLinearQuant, RowsIndependentOfMWhenBatchInvariant) {
+  DSPARK_REQUIRE_CUDA();
+  Contexts ctx;
+  ctx.gpu.cuda_tuning().batch_invariant = true;
+  const QuantType q = GetParam();
+  constexpr int64_t kRows = 37;
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 4096}, {300, 1280}}) {
+    const QuantWeight w = make_weight(q, n, k, 7500);
+    const OwnedTensor xh = random_tensor(DType::bf16, Shape{kRows, k}, 7501);
+    const OwnedTensor x = OwnedTensor::copy_of(xh.view(), kTestGpu);
+    const OwnedTensor bh = random_tensor(DType::f32, Shape{n}, 7502);
+    const OwnedTensor b = OwnedTensor::copy_of(bh.view(), kTestGpu);
+    const cuda::LinearBlocksShape s{kRows, n, k, q, DType::bf16, DType::f32, true};
+    ASSERT_EQ(cuda::choose_linear_blocks(s, ctx.gpu.cuda_caps(), ctx.gpu.cuda_tuning()).kernel,
+              cuda::LinearBlocksKernel::gemv)
+        << quant_type_name(q);
+    std::vector<std::vector<float>> alone;
+    for (int64_t i = 0; i < kRows; ++i) {
+      const OwnedTensor y = OwnedTensor::zeros(DType::f32, Shape{1, n}, kTestGpu);
+      linear(ctx.gpu, x.view().slice(0, i, i + 1), w.matrix(), b.view(), y);
+      ctx.gpu.synchronize();
+      alone.push_back(read(y));
+    }
+    for (int64_t m : {int64_t{5}, int64_t{8}, int64_t{17}, int64_t{33}, kRows}) {
+      const std::string what = std::string(quant_type_name(q)) + " N=" + std::to_string(n) +
+                               " K=" + std::to_string(k) + " M=" + std::to_string(m);
+      const OwnedTensor y = OwnedTensor::zeros(DType::f32, Shape{m, n}, kTestGpu);
+      linear(ctx.gpu, x.view().slice(0, 0, m), w.matrix(), b.view(), y);
+      ctx.gpu.synchronize();
+      const std::vector<float> got = read(y);
+      for (int64_t i = 0; i < m; ++i) {
+        EXPECT_EQ(0, std::memcmp(got.data() + i * n, alone[static_cast<size_t>(i)].data(),
+                                 static_cast<size_t>(n) * sizeof(float)))
+            << what << ": row " << i;
+      }
+      const OwnedTensor yc = OwnedTensor::zeros(DType::f32, Shape{m, n}, Device::cpu());
+      linear(ctx.cpu, xh.view().slice(0, 0, m), w.matrix(true), bh.view(), yc);
+      expect_rel_rms(got, read(yc), 1e-5, what + " against the CPU");
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, CudaLinearQuant, ::testing::ValuesIn(kQuantTypes), quant_name);
 
 class CudaGatherQuant : public ::testing::TestWithParam<QuantType> {};

@@ -4,6 +4,7 @@
 // at the Llama-3.1-8B shapes) and at the edges of every kernel's limits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -461,15 +462,33 @@ TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
             LinearBlocksKernel::dequantize);
 }
 
-// --exact: block weights are dequantized at every M, so the dense linear's invariant kernel runs.
-TEST(CudaPolicyLinearBlocks, DequantizeEverythingWhenBatchInvariant) {
+// --exact: block weights take the few-row kernel at every M (chunks of kQuantGemvMaxRows rows),
+// with the plan of one row: a row's sums in the same order whatever the other rows.
+TEST(CudaPolicyLinearBlocks, FewRowKernelAtEveryRowCountWhenBatchInvariant) {
   Tuning t;
   t.batch_invariant = true;
   for (int64_t m : {1, 4, 5, 17, 48, 49, 512})
     for (QuantType q : {QuantType::q4_k, QuantType::q4_1, QuantType::q6_k, QuantType::q8_0})
-      EXPECT_EQ(choose_linear_blocks(quant_linear(m, 4096, 4096, q), kH200, t).kernel,
-                LinearBlocksKernel::dequantize)
-          << m << " rows of " << quant_type_name(q);
+      for (const auto& [n, k] : {std::pair<int64_t, int64_t>{4096, 4096},
+                                 {14336, 4096},
+                                 {4096, 14336},
+                                 {128256, 4096}}) {
+        const LinearBlocksShape s = quant_linear(m, n, k, q);
+        const LinearBlocksChoice c = choose_linear_blocks(s, kH200, t);
+        ASSERT_EQ(c.kernel, LinearBlocksKernel::gemv) << m << " rows of " << quant_type_name(q);
+        LinearBlocksShape chunk = s;
+        chunk.m = std::min<int64_t>(m, kQuantGemvMaxRows);
+        expect_valid_gemv_plan(chunk, kH200, c.gemv_plan);
+      }
+  // Where the few-row kernel cannot take the shape, every M dequantizes (then the dense linear's
+  // invariant kernel): K not a multiple of 256, unaligned operands.
+  for (int64_t m : {1, 17}) {
+    EXPECT_EQ(choose_linear_blocks(quant_linear(m, 4096, 4160), kH200, t).kernel,
+              LinearBlocksKernel::dequantize);
+    LinearBlocksShape s = quant_linear(m, 4096, 4096);
+    s.aligned = false;
+    EXPECT_EQ(choose_linear_blocks(s, kH200, t).kernel, LinearBlocksKernel::dequantize);
+  }
 }
 
 TEST(CudaPolicyLinearBlocks, DequantizeEverythingElse) {

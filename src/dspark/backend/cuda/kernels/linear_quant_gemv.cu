@@ -1,4 +1,5 @@
-// linear with block-quantized weights for 1..kQuantGemvMaxRows rows of x (decode, draft steps):
+// linear with block-quantized weights for 1..kQuantGemvMaxRows rows of x (decode, draft steps), and
+// for any number of rows in chunks of kQuantGemvMaxRows (batch-invariant numerics, `--exact`):
 // y[M, N] = x[M, K] . dequantize(w)^T (+ bias), in integers as the CPU's quant_gemm does it
 // (backend/cpu/kernels/quant_gemm.h): x rounded per block of 32 values to int8 with one f32 scale,
 // each weight word of 4 values multiplied with 4 of x by one dp4a, the integer sums scaled per
@@ -24,6 +25,10 @@
 //  - Sums: per warp, lanes in registers over the warp's super-blocks in order, then a butterfly;
 //    the warps_k partial sums of a row added in warp order. The plan (warps_k) depends on N, K and
 //    the SM count only, so a row's bits do not depend on M or on the grid.
+//  - Chunks: above kQuantGemvMaxRows rows, blockIdx.y is a chunk of that many rows (the last may
+//    hold fewer: the x region's other rows are left as they are and never stored). The grid's x
+//    is cut so that every chunk's CTAs are resident at once: CTAs of one tile and different chunks
+//    stream the same weights at about the same time, which then mostly come from L2.
 #include <algorithm>
 #include <mutex>
 
@@ -69,7 +74,20 @@ struct GemvParams {
   device::FloatKind bias_kind;
   int m, n, k, ksb;
   int warps_k, tiles;
+  int chunk_rows;  // rows per blockIdx.y (== m with one chunk)
   QuantGemvLayout layout;
+};
+
+// The rows of x of a CTA's chunk as quantize_x reads them (values: a reference to the kernel's
+// parameters would copy them to local memory).
+struct ChunkX {
+  const void* x;  // the chunk's first row
+  int64_t ldx;
+  device::FloatKind x_kind;
+  int m, k;
+  struct {
+    int x_row_bytes, x_q_bytes;
+  } layout;
 };
 
 // Two CTAs per SM for one or two rows of x (64 registers), one for more.
@@ -168,7 +186,23 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
   for (int i = 0; i < kStages - 1; ++i) issue_next();  // weights: before the wait
   pdl_wait();
   pdl_launch_dependents();
-  quantize_x<Q, kThreads>(p, xregion, static_cast<int>(threadIdx.x));
+  // The chunk's first row of x and y, and its rows, recomputed where used (registers). Chunks are
+  // of kQuantGemvMaxRows rows: fewer rows are a call's only chunk.
+  constexpr bool kChunks = M == kQuantGemvMaxRows;
+  auto chunk_row0 = [&]() { return kChunks ? static_cast<int>(blockIdx.y) * M : 0; };
+  auto chunk_rows = [&]() { return kChunks ? min(M, p.m - chunk_row0()) : M; };
+  if constexpr (kChunks) {
+    const int64_t x_size = p.x_kind == device::FloatKind::f32 ? 4 : 2;
+    const ChunkX cx{static_cast<const uint8_t*>(p.x) + chunk_row0() * p.ldx * x_size,
+                    p.ldx,
+                    p.x_kind,
+                    chunk_rows(),
+                    p.k,
+                    {p.layout.x_row_bytes, p.layout.x_q_bytes}};
+    quantize_x<Q, kThreads>(cx, xregion, static_cast<int>(threadIdx.x));
+  } else {
+    quantize_x<Q, kThreads>(p, xregion, static_cast<int>(threadIdx.x));
+  }
   __syncthreads();
 
   const XView xv{xregion, p.layout.x_row_bytes, p.layout.x_q_bytes, p.k / 32};
@@ -255,12 +289,12 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     const int tile = static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x);
     const int64_t row = int64_t{tile} * rows_per_tile + wr;
     if (p.warps_k == 1) {
-      if (lane < M && row < p.n) {
+      if (lane < chunk_rows() && row < p.n) {
         float s = 0.0f;
 #pragma unroll
         for (int r = 0; r < M; ++r) s = lane == r ? acc[r] : s;
         if (p.bias != nullptr) s += device::load_float(p.bias, row, p.bias_kind);
-        device::store_float(p.y, lane * p.ldy + row, p.y_kind, s);
+        device::store_float(p.y, (chunk_row0() + lane) * p.ldy + row, p.y_kind, s);
       }
       continue;
     }
@@ -272,11 +306,11 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     if (static_cast<int>(threadIdx.x) < rows_per_tile * M) {
       const int rr = static_cast<int>(threadIdx.x) / M, tok = static_cast<int>(threadIdx.x) % M;
       const int64_t n_idx = int64_t{tile} * rows_per_tile + rr;
-      if (n_idx < p.n) {
+      if (n_idx < p.n && tok < chunk_rows()) {
         float s = 0.0f;
         for (int k2 = 0; k2 < p.warps_k; ++k2) s += part[(rr * p.warps_k + k2) * M + tok];
         if (p.bias != nullptr) s += device::load_float(p.bias, n_idx, p.bias_kind);
-        device::store_float(p.y, tok * p.ldy + n_idx, p.y_kind, s);
+        device::store_float(p.y, (chunk_row0() + tok) * p.ldy + n_idx, p.y_kind, s);
       }
     }
     __syncthreads();  // part is written again by the next tile
@@ -302,14 +336,16 @@ void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t strea
     }
     ctas = std::max(cached_ctas, 1);
   }
-  const int grid = std::min(p.tiles, ctas * std::max(caps.sm_count, 1));
-  launch_pdl(kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), p.layout.bytes, stream, p);
+  const int chunks = (p.m + p.chunk_rows - 1) / p.chunk_rows;
+  const int grid = std::min(p.tiles, std::max(ctas * std::max(caps.sm_count, 1) / chunks, 1));
+  launch_pdl(kernel, dim3(static_cast<unsigned>(grid), static_cast<unsigned>(chunks)),
+             dim3(kThreads), p.layout.bytes, stream, p);
 }
 
 template <QuantType Q>
 void launch_gemv_rows(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
   static_assert(kQuantGemvMaxRows == 4, "launch_gemv_rows covers 4 rows");
-  switch (p.m) {
+  switch (p.chunk_rows) {
     case 1:
       return launch_gemv<Q, 1>(p, caps, stream);
     case 2:
@@ -341,12 +377,13 @@ void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, co
   p.bias = has_bias ? bias.data() : nullptr;
   p.bias_kind = has_bias ? float_kind(bias.dtype()) : device::FloatKind::f32;
   p.m = static_cast<int>(m);
+  p.chunk_rows = static_cast<int>(std::min<int64_t>(m, kQuantGemvMaxRows));
   p.n = static_cast<int>(w.n);
   p.k = static_cast<int>(w.k);
   p.ksb = static_cast<int>(w.k / 256);
   p.warps_k = plan.warps_k;
   p.tiles = plan.tiles;
-  p.layout = quant_gemv_layout(w.quant, m, w.k);
+  p.layout = quant_gemv_layout(w.quant, p.chunk_rows, w.k);
   DSPARK_CHECK_KIND(internal, p.layout.bytes == plan.smem_bytes,
                     "linear_blocks: the gemv plan's shared memory {} != the layout's {}",
                     plan.smem_bytes, p.layout.bytes);

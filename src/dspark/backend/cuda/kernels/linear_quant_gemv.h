@@ -10,8 +10,9 @@
 
 namespace dspark::cuda {
 
-// y[m, n] = x[m, k] . dequantize(w)^T (+ bias) for 1 <= m <= kQuantGemvMaxRows, as `plan` cuts
-// it (choose_linear_blocks). A programmatic launch on ctx's stream.
+// y[m, n] = x[m, k] . dequantize(w)^T (+ bias) for m >= 1, as `plan` cuts it
+// (choose_linear_blocks); above kQuantGemvMaxRows rows, chunks of that many rows, each row with the
+// bits it has alone. A programmatic launch on ctx's stream.
 void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                         const Tensor& y, const QuantGemvPlan& plan);
 

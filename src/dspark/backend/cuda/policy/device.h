@@ -23,7 +23,8 @@ struct Tuning {
   // verify row equals the decode step of the same token bit for bit. Every 16-bit linear runs the
   // batch-invariant kernel (kernels/gemv_invariant.cu) at every M, no linear is fused with the
   // norm after it by a split of K, norms never share a row over a cluster, attention never
-  // splits the keys, and FP8 weights take the kernels whose sums do not depend on M.
+  // splits the keys, FP8 weights take the kernels whose sums do not depend on M, and
+  // block-quantized weights their few-row kernel at every M (choose_linear_blocks).
   bool batch_invariant = false;
   // linear with one row on CUDA cores: CTAs of 8 warps, two per multiprocessor, for N <= this
   // (and K <= 8,192), else CTAs of 16 warps. An 8-warp CTA fits beside another kernel's CTA (a

@@ -77,36 +77,55 @@ size_t quant_mma_smem_limit(const DeviceCaps& caps) {
   return caps.compute_major >= 9 ? size_t{226} * 1024 : size_t{98} * 1024;
 }
 
+namespace {
+
+// The few-row kernel's plan for `rows` rows (at most kQuantGemvMaxRows): warps_k, the fewest warps
+// per row for the least super-blocks per warp over the rounds of tiles, counting one CTA per SM
+// (not the occupancy, which depends on the rows).
+QuantGemvPlan gemv_plan(const LinearBlocksShape& s, const DeviceCaps& caps, int64_t rows) {
+  QuantGemvPlan plan;
+  const int64_t ksb = s.k / 256;
+  double best = std::numeric_limits<double>::infinity();
+  for (int wk = 1; wk <= kQuantGemvWarps && wk <= ksb; wk *= 2) {
+    const int64_t tiles = ceil_div(s.n, kQuantGemvWarps / wk);
+    const int64_t rounds = ceil_div(tiles, caps.sm_count);
+    const double cost =
+        static_cast<double>(rounds * ceil_div(ksb, wk)) + 0.25 * static_cast<double>(rounds);
+    if (cost < best) {
+      best = cost;
+      plan =
+          QuantGemvPlan{wk, static_cast<int>(tiles), quant_gemv_layout(s.quant, rows, s.k).bytes};
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
 LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
                                         const Tuning& t, bool split_k) {
   LinearBlocksChoice choice;  // dequantize
-  // Batch-invariant numerics: the few-row and tensor-core kernels round x differently (int8
-  // blocks against x's 16 bits) and the latter's plan follows the rows; the dequantized weight
-  // rows go through the dense linear, which then runs its batch-invariant kernel.
-  if (t.batch_invariant) return choice;
-  const bool gemv_fits = s.m >= 1 && s.m <= kQuantGemvMaxRows && s.aligned && s.n >= 1 &&
-                         s.k >= 256 && s.k % 256 == 0 && caps.compute_major >= 8 &&
-                         caps.sm_count >= 1 && s.n <= (int64_t{1} << 30);
-  if (gemv_fits) {
-    const QuantGemvLayout layout = quant_gemv_layout(s.quant, s.m, s.k);
-    if (layout.bytes <= quant_mma_smem_limit(caps)) {
-      // warps_k: the fewest warps per row for the least super-blocks per warp over the rounds of
-      // tiles, counting one CTA per SM (not the occupancy, which depends on m).
-      const int64_t ksb = s.k / 256;
-      double best = std::numeric_limits<double>::infinity();
-      for (int wk = 1; wk <= kQuantGemvWarps && wk <= ksb; wk *= 2) {
-        const int64_t tiles = ceil_div(s.n, kQuantGemvWarps / wk);
-        const int64_t rounds = ceil_div(tiles, caps.sm_count);
-        const double cost =
-            static_cast<double>(rounds * ceil_div(ksb, wk)) + 0.25 * static_cast<double>(rounds);
-        if (cost < best) {
-          best = cost;
-          choice.gemv_plan = QuantGemvPlan{wk, static_cast<int>(tiles), layout.bytes};
-        }
-      }
-      choice.kernel = LinearBlocksKernel::gemv;
+  const bool gemv_shape = s.aligned && s.n >= 1 && s.k >= 256 && s.k % 256 == 0 &&
+                          caps.compute_major >= 8 && caps.sm_count >= 1 &&
+                          s.n <= (int64_t{1} << 30);
+  if (t.batch_invariant) {
+    // Batch-invariant numerics: one kernel at every M. The few-row kernel rounds each row of x on
+    // its own and adds a row's sums in an order set by N, K and the SM count, so above
+    // kQuantGemvMaxRows rows it runs on chunks of that many rows (kernels/linear_quant_gemv.cu).
+    // Where its shared memory for a full chunk does not fit, or the shape is not its, every M
+    // dequantizes and the dense linear runs its batch-invariant kernel.
+    if (!gemv_shape || s.m < 1 ||
+        quant_gemv_layout(s.quant, kQuantGemvMaxRows, s.k).bytes > quant_mma_smem_limit(caps))
       return choice;
-    }
+    choice.kernel = LinearBlocksKernel::gemv;
+    choice.gemv_plan = gemv_plan(s, caps, std::min<int64_t>(s.m, kQuantGemvMaxRows));
+    return choice;
+  }
+  if (gemv_shape && s.m >= 1 && s.m <= kQuantGemvMaxRows &&
+      quant_gemv_layout(s.quant, s.m, s.k).bytes <= quant_mma_smem_limit(caps)) {
+    choice.kernel = LinearBlocksKernel::gemv;
+    choice.gemv_plan = gemv_plan(s, caps, s.m);
+    return choice;
   }
   const int64_t max_rows = std::min<int64_t>(t.linear_blocks_max_rows, kQuantMmaMaxRows);
   const bool fits = s.m >= 1 && s.m <= max_rows && is_16bit(s.x) &&

@@ -13,6 +13,8 @@
 //  - dequantize: every other call (more rows: prefill; f32 x; K not a multiple of 256; unaligned
 //    operands): the weight rows dequantized into the context's scratch as x's dtype, a chunk of
 //    rows at a time, each chunk through the dense linear (cuBLASLt, or the one-row kernel).
+// With batch-invariant numerics (Tuning::batch_invariant, `--exact`) gemv runs at every M, on
+// chunks of kQuantGemvMaxRows rows, so that a row's bits do not depend on the other rows.
 #pragma once
 
 #include <cstddef>
@@ -172,8 +174,10 @@ struct LinearBlocksChoice {
 // (weights, plus a share of x's slice and of the partial sums, which come from L2) with a cost per
 // round and per split; a split's partial sums within kQuantMmaMaxPartialBytes. `split_k` false: no
 // K split (the arrival counters are unavailable: first used inside a graph capture). Everything
-// else, and every call with t.batch_invariant: dequantize (then the dense linear's invariant
-// kernel).
+// else: dequantize (then the dense linear).
+// With t.batch_invariant the few-row kernel at every M (over chunks of kQuantGemvMaxRows rows)
+// where its shape fits and its shared memory for a full chunk does; otherwise dequantize at every
+// M (then the dense linear's invariant kernel).
 LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
                                         const Tuning& t, bool split_k = true);
 
