@@ -74,7 +74,6 @@ struct GemvParams {
   device::FloatKind bias_kind;
   int m, n, k, ksb;
   int warps_k, tiles;
-  int chunk_rows;  // rows per blockIdx.y (== m with one chunk)
   QuantGemvLayout layout;
 };
 
@@ -336,7 +335,7 @@ void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t strea
     }
     ctas = std::max(cached_ctas, 1);
   }
-  const int chunks = (p.m + p.chunk_rows - 1) / p.chunk_rows;
+  const int chunks = (p.m + M - 1) / M;  // blockIdx.y: chunks of M rows (only M = 4 has several)
   const int grid = std::min(p.tiles, std::max(ctas * std::max(caps.sm_count, 1) / chunks, 1));
   launch_pdl(kernel, dim3(static_cast<unsigned>(grid), static_cast<unsigned>(chunks)),
              dim3(kThreads), p.layout.bytes, stream, p);
@@ -345,7 +344,7 @@ void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t strea
 template <QuantType Q>
 void launch_gemv_rows(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
   static_assert(kQuantGemvMaxRows == 4, "launch_gemv_rows covers 4 rows");
-  switch (p.chunk_rows) {
+  switch (std::min(p.m, kQuantGemvMaxRows)) {
     case 1:
       return launch_gemv<Q, 1>(p, caps, stream);
     case 2:
@@ -377,13 +376,12 @@ void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, co
   p.bias = has_bias ? bias.data() : nullptr;
   p.bias_kind = has_bias ? float_kind(bias.dtype()) : device::FloatKind::f32;
   p.m = static_cast<int>(m);
-  p.chunk_rows = static_cast<int>(std::min<int64_t>(m, kQuantGemvMaxRows));
   p.n = static_cast<int>(w.n);
   p.k = static_cast<int>(w.k);
   p.ksb = static_cast<int>(w.k / 256);
   p.warps_k = plan.warps_k;
   p.tiles = plan.tiles;
-  p.layout = quant_gemv_layout(w.quant, p.chunk_rows, w.k);
+  p.layout = quant_gemv_layout(w.quant, std::min<int64_t>(m, kQuantGemvMaxRows), w.k);
   DSPARK_CHECK_KIND(internal, p.layout.bytes == plan.smem_bytes,
                     "linear_blocks: the gemv plan's shared memory {} != the layout's {}",
                     plan.smem_bytes, p.layout.bytes);
