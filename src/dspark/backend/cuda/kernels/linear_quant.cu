@@ -18,14 +18,14 @@
 //    own: __syncwarp, no CTA barrier, between the copies and the reads.
 //  - x: after pdl_wait() the CTA copies its slice of x (all M rows, 16-bit) into shared memory.
 //  - Math: per stage, the warp first writes the stage's per-sub-block scales D (and Mn), rounded
-//    to x's type, into a table (one lane per row and super-block), then walks its super-blocks in
-//    MMA steps of 16 values (quant_blocks.cuh): lane (g, c) turns the 4 consecutive values
-//    4c..4c+3 of rows g and g + 8 into exact integers q - offset of x's type, then into weights
-//    D * (q - offset) + Mn by one packed FMA per pair (the m16n8k16 A fragment, logical k 2c,
-//    2c+1, 2c+8, 2c+9 = physical 4c..4c+3), and loads the same 4 values of x rows g + 8t (the B
-//    fragment) with one 8-byte shared load. The MMAs add into f32 accumulators over the warp's
-//    whole range: no per-sub-block work per row of x. The weights are rounded to x's type as on
-//    the dequantizing path (docs/cuda-kernels.md's tolerances).
+//    to x's type, into a table (two lanes per row and super-block, half its sub-blocks each),
+//    then walks its super-blocks in MMA steps of 16 values (quant_blocks.cuh): lane (g, c) turns
+//    the 4 consecutive values 4c..4c+3 of rows g and g + 8 into exact integers q - offset of x's
+//    type, then into weights D * (q - offset) + Mn by one packed FMA per pair (the m16n8k16 A
+//    fragment, logical k 2c, 2c+1, 2c+8, 2c+9 = physical 4c..4c+3), and loads the same 4 values
+//    of x rows g + 8t (the B fragment) with one 8-byte shared load. The MMAs add into f32
+//    accumulators over the warp's whole range: no per-sub-block work per row of x. The weights are
+//    rounded to x's type as on the dequantizing path (docs/cuda-kernels.md's tolerances).
 //  - Sums: at the end of a round the warps' accumulators meet in shared memory and each (row,
 //    row of x) is added over warps_k in warp order. With one slice that is y (+ bias); with
 //    several, the CTA writes its slice's f32 sums to scratch and the last CTA of the row group
@@ -147,7 +147,8 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   // The stages of this warp in order: stage i is round i / chunks (tile tile0 + round * warps_r +
   // wr), super-blocks my0 + (i % chunks) * CB .. + CB - 1 (fewer at the end of the warp's range),
   // in slot i % kStages. The round and chunk of the next stage to request are counted here. Lanes
-  // 2r and 2r + 1 copy row r's 16-byte chunks, alternately: one row address per lane and stage.
+  // 2r and 2r + 1 copy row r's 16-byte chunks, alternately: one row address per lane and stage,
+  // the two chunks of an instruction one 32-byte sector.
   const int copy_row = lane >> 1, copy_first = lane & 1;
   int it_round = 0, it_chunk = 0, issued = 0;
   auto issue_next = [&]() {
@@ -221,10 +222,10 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
           const int delta = static_cast<int>((row * p.row_bytes + int64_t{sb0} * SBB) & 15);
           return slot + rr * kRowStride + delta;
         };
-        for (int idx = lane; idx < 16 * nsb; idx += 32) {
-          const int rr = idx & 15, jj = idx >> 4;
-          quant::pack_scales<T, Q>(row_data(rr) + jj * SBB,
-                                   table + rr * p.table_stride + jj * SUBS);
+        for (int idx = lane; idx < 32 * nsb; idx += 32) {
+          const int rr = idx & 15, h = (idx >> 4) & 1, jj = idx >> 5;
+          quant::pack_scales_half<T, Q>(row_data(rr) + jj * SBB, h,
+                                        table + rr * p.table_stride + jj * SUBS);
         }
         __syncwarp();
         const uint8_t* pa = row_data(g);

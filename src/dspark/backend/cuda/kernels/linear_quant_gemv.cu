@@ -54,7 +54,7 @@ using quant::dp4a_offset;
 using quant::kHighNibbles;
 using quant::kquant_scales_mins;
 using quant::quantize_x;
-using quant::sub_scale;
+using quant::sub_scales;
 using quant::unit_dots;
 using quant::unit_words;
 constexpr int kWarps = kQuantGemvWarps;
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
           float d[kSubs], mn[kSubs];
 #pragma unroll
           for (int k2 = 0; k2 < kSubs; ++k2)
-            sub_scale<Q>(sb, F::sub(u, k2 * F::kStepsPerSub), d[k2], mn[k2]);
+            sub_scales<Q>(sb, F::sub(u, k2 * F::kStepsPerSub), d[k2], mn[k2]);
 #pragma unroll
           for (int r = 0; r < M; ++r) {
             const uint8_t* xq = xv.q(r);

@@ -10,7 +10,7 @@
 //    eight legacy blocks of 32) is 4 units of 4 MMA steps; a step is 16 values of one scale
 //    sub-block, of which lane c of a quad holds 4 consecutive ones (elements 4c .. 4c + 3 of the
 //    step's 16) as the bytes of one 32-bit word: small unsigned integers q (QuantMma::unit) with
-//    the value = D * (q - kOffset) + Mn, D and Mn per sub-block (QuantMma::scales). q - kOffset is
+//    the value = D * (q - kOffset) + Mn, D and Mn per sub-block (sub_scales). q - kOffset is
 //    exact in bf16 and f16, so the MMA sums exact products; D and Mn are applied in f32 per
 //    sub-block.
 #pragma once
@@ -280,7 +280,7 @@ DSPARK_QHD void decode32(const uint8_t* b, int part, float (&y)[32]) {
 //   unsigned q with kOffset 128; wide_bytes below: bytes up to 255); kAligned: the unit's words
 //   are 4-byte aligned in the stage.
 //   unit(sb, u, c, q): the 4 steps of unit u for lane c; elem(u, s): the first value of step s;
-//   sub(u, s): its sub-block; scales(sb, out): (D, Mn) or D of every sub-block.
+//   sub(u, s): its sub-block. sub_scales (below): D and Mn of a sub-block.
 template <QuantType Q>
 struct QuantMma;
 
@@ -289,29 +289,6 @@ constexpr uint32_t kLo = 0x0F0F0F0Fu;
 // Bit 4 of byte i set from bit i of the 4-bit x (the fifth bits of Q5_0 / Q5_1).
 DSPARK_QHD uint32_t spread4(uint32_t x) {
   return ((x * 0x00204081u) & 0x01010101u) << 4;
-}
-template <int kBlockBytes, bool kMin>
-DSPARK_QHD void legacy_scales(const uint8_t* sb, float* out) {
-#pragma unroll
-  for (int b = 0; b < 8; ++b) {
-    const uint8_t* blk = sb + b * kBlockBytes;
-    if constexpr (kMin) {
-      out[2 * b] = half_at(blk);
-      out[2 * b + 1] = half_at(blk + 2);
-    } else {
-      out[b] = half_at(blk);
-    }
-  }
-}
-DSPARK_QHD void kquant_scales(const uint8_t* sb, float* out) {
-  const float d = half_at(sb), dmin = half_at(sb + 2);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    uint32_t sc, m;
-    scale_min_k4(j, sb + 4, sc, m);
-    out[2 * j] = mul_rn(d, static_cast<float>(sc));
-    out[2 * j + 1] = -mul_rn(dmin, static_cast<float>(m));
-  }
 }
 }  // namespace detail
 
@@ -335,9 +312,6 @@ struct QuantMma<QuantType::q4_0> : LegacySteps {
       q[2 * i + 1] = (w >> 4) & detail::kLo;
     }
   }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::legacy_scales<18, false>(sb, out);
-  }
 };
 
 template <>
@@ -351,9 +325,6 @@ struct QuantMma<QuantType::q4_1> : LegacySteps {
       q[2 * i] = w & detail::kLo;
       q[2 * i + 1] = (w >> 4) & detail::kLo;
     }
-  }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::legacy_scales<20, true>(sb, out);
   }
 };
 
@@ -370,9 +341,6 @@ struct QuantMma<QuantType::q5_0> : LegacySteps {
       q[2 * i + 1] = ((w >> 4) & detail::kLo) | detail::spread4((qh >> (16 + 4 * c)) & 0xFu);
     }
   }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::legacy_scales<22, false>(sb, out);
-  }
 };
 
 template <>
@@ -388,9 +356,6 @@ struct QuantMma<QuantType::q5_1> : LegacySteps {
       q[2 * i + 1] = ((w >> 4) & detail::kLo) | detail::spread4((qh >> (16 + 4 * c)) & 0xFu);
     }
   }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::legacy_scales<24, true>(sb, out);
-  }
 };
 
 template <>
@@ -404,9 +369,6 @@ struct QuantMma<QuantType::q8_0> : LegacySteps {
       q[2 * i] = word_at_unaligned(blk);
       q[2 * i + 1] = word_at_unaligned(blk + 16);
     }
-  }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::legacy_scales<34, false>(sb, out);
   }
 };
 
@@ -422,9 +384,6 @@ struct QuantMma<QuantType::q8_a> : LegacySteps {
       q[2 * i] = word_at(blk);
       q[2 * i + 1] = word_at(blk + 16);
     }
-  }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::legacy_scales<36, true>(sb, out);
   }
 };
 
@@ -447,9 +406,6 @@ struct QuantMma<QuantType::q4_k> : KquantSteps {
     q[2] = (w0 >> 4) & detail::kLo;
     q[3] = (w1 >> 4) & detail::kLo;
   }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::kquant_scales(sb, out);
-  }
 };
 
 template <>
@@ -464,9 +420,6 @@ struct QuantMma<QuantType::q5_k> : KquantSteps {
     q[1] = (w1 & detail::kLo) | (((h1 >> lo) & 0x01010101u) << 4);
     q[2] = ((w0 >> 4) & detail::kLo) | (((h0 >> hi) & 0x01010101u) << 4);
     q[3] = ((w1 >> 4) & detail::kLo) | (((h1 >> hi) & 0x01010101u) << 4);
-  }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    detail::kquant_scales(sb, out);
   }
 };
 
@@ -489,12 +442,6 @@ struct QuantMma<QuantType::q6_k> {
     q[1] = (a2 & detail::kLo) | ((h << 2) & 0x30303030u);
     q[2] = ((a >> 4) & detail::kLo) | (h & 0x30303030u);
     q[3] = ((a2 >> 4) & detail::kLo) | ((h >> 2) & 0x30303030u);
-  }
-  __host__ __device__ static void scales(const uint8_t* sb, float* out) {
-    const float d = half_at(sb + 208);
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-      out[j] = mul_rn(d, static_cast<float>(static_cast<int8_t>(byte_at(sb + 192, j))));
   }
 };
 
@@ -582,18 +529,59 @@ __device__ __forceinline__ uint32_t fma_pairs(uint32_t a, uint32_t b, uint32_t c
   return out;
 }
 
-// The scale-table entries of every sub-block of the super-block at sb, rounded to T.
+// Sub-block j's D and Mn of the super-block at sb: value = D * (q - kOffset) + Mn (Mn = 0 for
+// formats without a min).
+template <QuantType Q>
+DSPARK_QHD void sub_scales(const uint8_t* sb, int j, float& d, float& mn) {
+  if constexpr (Q == QuantType::q4_k || Q == QuantType::q5_k) {
+    uint32_t sc, m;
+    scale_min_k4(j, sb + 4, sc, m);
+    d = mul_rn(half_at(sb), static_cast<float>(sc));
+    mn = -mul_rn(half_at(sb + 2), static_cast<float>(m));
+  } else if constexpr (Q == QuantType::q6_k) {
+    d = mul_rn(half_at(sb + 208), static_cast<float>(static_cast<int8_t>(byte_at(sb + 192, j))));
+    mn = 0.0f;
+  } else {
+    const uint8_t* blk = sb + j * static_cast<int>(quant_block_bytes(Q));
+    d = half_at(blk);
+    mn = QuantMma<Q>::kMin ? half_at(blk + 2) : 0.0f;
+  }
+}
+
+// The scale-table entries of half h (0 or 1) of the sub-blocks of the super-block at sb, rounded
+// to T: two lanes share a super-block's entries, so that every lane of a warp has work. Q4_K /
+// Q5_K decode their half's four 6-bit scales and mins from the 12 scale bytes as packed bytes,
+// without branches on h (sub_scales' values bit for bit).
 template <typename T, QuantType Q>
-__device__ __forceinline__ void pack_scales(const uint8_t* sb, ScaleEntry<QuantMma<Q>::kMin>* out) {
+__device__ __forceinline__ void pack_scales_half(const uint8_t* sb, int h,
+                                                 ScaleEntry<QuantMma<Q>::kMin>* out) {
   using F = QuantMma<Q>;
-  float v[F::kMin ? 2 * F::kSubs : F::kSubs];
-  F::scales(sb, v);
+  constexpr int kHalf = F::kSubs / 2;
+  if constexpr (Q == QuantType::q4_k || Q == QuantType::q5_k) {
+    // scale_min_k4: sub-block i < 4 takes bits 0-5 of bytes i (scale) and 4 + i (min); 4 + i
+    // takes the nibbles of byte 8 + i with bits 6-7 of bytes i and 4 + i on top.
+    const uint32_t a = word_at(sb + 4), b = word_at(sb + 8), c = word_at(sb + 12);
+    const uint32_t sc = h == 0 ? a & 0x3F3F3F3Fu : (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+    const uint32_t mq =
+        h == 0 ? b & 0x3F3F3F3Fu : ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+    const float d = half_at(sb), dmin = half_at(sb + 2);
 #pragma unroll
-  for (int j = 0; j < F::kSubs; ++j) {
-    if constexpr (F::kMin) {
-      out[j] = make_uint2(pair_of<T>(v[2 * j]), pair_of<T>(v[2 * j + 1]));
-    } else {
-      out[j] = pair_of<T>(v[j]);
+    for (int i = 0; i < kHalf; ++i) {
+      const float di = mul_rn(d, static_cast<float>((sc >> (8 * i)) & 0xFFu));
+      const float mi = mul_rn(-dmin, static_cast<float>((mq >> (8 * i)) & 0xFFu));  // = -(dmin m)
+      out[h * kHalf + i] = make_uint2(pair_of<T>(di), pair_of<T>(mi));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kHalf; ++i) {
+      const int j = h * kHalf + i;
+      float d, mn;
+      sub_scales<Q>(sb, j, d, mn);
+      if constexpr (F::kMin) {
+        out[j] = make_uint2(pair_of<T>(d), pair_of<T>(mn));
+      } else {
+        out[j] = pair_of<T>(d);
+      }
     }
   }
 }

@@ -23,25 +23,6 @@ constexpr int dp4a_offset() {
   return Q == QuantType::q4_0 ? 8 : Q == QuantType::q5_0 ? 16 : Q == QuantType::q6_k ? 32 : 0;
 }
 
-// D and Mn of sub-block `sub` of the super-block at sb (value = D * (q - off) + Mn).
-template <QuantType Q>
-__device__ __forceinline__ void sub_scale(const uint8_t* sb, int sub, float& d, float& mn) {
-  if constexpr (Q == QuantType::q4_k || Q == QuantType::q5_k) {
-    uint32_t sc, m;
-    scale_min_k4(sub, sb + 4, sc, m);
-    d = mul_rn(half_at(sb), static_cast<float>(sc));
-    mn = mul_rn(half_at(sb + 2), static_cast<float>(m));  // subtracted
-  } else if constexpr (Q == QuantType::q6_k) {
-    d = mul_rn(half_at(sb + 208), static_cast<float>(static_cast<int8_t>(byte_at(sb + 192, sub))));
-    mn = 0.0f;
-  } else {
-    constexpr int kBlockBytes = static_cast<int>(quant_block_bytes(Q));
-    const uint8_t* blk = sb + sub * kBlockBytes;
-    d = half_at(blk);
-    mn = QuantMma<Q>::kMin ? half_at(blk + 2) : 0.0f;
-  }
-}
-
 // The x region of row r: int8 q, then f32 d and s per block of 32, then int32 sums per 16 values.
 // q is kept per super-block of 256 values in the order the math reads it: 320 bytes (64 of them
 // padding) per super-block, and in it the 16-value chunk of unit u, step s (QuantMma's view: a
@@ -317,7 +298,7 @@ __device__ __forceinline__ void unit_accumulate(float (&acc)[M], const uint32_t 
     float d[kSubs], mn[kSubs];
 #pragma unroll
     for (int k2 = 0; k2 < kSubs; ++k2)
-      sub_scale<Q>(sb, F::sub(u, k2 * F::kStepsPerSub), d[k2], mn[k2]);
+      sub_scales<Q>(sb, F::sub(u, k2 * F::kStepsPerSub), d[k2], mn[k2]);
 #pragma unroll
     for (int r = 0; r < M; ++r) {
       const uint8_t* xq = xv.q(r0 + r);
