@@ -588,10 +588,13 @@ template <QuantType T>
 X8_TARGET void x8_block(const XBlocks& x, int64_t m, const uint8_t* const* g, int64_t groups,
                         float* out) {
   if (m == 1 && groups == 2) return x8_tile<T, 1, 2>(x, 0, g, out);
-  // Two x rows: both groups of the call in one tile (VNNI's registers hold them) as for one row,
-  // so each block's unpacking and scales overlap the other group's sums. Not Q6_K (no faster).
+  // Two to four x rows: both groups of the call in one tile (VNNI's registers hold them) as for
+  // one row, so each block's unpacking and scales overlap the other group's sums. Not Q6_K (no
+  // faster).
   if constexpr (X8_VNNI && T != QuantType::q6_k) {
     if (m == 2 && groups == 2) return x8_tile<T, 2, 2>(x, 0, g, out);
+    if (m == 3 && groups == 2) return x8_tile<T, 3, 2>(x, 0, g, out);
+    if (m == 4 && groups == 2) return x8_tile<T, 4, 2>(x, 0, g, out);
   }
   for (int64_t r0 = 0; r0 < m; r0 += kMaxRows)
     x8_rows<T, kMaxRows>(x, r0, std::min<int64_t>(kMaxRows, m - r0), g, groups, out + r0 * kCols);
