@@ -43,7 +43,7 @@ namespace {
 using cpu::QuantGemmArgs;
 using cpu::QuantGemmIsa;
 
-constexpr int64_t kMs[] = {1, 2, 3, 5, 8, 17, 33, 70};
+constexpr int64_t kMs[] = {1, 2, 3, 4, 5, 8, 17, 33, 70};
 constexpr int64_t kMaxM = 70;
 constexpr int64_t kN = 37;
 
