@@ -463,7 +463,7 @@ TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
 }
 
 // --exact: block weights take the few-row kernel at every M (chunks of kQuantGemvMaxRows rows),
-// with the plan of one row: a row's sums in the same order whatever the other rows.
+// with one row's warps per row and tiles: a row's sums in the same order whatever the other rows.
 TEST(CudaPolicyLinearBlocks, FewRowKernelAtEveryRowCountWhenBatchInvariant) {
   Tuning t;
   t.batch_invariant = true;
@@ -479,6 +479,10 @@ TEST(CudaPolicyLinearBlocks, FewRowKernelAtEveryRowCountWhenBatchInvariant) {
         LinearBlocksShape chunk = s;
         chunk.m = std::min<int64_t>(m, kQuantGemvMaxRows);
         expect_valid_gemv_plan(chunk, kH200, c.gemv_plan);
+        const QuantGemvPlan one =
+            choose_linear_blocks(quant_linear(1, n, k, q), kH200, t).gemv_plan;
+        EXPECT_EQ(c.gemv_plan.warps_k, one.warps_k) << m << " rows of " << quant_type_name(q);
+        EXPECT_EQ(c.gemv_plan.tiles, one.tiles) << m << " rows of " << quant_type_name(q);
       }
   // Where the few-row kernel cannot take the shape, every M dequantizes (then the dense linear's
   // invariant kernel): K not a multiple of 256, unaligned operands.

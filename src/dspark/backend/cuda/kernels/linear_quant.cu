@@ -147,8 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   // The stages of this warp in order: stage i is round i / chunks (tile tile0 + round * warps_r +
   // wr), super-blocks my0 + (i % chunks) * CB .. + CB - 1 (fewer at the end of the warp's range),
   // in slot i % kStages. The round and chunk of the next stage to request are counted here. Lanes
-  // 2r and 2r + 1 copy row r's 16-byte chunks, alternately: one row address per lane and stage,
-  // the two chunks of an instruction one 32-byte sector.
+  // 2r and 2r + 1 copy row r's 16-byte chunks, alternately: one row address per lane and stage.
   const int copy_row = lane >> 1, copy_first = lane & 1;
   int it_round = 0, it_chunk = 0, issued = 0;
   auto issue_next = [&]() {

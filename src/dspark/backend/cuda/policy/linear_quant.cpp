@@ -85,6 +85,7 @@ namespace {
 QuantGemvPlan gemv_plan(const LinearBlocksShape& s, const DeviceCaps& caps, int64_t rows) {
   QuantGemvPlan plan;
   const int64_t ksb = s.k / 256;
+  const size_t smem = quant_gemv_layout(s.quant, rows, s.k).bytes;
   double best = std::numeric_limits<double>::infinity();
   for (int wk = 1; wk <= kQuantGemvWarps && wk <= ksb; wk *= 2) {
     const int64_t tiles = ceil_div(s.n, kQuantGemvWarps / wk);
@@ -93,8 +94,7 @@ QuantGemvPlan gemv_plan(const LinearBlocksShape& s, const DeviceCaps& caps, int6
         static_cast<double>(rounds * ceil_div(ksb, wk)) + 0.25 * static_cast<double>(rounds);
     if (cost < best) {
       best = cost;
-      plan =
-          QuantGemvPlan{wk, static_cast<int>(tiles), quant_gemv_layout(s.quant, rows, s.k).bytes};
+      plan = QuantGemvPlan{wk, static_cast<int>(tiles), smem};
     }
   }
   return plan;
