@@ -44,7 +44,8 @@
 #   SELF_INSTRUCT_N [0]: > 0 = self_instruct.py first: the target writes N questions in the chat
 #                  categories (sampled, SELF_INSTRUCT_SEED [20261204]) and answers
 #                  SELF_INSTRUCT_FOLLOWUPS [N/4] of them, each with a follow-up turn; the questions
-#                  and conversations are appended to the training prompts (T_SELF_INSTRUCT [300] s)
+#                  and conversations are spread evenly through the training prompts
+#                  (T_SELF_INSTRUCT [300] s)
 #   SEED [0]: train.py --seed. The prompt files, seeds and git commit of a run go to
 #                  $OUT/data_manifest.json (data_manifest.py). The training prompts are checked
 #                  against the held-out evaluation set first (tools/eval/check_overlap.py; and
@@ -228,7 +229,22 @@ if [ "$SELF_INSTRUCT_N" -gt 0 ]; then
     --seed "${SELF_INSTRUCT_SEED:-20261204}" --batch "$REGEN_BATCH" \
     ${chat_args[2]:+--chat-template "${chat_args[2]}"} || exit 4
   cp "$WORK/self_instruct/self_instruct_info.json" "$OUT/" || true
-  cat "$train_prompts" "$WORK/self_instruct/self_instruct.jsonl" >"$WORK/prompts/train_all.jsonl"
+  # Spread evenly through the list, not appended: a time-limited regen stops partway down the
+  # list, and appended self-instruct prompts would never be answered.
+  python3 - "$train_prompts" "$WORK/self_instruct/self_instruct.jsonl" \
+    "$WORK/prompts/train_all.jsonl" <<'PY' || exit 4
+import sys
+base = open(sys.argv[1], encoding="utf-8").readlines()
+extra = open(sys.argv[2], encoding="utf-8").readlines()
+out, j = [], 0
+for i, line in enumerate(base):
+    out.append(line)
+    while j < len(extra) and (j + 1) * len(base) <= (i + 1) * len(extra):
+        out.append(extra[j])
+        j += 1
+out += extra[j:]
+open(sys.argv[3], "w", encoding="utf-8").writelines(out)
+PY
   train_prompts="$WORK/prompts/train_all.jsonl"
 fi
 # No training prompt may overlap the held-out evaluation set (and HumanEval, when carried here).

@@ -16,7 +16,7 @@ then answers some of them, and a follow-up that refers to its answer makes a sec
 
 Output: OUT/self_instruct.jsonl (questions as {"id", "prompt", "source": "self-instruct:CAT"},
 then the conversations as {"id", "messages", "source": "self-instruct:multi-turn"}), which
-pipeline.sh appends to the training prompts (SELF_INSTRUCT_N), and OUT/self_instruct_info.json.
+pipeline.sh spreads evenly through the training prompts (SELF_INSTRUCT_N), and OUT/self_instruct_info.json.
 Deterministic for one binary, model, device and seed (sampling uses dspark's seeded Philox).
 
     python3 tools/train/self_instruct.py --dspark build/bin/dspark --model MODEL --out DIR \
