@@ -5,9 +5,10 @@
 //   bench_spec -m MODEL [--draft none|ngram|model:DIR|DIR] [--gamma 4] [--device cpu|cuda]
 //              [-n 128] [--prompts FILE[.jsonl]] [--n-prompts 8] [--chat] [--eos]
 //              [--temperature 0] [--top-p 1] [--seed 0] [--spec-sampling coupled|rejection]
-//              [--json FILE]
+//              [--exact] [--json FILE]
 // Greedy runs, and sampled runs with --spec-sampling coupled, must give the plain outputs
-// (exit status 3 otherwise).
+// (exit status 3 otherwise). On CUDA that holds bit for bit only with --exact (batch-invariant
+// numerics): the default kernels may round a verify row differently from a decode row.
 // MODEL: a checkpoint directory or a .gguf file. --chat renders each prompt as one user message
 // through the model's chat template; --eos ends each generation at the model's EOS (default:
 // fixed length, so that runs are comparable on random weights).
@@ -24,6 +25,7 @@
 
 #include "bench_common.h"
 #include "dspark/backend/context.h"
+#include "dspark/backend/cuda/policy/device.h"
 #include "dspark/backend/cuda/runtime.h"
 #include "dspark/core/buffer.h"
 #include "dspark/engine/model_chat_template.h"
@@ -57,6 +59,7 @@ struct Args {
   std::string json_file;
   bool chat = false;
   bool eos = false;
+  bool exact = false;            // CUDA: batch-invariant numerics (dspark's --exact)
   std::vector<int32_t> eos_ids;  // filled from the model when --eos
 };
 
@@ -123,10 +126,14 @@ int main_impl(int argc, char** argv) {
   app.add_option("--json", a.json_file, "also write the JSON result to this file");
   app.add_flag("--chat", a.chat, "render prompts as a user message through the chat template");
   app.add_flag("--eos", a.eos, "stop at the model's EOS (default: fixed length)");
+  app.add_flag("--exact", a.exact,
+               "CUDA: batch-invariant numerics (dspark --exact), so that speculative output "
+               "equals plain output bit for bit");
   CLI11_PARSE(app, argc, argv);
 
   const Device device = parse_device(a.device);
   Context ctx(device);
+  ctx.cuda_tuning().batch_invariant = a.exact;
   const DType dtype = device.is_cuda() ? DType::bf16 : DType::f32;
   Roofline roof;
   if (device.is_cuda()) roof.copy_bandwidth = cuda::measure_copy_bandwidth(device.index);
@@ -204,6 +211,7 @@ int main_impl(int argc, char** argv) {
       {"device", device.name()},
       {"device_name", device.is_cuda() ? cuda::device_name(device.index) : "cpu"},
       {"dtype", dtype_name(dtype)},
+      {"exact", a.exact},
       {"draft", a.draft},
       {"gamma", a.gamma},
       {"prompts", prompts.size()},

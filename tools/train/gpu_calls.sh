@@ -23,6 +23,7 @@
 #   drafter, e.g. the bundled one)   TRAIN_SCHEDULE (minutes: one cosine learning-rate schedule
 #   over several train calls; each call continues it where the last stopped, $KEEP/minutes_done)
 #   BENCH_PROMPTS [64]   DEVICE [cuda]   BENCH_BUNDLED [1]: finish also benchmarks the bundled one
+#   BENCH_ARGS (finish: more bench_spec flags, e.g. --exact: outputs equal to plain bit for bit)
 #   BROAD_FRACTION [0.3]   SELF_INSTRUCT_N [16000] (regen: the pipeline's knobs)
 #   HUMANEVAL_PROMPTS [.carry/humaneval.jsonl] (evalset: made here by tools/eval/humaneval_prompts.py;
 #   the GPU machine has no PyPI)   EVAL_MAX_TOKENS_SET [256]
@@ -126,8 +127,9 @@ case "$step" in
     for d in "${drafters[@]}"; do
       name=$([ "$d" = "$KEEP/drafter" ] && echo new || echo bundled)
       [ -x "$bench" ] || break
+      # shellcheck disable=SC2086  # BENCH_ARGS: several words
       "$bench" -m "$MODEL" --draft "$d" --gamma 7 --prompts tools/train/data/test.jsonl \
-        --n-prompts "${BENCH_PROMPTS:-64}" -n 256 --chat --eos --device "$DEVICE" \
+        --n-prompts "${BENCH_PROMPTS:-64}" -n 256 --chat --eos --device "$DEVICE" ${BENCH_ARGS:-} \
         --json "$PO/bench_spec_$name.json" >"$PO/logs/bench_spec_$name.log" 2>&1
       echo "bench_spec $name: exit $?"
       grep -E "^\| |mismatches with plain" "$PO/logs/bench_spec_$name.log" | tail -n 4
