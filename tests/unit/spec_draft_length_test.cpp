@@ -102,7 +102,7 @@ TEST(DraftLength, FullDraftsWhenWidthIsFree) {
 TEST(DraftLength, AcceptanceEstimateFollowsRoundsAndRelaxesWhenIdle) {
   AcceptanceEstimate e(4);
   for (float p : e.conditional()) EXPECT_FLOAT_EQ(p, AcceptanceEstimate::kPrior);
-  for (int i = 0; i < 40; ++i) e.observe(4, 1);  // draft 1 always accepted, draft 2 never
+  for (int i = 0; i < 80; ++i) e.observe(4, 1);  // draft 1 always accepted, draft 2 never
   EXPECT_GT(e.conditional()[0], 0.99f);
   EXPECT_LT(e.conditional()[1], 0.01f);
   // Drafts 3 and 4 were never reached: unchanged.
@@ -111,10 +111,10 @@ TEST(DraftLength, AcceptanceEstimateFollowsRoundsAndRelaxesWhenIdle) {
   EXPECT_NEAR(e.conditional()[1], AcceptanceEstimate::kPrior, 1e-3);
   // A row relaxes toward the pooled estimate, and starts from it.
   AcceptanceEstimate pooled(4), row(4);
-  for (int i = 0; i < 40; ++i) pooled.observe(4, 0);
+  for (int i = 0; i < 80; ++i) pooled.observe(4, 0);
   row.start_from(pooled);
   EXPECT_LT(row.conditional()[0], 0.01f);
-  for (int i = 0; i < 40; ++i) row.observe(4, 4);
+  for (int i = 0; i < 80; ++i) row.observe(4, 4);
   for (int i = 0; i < 400; ++i) row.idle(pooled);
   EXPECT_LT(row.conditional()[0], 0.01f);
 }
@@ -123,13 +123,14 @@ TEST(DraftLength, AcceptanceEstimateFollowsRoundsAndRelaxesWhenIdle) {
 TEST(DraftLength, AcceptanceEstimateLearnsFromRatedDrafts) {
   AcceptanceEstimate e(4);
   const std::vector<float> rated = {0.0f, 0.5f};
-  for (int i = 0; i < 60; ++i) e.expect(1, rated);
+  for (int i = 0; i < 120; ++i) e.expect(1, rated);
   EXPECT_FLOAT_EQ(e.conditional()[0], AcceptanceEstimate::kPrior);
   EXPECT_LT(e.conditional()[1], 1e-3f);
   EXPECT_NEAR(e.conditional()[2], 0.5f, 1e-3f);
   EXPECT_FLOAT_EQ(e.conditional()[3], AcceptanceEstimate::kPrior);
   e.expect(3, rated);  // past the last position: ignored
-  EXPECT_FLOAT_EQ(e.conditional()[3], AcceptanceEstimate::kPrior * 0.75f);
+  EXPECT_FLOAT_EQ(e.conditional()[3],
+                  AcceptanceEstimate::kPrior * (1.0f - AcceptanceEstimate::kRate));
 }
 
 TEST(DraftLength, DraftCostFitRecoversRowAndTokenCosts) {

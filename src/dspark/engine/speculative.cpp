@@ -519,9 +519,9 @@ void SpeculativeEngine::observe_round_cost(const RoundClock& clock) {
   // EWMA weight of a round's measurement; the first drafting round (warm-up: first-touch of the
   // drafter's buffers, CUDA graph captures) is not used.
   constexpr double kRate = 0.1;
-  // Without drafts anywhere, the pooled estimate slowly returns to the prior: rows probe again
-  // once in a long while, in case acceptance changed.
-  constexpr float kPooledIdleRate = 1.0f / 256;
+  // Without drafts anywhere, the pooled estimate returns to the prior: rows probe again after a
+  // few dozen rounds, in case acceptance changed.
+  constexpr float kPooledIdleRate = 1.0f / 16;
   const RoundScratch& s = round_;
   int drafting = 0, drafts = 0;
   for (const ProposeRequest& q : s.requests) {

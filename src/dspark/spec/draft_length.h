@@ -59,9 +59,14 @@ class DraftCostFit {
 // is accepted given drafts 1 .. j-1 were; the EWMA over the rounds that reached j.
 class AcceptanceEstimate {
  public:
-  static constexpr float kPrior = 0.7f;          // a new row's estimate at every position
-  static constexpr float kRate = 0.25f;          // EWMA weight of a new observation
-  static constexpr float kIdleRate = 1.0f / 32;  // a round without drafts: back toward the prior
+  static constexpr float kPrior = 0.7f;  // a new row's estimate at every position
+  // EWMA weight of a new observation. Acceptance comes in bursts: at 0.25 three rejections in a row
+  // took a row's estimate below the point where drafting pays, and it stopped drafting for long
+  // stretches of text it would have drafted well.
+  static constexpr float kRate = 0.1f;
+  // A round without drafts: back toward the pooled estimate (or the prior), fast enough that a row
+  // which stopped drafting tries again within a few rounds.
+  static constexpr float kIdleRate = 0.25f;
   AcceptanceEstimate() = default;
   explicit AcceptanceEstimate(int positions) : p_(static_cast<size_t>(positions), kPrior) {}
   // A new row's estimate: a copy of `pooled` (the engine's estimate over all rows), which idle()
