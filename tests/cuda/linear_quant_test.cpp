@@ -28,6 +28,7 @@
 #include "dspark/backend/cuda/policy/linear_quant.h"
 #include "dspark/backend/op_params.h"
 #include "dspark/core/quant.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/matmul.h"
 
@@ -386,6 +387,56 @@ TEST_P(CudaLinearQuant, RowsIndependentOfMWhenBatchInvariant) {
       const OwnedTensor yc = OwnedTensor::zeros(DType::f32, Shape{m, n}, Device::cpu());
       linear(ctx.cpu, xh.view().slice(0, 0, m), w.matrix(true), bh.view(), yc);
       expect_rel_rms(got, read(yc), 1e-5, what + " against the CPU");
+    }
+  }
+}
+
+// linear_swiglu (an MLP's gate/up product then SwiGLU): the bits of linear into a scratch tensor
+// of out's dtype then the swiglu op, at 1-4 rows (the few-row kernel, one launch: the scratch is
+// left unwritten there) and, with batch-invariant numerics, at 17 rows in chunks of 4; outputs
+// counts that leave the last tile short (37, 2,047) and plans of 1, 2, 4 and 8 warps per row (on
+// an H100 or H200).
+TEST_P(CudaLinearQuant, SwigluEqualsProductThenOp) {
+  DSPARK_REQUIRE_CUDA();
+  const QuantType q = GetParam();
+  for (bool invariant : {false, true}) {
+    Contexts ctx;
+    ctx.gpu.cuda_tuning().batch_invariant = invariant;
+    for (const auto& [inter, k] : {std::pair<int64_t, int64_t>{37, 768},
+                                   {150, 2048},
+                                   {101, 2048},
+                                   {1000, 1280},
+                                   {2047, 4096}}) {
+      const QuantWeight w = make_weight(q, 2 * inter, k, 7600 + static_cast<uint32_t>(inter));
+      for (int64_t m : invariant ? std::vector<int64_t>{1, 17} : std::vector<int64_t>{1, 2, 3, 4}) {
+        for (DType yd : {DType::bf16, DType::f32}) {
+          const std::string what = std::string(quant_type_name(q)) + " I=" + std::to_string(inter) +
+                                   " K=" + std::to_string(k) + " M=" + std::to_string(m) + " -> " +
+                                   name_of(yd) + (invariant ? " (batch-invariant)" : "");
+          const OwnedTensor xh = random_tensor(DType::bf16, Shape{m, k}, 7601);
+          const OwnedTensor x = OwnedTensor::copy_of(xh.view(), kTestGpu);
+          const OwnedTensor scratch = OwnedTensor::zeros(yd, Shape{m, 2 * inter}, kTestGpu);
+          const OwnedTensor out = OwnedTensor::zeros(yd, Shape{m, inter}, kTestGpu);
+          linear_swiglu(ctx.gpu, x, w.matrix(), scratch, out);
+          const OwnedTensor gu = OwnedTensor::zeros(yd, Shape{m, 2 * inter}, kTestGpu);
+          const OwnedTensor want = OwnedTensor::zeros(yd, Shape{m, inter}, kTestGpu);
+          linear(ctx.gpu, x, w.matrix(), Tensor{}, gu);
+          swiglu(ctx.gpu, gu.view().slice(1, 0, inter), gu.view().slice(1, inter, 2 * inter), want);
+          ctx.gpu.synchronize();
+          expect_equal(out, want, what);
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+          const cuda::LinearBlocksShape s{m, 2 * inter, k, q, DType::bf16, yd, true};
+          const cuda::LinearBlocksChoice c =
+              cuda::choose_linear_blocks(s, ctx.gpu.cuda_caps(), ctx.gpu.cuda_tuning());
+          if (c.kernel == cuda::LinearBlocksKernel::gemv && c.gemv_plan.warps_k < 16) {
+            const std::vector<float> left = read(scratch);
+            EXPECT_TRUE(std::all_of(left.begin(), left.end(), [](float v) { return v == 0.0f; }))
+                << what << ": the scratch was written (" << c.gemv_plan.warps_k
+                << " warps per row): not the fused kernel";
+          }
+#endif
+        }
+      }
     }
   }
 }

@@ -449,8 +449,12 @@ void attention_block(Context& ctx, const AttentionWeights& w, const AttentionDim
 void mlp_block(Context& ctx, const MlpWeights& w, const Tensor& xn, const Tensor& gate_up,
                const Tensor& act, const Tensor& out, const ResidualNorm* then) {
   const int64_t inter = act.size(1);
-  project_any(ctx, xn, w.gate_up, w.gate_up_scale.view(), w.gate_up_q, Tensor{}, gate_up);
-  swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);
+  if (w.gate_up_q.parts.size() == 1) {  // gate and up rows of one format: one product
+    linear_swiglu(ctx, xn, w.gate_up_q.parts[0].w, gate_up, act);
+  } else {
+    project_any(ctx, xn, w.gate_up, w.gate_up_scale.view(), w.gate_up_q, Tensor{}, gate_up);
+    swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, 2 * inter), act);
+  }
   project_then(ctx, act, w.down, w.down_scale.view(), w.down_q, Tensor{}, out, then);
 }
 

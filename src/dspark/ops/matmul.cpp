@@ -7,6 +7,7 @@
 #include "dspark/backend/cpu/kernels/quant_gemm.h"
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/backend/cuda/kernels.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/dispatch.h"
 #include "dspark/ops/op_checks.h"
 
@@ -117,6 +118,39 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
   } else {
     cpu::linear(ctx, x, w, bias, y);
   }
+}
+
+void linear_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& gate_up,
+                   const Tensor& out) {
+  constexpr const char* kOp = "linear_swiglu";
+  check_rank(kOp, "out", out, 2);
+  check_rank(kOp, "gate_up", gate_up, 2);
+  DSPARK_CHECK(w.n % 2 == 0, "{}: w has {} rows, not gate and up rows of one width", kOp, w.n);
+  const int64_t inter = w.n / 2;
+  check_shape(kOp, "out", out, Shape{x.size(0), inter});
+  check_shape(kOp, "gate_up", gate_up, Shape{x.size(0), w.n});
+  DSPARK_CHECK(gate_up.dtype() == out.dtype(), "{}: gate_up {} and out {} must share a dtype", kOp,
+               gate_up.describe(), out.describe());
+  if (ctx.is_cuda() && w.quantized() && w.format == WeightFormat::blocks && x.size(0) > 0) {
+    check_weight_matrix(ctx, kOp, "w", w);
+    check_rank(kOp, "x", x, 2);
+    check_float(kOp, "x", x);
+    check_float(kOp, "out", out);
+    DSPARK_CHECK_KIND(unsupported, out.dtype() == DType::f32 || out.dtype() == x.dtype(),
+                      "{} on CUDA: out must be f32 or the input dtype, got {}", kOp,
+                      out.describe());
+    check_rows_contiguous(kOp, "x", x);
+    check_rows_contiguous(kOp, "out", out);
+    check_on_device(kOp, "x", x, ctx);
+    check_on_device(kOp, "out", out, ctx);
+    DSPARK_CHECK(x.size(1) == w.k && !overlaps(x, out), "{}: x {} and w [{}, {}], out {}", kOp,
+                 x.describe(), w.n, w.k, out.describe());
+    bool done = false;
+    DSPARK_ON_CUDA(done = cuda::linear_blocks_swiglu(ctx, x, w, out));
+    if (done) return;
+  }
+  linear(ctx, x, w, Tensor{}, gate_up);
+  swiglu(ctx, gate_up.slice(1, 0, inter), gate_up.slice(1, inter, w.n), out);
 }
 
 void linear_per_head(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y) {

@@ -34,6 +34,15 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
             const Tensor& y);
 
+// out[M, I] = swiglu(x . w^T) for w [2I, K] holding the gate rows then the up rows (an MLP's
+// stacked gate/up projection): the values of linear(ctx, x, w, {}, gate_up) then swiglu(ctx,
+// gate_up[:, :I], gate_up[:, I:], out), bit for bit, with gate_up [M, 2I] of out's dtype, which is
+// scratch: a fused kernel leaves it unwritten. CUDA: block-quantized w at the rows where linear
+// takes the few-row kernel runs as one launch (backend/cuda/kernels/linear_quant_gemv.cu), every
+// other call as those two ops.
+void linear_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& gate_up,
+                   const Tensor& out);
+
 // y[t, h, :] = x[t, h, :] . w[h]^T for every token t < n and head h < H: each head its own
 // matrix (MLA's absorbed projections). x [n, H, K], w [H, N, K] contiguous, y [n, H, N], with x's
 // and y's last dim contiguous (other strides free: e.g. columns of each head of a wider buffer),

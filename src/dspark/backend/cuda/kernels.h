@@ -29,6 +29,10 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // linear with block-quantized weights (WeightFormat::blocks; ops/matmul.h).
 void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                    const Tensor& y);
+// out = swiglu(x . dequantize(w)^T) over w's gate rows then up rows (ops/matmul.h's
+// linear_swiglu) in one launch; false (nothing launched) where linear_blocks would not take the
+// few-row kernel or the kernel cannot pair the rows.
+bool linear_blocks_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& out);
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
                          const RmsNormParams& params, const LinearNormExtras& extras);

@@ -50,6 +50,18 @@ __device__ __forceinline__ float load_float(const void* base, int64_t i, FloatKi
   }
 }
 
+// v rounded to `kind` (nearest even) and back to f32: what store_float then load_float give.
+__device__ __forceinline__ float round_to(float v, FloatKind kind) {
+  switch (kind) {
+    case FloatKind::bf16:
+      return __bfloat162float(__float2bfloat16_rn(v));
+    case FloatKind::f16:
+      return __half2float(__float2half_rn(v));
+    default:
+      return v;
+  }
+}
+
 __device__ __forceinline__ void store_float(void* base, int64_t i, FloatKind kind, float v) {
   switch (kind) {
     case FloatKind::bf16:

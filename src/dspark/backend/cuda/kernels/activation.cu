@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/swiglu.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
@@ -28,7 +29,7 @@ Operand<device_t<T>> operand(const Tensor& t) {
 
 struct Silu {
   __device__ __forceinline__ float operator()(float g, float u) const {
-    return g / (1.0f + expf(-g)) * u;
+    return device::swiglu_value(g, u);
   }
 };
 struct Add {

@@ -388,21 +388,26 @@ void linear_dequantized(Context& ctx, const Tensor& x, const WeightMatrix& w, co
   }
 }
 
-}  // namespace
-
-void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
-                   const Tensor& y) {
+LinearBlocksShape blocks_shape(const Tensor& x, const WeightMatrix& w, DType y) {
   const RowView xv = row_view(x);
-  if (xv.rows == 0 || w.n == 0) return;
   LinearBlocksShape s;
   s.m = xv.rows;
   s.n = w.n;
   s.k = w.k;
   s.quant = w.quant;
   s.x = x.dtype();
-  s.y = y.dtype();
+  s.y = y;
   s.aligned = device::is_aligned16(w.data.data()) && device::is_aligned16(x.data()) &&
               (xv.rows <= 1 || xv.stride % 8 == 0);
+  return s;
+}
+
+}  // namespace
+
+void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                   const Tensor& y) {
+  if (row_view(x).rows == 0 || w.n == 0) return;
+  const LinearBlocksShape s = blocks_shape(x, w, y.dtype());
   // Null when first asked for inside a graph capture: no K split then.
   unsigned* counters =
       arrival_counters(ctx, ArrivalPool::linear_quant, static_cast<size_t>(kQuantMmaMaxRowGroups));
@@ -413,6 +418,16 @@ void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
   if (choice.kernel == LinearBlocksKernel::mma)
     return linear_mma(ctx, x, w, bias, y, choice.plan, counters);
   linear_dequantized(ctx, x, w, bias, y);
+}
+
+bool linear_blocks_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& out) {
+  if (row_view(x).rows == 0 || w.n == 0) return false;
+  const LinearBlocksChoice choice = choose_linear_blocks(blocks_shape(x, w, out.dtype()),
+                                                         ctx.cuda_caps(), ctx.cuda_tuning(), false);
+  if (choice.kernel != LinearBlocksKernel::gemv || !gemv_swiglu_fits(w, choice.gemv_plan))
+    return false;
+  linear_blocks_gemv_swiglu(ctx, x, w, out, choice.gemv_plan);
+  return true;
 }
 
 }  // namespace dspark::cuda

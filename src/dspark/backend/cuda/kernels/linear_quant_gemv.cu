@@ -25,6 +25,11 @@
 //  - Sums: per warp, lanes in registers over the warp's super-blocks in order, then a butterfly;
 //    the warps_k partial sums of a row added in warp order. The plan (warps_k) depends on N, K and
 //    the SM count only, so a row's bits do not depend on M or on the grid.
+//  - SwiGLU (linear_blocks_gemv_swiglu): w holds gate rows then as many up rows; a tile's first
+//    half of weight rows are gate rows and its second half the up rows of the same outputs, and
+//    its end rounds both sums to y's dtype and stores swiglu of them (device/swiglu.cuh) as the
+//    swiglu op would: the same bits as the product then the op, without the product's store,
+//    the op's launch and its reads.
 //  - Chunks: above kQuantGemvMaxRows rows, blockIdx.y is a chunk of that many rows (the last may
 //    hold fewer: the x region's other rows are left as they are and never stored). The grid's x
 //    is cut so that every chunk's CTAs are resident at once: CTAs of one tile and different chunks
@@ -35,6 +40,7 @@
 #include "dspark/backend/cuda/device/bulk_copy.cuh"
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/mma.cuh"
+#include "dspark/backend/cuda/device/swiglu.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/linear_quant_gemv.h"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
@@ -74,6 +80,7 @@ struct GemvParams {
   device::FloatKind bias_kind;
   int m, n, k, ksb;
   int warps_k, tiles;
+  int swiglu_inter;  // 0, or SwiGLU's outputs: n = 2 * swiglu_inter weight rows (gate, then up)
   QuantGemvLayout layout;
 };
 
@@ -89,8 +96,9 @@ struct ChunkX {
   } layout;
 };
 
-// Two CTAs per SM for one or two rows of x (64 registers), one for more.
-template <QuantType Q, int M>
+// Two CTAs per SM for one or two rows of x (64 registers), one for more. kSwiglu: p.swiglu_inter
+// outputs of SwiGLU (a separate instantiation: the branches cost the plain product registers).
+template <QuantType Q, int M, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     linear_quant_gemv_kernel(const GemvParams p) {
   using F = QuantMma<Q>;
@@ -117,8 +125,14 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
   // the last), super-blocks my0 + (i % chunks) S .. + nsb - 1; chunk j and tile t are tracked
   // incrementally for the stage being issued (it_*) and the one being computed.
   const int gx = static_cast<int>(gridDim.x);
+  [[maybe_unused]] const int half = rows_per_tile / 2;  // SwiGLU: outputs per tile
   auto row_at = [&](int tile) {
-    return static_cast<int64_t>(min(tile * rows_per_tile + wr, p.n - 1));
+    if constexpr (kSwiglu) {
+      const int out = min(tile * half + wr % half, p.swiglu_inter - 1);
+      return static_cast<int64_t>(wr < half ? out : p.swiglu_inter + out);
+    } else {
+      return static_cast<int64_t>(min(tile * rows_per_tile + wr, p.n - 1));
+    }
   };
   int it_tile = static_cast<int>(blockIdx.x), it_chunk = 0, issued = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -287,6 +301,31 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     }
     const int tile = static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x);
     const int64_t row = int64_t{tile} * rows_per_tile + wr;
+    if constexpr (kSwiglu) {
+      // Each output's gate and up sums (rows rr and rr + half of the tile), added over their
+      // warps_k warps as below, rounded to y's dtype as the product would store them.
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < M; ++r) part[warp * M + r] = acc[r];
+      }
+      __syncthreads();
+      if (static_cast<int>(threadIdx.x) < half * M) {
+        const int rr = static_cast<int>(threadIdx.x) / M, tok = static_cast<int>(threadIdx.x) % M;
+        const int64_t out = int64_t{tile} * half + rr;
+        if (out < p.swiglu_inter && tok < chunk_rows()) {
+          float g = 0.0f, u = 0.0f;
+          for (int k2 = 0; k2 < p.warps_k; ++k2) {
+            g += part[(rr * p.warps_k + k2) * M + tok];
+            u += part[((rr + half) * p.warps_k + k2) * M + tok];
+          }
+          const float v =
+              device::swiglu_value(device::round_to(g, p.y_kind), device::round_to(u, p.y_kind));
+          device::store_float(p.y, (chunk_row0() + tok) * p.ldy + out, p.y_kind, v);
+        }
+      }
+      __syncthreads();  // part is written again by the next tile
+      continue;
+    }
     if (p.warps_k == 1) {
       if (lane < chunk_rows() && row < p.n) {
         float s = 0.0f;
@@ -316,9 +355,9 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
   }
 }
 
-template <QuantType Q, int M>
+template <QuantType Q, int M, bool kSwiglu>
 void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
-  constexpr auto kernel = &linear_quant_gemv_kernel<Q, M>;
+  constexpr auto kernel = &linear_quant_gemv_kernel<Q, M, kSwiglu>;
   const size_t limit = quant_mma_smem_limit(caps);
   allow_dynamic_smem<kernel>(limit);
   // CTAs resident per SM at this shared memory (queried once per size).
@@ -341,25 +380,29 @@ void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t strea
              dim3(kThreads), p.layout.bytes, stream, p);
 }
 
-template <QuantType Q>
+template <QuantType Q, bool kSwiglu>
 void launch_gemv_rows(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
   static_assert(kQuantGemvMaxRows == 4, "launch_gemv_rows covers 4 rows");
   switch (std::min(p.m, kQuantGemvMaxRows)) {
     case 1:
-      return launch_gemv<Q, 1>(p, caps, stream);
+      return launch_gemv<Q, 1, kSwiglu>(p, caps, stream);
     case 2:
-      return launch_gemv<Q, 2>(p, caps, stream);
+      return launch_gemv<Q, 2, kSwiglu>(p, caps, stream);
     case 3:
-      return launch_gemv<Q, 3>(p, caps, stream);
+      return launch_gemv<Q, 3, kSwiglu>(p, caps, stream);
     default:
-      return launch_gemv<Q, 4>(p, caps, stream);
+      return launch_gemv<Q, 4, kSwiglu>(p, caps, stream);
   }
 }
 
 }  // namespace
 
-void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
-                        const Tensor& y, const QuantGemvPlan& plan) {
+namespace {
+
+// The kernel's parameters for y = x . dequantize(w)^T (+ bias) over w's n rows; y's row stride for
+// one row is `y_cols` (n, or SwiGLU's n / 2).
+GemvParams gemv_params(const Tensor& x, const WeightMatrix& w, const Tensor& bias, const Tensor& y,
+                       int64_t y_cols, const QuantGemvPlan& plan) {
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t m = xv.rows;
   GemvParams p{};
@@ -371,7 +414,7 @@ void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, co
   p.ldx = m == 1 ? w.k : xv.stride;
   p.y = y.data();
   p.y_kind = float_kind(y.dtype());
-  p.ldy = m == 1 ? w.n : yv.stride;
+  p.ldy = m == 1 ? y_cols : yv.stride;
   const bool has_bias = bias.defined() && bias.numel() > 0;
   p.bias = has_bias ? bias.data() : nullptr;
   p.bias_kind = has_bias ? float_kind(bias.dtype()) : device::FloatKind::f32;
@@ -385,9 +428,40 @@ void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, co
   DSPARK_CHECK_KIND(internal, p.layout.bytes == plan.smem_bytes,
                     "linear_blocks: the gemv plan's shared memory {} != the layout's {}",
                     plan.smem_bytes, p.layout.bytes);
-  quant::dispatch_quant(w.quant, [&]<QuantType Q>(quant::QuantTag<Q>) {
-    launch_gemv_rows<Q>(p, ctx.cuda_caps(), stream_of(ctx));
+  return p;
+}
+
+void launch(Context& ctx, const GemvParams& p, QuantType quant) {
+  quant::dispatch_quant(quant, [&]<QuantType Q>(quant::QuantTag<Q>) {
+    if (p.swiglu_inter != 0) {
+      launch_gemv_rows<Q, true>(p, ctx.cuda_caps(), stream_of(ctx));
+    } else {
+      launch_gemv_rows<Q, false>(p, ctx.cuda_caps(), stream_of(ctx));
+    }
   });
+}
+
+}  // namespace
+
+void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+                        const Tensor& y, const QuantGemvPlan& plan) {
+  launch(ctx, gemv_params(x, w, bias, y, w.n, plan), w.quant);
+}
+
+bool gemv_swiglu_fits(const WeightMatrix& w, const QuantGemvPlan& plan) {
+  return w.n % 2 == 0 && kQuantGemvWarps / plan.warps_k >= 2;
+}
+
+void linear_blocks_gemv_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w,
+                               const Tensor& out, const QuantGemvPlan& plan) {
+  DSPARK_CHECK_KIND(internal, gemv_swiglu_fits(w, plan),
+                    "linear_blocks_gemv_swiglu: {} weight rows at {} warps per row", w.n,
+                    plan.warps_k);
+  GemvParams p = gemv_params(x, w, Tensor{}, out, w.n / 2, plan);
+  p.swiglu_inter = static_cast<int>(w.n / 2);
+  const int half = kQuantGemvWarps / plan.warps_k / 2;
+  p.tiles = static_cast<int>((p.swiglu_inter + half - 1) / half);
+  launch(ctx, p, w.quant);
 }
 
 }  // namespace dspark::cuda

@@ -16,4 +16,12 @@ namespace dspark::cuda {
 void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                         const Tensor& y, const QuantGemvPlan& plan);
 
+// out[m, I] = swiglu(x . dequantize(w)^T) for w of 2I rows (gate rows, then up rows), planned as
+// the product of all 2I rows: the bits of linear_blocks_gemv into a [m, 2I] tensor of out's dtype
+// then the swiglu op, in one launch. Only where gemv_swiglu_fits (an even row count; tiles of at
+// least two weight rows).
+bool gemv_swiglu_fits(const WeightMatrix& w, const QuantGemvPlan& plan);
+void linear_blocks_gemv_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w,
+                               const Tensor& out, const QuantGemvPlan& plan);
+
 }  // namespace dspark::cuda

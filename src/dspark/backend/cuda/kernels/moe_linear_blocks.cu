@@ -27,7 +27,9 @@
 //    the call or its expert has.
 #include <algorithm>
 
+#include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/mma.cuh"
+#include "dspark/backend/cuda/device/swiglu.cuh"
 #include "dspark/backend/cuda/device/vec.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
@@ -74,7 +76,7 @@ struct MoeBlocksParams {
 // The rows to round (quant::quantize_x's parameters): m rows of x, ldx apart; with `order`, row r
 // of the region from row order[r] of x. With up_offset > 0, x holds SwiGLU's gate and up halves
 // (up at up_offset values past gate) and the values rounded are swiglu's outputs in act_kind
-// (activation.cu's Silu and its store: the bits the swiglu op would write).
+// (device/swiglu.cuh's value rounded as the swiglu op stores it: the bits it would write).
 struct XRows {
   const void* x;
   device::FloatKind x_kind;
@@ -92,10 +94,7 @@ struct XRows {
     quant::load8(x, r * ldx + up_offset + col, x_kind, u);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float a = v[j] / (1.0f + expf(-v[j])) * u[j];
-      v[j] = act_kind == device::FloatKind::bf16  ? __bfloat162float(__float2bfloat16_rn(a))
-             : act_kind == device::FloatKind::f16 ? __half2float(__float2half_rn(a))
-                                                  : a;
+      v[j] = device::round_to(device::swiglu_value(v[j], u[j]), act_kind);
     }
   }
 };
