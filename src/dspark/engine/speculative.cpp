@@ -38,6 +38,7 @@ struct SpeculativeEngine::Row {
   PenaltyHistory penalties;                 // prompt + emitted tokens (options.penalties)
   std::vector<TokenLogprobs> logprobs;      // the round's entries, for emit (options.logprobs >= 0)
   AcceptanceEstimate accept;                // the adaptive policy's estimate of this row's drafts
+  DraftProbe probe;                         // and when it offers one draft again after stopping
   std::optional<JsonMatcher> json;          // the emitted text's state (options.json)
   JsonMaskCache masks;                      // options.json's token masks by matcher state
   std::optional<JsonDraftGrammar> grammar;  // json for the draft source (ProposeRequest::grammar)
@@ -165,6 +166,7 @@ RowId SpeculativeEngine::add(RequestInput input) {
   row->out->set_logprobs_callback(std::move(input.on_logprobs));
   row->penalties = PenaltyHistory(row->options.penalties, row->prompt);
   row->accept.start_from(pooled_);
+  row->probe = DraftProbe(probe_backoff_);
   row->spec.draft_policy = adaptive() ? DraftPolicy::adaptive : DraftPolicy::fixed;
   if (row->options.json) {
     row->json.emplace(&row->options.json->schema);
@@ -512,6 +514,25 @@ void SpeculativeEngine::choose_lengths() {
   for (size_t i = 0; i < s.rows.size(); ++i)
     s.choice.push_back({s.rows[i]->accept.conditional(), s.requests[i].max_tokens});
   choose_draft_lengths(s.choice, cost_, s.lengths);
+  // Rows given no draft whose probe is due (DraftProbe): offered one draft rated at the prior,
+  // beside the other rows' drafts as chosen; the policy takes a probe where it pays.
+  s.probing.assign(s.rows.size(), 0);
+  bool offered = false;
+  for (size_t i = 0; i < s.rows.size(); ++i) {
+    s.probing[i] = s.lengths[i] == 0 && s.requests[i].max_tokens > 0 && s.rows[i]->probe.due();
+    offered = offered || s.probing[i];
+  }
+  if (offered) {
+    s.choice.clear();
+    for (size_t i = 0; i < s.rows.size(); ++i) {
+      s.choice.push_back(s.probing[i]
+                             ? DraftLengthRow{s.rows[i]->accept.prior(), 1}
+                             : DraftLengthRow{s.rows[i]->accept.conditional(), s.lengths[i]});
+    }
+    choose_draft_lengths(s.choice, cost_, s.probe_lengths);
+    for (size_t i = 0; i < s.rows.size(); ++i)
+      if (s.probing[i]) s.lengths[i] = s.probe_lengths[i];
+  }
   for (size_t i = 0; i < s.rows.size(); ++i) s.requests[i].max_tokens = s.lengths[i];
 }
 
@@ -519,9 +540,6 @@ void SpeculativeEngine::observe_round_cost(const RoundClock& clock) {
   // EWMA weight of a round's measurement; the first drafting round (warm-up: first-touch of the
   // drafter's buffers, CUDA graph captures) is not used.
   constexpr double kRate = 0.1;
-  // Without drafts anywhere, the pooled estimate returns to the prior: rows probe again after a
-  // few dozen rounds, in case acceptance changed.
-  constexpr float kPooledIdleRate = 1.0f / 16;
   const RoundScratch& s = round_;
   int drafting = 0, drafts = 0;
   for (const ProposeRequest& q : s.requests) {
@@ -541,7 +559,6 @@ void SpeculativeEngine::observe_round_cost(const RoundClock& clock) {
     draft_fit_.observe(drafting, drafts, std::max(0.0, ms));
     draft_fit_.apply(cost_);
   }
-  if (drafting == 0) pooled_.idle(kPooledIdleRate);
   const double profiled =
       cost_.verify_ms(static_cast<int>(s.batch.tokens.size())) / cost_.verify_scale;
   if (profiled > 0) {
@@ -701,10 +718,21 @@ void SpeculativeEngine::emit() {
     r.spec.record_round(s.proposal.count(i), s.verified.n_accepted[i]);
     r.spec.draft_budget += s.requests[i].max_tokens;
     r.spec.drafts_cut += s.drafts_rated[i] - s.proposal.count(i);
+    const bool probed = adaptive() && s.probing[i];
     if (s.requests[i].max_tokens > 0) {
       const int n = s.proposal.count(i), accepted = s.verified.n_accepted[i];
       r.accept.observe(n, accepted);
       pooled_.observe(n, accepted);
+      if (probed) {
+        if (r.probe.probed(true, accepted > 0)) {
+          r.accept.reset();
+        } else {
+          probe_backoff_ = std::max(probe_backoff_, r.probe.backoff());
+        }
+      } else {
+        r.probe.drafted();
+        probe_backoff_ = DraftProbe::kMinBackoff;
+      }
       // Drafts the policy cut (cut_drafts) were never verified: their rating stands in for the
       // outcome, so that a row whose drafts are all cut still learns that drafting does not pay.
       if (accepted == n && n < s.drafts_rated[i] && !s.acceptance.empty()) {
@@ -714,8 +742,11 @@ void SpeculativeEngine::emit() {
         r.accept.expect(n, rated);
         pooled_.expect(n, rated);
       }
+    } else if (probed) {  // declined: one draft at the prior does not pay for this batch
+      r.probe.probed(false, false);
+      probe_backoff_ = std::max(probe_backoff_, r.probe.backoff());
     } else {
-      r.accept.idle(pooled_);
+      r.probe.waited();
     }
     if (r.push(s.burst)) s.ending.push_back(&r);
   }

@@ -189,6 +189,9 @@ class SpeculativeEngine {
   int draft_cost_samples_ = 0;
   double catch_up_ms_ = 0;     // the source's DraftStats::catch_up_ms at the last round's end
   AcceptanceEstimate pooled_;  // over all rows: a new row's starting estimate
+  // A new row's DraftProbe backoff: the longest a row's failed probes reached since a row last
+  // drafted on its own (so rows of a drafter that is never accepted start out probing rarely).
+  int probe_backoff_ = DraftProbe::kMinBackoff;
   std::vector<std::unique_ptr<Row>> rows_;  // live rows in arrival order
   std::vector<std::pair<RowId, RequestOutput>> finished_;
   RowId next_id_ = 0;
@@ -212,6 +215,8 @@ class SpeculativeEngine {
     std::vector<float> logits_host;          // verify: logits rows copied for logprobs (CUDA)
     std::vector<DraftLengthRow> choice;      // propose: the adaptive policy's inputs
     std::vector<int> lengths;                // propose: and its choice
+    std::vector<char> probing;               // propose: rows offered a probe (DraftProbe)
+    std::vector<int> probe_lengths;          // propose: the choice with the probes offered
     std::vector<int32_t> drafts_kept;        // propose: drafts each row keeps (constrain_drafts)
     std::vector<int32_t> drafts_rated;       // propose: of the proposal, those the policy could cut
     std::vector<float> acceptance;           // propose: Proposal::acceptance, before the cut

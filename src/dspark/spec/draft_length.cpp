@@ -77,13 +77,26 @@ void AcceptanceEstimate::expect(int first, std::span<const float> expected) {
   }
 }
 
-void AcceptanceEstimate::idle(const AcceptanceEstimate& target, float rate) {
-  for (size_t j = 0; j < p_.size() && j < target.p_.size(); ++j)
-    p_[j] += rate * (target.p_[j] - p_[j]);
+void AcceptanceEstimate::reset() {
+  std::fill(p_.begin(), p_.end(), kPrior);
 }
 
-void AcceptanceEstimate::idle(float rate) {
-  for (float& p : p_) p += rate * (kPrior - p);
+DraftProbe::DraftProbe(int backoff) : backoff_(std::clamp(backoff, kMinBackoff, kMaxBackoff)) {}
+
+void DraftProbe::drafted() {
+  backoff_ = kMinBackoff;
+  waited_ = 0;
+}
+
+void DraftProbe::waited() {
+  ++waited_;
+}
+
+bool DraftProbe::probed(bool taken, bool accepted) {
+  waited_ = 0;
+  if (taken && accepted) return true;  // the next round's choice says whether it drafts again
+  backoff_ = std::min(2 * backoff_, kMaxBackoff);
+  return false;
 }
 
 void choose_draft_lengths(std::span<const DraftLengthRow> rows, const RoundCostModel& cost,

@@ -8,7 +8,8 @@
 // fixed costs measured as rounds run) and a per-row acceptance estimate (the EWMA of the row's past
 // rounds, per draft position, starting from the engine's pooled estimate). A row drafting 0 tokens
 // is plain decoding for that round; its draft source still gets every kept token, so it can
-// resume (a DSpark drafter defers their projection until then). The choice depends only on past
+// resume (a DSpark drafter defers their projection until then) when a probe (DraftProbe) or a
+// cheaper round says drafting pays again. The choice depends only on past
 // rounds, never on the target's output at the positions being drafted, so verification (and
 // sampling) stays exact.
 #pragma once
@@ -56,7 +57,9 @@ class DraftCostFit {
 };
 
 // One row's acceptance estimate: for each draft position j (1-based), the probability that draft j
-// is accepted given drafts 1 .. j-1 were; the EWMA over the rounds that reached j.
+// is accepted given drafts 1 .. j-1 were; the EWMA over the rounds that reached j. It changes only
+// with evidence (rounds that drafted, rated drafts): a row that stops drafting keeps it, and
+// DraftProbe decides when it tries again.
 class AcceptanceEstimate {
  public:
   static constexpr float kPrior = 0.7f;  // a new row's estimate at every position
@@ -64,29 +67,55 @@ class AcceptanceEstimate {
   // took a row's estimate below the point where drafting pays, and it stopped drafting for long
   // stretches of text it would have drafted well.
   static constexpr float kRate = 0.1f;
-  // A round without drafts: back toward the pooled estimate (or the prior), fast enough that a row
-  // which stopped drafting tries again within a few rounds.
-  static constexpr float kIdleRate = 0.25f;
   AcceptanceEstimate() = default;
-  explicit AcceptanceEstimate(int positions) : p_(static_cast<size_t>(positions), kPrior) {}
-  // A new row's estimate: a copy of `pooled` (the engine's estimate over all rows), which idle()
-  // then moves toward.
-  void start_from(const AcceptanceEstimate& pooled) { p_ = pooled.p_; }
+  explicit AcceptanceEstimate(int positions)
+      : p_(static_cast<size_t>(positions), kPrior), prior_(p_) {}
+  // A new row's estimate: a copy of `pooled` (the engine's estimate over all rows).
+  void start_from(const AcceptanceEstimate& pooled) { *this = pooled; }
+  // Every position back to the prior (a probe was accepted: DraftProbe).
+  void reset();
   // A round that proposed `drafted` tokens of which the first `accepted` were accepted.
   void observe(int drafted, int accepted);
   // Drafts first .. first + expected.size() - 1 (0-based positions) that were reached but not
   // verified: each position's estimate moves toward the given probability of acceptance, as if
   // observed.
   void expect(int first, std::span<const float> expected);
-  // A round without drafts: the estimate moves by `rate` toward `target` (the pooled estimate, or
-  // for the pooled one the prior), so that a row whose drafts stopped paying tries again once it
-  // may pay (the draft source stayed committed).
-  void idle(const AcceptanceEstimate& target, float rate = kIdleRate);
-  void idle(float rate);  // toward the prior
   std::span<const float> conditional() const { return p_; }
+  // The prior at every position, as long as this estimate: a probe's rating.
+  std::span<const float> prior() const { return prior_; }
 
  private:
   std::vector<float> p_;
+  std::vector<float> prior_;
+};
+
+// When a row whose estimate stopped its drafts tries one again, with backoff. A row the policy
+// gives no draft waits backoff() rounds; then, for one round, the policy is offered a probe: one
+// draft rated at the prior (AcceptanceEstimate::kPrior). The policy takes it only where one draft
+// at that rate would pay for this batch, i.e. where the row's acceptance, not the batch's cost,
+// stopped it. An accepted probe starts the row's estimate over from the prior; a rejected or
+// declined one doubles the wait (kMinBackoff .. kMaxBackoff); a round the policy drafts on its own
+// sets it back to kMinBackoff. A drafter whose drafts are never accepted then costs one probe
+// draft per kMaxBackoff rounds and row; one that stopped on a burst of rejections resumes within
+// kMinBackoff rounds.
+class DraftProbe {
+ public:
+  static constexpr int kMinBackoff = 4;
+  static constexpr int kMaxBackoff = 256;
+  explicit DraftProbe(int backoff = kMinBackoff);
+  int backoff() const { return backoff_; }
+  // Whether this round offers the policy a probe (the row was given no draft for backoff() rounds).
+  bool due() const { return waited_ >= backoff_; }
+  // The round's outcome for the row: the policy drafted on its own; gave no draft (no probe
+  // offered); or a probe was offered and declined, or taken and rejected or accepted. Returns
+  // true when the row's estimate should start over (AcceptanceEstimate::reset).
+  void drafted();
+  void waited();
+  bool probed(bool taken, bool accepted);
+
+ private:
+  int backoff_;
+  int waited_ = 0;
 };
 
 struct DraftLengthRow {
