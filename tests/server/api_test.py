@@ -179,6 +179,8 @@ def main():
         check(m['dspark_spec_draft_policy{policy="fixed"}'] == 1 and
               m['dspark_spec_draft_policy{policy="adaptive"}'] == 0, "draft policy gauge")
         check(0 < m["dspark_spec_mean_draft_length"] <= 4, "mean draft length")
+        probes = [m[f'dspark_spec_probes_total{{outcome="{o}"}}'] for o in ("offered", "taken", "accepted")]
+        check(probes == [0, 0, 0], f"no probes under the fixed policy: {probes}")
         check(m["dspark_kv_pages_used"] == 0 and m["dspark_live_rows"] == 0, "idle gauges")
         check(m["dspark_prefix_reused_tokens_total"] >= cached and m["dspark_kv_pages_cached"] > 0,
               "prefix cache metrics")

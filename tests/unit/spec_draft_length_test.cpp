@@ -434,6 +434,11 @@ TEST(DraftLength, AdaptiveRarelyDraftsWhenNothingIsAccepted) {
   // probes after 4, 8, ..., 128 rounds.
   EXPECT_GE(r.total.rounds, 239);
   EXPECT_LE(drafting_rounds, 30);
+  // Probes after 4, 8, 16, ...: offered at least 3 times, all taken (one draft at the prior pays
+  // at this cost), none accepted.
+  EXPECT_GE(r.total.probes_offered, 3);
+  EXPECT_EQ(r.total.probes_taken, r.total.probes_offered);
+  EXPECT_EQ(r.total.probes_accepted, 0);
 }
 
 // The adaptive policy cuts rated drafts that do not pay (greedy and coupled sampling stay equal

@@ -719,11 +719,14 @@ void SpeculativeEngine::emit() {
     r.spec.draft_budget += s.requests[i].max_tokens;
     r.spec.drafts_cut += s.drafts_rated[i] - s.proposal.count(i);
     const bool probed = adaptive() && s.probing[i];
+    r.spec.probes_offered += probed;
     if (s.requests[i].max_tokens > 0) {
       const int n = s.proposal.count(i), accepted = s.verified.n_accepted[i];
       r.accept.observe(n, accepted);
       pooled_.observe(n, accepted);
       if (probed) {
+        ++r.spec.probes_taken;
+        r.spec.probes_accepted += accepted > 0;
         if (r.probe.probed(true, accepted > 0)) {
           r.accept.reset();
         } else {

@@ -63,6 +63,9 @@ void ServerMetrics::record_finished(const RequestOutput& out, double ttft_s, dou
   rounds_ += out.spec.rounds;
   emitted_ += out.spec.emitted;
   draft_budget_ += out.spec.draft_budget;
+  probes_offered_ += out.spec.probes_offered;
+  probes_taken_ += out.spec.probes_taken;
+  probes_accepted_ += out.spec.probes_accepted;
   if (ttft_s >= 0) ttft_.observe(ttft_s);
   latency_.observe(latency_s);
 }
@@ -130,6 +133,12 @@ std::string ServerMetrics::render() const {
          "draft source was asked for).");
   line(out, "dspark_spec_mean_draft_length",
        rounds_ > 0 ? static_cast<double>(draft_budget_) / rounds_ : 0.0);
+  header(out, "dspark_spec_probes_total", "counter",
+         "Rounds of finished requests in which the adaptive policy offered a row that had stopped "
+         "drafting one draft again (offered), took it (taken), and it was accepted (accepted).");
+  out += fmt::format("dspark_spec_probes_total{{outcome=\"offered\"}} {}\n", probes_offered_);
+  out += fmt::format("dspark_spec_probes_total{{outcome=\"taken\"}} {}\n", probes_taken_);
+  out += fmt::format("dspark_spec_probes_total{{outcome=\"accepted\"}} {}\n", probes_accepted_);
 
   header(out, "dspark_engine_steps_total", "counter", "Engine steps run.");
   line(out, "dspark_engine_steps_total", steps_);

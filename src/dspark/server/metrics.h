@@ -66,6 +66,7 @@ class ServerMetrics {
   std::map<std::string, int64_t> finished_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, prefix_reused_tokens_ = 0;
   int64_t drafted_ = 0, accepted_ = 0, rounds_ = 0, emitted_ = 0, draft_budget_ = 0;
+  int64_t probes_offered_ = 0, probes_taken_ = 0, probes_accepted_ = 0;
   int64_t steps_ = 0, step_failures_ = 0;
   Histogram ttft_, latency_;
   EngineGauges gauges_;

@@ -49,6 +49,9 @@ void SpecTelemetry::merge(const SpecTelemetry& o) {
   prefix_reused += o.prefix_reused;
   draft_budget += o.draft_budget;
   drafts_cut += o.drafts_cut;
+  probes_offered += o.probes_offered;
+  probes_taken += o.probes_taken;
+  probes_accepted += o.probes_accepted;
   draft_policy = o.draft_policy;
 }
 
@@ -70,6 +73,8 @@ nlohmann::json SpecTelemetry::to_json() const {
       {"draft_policy", draft_policy_name(draft_policy)},
       {"mean_draft_length", mean_draft_length()},
       {"drafts_cut", drafts_cut},
+      {"probes",
+       {{"offered", probes_offered}, {"taken", probes_taken}, {"accepted", probes_accepted}}},
       {"timings_ms",
        {{"draft", draft_ms}, {"verify", verify_ms}, {"rest", rest_ms}, {"prefill", prefill_ms}}}};
   if (draft_cpu_ms + verify_cpu_ms + rest_cpu_ms > 0)

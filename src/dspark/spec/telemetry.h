@@ -47,6 +47,9 @@ struct SpecTelemetry {
   // Drafts the adaptive policy cut after the source rated them (Proposal::acceptance): proposed,
   // never verified, not counted in drafted.
   int64_t drafts_cut = 0;
+  // The adaptive policy's probes (spec/draft_length.h, DraftProbe): rounds a stopped row was
+  // offered one draft at the prior, those the policy took, and those whose draft was accepted.
+  int64_t probes_offered = 0, probes_taken = 0, probes_accepted = 0;
   double mean_draft_length() const {
     return rounds > 0 ? static_cast<double>(draft_budget) / rounds : 0.0;
   }
