@@ -34,6 +34,7 @@
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/core/quant.h"
 #include "dspark/core/thread_pool.h"
+#include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
 #include "dspark/ops/matmul.h"
 
@@ -533,6 +534,35 @@ INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantLinear, ::testing::ValuesIn(kGroupQuant
                          quant_linear_param_name);
 INSTANTIATE_TEST_SUITE_P(MlxGroups, QuantGroups, ::testing::ValuesIn(kGroupQuantTypes),
                          quant_linear_param_name);
+
+// linear_swiglu on the CPU: the product into the scratch, then swiglu, bit for bit; its argument
+// checks (a row count that is not gate and up rows of one width, shapes, the scratch's dtype).
+TEST(QuantLinearSwiglu, IsTheProductThenSwiglu) {
+  Context ctx(Device::cpu());
+  constexpr int64_t kInter = 37, kK = 512, kM = 3;
+  const OwnedTensor wt =
+      u8_tensor(test::random_quant_blocks(QuantType::q4_k, 2 * kInter, kK, 90), 2 * kInter);
+  const WeightMatrix wm = weight_matrix(QuantType::q4_k, wt, 2 * kInter, kK);
+  const OwnedTensor x = test::random_tensor(DType::f32, Shape{kM, kK}, 91);
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    OwnedTensor scratch = OwnedTensor::zeros(dt, Shape{kM, 2 * kInter}, Device::cpu());
+    OwnedTensor out = OwnedTensor::zeros(dt, Shape{kM, kInter}, Device::cpu());
+    linear_swiglu(ctx, x.view(), wm, scratch.view(), out.view());
+    OwnedTensor gu = OwnedTensor::zeros(dt, Shape{kM, 2 * kInter}, Device::cpu());
+    OwnedTensor want = OwnedTensor::zeros(dt, Shape{kM, kInter}, Device::cpu());
+    linear(ctx, x.view(), wm, Tensor{}, gu.view());
+    swiglu(ctx, gu.view().slice(1, 0, kInter), gu.view().slice(1, kInter, 2 * kInter), want.view());
+    EXPECT_EQ(to_f32_vector(out), to_f32_vector(want)) << dtype_name(dt);
+  }
+  OwnedTensor scratch = OwnedTensor::zeros(DType::f32, Shape{kM, 2 * kInter}, Device::cpu());
+  OwnedTensor out = OwnedTensor::zeros(DType::f32, Shape{kM, kInter}, Device::cpu());
+  const WeightMatrix odd = weight_matrix(QuantType::q4_k, wt, 2 * kInter - 1, kK);
+  EXPECT_THROW(linear_swiglu(ctx, x.view(), odd, scratch.view(), out.view()), Error);
+  OwnedTensor wide = OwnedTensor::zeros(DType::f32, Shape{kM, kInter + 1}, Device::cpu());
+  EXPECT_THROW(linear_swiglu(ctx, x.view(), wm, scratch.view(), wide.view()), Error);
+  OwnedTensor bf16_scratch = OwnedTensor::zeros(DType::bf16, Shape{kM, 2 * kInter}, Device::cpu());
+  EXPECT_THROW(linear_swiglu(ctx, x.view(), wm, bf16_scratch.view(), out.view()), Error);
+}
 
 }  // namespace
 }  // namespace dspark

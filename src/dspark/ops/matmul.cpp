@@ -123,6 +123,7 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 void linear_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& gate_up,
                    const Tensor& out) {
   constexpr const char* kOp = "linear_swiglu";
+  check_rank(kOp, "x", x, 2);
   check_rank(kOp, "out", out, 2);
   check_rank(kOp, "gate_up", gate_up, 2);
   DSPARK_CHECK(w.n % 2 == 0, "{}: w has {} rows, not gate and up rows of one width", kOp, w.n);
@@ -133,7 +134,6 @@ void linear_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
                gate_up.describe(), out.describe());
   if (ctx.is_cuda() && w.quantized() && w.format == WeightFormat::blocks && x.size(0) > 0) {
     check_weight_matrix(ctx, kOp, "w", w);
-    check_rank(kOp, "x", x, 2);
     check_float(kOp, "x", x);
     check_float(kOp, "out", out);
     DSPARK_CHECK_KIND(unsupported, out.dtype() == DType::f32 || out.dtype() == x.dtype(),
@@ -143,8 +143,9 @@ void linear_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
     check_rows_contiguous(kOp, "out", out);
     check_on_device(kOp, "x", x, ctx);
     check_on_device(kOp, "out", out, ctx);
-    DSPARK_CHECK(x.size(1) == w.k && !overlaps(x, out), "{}: x {} and w [{}, {}], out {}", kOp,
-                 x.describe(), w.n, w.k, out.describe());
+    DSPARK_CHECK(x.size(1) == w.k, "{}: x {} and w [{}, {}] disagree on in_features", kOp,
+                 x.describe(), w.n, w.k);
+    DSPARK_CHECK(!overlaps(x, out), "{}: out must not overlap x", kOp);
     bool done = false;
     DSPARK_ON_CUDA(done = cuda::linear_blocks_swiglu(ctx, x, w, out));
     if (done) return;
