@@ -9,9 +9,8 @@
 // rounds, per draft position, starting from the engine's pooled estimate). A row drafting 0 tokens
 // is plain decoding for that round; its draft source still gets every kept token, so it can
 // resume (a DSpark drafter defers their projection until then) when a probe (DraftProbe) or a
-// cheaper round says drafting pays again. The choice depends only on past
-// rounds, never on the target's output at the positions being drafted, so verification (and
-// sampling) stays exact.
+// cheaper round says drafting pays again. The choice depends only on past rounds, never on the
+// target's output at the positions being drafted, so verification (and sampling) stays exact.
 #pragma once
 
 #include <span>
@@ -96,8 +95,8 @@ class AcceptanceEstimate {
 // stopped it. An accepted probe starts the row's estimate over from the prior; a rejected or
 // declined one doubles the wait (kMinBackoff .. kMaxBackoff); a round the policy drafts on its own
 // sets it back to kMinBackoff. A drafter whose drafts are never accepted then costs one probe
-// draft per kMaxBackoff rounds and row; one that stopped on a burst of rejections resumes within
-// kMinBackoff rounds.
+// draft per kMaxBackoff rounds and row; a row that drafted until a burst of rejections stopped it
+// is offered its first probe kMinBackoff rounds later.
 class DraftProbe {
  public:
   static constexpr int kMinBackoff = 4;
