@@ -109,7 +109,8 @@ TEST(DraftLength, AcceptanceEstimateChangesOnlyWithEvidence) {
   EXPECT_LT(e.conditional()[1], 0.01f);
   // Drafts 3 and 4 were never reached: unchanged.
   EXPECT_FLOAT_EQ(e.conditional()[2], AcceptanceEstimate::kPrior);
-  for (float p : e.prior()) EXPECT_FLOAT_EQ(p, AcceptanceEstimate::kPrior);
+  ASSERT_EQ(DraftProbe::rating().size(), 1u);
+  EXPECT_FLOAT_EQ(DraftProbe::rating()[0], AcceptanceEstimate::kPrior);
   e.reset();
   for (float p : e.conditional()) EXPECT_FLOAT_EQ(p, AcceptanceEstimate::kPrior);
   // A row starts from the pooled estimate.
@@ -117,7 +118,7 @@ TEST(DraftLength, AcceptanceEstimateChangesOnlyWithEvidence) {
   for (int i = 0; i < 80; ++i) pooled.observe(4, 0);
   row.start_from(pooled);
   EXPECT_LT(row.conditional()[0], 0.01f);
-  EXPECT_EQ(row.prior().size(), 4u);
+  EXPECT_EQ(row.conditional().size(), 4u);
 }
 
 // A stopped row is offered a probe after backoff() rounds without drafts; rejected or declined

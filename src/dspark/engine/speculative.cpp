@@ -526,7 +526,7 @@ void SpeculativeEngine::choose_lengths() {
     s.choice.clear();
     for (size_t i = 0; i < s.rows.size(); ++i) {
       s.choice.push_back(s.probing[i]
-                             ? DraftLengthRow{s.rows[i]->accept.prior(), 1}
+                             ? DraftLengthRow{DraftProbe::rating(), 1}
                              : DraftLengthRow{s.rows[i]->accept.conditional(), s.lengths[i]});
     }
     choose_draft_lengths(s.choice, cost_, s.probe_lengths);

@@ -67,10 +67,9 @@ class AcceptanceEstimate {
   // stretches of text it would have drafted well.
   static constexpr float kRate = 0.1f;
   AcceptanceEstimate() = default;
-  explicit AcceptanceEstimate(int positions)
-      : p_(static_cast<size_t>(positions), kPrior), prior_(p_) {}
+  explicit AcceptanceEstimate(int positions) : p_(static_cast<size_t>(positions), kPrior) {}
   // A new row's estimate: a copy of `pooled` (the engine's estimate over all rows).
-  void start_from(const AcceptanceEstimate& pooled) { *this = pooled; }
+  void start_from(const AcceptanceEstimate& pooled) { p_ = pooled.p_; }
   // Every position back to the prior (a probe was accepted: DraftProbe).
   void reset();
   // A round that proposed `drafted` tokens of which the first `accepted` were accepted.
@@ -80,12 +79,9 @@ class AcceptanceEstimate {
   // observed.
   void expect(int first, std::span<const float> expected);
   std::span<const float> conditional() const { return p_; }
-  // The prior at every position, as long as this estimate: a probe's rating.
-  std::span<const float> prior() const { return prior_; }
 
  private:
   std::vector<float> p_;
-  std::vector<float> prior_;
 };
 
 // When a row whose estimate stopped its drafts tries one again, with backoff. A row the policy
@@ -102,6 +98,8 @@ class DraftProbe {
   static constexpr int kMinBackoff = 4;
   static constexpr int kMaxBackoff = 256;
   explicit DraftProbe(int backoff = kMinBackoff);
+  // A probe's rating for the chooser: its one draft at the prior.
+  static std::span<const float> rating() { return kRating; }
   int backoff() const { return backoff_; }
   // Whether this round offers the policy a probe (the row was given no draft for backoff() rounds).
   bool due() const { return waited_ >= backoff_; }
@@ -113,6 +111,7 @@ class DraftProbe {
   bool probed(bool taken, bool accepted);
 
  private:
+  static constexpr float kRating[1] = {AcceptanceEstimate::kPrior};
   int backoff_;
   int waited_ = 0;
 };
