@@ -1,7 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "dspark/backend/context.h"
 #include "dspark/backend/cuda/runtime.h"
@@ -84,6 +89,31 @@ TEST(ThreadPool, CoversRangeAndRethrows) {
                                    if (b > 50) throw std::runtime_error("boom");
                                  }),
                std::runtime_error);
+}
+
+// Back-to-back calls (workers still finishing the previous call's claims), calls after the workers
+// fell asleep, and calls that throw: every item runs exactly once, in its own call.
+TEST(ThreadPool, ManyCallsSpinningAndSleeping) {
+  ThreadPool pool(4);
+  std::vector<std::atomic<int>> hit(4096);
+  for (int call = 0; call < 3000; ++call) {
+    const int64_t n = 1 + (call * 37) % 4096;
+    pool.parallel_for(n, 1 + call % 5, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hit[i].fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int64_t i = 0; i < 4096; ++i) {
+      ASSERT_EQ(hit[i].load(), i < n ? 1 : 0) << "call " << call << " item " << i;
+      hit[i].store(0);
+    }
+    if (call % 500 == 499) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the workers sleep
+      EXPECT_THROW(pool.parallel_for(64, 1,
+                                     [](int64_t b, int64_t e) {
+                                       if (b <= 10 && 10 < e) throw std::runtime_error("boom");
+                                     }),
+                   std::runtime_error);
+    }
+  }
 }
 
 TEST(ProgressBar, OneLinePerTenthOutsideATerminal) {

@@ -18,6 +18,9 @@ namespace {
 // load.
 constexpr auto kSpin = std::chrono::microseconds(30);
 
+// The chunk fields of ThreadPool::claim_ are 16 bits wide.
+constexpr int64_t kMaxChunks = 0xffff;
+
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -43,7 +46,7 @@ ThreadPool::ThreadPool(int n_threads) {
   }
   if (n_threads <= 0)
     n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (int i = 1; i < n_threads; ++i) workers_.emplace_back([this] { worker_loop(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -60,79 +63,77 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
+uint32_t ThreadPool::run_chunks() {
+  uint64_t v = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    const auto gen = static_cast<uint32_t>(v >> 32);
+    const auto total = static_cast<uint32_t>((v >> 16) & 0xffff),
+               next = static_cast<uint32_t>(v & 0xffff);
+    if (next >= total) return gen;
+    if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acquire)) continue;
+    try {
+      (*body_)(next * chunk_, std::min(n_, (next + 1) * chunk_));
+    } catch (...) {
+      std::lock_guard lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+    }
+    if (chunks_done_.fetch_add(1) + 1 == total && caller_waiting_.load()) {
+      std::lock_guard lock(mutex_);
+      done_.notify_all();
+    }
+    v = claim_.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain,
                               const std::function<void(int64_t, int64_t)>& body) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t max_chunks = std::max<int64_t>(1, n / grain);
-  const int64_t n_chunks = std::min<int64_t>(max_chunks, static_cast<int64_t>(size()) * 4);
+  const int64_t n_chunks =
+      std::min({max_chunks, static_cast<int64_t>(size()) * 4, int64_t{kMaxChunks}});
   if (n_chunks <= 1 || workers_.empty()) {
     body(0, n);
     return;
   }
   std::lock_guard call_lock(call_mutex_);
-  {
-    std::lock_guard lock(mutex_);
-    body_ = &body;
-    n_ = n;
-    n_chunks_ = n_chunks;
-    chunk_ = (n + n_chunks - 1) / n_chunks;
-    next_chunk_ = 0;
-    chunks_done_ = 0;
-    error_ = nullptr;
-    ++generation_;
+  body_ = &body;
+  n_ = n;
+  chunk_ = (n + n_chunks - 1) / n_chunks;
+  error_ = nullptr;
+  chunks_done_.store(0, std::memory_order_relaxed);
+  const uint64_t gen = (claim_.load(std::memory_order_relaxed) >> 32) + 1;
+  claim_.store((gen << 32) | (static_cast<uint64_t>(n_chunks) << 16));  // publishes the call
+  if (sleepers_.load() > 0) {
+    { std::lock_guard lock(mutex_); }
+    wake_.notify_all();
   }
-  wake_.notify_all();
-  // The calling thread works too.
-  for (;;) {
-    int64_t c;
-    {
-      std::lock_guard lock(mutex_);
-      if (next_chunk_ >= n_chunks_) break;
-      c = next_chunk_++;
-    }
-    try {
-      body(c * chunk_, std::min(n, (c + 1) * chunk_));
-    } catch (...) {
-      std::lock_guard lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-    std::lock_guard lock(mutex_);
-    ++chunks_done_;
+  run_chunks();  // the calling thread works too
+  const auto all = static_cast<uint32_t>(n_chunks);
+  if (!spin_until([&] { return chunks_done_.load(std::memory_order_acquire) == all; })) {
+    std::unique_lock lock(mutex_);
+    caller_waiting_.store(true);
+    done_.wait(lock, [&] { return chunks_done_.load() == all; });
+    caller_waiting_.store(false, std::memory_order_relaxed);
   }
-  spin_until([&] { return chunks_done_.load(std::memory_order_acquire) == n_chunks; });
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [&] { return chunks_done_ == n_chunks_; });
   body_ = nullptr;
   if (error_) std::rethrow_exception(error_);
 }
 
-void ThreadPool::worker_loop(int /*index*/) {
-  uint64_t seen = 0;
+void ThreadPool::worker_loop() {
+  uint32_t seen = 0;
+  const auto ready = [&] {
+    return stop_.load() || static_cast<uint32_t>(claim_.load() >> 32) != seen;
+  };
   for (;;) {
-    spin_until([&] {
-      return stop_.load(std::memory_order_acquire) ||
-             generation_.load(std::memory_order_acquire) != seen;
-    });
-    std::unique_lock lock(mutex_);
-    wake_.wait(lock, [&] { return stop_ || (generation_ != seen && next_chunk_ < n_chunks_); });
-    if (stop_) return;
-    seen = generation_.load();
-    while (body_ && next_chunk_ < n_chunks_) {
-      const int64_t c = next_chunk_++;
-      const auto* body = body_;
-      const int64_t n = n_, chunk = chunk_;
-      lock.unlock();
-      try {
-        (*body)(c * chunk, std::min(n, (c + 1) * chunk));
-      } catch (...) {
-        lock.lock();
-        if (!error_) error_ = std::current_exception();
-        lock.unlock();
-      }
-      lock.lock();
-      if (++chunks_done_ == n_chunks_) done_.notify_all();
+    if (!spin_until(ready)) {
+      std::unique_lock lock(mutex_);
+      sleepers_.fetch_add(1);
+      wake_.wait(lock, ready);
+      sleepers_.fetch_sub(1);
     }
+    if (stop_.load()) return;
+    seen = run_chunks();
   }
 }
 
