@@ -163,6 +163,13 @@ int main_impl(int argc, char** argv) {
     const ChatTemplate tmpl = a.chat ? load_model_chat_template(a.model) : ChatTemplate();
     DSPARK_CHECK_KIND(invalid_input, !a.chat || tmpl.has_template(),
                       "--chat: the model has no chat template");
+    // An explicit --n-prompts beyond the texts at hand is refused rather than silently cut.
+    DSPARK_CHECK_KIND(
+        invalid_input,
+        app.count("--n-prompts") == 0 || a.n_prompts <= static_cast<int>(texts.size()),
+        "--n-prompts {}: only {} prompts in {}", a.n_prompts, texts.size(),
+        a.prompts_file.empty() ? std::string("the built-in set (give --prompts FILE)")
+                               : a.prompts_file);
     for (int i = 0; i < a.n_prompts && i < static_cast<int>(texts.size()); ++i) {
       const std::string& text = texts[static_cast<size_t>(i)];
       if (a.chat) {
