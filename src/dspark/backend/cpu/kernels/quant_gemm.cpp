@@ -317,10 +317,10 @@ bool quant_gemm_has_avx2() {
 
 bool quant_gemm_has_avx512() {
 #if defined(__x86_64__)
-  static const bool has = quant_gemm_has_avx2() && __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512vnni");
+  static const bool has =
+      quant_gemm_has_avx2() && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
   return has;
 #else
   return false;
