@@ -1,9 +1,10 @@
 // The block-sum formats (every block format; quant_gemm.h) on weights in the interleaved layout
 // (quant_pack.h), for AVX2 + FMA + F16C and for AVX-512 VNNI + VL + DQ (256-bit vectors, except
-// the Q4_0 / Q4_1 / Q8_0 tiles of two groups, which take 512-bit ones: Zen 4 runs those as two
-// halves, Sapphire Rapids at full width, where a verify of 4-8 rows gets 10-20% faster). The
-// library is built for baseline x86-64, so the kernels carry target attributes and run only after
-// quant_gemm_has_avx2() / quant_gemm_has_avx512() said yes. The tiles: quant_gemm_x8_impl.h.
+// the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K tiles of two groups, which take 512-bit ones: Zen 4 runs
+// those as two halves, Sapphire Rapids at full width, where a verify of 4-8 rows gets 10-20%
+// faster). The library is built for baseline x86-64, so the kernels carry target attributes and run
+// only after quant_gemm_has_avx2() / quant_gemm_has_avx512() said yes. The tiles:
+// quant_gemm_x8_impl.h.
 #include "dspark/backend/cpu/kernels/quant_gemm_detail.h"
 
 #if defined(__x86_64__)

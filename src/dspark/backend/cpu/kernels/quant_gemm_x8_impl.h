@@ -572,15 +572,20 @@ X8_TARGET void x8_tile(const XBlocks& x, int64_t r0, const uint8_t* const* g, fl
 }
 
 #if X8_VNNI
-// The legacy block formats whose tiles run on 512-bit registers (x8_tile_z).
+// The formats whose tiles of two groups run on 512-bit registers (x8_tile_z).
 template <QuantType T>
-constexpr bool kZmmTile = T == QuantType::q4_0 || T == QuantType::q4_1 || T == QuantType::q8_0;
+constexpr bool kZmmTile = T == QuantType::q4_0 || T == QuantType::q4_1 || T == QuantType::q8_0 ||
+                          T == QuantType::q4_k || T == QuantType::q5_k;
 
 // (The masked intrinsics with every lane set here and below are the plain instructions: the
 // unmasked ones read an undefined register, which GCC 12 reports as uninitialized.)
 // [32 bytes at a | 32 bytes at b].
 X8_TARGET inline __m512i load_pair(const uint8_t* a, const uint8_t* b) {
   return _mm512_inserti32x8(_mm512_castsi256_si512(load256(a)), load256(b), 1);
+}
+// [a | b] of f32.
+X8_TARGET inline __m512 pair_ps(__m256 a, __m256 b) {
+  return _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1);
 }
 // The 8 f16 at a then the 8 at b as 16 f32.
 X8_TARGET inline __m512 halves_pair(const uint8_t* a, const uint8_t* b) {
@@ -589,12 +594,25 @@ X8_TARGET inline __m512 halves_pair(const uint8_t* a, const uint8_t* b) {
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
   return _mm512_maskz_cvtph_ps(0xFFFF, h);
 }
+// k4_step of two group super-blocks at once (g0's rows low, g1's high).
+template <QuantType T>
+X8_TARGET inline __m512i k4_step_pair(const uint8_t* g0, const uint8_t* g1, int u, int s) {
+  const int64_t at = X8Format<T>::kHead + 256 * (u / 2) + 32 * s;
+  const __m512i raw = load_pair(g0 + at, g1 + at);
+  __m512i w = _mm512_and_si512(u % 2 ? _mm512_srli_epi16(raw, 4) : raw, _mm512_set1_epi8(0x0F));
+  if constexpr (T == QuantType::q5_k) {
+    const __m512i h = _mm512_srli_epi16(load_pair(g0 + 1152 + 32 * s, g1 + 1152 + 32 * s), u);
+    w = _mm512_or_si512(w, _mm512_slli_epi16(_mm512_and_si512(h, _mm512_set1_epi8(1)), 4));
+  }
+  return w;
+}
 
 // x8_tile<T, MR, 2> with both groups in one 512-bit register (group g[0]'s 8 rows in the low
-// half, g[1]'s in the high half): per block and x row 8 vpdpbusd instead of 16, the x bytes
-// broadcast once for both groups, one scale step. Per lane the same integers and the same f32
-// operations in the same order, so the same bits. Worth it where a core executes 512-bit
-// operations at full width (Sapphire Rapids: twice the dot products per cycle of 256-bit ones).
+// half, g[1]'s in the high half): per block (Q4_K / Q5_K: unit of 32 values) and x row 8 vpdpbusd
+// instead of 16, the x bytes broadcast once for both groups, one scale step. Per lane the same
+// integers and the same f32 operations in the same order, so the same bits. Worth it where a core
+// executes 512-bit operations at full width (Sapphire Rapids: twice the dot products per cycle of
+// 256-bit ones).
 template <QuantType T, int MR>
 X8_TARGET void x8_tile_z(const XBlocks& x, int64_t r0, const uint8_t* const* g, float* out) {
   using F = X8Format<T>;
@@ -614,37 +632,13 @@ X8_TARGET void x8_tile_z(const XBlocks& x, int64_t r0, const uint8_t* const* g, 
   __m512 acc[MR];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_ps();
-  const int64_t nb = x.blocks;
-  PrefetchStream stream(nb, F::kGroupBlock);
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t ahead = stream.ahead(b);
-    const uint8_t* g0 = g[0] + b * F::kGroupBlock;
-    const uint8_t* g1 = g[1] + b * F::kGroupBlock;
-    prefetch_block(g0, ahead, F::kGroupBlock);
-    prefetch_block(g1, ahead, F::kGroupBlock);
-    const __m512 d = halves_pair(g0, g1);
-    __m512 m = _mm512_setzero_ps();
-    if constexpr (F::kMin) m = halves_pair(g0 + 16, g1 + 16);
-    const uint8_t* q0 = g0 + F::kHead;
-    const uint8_t* q1 = g1 + F::kHead;
-    __m512i w[8];
-    if constexpr (F::kNibbles) {
-#pragma GCC unroll 4
-      for (int t = 0; t < 4; ++t) {
-        const __m512i raw = load_pair(q0 + 32 * t, q1 + 32 * t);
-        w[t] = _mm512_and_si512(raw, m4);
-        w[t + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-      }
-    } else {
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) w[s] = load_pair(q0 + 32 * s, q1 + 32 * s);
-    }
+  // Unit u's block sums of every x row against the steps w, scaled by dw, the min term mw.
+  auto unit = [&](int64_t u, const __m512i(&w)[8], __m512 dw, __m512 mw) X8_INLINE {
 #pragma GCC unroll 8
     for (int r = 0; r < MR; ++r) {
-      const int8_t* a = xq[r] + 32 * b;
+      const int8_t* a = xq[r] + 32 * u;
       __m512i part[P];
-      part[0] = _mm512_set1_epi32(-kOffset * xsum[r][b]);
+      part[0] = _mm512_set1_epi32(-kOffset * xsum[r][u]);
 #pragma GCC unroll 4
       for (int p = 1; p < P; ++p) part[p] = _mm512_setzero_si512();
 #pragma GCC unroll 8
@@ -660,9 +654,55 @@ X8_TARGET void x8_tile_z(const XBlocks& x, int64_t r0, const uint8_t* const* g, 
       } else {
         sums = _mm512_add_epi32(part[0], part[1]);
       }
-      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(xd[r][b]));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(xd[r][u]));
       acc[r] = _mm512_fmadd_ps(scale, _mm512_maskz_cvtepi32_ps(0xFFFF, sums), acc[r]);
-      if constexpr (F::kMin) acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(xs[r][b]), acc[r]);
+      if constexpr (F::kMin) acc[r] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs[r][u]), acc[r]);
+    }
+  };
+  const int64_t nb = x.blocks / F::kUnits;
+  PrefetchStream stream(nb, F::kGroupBlock);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t ahead = stream.ahead(b);
+    const uint8_t* g0 = g[0] + b * F::kGroupBlock;
+    const uint8_t* g1 = g[1] + b * F::kGroupBlock;
+    prefetch_block(g0, ahead, F::kGroupBlock);
+    prefetch_block(g1, ahead, F::kGroupBlock);
+    const __m512 d = halves_pair(g0, g1);
+    __m512 m = _mm512_setzero_ps();
+    if constexpr (F::kMin) m = halves_pair(g0 + 16, g1 + 16);
+    __m512i w[8];
+    if constexpr (F::kSuper) {
+      // As x8_tile's Q4_K / Q5_K: dw = d * sc_u (exact in f32), mw = -dmin * m_u.
+      __m256i sm0[4], sm1[4];
+      k4_scales_mins(g0, sm0);
+      k4_scales_mins(g1, sm1);
+      m = _mm512_xor_ps(m, _mm512_set1_ps(-0.0f));
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        const __m512 dw =
+            _mm512_mul_ps(d, pair_ps(bytes8_ps(sm0[i / 4], i % 4), bytes8_ps(sm1[i / 4], i % 4)));
+        const __m512 mw = _mm512_mul_ps(
+            m, pair_ps(bytes8_ps(sm0[2 + i / 4], i % 4), bytes8_ps(sm1[2 + i / 4], i % 4)));
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s) w[s] = k4_step_pair<T>(g0, g1, i, s);
+        unit(8 * b + i, w, dw, mw);
+      }
+    } else {
+      const uint8_t* q0 = g0 + F::kHead;
+      const uint8_t* q1 = g1 + F::kHead;
+      if constexpr (F::kNibbles) {
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; ++t) {
+          const __m512i raw = load_pair(q0 + 32 * t, q1 + 32 * t);
+          w[t] = _mm512_and_si512(raw, m4);
+          w[t + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int s = 0; s < 8; ++s) w[s] = load_pair(q0 + 32 * s, q1 + 32 * s);
+      }
+      unit(b, w, d, m);
     }
   }
 #pragma GCC unroll 8
