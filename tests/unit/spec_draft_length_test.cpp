@@ -355,38 +355,6 @@ TEST(DraftLength, AdaptiveCoupledSamplingEqualsPlainSampling) {
   }
 }
 
-// Counts DraftSource::prepare_idle_commits calls.
-class PreparedSource : public ForwardingDraftSource {
- public:
-  using ForwardingDraftSource::ForwardingDraftSource;
-  void prepare_idle_commits(Context& ctx) override {
-    ++prepared;
-    ForwardingDraftSource::prepare_idle_commits(ctx);
-  }
-  int prepared = 0;
-};
-
-// The adaptive policy, under which rows often draft nothing, has the source allocate its deferral
-// memory when the engine starts, not in a round; the fixed policy (and no drafts) leaves it lazy.
-TEST(DraftLength, AdaptiveEnginePreparesIdleCommitsAtStart) {
-  if (!std::filesystem::exists(model_dir("qwen3") / "config.json")) GTEST_SKIP();
-  Context ctx(Device::cpu());
-  auto target = load_model(model_dir("qwen3"), Device::cpu(), DType::f32);
-  DraftModelSource inner(load_model(model_dir("qwen3"), Device::cpu(), DType::f32), 256);
-  for (const DraftPolicy policy : {DraftPolicy::adaptive, DraftPolicy::fixed}) {
-    for (const int gamma : {4, 0}) {
-      PreparedSource source(inner);
-      SpecConfig cfg;
-      cfg.gamma = gamma;
-      cfg.draft_policy = policy;
-      cfg.verify_cost = {{1, 10.0}, {64, 10.0}};
-      SpeculativeEngine engine(*target, ctx, &source, cfg, 256);
-      EXPECT_EQ(source.prepared, policy == DraftPolicy::adaptive && gamma > 0 ? 1 : 0)
-          << draft_policy_name(policy) << " gamma " << gamma;
-    }
-  }
-}
-
 // A source whose drafts carry the given rating by position in their row (Proposal::acceptance).
 class RatedSource : public ForwardingDraftSource {
  public:

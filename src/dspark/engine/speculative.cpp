@@ -82,8 +82,6 @@ SpeculativeEngine::SpeculativeEngine(Model& target, Context& ctx, DraftSource* s
   if (source_) taps_ = source_->target_taps();
   verifier_.set_cpu_clock(config_.cpu_times);
   verifier_.prepare(ctx_);  // pinned readback staging now, not in the first round
-  // The adaptive policy often gives rows no drafts: the source's deferral memory now, too.
-  if (adaptive()) source_->prepare_idle_commits(ctx_);
   pooled_ = AcceptanceEstimate(config_.gamma);
   if (adaptive() && !config_.verify_cost.empty()) {
     cost_.verify = config_.verify_cost;

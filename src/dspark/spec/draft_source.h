@@ -104,10 +104,6 @@ class DraftSource {
   // again): the commit then costs in proportion to the drafting rows, and the adaptive draft
   // policy counts it with the draft step's cost.
   virtual bool defers_idle_commits() const { return false; }
-  // Allocates now what deferring idle rows' commits needs (a staging area), rather than in the
-  // first round that defers one: an engine whose policy often drafts nothing calls it at start-up,
-  // so that no round stalls every row while fresh memory is touched for the first time.
-  virtual void prepare_idle_commits(Context& ctx) { (void)ctx; }
 
   // Prefix reuse (SpecConfig::prefix_cache) for a source that keeps per-token state made from the
   // target's taps (which a reused prefix never produces): it publishes that state like the
@@ -150,7 +146,6 @@ class ForwardingDraftSource : public DraftSource {
   void release(RowId row) override { inner_.release(row); }
   DraftStats stats() const override { return inner_.stats(); }
   bool defers_idle_commits() const override { return inner_.defers_idle_commits(); }
-  void prepare_idle_commits(Context& ctx) override { inner_.prepare_idle_commits(ctx); }
   bool reuses_prefixes() const override { return inner_.reuses_prefixes(); }
   int prefix_page() const override { return inner_.prefix_page(); }
   int attach_prefix(RowId row, std::span<const int32_t> prompt, int max_tokens) override {

@@ -85,19 +85,20 @@ bool DSparkSource::make_stage_room(Context& ctx, int64_t n) {
   return n <= capacity;
 }
 
-// Zero-filled: on the CPU every page is touched here, once, and not by the rounds that stage rows
-// (where a virtual machine's host backs memory lazily, a first touch costs ~10 ms per MiB).
-void DSparkSource::prepare_idle_commits(Context& ctx) {
-  (void)ctx;
-  if (options_.deferred_rows <= 0 || stage_->defined()) return;
-  const int64_t width =
-      static_cast<int64_t>(config_.target_layer_ids.size()) * target_.config().hidden_size;
-  stage_ = OwnedTensor::zeros(dtype_, Shape{options_.deferred_rows, width}, target_.device());
-}
-
 void DSparkSource::stage_context(Context& ctx, std::span<const Deferral> deferrals,
                                  std::span<const Tensor> taps) {
-  prepare_idle_commits(ctx);
+  if (!stage_->defined()) {
+    // Mapped lazily in 4 KiB pages on the CPU (Buffer::zeros), not in the 2 MiB pages of an
+    // uninitialised tensor this size: the rounds that stage rows fault the stage in, and a fault
+    // stalls every row of its round. Where a virtual machine's host backs memory lazily, a fresh
+    // 2 MiB page costs ~10 ms per MiB at its first touch, a 4 KiB page ~0.5 ms per MiB.
+    const int64_t width =
+        static_cast<int64_t>(config_.target_layer_ids.size()) * target_.config().hidden_size;
+    const Shape shape{options_.deferred_rows, width};
+    const Device device = target_.device();
+    stage_ = device.is_cpu() ? OwnedTensor::zeros(dtype_, shape, device)
+                             : OwnedTensor(dtype_, shape, device);
+  }
   std::vector<int32_t> rows;
   for (const Deferral& d : deferrals) {
     const auto n = static_cast<int32_t>(d.update->kept_tokens.size());

@@ -98,8 +98,7 @@ struct DSparkSourceOptions {
   bool fp8_weights = false;
   // Context rows staged by deferred commits (see above) at most, over all rows: each holds the
   // target's tap rows (taps x hidden values in the engine dtype; 11.5 KB for SmolLM2-135M's five
-  // f32 taps), allocated by prepare_idle_commits or else on the first deferred commit. 0: every
-  // commit is projected at once.
+  // f32 taps), allocated on the first deferred commit. 0: every commit is projected at once.
   int deferred_rows = 2048;
 };
 
@@ -163,7 +162,6 @@ class DSparkSource final : public DraftSource {
   void release(RowId row) override;
   DraftStats stats() const override { return stats_; }
   bool defers_idle_commits() const override { return options_.deferred_rows > 0; }
-  void prepare_idle_commits(Context& ctx) override;
   // The context K/V of a prompt's prefix is published and attached with the drafter's KV pages.
   bool reuses_prefixes() const override { return true; }
   int prefix_page() const override { return kv_.shape().page_size; }
