@@ -226,6 +226,22 @@ TEST(OpsAttention, MultiTokenVerifyGqa) {
   }
 }
 
+// Rows longer than a key segment (256 keys, kernels/attention.cpp): decode and verify rows (the
+// segments as tasks of their own, merged after), and with a long prefill row in the same call
+// (each task folding its segments itself); a sliding window across segment boundaries.
+TEST(OpsAttention, RowsAcrossKeySegments) {
+  AttnCase c = make_case("segments", 6, 2, 32, 16);
+  c.params = params_of(32);
+  c.rows = {{600, span_of(599, 1)}, {530, span_of(522, 8)}, {257, span_of(256, 1)}};
+  run_case(c, 10);
+  c.name = "segments with a prefill row";
+  c.rows.push_back({700, span_of(100, 600)});
+  run_case(c, 11);
+  c.name = "segments, sliding window";
+  c.params = params_of(32, true, /*window=*/300);
+  run_case(c, 12);
+}
+
 // Drafter block attention: every block query sees [prefix ++ whole block].
 TEST(OpsAttention, NonCausalBlock) {
   AttnCase c = make_case("block", 4, 2, 64, 16);
@@ -269,11 +285,12 @@ TEST(OpsAttention, OddSizes) {
 }
 
 // A query's output does not depend on how many queries its row has: the 8 queries of a verify
-// row (24 lanes per kv head: the transposed scores) against each query alone (3 lanes: one dot
-// per key), bit for bit, for an f32 and a bf16 cache (SmolLM2's heads: 9 over 3 kv heads, 64).
+// row (24 lanes per kv head) against each query alone (3 lanes) and against a prefill of the
+// row's last 460 queries, over 600 keys (three key segments), bit for bit, for an f32 and a bf16
+// cache (SmolLM2's heads: 9 over 3 kv heads, 64).
 TEST(OpsAttention, VerifyQueriesEqualSingleQueriesBitForBit) {
-  constexpr int64_t kHeads = 9, kKvHeads = 3, kD = 64, kPage = 16, kPages = 12, kLen = 150;
-  constexpr int64_t kQ = 8;
+  constexpr int64_t kHeads = 9, kKvHeads = 3, kD = 64, kPage = 16, kPages = 40, kLen = 600;
+  constexpr int64_t kQ = 8, kPrefill = 460;
   Context ctx(Device::cpu());
   for (const DType kv_dtype : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(dtype_name(kv_dtype));
@@ -285,12 +302,14 @@ TEST(OpsAttention, VerifyQueriesEqualSingleQueriesBitForBit) {
     std::vector<int32_t> pages(static_cast<size_t>(kPages));
     for (int64_t i = 0; i < kPages; ++i)
       pages[static_cast<size_t>(i)] = static_cast<int32_t>((i * 5) % kPages);
-    OwnedTensor q = make_tensor(random_normal(static_cast<size_t>(kQ * kHeads * kD), 73),
-                                DType::f32, Shape{kQ, kHeads, kD}, Device::cpu());
+    // Query t sits at position kLen - kPrefill + t; the verify takes the last kQ.
+    OwnedTensor q = make_tensor(random_normal(static_cast<size_t>(kPrefill * kHeads * kD), 73),
+                                DType::f32, Shape{kPrefill, kHeads, kD}, Device::cpu());
     const OwnedTensor px = OwnedTensor::from_vector(pages, Shape{kPages}, Device::cpu());
     auto run = [&](int64_t t0, int64_t n) {
       std::vector<int32_t> pos;
-      for (int64_t t = t0; t < t0 + n; ++t) pos.push_back(static_cast<int32_t>(kLen - kQ + t));
+      for (int64_t t = t0; t < t0 + n; ++t)
+        pos.push_back(static_cast<int32_t>(kLen - kPrefill + t));
       const OwnedTensor pi =
           OwnedTensor::from_vector(std::vector<int32_t>{0, kPages}, Shape{2}, Device::cpu());
       const OwnedTensor kl =
@@ -308,13 +327,19 @@ TEST(OpsAttention, VerifyQueriesEqualSingleQueriesBitForBit) {
       paged_attention(ctx, q.view().slice(0, t0, t0 + n), kv, qi, qp, params_of(kD), out);
       return to_f32_vector(out);
     };
-    const std::vector<float> all = run(0, kQ);
+    const std::vector<float> all = run(kPrefill - kQ, kQ);
     for (int64_t t = 0; t < kQ; ++t) {
-      const std::vector<float> one = run(t, 1);
+      const std::vector<float> one = run(kPrefill - kQ + t, 1);
       ASSERT_EQ(std::memcmp(one.data(), all.data() + t * kHeads * kD, one.size() * sizeof(float)),
                 0)
           << "query " << t;
     }
+    // The last kPrefill queries of the row at once (a prefill: enough partial outputs that each
+    // task folds its key segments itself) against the verify's and single queries above.
+    const std::vector<float> prefill = run(0, kPrefill);
+    const size_t tail = static_cast<size_t>(kQ * kHeads * kD);
+    ASSERT_EQ(std::memcmp(prefill.data() + prefill.size() - tail, all.data(), tail * sizeof(float)),
+              0);
   }
 }
 
