@@ -3,7 +3,8 @@
 # tensor layout it writes for a config equals the golden fixtures' (names and shapes: Llama,
 # Mistral, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3, GLM-4.5); random Qwen3-MoE and DeepSeek-V3
 # checkpoints it writes (the latter without a query LoRA, as deepseek-v2-lite) hold N(0, 0.02)
-# bf16 weights and load and generate in dspark.
+# bf16 weights and load and generate in dspark; random MLX 4-bit g64 and 8-bit g32 checkpoints of
+# the llama3 fixture load and generate as MLX blocks.
 #   bash tests/cli/random_checkpoint_test.sh <path-to-dspark> <repo-root>
 set -euo pipefail
 DSPARK=$1
@@ -75,4 +76,40 @@ PY
 d = json.loads(open(sys.argv[1]).read().rstrip("\n").split("\n")[-1])
 assert len(d["tokens"]) == 4, d' "$TMP/out.json" || fail "$name did not generate 4 tokens"
   echo "$name: random checkpoint generates"
+done
+
+# --mlx: the projections, embedding and LM head as mlx-lm stores them (U32 codes, bf16 scales
+# and biases, config.json quantization), loaded and run as MLX blocks.
+[[ -d $MODELS/llama3 ]] || { echo "SKIP: no llama3 fixture for --mlx"; exit 0; }
+python3 -c 'import json, sys
+c = json.load(open(sys.argv[1])); c["eos_token_id"] = None
+json.dump(c, open(sys.argv[2], "w"))' "$MODELS/llama3/config.json" "$TMP/llama3.json"
+for spec in "4 64" "8 32"; do
+  set -- $spec
+  out="$TMP/llama3-mlx$1-g$2"
+  python3 "$TOOL" --config "$TMP/llama3.json" --layers 2 --mlx "$1" --group-size "$2" \
+    --out "$out" --tokenizer "$MODELS/llama3" > "$TMP/synth.log" ||
+    fail "writing mlx$1 g$2: $(cat "$TMP/synth.log")"
+  python3 - "$out" "$1" "$2" <<'PY' || fail "mlx$1 g$2 checkpoint"
+import json, sys
+from safetensors import safe_open
+out, bits, group = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+c = json.load(open(out + "/config.json"))
+assert c["quantization"] == {"group_size": group, "bits": bits}, c
+with safe_open(out + "/model.safetensors", "np") as f:
+    w = f.get_slice("model.layers.0.self_attn.q_proj.weight")
+    s = f.get_slice("model.layers.0.self_attn.q_proj.scales")
+    n, k = 64, 64  # the fixture's hidden size
+    assert w.get_dtype() == "U32" and w.get_shape() == [n, k * bits // 32], w.get_shape()
+    assert s.get_dtype() == "BF16" and s.get_shape() == [n, k // group], s.get_shape()
+    assert f.get_slice("model.embed_tokens.weight").get_dtype() == "U32"
+    assert f.get_slice("model.norm.weight").get_dtype() == "BF16"
+PY
+  "$DSPARK" generate -m "$out" -p "Hello world" -n 4 --temperature 0 --json \
+    > "$TMP/out.json" 2> "$TMP/err" || fail "generate mlx$1 g$2: $(cat "$TMP/err")"
+  ! grep -q "dequantized" "$TMP/err" || fail "mlx$1 g$2 not run as blocks: $(cat "$TMP/err")"
+  python3 -c 'import json, sys
+d = json.loads(open(sys.argv[1]).read().rstrip("\n").split("\n")[-1])
+assert len(d["tokens"]) == 4, d' "$TMP/out.json" || fail "mlx$1 g$2 did not generate 4 tokens"
+  echo "llama3 mlx$1 g$2: random checkpoint generates"
 done

@@ -26,6 +26,12 @@ out; --layers N and --vocab N shrink a shape (num_hidden_layers, vocab_size) for
 f32 weight_scale_inv per 128 x 128 block, quantization_config quant_method "fp8"; embeddings, norms,
 routers and the LM head stay bf16), as Qwen3-*-FP8 publish them.
 
+--mlx BITS (4 or 8, with --group-size 32 / 64 / 128, default 64) writes the checkpoint as mlx-lm
+quantizes one: every projection, the embedding and the LM head as uint32-packed codes with bf16
+`scales` and `biases` per group (random codes; one scale per tensor, exact in f16, and the bias
+centring the codes), config.json `quantization` {group_size, bits}. About a quarter (4-bit) of the
+bf16 bytes, so an 8B shape is written in seconds rather than quantized from 16 GB.
+
 Speed (decode cost) does not depend on weight values, so these are fine for benchmarks; acceptance
 rates need trained pairs. Tensors are generated with torch on the GPU when one is present (fast),
 else with torch or NumPy on the CPU (--fp8 needs torch), and streamed into ~4 GB safetensors
@@ -62,6 +68,10 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--fp8", action="store_true",
                     help="the projections as F8_E4M3 with 128x128 block scales (targets only)")
+    ap.add_argument("--mlx", type=int, choices=(4, 8),
+                    help="the projections, embedding and LM head MLX-quantized with this many bits")
+    ap.add_argument("--group-size", type=int, choices=(32, 64, 128), default=64,
+                    help="values per scale and bias with --mlx (default 64)")
     args = ap.parse_args()
     if args.list:
         for name, cfg in sorted(SHAPES.items()):
@@ -100,8 +110,13 @@ def main():
         cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3",
                                       "activation_scheme": "dynamic",
                                       "weight_block_size": [FP8_BLOCK, FP8_BLOCK]}
+    if args.mlx:
+        if args.fp8:
+            ap.error("--mlx and --fp8 exclude each other")
+        cfg["quantization"] = {"group_size": args.group_size, "bits": args.mlx}
+        cfg["quantization_config"] = dict(cfg["quantization"])
     try:
-        entries = _plan(cfg, args.fp8)
+        entries = _plan(cfg, args.fp8, (args.mlx, args.group_size) if args.mlx else None)
     except (KeyError, ValueError) as e:
         ap.error(f"{label}: cannot lay out its tensors: {e}")
     gen = _generator(args.seed, args.std, args.fp8)
@@ -146,11 +161,23 @@ def _drop_token_ids(cfg, vocab):
         cfg["eos_token_id"] = None
 
 
-def _plan(cfg, fp8):
+def _plan(cfg, fp8, mlx=None):
     """The stored tensors: name, safetensors dtype, shape and what fills it (ones, zeros, randn,
-    fp8 codes or their block scales). Units (a weight and its scales) stay in one shard."""
+    fp8 codes or their block scales, MLX codes, scales and biases). Units (a weight and its
+    scales) stay in one shard."""
     units = []
     for name, shape in tensor_shapes(cfg):
+        if mlx and _mlx_quantized(name, shape, mlx[1]):
+            bits, group = mlx
+            n, k = shape
+            module = name[: -len(".weight")]
+            scale = 2.0 ** (-4 - bits)  # codes spread about as N(0, 0.02)
+            units.append([dict(name=name, dtype="U32", shape=(n, k * bits // 32), fill="mlx_codes"),
+                          dict(name=module + ".scales", dtype="BF16", shape=(n, k // group),
+                               fill="const", value=scale),
+                          dict(name=module + ".biases", dtype="BF16", shape=(n, k // group),
+                               fill="const", value=-scale * 2 ** (bits - 1))])
+            continue
         if f32_tensor(name):
             units.append([dict(name=name, dtype="F32", shape=shape, fill="zeros")])
         elif name.endswith("norm.weight"):
@@ -168,7 +195,14 @@ def _plan(cfg, fp8):
     return units
 
 
-_ITEMSIZE = {"BF16": 2, "F32": 4, "F8_E4M3": 1}
+_ITEMSIZE = {"BF16": 2, "F32": 4, "F8_E4M3": 1, "U32": 4}
+
+
+def _mlx_quantized(name, shape, group):
+    """What mlx-lm quantizes: the linear layers and embeddings (2-D weights) whose rows split
+    into whole groups; norms, biases and routers stay float."""
+    return (len(shape) == 2 and name.endswith(".weight") and shape[1] % group == 0
+            and not name.endswith("norm.weight") and not name.endswith("mlp.gate.weight"))
 
 
 def _nbytes(e):
@@ -209,6 +243,12 @@ def _write_shard(path, entries, gen):
                 f.write(codes)
             elif e["fill"] == "fp8_scales":
                 f.write(pending_scales)
+            elif e["fill"] == "mlx_codes":
+                for chunk in gen.words(e["shape"]):
+                    f.write(chunk)
+            elif e["fill"] == "const":  # a power of two: exact in bf16 and f16
+                bf16 = struct.unpack("<I", struct.pack("<f", e["value"]))[0] >> 16
+                f.write(struct.pack("<H", bf16) * numel(e["shape"]))
             else:
                 for chunk in gen.chunks(e["fill"], e["shape"], e["dtype"]):
                     f.write(chunk)
@@ -255,6 +295,11 @@ class _NumpyGen:
             yield (u >> 16).astype(np.uint16).tobytes()
 
 
+    def words(self, shape):
+        for n in _row_chunks(shape):
+            yield self.rng.integers(0, 1 << 32, n, dtype=self.np.uint32).tobytes()
+
+
 class _TorchGen:
     def __init__(self, torch, seed, std):
         self.torch, self.std = torch, std
@@ -273,6 +318,13 @@ class _TorchGen:
                 yield x.cpu().numpy().tobytes()
             else:
                 yield x.to(torch.bfloat16).view(torch.int16).cpu().numpy().tobytes()
+
+    def words(self, shape):
+        torch = self.torch
+        for n in _row_chunks(shape):
+            x = torch.randint(-(1 << 31), 1 << 31, (n,), generator=self.gen, device=self.device,
+                              dtype=torch.int32)
+            yield x.cpu().numpy().tobytes()
 
     def fp8(self, shape):
         """E4M3 codes of a random [N, K] weight with one scale per block x block (the last ones
