@@ -57,7 +57,8 @@ struct Task {
 // Folds a segment's running max m, sum l and unnormalised output acc (l == 0: the query sees no
 // key in it) into a lane's (M, L, O) over the previous segments, in segment order. The first
 // non-empty segment is copied, so a query with one segment gets exactly its online softmax.
-void fold_segment(float m, float l, const float* acc, float& M, float& L, float* O, int64_t d) {
+void fold_segment(bool avx2, float m, float l, const float* acc, float& M, float& L, float* O,
+                  int64_t d) {
   if (!(l > 0.0f)) return;
   if (!(L > 0.0f)) {
     M = m;
@@ -68,7 +69,7 @@ void fold_segment(float m, float l, const float* acc, float& M, float& L, float*
   const float m2 = std::max(M, m);
   const float a = attention_lanes::exp_lane(M - m2), b = attention_lanes::exp_lane(m - m2);
   L = std::fma(l, b, L * a);
-  for (int64_t i = 0; i < d; ++i) O[i] = std::fma(acc[i], b, O[i] * a);
+  attention_lanes::fold(avx2, acc, a, b, O, d);
   M = m2;
 }
 
@@ -301,7 +302,8 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
               part[1] = ln.l[a];
               std::copy(ln.acc + a * d, ln.acc + (a + 1) * d, part + 2);
             } else {
-              fold_segment(ln.m[a], ln.l[a], ln.acc + a * d, run_m[a], run_l[a], run_o + a * d, d);
+              fold_segment(avx2, ln.m[a], ln.l[a], ln.acc + a * d, run_m[a], run_l[a],
+                           run_o + a * d, d);
             }
           }
         }
@@ -323,7 +325,7 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
         float m = -INFINITY, l = 0.0f;
         for (int64_t seg = 0; seg < row_segments(r); ++seg) {
           const float* part = part_of(t, h, seg);
-          fold_segment(part[0], part[1], part + 2, m, l, o, d);
+          fold_segment(avx2, part[0], part[1], part + 2, m, l, o, d);
         }
         normalize(o, l, d);
         store_any(out.dtype(), o, element(out, t, h), d);

@@ -102,6 +102,13 @@ LANES_AVX2 void accumulate_avx2(const float* w, const float* const* values, int6
   for (; i0 + 64 <= d; i0 += 64) accumulate_avx2_block<8>(w, values, j0, j1, i0, acc);
   for (; i0 < d; i0 += 8) accumulate_avx2_block<1>(w, values, j0, j1, i0, acc);
 }
+LANES_AVX2 void fold_avx2(const float* acc, float a, float b, float* o, int64_t d) {
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  for (int64_t i = 0; i < d; i += 8) {
+    const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(o + i), va);
+    _mm256_storeu_ps(o + i, _mm256_fmadd_ps(_mm256_loadu_ps(acc + i), vb, scaled));
+  }
+}
 #endif  // __x86_64__
 
 }  // namespace
@@ -143,6 +150,14 @@ void accumulate(bool avx2, const float* w, const float* const* values, int64_t j
   (void)avx2;
   for (int64_t j = j0; j < j1; ++j)
     for (int64_t i = 0; i < d; ++i) acc[i] = std::fma(w[j], values[j][i], acc[i]);
+}
+
+void fold(bool avx2, const float* acc, float a, float b, float* o, int64_t d) {
+#if defined(__x86_64__)
+  if (avx2 && d % 8 == 0) return fold_avx2(acc, a, b, o, d);
+#endif
+  (void)avx2;
+  for (int64_t i = 0; i < d; ++i) o[i] = std::fma(acc[i], b, o[i] * a);
 }
 
 }  // namespace dspark::cpu::attention_lanes

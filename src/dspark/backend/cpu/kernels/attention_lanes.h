@@ -9,6 +9,7 @@
 //   weights of a chunk: exp(s - max) in groups of 8 keys, summed per lane of 8 over the groups
 //     in order, then the tree above.
 //   output: acc[i] = fma(w_j, v_j[i], acc[i]) over the lane's visible keys in increasing j.
+//   fold of a key segment's output into the running one: o[i] = fma(acc[i], b, o[i] * a).
 #pragma once
 
 #include <cstdint>
@@ -30,5 +31,8 @@ float exp_shifted(bool avx2, float* s, int64_t n, float shift);
 // acc[i] = fma(w[jj], values[jj][i], acc[i]) for jj in [j0, j1), i < d.
 void accumulate(bool avx2, const float* w, const float* const* values, int64_t j0, int64_t j1,
                 float* acc, int64_t d);
+
+// o[i] = fma(acc[i], b, o[i] * a) for i < d: a segment's output folded into the running one.
+void fold(bool avx2, const float* acc, float a, float b, float* o, int64_t d);
 
 }  // namespace dspark::cpu::attention_lanes
