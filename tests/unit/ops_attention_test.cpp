@@ -242,6 +242,15 @@ TEST(OpsAttention, RowsAcrossKeySegments) {
   run_case(c, 12);
 }
 
+// KV heads with more query heads than a task's 32 lanes, not a multiple of them (48 per KV head):
+// a KV head's heads split over several tasks.
+TEST(OpsAttention, WideQueryGroups) {
+  AttnCase c = make_case("wide groups", 96, 2, 8, 16);
+  c.params = params_of(8);
+  c.rows = {{40, span_of(36, 4)}, {300, span_of(299, 1)}};
+  run_case(c, 13);
+}
+
 // Drafter block attention: every block query sees [prefix ++ whole block].
 TEST(OpsAttention, NonCausalBlock) {
   AttnCase c = make_case("block", 4, 2, 64, 16);

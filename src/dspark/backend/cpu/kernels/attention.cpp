@@ -224,13 +224,15 @@ void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Ten
     const int64_t nseg = row_segments(r);
     for (int64_t t0 = qi[r]; t0 < qi[r + 1]; t0 += block) {
       const int64_t t1 = std::min<int64_t>(t0 + block, qi[r + 1]);
-      for (int64_t h = 0; h < n_heads; h += heads_per_task) {
-        const int64_t h1 = std::min(h + heads_per_task, (h / group + 1) * group);
-        if (split) {
-          for (int64_t seg = 0; seg < nseg; ++seg)
-            tasks.push_back({r, t0, t1, h, h1, seg, seg + 1});
-        } else {
-          tasks.push_back({r, t0, t1, h, h1, 0, nseg});
+      for (int64_t kvh = 0; kvh < n_kv_heads; ++kvh) {
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; h += heads_per_task) {
+          const int64_t h1 = std::min(h + heads_per_task, (kvh + 1) * group);
+          if (split) {
+            for (int64_t seg = 0; seg < nseg; ++seg)
+              tasks.push_back({r, t0, t1, h, h1, seg, seg + 1});
+          } else {
+            tasks.push_back({r, t0, t1, h, h1, 0, nseg});
+          }
         }
       }
     }
