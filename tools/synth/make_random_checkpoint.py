@@ -113,6 +113,8 @@ def main():
     if args.mlx:
         if args.fp8:
             ap.error("--mlx and --fp8 exclude each other")
+        if drafter:
+            ap.error("--mlx writes targets only (drafters: dspark quantize --format mlx4|mlx8)")
         cfg["quantization"] = {"group_size": args.group_size, "bits": args.mlx}
         cfg["quantization_config"] = dict(cfg["quantization"])
     try:
@@ -293,7 +295,6 @@ class _NumpyGen:
             u = x.view(np.uint32)
             u += 0x7FFF + ((u >> 16) & 1)
             yield (u >> 16).astype(np.uint16).tobytes()
-
 
     def words(self, shape):
         for n in _row_chunks(shape):
