@@ -48,8 +48,8 @@ constexpr int64_t kMaxLanes = 32;
 constexpr int64_t kMaxPartialFloats = int64_t{1} << 18;
 static_assert(kKeySegment % kKeyChunk == 0);
 
-// Queries [t0, t1) of a row with query heads [h0, h1) of one KV head (its lanes), over segment
-// `segment` of the row's keys.
+// Queries [t0, t1) of a row with query heads [h0, h1) of one KV head (its lanes), over key
+// segments [seg0, seg1) of the row.
 struct Task {
   int64_t row, t0, t1, h0, h1, seg0, seg1;
 };
@@ -137,12 +137,16 @@ void attend(const Lanes& ln, int64_t key_lo, int64_t key_hi, const int32_t* page
   const int64_t page_size = k_pages.size(1), n_kv_heads = k_pages.size(2);
   const TKV* kp = static_cast<const TKV*>(k_pages.data());
   const TKV* vp = static_cast<const TKV*>(v_pages.data());
+  auto offset = [&](int64_t j) {
+    const int64_t page = pages[j / page_size];
+    return ((page * page_size + j % page_size) * n_kv_heads + kv_head) * d;
+  };
   // Row jj of a chunk as f32: in the cache itself when it holds f32, else converted into buf.
-  auto row = [&](const TKV* base, int64_t offset, float* buf) -> const float* {
+  auto row = [&](const TKV* base, int64_t j, float* buf) -> const float* {
     if constexpr (std::is_same_v<TKV, float>) {
-      return base + offset;
+      return base + offset(j);
     } else {
-      load_f32(base + offset, buf, d);
+      load_f32(base + offset(j), buf, d);
       return buf;
     }
   };
@@ -151,13 +155,9 @@ void attend(const Lanes& ln, int64_t key_lo, int64_t key_hi, const int32_t* page
   for (int64_t j0 = key_lo / kKeyChunk * kKeyChunk; j0 < key_hi; j0 += kKeyChunk) {
     const int64_t b = std::max<int64_t>(key_lo - j0, 0);
     const int64_t e = std::min(kKeyChunk, key_hi - j0);
-    // Key j's page and slot, advanced one key at a time (one division per chunk, not per key).
-    int64_t page = (j0 + b) / page_size, slot = (j0 + b) % page_size;
     for (int64_t jj = b; jj < e; ++jj) {
-      const int64_t offset = ((pages[page] * page_size + slot) * n_kv_heads + kv_head) * d;
-      krows[jj] = row(kp, offset, kbuf + jj * d);
-      vrows[jj] = row(vp, offset, vbuf + jj * d);
-      if (++slot == page_size) slot = 0, ++page;
+      krows[jj] = row(kp, j0 + jj, kbuf + jj * d);
+      vrows[jj] = row(vp, j0 + jj, vbuf + jj * d);
     }
     for (int64_t a = 0; a < ln.n; ++a) lane_step(ln, a, j0, krows, vrows, softcap);
   }
