@@ -18,7 +18,9 @@
 // policy/linear_quant.h picks (the few-row dp4a kernel with its tiles and warps per row; the
 // tensor-core kernel with its plan: slices of K x row groups, warps on K x row tiles in flight; or
 // dequantize + cuBLASLt); its GB/s counts the blocks' bytes
-// (quantized values and scales), and "vs dense" is the dense call's time over its time.
+// (quantized values and scales), and "vs dense" is the dense call's time over its time; the JSON
+// also holds an FNV-1a digest of the last call's output bytes ("y_fnv1a"), to tell whether a kernel
+// change kept the same bits.
 // A shape is NxK (output features x input features); the defaults are the Qwen3-8B projections
 // (fused QKV, o, fused gate/up, down) and its LM head.
 #include <algorithm>
@@ -46,6 +48,14 @@
 namespace dspark::bench {
 namespace {
 
+// FNV-1a over a host tensor's bytes.
+uint64_t fnv1a(const Tensor& t) {
+  const auto* b = static_cast<const uint8_t*>(t.data());
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
 // Mean device milliseconds of one call, over `iters` calls of call(i) (i cycles through `copies`
 // weight copies).
 template <typename Call>
@@ -66,6 +76,8 @@ const char* kernel_name(cuda::LinearKernel k) {
       return "one-row";
     case cuda::LinearKernel::one_row_half:
       return "one-row, 8-warp CTAs";
+    case cuda::LinearKernel::invariant:
+      return "batch-invariant";
     case cuda::LinearKernel::cublaslt:
       break;
   }
@@ -304,6 +316,7 @@ int main(int argc, char** argv) {
           });
           const double q_gbs = q_bytes / (q_ms * 1e-3) / 1e9;
           const auto dense = dense_ms.find({si, m});
+          const OwnedTensor y_host = OwnedTensor::copy_of(y.view(), Device::cpu());
           nlohmann::json r = {{"n", s.n},
                               {"k", s.k},
                               {"m", m},
@@ -312,7 +325,8 @@ int main(int argc, char** argv) {
                               {"kernel", quant_kernel_name(choice)},
                               {"ms", q_ms},
                               {"gbs", q_gbs},
-                              {"fraction_of_copy", q_gbs * 1e9 / copy_bw}};
+                              {"fraction_of_copy", q_gbs * 1e9 / copy_bw},
+                              {"y_fnv1a", fmt::format("{:016x}", fnv1a(y_host.view()))}};
           if (choice.kernel == cuda::LinearBlocksKernel::mma) {
             const cuda::QuantMmaPlan& p = choice.plan;
             r["plan"] = {{"slices", p.slices},
