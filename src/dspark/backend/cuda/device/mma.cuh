@@ -111,6 +111,11 @@ __device__ __forceinline__ void cp_async16_stream(void* smem, const void* gmem, 
                "r"(src_bytes)
                : "memory");
 }
+// cp_async16_stream of all 16 bytes to a shared-memory address (__cvta_generic_to_shared).
+__device__ __forceinline__ void cp_async16_stream_at(unsigned smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, 16;" ::"r"(smem), "l"(gmem)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 }

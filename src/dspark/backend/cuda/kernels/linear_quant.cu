@@ -11,8 +11,9 @@
 //    warps_k split the slice's super-blocks, warps_r tiles are in flight at once (a round).
 //  - Weights: each warp streams its 16-row tiles of its super-blocks, a stage (16 rows x 1
 //    super-block, 2.3-4.4 KB) at a time, through its own ring of 2 stages in shared memory by
-//    cp.async (16-byte copies of the 16-byte chunks that hold the stage's bytes: rows of Q6_K /
-//    Q8_0 blocks need not be 16-byte aligned), one stage ahead of its math and across tiles and
+//    cp.async (16-byte copies of the 16-byte chunks that hold the stage's bytes: a fixed count at
+//    fixed offsets where a super-block is whole chunks, every format but Q6_K, whose rows need
+//    not be 16-byte aligned), one stage ahead of its math and across tiles and
 //    rounds: 16 warps with short rings hide more latency than 8 with long ones. The first stage is
 //    requested before pdl_wait() (weights are never written by a forward). A warp's stage is its
 //    own: __syncwarp, no CTA barrier, between the copies and the reads.
@@ -122,6 +123,9 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   constexpr int CB = kFormat.chunk_sbs, SBB = F::kSbBytes, SUBS = F::kSubs;
   constexpr int kRowChunks = (CB * SBB + 15) / 16 + 1;  // QuantMmaLayout::row_chunks
   constexpr int kRowStride = (kRowChunks | 1) * 16;     // QuantMmaLayout::row_stride
+  // Rows of whole 16-byte chunks (every format but Q6_K; the weights are 16-byte aligned): a
+  // stage's bytes of a row start at its slot row's first byte and never run past the matrix.
+  constexpr bool kAlignedRows = (CB * SBB) % 16 == 0 && SBB % 16 == 0;
   using Entry = quant::ScaleEntry<F::kMin>;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ bool s_last;
@@ -157,17 +161,28 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
       uint8_t* dst = ring + (issued % kStages) * 16 * kRowStride + copy_row * kRowStride;
       const int64_t row = min(int64_t{tile} * 16 + copy_row, int64_t{p.n} - 1);
       const int64_t a = row * p.row_bytes + int64_t{sb0} * SBB;
-      const int64_t a0 = a & ~int64_t{15};
-      const int nvec = static_cast<int>((a + int64_t{nsb} * SBB - a0 + 15) >> 4);
-      const uint8_t* src = p.w + a0;
-      if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
-        for (int v = copy_first; v < nvec; v += 2)
-          device::cp_async16_stream(dst + 16 * v, src + 16 * v, 16);
-      } else {  // the matrix's last bytes: reads past it give zeros
-        for (int v = copy_first; v < nvec; v += 2) {
-          const int64_t left = p.w_bytes - (a0 + 16 * v);
-          const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
-          device::cp_async16_stream(dst + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
+      if constexpr (kAlignedRows) {  // whole 16-byte chunks, all inside the matrix
+        const int nvec = (CB == 1 ? 1 : nsb) * (SBB / 16);  // a stage has >= 1 super-block
+        const uint8_t* src = p.w + a;
+        const auto to = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+#pragma unroll
+        for (int k = 0; k < (CB * SBB / 16 + 1) / 2; ++k) {
+          const int v = 2 * k + copy_first;
+          if (v < nvec) device::cp_async16_stream_at(to + 16 * v, src + 16 * v);
+        }
+      } else {
+        const int64_t a0 = a & ~int64_t{15};
+        const int nvec = static_cast<int>((a + int64_t{nsb} * SBB - a0 + 15) >> 4);
+        const uint8_t* src = p.w + a0;
+        if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
+          for (int v = copy_first; v < nvec; v += 2)
+            device::cp_async16_stream(dst + 16 * v, src + 16 * v, 16);
+        } else {  // the matrix's last bytes: reads past it give zeros
+          for (int v = copy_first; v < nvec; v += 2) {
+            const int64_t left = p.w_bytes - (a0 + 16 * v);
+            const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
+            device::cp_async16_stream(dst + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
+          }
         }
       }
     }
@@ -186,12 +201,29 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   // x's slice: [m][slice values] 16-bit, x_stride bytes apart.
   const int slice_len = (slice1 - slice0) * 256;
   {
-    const int vecs = slice_len / 8;
+    // Four 16-byte vectors per thread in flight at a time; (row, vector) stepped without
+    // divisions.
+    const int vecs = slice_len / 8, total = p.m * vecs;
+    const int step_r = kThreads / vecs, step_v = kThreads % vecs;
     const T* x0 = p.x + int64_t{slice0} * 256;
-    for (int idx = static_cast<int>(threadIdx.x); idx < p.m * vecs; idx += kThreads) {
-      const int r = idx / vecs, v = idx % vecs;
-      const uint4 val = __ldg(reinterpret_cast<const uint4*>(x0 + r * p.ldx) + v);
-      *reinterpret_cast<uint4*>(xs + r * p.x_stride + 16 * v) = val;
+    int r = static_cast<int>(threadIdx.x) / vecs, v = static_cast<int>(threadIdx.x) % vecs;
+    for (int idx = static_cast<int>(threadIdx.x); idx < total; idx += 4 * kThreads) {
+      uint4 val[4];
+      int dst[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        dst[u] = -1;
+        if (idx + u * kThreads < total) {
+          val[u] = __ldg(reinterpret_cast<const uint4*>(x0 + int64_t{r} * p.ldx) + v);
+          dst[u] = r * p.x_stride + 16 * v;
+        }
+        r += step_r;
+        v += step_v;
+        if (v >= vecs) v -= vecs, ++r;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        if (dst[u] >= 0) *reinterpret_cast<uint4*>(xs + dst[u]) = val[u];
     }
   }
   __syncthreads();
@@ -200,6 +232,12 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   for (int t = 0; t < NT; ++t) xr[t] = xs + min(g + 8 * t, p.m - 1) * p.x_stride + 8 * c;
 
   float* const mine = part_s + warp * 16 * p.part_stride;
+  // A round's sums: (warp of the round's tiles w2, row + 16 tok) items, this thread's first and
+  // its step, the same every round.
+  const int sum_items = p.warps_r * 16 * p.m;
+  const int sum_w2 = static_cast<int>(threadIdx.x) / (16 * p.m);
+  const int sum_rem = static_cast<int>(threadIdx.x) % (16 * p.m);
+  const int sum_step_w2 = kThreads / (16 * p.m), sum_step_rem = kThreads % (16 * p.m);
   int i = 0;
   for (int round = 0; round < rounds; ++round) {
     float acc[NT][4];
@@ -217,14 +255,19 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
         const int sb0 = my0 + j * CB, nsb = min(CB, my1 - sb0);
         // Row rr's first byte of the stage (its offset in its first 16-byte chunk).
         auto row_data = [&](int rr) {
-          const int64_t row = min(int64_t{tile} * 16 + rr, int64_t{p.n} - 1);
-          const int delta = static_cast<int>((row * p.row_bytes + int64_t{sb0} * SBB) & 15);
-          return slot + rr * kRowStride + delta;
+          if constexpr (kAlignedRows) {
+            return slot + rr * kRowStride;
+          } else {
+            const int64_t row = min(int64_t{tile} * 16 + rr, int64_t{p.n} - 1);
+            const int delta = static_cast<int>((row * p.row_bytes + int64_t{sb0} * SBB) & 15);
+            return slot + rr * kRowStride + delta;
+          }
         };
-        for (int idx = lane; idx < 32 * nsb; idx += 32) {
-          const int rr = idx & 15, h = (idx >> 4) & 1, jj = idx >> 5;
-          quant::pack_scales_half<T, Q>(row_data(rr) + jj * SBB, h,
-                                        table + rr * p.table_stride + jj * SUBS);
+#pragma unroll
+        for (int jj = 0; jj < CB; ++jj) {
+          if (jj < nsb)
+            quant::pack_scales_half<T, Q>(row_data(lane & 15) + jj * SBB, lane >> 4,
+                                          table + (lane & 15) * p.table_stride + jj * SUBS);
         }
         __syncwarp();
         const uint8_t* pa = row_data(g);
@@ -248,15 +291,20 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
       mine[(g + 8) * p.part_stride + col + 1] = acc[t][3];
     }
     __syncthreads();
-    const int items = p.warps_r * 16 * p.m;
-    for (int idx = static_cast<int>(threadIdx.x); idx < items; idx += kThreads) {
-      const int w2 = idx / (16 * p.m), rem = idx % (16 * p.m), row = rem % 16, tok = rem / 16;
+    int w2 = sum_w2, rem = sum_rem;
+    for (int idx = static_cast<int>(threadIdx.x); idx < sum_items; idx += kThreads) {
+      const int row = rem & 15, tok = rem >> 4;
       const int tile2 = tile0 + round * p.warps_r + w2;
       const int64_t n_idx = int64_t{tile2} * 16 + row;
+      const float* src = part_s + (w2 * p.warps_k * 16 + row) * p.part_stride + tok;
+      w2 += sum_step_w2;
+      rem += sum_step_rem;
+      if (rem >= 16 * p.m) rem -= 16 * p.m, ++w2;
       if (tile2 >= tile1 || n_idx >= p.n) continue;
       float s = 0.0f;
-      for (int k2 = 0; k2 < p.warps_k; ++k2)
-        s += part_s[((w2 * p.warps_k + k2) * 16 + row) * p.part_stride + tok];
+#pragma unroll
+      for (int k2 = 0; k2 < 8; ++k2)  // warps_k <= 8 (the policy's plans)
+        if (k2 < p.warps_k) s += src[k2 * 16 * p.part_stride];
       if (p.slices == 1) {
         if (p.bias != nullptr) s += device::load_float(p.bias, n_idx, p.bias_kind);
         device::store_float(p.y, tok * p.ldy + n_idx, p.y_kind, s);
@@ -276,15 +324,39 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
   __syncthreads();
   if (!s_last) return;
   __threadfence();
+  // kMergeBatch outputs per thread at a time, the loads of all of them issued before any sum is
+  // stored: the partial sums come from L2, and one output at a time waits a round trip per slice.
+  constexpr int kMergeBatch = 4;
   const int64_t row0 = int64_t{tile0} * 16;
-  const int64_t rows = min(int64_t{tile1} * 16, int64_t{p.n}) - row0;
-  for (int64_t idx = threadIdx.x; idx < rows * p.m; idx += kThreads) {
-    const int tok = static_cast<int>(idx / rows);
-    const int64_t n_idx = row0 + idx % rows;
-    float s = 0.0f;
-    for (int q = 0; q < p.slices; ++q) s += __ldcg(p.part + (int64_t{q} * p.m + tok) * p.n + n_idx);
-    if (p.bias != nullptr) s += device::load_float(p.bias, n_idx, p.bias_kind);
-    device::store_float(p.y, tok * p.ldy + n_idx, p.y_kind, s);
+  const int rows = static_cast<int>(min(int64_t{tile1} * 16, int64_t{p.n}) - row0);
+  const int outputs = rows * p.m, step_tok = kThreads / rows, step_nr = kThreads % rows;
+  const int64_t slice_stride = int64_t{p.m} * p.n;
+  int tok = static_cast<int>(threadIdx.x) / rows, nr = static_cast<int>(threadIdx.x) % rows;
+  for (int idx = static_cast<int>(threadIdx.x); idx < outputs; idx += kMergeBatch * kThreads) {
+    float s[kMergeBatch];
+    int64_t at[kMergeBatch], n_idx[kMergeBatch];
+    int toks[kMergeBatch];
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      s[u] = 0.0f;
+      toks[u] = idx + u * kThreads < outputs ? tok : -1;
+      n_idx[u] = row0 + nr;
+      at[u] = int64_t{tok} * p.n + n_idx[u];
+      tok += step_tok;
+      nr += step_nr;
+      if (nr >= rows) nr -= rows, ++tok;
+    }
+    for (int q = 0; q < p.slices; ++q) {
+#pragma unroll
+      for (int u = 0; u < kMergeBatch; ++u)
+        if (toks[u] >= 0) s[u] += __ldcg(p.part + q * slice_stride + at[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      if (toks[u] < 0) continue;
+      if (p.bias != nullptr) s[u] += device::load_float(p.bias, n_idx[u], p.bias_kind);
+      device::store_float(p.y, toks[u] * p.ldy + n_idx[u], p.y_kind, s[u]);
+    }
   }
   if (threadIdx.x == 0) p.counters[rg] = 0;  // every slice has arrived: zero for the next launch
 }
@@ -317,6 +389,9 @@ void linear_mma(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tens
   const RowView xv = row_view(x), yv = row_view(y);
   const int64_t m = xv.rows, n = w.n;
   const QuantMmaLayout layout = quant_mma_layout(w.quant, m, plan.slice_sbs);
+  DSPARK_CHECK_KIND(internal, plan.warps_k >= 1 && plan.warps_k <= 8,
+                    "linear_blocks: the plan's {} warps per tile (the kernel adds up to 8)",
+                    plan.warps_k);
   DSPARK_CHECK_KIND(internal, layout.bytes == plan.smem_bytes,
                     "linear_blocks: the plan's shared memory {} != the layout's {}",
                     plan.smem_bytes, layout.bytes);
