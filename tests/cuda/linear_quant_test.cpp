@@ -25,15 +25,12 @@
 #include <tuple>
 #include <vector>
 
-#include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/policy/linear_quant.h"
 #include "dspark/backend/op_params.h"
 #include "dspark/core/quant.h"
 #include "dspark/ops/activation.h"
 #include "dspark/ops/embedding.h"
-#include "dspark/ops/linear_norm.h"
 #include "dspark/ops/matmul.h"
-#include "dspark/ops/norm.h"
 
 #include "cuda/cuda_consistency.h"
 
@@ -438,81 +435,6 @@ TEST_P(CudaLinearQuant, SwigluEqualsProductThenOp) {
                 << " warps per row): not the fused kernel";
           }
 #endif
-        }
-      }
-    }
-  }
-}
-
-// linear_add_rms_norm with a block-quantized weight (the o and down projections with the residual
-// add and RMSNorm after them): y, the residual, out and the residual's bf16 copy with the bits of
-// linear, add_rms_norm and convert. At 1-4 rows the few-row kernel runs the norm in its last CTA
-// (one launch: checked through the backend's entry, which says whether it took the call), for
-// rows of 144, 512, 640 and 1,024 vectors (the norm's 1, 2, 3 and 4 vectors per thread), out
-// bf16 and f32, with and without the unit offset and the copy, twice in a row (the arrival
-// counter is set back to 0 by each launch); at 17 rows (batch-invariant: the few-row kernel in
-// chunks, the norm as its own launch) the call takes the two ops.
-TEST_P(CudaLinearQuant, AddNormEqualsProductThenOps) {
-  DSPARK_REQUIRE_CUDA();
-  const QuantType q = GetParam();
-  for (bool invariant : {false, true}) {
-    Contexts ctx;
-    ctx.gpu.cuda_tuning().batch_invariant = invariant;
-    for (const auto& [n, k] :
-         {std::pair<int64_t, int64_t>{576, 768}, {2048, 1280}, {2560, 2048}, {4096, 1280}}) {
-      const QuantWeight w = make_weight(q, n, k, 7700 + static_cast<uint32_t>(n));
-      const OwnedTensor weight_h = random_tensor(DType::f32, Shape{n}, 7701, 0.5f);
-      const OwnedTensor weight = OwnedTensor::copy_of(weight_h.view(), kTestGpu);
-      for (int64_t m : invariant ? std::vector<int64_t>{1, 17} : std::vector<int64_t>{1, 2, 3, 4}) {
-        for (DType od : {DType::bf16, DType::f32}) {
-          const bool offset = od == DType::f32, with_copy = m != 2;
-          const std::string what = std::string(quant_type_name(q)) + " N=" + std::to_string(n) +
-                                   " K=" + std::to_string(k) + " M=" + std::to_string(m) + " -> " +
-                                   name_of(od) + (offset ? " (1 + w)" : "") +
-                                   (with_copy ? ", copy" : "") +
-                                   (invariant ? " (batch-invariant)" : "");
-          const RmsNormParams params{1e-5f, offset};
-          const OwnedTensor xh = random_tensor(DType::bf16, Shape{m, k}, 7702);
-          const OwnedTensor x = OwnedTensor::copy_of(xh.view(), kTestGpu);
-          const OwnedTensor res_h = random_tensor(DType::f32, Shape{m, n}, 7703);
-          // The two ops.
-          const OwnedTensor y_want = OwnedTensor::zeros(DType::f32, Shape{m, n}, kTestGpu);
-          const OwnedTensor res_want = OwnedTensor::copy_of(res_h.view(), kTestGpu);
-          const OwnedTensor out_want = OwnedTensor::zeros(od, Shape{m, n}, kTestGpu);
-          const OwnedTensor copy_want = OwnedTensor::zeros(DType::bf16, Shape{m, n}, kTestGpu);
-          linear(ctx.gpu, x, w.matrix(), Tensor{}, y_want);
-          add_rms_norm(ctx.gpu, res_want, y_want, weight, out_want, params);
-          convert(ctx.gpu, res_want, copy_want);
-          for (int call = 0; call < 2; ++call) {
-            const std::string at = what + (call > 0 ? " (second call)" : "");
-            const OwnedTensor y = OwnedTensor::zeros(DType::f32, Shape{m, n}, kTestGpu);
-            const OwnedTensor res = OwnedTensor::copy_of(res_h.view(), kTestGpu);
-            const OwnedTensor out = OwnedTensor::zeros(od, Shape{m, n}, kTestGpu);
-            const OwnedTensor copy = OwnedTensor::zeros(DType::bf16, Shape{m, n}, kTestGpu);
-            const Tensor copy_arg = with_copy ? copy.view() : Tensor{};
-            if (call == 0) {
-              linear_add_rms_norm(ctx.gpu, x, w.matrix(), y, res, weight, out, params,
-                                  LinearNormExtras{copy_arg, false});
-            } else {
-#if !defined(DSPARK_CONSISTENCY_ON_CPU)
-              const bool fused = cuda::linear_blocks_add_rms_norm(ctx.gpu, x, w.matrix(), y, res,
-                                                                  weight, out, params, copy_arg);
-              EXPECT_EQ(fused, m <= 4) << at << ": one launch at up to 4 rows, else none";
-              if (!fused) {
-                linear_add_rms_norm(ctx.gpu, x, w.matrix(), y, res, weight, out, params,
-                                    LinearNormExtras{copy_arg, false});
-              }
-#else
-              linear_add_rms_norm(ctx.gpu, x, w.matrix(), y, res, weight, out, params,
-                                  LinearNormExtras{copy_arg, false});
-#endif
-            }
-            ctx.gpu.synchronize();
-            expect_equal(y, y_want, at + ": y");
-            expect_equal(res, res_want, at + ": residual");
-            expect_equal(out, out_want, at + ": out");
-            if (with_copy) expect_equal(copy, copy_want, at + ": copy");
-          }
         }
       }
     }

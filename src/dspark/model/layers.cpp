@@ -379,12 +379,6 @@ void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& 
                         LinearNormExtras{then->tap, false});
     return;
   }
-  if (then != nullptr && q.defined() && q.parts.size() == 1 &&
-      !(bias.defined() && bias.numel() > 0)) {
-    linear_add_rms_norm(ctx, x, q.parts[0].w, y, then->residual, then->weight, then->out,
-                        then->params, LinearNormExtras{then->tap, false});
-    return;
-  }
   project_any(ctx, x, w, scale, q, bias, y);
   if (then == nullptr) return;
   add_rms_norm(ctx, then->residual, y, then->weight, then->out, then->params);

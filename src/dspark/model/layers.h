@@ -243,9 +243,8 @@ struct AttentionScratch {
 
 // The residual add and RMSNorm after a block: residual += the block's out; out = rms_norm(residual)
 // (add_rms_norm's arguments). A block given one runs it fused with its last projection where it
-// can (ops/linear_norm.h: dense 16-bit weights, or block-quantized weights in one part, without
-// scale or bias), else right after it; the block's own out is then scratch (its contents
-// afterwards unspecified).
+// can (ops/linear_norm.h: dense 16-bit weights without scale or bias), else right after it; the
+// block's own out is then scratch (its contents afterwards unspecified).
 struct ResidualNorm {
   Tensor residual;  // [n, hidden], updated in place
   Tensor weight;    // [hidden]
@@ -256,7 +255,7 @@ struct ResidualNorm {
 
 // A block's last projection y = x . w^T (+ bias) in any of the forms project_rows takes, then
 // `then` when given (fused with the projection where ops/linear_norm.h can: dense 16-bit weights
-// or block-quantized weights in one part, without scale or bias; y is then scratch).
+// without scale or bias; y is then scratch).
 void project_then(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
                   const QuantizedWeight& q, const Tensor& bias, const Tensor& y,
                   const ResidualNorm* then);

@@ -11,26 +11,19 @@ namespace dspark {
 
 using namespace ops_internal;
 
-namespace {
-
-void check_residual_copy(const Context& ctx, const Tensor& residual, const Tensor& copy) {
-  if (!copy.defined()) return;
-  constexpr const char* kOp = "linear_add_rms_norm";
-  check_float(kOp, "residual_copy", copy);
-  check_shape(kOp, "residual_copy", copy, residual.shape());
-  check_rows_contiguous(kOp, "residual_copy", copy);
-  check_on_device(kOp, "residual_copy", copy, ctx);
-  DSPARK_CHECK(copy.data() != residual.data() || copy.numel() == 0,
-               "{}: residual_copy must not alias residual", kOp);
-}
-
-}  // namespace
-
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
                          const RmsNormParams& params, const LinearNormExtras& extras) {
   const Tensor& copy = extras.residual_copy;
-  check_residual_copy(ctx, residual, copy);
+  if (copy.defined()) {
+    constexpr const char* kOp = "linear_add_rms_norm";
+    check_float(kOp, "residual_copy", copy);
+    check_shape(kOp, "residual_copy", copy, residual.shape());
+    check_rows_contiguous(kOp, "residual_copy", copy);
+    check_on_device(kOp, "residual_copy", copy, ctx);
+    DSPARK_CHECK(copy.data() != residual.data() || copy.numel() == 0,
+                 "{}: residual_copy must not alias residual", kOp);
+  }
   if (!ctx.is_cuda()) {  // the two ops (each checks its arguments), then the copy
     linear(ctx, x, w, Tensor{}, y);
     add_rms_norm(ctx, residual, y, weight, out, params);
@@ -41,24 +34,6 @@ void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const T
   check_add_rms_norm_args(ctx, residual, y, weight, out, params);
   if (residual.numel() == 0) return;
   DSPARK_ON_CUDA(cuda::linear_add_rms_norm(ctx, x, w, y, residual, weight, out, params, extras));
-}
-
-void linear_add_rms_norm(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& y,
-                         const Tensor& residual, const Tensor& weight, const Tensor& out,
-                         const RmsNormParams& params, const LinearNormExtras& extras) {
-  const Tensor& copy = extras.residual_copy;
-  check_residual_copy(ctx, residual, copy);
-  if (ctx.is_cuda() && w.quantized() && w.format == WeightFormat::blocks) {
-    check_linear_args(ctx, x, w, Tensor{}, y);
-    check_add_rms_norm_args(ctx, residual, y, weight, out, params);
-    bool done = false;
-    DSPARK_ON_CUDA(
-        done = cuda::linear_blocks_add_rms_norm(ctx, x, w, y, residual, weight, out, params, copy));
-    if (done) return;
-  }
-  linear(ctx, x, w, Tensor{}, y);
-  add_rms_norm(ctx, residual, y, weight, out, params);
-  if (copy.defined()) convert(ctx, residual, copy);
 }
 
 }  // namespace dspark

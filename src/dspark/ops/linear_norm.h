@@ -22,14 +22,4 @@ void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const T
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
                          const RmsNormParams& params, const LinearNormExtras& extras = {});
 
-// The same for a weight in any of linear's forms (ops/matmul.h's WeightMatrix): the values of
-// linear(ctx, x, w, {}, y), add_rms_norm(ctx, residual, y, weight, out, params) and, with a
-// residual_copy, convert(ctx, residual, residual_copy), bit for bit (y is written whatever
-// keep_y says). CUDA: block-quantized w at the rows where linear takes the few-row kernel, with
-// f32 y and residual rows the norm's one-pass kernel takes, runs as one launch whose last CTA
-// runs the norm (backend/cuda/kernels/linear_quant_gemv.cu); every other call as those ops.
-void linear_add_rms_norm(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& y,
-                         const Tensor& residual, const Tensor& weight, const Tensor& out,
-                         const RmsNormParams& params, const LinearNormExtras& extras = {});
-
 }  // namespace dspark

@@ -65,9 +65,11 @@ void check_linear_args(const Context& ctx, const Tensor& x, const Tensor& w, con
   }
 }
 
-void check_linear_args(const Context& ctx, const Tensor& x, const WeightMatrix& w,
-                       const Tensor& bias, const Tensor& y) {
-  if (!w.quantized()) return check_linear_args(ctx, x, w.data, bias, y);
+}  // namespace ops_internal
+
+void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+            const Tensor& y) {
+  if (!w.quantized()) return linear(ctx, x, w.data, bias, y);
   constexpr const char* kOp = "linear";
   check_weight_matrix(ctx, kOp, "w", w);
   check_rank(kOp, "x", x, 2);
@@ -94,16 +96,7 @@ void check_linear_args(const Context& ctx, const Tensor& x, const WeightMatrix& 
                       "{} on CUDA: FP8 blocks need x bf16, k a multiple of 16, block_n a multiple "
                       "of 16 and block_k 64 times a power of two; got x {}, k {}, blocks {}x{}",
                       kOp, x.describe(), w.k, w.block_n, w.block_k);
-}
-
-}  // namespace ops_internal
-
-void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
-            const Tensor& y) {
-  if (!w.quantized()) return linear(ctx, x, w.data, bias, y);
-  check_linear_args(ctx, x, w, bias, y);
   if (x.size(0) == 0 || w.n == 0) return;
-  const bool fp8 = w.format == WeightFormat::fp8_blocks;
   if (ctx.is_cuda()) {
     if (fp8) {
       DSPARK_ON_CUDA(cuda::linear_fp8_blocks(ctx, x, w, bias, y));

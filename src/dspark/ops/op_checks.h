@@ -129,8 +129,6 @@ void check_per_row(const char* op, const char* name, std::span<const T> values, 
 // norm.cpp), for the ops that fuse them (ops/linear_norm.h).
 void check_linear_args(const Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias,
                        const Tensor& y);
-void check_linear_args(const Context& ctx, const Tensor& x, const WeightMatrix& w,
-                       const Tensor& bias, const Tensor& y);
 void check_add_rms_norm_args(const Context& ctx, const Tensor& residual, const Tensor& x,
                              const Tensor& weight, const Tensor& out, const RmsNormParams& params);
 

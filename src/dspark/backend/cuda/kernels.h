@@ -33,13 +33,6 @@ void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
 // linear_swiglu) in one launch; false (nothing launched) where linear_blocks would not take the
 // few-row kernel or the kernel cannot pair the rows.
 bool linear_blocks_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& out);
-// linear_blocks(x, w, y) then add_rms_norm(residual, y, weight, out, params) and, where copy is
-// defined, convert(residual, copy), in one launch with the bits of those ops; false (nothing
-// launched) where linear_blocks would not take the few-row kernel or the norm's one-pass kernel
-// would not take the rows as they are (ops/linear_norm.h).
-bool linear_blocks_add_rms_norm(Context& ctx, const Tensor& x, const WeightMatrix& w,
-                                const Tensor& y, const Tensor& residual, const Tensor& weight,
-                                const Tensor& out, const RmsNormParams& params, const Tensor& copy);
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
                          const RmsNormParams& params, const LinearNormExtras& extras);

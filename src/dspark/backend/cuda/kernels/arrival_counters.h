@@ -12,16 +12,8 @@
 namespace dspark::cuda {
 
 // One buffer per kernel family (two families never share a counter): linear_quant counts the K
-// slices of the quantized linear's row groups (linear_quant.cu), linear_norm the CTAs of a
-// few-row product whose last CTA runs the residual norm (linear_quant_gemv.cu).
-enum class ArrivalPool {
-  markov_step,
-  attention_merge,
-  markov_loop,
-  linear_quant,
-  linear_norm,
-  count
-};
+// slices of the quantized linear's row groups (linear_quant.cu).
+enum class ArrivalPool { markov_step, attention_merge, markov_loop, linear_quant, count };
 
 // The zeroed counters of `pool` on ctx's device: `n` of them, allocated on first use and kept for
 // the process (a captured graph keeps the address; `n` must be the same on every call of a

@@ -46,13 +46,11 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/arrival_counters.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
-#include "dspark/backend/cuda/kernels/linear_norm.h"
 #include "dspark/backend/cuda/kernels/linear_quant_gemv.h"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/cuda/kernels/quant_blocks.cuh"
 #include "dspark/backend/cuda/kernels/quant_rows.h"
 #include "dspark/backend/cuda/policy/linear_quant.h"
-#include "dspark/backend/cuda/policy/norm.h"
 
 namespace dspark::cuda {
 namespace {
@@ -504,34 +502,6 @@ bool linear_blocks_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, 
   if (choice.kernel != LinearBlocksKernel::gemv || !gemv_swiglu_fits(w, choice.gemv_plan))
     return false;
   linear_blocks_gemv_swiglu(ctx, x, w, out, choice.gemv_plan);
-  return true;
-}
-
-bool linear_blocks_add_rms_norm(Context& ctx, const Tensor& x, const WeightMatrix& w,
-                                const Tensor& y, const Tensor& residual, const Tensor& weight,
-                                const Tensor& out, const RmsNormParams& params,
-                                const Tensor& copy) {
-  const int64_t rows = row_view(x).rows;
-  if (rows == 0 || rows > kQuantGemvMaxRows || w.n == 0 || y.dtype() != DType::f32 ||
-      !add_rms_norm_split_sums_fits(residual, y) ||
-      (copy.defined() && !add_rms_norm_split_sums_copies(residual, copy)))
-    return false;
-  const LinearBlocksChoice choice = choose_linear_blocks(blocks_shape(x, w, y.dtype()),
-                                                         ctx.cuda_caps(), ctx.cuda_tuning(), false);
-  if (choice.kernel != LinearBlocksKernel::gemv) return false;
-  // The plan add_rms_norm would take right after the product (a programmatic launch); a row
-  // shared by a cluster of CTAs sums in another order, so that plan keeps the two launches.
-  const int64_t vectors = w.n / 4;
-  const NormPlan np =
-      choose_add_rms_norm(rows, vectors, true, true, true, ctx.cuda_caps(), ctx.cuda_tuning());
-  if (np.vectors_per_thread == 0 || np.cluster_ctas != 1) return false;
-  unsigned* counter = arrival_counters(ctx, ArrivalPool::linear_norm, 1);
-  if (counter == nullptr) return false;  // first asked for inside a graph capture
-  GemvAddNorm a{residual, weight, out, copy, params, 0, 0, counter};
-  const int64_t per_thread = np.vectors_per_thread;
-  a.threads = static_cast<int>(ceil_div(ceil_div(vectors, per_thread), int64_t{32}) * 32);
-  a.per_thread = per_thread == 1 ? 1 : per_thread == 2 ? 2 : 4;
-  linear_blocks_gemv_add_rms_norm(ctx, x, w, y, a, choice.gemv_plan);
   return true;
 }
 

@@ -30,11 +30,6 @@
 //    its end rounds both sums to y's dtype and stores swiglu of them (device/swiglu.cuh) as the
 //    swiglu op would: the same bits as the product then the op, without the product's store,
 //    the op's launch and its reads.
-//  - Residual add and RMSNorm (linear_blocks_gemv_add_rms_norm): after its tiles every CTA makes
-//    its y stores visible and arrives on a counter; the last to arrive runs add_rms_norm's
-//    one-pass arithmetic on y's rows (norm_row.cuh: the threads of the norm kernel's launch, the
-//    same order of the sums, so the same bits), reading y past L1, and sets the counter back to
-//    0. No norm launch, and the next kernel's programmatic wait is the product's own end.
 //  - Chunks: above kQuantGemvMaxRows rows, blockIdx.y is a chunk of that many rows (the last may
 //    hold fewer: the x region's other rows are left as they are and never stored). The grid's x
 //    is cut so that every chunk's CTAs are resident at once: CTAs of one tile and different chunks
@@ -45,11 +40,9 @@
 #include "dspark/backend/cuda/device/bulk_copy.cuh"
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/mma.cuh"
-#include "dspark/backend/cuda/device/reduce.cuh"
 #include "dspark/backend/cuda/device/swiglu.cuh"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/linear_quant_gemv.h"
-#include "dspark/backend/cuda/kernels/norm_row.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/cuda/kernels/quant_blocks.cuh"
 #include "dspark/backend/cuda/kernels/quant_dp4a.cuh"
@@ -73,26 +66,6 @@ using quant::unit_words;
 constexpr int kWarps = kQuantGemvWarps;
 constexpr int kThreads = kWarps * 32;
 
-// What the product does with its sums: store them in y, store SwiGLU of gate and up pairs, or
-// store them and then run the residual add and RMSNorm of y's rows.
-enum class GemvEnd { store, swiglu, add_norm };
-
-// GemvEnd::add_norm: add_rms_norm(residual, y, weight, out) as its one-pass kernel would run it
-// with `threads` threads of `per_thread` vectors of 4 (policy/norm.h's plan); y is f32.
-struct GemvNorm {
-  float* residual;  // [m][n], rows residual_stride apart
-  int64_t residual_stride;
-  void* out;  // [m][n], rows out_stride apart
-  device::FloatKind out_kind;
-  int64_t out_stride;
-  row_norm::NormWeight weight;
-  float eps;
-  __nv_bfloat16* copy;  // null, or bf16 copies of the updated residual rows
-  int64_t copy_stride;
-  unsigned* counter;  // zero between launches
-  int threads, per_thread;
-};
-
 struct GemvParams {
   const uint8_t* w;  // [n][row_bytes]
   int64_t row_bytes;
@@ -109,7 +82,6 @@ struct GemvParams {
   int warps_k, tiles;
   int swiglu_inter;  // 0, or SwiGLU's outputs: n = 2 * swiglu_inter weight rows (gate, then up)
   QuantGemvLayout layout;
-  GemvNorm norm;  // GemvEnd::add_norm
 };
 
 // The rows of x of a CTA's chunk as quantize_x reads them (values: a reference to the kernel's
@@ -124,49 +96,11 @@ struct ChunkX {
   } layout;
 };
 
-// y's rows as the norm reads them in the last CTA: written by the other CTAs of this launch, so
-// loaded past L1.
-struct FreshRows {
-  const float* y;
-  int64_t stride;
-  template <int kW>
-  __device__ __forceinline__ void load(int64_t row, int64_t c, float (&d)[kW]) const {
-    static_assert(kW == 4);
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(y + row * stride + c));
-    d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
-  }
-  template <int kW>
-  __device__ __forceinline__ void keep(int64_t, int64_t, const float (&)[kW]) const {}
-};
-
-// The residual add and RMSNorm of y's p.m rows in the CTA that arrived last (GemvEnd::add_norm):
-// thread t < g.threads takes the vectors the norm kernel's thread t would, the others none.
-template <int kV>
-__device__ void norm_rows(const GemvParams& p, float* s_red) {
-  const GemvNorm& g = p.norm;
-  const int64_t cols = p.n, step = int64_t{g.threads} * 4;
-  const int t = static_cast<int>(threadIdx.x);
-  const int64_t c0 = t < g.threads ? int64_t{t} * 4 : cols;
-  float w[kV][4];
-  row_norm::load_weights(g.weight, c0, step, cols, w);
-  const FreshRows src{static_cast<const float*>(p.y), p.ldy};
-  for (int r = 0; r < p.m; ++r) {
-    const int64_t out0 = r * g.out_stride;
-    row_norm::add_rms_norm_row<float, kV>(
-        g.residual + r * g.residual_stride, src, r, c0, step, cols, w, cols, g.eps,
-        g.copy != nullptr ? g.copy + r * g.copy_stride : nullptr,
-        [&](int64_t c, float v) { device::store_float(g.out, out0 + c, g.out_kind, v); },
-        [&](float ss) { return device::block_sum(ss, s_red); });
-  }
-}
-
-// Two CTAs per SM for one or two rows of x (64 registers), one for more. E: what the end does
-// with the sums (GemvEnd; each a separate instantiation: the branches cost the plain product
-// registers).
-template <QuantType Q, int M, GemvEnd E>
+// Two CTAs per SM for one or two rows of x (64 registers), one for more. kSwiglu: p.swiglu_inter
+// outputs of SwiGLU (a separate instantiation: the branches cost the plain product registers).
+template <QuantType Q, int M, bool kSwiglu>
 __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     linear_quant_gemv_kernel(const GemvParams p) {
-  constexpr bool kSwiglu = E == GemvEnd::swiglu;
   using F = QuantMma<Q>;
   constexpr int SBB = F::kSbBytes;
   constexpr int S = kQuantGemvStageSbs;
@@ -263,18 +197,8 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
 
 #pragma unroll
   for (int i = 0; i < kStages - 1; ++i) issue_next();  // weights: before the wait
-  if constexpr (E == GemvEnd::add_norm) {
-    // The norm's weight, which the last CTA reads right after the product, into L2 meanwhile.
-    const int64_t bytes = int64_t{p.n} * (p.norm.weight.kind == device::FloatKind::f32 ? 4 : 2);
-    if (blockIdx.x == 0 && int64_t{threadIdx.x} * 128 < bytes) {
-      const char* line = static_cast<const char*>(p.norm.weight.data) + threadIdx.x * 128;
-      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(line));
-    }
-  }
   pdl_wait();
-  // With the norm at the end, the next kernel launches once the tiles are done (below): launched
-  // here, its CTAs' first weight stages would compete with this product's last ones and the norm.
-  if constexpr (E != GemvEnd::add_norm) pdl_launch_dependents();
+  pdl_launch_dependents();
   // The chunk's first row of x and y, and its rows, recomputed where used (registers). Chunks are
   // of kQuantGemvMaxRows rows: fewer rows are a call's only chunk.
   constexpr bool kChunks = M == kQuantGemvMaxRows;
@@ -429,29 +353,11 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     }
     __syncthreads();  // part is written again by the next tile
   }
-  if constexpr (E == GemvEnd::add_norm) {
-    pdl_launch_dependents();
-    // Every thread's y stores are visible device-wide before the CTA's arrival; the CTA that
-    // arrives last sees every other CTA's.
-    __threadfence();
-    __syncthreads();
-    unsigned arrived = 0;
-    if (threadIdx.x == 0) arrived = atomicAdd(p.norm.counter, 1u);
-    if (!__syncthreads_or(threadIdx.x == 0 && arrived == gridDim.x * gridDim.y - 1)) return;
-    __threadfence();
-    if (threadIdx.x == 0) *p.norm.counter = 0;
-    if (p.norm.per_thread == 1)
-      norm_rows<1>(p, part);
-    else if (p.norm.per_thread == 2)
-      norm_rows<2>(p, part);
-    else
-      norm_rows<4>(p, part);
-  }
 }
 
-template <QuantType Q, int M, GemvEnd E>
+template <QuantType Q, int M, bool kSwiglu>
 void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
-  constexpr auto kernel = &linear_quant_gemv_kernel<Q, M, E>;
+  constexpr auto kernel = &linear_quant_gemv_kernel<Q, M, kSwiglu>;
   const size_t limit = quant_mma_smem_limit(caps);
   allow_dynamic_smem<kernel>(limit);
   // CTAs resident per SM at this shared memory (queried once per size).
@@ -474,18 +380,18 @@ void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t strea
              dim3(kThreads), p.layout.bytes, stream, p);
 }
 
-template <QuantType Q, GemvEnd E>
+template <QuantType Q, bool kSwiglu>
 void launch_gemv_rows(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
   static_assert(kQuantGemvMaxRows == 4, "launch_gemv_rows covers 4 rows");
   switch (std::min(p.m, kQuantGemvMaxRows)) {
     case 1:
-      return launch_gemv<Q, 1, E>(p, caps, stream);
+      return launch_gemv<Q, 1, kSwiglu>(p, caps, stream);
     case 2:
-      return launch_gemv<Q, 2, E>(p, caps, stream);
+      return launch_gemv<Q, 2, kSwiglu>(p, caps, stream);
     case 3:
-      return launch_gemv<Q, 3, E>(p, caps, stream);
+      return launch_gemv<Q, 3, kSwiglu>(p, caps, stream);
     default:
-      return launch_gemv<Q, 4, E>(p, caps, stream);
+      return launch_gemv<Q, 4, kSwiglu>(p, caps, stream);
   }
 }
 
@@ -525,15 +431,12 @@ GemvParams gemv_params(const Tensor& x, const WeightMatrix& w, const Tensor& bia
   return p;
 }
 
-void launch(Context& ctx, const GemvParams& p, QuantType quant, GemvEnd end) {
+void launch(Context& ctx, const GemvParams& p, QuantType quant) {
   quant::dispatch_quant(quant, [&]<QuantType Q>(quant::QuantTag<Q>) {
-    switch (end) {
-      case GemvEnd::swiglu:
-        return launch_gemv_rows<Q, GemvEnd::swiglu>(p, ctx.cuda_caps(), stream_of(ctx));
-      case GemvEnd::add_norm:
-        return launch_gemv_rows<Q, GemvEnd::add_norm>(p, ctx.cuda_caps(), stream_of(ctx));
-      default:
-        return launch_gemv_rows<Q, GemvEnd::store>(p, ctx.cuda_caps(), stream_of(ctx));
+    if (p.swiglu_inter != 0) {
+      launch_gemv_rows<Q, true>(p, ctx.cuda_caps(), stream_of(ctx));
+    } else {
+      launch_gemv_rows<Q, false>(p, ctx.cuda_caps(), stream_of(ctx));
     }
   });
 }
@@ -542,7 +445,7 @@ void launch(Context& ctx, const GemvParams& p, QuantType quant, GemvEnd end) {
 
 void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                         const Tensor& y, const QuantGemvPlan& plan) {
-  launch(ctx, gemv_params(x, w, bias, y, w.n, plan), w.quant, GemvEnd::store);
+  launch(ctx, gemv_params(x, w, bias, y, w.n, plan), w.quant);
 }
 
 bool gemv_swiglu_fits(const WeightMatrix& w, const QuantGemvPlan& plan) {
@@ -558,39 +461,7 @@ void linear_blocks_gemv_swiglu(Context& ctx, const Tensor& x, const WeightMatrix
   p.swiglu_inter = static_cast<int>(w.n / 2);
   const int half = kQuantGemvWarps / plan.warps_k / 2;
   p.tiles = static_cast<int>((p.swiglu_inter + half - 1) / half);
-  launch(ctx, p, w.quant, GemvEnd::swiglu);
-}
-
-void linear_blocks_gemv_add_rms_norm(Context& ctx, const Tensor& x, const WeightMatrix& w,
-                                     const Tensor& y, const GemvAddNorm& a,
-                                     const QuantGemvPlan& plan) {
-  const int64_t m = row_view(x).rows;
-  DSPARK_CHECK_KIND(internal,
-                    m <= kQuantGemvMaxRows && y.dtype() == DType::f32 &&
-                        a.residual.dtype() == DType::f32 && a.threads > 0 &&
-                        a.threads <= kThreads && a.threads % 32 == 0 && a.per_thread >= 1 &&
-                        a.per_thread <= 4 && a.counter != nullptr,
-                    "linear_blocks_gemv_add_rms_norm: {} rows, y {}, residual {}, {} threads of {} "
-                    "vectors",
-                    m, y.describe(), a.residual.describe(), a.threads, a.per_thread);
-  GemvParams p = gemv_params(x, w, Tensor{}, y, w.n, plan);
-  GemvNorm& g = p.norm;
-  g.residual = static_cast<float*>(a.residual.data());
-  g.residual_stride = row_view(a.residual).stride;
-  g.out = a.out.data();
-  g.out_kind = float_kind(a.out.dtype());
-  g.out_stride = row_view(a.out).stride;
-  g.weight =
-      row_norm::NormWeight{a.weight.data(), float_kind(a.weight.dtype()), a.params.unit_offset};
-  g.eps = a.params.eps;
-  if (a.copy.defined()) {
-    g.copy = static_cast<__nv_bfloat16*>(a.copy.data());
-    g.copy_stride = row_view(a.copy).stride;
-  }
-  g.counter = a.counter;
-  g.threads = a.threads;
-  g.per_thread = a.per_thread;
-  launch(ctx, p, w.quant, GemvEnd::add_norm);
+  launch(ctx, p, w.quant);
 }
 
 }  // namespace dspark::cuda

@@ -24,22 +24,4 @@ bool gemv_swiglu_fits(const WeightMatrix& w, const QuantGemvPlan& plan);
 void linear_blocks_gemv_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w,
                                const Tensor& out, const QuantGemvPlan& plan);
 
-// The residual add and RMSNorm that follow a product (ops/linear_norm.h): add_rms_norm(residual,
-// y, weight, out, params) as its one-pass kernel runs it with `threads` threads of `per_thread`
-// vectors of 4 (choose_add_rms_norm's plan, without a cluster), then copy = bf16(residual) where
-// copy is defined. `counter`: one zeroed arrival counter (arrival_counters).
-struct GemvAddNorm {
-  Tensor residual, weight, out, copy;
-  RmsNormParams params;
-  int threads = 0, per_thread = 0;
-  unsigned* counter = nullptr;
-};
-
-// linear_blocks_gemv into y (f32), then GemvAddNorm's op on y's rows, in one launch: the bits of
-// the product then add_rms_norm (and convert for the copy). At most kQuantGemvMaxRows rows; the
-// tensors as add_rms_norm_split_sums_fits / _copies (linear_norm.h) accept them.
-void linear_blocks_gemv_add_rms_norm(Context& ctx, const Tensor& x, const WeightMatrix& w,
-                                     const Tensor& y, const GemvAddNorm& a,
-                                     const QuantGemvPlan& plan);
-
 }  // namespace dspark::cuda

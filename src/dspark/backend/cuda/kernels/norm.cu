@@ -20,7 +20,6 @@
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/linear_norm.h"
-#include "dspark/backend/cuda/kernels/norm_row.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
 #include "dspark/backend/cuda/policy/linear.h"
 #include "dspark/backend/cuda/policy/norm.h"
@@ -29,7 +28,16 @@ namespace dspark::cuda {
 namespace {
 
 using device::FloatKind;
-using row_norm::NormWeight;
+
+struct NormWeight {
+  const void* data;  // [cols]
+  FloatKind kind;
+  bool unit_offset;  // scale by (1 + w)
+  __device__ __forceinline__ float operator()(int64_t c) const {
+    const float w = device::load_float(data, c, kind);
+    return unit_offset ? 1.0f + w : w;
+  }
+};
 
 template <typename TR, typename TX, typename TO>
 struct NormParams {
@@ -48,6 +56,18 @@ struct NormParams {
   __nv_bfloat16* copy;
   int64_t copy_stride;
 };
+
+// copy[0..3] = bf16(v[0..3]) (the rounding of convert) in one 8-byte store.
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16* copy, const float (&v)[4]) {
+  const __nv_bfloat162 lo(device::from_float<__nv_bfloat16>(v[0]),
+                          device::from_float<__nv_bfloat16>(v[1]));
+  const __nv_bfloat162 hi(device::from_float<__nv_bfloat16>(v[2]),
+                          device::from_float<__nv_bfloat16>(v[3]));
+  uint2 u;
+  u.x = *reinterpret_cast<const uint32_t*>(&lo);
+  u.y = *reinterpret_cast<const uint32_t*>(&hi);
+  *reinterpret_cast<uint2*>(copy) = u;
+}
 
 // out[c] = v[c] * inv_rms * w[c] for the vector starting at c0.
 template <typename TO, int kW>
@@ -266,20 +286,55 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src, int6
   const int64_t step = int64_t{blockDim.x} * kW;
   const int64_t c0 = begin + int64_t{threadIdx.x} * kW;
   float w[kV][kW];
-  row_norm::load_weights(p.weight, c0, step, end, w);
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int64_t c = c0 + v * step;
+#pragma unroll
+    for (int i = 0; i < kW; ++i) w[v][i] = c < end ? p.weight(c + i) : 0.0f;
+  }
   pdl_wait();
   pdl_launch_dependents();
+  TR* res = p.residual + row * p.residual_stride;
   TO* out = p.out + row * p.out_stride;
-  row_norm::add_rms_norm_row<TR, kV>(
-      p.residual + row * p.residual_stride, src, row, c0, step, end, w, p.cols, p.eps,
-      p.copy != nullptr ? p.copy + row * p.copy_stride : nullptr,
-      [&](int64_t c, float v) { out[c] = device::from_float<TO>(v); },
-      [&](float ss) {
-        if constexpr (kCluster > 1)
-          return cluster_row_sum<kCluster>(ss, s_red);
-        else
-          return device::block_sum(ss, s_red);
-      });
+  float r[kV][kW], d[kV][kW];
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int64_t c = c0 + v * step;
+    if (c < end) {
+      device::load_vec(res + c, r[v]);
+      src.load(row, c, d[v]);
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int64_t c = c0 + v * step;
+    if (c < end) {
+      src.keep(row, c, d[v]);
+#pragma unroll
+      for (int i = 0; i < kW; ++i) {
+        r[v][i] = device::to_float(device::from_float<TR>(r[v][i] + d[v][i]));  // the stored value
+        ss += r[v][i] * r[v][i];
+      }
+      device::store_vec(res + c, r[v]);
+      if constexpr (kW == 4) {
+        if (p.copy != nullptr) store_bf16x4(p.copy + row * p.copy_stride + c, r[v]);
+      }
+    }
+  }
+  if constexpr (kCluster > 1)
+    ss = cluster_row_sum<kCluster>(ss, s_red);
+  else
+    ss = device::block_sum(ss, s_red);
+  const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(p.cols) + p.eps);
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int64_t c = c0 + v * step;
+    if (c < end) {
+#pragma unroll
+      for (int i = 0; i < kW; ++i) out[c + i] = device::from_float<TO>(r[v][i] * inv_rms * w[v][i]);
+    }
+  }
 }
 
 bool rows_aligned16(const void* base, int64_t stride, size_t elem, int64_t cols, int width) {
