@@ -7,10 +7,11 @@
 #   scripts/gpu.sh bench [ROUND_ARGS...]    build dspark and the benchmarks, write the random
 #                                           qwen3-8b target and qwen3-8b-dspark-b16 drafter, run
 #                                           the reference round benchmark, print its table
-#   scripts/gpu.sh compare BASE_DIR [N] [ROUND_ARGS...]
-#                                           bench_round of BASE_DIR's tree and of this one, run
-#                                           alternately (base, head) N times (default 2) as
-#                                           separate processes; one table of medians
+#   scripts/gpu.sh compare BASE [N] [ROUND_ARGS...]
+#                                           bench_round of BASE's tree (a directory, or a .tar.gz
+#                                           of one) and of this one, run alternately (base, head)
+#                                           N times (default 2) as separate processes; one table
+#                                           of medians
 #   scripts/gpu.sh all                      test, then bench
 #   scripts/gpu.sh configure [BUILD_DIR]    only configure the Release build (for other scripts)
 #
@@ -20,8 +21,15 @@
 # `scripts/gpu.sh fetch-debs` here first, and name `.carry` (git-ignored) in the device tool's
 # `carry`. Where libpcre2-8 is missing the packages are unpacked into BUILD_DIR/deps-root (never
 # into /). For `compare`, carry the base tree in .carry too, made here with
-#   mkdir -p .carry/base && git archive ae46487 | tar -x -C .carry/base      (or any REV)
-# and run `scripts/gpu.sh compare .carry/base 2` on the GPU machine.
+#   git archive --format=tar.gz ae46487 -- . ':(exclude)models' ':(exclude)tests/data' \
+#     > .carry/base.tar.gz                                                     (or any REV)
+# (3.6 MB, where the whole tree would not fit the device tool's 64 MiB with this one) and run
+# `scripts/gpu.sh compare .carry/base.tar.gz 2` on the GPU machine.
+#
+# ROUND_GGUF=SHAPE:MIX (e.g. llama3.1-8b:Q4_K_M): `bench` and `compare` time a random GGUF target
+# of that shape and llama.cpp quantization mix (tools/synth/make_random_gguf.py) without a
+# drafter, `--verify-k 16 --graphs --context 1024`, instead of the reference pair. The writer
+# needs the `gguf` package, which `fetch-debs` also downloads into .carry/py.
 #
 # Environment: OUT (logs and JSON, default gpu-logs; packed into one gpu-out-PID.tar.gz at exit
 # when it holds more than 8 files, the most the device tool returns), JOBS (default nproc), BUILD
@@ -54,6 +62,8 @@ fetch_debs() {
     rm -rf "$tmp"
   done
   echo "$(find . -name '*.deb' | wc -l) packages in $debs"
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$repo/.carry/py" gguf &&
+    echo "the gguf wheel in $repo/.carry/py"
 }
 
 pack_out() {  # the device tool returns at most 8 files from $OUT
@@ -144,6 +154,18 @@ run_tests() {  # CTEST_ARGS...
 
 random_checkpoints() {  # tools/synth: speed does not depend on the weights' values
   local s
+  if [ -n "${ROUND_GGUF:-}" ]; then
+    gguf_model="$models/${ROUND_GGUF/:/-}.gguf"
+    [ -f "$gguf_model" ] && return 0
+    if ! python3 -c "import gguf" 2>/dev/null; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/dspark-site \
+        "$repo"/.carry/py/gguf-*.whl && export PYTHONPATH="/tmp/dspark-site${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    mkdir -p "$models" && timeout 300 python3 tools/synth/make_random_gguf.py \
+      --shape "${ROUND_GGUF%%:*}" --mix "${ROUND_GGUF#*:}" --out "$gguf_model" 2>&1 | tail -n 1
+    [ -f "$gguf_model" ] || { echo "no random GGUF $gguf_model (ROUND_GGUF=$ROUND_GGUF)"; return 4; }
+    return 0
+  fi
   mkdir -p "$models/tok"
   [ -f "$models/tok/tokenizer.json" ] || python3 -c "import lzma, sys
 open(sys.argv[2], 'wb').write(lzma.open(sys.argv[1]).read())" \
@@ -159,9 +181,12 @@ round() {  # BENCH_ROUND NAME [ROUND_ARGS...]: the reference round benchmark, $o
   local bin=$1 name=$2 rc=0
   shift 2
   echo "== $name ($(($(date +%s) - t0)) s)"
-  timeout "${ROUND_TIMEOUT:-150}" "$bin" -m "$models/qwen3-8b" --device cuda --rounds 32 \
-    --verify-k 16,32 --draft "$models/qwen3-8b-dspark-b16" --gamma 16 --graphs --graphs-only \
-    "$@" --json "$out/$name.json" >"$out/$name.log" 2>&1 || rc=$?
+  local ref=(-m "$models/qwen3-8b" --device cuda --rounds 32 --verify-k "16,32" --draft
+    "$models/qwen3-8b-dspark-b16" --gamma 16 --graphs --graphs-only)
+  [ -n "${ROUND_GGUF:-}" ] &&
+    ref=(-m "$gguf_model" --device cuda --rounds 32 --verify-k 16 --graphs --context 1024)
+  timeout "${ROUND_TIMEOUT:-150}" "$bin" "${ref[@]}" "$@" --json "$out/$name.json" \
+    >"$out/$name.log" 2>&1 || rc=$?
   grep -v '^{' "$out/$name.log" | tail -n 20
   [ "$rc" -eq 0 ] || { echo "$name: exit $rc"; rm -f "$out/$name.json"; }
   return "$rc"
@@ -219,8 +244,17 @@ case "$cmd" in
 esac
 if [ "$cmd" = compare ]; then
   base="${1:-}"
+  if [[ "$base" == *.tar.gz ]] && [ -f "$base" ]; then
+    rm -rf /tmp/dspark-base
+    if ! mkdir -p /tmp/dspark-base || ! tar -xzf "$base" -C /tmp/dspark-base; then
+      echo "compare: cannot unpack $base"
+      exit 2
+    fi
+    ln -s "$repo/.carry" /tmp/dspark-base/.carry  # its configure finds the same packages
+    base=/tmp/dspark-base
+  fi
   if [ -z "$base" ] || [ ! -f "$base/CMakeLists.txt" ]; then
-    echo "compare: BASE_DIR must be a source tree (got '$base'; scripts/gpu.sh help)"
+    echo "compare: BASE must be a source tree or a .tar.gz of one (got '$base'; scripts/gpu.sh help)"
     exit 2
   fi
   base="$(cd "$base" && pwd)"
