@@ -250,7 +250,6 @@ if [ "$cmd" = compare ]; then
       echo "compare: cannot unpack $base"
       exit 2
     fi
-    ln -s "$repo/.carry" /tmp/dspark-base/.carry  # its configure finds the same packages
     base=/tmp/dspark-base
   fi
   if [ -z "$base" ] || [ ! -f "$base/CMakeLists.txt" ]; then
