@@ -9,10 +9,11 @@
 //   Q5_0  the same with 16 and 31: d = -v / 16; q = min(31, trunc(x / d + 16.5))
 //   Q4_1  d = (max - min) / 15, m = min; q = min(15, trunc((x - m) / d + 0.5))
 //   Q5_1  the same with 31
-// (x / d is x times the f32 reciprocal of d, and 0 when d is 0.) The k-quants (blocks of 256)
-// use a plain rule of our own, without llama.cpp's search for the best scales (the gguf package
-// has no k-quant quantizer to match): see encode_k_with_min (Q4_K, Q5_K) / encode_q6_k in
-// quant_encode.cpp.
+// (x / d is x times the f32 reciprocal of d, and 0 when d is 0.) The k-quants (blocks of 256; the
+// gguf package has no k-quant quantizer to match) search each sub-block's scale (and offset) for
+// the least squared error, then round the sub-block scales onto the block's grid: see
+// search_affine and encode_k_with_min (Q4_K, Q5_K), search_symmetric and encode_q6_k in
+// quant_encode.cpp. The blocks are encoded on ThreadPool::global()'s threads.
 #pragma once
 
 #include <cstdint>
