@@ -52,9 +52,11 @@ std::vector<float> last_position_logits(Model& m, Context& ctx, const std::vecto
 // twin's), so a near-tie may break the other way and the two greedy runs part: each token the
 // quantized model picks must be the twin's argmax on the same prefix, or trail it by at most 6x
 // the RMS difference of the two models' logits there (a broken weight trails by whole logits), and
-// at least 90% must be the twin's argmax. Dense weights (`blocks` false): exactly the twin's
-// tokens.
-void expect_twins_greedy_tokens(Model& model, Model& twin, Context& ctx,
-                                const std::vector<int32_t>& prompt, bool blocks);
+// at least 90% must be the twin's argmax (of this prompt's tokens; with `share_per_prompt` false
+// the caller checks the share over several prompts). Dense weights (`blocks` false): exactly the
+// twin's tokens. Returns how many tokens are the twin's argmax.
+int expect_twins_greedy_tokens(Model& model, Model& twin, Context& ctx,
+                               const std::vector<int32_t>& prompt, bool blocks,
+                               bool share_per_prompt = true);
 
 }  // namespace dspark::test

@@ -110,11 +110,11 @@ void encode_with_min(const float* x, uint8_t* b) {
 // and codes 0..top) or s * q (Q6_K, codes -32..31). For given codes, the best a and b (or s) in
 // squared error are a least-squares fit; for a given a and b the best codes are the rounded ones.
 // Each starting point is rounded, fitted and rounded again, and the one with the least error is
-// refined by more such steps; no step increases the error, so a sub-block's
-// error never exceeds that of its plain range rule. The sub-block scales are then put on the
-// block's 6-bit (or int8) grid, rounded down or up, whichever gives the smaller error with the
-// codes rounded again. The error is unweighted: without activation statistics every weight of a
-// row counts alike in a product's error.
+// refined by more such steps; no step increases the error, and the plain range rule is the first
+// starting point, so no sub-block errs more than under that rule. The sub-block scales are then
+// put on the block's 6-bit (or int8) grid, rounded down or up, whichever gives the smaller error
+// with the codes rounded again. The error is unweighted: without activation statistics every
+// weight of a row counts alike in a product's error.
 
 // Codes 0..top of x for x ~ a * q + b, as floats.
 void round_affine(const float* x, int n, float a, float b, float top, float* q) {
