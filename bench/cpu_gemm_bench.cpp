@@ -14,13 +14,17 @@
 //     97 MB per token, once with q/k/v and gate/up fused (121 calls) and once as separate
 //     matrices as in the file (211 calls): the per-token linear time that bounds decode tok/s.
 //
+//   - with --fp8-blocks: the same for FP8 block-scaled weights (E4M3 codes, one f32 scale per
+//     128 x 128 block, as Hugging Face FP8 checkpoints hold them: backend/cpu/kernels.h's
+//     linear_fp8_blocks), f32 x and y; GB/s counts the codes and scales;
 //   - with --cpu-time (and DSPARK_THREADS=1): the calling thread's CPU time instead of the wall
 //     clock, so that other processes on a shared machine hardly move the figures (they still
 //     share the caches and the memory bus).
 //
 //   bench_cpu_gemm [--m 1,2,4,8,16] [--shapes 576x576,...] [--isa automatic|portable]
 //                  [--w-dtype f32|bf16] [--pool-mb 256] [--min-ms 300] [--no-forward]
-//                  [--huge-pages] [--quant q4_1,q8_0,...] [--no-f32] [--cpu-time] [--json FILE]
+//                  [--huge-pages] [--quant q4_1,q8_0,...] [--fp8-blocks] [--no-f32] [--cpu-time]
+//                  [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +38,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.h"
+#include "dspark/backend/context.h"
+#include "dspark/backend/cpu/kernels.h"
 #include "dspark/backend/cpu/kernels/quant_gemm.h"
 #include "dspark/backend/cpu/kernels/quant_pack.h"
 #include "dspark/backend/cpu/kernels/small_m_gemm.h"
@@ -153,6 +159,7 @@ struct Args {
   bool no_forward = false;
   bool huge_pages = false;
   std::string quant;  // quantized types to time ("" = none)
+  bool fp8_blocks = false;
   bool no_f32 = false;
   bool cpu_time = false;
   std::string json_file;
@@ -218,6 +225,64 @@ cpu::QuantGemmArgs quant_args(const float* x, const uint8_t* w, QuantType type, 
   g.n = s.n;
   g.k = s.k;
   return g;
+}
+
+// FP8 block-scaled weights: per shape (K a multiple of 128) and M, random E4M3 codes (no NaN)
+// and scales from a pool larger than the caches, a new window every call.
+void run_fp8_blocks(const Args& a, const std::vector<int64_t>& ms,
+                    const std::vector<WeightShape>& shapes, nlohmann::json& out) {
+  constexpr int64_t kBlock = 128;
+  const int64_t max_m = *std::max_element(ms.begin(), ms.end());
+  const size_t pool_bytes = static_cast<size_t>(a.pool_mb) << 20;
+  std::vector<uint8_t> codes(pool_bytes);
+  std::vector<float> x(static_cast<size_t>(max_m * 16384)), y(static_cast<size_t>(max_m * 65536));
+  {
+    std::mt19937 gen(5);
+    for (uint8_t& c : codes) {
+      c = static_cast<uint8_t>(gen());
+      if ((c & 0x7F) == 0x7F) c = static_cast<uint8_t>(c ^ 1);  // no NaN
+    }
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& v : x) v = nd(gen);
+  }
+  Context ctx(Device::cpu());
+  std::vector<std::vector<std::string>> rows;
+  nlohmann::json jf = nlohmann::json::array();
+  for (const WeightShape& s : shapes) {
+    if (s.k % kBlock != 0 || s.n % kBlock != 0 || s.k > 16384 || s.n > 65536) continue;
+    const auto wbytes = static_cast<size_t>(s.n * s.k);
+    if (wbytes > codes.size()) continue;
+    const size_t windows = std::max<size_t>(1, codes.size() / wbytes);
+    std::vector<float> scales(static_cast<size_t>((s.n / kBlock) * (s.k / kBlock)), 1.0f / 448);
+    WeightMatrix w;
+    w.format = WeightFormat::fp8_blocks;
+    w.scales = Tensor(scales.data(), DType::f32, Shape{s.n / kBlock, s.k / kBlock});
+    w.n = s.n;
+    w.k = s.k;
+    w.block_n = kBlock;
+    w.block_k = kBlock;
+    double t1 = 0;
+    for (const int64_t m : ms) {
+      const Tensor xt(x.data(), DType::f32, Shape{m, s.k});
+      const Tensor yt(y.data(), DType::f32, Shape{m, s.n});
+      const double t = time_calls(a.min_ms, [&](int64_t i) {
+        w.data = Tensor(codes.data() + (static_cast<size_t>(i) % windows) * wbytes, DType::u8,
+                        Shape{s.n, s.k});
+        cpu::linear_fp8_blocks(ctx, xt, w, Tensor(), yt);
+      });
+      if (m == ms.front()) t1 = t;
+      const double bytes = static_cast<double>(wbytes + scales.size() * sizeof(float));
+      const double gbs = bytes / (t * 1e6);
+      rows.push_back({fmt::format("{}x{}", s.n, s.k), std::to_string(m), fmt::format("{:.4f}", t),
+                      fmt::format("{:.1f}", gbs), fmt::format("{:.2f}", t / t1)});
+      jf.push_back({{"n", s.n}, {"k", s.k}, {"m", m}, {"ms", t}, {"gbs", gbs}});
+    }
+  }
+  if (!rows.empty()) {
+    fmt::print("\nFP8 block-scaled weights (128 x 128 blocks):\n{}\n",
+               format_table({"N x K", "M", "ms", "GB/s", "/ first M"}, rows));
+  }
+  out["fp8_blocks_shapes"] = jf;
 }
 
 // The quantized part: per type, shape and M; then the SmolLM2-135M Q4_1 forward.
@@ -384,6 +449,7 @@ int run(const Args& a) {
   }
 
   if (!a.quant.empty()) run_quant(a, pool, ms, shapes, out);
+  if (a.fp8_blocks) run_fp8_blocks(a, ms, shapes, out);
   if (a.no_f32) {
     if (!a.json_file.empty()) std::ofstream(a.json_file) << out.dump(2) << "\n";
     fmt::print("{}\n", out.dump());
@@ -531,7 +597,10 @@ int main(int argc, char** argv) {
       "--quant", a.quant,
       "also time these block-quantized types (q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k,q8_a; "
       "MLX's groups of 64 / 128: q4_a64,q4_a128,q8_a64,q8_a128)");
-  app.add_flag("--no-f32", a.no_f32, "skip the f32 / bf16 weights (with --quant)");
+  app.add_flag("--fp8-blocks", a.fp8_blocks,
+               "also time FP8 block-scaled weights (E4M3, 128 x 128 blocks; K and N multiples of "
+               "128)");
+  app.add_flag("--no-f32", a.no_f32, "skip the f32 / bf16 weights (with --quant or --fp8-blocks)");
   app.add_flag("--cpu-time", a.cpu_time,
                "time with the calling thread's CPU clock (needs DSPARK_THREADS=1): steadier on a "
                "shared machine");

@@ -4,6 +4,7 @@
 // argument checks name what is wrong. CUDA against these: tests/cuda/linear_fp8_blocks_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -94,6 +95,38 @@ TEST(OpsLinearFp8Blocks, MatchesTheDequantizedProduct) {
       EXPECT_EQ(to_f32_vector(one),
                 std::vector<float>(all.begin() + r * cs.n, all.begin() + (r + 1) * cs.n))
           << "row " << r;
+    }
+  }
+}
+
+TEST(OpsLinearFp8Blocks, EveryCodeDecodesExactly) {
+  // Row i of the weight holds the codes 16 i .. 16 i + 15 (all 256 over 16 rows) at columns
+  // 0..15, repeated over k = 64; one-hot rows of x read them back times the scale: y = 2^8 s
+  // (e4m3(c) 2^-8) exactly, as the kernel decodes them. Rows 7 and 15 hold the NaN codes 0x7F and
+  // 0xFF, so every product with them is NaN (NaN times 0).
+  Context ctx(Device::cpu());
+  Fp8Host w{{}, {1.0f / 64}, 16, 64, 16, 64, {}, {}};
+  w.codes.resize(16 * 64);
+  for (int64_t i = 0; i < 16; ++i)
+    for (int64_t j = 0; j < 64; ++j)
+      w.codes[static_cast<size_t>(i * 64 + j)] = static_cast<uint8_t>(16 * i + j % 16);
+  w.codes_t = OwnedTensor::from_vector(w.codes, Shape{16, 64}, Device::cpu());
+  w.scales_t = OwnedTensor::from_vector(w.scales, Shape{1, 1}, Device::cpu());
+  std::vector<float> xv(16 * 64, 0.0f);
+  for (int64_t r = 0; r < 16; ++r) xv[static_cast<size_t>(r * 64 + r)] = 1.0f;
+  const OwnedTensor x = test::make_tensor(xv, DType::f32, Shape{16, 64}, Device::cpu());
+  const OwnedTensor y = OwnedTensor::zeros(DType::f32, Shape{16, 16}, Device::cpu());
+  linear(ctx, x, w.matrix(), Tensor{}, y);
+  const std::vector<float> got = to_f32_vector(y);
+  for (int r = 0; r < 16; ++r) {
+    for (int i = 0; i < 16; ++i) {
+      const auto code = static_cast<uint8_t>(16 * i + r);
+      const float want = e4m3_to_f32(code) / 64.0f, value = got[static_cast<size_t>(r * 16 + i)];
+      if (i == 7 || i == 15) {
+        EXPECT_TRUE(std::isnan(value)) << "code " << int{code};
+      } else {
+        EXPECT_EQ(value, want) << "code " << int{code};
+      }
     }
   }
 }
