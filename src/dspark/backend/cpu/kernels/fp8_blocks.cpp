@@ -68,27 +68,40 @@ __attribute__((target("avx2,f16c"))) void decode_e4m3_avx2(const uint8_t* q, flo
 // The dot product of one chunk of 64 values: lane l of 16 (j % 16 == l) accumulates its values
 // by fused multiply-adds in j order, lanes l and l + 8 are added, then the 8 sums pairwise in a
 // fixed order. The portable loop below does the same operations, so both give the same bits.
-FP8_AVX2 __attribute__((target("fma"))) float dot64_avx2(const float* w, const float* x) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  for (int j = 0; j < 64; j += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
+// The whole row for NR rows of x at once (row r at x + r * ldx; k a multiple of 64), each weight
+// vector loaded once: per chunk of 64 the sum of each row as chunk_dot computes it, then acc[r] +=
+// 2^8 s * sum in k order (s the chunk's block scale), the same operations for each row as for one.
+template <int NR>
+FP8_AVX2 __attribute__((target("fma"))) void row_dots_avx2(const float* w, const float* x,
+                                                           int64_t ldx, int64_t k,
+                                                           const float* scales, int64_t block_k,
+                                                           float* acc) {
+  for (int64_t c = 0; c < k; c += kScaleChunk) {
+    __m256 a0[NR], a1[NR];
+    for (int r = 0; r < NR; ++r) a0[r] = a1[r] = _mm256_setzero_ps();
+    for (int64_t j = c; j < c + kScaleChunk; j += 16) {
+      const __m256 w0 = _mm256_loadu_ps(w + j), w1 = _mm256_loadu_ps(w + j + 8);
+      for (int r = 0; r < NR; ++r) {
+        a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * ldx + j), a0[r]);
+        a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * ldx + j + 8), a1[r]);
+      }
+    }
+    const float scale = 256.0f * scales[c / block_k];
+    for (int r = 0; r < NR; ++r) {
+      const __m256 s = _mm256_add_ps(a0[r], a1[r]);
+      const __m128 h =
+          _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // s_l + s_l+4
+      const __m128 q =
+          _mm_add_ps(h, _mm_movehl_ps(h, h));  // (s0 + s4) + (s2 + s6), (s1 + s5) + (s3 + s7)
+      acc[r] += scale * _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+    }
   }
-  const __m256 s = _mm256_add_ps(a0, a1);
-  const __m128 h =
-      _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // s_l + s_l+4
-  const __m128 q =
-      _mm_add_ps(h, _mm_movehl_ps(h, h));  // (s0 + s4) + (s2 + s6), (s1 + s5) + (s3 + s7)
-  return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
 }
 #endif
 
-// A chunk's dot product (len <= 64) as dot64_avx2 computes it, the values past the last whole 16
+// A chunk's dot product (len <= 64) as row_dots_avx2 computes it, the values past the last whole 16
 // added in j order at the end.
 float chunk_dot(const float* w, const float* x, int64_t len) {
-#if defined(__x86_64__)
-  if (len == kScaleChunk && has_avx2_fma()) return dot64_avx2(w, x);
-#endif
   float lane[16] = {};
   int64_t j = 0;
   for (; j + 16 <= len; j += 16)
@@ -98,6 +111,31 @@ float chunk_dot(const float* w, const float* x, int64_t len) {
   float tail = 0.0f;
   for (; j < len; ++j) tail = std::fma(w[j], x[j], tail);
   return (((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))) + tail;
+}
+
+// acc[r] += the row's products with nr (<= 4) rows of x (row r at x + r * ldx), chunk by chunk
+// of 64 values in k order, each chunk's chunk_dot times 2^8 times its block scale.
+void row_dots(const float* w, const float* x, int64_t ldx, int64_t nr, int64_t k,
+              const float* scales, int64_t block_k, float* acc) {
+#if defined(__x86_64__)
+  if (k % kScaleChunk == 0 && has_avx2_fma()) {
+    switch (nr) {
+      case 1:
+        return row_dots_avx2<1>(w, x, ldx, k, scales, block_k, acc);
+      case 2:
+        return row_dots_avx2<2>(w, x, ldx, k, scales, block_k, acc);
+      case 3:
+        return row_dots_avx2<3>(w, x, ldx, k, scales, block_k, acc);
+      default:
+        return row_dots_avx2<4>(w, x, ldx, k, scales, block_k, acc);
+    }
+  }
+#endif
+  for (int64_t c = 0; c < k; c += kScaleChunk) {
+    const int64_t len = std::min(kScaleChunk, k - c);
+    const float scale = 256.0f * scales[c / block_k];
+    for (int64_t r = 0; r < nr; ++r) acc[r] += scale * chunk_dot(w + c, x + r * ldx + c, len);
+  }
 }
 
 // n E4M3 codes to f32 values times 2^-8 (the kernel's scales carry the 2^8).
@@ -134,15 +172,14 @@ void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, con
         const uint8_t* q = codes + i * k;
         decode_e4m3(q, row, k);
         const float* s = scales + (i / w.block_n) * scale_cols;
-        for (int64_t r = 0; r < m; ++r) {
-          const float* xr = xf + r * k;
-          float acc = 0.0f;
-          for (int64_t c = 0; c < k; c += kScaleChunk) {
-            const int64_t len = std::min(kScaleChunk, k - c);
-            acc += 256.0f * s[c / w.block_k] * chunk_dot(row + c, xr + c, len);
+        for (int64_t r0 = 0; r0 < m; r0 += 4) {  // up to 4 rows of x share each weight load
+          const int64_t nr = std::min<int64_t>(4, m - r0);
+          float acc[4] = {};
+          row_dots(row, xf + r0 * k, k, nr, k, s, w.block_k, acc);
+          for (int64_t r = 0; r < nr; ++r) {
+            if (!b.empty()) acc[r] += b[static_cast<size_t>(i)];
+            row_ptr<TY>(y, r0 + r)[i] = from_f32<TY>(acc[r]);
           }
-          if (!b.empty()) acc += b[static_cast<size_t>(i)];
-          row_ptr<TY>(y, r)[i] = from_f32<TY>(acc);
         }
       }
     });
