@@ -23,7 +23,7 @@
 namespace dspark::cpu {
 namespace {
 
-constexpr int64_t kScaleChunk = 64;  // elements of k per dot_f32 call
+constexpr int64_t kScaleChunk = 64;  // values of k per chunk sum
 
 const std::array<float, 256>& e4m3_table() {
   static const std::array<float, 256> table = [] {
@@ -65,12 +65,13 @@ __attribute__((target("avx2,f16c"))) void decode_e4m3_avx2(const uint8_t* q, flo
   }
 }
 
-// The dot product of one chunk of 64 values: lane l of 16 (j % 16 == l) accumulates its values
-// by fused multiply-adds in j order, lanes l and l + 8 are added, then the 8 sums pairwise in a
-// fixed order. The portable loop below does the same operations, so both give the same bits.
-// The whole row for NR rows of x at once (row r at x + r * ldx; k a multiple of 64), each weight
-// vector loaded once: per chunk of 64 the sum of each row as chunk_dot computes it, then acc[r] +=
-// 2^8 s * sum in k order (s the chunk's block scale), the same operations for each row as for one.
+// The whole weight row against NR rows of x at once (row r at x + r * ldx; k a multiple of 64),
+// each weight vector loaded once. Per chunk of 64 values and row of x, lane l of 16 (j % 16 == l)
+// accumulates its products by fused multiply-adds in j order, lanes l and l + 8 are added, then
+// the 8 sums pairwise in a fixed order (chunk_dot does the same operations); then acc[r] += 2^8 s
+// * sum in k order (s the chunk's block scale), by scalar intrinsics that the compiler does not
+// fuse into one multiply-add. The same operations for each row as for one, and as row_dots'
+// portable loop: the same bits.
 template <int NR>
 FP8_AVX2 __attribute__((target("fma"))) void row_dots_avx2(const float* w, const float* x,
                                                            int64_t ldx, int64_t k,
@@ -86,14 +87,15 @@ FP8_AVX2 __attribute__((target("fma"))) void row_dots_avx2(const float* w, const
         a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * ldx + j + 8), a1[r]);
       }
     }
-    const float scale = 256.0f * scales[c / block_k];
+    const __m128 scale = _mm_mul_ss(_mm_set_ss(256.0f), _mm_set_ss(scales[c / block_k]));
     for (int r = 0; r < NR; ++r) {
       const __m256 s = _mm256_add_ps(a0[r], a1[r]);
       const __m128 h =
           _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));  // s_l + s_l+4
       const __m128 q =
           _mm_add_ps(h, _mm_movehl_ps(h, h));  // (s0 + s4) + (s2 + s6), (s1 + s5) + (s3 + s7)
-      acc[r] += scale * _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+      const __m128 sum = _mm_add_ss(q, _mm_shuffle_ps(q, q, 1));
+      acc[r] = _mm_cvtss_f32(_mm_add_ss(_mm_set_ss(acc[r]), _mm_mul_ss(scale, sum)));
     }
   }
 }
