@@ -207,7 +207,8 @@ void encode_k_with_min(const float* x, uint8_t* b) {
   put_half(b + 2, max_offset / 63.0f);
   const float d = f16_to_f32(f32_to_f16(max_scale / 63.0f));
   const float dmin = f16_to_f32(f32_to_f16(max_offset / 63.0f));
-  uint8_t sc[8], m[8], q[256];
+  // Zeros stand where no candidate's error compares (NaN values: the block is then zeros).
+  uint8_t sc[8] = {}, m[8] = {}, q[256] = {};
   float trial[32];
   for (int j = 0; j < 8; ++j) {
     const float* xj = x + 32 * j;
@@ -314,6 +315,8 @@ void encode_q6_k(const float* x, uint8_t* b) {
   const float d = f16_to_f32(f32_to_f16(max_abs / 127.0f));
   auto* sc = reinterpret_cast<int8_t*>(b + 192);
   uint8_t q[256];
+  std::fill(q, q + 256, uint8_t{32});  // code 0 where no candidate's error compares (NaN values)
+  std::fill(sc, sc + 16, int8_t{0});
   for (int i = 0; i < 16; ++i) {
     const float* xi = x + 16 * i;
     const float s = scale[i] * reciprocal(d);
