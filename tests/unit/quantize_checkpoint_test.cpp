@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -25,6 +26,7 @@
 #include "dspark/io/mlx_quantize.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/config.h"
+#include "dspark/model/gguf_export.h"
 #include "dspark/model/mlx_weights.h"
 #include "dspark/model/quantize_checkpoint.h"
 #include "dspark/model/registry.h"
@@ -228,6 +230,50 @@ ErrorKind failure_kind(const std::function<void()>& f, const std::string& expect
   }
   ADD_FAILURE() << "no error, expected: " << expect;
   return ErrorKind::internal;
+}
+
+// A copy of the golden Llama 3 whose weight `name` holds a NaN at index 5.
+fs::path llama3_with_nan(const std::string& tag, const std::string& name) {
+  const fs::path dir = scratch(tag);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(llama3()))
+    if (e.path().filename() != "model.safetensors" && e.path().extension() != ".safetensors")
+      fs::copy(e.path(), dir / e.path().filename());
+  const SafeTensors st = SafeTensors::open(llama3() / "model.safetensors");
+  std::deque<OwnedTensor> owned;
+  std::vector<std::pair<std::string, Tensor>> entries;
+  for (const std::string& n : st.names()) {
+    const Tensor t = st.get(n);
+    OwnedTensor& c = owned.emplace_back(t.dtype(), t.shape(), Device::cpu());
+    std::memcpy(c.view().data(), t.data(), t.nbytes());
+    if (n == name) static_cast<float*>(c.view().data())[5] = std::nanf("");
+    entries.emplace_back(n, c.view());
+  }
+  write_safetensors(dir / "model.safetensors", entries);
+  return dir;
+}
+
+TEST(QuantizeCheckpoint, NonFiniteWeightRefusedAndNothingLeftBehind) {
+  const std::string bad = "model.layers.0.mlp.gate_proj.weight";
+  const fs::path src = llama3_with_nan("nan_src", bad), out = scratch("nan_out");
+  EXPECT_EQ(failure_kind(
+                [&] {
+                  quantize(src, out, {4, 32});
+                },
+                "weight '" + bad + "'"),
+            ErrorKind::invalid_input);
+  EXPECT_FALSE(fs::exists(out));  // created by the run, removed with what it held
+  fs::create_directories(out);    // an empty directory given: emptied again, kept
+  QuantizeOptions o;
+  o.input = src;
+  o.output = out;
+  EXPECT_EQ(failure_kind([&] { export_gguf(o, QuantType::q8_0, nullptr); },
+                         "non-finite value (nan) at index 5"),
+            ErrorKind::invalid_input);
+  EXPECT_TRUE(fs::is_directory(out));
+  EXPECT_TRUE(fs::is_empty(out));
+  fs::remove_all(out);
+  fs::remove_all(src);
 }
 
 TEST(QuantizeCheckpoint, Refusals) {

@@ -244,7 +244,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
   }
   const std::vector<std::pair<std::string, GgufValue>> metadata =
       metadata_of(c, arch, format, o.input);
-  create_quantize_output(o.output);
+  QuantizeOutput out(o.output);
 
   std::vector<GgufTensorOut> outs;
   for (const Planned& p : plan) {
@@ -267,6 +267,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       std::vector<float> w(static_cast<size_t>(t.numel()));
       convert_host(t.data(), t.dtype(), w.data(), DType::f32, t.numel());
       if (p.qk_heads > 0) permute_gguf_qk_rows(w, p.qk_heads, t.size(0), t.size(1));
+      if (p.quant) check_finite_weight(p.hf, w.data(), t.numel());
       if (p.out.type == GgmlType::f32) {
         std::memcpy(dst, w.data(), w.size() * sizeof(float));
       } else {
@@ -277,6 +278,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
     if (progress) progress(pr);
   });
   summary.files.push_back(file);
+  out.commit();
   return summary;
 }
 

@@ -1,6 +1,7 @@
 #include "dspark/model/quantize_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -104,6 +105,7 @@ void write_tensor(const SafeTensors& st, const TensorPlan& p, const QuantizeOpti
   const int64_t rows = t.size(0), cols = t.size(1), g = o.spec.group_size;
   OwnedTensor f32(DType::f32, t.shape(), Device::cpu());
   convert_host(t.data(), t.dtype(), f32.view().data(), DType::f32, t.numel());
+  check_finite_weight(p.name, static_cast<const float*>(f32.view().data()), t.numel());
   const Shape groups{rows, cols / g};
   OwnedTensor& words =
       owned.emplace_back(DType::i32, Shape{rows, cols * o.spec.bits / 32}, Device::cpu());
@@ -181,14 +183,36 @@ void check_quantize_input(const fs::path& input) {
   }
 }
 
-void create_quantize_output(const fs::path& out) {
+QuantizeOutput::QuantizeOutput(fs::path output) : output_(std::move(output)) {
   std::error_code ec;
-  if (fs::exists(out, ec)) {
-    DSPARK_CHECK_KIND(io, fs::is_directory(out, ec) && fs::is_empty(out, ec),
-                      "output '{}' exists and is not an empty directory", out.string());
+  if (fs::exists(output_, ec)) {
+    DSPARK_CHECK_KIND(io, fs::is_directory(output_, ec) && fs::is_empty(output_, ec),
+                      "output '{}' exists and is not an empty directory", output_.string());
+  } else {
+    created_ = true;
   }
-  fs::create_directories(out, ec);
-  DSPARK_CHECK_KIND(io, !ec, "cannot create output directory '{}': {}", out.string(), ec.message());
+  fs::create_directories(output_, ec);
+  DSPARK_CHECK_KIND(io, !ec, "cannot create output directory '{}': {}", output_.string(),
+                    ec.message());
+}
+
+QuantizeOutput::~QuantizeOutput() {
+  if (committed_) return;
+  std::error_code ec;
+  if (created_) {
+    fs::remove_all(output_, ec);
+    return;
+  }
+  for (const auto& entry : fs::directory_iterator(output_, ec)) fs::remove_all(entry.path(), ec);
+}
+
+void check_finite_weight(const std::string& name, const float* w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    DSPARK_CHECK_KIND(invalid_input, std::isfinite(w[i]),
+                      "weight '{}' holds a non-finite value ({}) at index {}: the checkpoint is "
+                      "damaged, and no quantized format represents it",
+                      name, w[i], i);
+  }
 }
 
 int mlx_format_bits(std::string_view format) {
@@ -205,7 +229,7 @@ QuantizeSummary quantize_checkpoint(const QuantizeOptions& o,
   const SafeTensors st = SafeTensors::open(o.input);
   QuantizeSummary summary;
   const std::vector<TensorPlan> plan = plan_tensors(st, o, summary);
-  create_quantize_output(o.output);
+  QuantizeOutput out(o.output);
 
   QuantizeProgress pr;
   pr.tensors_total = static_cast<int64_t>(plan.size());
@@ -241,6 +265,7 @@ QuantizeSummary quantize_checkpoint(const QuantizeOptions& o,
   }
   write_config(o, config, summary);
   summary.copied_files = copy_side_files(o);
+  out.commit();
   return summary;
 }
 

@@ -49,10 +49,28 @@ struct QuantizeSummary {
 
 // The checks every output format makes: `input` is a directory with a config.json that has no
 // "quantization" / "quantization_config" entry (ErrorKind::io / unsupported as
-// quantize_checkpoint says); `output` does not exist or is an empty directory, then is created
-// (ErrorKind::io).
+// quantize_checkpoint says).
 void check_quantize_input(const std::filesystem::path& input);
-void create_quantize_output(const std::filesystem::path& output);
+
+// The output directory of a quantization: it must not exist or be empty (ErrorKind::io), and is
+// created. Until commit() the destructor takes back what was written (the directory's contents,
+// and the directory itself when this created it), so a failed run leaves no partial checkpoint.
+class QuantizeOutput {
+ public:
+  explicit QuantizeOutput(std::filesystem::path output);
+  ~QuantizeOutput();
+  QuantizeOutput(const QuantizeOutput&) = delete;
+  QuantizeOutput& operator=(const QuantizeOutput&) = delete;
+  void commit() { committed_ = true; }
+
+ private:
+  std::filesystem::path output_;
+  bool created_ = false, committed_ = false;
+};
+
+// Throws ErrorKind::invalid_input naming the weight when one of its n values is NaN or infinite
+// (a damaged checkpoint: no quantized format represents it).
+void check_finite_weight(const std::string& name, const float* w, int64_t n);
 
 // The bits of an output format name: "mlx4" -> 4, "mlx8" -> 8. Throws ErrorKind::unsupported
 // naming the format and the supported ones.
