@@ -17,6 +17,7 @@
 
 #include "dspark/backend/cpu/float_io.h"
 #include "dspark/backend/cpu/kernels.h"
+#include "dspark/backend/cpu/kernels/small_m_gemm.h"
 #include "dspark/core/fp8.h"
 #include "dspark/core/thread_pool.h"
 
@@ -37,12 +38,6 @@ const std::array<float, 256>& e4m3_table() {
 
 #if defined(__x86_64__)
 #define FP8_AVX2 __attribute__((target("avx2")))
-
-bool has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
-  return yes;
-}
 
 // n (a multiple of 16) E4M3 codes to f32, each value times 2^-8 (exactly): a code's 7 magnitude
 // bits shifted under f16's exponent and mantissa are an f16 of 2^-8 times the code's value,
@@ -120,7 +115,7 @@ float chunk_dot(const float* w, const float* x, int64_t len) {
 void row_dots(const float* w, const float* x, int64_t ldx, int64_t nr, int64_t k,
               const float* scales, int64_t block_k, float* acc) {
 #if defined(__x86_64__)
-  if (k % kScaleChunk == 0 && has_avx2_fma()) {
+  if (k % kScaleChunk == 0 && small_gemm_has_avx2()) {
     switch (nr) {
       case 1:
         return row_dots_avx2<1>(w, x, ldx, k, scales, block_k, acc);
@@ -144,7 +139,7 @@ void row_dots(const float* w, const float* x, int64_t ldx, int64_t nr, int64_t k
 void decode_e4m3(const uint8_t* q, float* out, int64_t n) {
   int64_t j = 0;
 #if defined(__x86_64__)
-  if (has_avx2_fma()) {
+  if (small_gemm_has_avx2()) {
     j = n / 16 * 16;
     decode_e4m3_avx2(q, out, j);
   }
