@@ -6,7 +6,8 @@
 # for bit, the float tensors unchanged, config.json's quantization entry (with `false` for the
 # weights kept float), the copied tokenizer files, the progress bar; then dspark generate runs
 # the result. A DSpark drafter gets the drafter policy and drafts for the quantized target with
-# the plain greedy tokens. GGUF output (q8_0, q4_0, q4_1, q5_0, q5_1) against the gguf package.
+# the plain greedy tokens. GGUF output (every format; Qwen3-MoE's stacked experts) against the gguf
+# package.
 # The refusals exit non-zero with one error line.
 #   bash tests/cli/quantize_test.sh <path-to-dspark> <repo-root>
 set -euo pipefail
@@ -260,6 +261,49 @@ PY
     "$DSPARK" generate -m "$TMP/$format" -p "Hello" -n 8 > /dev/null 2> "$TMP/gen_err" ||
       fail "generate on the $format GGUF: $(cat "$TMP/gen_err")"
   done
+  # Qwen3-MoE (8 experts, layer 1 dense) as a `qwen3moe` file in Q8_0: each projection's experts
+  # stacked in one tensor whose blocks equal gguf.quants.quantize of the stacked weights, the
+  # router F32 and unchanged, the expert keys there.
+  MOE=$MODELS/qwen3_moe
+  "$DSPARK" quantize -m "$MOE" -o "$TMP/moe" --format q8_0 > /dev/null 2> "$TMP/stderr" ||
+    fail "quantize qwen3_moe: $(cat "$TMP/stderr")"
+  python3 - "$MOE" "$TMP/moe/model.gguf" <<'PY'
+import json, sys
+import gguf
+import numpy as np
+from safetensors.numpy import load_file
+
+src, path = sys.argv[1], sys.argv[2]
+cfg = json.load(open(f"{src}/config.json"))
+st = load_file(f"{src}/model.safetensors")
+r = gguf.GGUFReader(path)
+tensors = {t.name: t for t in r.tensors}
+assert bytes(r.fields["general.architecture"].parts[-1]).decode() == "qwen3moe"
+def u32(key):
+    return r.fields[key].parts[-1][0].item()
+assert u32("qwen3moe.expert_count") == cfg["num_local_experts"]
+assert u32("qwen3moe.expert_used_count") == cfg["num_experts_per_tok"]
+assert u32("qwen3moe.expert_feed_forward_length") == cfg["moe_intermediate_size"]
+n, stacks = cfg["num_local_experts"], 0
+for l in range(cfg["num_hidden_layers"]):
+    if l in cfg["mlp_only_layers"]:
+        assert f"blk.{l}.ffn_gate_inp.weight" not in tensors
+        continue
+    router = tensors[f"blk.{l}.ffn_gate_inp.weight"]
+    assert router.tensor_type == gguf.GGMLQuantizationType.F32
+    assert np.array_equal(np.asarray(router.data).reshape(n, -1), st[f"model.layers.{l}.mlp.gate.weight"])
+    for proj in ("gate", "up", "down"):
+        w = np.stack([st[f"model.layers.{l}.mlp.experts.{e}.{proj}_proj.weight"] for e in range(n)])
+        t = tensors[f"blk.{l}.ffn_{proj}_exps.weight"]
+        assert t.tensor_type == gguf.GGMLQuantizationType.Q8_0, (t.name, t.tensor_type)
+        assert list(t.shape) == [w.shape[2], w.shape[1], w.shape[0]], (t.name, t.shape)
+        ref = gguf.quants.quantize(w.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+        assert np.array_equal(np.asarray(t.data).reshape(ref.shape), ref), f"{t.name}: blocks differ"
+        stacks += 1
+print(f"{path}: {stacks} expert stacks equal gguf.quants.quantize's blocks, routers F32")
+PY
+  "$DSPARK" generate -m "$TMP/moe" -p "Hello" -n 8 > /dev/null 2> "$TMP/gen_err" ||
+    fail "generate on the qwen3moe GGUF: $(cat "$TMP/gen_err")"
 else
   echo "SKIP (GGUF part): no gguf package"
 fi
@@ -281,6 +325,6 @@ expect_error 1 "already quantized" -- quantize -m "$TMP/mlx4-g32" -o "$TMP/x2"
 expect_error 1 "not an empty directory" -- quantize -m "$M" -o "$TMP/mlx4-g32"
 expect_error 2 "format" -- quantize -m "$M" -o "$TMP/x3" --format q2_k
 expect_error 1 "drafter" -- quantize -m "$DRAFTER" -o "$TMP/x5" --format q8_0
-expect_error 1 "Qwen3MoeForCausalLM" -- quantize -m "$MODELS/qwen3_moe" -o "$TMP/x6" --format q4_1
+expect_error 1 "DeepseekV3ForCausalLM" -- quantize -m "$MODELS/deepseek_v3" -o "$TMP/x6" --format q4_1
 expect_error 2 "group-size" -- quantize -m "$M" -o "$TMP/x4" --group-size 48
 echo "PASS"

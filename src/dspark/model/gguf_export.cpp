@@ -1,6 +1,8 @@
 #include "dspark/model/gguf_export.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -19,7 +21,9 @@ namespace fs = std::filesystem;
 namespace {
 
 struct Planned {
-  std::string hf;  // the checkpoint's name ("" for rope_freqs, computed)
+  // The checkpoint's name, or the experts' names of a stacked tensor (expert by expert); empty for
+  // rope_freqs (computed).
+  std::vector<std::string> hf;
   GgufTensorOut out;
   int qk_heads = 0;                // q/k projections: heads whose rows are reordered
   std::optional<QuantType> quant;  // the block type, nullopt: F32
@@ -27,21 +31,23 @@ struct Planned {
 
 // The GGUF architecture a checkpoint is written as (llama.cpp's names), after the checks: Llama /
 // Mistral as `llama` (no biases, no q/k norms, rope none / linear / llama3), Qwen2 as `qwen2`
-// (q/k/v biases), Qwen3 as `qwen3` (q/k norms; rope none / linear); no sliding windows.
+// (q/k/v biases), Qwen3 as `qwen3` and Qwen3-MoE as `qwen3moe` (q/k norms; rope none / linear);
+// no sliding windows.
 std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
   const std::string where = (dir / "config.json").string();
   const std::string arch =
       c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM" ? "llama"
       : c.architecture == "Qwen2ForCausalLM"                                         ? "qwen2"
       : c.architecture == "Qwen3ForCausalLM"                                         ? "qwen3"
+      : c.architecture == "Qwen3MoeForCausalLM"                                      ? "qwen3moe"
                                                                                      : "";
   DSPARK_CHECK_KIND(unsupported, !arch.empty(),
                     "{}: GGUF output is for LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM and Qwen3ForCausalLM, not {}",
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM, not {}",
                     where, c.architecture);
   DSPARK_CHECK_KIND(unsupported, arch == "qwen2" || !c.attention_bias,
                     "{}: q/k/v biases have no GGUF `{}` tensors", where, arch);
-  DSPARK_CHECK_KIND(unsupported, arch == "qwen3" || !c.qk_norm,
+  DSPARK_CHECK_KIND(unsupported, arch.starts_with("qwen3") || !c.qk_norm,
                     "{}: q/k norms have no GGUF `{}` tensors", where, arch);
   for (int w : c.layer_window) {
     DSPARK_CHECK_KIND(unsupported, w == 0,
@@ -114,6 +120,12 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
       {p + "attention.layer_norm_rms_epsilon", gguf_f32(c.rms_norm_eps)},
       {p + "rope.dimension_count", gguf_u32(rotary)},
       {p + "rope.freq_base", gguf_f32(c.rope_theta)}};
+  if (c.num_experts > 0) {  // llama.cpp's qwen3moe keys; dense layers use feed_forward_length
+    m.emplace_back(p + "expert_count", gguf_u32(c.num_experts));
+    m.emplace_back(p + "expert_used_count", gguf_u32(c.num_experts_per_tok));
+    m.emplace_back(p + "expert_feed_forward_length", gguf_u32(c.moe_intermediate_size));
+    m.emplace_back(p + "expert_weights_norm", gguf_bool(c.norm_topk_prob));
+  }
   if (c.rope_scaling.type == "linear") {
     m.emplace_back(p + "rope.scaling.type", gguf_string("linear"));
     m.emplace_back(p + "rope.scaling.factor", gguf_f32(c.rope_scaling.factor));
@@ -158,19 +170,57 @@ QuantType legacy_fallback(QuantType t) {
   }
 }
 
+// An expert's projection "model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight".
+struct ExpertName {
+  int layer = 0, expert = 0;
+  std::string_view proj;  // "gate", "up" or "down"
+};
+std::optional<ExpertName> expert_name_of(std::string_view name) {
+  constexpr std::string_view kExperts = ".mlp.experts.";
+  const int layer = layer_of(name);
+  const size_t at = name.find(kExperts);
+  if (layer < 0 || at == std::string_view::npos) return std::nullopt;
+  size_t i = at + kExperts.size();
+  const size_t digits = i;
+  int expert = 0;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && i - digits < 9; ++i)
+    expert = expert * 10 + (name[i] - '0');
+  if (i == digits) return std::nullopt;
+  for (std::string_view proj : {"gate", "up", "down"}) {
+    if (name.substr(i) == fmt::format(".{}_proj.weight", proj))
+      return ExpertName{layer, expert, proj};
+  }
+  return std::nullopt;
+}
+
+// llama.cpp's 70B model type, which llama-quantize's medium mixes give a wider v_proj.
+bool is_70b(const ModelConfig& c, const std::string& arch) {
+  return c.num_layers == 80 &&
+         ((arch == "llama" && c.num_kv_heads != c.num_heads) || arch == "qwen2");
+}
+
 }  // namespace
 
 std::optional<QuantType> gguf_weight_type(const GgufFormat& format, std::string_view hf_name,
-                                          int64_t cols, int n_layers, bool tied) {
+                                          int64_t cols, const GgufMixModel& model) {
+  if (hf_name.ends_with(".mlp.gate.weight")) return std::nullopt;  // a MoE router stays F32
   QuantType type = format.base;
   if (format.medium) {
     const bool head =
-        hf_name == "lm_head.weight" || (tied && hf_name == "model.embed_tokens.weight");
-    const bool v_or_down =
-        hf_name.ends_with(".self_attn.v_proj.weight") || hf_name.ends_with(".mlp.down_proj.weight");
+        hf_name == "lm_head.weight" || (model.tied && hf_name == "model.embed_tokens.weight");
+    const bool v = hf_name.ends_with(".self_attn.v_proj.weight");
+    const bool down = hf_name.ends_with(".mlp.down_proj.weight") ||
+                      (hf_name.find(".mlp.experts.") != std::string_view::npos &&
+                       hf_name.ends_with(".down_proj.weight"));
     const int layer = layer_of(hf_name);
-    if (head || (v_or_down && layer >= 0 && more_bits_layer(layer, n_layers)))
-      type = QuantType::q6_k;
+    const bool more_bits = layer >= 0 && more_bits_layer(layer, model.n_layers);
+    if (head || ((v || down) && more_bits)) type = QuantType::q6_k;
+    if (v && model.is_70b && type == QuantType::q4_k) type = QuantType::q5_k;
+    if (model.experts == 8) {  // llama-quantize's rule for 8-expert models (Mixtral's shape)
+      if (v || hf_name.ends_with(".self_attn.k_proj.weight")) type = QuantType::q8_0;
+      if (hf_name.ends_with(".self_attn.o_proj.weight") && format.base == QuantType::q4_k)
+        type = QuantType::q5_k;
+    }
     if (cols % quant_block(type).elements != 0) type = legacy_fallback(type);
   }
   if (cols % quant_block(type).elements != 0) return std::nullopt;
@@ -201,27 +251,53 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
   check_quantize_input(o.input);
   const ModelConfig c = load_model_config(o.input);
   const std::string arch = gguf_architecture(c, o.input);
+  const GgufMixModel mix{c.num_layers, c.tie_word_embeddings, c.num_experts, is_70b(c, arch)};
   const SafeTensors st = SafeTensors::open(o.input);
   QuantizeSummary summary;
   std::vector<Planned> plan;
+  std::map<std::string, size_t> stacks;  // GGUF name -> plan index, of the experts' tensors
   for (const std::string& name : st.names()) {
     if (name == "lm_head.weight" && c.tie_word_embeddings) continue;  // the embedding is the head
-    const std::optional<std::string> gguf = gguf_name_of(name);
-    DSPARK_CHECK_KIND(unsupported, gguf.has_value(), "{}: tensor '{}' has no GGUF `{}` counterpart",
-                      o.input.string(), name, arch);
     const Tensor t = st.get(name);
     DSPARK_CHECK_KIND(unsupported, dtype_is_float(t.dtype()),
                       "{}: tensor '{}' ({} {}) looks quantized already; dspark quantize needs a "
                       "float checkpoint",
                       st.path().string(), name, dtype_name(t.dtype()), t.shape().str());
-    Planned p{name, GgufTensorOut{*gguf, GgmlType::f32, t.shape()}, 0, std::nullopt};
-    if (t.dim() == 2)
-      p.quant = gguf_weight_type(format, name, t.size(1), c.num_layers, c.tie_word_embeddings);
+    summary.bytes_in += static_cast<int64_t>(t.nbytes());
+    if (const std::optional<ExpertName> e = expert_name_of(name)) {
+      DSPARK_CHECK_KIND(io, t.dim() == 2 && e->expert < c.num_experts,
+                        "{}: tensor '{}' ({}) is not a projection of one of the {} experts",
+                        o.input.string(), name, t.shape().str(), c.num_experts);
+      const std::string gguf = fmt::format("blk.{}.ffn_{}_exps.weight", e->layer, e->proj);
+      const auto [at, fresh] = stacks.emplace(gguf, plan.size());
+      if (fresh) {
+        Planned p{std::vector<std::string>(static_cast<size_t>(c.num_experts)),
+                  GgufTensorOut{gguf, GgmlType::f32, Shape{c.num_experts, t.size(0), t.size(1)}}, 0,
+                  gguf_weight_type(format, name, t.size(1), mix)};
+        if (p.quant) p.out.type = ggml_type_of(*p.quant);
+        plan.push_back(std::move(p));
+      }
+      Planned& p = plan[at->second];
+      DSPARK_CHECK_KIND(io, t.size(0) == p.out.shape[1] && t.size(1) == p.out.shape[2],
+                        "{}: tensor '{}' is {}, the other experts' {} are [{}, {}]",
+                        o.input.string(), name, t.shape().str(), e->proj, p.out.shape[1],
+                        p.out.shape[2]);
+      p.hf[static_cast<size_t>(e->expert)] = name;
+      ++(p.quant ? summary.n_quantized : summary.n_copied);
+      if (!p.quant) summary.not_divisible.push_back(name);
+      continue;
+    }
+    const std::optional<std::string> gguf = gguf_name_of(name);
+    DSPARK_CHECK_KIND(unsupported, gguf.has_value(), "{}: tensor '{}' has no GGUF `{}` counterpart",
+                      o.input.string(), name, arch);
+    Planned p{{name}, GgufTensorOut{*gguf, GgmlType::f32, t.shape()}, 0, std::nullopt};
+    if (t.dim() == 2) p.quant = gguf_weight_type(format, name, t.size(1), mix);
     if (p.quant) {
       p.out.type = ggml_type_of(*p.quant);
       ++summary.n_quantized;
     } else {
-      if (t.dim() == 2) summary.not_divisible.push_back(name);
+      if (t.dim() == 2 && !name.ends_with(".mlp.gate.weight"))
+        summary.not_divisible.push_back(name);
       ++summary.n_copied;
     }
     // llama.cpp interleaves Llama's q/k rows for its RoPE; Qwen's stay as stored.
@@ -229,14 +305,22 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       p.qk_heads = c.num_heads;
     if (arch == "llama" && name.find(".self_attn.k_proj.") != std::string::npos)
       p.qk_heads = c.num_kv_heads;
-    summary.bytes_in += static_cast<int64_t>(t.nbytes());
     plan.push_back(std::move(p));
+  }
+  for (const auto& [gguf, index] : stacks) {
+    const std::vector<std::string>& parts = plan[index].hf;
+    const auto missing = std::find(parts.begin(), parts.end(), std::string());
+    DSPARK_CHECK_KIND(
+        io, missing == parts.end(),
+        "{}: expert {} has no tensor for GGUF `{}` (every one of the {} experts needs "
+        "one)",
+        o.input.string(), missing - parts.begin(), gguf, c.num_experts);
   }
   std::vector<float> rope_factors;
   if (c.rope_scaling.type == "llama3") {
     rope_factors = llama3_rope_factors(c);
     plan.push_back(
-        {"",
+        {{},
          {"rope_freqs.weight", GgmlType::f32, Shape{static_cast<int64_t>(rope_factors.size())}},
          0,
          std::nullopt});
@@ -262,17 +346,20 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
     pr.tensor = p.out.name;
     if (p.hf.empty()) {  // rope_freqs
       std::memcpy(dst, rope_factors.data(), rope_factors.size() * sizeof(float));
-    } else {
-      const Tensor t = st.get(p.hf);
+    }
+    // One weight, or the experts' one after the other.
+    for (const std::string& name : p.hf) {
+      const Tensor t = st.get(name);
       std::vector<float> w(static_cast<size_t>(t.numel()));
       convert_host(t.data(), t.dtype(), w.data(), DType::f32, t.numel());
       if (p.qk_heads > 0) permute_gguf_qk_rows(w, p.qk_heads, t.size(0), t.size(1));
-      if (p.quant) check_finite_weight(p.hf, w.data(), t.numel());
+      if (p.quant) check_finite_weight(name, w.data(), t.numel());
       if (p.out.type == GgmlType::f32) {
         std::memcpy(dst, w.data(), w.size() * sizeof(float));
       } else {
         quantize_blocks(*p.quant, w.data(), t.numel() / quant_block(*p.quant).elements, dst);
       }
+      dst += gguf_tensor_bytes(p.out.type, t.shape());
       pr.bytes_done += static_cast<int64_t>(t.nbytes());
     }
     if (progress) progress(pr);
