@@ -384,19 +384,27 @@ TEST(GgufExportMix, WritesAndDecodesAQ4KMFile) {
                       {"blk.1.ffn_up.weight", GgmlType::q4_k}});
 }
 
-// Qwen2 (q/k/v biases, tied embeddings) and Qwen3 (q/k norms) as GGUF `qwen2` / `qwen3` files in
-// Q8_0: the architecture is named, q/k rows stay as stored, the biases and norms are written (F32),
-// and the file decodes like its dequantized twin, close to the float checkpoint.
+// Qwen2 (q/k/v biases, tied embeddings) and Qwen3 (q/k norms; and with YaRN rope scaling) as GGUF
+// `qwen2` / `qwen3` files in Q8_0: the architecture is named, q/k rows stay as stored, the biases
+// and norms are written (F32), YaRN's keys too, and the file decodes like its dequantized twin,
+// close to the float checkpoint (YaRN's frequencies and attention factor read back as written).
 TEST(GgufExportQwen, WritesQwen2AndQwen3Files) {
-  for (const std::string arch : {"qwen2", "qwen3"}) {
-    const fs::path src = test::data_dir() / "models" / arch;
-    const fs::path out = export_to(arch, src, QuantType::q8_0);
+  for (const std::string fixture : {"qwen2", "qwen3", "qwen3_yarn"}) {
+    const std::string arch = fixture == "qwen2" ? "qwen2" : "qwen3";
+    const fs::path src = test::data_dir() / "models" / fixture;
+    const fs::path out = export_to(fixture, src, QuantType::q8_0);
     const GgufFile file = GgufFile::open(out / "model.gguf");
     EXPECT_EQ(file.get_string("general.architecture"), arch);
+    EXPECT_EQ(file.has("qwen3.rope.scaling.type"), fixture == "qwen3_yarn");
+    if (fixture == "qwen3_yarn") {
+      EXPECT_EQ(file.get_string("qwen3.rope.scaling.type"), "yarn");
+      EXPECT_EQ(file.get_int("qwen3.rope.scaling.original_context_length"), 64);
+      EXPECT_EQ(gguf_model_config(file).rope_scaling.factor, 4.0);
+    }
     EXPECT_EQ(file.contains("blk.0.attn_q.bias"), arch == "qwen2");
     EXPECT_EQ(file.contains("blk.0.attn_q_norm.weight"), arch == "qwen3");
     EXPECT_EQ(file.contains("output.weight"), arch == "qwen3");  // Qwen2's fixture ties them
-    expect_decodes_like_twin(out, src, 5e-2, 2, arch);
+    expect_decodes_like_twin(out, src, 5e-2, 2, fixture);
     fs::remove_all(out);
   }
 }

@@ -31,8 +31,8 @@ struct Planned {
 
 // The GGUF architecture a checkpoint is written as (llama.cpp's names), after the checks: Llama /
 // Mistral as `llama` (no biases, no q/k norms, rope none / linear / llama3), Qwen2 as `qwen2`
-// (q/k/v biases), Qwen3 as `qwen3` and Qwen3-MoE as `qwen3moe` (q/k norms; rope none / linear);
-// no sliding windows.
+// (q/k/v biases), Qwen3 as `qwen3` and Qwen3-MoE as `qwen3moe` (q/k norms); rope none / linear /
+// yarn (and llama3 for `llama`); no sliding windows.
 std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
   const std::string where = (dir / "config.json").string();
   const std::string arch =
@@ -54,12 +54,21 @@ std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
                       "{}: sliding-window layers cannot be written to a GGUF `{}` file", where,
                       arch);
   }
-  const std::string& rope = c.rope_scaling.type;
+  const RopeScaling& rope = c.rope_scaling;
   DSPARK_CHECK_KIND(unsupported,
-                    rope == "default" || rope == "linear" || (arch == "llama" && rope == "llama3"),
+                    rope.type == "default" || rope.type == "linear" || rope.type == "yarn" ||
+                        (arch == "llama" && rope.type == "llama3"),
                     "{}: rope scaling '{}' cannot be written to a GGUF `{}` file (supported: "
-                    "none, linear{})",
-                    where, rope, arch, arch == "llama" ? ", llama3" : "");
+                    "none, linear, yarn{})",
+                    where, rope.type, arch, arch == "llama" ? ", llama3" : "");
+  // GGUF's YaRN keys hold the factor, the original context and the betas; the attention factor is
+  // derived from the factor (0.1 ln(factor) + 1), and the correction range truncated.
+  DSPARK_CHECK_KIND(unsupported,
+                    rope.type != "yarn" || (rope.mscale == 0 && rope.mscale_all_dim == 0 &&
+                                            rope.attention_factor == 0 && rope.truncate),
+                    "{}: YaRN with mscale, mscale_all_dim, attention_factor or truncate: false "
+                    "cannot be written to a GGUF `{}` file",
+                    where, arch);
   return arch;
 }
 
@@ -126,9 +135,16 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
     m.emplace_back(p + "expert_feed_forward_length", gguf_u32(c.moe_intermediate_size));
     m.emplace_back(p + "expert_weights_norm", gguf_bool(c.norm_topk_prob));
   }
-  if (c.rope_scaling.type == "linear") {
-    m.emplace_back(p + "rope.scaling.type", gguf_string("linear"));
-    m.emplace_back(p + "rope.scaling.factor", gguf_f32(c.rope_scaling.factor));
+  const RopeScaling& rope = c.rope_scaling;
+  if (rope.type == "linear" || rope.type == "yarn") {
+    m.emplace_back(p + "rope.scaling.type", gguf_string(rope.type));
+    m.emplace_back(p + "rope.scaling.factor", gguf_f32(rope.factor));
+  }
+  if (rope.type == "yarn") {
+    m.emplace_back(p + "rope.scaling.original_context_length",
+                   gguf_u32(static_cast<int64_t>(rope.original_max_position_embeddings)));
+    m.emplace_back(p + "rope.scaling.yarn_beta_fast", gguf_f32(rope.beta_fast));
+    m.emplace_back(p + "rope.scaling.yarn_beta_slow", gguf_f32(rope.beta_slow));
   }
   for (auto& kv : gguf_tokenizer_metadata(input, c.vocab_size)) m.push_back(std::move(kv));
   const char* eos_keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",

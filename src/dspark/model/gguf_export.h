@@ -15,7 +15,8 @@
 // MistralForCausalLM (`llama`), Qwen2ForCausalLM (`qwen2`, with q/k/v biases), Qwen3ForCausalLM
 // (`qwen3`, with q/k norms) and Qwen3MoeForCausalLM (`qwen3moe`, with q/k norms and softmax
 // routing), biases or q/k norms where the architecture has none, sliding windows, rope scaling
-// other than none / linear (and llama3 for `llama`). Qwen's q/k rows are written as stored
+// other than none / linear / yarn (and llama3 for `llama`; YaRN without mscale / attention_factor
+// overrides). Qwen's q/k rows are written as stored
 // (llama.cpp permutes Llama's only).
 #pragma once
 
