@@ -20,6 +20,7 @@ Command add_demo_command(CLI::App& app);
 Command add_regen_command(CLI::App& app);
 Command add_quantize_command(CLI::App& app);
 Command add_eval_command(CLI::App& app);
+Command add_perplexity_command(CLI::App& app);
 
 // --spec-sampling NAME (coupled or rejection; engine/spec_sampling.h) into `value`.
 inline CLI::Option* add_spec_sampling_option(CLI::App* sub, std::string& value) {

@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
     c.emplace_back(app.get_subcommand("quantize"), std::move(quantize));
     auto eval = dspark::cli::add_eval_command(app);
     c.emplace_back(app.get_subcommand("eval"), std::move(eval));
+    auto perplexity = dspark::cli::add_perplexity_command(app);
+    c.emplace_back(app.get_subcommand("perplexity"), std::move(perplexity));
     return c;
   }();
 

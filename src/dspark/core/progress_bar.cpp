@@ -27,10 +27,13 @@ void ProgressBar::update(int64_t items, int64_t items_total, int64_t bytes, int6
   const double unit = gb ? 1e9 : 1e6;
   const std::string count =
       items_total > 0 ? fmt::format("  {}/{} {}", items, items_total, unit_) : std::string();
-  const std::string line = fmt::format(
-      "[{}{}] {:3.0f}%{}  {:.2f}/{:.2f} {}  {}", std::string(filled, '#'),
-      std::string(kWidth - filled, '-'), frac * 100, count, static_cast<double>(bytes) / unit,
-      static_cast<double>(bytes_total) / unit, gb ? "GB" : "MB", detail);
+  const std::string size =
+      bytes_total > 0 ? fmt::format("  {:.2f}/{:.2f} {}", static_cast<double>(bytes) / unit,
+                                    static_cast<double>(bytes_total) / unit, gb ? "GB" : "MB")
+                      : std::string();
+  const std::string line =
+      fmt::format("[{}{}] {:3.0f}%{}{}  {}", std::string(filled, '#'),
+                  std::string(kWidth - filled, '-'), frac * 100, count, size, detail);
   if (tty_) {
     // \x1b[K clears what a longer previous line left.
     fmt::print(out_, "\r{}\x1b[K", line);

@@ -14,8 +14,9 @@ class ProgressBar {
  public:
   // `out` (stderr in the CLI); `unit`: what the counted items are ("tensors").
   ProgressBar(std::FILE* out, std::string unit);
-  // Items and bytes done of their totals (items_total <= 0: the item count is not shown);
-  // `detail` names the current item.
+  // Items and bytes done of their totals (items_total <= 0: the item count is not shown;
+  // bytes_total <= 0: the bytes are not shown and the items measure the progress); `detail` names
+  // the current item.
   void update(int64_t items, int64_t items_total, int64_t bytes, int64_t bytes_total,
               std::string_view detail);
   // Ends the line (a terminal's bar is left at its last state).
