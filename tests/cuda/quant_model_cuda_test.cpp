@@ -120,6 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"llama3_q4_g32", "mlx/llama3_q4_g32", false, true},
                       Fixture{"llama3_q4_g64", "mlx/llama3_q4_g64", false, true, false, false},
                       Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, true, false, false},
+                      Fixture{"llama3_q3_g64", "mlx/llama3_q3_g64", false, true},
                       Fixture{"llama3_fp8", "fp8/llama3_fp8", false, false, true}),
     [](const auto& p) { return std::string(p.param.name); });
 

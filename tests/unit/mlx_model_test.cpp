@@ -1,10 +1,11 @@
 // MLX affine-quantized checkpoints (model/mlx_weights.h) loaded through load_model:
-// tests/data/mlx/llama3_q4_g32, llama3_q4_g64 and llama3_q8_g64, the tiny golden Llama 3
-// quantized as mlx-lm does (tools/mlx/make_mlx_fixtures.py; the 4-bit g32 one with a module left
-// in f32 and one in 8 bits through per-module config entries). The weights stay blocks, one per
-// group (Q4_1, Q4_A64, Q8_A64; down_proj's groups of 32 Q4_1 / Q8_A); each model decodes the
-// greedy tokens of its twin with the same weights dequantized to f32 up to near-ties (logits
-// within the quantized product's tolerance: x is rounded to 8 bits;
+// tests/data/mlx/llama3_q4_g32, llama3_q4_g64, llama3_q8_g64 and llama3_q3_g64, the tiny golden
+// Llama 3 quantized as mlx-lm does (tools/mlx/make_mlx_fixtures.py; the 4-bit g32 one with a
+// module left in f32 and one in 8 bits through per-module config entries; the 3-bit one with
+// modules in 2, 5 and 6 bits). The weights stay blocks, one per group (Q4_1, Q4_A64, Q8_A64;
+// down_proj's groups of 32 Q4_1 / Q8_A; 2 and 3 bits in Q4 blocks, 5 and 6 in Q8 ones); each model
+// decodes the greedy tokens of its twin with the same weights dequantized to f32 up to near-ties
+// (logits within the quantized product's tolerance: x is rounded to 8 bits;
 // test::expect_twins_greedy_tokens), and the g64 models hold within 5% of their file's tensor
 // bytes. Greedy speculative decoding equals plain greedy decoding.
 #include <gtest/gtest.h>
@@ -168,7 +169,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, MlxModelMemory,
 
 TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
   const std::filesystem::path dir =
-      edited_q4("bits3", [](nlohmann::json& c) { c["quantization"]["bits"] = 3; });
+      edited_q4("bits7", [](nlohmann::json& c) { c["quantization"]["bits"] = 7; });
   std::string msg;
   try {
     load_model(dir, Device::cpu(), DType::f32);
@@ -178,14 +179,15 @@ TEST(MlxModelErrors, UnsupportedBitsFailTheLoadNamingTheTensor) {
   }
   std::filesystem::remove_all(dir);
   for (const char* part :
-       {"'model.embed_tokens.weight'", "bits 3 and group_size 32", "bits 4 or 8"})
+       {"'model.embed_tokens.weight'", "bits 7 and group_size 32", "bits 2, 3, 4, 5, 6 or 8"})
     EXPECT_NE(msg.find(part), std::string::npos) << part << " in: " << msg;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlxModel,
                          ::testing::Values(Fixture{"llama3_q4_g32", QuantType::q4_1, 3e-2},
                                            Fixture{"llama3_q4_g64", QuantType::q4_a64, 3e-2},
-                                           Fixture{"llama3_q8_g64", QuantType::q8_a64, 3e-2}),
+                                           Fixture{"llama3_q8_g64", QuantType::q8_a64, 3e-2},
+                                           Fixture{"llama3_q3_g64", QuantType::q4_a64, 3e-2}),
                          [](const auto& p) { return std::string(p.param.name); });
 
 }  // namespace

@@ -1,10 +1,11 @@
 // MLX affine quantization (io/mlx_quant.h, model/mlx_weights.h) against NumPy:
 // tests/data/mlx/unpack.safetensors (tools/mlx/make_mlx_fixtures.py) holds random MLX-quantized
-// tensors for bits {4, 8} x group_size {32, 64, 128}, packed by NumPy, and NumPy's f32
-// dequantization; the C++ unpacking and the repacking into one block per group (Q4_1 / Q8_A for
-// groups of 32, Q4_A64 / Q8_A64 for 64, Q4_A128 / Q8_A128 for 128) must reproduce it bit for bit,
-// and the blocks take the file's bytes. Then the config entry and the errors: unsupported bits /
-// group sizes, missing companions.
+// tensors for bits {2, 3, 4, 5, 6, 8} x group_size {32, 64, 128}, packed by NumPy (3, 5 and 6 bits
+// across bytes, as MLX packs them), and NumPy's f32 dequantization; the C++ unpacking and the
+// repacking into one block per group (codes of up to 4 bits in Q4_1 / Q4_A64 / Q4_A128 for groups
+// of 32 / 64 / 128, of more in Q8_A / Q8_A64 / Q8_A128) must reproduce it bit for bit, and the
+// blocks of 4 and 8 bits take the file's bytes. Then the config entry and the errors: unsupported
+// bits / group sizes, missing companions.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -62,7 +63,7 @@ struct MlxQuantCase {
 class MlxUnpack : public ::testing::TestWithParam<MlxQuantCase> {};
 
 QuantType expected_type(int bits, int group) {
-  if (bits == 4)
+  if (bits <= 4)
     return group == 32 ? QuantType::q4_1 : group == 64 ? QuantType::q4_a64 : QuantType::q4_a128;
   return group == 32 ? QuantType::q8_a : group == 64 ? QuantType::q8_a64 : QuantType::q8_a128;
 }
@@ -87,9 +88,11 @@ TEST_P(MlxUnpack, RepacksToBlocksOfTheSameValues) {
   const QuantType type = mlx_block_type({bits, group});
   EXPECT_EQ(type, expected_type(bits, group));
   EXPECT_EQ(quant_block(type).elements, group);
-  // The file's bytes: the words, a 2-byte scale and bias per group (f16 here, bf16 in mlx-lm's
-  // files; the fixture's f32 ones are wider).
-  EXPECT_EQ(quant_row_bytes(type, cols), cols * bits / 8 + cols / group * 4);
+  // The file's bytes for 4 and 8 bits (the codes, a 2-byte scale and bias per group: f16 here,
+  // bf16 in mlx-lm's files; the fixture's f32 ones are wider); codes of 2, 3 bits are held in 4,
+  // of 5, 6 in 8.
+  const int held_bits = bits <= 4 ? 4 : 8;
+  EXPECT_EQ(quant_row_bytes(type, cols), cols * held_bits / 8 + cols / group * 4);
   std::vector<uint8_t> blocks(static_cast<size_t>(rows * quant_row_bytes(type, cols)));
   ASSERT_TRUE(mlx_repack_blocks(t, blocks.data()));
   std::vector<float> got(static_cast<size_t>(rows * cols));
@@ -104,10 +107,13 @@ TEST_P(MlxUnpack, RepacksToBlocksOfTheSameValues) {
   expect_same_bits(got32, expected_of(unpack_fixture(), name), name + " expanded");
 }
 
-INSTANTIATE_TEST_SUITE_P(BitsGroups, MlxUnpack,
-                         ::testing::Values(MlxQuantCase{4, 32}, MlxQuantCase{4, 64},
-                                           MlxQuantCase{4, 128}, MlxQuantCase{8, 32},
-                                           MlxQuantCase{8, 64}, MlxQuantCase{8, 128}),
+INSTANTIATE_TEST_SUITE_P(BitsGroups, MlxUnpack, ::testing::ValuesIn([] {
+                           std::vector<MlxQuantCase> cases;
+                           for (int bits : {2, 3, 4, 5, 6, 8}) {
+                             for (int group : {32, 64, 128}) cases.push_back({bits, group});
+                           }
+                           return cases;
+                         }()),
                          [](const auto& p) {
                            return fmt::format("b{}_g{}", p.param.bits, p.param.group);
                          });
@@ -227,8 +233,8 @@ void write_quantized(const fs::path& file, int bits, int group, bool with_biases
 TEST(MlxQuant, UnsupportedBitsOrGroupNameTheTensorAndTheValues) {
   ScratchCheckpoint c;
   const fs::path file = c.dir() / "model.safetensors";
-  for (const auto& [bits, group] : {std::pair{3, 32}, std::pair{4, 16}}) {
-    write_quantized(file, bits == 3 ? 4 : bits, 32, true);
+  for (const auto& [bits, group] : {std::pair{7, 32}, std::pair{4, 16}}) {
+    write_quantized(file, bits == 7 ? 4 : bits, 32, true);
     const SafeTensors st = SafeTensors::open(file);
     const MlxWeights w(st, MlxQuantization{{bits, group}, {}});
     for (const bool blocks : {false, true}) {
@@ -241,7 +247,7 @@ TEST(MlxQuant, UnsupportedBitsOrGroupNameTheTensorAndTheValues) {
             }
           },
           ErrorKind::io);
-      expect_mentions(msg, {"'x.weight'", "group_size 32, 64 or 128", "bits 4 or 8"});
+      expect_mentions(msg, {"'x.weight'", "group_size 32, 64 or 128", "bits 2, 3, 4, 5, 6 or 8"});
       expect_mentions(msg, {fmt::format("bits {} and group_size {}", bits, group).c_str()});
     }
   }

@@ -2,9 +2,9 @@
 """MLX affine-quantized fixtures for tests/unit/mlx_quant_test.cpp and mlx_model_test.cpp.
 
 Writes, with NumPy only (the packing done here independently of dspark's C++):
-  tests/data/mlx/unpack.safetensors: for bits in {4, 8} x group_size in {32, 64, 128} a random
-    MLX-quantized tensor `b{B}_g{G}` (.weight U32, .scales / .biases in bf16, f16 or f32) and
-    `.expected`, NumPy's f32 dequantization scales * q + biases; plus `b4_g64_inexact` and
+  tests/data/mlx/unpack.safetensors: for bits in {2, 3, 4, 5, 6, 8} x group_size in
+    {32, 64, 128} a random MLX-quantized tensor `b{B}_g{G}` (.weight U32, .scales / .biases in
+    bf16, f16 or f32) and `.expected`, NumPy's f32 dequantization scales * q + biases; plus `b4_g64_inexact` and
     `b8_g64_inexact`, whose bf16 scales do not convert to f16 exactly (too small for f16).
   tests/data/mlx/llama3_q4_g32/, llama3_q4_g64/, llama3_q8_g64/: the tiny golden Llama 3
     (tests/data/models/llama3) quantized as mlx-lm does (every projection, embed_tokens and
@@ -13,6 +13,8 @@ Writes, with NumPy only (the packing done here independently of dspark's C++):
     per-module entries: layer 0's o_proj not quantized (stored f32), layer 3's down_proj in
     8 bits. Modules whose inputs are not a multiple of the group (down_proj: 160) get groups of 32
     through a per-module entry.
+  tests/data/mlx/llama3_q3_g64/: the same in 3 bits, groups of 64, with layer 1's down_proj in 5
+    bits and layer 2's in 6 (groups of 32), layer 3's o_proj in 2 bits.
 
 Run from the repository root: python3 tools/mlx/make_mlx_fixtures.py
 """
@@ -75,13 +77,16 @@ def bf16_bits(x):
 
 
 def pack(q, bits):
-    """q: uint32 [rows, cols] values < 2^bits -> U32 words [rows, cols * bits / 32], value j of a
-    word in bits [bits * j, bits * (j + 1))."""
-    per_word = 32 // bits
+    """q: uint32 [rows, cols] values < 2^bits -> U32 words [rows, cols * bits / 32]: each row a
+    little-endian stream of `bits`-bit values, value i in stream bits [bits * i, bits * (i + 1)).
+    For bits 2, 4 and 8 that is value j of a word in its bits [bits * j, bits * (j + 1)); for 3, 5
+    and 6 values cross bytes as MLX's extract_bits reads them (8 values in 3 or 5 bytes, 4 in 3)."""
     rows, cols = q.shape
-    q = q.astype(np.uint64).reshape(rows, cols // per_word, per_word)
-    shifts = (np.arange(per_word, dtype=np.uint64) * bits)[None, None, :]
-    return (q << shifts).sum(axis=-1).astype(np.uint32)
+    assert cols * bits % 32 == 0
+    planes = (q.astype(np.uint32)[:, :, None] >> np.arange(bits, dtype=np.uint32)) & 1
+    stream = np.packbits(planes.reshape(rows, cols * bits).astype(np.uint8), axis=1,
+                         bitorder="little")
+    return np.ascontiguousarray(stream).view("<u4").reshape(rows, cols * bits // 32)
 
 
 def dequantize(q, scales, biases, group):
@@ -138,6 +143,21 @@ def make_unpack(rng):
     # its own generator, so that the tensors above keep their values.
     add_inexact(tensors, rng, 4)
     add_inexact(tensors, np.random.default_rng(358), 8)
+    # Bits 2, 3, 5 and 6 (3, 5, 6: values across bytes), from their own generator.
+    more = np.random.default_rng(36)
+    for i, (bits, group) in enumerate([(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]):
+        rows, cols = 6, 256
+        q = more.integers(0, 2 ** bits, size=(rows, cols), dtype=np.uint32)
+        dtype = ["BF16", "F16", "F32"][i % 3]
+        scales = more.uniform(1e-3, 0.05, size=(rows, cols // group)).astype(np.float16)
+        biases = more.uniform(-0.5, 0.5, size=(rows, cols // group)).astype(np.float16)
+        sd, s_arr, s_f = store_float(scales.astype(np.float32), dtype)
+        bd, b_arr, b_f = store_float(biases.astype(np.float32), dtype)
+        name = f"b{bits}_g{group}"
+        tensors[name + ".weight"] = ("U32", pack(q, bits))
+        tensors[name + ".scales"] = (sd, s_arr)
+        tensors[name + ".biases"] = (bd, b_arr)
+        tensors[name + ".expected"] = ("F32", dequantize(q, s_f, b_f, group))
     write_safetensors(os.path.join(OUT, "unpack.safetensors"), tensors)
 
 
@@ -197,6 +217,11 @@ def main():
     })
     make_model("llama3_q8_g64", 8, 64, {})
     make_model("llama3_q4_g64", 4, 64, {})
+    make_model("llama3_q3_g64", 3, 64, {
+        "model.layers.1.mlp.down_proj": {"group_size": 32, "bits": 5},
+        "model.layers.2.mlp.down_proj": {"group_size": 32, "bits": 6},
+        "model.layers.3.self_attn.o_proj": {"group_size": 64, "bits": 2},
+    })
     return 0
 
 

@@ -38,10 +38,21 @@ std::vector<float> floats_of(const Tensor& t) {
   return out;
 }
 
-uint32_t word_at(const Tensor& packed, int64_t i) {
-  uint32_t w;
-  std::memcpy(&w, static_cast<const unsigned char*>(packed.data()) + i * 4, 4);
-  return w;
+// Values [first, first + n) of row r of the packed codes: each row a little-endian stream of
+// `bits`-bit values (bits <= 8), value i at stream bits [bits * i, bits * (i + 1)), rows starting
+// at a word.
+void codes_at(const MlxQuantTensor& t, int64_t r, int64_t first, int n, uint8_t* q) {
+  const int bits = t.spec.bits;
+  const int64_t row_bytes = t.packed.size(1) * 4;
+  const auto* row = static_cast<const unsigned char*>(t.packed.data()) + r * row_bytes;
+  const unsigned mask = (1u << bits) - 1;
+  for (int j = 0; j < n; ++j) {
+    const int64_t bit = (first + j) * bits;
+    const int64_t byte = bit >> 3;
+    unsigned v = row[byte];
+    if (byte + 1 < row_bytes) v |= static_cast<unsigned>(row[byte + 1]) << 8;
+    q[j] = static_cast<uint8_t>((v >> (bit & 7)) & mask);
+  }
 }
 
 // The f16 of `v` when it converts exactly.
@@ -91,12 +102,13 @@ std::optional<MlxQuantization> read_mlx_quantization(const std::filesystem::path
 }
 
 void check_mlx_quant_spec(const std::string& tensor, MlxQuantSpec spec) {
-  const bool bits_ok = spec.bits == 4 || spec.bits == 8;
+  const bool bits_ok = spec.bits == 2 || spec.bits == 3 || spec.bits == 4 || spec.bits == 5 ||
+                       spec.bits == 6 || spec.bits == 8;
   const bool group_ok = spec.group_size == 32 || spec.group_size == 64 || spec.group_size == 128;
   DSPARK_CHECK_KIND(
       io, bits_ok && group_ok,
       "tensor '{}' is MLX-quantized with bits {} and group_size {}, which dspark does "
-      "not support (supported: bits 4 or 8, group_size 32, 64 or 128)",
+      "not support (supported: bits 2, 3, 4, 5, 6 or 8, group_size 32, 64 or 128)",
       tensor, spec.bits, spec.group_size);
 }
 
@@ -127,46 +139,47 @@ std::pair<int64_t, int64_t> mlx_quant_shape(const MlxQuantTensor& t) {
 void mlx_dequantize(const MlxQuantTensor& t, float* out) {
   const auto [rows, cols] = mlx_quant_shape(t);
   const std::vector<float> scales = floats_of(t.scales), biases = floats_of(t.biases);
-  const int bits = t.spec.bits;
-  const int per_word = 32 / bits;
-  const uint32_t mask = (1u << bits) - 1;
-  const int64_t words = cols / per_word, groups = cols / t.spec.group_size;
+  const int group = t.spec.group_size;
+  const int64_t groups = cols / group;
   ThreadPool::global().parallel_for(rows, 16, [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> q(static_cast<size_t>(group));
     for (int64_t r = begin; r < end; ++r) {
-      float* y = out + r * cols;
-      for (int64_t i = 0; i < cols; ++i) {
-        const uint32_t word = word_at(t.packed, r * words + i / per_word);
-        const auto q = static_cast<float>((word >> (bits * (i % per_word))) & mask);
-        const size_t g = static_cast<size_t>(r * groups + i / t.spec.group_size);
-        const float scaled = scales[g] * q;
-        y[i] = scaled + biases[g];
+      for (int64_t g = 0; g < groups; ++g) {
+        codes_at(t, r, g * group, group, q.data());
+        const size_t at = static_cast<size_t>(r * groups + g);
+        float* y = out + r * cols + g * group;
+        for (int i = 0; i < group; ++i) {
+          const float scaled = scales[at] * static_cast<float>(q[static_cast<size_t>(i)]);
+          y[i] = scaled + biases[at];
+        }
       }
     }
   });
 }
 
 QuantType mlx_block_type(MlxQuantSpec spec) {
-  DSPARK_CHECK((spec.bits == 4 || spec.bits == 8) &&
+  DSPARK_CHECK(spec.bits >= 2 && spec.bits <= 8 && spec.bits != 7 &&
                    (spec.group_size == 32 || spec.group_size == 64 || spec.group_size == 128),
                "mlx_block_type: bits {}, group_size {}", spec.bits, spec.group_size);
+  const bool nibbles = spec.bits <= 4;
   switch (spec.group_size) {
     case 32:
-      return spec.bits == 4 ? QuantType::q4_1 : QuantType::q8_a;
+      return nibbles ? QuantType::q4_1 : QuantType::q8_a;
     case 64:
-      return spec.bits == 4 ? QuantType::q4_a64 : QuantType::q8_a64;
+      return nibbles ? QuantType::q4_a64 : QuantType::q8_a64;
     default:
-      return spec.bits == 4 ? QuantType::q4_a128 : QuantType::q8_a128;
+      return nibbles ? QuantType::q4_a128 : QuantType::q8_a128;
   }
 }
 
 bool mlx_repack_blocks(const MlxQuantTensor& t, uint8_t* out) {
   const auto [rows, cols] = mlx_quant_shape(t);
-  const int bits = t.spec.bits, group = t.spec.group_size;
+  const int group = t.spec.group_size;
   const QuantType type = mlx_block_type(t.spec);
+  const bool nibbles = t.spec.bits <= 4;
   const std::vector<float> scales = floats_of(t.scales), biases = floats_of(t.biases);
   const int64_t groups = cols / group, units = group / 32;
   const int64_t row_bytes = quant_row_bytes(type, cols), block_bytes = quant_block(type).bytes;
-  const int64_t words = cols * bits / 32, unit_words = bits;  // 32 values = `bits` words
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
       const size_t at = static_cast<size_t>(r * groups + g);
@@ -176,19 +189,14 @@ bool mlx_repack_blocks(const MlxQuantTensor& t, uint8_t* out) {
       std::memcpy(block, &d->bits, 2);
       std::memcpy(block + 2, &m->bits, 2);
       for (int64_t u = 0; u < units; ++u) {
-        // Value j of the unit: word j / (32 / bits), bits bits * (j % (32 / bits)) up.
         uint8_t q[32];
-        for (int w = 0; w < unit_words; ++w) {
-          const uint32_t word = word_at(t.packed, r * words + (g * units + u) * unit_words + w);
-          for (int j = 0; j < 32 / bits; ++j)
-            q[w * (32 / bits) + j] =
-                static_cast<uint8_t>((word >> (bits * j)) & ((1u << bits) - 1));
-        }
-        uint8_t* codes = block + 4 + u * bits * 4;  // 16 or 32 bytes per unit
-        if (bits == 8) {
-          std::memcpy(codes, q, 32);
-        } else {
+        codes_at(t, r, (g * units + u) * 32, 32, q);
+        // 16 bytes of nibbles (codes of up to 4 bits, in Q4_1's order) or 32 of bytes per unit.
+        uint8_t* codes = block + 4 + u * (nibbles ? 16 : 32);
+        if (nibbles) {
           for (int j = 0; j < 16; ++j) codes[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+        } else {
+          std::memcpy(codes, q, 32);
         }
       }
     }

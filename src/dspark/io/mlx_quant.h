@@ -1,14 +1,16 @@
 // MLX (mlx-lm) affine quantization: the config.json entry and the unpacking of its tensors.
 //
 // A quantized linear or embedding `X` of an MLX checkpoint is three tensors:
-//   X.weight  U32 [out, in * bits / 32]  each word holds 32 / bits values, value j of a word in
-//                                        bits [bits * j, bits * j + bits) (the first value in the
-//                                        lowest bits), words in row order
+//   X.weight  U32 [out, in * bits / 32]  each row a little-endian stream of `bits`-bit values,
+//                                        value i in stream bits [bits * i, bits * i + bits): for
+//                                        bits 2, 4 and 8 value j of a word in its bits [bits * j,
+//                                        bits * j + bits); for 3, 5 and 6 values cross bytes (8
+//                                        values in 3 or 5 bytes, 4 in 3), as MLX packs them
 //   X.scales, X.biases  [out, in / group_size] in bf16, f16 or f32
 // and w[o][i] = scales[o][i / G] * q[o][i] + biases[o][i / G] (f32: one product, one sum).
 // config.json says {"quantization": {"group_size": G, "bits": B, ...}} (newer files also
 // "quantization_config"); a key naming a module maps to false (not quantized) or to its own
-// {"group_size", "bits"}. dspark supports bits 4 and 8 with groups of 32, 64 and 128.
+// {"group_size", "bits"}. dspark supports bits 2, 3, 4, 5, 6 and 8 with groups of 32, 64 and 128.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +44,7 @@ struct MlxQuantization {
 std::optional<MlxQuantization> read_mlx_quantization(const std::filesystem::path& config_json);
 
 // Throws ErrorKind::io naming `tensor`, its bits and group size and the supported ones unless
-// bits is 4 or 8 and the group 32, 64 or 128.
+// bits is 2, 3, 4, 5, 6 or 8 and the group 32, 64 or 128.
 void check_mlx_quant_spec(const std::string& tensor, MlxQuantSpec spec);
 
 // One quantized tensor's parts (CPU views: `packed` i32 (the U32 words), scales / biases float).
@@ -60,14 +62,17 @@ std::pair<int64_t, int64_t> mlx_quant_shape(const MlxQuantTensor& t);
 void mlx_dequantize(const MlxQuantTensor& t, float* out);
 
 // The block type an MLX tensor of `spec` (a supported one) is held in (core/quant.h), one block
-// per group: 4 bits in groups of 32 GGUF Q4_1, of 64 Q4_A64, of 128 Q4_A128; 8 bits Q8_A, Q8_A64,
-// Q8_A128. Each takes the file's bytes: bf16 scale and bias become f16 d and m.
+// per group: 2 to 4 bits in groups of 32 GGUF Q4_1, of 64 Q4_A64, of 128 Q4_A128 (4-bit codes:
+// the file's bytes for 4 bits, 4/3 of them for 3, twice for 2); 5 to 8 bits Q8_A, Q8_A64,
+// Q8_A128 (8-bit codes: 8/5 and 4/3 of the file's bytes for 5 and 6). bf16 scale and bias become
+// f16 d and m.
 QuantType mlx_block_type(MlxQuantSpec spec);
 
 // The tensor as blocks of mlx_block_type(spec), quant_row_bytes(type, cols) bytes per row into
-// `out`: per group d = scale, m = bias as f16, then the codes as stored (4 bits: each unit of 32
-// values' nibbles reordered as Q4_1's). Returns false (out partly written) when a scale or bias
-// does not convert to f16 exactly: the blocks would then not dequantize to the MLX weight.
+// `out`: per group d = scale, m = bias as f16, then the codes (up to 4 bits: each unit of 32
+// values' nibbles in Q4_1's order; else one byte each). Returns false (out partly written) when a
+// scale or bias does not convert to f16 exactly: the blocks would then not dequantize to the MLX
+// weight.
 bool mlx_repack_blocks(const MlxQuantTensor& t, uint8_t* out);
 
 }  // namespace dspark
