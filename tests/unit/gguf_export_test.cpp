@@ -12,11 +12,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/gguf_fixtures.h"
 #include "common/model_runs.h"
 #include "common/test_util.h"
 #include "dspark/core/error.h"
@@ -260,10 +262,10 @@ TEST(GgufExportMix, ChoosesLlamaQuantizesTypes) {
   EXPECT_FALSE(gguf_format("q3_k_m").has_value());
 }
 
-// The mixes' rules for MoE and 70B models (llama-quantize's): the experts' down projections follow
-// down_proj's layers; with 8 experts k_proj and v_proj are Q8_0 and (Q4_K_M) o_proj Q5_K; with
-// other counts (Qwen3-30B-A3B's 128) the dense rules hold; a 70B model's v_proj is Q5_K where a
-// dense model's is Q4_K.
+// The mixes' rules for MoE and 70B models (llama-quantize's): the experts' and shared experts' down
+// projections follow down_proj's layers; with 8 experts k_proj and v_proj are Q8_0 and (Q4_K_M)
+// o_proj Q5_K; with other counts (Qwen3-30B-A3B's 128) the dense rules hold; a 70B model's v_proj
+// is Q5_K where a dense model's is Q4_K.
 TEST(GgufExportMix, ChoosesLlamaQuantizesTypesForMoeAnd70B) {
   const GgufFormat m{QuantType::q4_k, true}, m5{QuantType::q5_k, true};
   const GgufMixModel moe48{48, false, 128}, moe8{32, false, 8};
@@ -272,6 +274,8 @@ TEST(GgufExportMix, ChoosesLlamaQuantizesTypesForMoeAnd70B) {
         l == 6 ? QuantType::q4_k : QuantType::q6_k;  // 48 layers: 0-5, 8, ..., 42-47
     const std::string p = fmt::format("model.layers.{}.", l);
     EXPECT_EQ(gguf_weight_type(m, p + "mlp.experts.17.down_proj.weight", 768, moe48), want) << l;
+    EXPECT_EQ(gguf_weight_type(m, p + "mlp.shared_experts.down_proj.weight", 768, moe48), want)
+        << l;
     EXPECT_EQ(gguf_weight_type(m, p + "mlp.experts.17.up_proj.weight", 2048, moe48),
               QuantType::q4_k);
     EXPECT_EQ(gguf_weight_type(m, p + "self_attn.v_proj.weight", 2048, moe48), want) << l;
@@ -334,6 +338,86 @@ TEST(GgufExportMoe, WritesAndDecodesAQ4KMQwen3MoeFile) {
                       {"blk.1.ffn_gate_exps.weight", GgmlType::q4_k},
                       {"blk.1.ffn_gate_inp.weight", GgmlType::f32}});
 }
+
+// DeepSeek-V3 (`deepseek2`: MLA, kv_b_proj split into attn_k_b / attn_v_b, YaRN's log
+// multiplier) and GLM-4.5 (`glm4moe`), with and without their next-token layer, in Q8_0: the file
+// holds the tensors and metadata of the independent reference converter
+// (tools/gguf/make_fixtures.py --deepseek-moe, laid out as llama.cpp's convert_hf_to_gguf.py
+// writes them): every reference key with its value, every tensor with its name and shape, the
+// same bytes where both wrote the same type (Q8_0 as gguf.quants.quantize, F32), the same values
+// within Q8_0's rounding where the reference left a 3-D tensor F32 that llama-quantize quantizes
+// (attn_v_b); and it decodes like its dequantized twin, within 10% of the float checkpoint's
+// logits.
+struct DeepseekCase {
+  const char* fixture;
+  const char* arch;
+};
+class GgufExportDeepseek : public ::testing::TestWithParam<DeepseekCase> {};
+
+TEST_P(GgufExportDeepseek, MatchesTheReferenceConverter) {
+  const DeepseekCase k = GetParam();
+  const fs::path src = test::data_dir() / "models" / k.fixture;
+  const fs::path out = export_to(k.fixture, src, QuantType::q8_0);
+  const GgufFile ours = GgufFile::open(out / "model.gguf");
+  EXPECT_EQ(ours.get_string("general.architecture"), k.arch);
+  if (test::python_has_gguf()) {
+    const fs::path ref_path = out.string() + "_reference.gguf";
+    test::write_deepseek_moe_gguf(src, ref_path, k.arch, true);
+    ASSERT_FALSE(HasFatalFailure());
+    const GgufFile ref = GgufFile::open(ref_path);
+    for (const auto& [key, value] : ref.metadata()) {
+      if (key.starts_with("general.") || key.starts_with("tokenizer.")) continue;
+      ASSERT_TRUE(ours.has(key)) << key;
+      if (value.is_array()) continue;
+      if (value.type == GgufValue::Type::boolean) {
+        EXPECT_EQ(ours.find(key)->as_bool(key), value.as_bool(key)) << key;
+        continue;
+      }
+      if (value.type == GgufValue::Type::string) {
+        EXPECT_EQ(ours.find(key)->as_string(key), value.as_string(key)) << key;
+        continue;
+      }
+      EXPECT_NEAR(ours.find(key)->as_double(key), value.as_double(key),
+                  1e-6 * std::abs(value.as_double(key)))
+          << key;
+    }
+    EXPECT_EQ(ours.tensors().size(), ref.tensors().size());
+    for (const GgufTensorInfo& r : ref.tensors()) {
+      ASSERT_TRUE(ours.contains(r.name)) << r.name;
+      const GgufTensorInfo& o = ours.tensor(r.name);
+      EXPECT_EQ(o.shape, r.shape) << r.name;
+      if (o.type == r.type) {
+        EXPECT_EQ(std::memcmp(ours.data(o), ref.data(r), r.bytes), 0) << r.name;
+        continue;
+      }
+      // The reference writes the 3-D attn_k_b / attn_v_b F32; llama-quantize quantizes them.
+      EXPECT_TRUE(r.name.ends_with("attn_v_b.weight") || r.name.ends_with("attn_k_b.weight"))
+          << r.name << " is " << ggml_type_name(o.type) << ", the reference's "
+          << ggml_type_name(r.type);
+      const int64_t n = r.shape.numel();
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      dequantize_to_f32(o.type, ours.data(o), n, a.data(), r.name);
+      dequantize_to_f32(r.type, ref.data(r), n, b.data(), r.name);
+      EXPECT_LE(test::relative_rms_error(a, b), 1e-2) << r.name;
+    }
+  } else {
+    std::cout << "python3 with the gguf package missing: the reference comparison is skipped\n";
+  }
+  EXPECT_TRUE(ours.contains("blk.1.exp_probs_b.bias"));
+  EXPECT_EQ(ours.tensor("blk.1.ffn_gate_inp.weight").type, GgmlType::f32);
+  // 8-bit rounding moves the tiny GLM's logits by up to 6.5% of the float model's on these prompts
+  // (the reference's Q8_0 bytes are the same: its routers' near ties; spec_mtp_gguf_test.cpp).
+  expect_decodes_like_twin(out, src, 0.1, 2, k.fixture);
+  fs::remove_all(out);
+  fs::remove(out.string() + "_reference.gguf");
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GgufExportDeepseek,
+                         ::testing::Values(DeepseekCase{"deepseek_v3", "deepseek2"},
+                                           DeepseekCase{"deepseek_v3_mtp", "deepseek2"},
+                                           DeepseekCase{"glm4_moe", "glm4moe"},
+                                           DeepseekCase{"glm4_moe_mtp", "glm4moe"}),
+                         [](const auto& p) { return std::string(p.param.fixture); });
 
 // A MoE checkpoint with an expert's projection missing is refused naming the stack, and leaves no
 // output behind.
@@ -428,13 +512,13 @@ TEST(GgufExportErrors, RefusesWhatTheLlamaArchitectureCannotHold) {
   fs::remove_all(out);
   QuantizeOptions o;
   o.output = out;
-  o.input = test::data_dir() / "models" / "deepseek_v3";
+  o.input = test::data_dir() / "models" / "glm_moe_dsa";
   try {
     export_gguf(o, QuantType::q8_0, nullptr);
-    ADD_FAILURE() << "deepseek_v3 exported";
+    ADD_FAILURE() << "glm_moe_dsa exported";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
-    EXPECT_NE(std::string(e.what()).find("DeepseekV3ForCausalLM"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("GlmMoeDsaForCausalLM"), std::string::npos) << e.what();
   }
   o.input = test::data_dir() / "mlx" / "llama3_q4_g32";
   try {

@@ -13,6 +13,7 @@
 #include "dspark/io/gguf_writer.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/config.h"
+#include "dspark/model/gguf_export_deepseek.h"
 #include "dspark/model/gguf_model.h"
 #include "dspark/ops/rope.h"
 
@@ -27,12 +28,14 @@ struct Planned {
   GgufTensorOut out;
   int qk_heads = 0;                // q/k projections: heads whose rows are reordered
   std::optional<QuantType> quant;  // the block type, nullopt: F32
+  int kv_b = 0;                    // deepseek2's kv_b_proj written as 1: attn_k_b, 2: attn_v_b
 };
 
 // The GGUF architecture a checkpoint is written as (llama.cpp's names), after the checks: Llama /
 // Mistral as `llama` (no biases, no q/k norms, rope none / linear / llama3), Qwen2 as `qwen2`
 // (q/k/v biases), Qwen3 as `qwen3` and Qwen3-MoE as `qwen3moe` (q/k norms); rope none / linear /
-// yarn (and llama3 for `llama`); no sliding windows.
+// yarn (and llama3 for `llama`); no sliding windows. DeepSeek-V3 as `deepseek2` and GLM-4.5 as
+// `glm4moe` (q/k/v biases and q/k norms) after check_deepseek_gguf.
 std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
   const std::string where = (dir / "config.json").string();
   const std::string arch =
@@ -40,19 +43,24 @@ std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
       : c.architecture == "Qwen2ForCausalLM"                                         ? "qwen2"
       : c.architecture == "Qwen3ForCausalLM"                                         ? "qwen3"
       : c.architecture == "Qwen3MoeForCausalLM"                                      ? "qwen3moe"
-                                                                                     : "";
+                                                : deepseek_gguf_architecture(c);
   DSPARK_CHECK_KIND(unsupported, !arch.empty(),
                     "{}: GGUF output is for LlamaForCausalLM, MistralForCausalLM, "
-                    "Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM, not {}",
+                    "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+                    "DeepseekV3ForCausalLM and Glm4MoeForCausalLM, not {}",
                     where, c.architecture);
-  DSPARK_CHECK_KIND(unsupported, arch == "qwen2" || !c.attention_bias,
+  DSPARK_CHECK_KIND(unsupported, arch == "qwen2" || arch == "glm4moe" || !c.attention_bias,
                     "{}: q/k/v biases have no GGUF `{}` tensors", where, arch);
-  DSPARK_CHECK_KIND(unsupported, arch.starts_with("qwen3") || !c.qk_norm,
+  DSPARK_CHECK_KIND(unsupported, arch.starts_with("qwen3") || arch == "glm4moe" || !c.qk_norm,
                     "{}: q/k norms have no GGUF `{}` tensors", where, arch);
   for (int w : c.layer_window) {
     DSPARK_CHECK_KIND(unsupported, w == 0,
                       "{}: sliding-window layers cannot be written to a GGUF `{}` file", where,
                       arch);
+  }
+  if (arch == "deepseek2" || arch == "glm4moe") {
+    check_deepseek_gguf(c, arch, where);
+    return arch;
   }
   const RopeScaling& rope = c.rope_scaling;
   DSPARK_CHECK_KIND(unsupported,
@@ -109,7 +117,7 @@ int file_type_of(const GgufFormat& f) {  // llama.cpp's "mostly <type>" file typ
 std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
                                                            const std::string& arch,
                                                            const GgufFormat& format,
-                                                           const fs::path& input) {
+                                                           const fs::path& input, int nextn) {
   const std::string p = arch + ".";
   const int rotary = static_cast<int>(c.head_dim * c.partial_rotary_factor);
   std::vector<std::pair<std::string, GgufValue>> m = {
@@ -120,16 +128,20 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
       {p + "vocab_size", gguf_u32(c.vocab_size)},
       {p + "context_length", gguf_u32(c.max_position_embeddings)},
       {p + "embedding_length", gguf_u32(c.hidden_size)},
-      {p + "block_count", gguf_u32(c.num_layers)},
+      {p + "block_count", gguf_u32(c.num_layers + nextn)},
       {p + "feed_forward_length", gguf_u32(c.intermediate_size)},
       {p + "attention.head_count", gguf_u32(c.num_heads)},
-      {p + "attention.head_count_kv", gguf_u32(c.num_kv_heads)},
-      {p + "attention.key_length", gguf_u32(c.head_dim)},
-      {p + "attention.value_length", gguf_u32(c.head_dim)},
       {p + "attention.layer_norm_rms_epsilon", gguf_f32(c.rms_norm_eps)},
-      {p + "rope.dimension_count", gguf_u32(rotary)},
       {p + "rope.freq_base", gguf_f32(c.rope_theta)}};
-  if (c.num_experts > 0) {  // llama.cpp's qwen3moe keys; dense layers use feed_forward_length
+  if (arch == "deepseek2" || arch == "glm4moe") {
+    add_deepseek_gguf_metadata(c, arch, nextn, m);
+  } else {
+    m.emplace_back(p + "attention.head_count_kv", gguf_u32(c.num_kv_heads));
+    m.emplace_back(p + "attention.key_length", gguf_u32(c.head_dim));
+    m.emplace_back(p + "attention.value_length", gguf_u32(c.head_dim));
+    m.emplace_back(p + "rope.dimension_count", gguf_u32(rotary));
+  }
+  if (arch == "qwen3moe") {  // llama.cpp's qwen3moe keys; dense layers use feed_forward_length
     m.emplace_back(p + "expert_count", gguf_u32(c.num_experts));
     m.emplace_back(p + "expert_used_count", gguf_u32(c.num_experts_per_tok));
     m.emplace_back(p + "expert_feed_forward_length", gguf_u32(c.moe_intermediate_size));
@@ -225,9 +237,9 @@ std::optional<QuantType> gguf_weight_type(const GgufFormat& format, std::string_
     const bool head =
         hf_name == "lm_head.weight" || (model.tied && hf_name == "model.embed_tokens.weight");
     const bool v = hf_name.ends_with(".self_attn.v_proj.weight");
-    const bool down = hf_name.ends_with(".mlp.down_proj.weight") ||
-                      (hf_name.find(".mlp.experts.") != std::string_view::npos &&
-                       hf_name.ends_with(".down_proj.weight"));
+    // down_proj, the experts' and the shared experts' too (llama.cpp: every `ffn_down*`).
+    const bool down =
+        hf_name.find(".mlp.") != std::string_view::npos && hf_name.ends_with("down_proj.weight");
     const int layer = layer_of(hf_name);
     const bool more_bits = layer >= 0 && more_bits_layer(layer, model.n_layers);
     if (head || ((v || down) && more_bits)) type = QuantType::q6_k;
@@ -267,8 +279,16 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
   check_quantize_input(o.input);
   const ModelConfig c = load_model_config(o.input);
   const std::string arch = gguf_architecture(c, o.input);
-  const GgufMixModel mix{c.num_layers, c.tie_word_embeddings, c.num_experts, is_70b(c, arch)};
   const SafeTensors st = SafeTensors::open(o.input);
+  const bool deepseek = arch == "deepseek2" || arch == "glm4moe";
+  const int nextn =
+      deepseek
+          ? deepseek_gguf_nextn(
+                c, arch, st.contains(fmt::format("model.layers.{}.eh_proj.weight", c.num_layers)))
+          : 0;
+  // llama-quantize counts the next-token layers among the layers of its rules.
+  const GgufMixModel mix{c.num_layers + nextn, c.tie_word_embeddings, c.num_experts,
+                         is_70b(c, arch)};
   QuantizeSummary summary;
   std::vector<Planned> plan;
   std::map<std::string, size_t> stacks;  // GGUF name -> plan index, of the experts' tensors
@@ -303,7 +323,33 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       if (!p.quant) summary.not_divisible.push_back(name);
       continue;
     }
-    const std::optional<std::string> gguf = gguf_name_of(name);
+    if (arch == "deepseek2" && name.ends_with(".self_attn.kv_b_proj.weight")) {
+      // Split per head: attn_k_b [heads, r, nope] (the key rows transposed), attn_v_b [heads, v,
+      // r].
+      const std::string blk = gguf_name_of(name).value();  // blk.N.attn_kv_b.weight
+      const std::string stem = blk.substr(0, blk.size() - std::string("kv_b.weight").size());
+      const int64_t h = c.num_heads, r = c.kv_lora_rank;
+      DSPARK_CHECK_KIND(
+          io,
+          t.dim() == 2 && t.size(0) == h * (c.qk_nope_head_dim + c.v_head_dim) && t.size(1) == r,
+          "{}: tensor '{}' is {}, expected [{}, {}]", o.input.string(), name, t.shape().str(),
+          h * (c.qk_nope_head_dim + c.v_head_dim), r);
+      for (const int half : {1, 2}) {
+        const Shape shape = half == 1 ? Shape{h, r, c.qk_nope_head_dim} : Shape{h, c.v_head_dim, r};
+        Planned p{
+            {name},
+            GgufTensorOut{stem + (half == 1 ? "k_b.weight" : "v_b.weight"), GgmlType::f32, shape},
+            0,
+            gguf_weight_type(format, name, shape[2], mix),
+            half};
+        if (p.quant) p.out.type = ggml_type_of(*p.quant);
+        plan.push_back(std::move(p));
+      }
+      ++(plan.back().quant ? summary.n_quantized : summary.n_copied);
+      continue;
+    }
+    std::optional<std::string> gguf = deepseek ? deepseek_gguf_name(arch, name) : std::nullopt;
+    if (!gguf) gguf = gguf_name_of(name);
     DSPARK_CHECK_KIND(unsupported, gguf.has_value(), "{}: tensor '{}' has no GGUF `{}` counterpart",
                       o.input.string(), name, arch);
     Planned p{{name}, GgufTensorOut{*gguf, GgmlType::f32, t.shape()}, 0, std::nullopt};
@@ -343,7 +389,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
     ++summary.n_copied;
   }
   const std::vector<std::pair<std::string, GgufValue>> metadata =
-      metadata_of(c, arch, format, o.input);
+      metadata_of(c, arch, format, o.input, nextn);
   QuantizeOutput out(o.output);
 
   std::vector<GgufTensorOut> outs;
@@ -369,14 +415,17 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       std::vector<float> w(static_cast<size_t>(t.numel()));
       convert_host(t.data(), t.dtype(), w.data(), DType::f32, t.numel());
       if (p.qk_heads > 0) permute_gguf_qk_rows(w, p.qk_heads, t.size(0), t.size(1));
-      if (p.quant) check_finite_weight(name, w.data(), t.numel());
+      if (p.kv_b > 0) w = split_kv_b(c, w, p.kv_b == 1);
+      const auto n = static_cast<int64_t>(w.size());
+      if (p.quant) check_finite_weight(name, w.data(), n);
       if (p.out.type == GgmlType::f32) {
         std::memcpy(dst, w.data(), w.size() * sizeof(float));
       } else {
-        quantize_blocks(*p.quant, w.data(), t.numel() / quant_block(*p.quant).elements, dst);
+        quantize_blocks(*p.quant, w.data(), n / quant_block(*p.quant).elements, dst);
       }
-      dst += gguf_tensor_bytes(p.out.type, t.shape());
-      pr.bytes_done += static_cast<int64_t>(t.nbytes());
+      dst += p.kv_b > 0 ? gguf_tensor_bytes(p.out.type, p.out.shape)
+                        : gguf_tensor_bytes(p.out.type, t.shape());
+      if (p.kv_b != 1) pr.bytes_done += static_cast<int64_t>(t.nbytes());  // kv_b: read twice
     }
     if (progress) progress(pr);
   });
