@@ -87,8 +87,7 @@ Command add_quantize_command(CLI::App& app) {
   sub->add_option("--format", args->format,
                   "Output format: mlx4 or mlx8 (MLX affine 4 / 8 bits); q8_0, q4_0, q4_1, "
                   "q5_0, q5_1, q4_k, q5_k or q6_k (a GGUF file of a Llama-family, Qwen3-MoE, "
-                  "DeepSeek-V3 or GLM-4.5 "
-                  "model, every weight in that type, MoE routers F32); "
+                  "DeepSeek-V3 or GLM model, every weight in that type, MoE routers F32); "
                   "q4_k_m or q5_k_m (a GGUF file, llama-quantize's medium mix: the LM head and "
                   "some layers' v_proj / down_proj in Q6_K)")
       ->check(CLI::IsMember({"mlx4", "mlx8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",

@@ -325,6 +325,8 @@ expect_error 1 "already quantized" -- quantize -m "$TMP/mlx4-g32" -o "$TMP/x2"
 expect_error 1 "not an empty directory" -- quantize -m "$M" -o "$TMP/mlx4-g32"
 expect_error 2 "format" -- quantize -m "$M" -o "$TMP/x3" --format q2_k
 expect_error 1 "drafter" -- quantize -m "$DRAFTER" -o "$TMP/x5" --format q8_0
-expect_error 1 "GlmMoeDsaForCausalLM" -- quantize -m "$MODELS/glm_moe_dsa" -o "$TMP/x6" --format q4_1
+mkdir "$TMP/gemma2" && cp "$M"/* "$TMP/gemma2/" &&
+  sed -i 's/"LlamaForCausalLM"/"Gemma2ForCausalLM"/' "$TMP/gemma2/config.json"
+expect_error 1 "Gemma2ForCausalLM" -- quantize -m "$TMP/gemma2" -o "$TMP/x6" --format q4_1
 expect_error 2 "group-size" -- quantize -m "$M" -o "$TMP/x4" --group-size 48
 echo "PASS"

@@ -340,17 +340,22 @@ TEST(GgufExportMoe, WritesAndDecodesAQ4KMQwen3MoeFile) {
 }
 
 // DeepSeek-V3 (`deepseek2`: MLA, kv_b_proj split into attn_k_b / attn_v_b, YaRN's log
-// multiplier) and GLM-4.5 (`glm4moe`), with and without their next-token layer, in Q8_0: the file
-// holds the tensors and metadata of the independent reference converter
-// (tools/gguf/make_fixtures.py --deepseek-moe, laid out as llama.cpp's convert_hf_to_gguf.py
-// writes them): every reference key with its value, every tensor with its name and shape, the
-// same bytes where both wrote the same type (Q8_0 as gguf.quants.quantize, F32), the same values
-// within Q8_0's rounding where the reference left a 3-D tensor F32 that llama-quantize quantizes
-// (attn_v_b); and it decodes like its dequantized twin, within 10% of the float checkpoint's
-// logits.
+// multiplier), GLM-4.5 (`glm4moe`) and GLM-5 (`glm-dsa`: the indexer), with and without their
+// next-token layer, in Q8_0: the file holds the tensors and metadata of the independent reference
+// converter (tools/gguf/make_fixtures.py --deepseek-moe, laid out as llama.cpp's
+// convert_hf_to_gguf.py writes them): every reference key with its value, every tensor with its
+// name and shape, the same bytes where both wrote the same type (Q8_0 as gguf.quants.quantize,
+// F32), the same values within Q8_0's rounding where the reference left a 3-D tensor F32 that
+// llama-quantize quantizes (attn_v_b); and it decodes like its dequantized twin, near the float
+// checkpoint.
 struct DeepseekCase {
   const char* fixture;
   const char* arch;
+  // Relative RMS of the last logits against the float checkpoint's. 8-bit rounding moves the tiny
+  // GLM-4.5's by up to 6.5% on these prompts (its routers' near ties), GLM-5's by 20% on one (its
+  // indexers' top 6 of the prompt's keys flip, as in spec_mtp_gguf_test.cpp); the reference
+  // converter's Q8_0 bytes are the same.
+  double vs_float;
 };
 class GgufExportDeepseek : public ::testing::TestWithParam<DeepseekCase> {};
 
@@ -405,18 +410,18 @@ TEST_P(GgufExportDeepseek, MatchesTheReferenceConverter) {
   }
   EXPECT_TRUE(ours.contains("blk.1.exp_probs_b.bias"));
   EXPECT_EQ(ours.tensor("blk.1.ffn_gate_inp.weight").type, GgmlType::f32);
-  // 8-bit rounding moves the tiny GLM's logits by up to 6.5% of the float model's on these prompts
-  // (the reference's Q8_0 bytes are the same: its routers' near ties; spec_mtp_gguf_test.cpp).
-  expect_decodes_like_twin(out, src, 0.1, 2, k.fixture);
+  expect_decodes_like_twin(out, src, k.vs_float, 2, k.fixture);
   fs::remove_all(out);
   fs::remove(out.string() + "_reference.gguf");
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GgufExportDeepseek,
-                         ::testing::Values(DeepseekCase{"deepseek_v3", "deepseek2"},
-                                           DeepseekCase{"deepseek_v3_mtp", "deepseek2"},
-                                           DeepseekCase{"glm4_moe", "glm4moe"},
-                                           DeepseekCase{"glm4_moe_mtp", "glm4moe"}),
+                         ::testing::Values(DeepseekCase{"deepseek_v3", "deepseek2", 5e-2},
+                                           DeepseekCase{"deepseek_v3_mtp", "deepseek2", 5e-2},
+                                           DeepseekCase{"glm4_moe", "glm4moe", 0.1},
+                                           DeepseekCase{"glm4_moe_mtp", "glm4moe", 0.1},
+                                           DeepseekCase{"glm_moe_dsa", "glm-dsa", 0.25},
+                                           DeepseekCase{"glm_moe_dsa_mtp", "glm-dsa", 0.25}),
                          [](const auto& p) { return std::string(p.param.fixture); });
 
 // A MoE checkpoint with an expert's projection missing is refused naming the stack, and leaves no
@@ -512,14 +517,23 @@ TEST(GgufExportErrors, RefusesWhatTheLlamaArchitectureCannotHold) {
   fs::remove_all(out);
   QuantizeOptions o;
   o.output = out;
-  o.input = test::data_dir() / "models" / "glm_moe_dsa";
+  // An architecture dspark does not run (the tiny Llama's config renamed).
+  const fs::path other = fs::temp_directory_path() / fmt::format("dspark_gguf_g2_{}", ::getpid());
+  fs::remove_all(other);
+  fs::create_directories(other);
+  for (const auto& f : fs::directory_iterator(test::data_dir() / "models" / "llama3"))
+    fs::copy_file(f.path(), other / f.path().filename());
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(other / "config.json"));
+  config["architectures"] = {"Gemma2ForCausalLM"};
+  std::ofstream(other / "config.json") << config.dump();
+  o.input = other;
   try {
     export_gguf(o, QuantType::q8_0, nullptr);
-    ADD_FAILURE() << "glm_moe_dsa exported";
+    ADD_FAILURE() << "Gemma2ForCausalLM exported";
   } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
-    EXPECT_NE(std::string(e.what()).find("GlmMoeDsaForCausalLM"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Gemma2ForCausalLM"), std::string::npos) << e.what();
   }
+  fs::remove_all(other);
   o.input = test::data_dir() / "mlx" / "llama3_q4_g32";
   try {
     export_gguf(o, QuantType::q8_0, nullptr);

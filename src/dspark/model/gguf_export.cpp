@@ -34,8 +34,8 @@ struct Planned {
 // The GGUF architecture a checkpoint is written as (llama.cpp's names), after the checks: Llama /
 // Mistral as `llama` (no biases, no q/k norms, rope none / linear / llama3), Qwen2 as `qwen2`
 // (q/k/v biases), Qwen3 as `qwen3` and Qwen3-MoE as `qwen3moe` (q/k norms); rope none / linear /
-// yarn (and llama3 for `llama`); no sliding windows. DeepSeek-V3 as `deepseek2` and GLM-4.5 as
-// `glm4moe` (q/k/v biases and q/k norms) after check_deepseek_gguf.
+// yarn (and llama3 for `llama`); no sliding windows. DeepSeek-V3 as `deepseek2`, GLM-4.5 as
+// `glm4moe` (q/k/v biases and q/k norms) and GLM-5 as `glm-dsa`, after check_deepseek_gguf.
 std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
   const std::string where = (dir / "config.json").string();
   const std::string arch =
@@ -58,7 +58,7 @@ std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
                       "{}: sliding-window layers cannot be written to a GGUF `{}` file", where,
                       arch);
   }
-  if (arch == "deepseek2" || arch == "glm4moe") {
+  if (!deepseek_gguf_architecture(c).empty()) {
     check_deepseek_gguf(c, arch, where);
     return arch;
   }
@@ -133,7 +133,7 @@ std::vector<std::pair<std::string, GgufValue>> metadata_of(const ModelConfig& c,
       {p + "attention.head_count", gguf_u32(c.num_heads)},
       {p + "attention.layer_norm_rms_epsilon", gguf_f32(c.rms_norm_eps)},
       {p + "rope.freq_base", gguf_f32(c.rope_theta)}};
-  if (arch == "deepseek2" || arch == "glm4moe") {
+  if (!deepseek_gguf_architecture(c).empty()) {
     add_deepseek_gguf_metadata(c, arch, nextn, m);
   } else {
     m.emplace_back(p + "attention.head_count_kv", gguf_u32(c.num_kv_heads));
@@ -280,7 +280,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
   const ModelConfig c = load_model_config(o.input);
   const std::string arch = gguf_architecture(c, o.input);
   const SafeTensors st = SafeTensors::open(o.input);
-  const bool deepseek = arch == "deepseek2" || arch == "glm4moe";
+  const bool deepseek = !deepseek_gguf_architecture(c).empty();
   const int nextn =
       deepseek
           ? deepseek_gguf_nextn(
@@ -323,7 +323,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       if (!p.quant) summary.not_divisible.push_back(name);
       continue;
     }
-    if (arch == "deepseek2" && name.ends_with(".self_attn.kv_b_proj.weight")) {
+    if (c.mla() && name.ends_with(".self_attn.kv_b_proj.weight")) {
       // Split per head: attn_k_b [heads, r, nope] (the key rows transposed), attn_v_b [heads, v,
       // r].
       const std::string blk = gguf_name_of(name).value();  // blk.N.attn_kv_b.weight

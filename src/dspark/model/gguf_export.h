@@ -1,7 +1,7 @@
 // `dspark quantize --format q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q5_k|q6_k|q4_k_m|q5_k_m`: a float
-// Hugging Face checkpoint of a Llama-family, Qwen3-MoE, DeepSeek-V3 or GLM-4.5 model written as a
-// GGUF file of llama.cpp's `llama`, `qwen2`, `qwen3`, `qwen3moe`, `deepseek2` or `glm4moe`
-// architecture (what model/gguf_model.h loads; the DeepSeek family's layout:
+// Hugging Face checkpoint of a Llama-family, Qwen3-MoE, DeepSeek-V3, GLM-4.5 or GLM-5 model
+// written as a GGUF file of llama.cpp's `llama`, `qwen2`, `qwen3`, `qwen3moe`, `deepseek2`,
+// `glm4moe` or `glm-dsa` architecture (what model/gguf_model.h loads; the DeepSeek family's layout:
 // model/gguf_export_deepseek.h), with the writer of io/gguf_writer.h and the block quantizers of
 // core/quant_encode.h. See docs/quantization.md.
 //
@@ -15,10 +15,11 @@
 // Refused (ErrorKind::unsupported, naming what): other architectures than LlamaForCausalLM /
 // MistralForCausalLM (`llama`), Qwen2ForCausalLM (`qwen2`, with q/k/v biases), Qwen3ForCausalLM
 // (`qwen3`, with q/k norms), Qwen3MoeForCausalLM (`qwen3moe`, with q/k norms and softmax
-// routing), DeepseekV3ForCausalLM and Glm4MoeForCausalLM (check_deepseek_gguf); biases or q/k
-// norms where the architecture has none, sliding windows, rope scaling other than none / linear /
-// yarn (and llama3 for `llama`; YaRN without mscale / attention_factor overrides). Qwen's and
-// GLM's q/k rows are written as stored (llama.cpp permutes Llama's only).
+// routing), DeepseekV3ForCausalLM, Glm4MoeForCausalLM and GlmMoeDsaForCausalLM
+// (check_deepseek_gguf); biases or q/k norms where the architecture has none, sliding windows,
+// rope scaling other than none / linear / yarn (and llama3 for `llama`; YaRN without mscale /
+// attention_factor overrides). Qwen's and GLM's q/k rows are written as stored (llama.cpp permutes
+// Llama's only).
 #pragma once
 
 #include <functional>

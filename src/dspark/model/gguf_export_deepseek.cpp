@@ -10,11 +10,12 @@ namespace dspark {
 std::string deepseek_gguf_architecture(const ModelConfig& c) {
   if (c.architecture == "DeepseekV3ForCausalLM") return "deepseek2";
   if (c.architecture == "Glm4MoeForCausalLM") return "glm4moe";
+  if (c.architecture == "GlmMoeDsaForCausalLM") return "glm-dsa";
   return "";
 }
 
 void check_deepseek_gguf(const ModelConfig& c, const std::string& arch, const std::string& where) {
-  const bool mla = arch == "deepseek2";
+  const bool mla = arch != "glm4moe";
   DSPARK_CHECK_KIND(unsupported, c.mla() == mla,
                     "{}: a GGUF `{}` file {} multi-head latent attention", where, arch,
                     mla ? "needs" : "has no");
@@ -22,6 +23,10 @@ void check_deepseek_gguf(const ModelConfig& c, const std::string& arch, const st
   DSPARK_CHECK_KIND(unsupported, c.rope_interleave == mla,
                     "{}: a GGUF `{}` file rotates {} pairs; the checkpoint rotates the other kind",
                     where, arch, mla ? "interleaved" : "half-split");
+  DSPARK_CHECK_KIND(unsupported, (arch == "glm-dsa") == c.dsa() && (!c.dsa() || c.q_lora_rank > 0),
+                    "{}: a GGUF `{}` file {} the DeepSeek sparse-attention indexer (from the q "
+                    "LoRA)",
+                    where, arch, arch == "glm-dsa" ? "needs" : "has no");
   DSPARK_CHECK_KIND(unsupported, c.moe_sigmoid_routing && c.num_experts > 0,
                     "{}: a GGUF `{}` file holds DeepSeek MoE routing (sigmoid scores with the "
                     "score correction)",
@@ -45,14 +50,14 @@ void check_deepseek_gguf(const ModelConfig& c, const std::string& arch, const st
 }
 
 int deepseek_gguf_nextn(const ModelConfig& c, const std::string& arch, bool has_mtp_tensors) {
-  return arch == "glm4moe" || has_mtp_tensors ? c.num_nextn_predict_layers : 0;
+  return arch != "deepseek2" || has_mtp_tensors ? c.num_nextn_predict_layers : 0;
 }
 
 void add_deepseek_gguf_metadata(const ModelConfig& c, const std::string& arch, int nextn,
                                 std::vector<std::pair<std::string, GgufValue>>& m) {
   const std::string p = arch + ".";
   if (nextn > 0) m.emplace_back(p + "nextn_predict_layers", gguf_u32(nextn));
-  if (arch == "deepseek2") {
+  if (arch != "glm4moe") {  // MLA
     const int r = c.kv_lora_rank, rope = c.qk_rope_head_dim;
     m.emplace_back(p + "attention.head_count_kv", gguf_u32(1));
     if (c.q_lora_rank > 0) m.emplace_back(p + "attention.q_lora_rank", gguf_u32(c.q_lora_rank));
@@ -84,6 +89,15 @@ void add_deepseek_gguf_metadata(const ModelConfig& c, const std::string& arch, i
   if (c.norm_topk_prob) m.emplace_back(p + "expert_weights_norm", gguf_bool(true));
   m.emplace_back(p + "expert_gating_func", gguf_u32(2));  // sigmoid
   m.emplace_back(p + "leading_dense_block_count", gguf_u32(dense));
+  if (arch == "glm-dsa") {
+    m.emplace_back(p + "attention.indexer.head_count", gguf_u32(c.index_n_heads));
+    m.emplace_back(p + "attention.indexer.key_length", gguf_u32(c.index_head_dim));
+    m.emplace_back(p + "attention.indexer.top_k", gguf_u32(c.index_topk));
+    std::vector<int64_t> full;  // per decoder layer: its own indexer ("full"), else shared
+    for (bool shared : c.index_shared) full.push_back(shared ? 0 : 1);
+    m.emplace_back(p + "attention.indexer.types",
+                   GgufValue{GgufValue::Type::array, GgufValue::Type::boolean, std::move(full)});
+  }
 }
 
 std::optional<std::string> deepseek_gguf_name(const std::string& arch, const std::string& hf) {

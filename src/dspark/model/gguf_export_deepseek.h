@@ -1,5 +1,6 @@
 // The DeepSeek-family parts of `dspark quantize`'s GGUF output (model/gguf_export.h):
-// DeepseekV3ForCausalLM as llama.cpp's `deepseek2` (MLA) and Glm4MoeForCausalLM as `glm4moe`,
+// DeepseekV3ForCausalLM as llama.cpp's `deepseek2` (MLA), Glm4MoeForCausalLM as `glm4moe` and
+// GlmMoeDsaForCausalLM (GLM-5) as `glm-dsa`,
 // laid out as llama.cpp's convert_hf_to_gguf.py lays them out (tools/gguf/make_fixtures.py
 // --deepseek-moe is our independent reference of that layout):
 //   - DeepSeek MoE keys: expert_gating_func 2 (sigmoid), expert groups, shared experts
@@ -12,6 +13,9 @@
 //     transposed) and attn_v_b ([heads, v, kv_lora_rank]);
 //   - glm4moe: partial rotary as rope.dimension_count, post_attention_layernorm as
 //     `post_attention_norm`;
+//   - glm-dsa: deepseek2's MLA plus the DSA indexer: attention.indexer.{head_count,key_length,
+//     top_k}, attention.indexer.types (per decoder layer, true: its own indexer), each full
+//     layer's `blk.N.indexer.{attn_q_b,attn_k,proj,k_norm}` tensors;
 //   - next-token (MTP) layers: block_count counts them and nextn_predict_layers names them (for
 //     deepseek2 only when the checkpoint holds their tensors, as the converter does).
 #pragma once
@@ -26,11 +30,13 @@
 
 namespace dspark {
 
-// "deepseek2" for DeepseekV3ForCausalLM, "glm4moe" for Glm4MoeForCausalLM, "" for others.
+// "deepseek2" for DeepseekV3ForCausalLM, "glm4moe" for Glm4MoeForCausalLM, "glm-dsa" for
+// GlmMoeDsaForCausalLM, "" for others.
 std::string deepseek_gguf_architecture(const ModelConfig& c);
 
 // Throws ErrorKind::unsupported (naming what, with `where`) for what such a file cannot hold:
-// DeepSeek-V3 without MLA or with rotated pairs other than interleaved ones, YaRN with mscale other
+// MLA where the file has none or none where it has it, rotated pairs of the other kind, GLM-5
+// without its indexer or q LoRA, YaRN with mscale other
 // than 1 or an attention_factor, MoE layers other than all after a run of leading dense ones,
 // softmax routing.
 void check_deepseek_gguf(const ModelConfig& c, const std::string& arch, const std::string& where);
