@@ -47,7 +47,7 @@ std::string gguf_architecture(const ModelConfig& c, const fs::path& dir) {
   DSPARK_CHECK_KIND(unsupported, !arch.empty(),
                     "{}: GGUF output is for LlamaForCausalLM, MistralForCausalLM, "
                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-                    "DeepseekV3ForCausalLM and Glm4MoeForCausalLM, not {}",
+                    "DeepseekV3ForCausalLM, Glm4MoeForCausalLM and GlmMoeDsaForCausalLM, not {}",
                     where, c.architecture);
   DSPARK_CHECK_KIND(unsupported, arch == "qwen2" || arch == "glm4moe" || !c.attention_bias,
                     "{}: q/k/v biases have no GGUF `{}` tensors", where, arch);
@@ -324,8 +324,7 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       continue;
     }
     if (c.mla() && name.ends_with(".self_attn.kv_b_proj.weight")) {
-      // Split per head: attn_k_b [heads, r, nope] (the key rows transposed), attn_v_b [heads, v,
-      // r].
+      // Per head: attn_k_b [heads, r, nope] (the keys transposed), attn_v_b [heads, v, r].
       const std::string blk = gguf_name_of(name).value();  // blk.N.attn_kv_b.weight
       const std::string stem = blk.substr(0, blk.size() - std::string("kv_b.weight").size());
       const int64_t h = c.num_heads, r = c.kv_lora_rank;
