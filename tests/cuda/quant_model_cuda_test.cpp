@@ -44,7 +44,10 @@ struct Fixture {
   // CPU's own dequantized twin differs from it at near ties too (tests/unit/mlx_model_test.cpp).
   // Off for the 4-bit group-64 fixture too: token 11 of prompt 0 is a near tie on the CPU (logits
   // 24.561 and 24.529 of tokens 152 and 85, a margin of 0.13%), which the H200's bf16 activations
-  // (groups expanded to Q4_1 blocks) resolved the other way, the logits within the bound.
+  // (groups expanded to Q4_1 blocks) resolved the other way, the logits within the bound. Off for
+  // the 3-bit fixture: token 1 of prompt 2 is a near tie on the CPU (logits 22.469, 22.428 and
+  // 22.348 of tokens 237, another and 218), where an H100's bf16 activations chose 218, the
+  // logits within the bound.
   bool greedy_matches = true;
 };
 
@@ -120,7 +123,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Fixture{"llama3_q4_g32", "mlx/llama3_q4_g32", false, true},
                       Fixture{"llama3_q4_g64", "mlx/llama3_q4_g64", false, true, false, false},
                       Fixture{"llama3_q8_g64", "mlx/llama3_q8_g64", false, true, false, false},
-                      Fixture{"llama3_q3_g64", "mlx/llama3_q3_g64", false, true},
+                      Fixture{"llama3_q3_g64", "mlx/llama3_q3_g64", false, true, false, false},
                       Fixture{"llama3_fp8", "fp8/llama3_fp8", false, false, true}),
     [](const auto& p) { return std::string(p.param.name); });
 
