@@ -122,14 +122,14 @@ def add_inexact(tensors, rng, bits):
     tensors[name + ".expected"] = ("F32", dequantize(q, s_f, b_f, group))
 
 
-def make_unpack(rng):
-    tensors = {}
-    cases = [(b, g) for b in (4, 8) for g in (32, 64, 128)]
+def add_random(tensors, rng, cases):
+    """`b{bits}_g{group}` for each (bits, group) of `cases`: 6 rows of 256 random codes, scales
+    and biases that f16 holds exactly (F32 ones too, so 4-bit ones repack to Q4_1), stored in
+    bf16, f16 and f32 in turn."""
     for i, (bits, group) in enumerate(cases):
         rows, cols = 6, 256
         q = rng.integers(0, 2 ** bits, size=(rows, cols), dtype=np.uint32)
         dtype = ["BF16", "F16", "F32"][i % 3]
-        # Scales and biases that f16 holds exactly (F32 ones too), so 4-bit ones repack to Q4_1.
         scales = rng.uniform(1e-3, 0.05, size=(rows, cols // group)).astype(np.float16)
         biases = rng.uniform(-0.5, 0.5, size=(rows, cols // group)).astype(np.float16)
         sd, s_arr, s_f = store_float(scales.astype(np.float32), dtype)
@@ -139,25 +139,18 @@ def make_unpack(rng):
         tensors[name + ".scales"] = (sd, s_arr)
         tensors[name + ".biases"] = (bd, b_arr)
         tensors[name + ".expected"] = ("F32", dequantize(q, s_f, b_f, group))
+
+
+def make_unpack(rng):
+    tensors = {}
+    add_random(tensors, rng, [(b, g) for b in (4, 8) for g in (32, 64, 128)])
     # bf16 scales below f16's range: the Q4_1 / Q8_A repacks must refuse them. The 8-bit one has
     # its own generator, so that the tensors above keep their values.
     add_inexact(tensors, rng, 4)
     add_inexact(tensors, np.random.default_rng(358), 8)
     # Bits 2, 3, 5 and 6 (3, 5, 6: values across bytes), from their own generator.
-    more = np.random.default_rng(36)
-    for i, (bits, group) in enumerate([(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)]):
-        rows, cols = 6, 256
-        q = more.integers(0, 2 ** bits, size=(rows, cols), dtype=np.uint32)
-        dtype = ["BF16", "F16", "F32"][i % 3]
-        scales = more.uniform(1e-3, 0.05, size=(rows, cols // group)).astype(np.float16)
-        biases = more.uniform(-0.5, 0.5, size=(rows, cols // group)).astype(np.float16)
-        sd, s_arr, s_f = store_float(scales.astype(np.float32), dtype)
-        bd, b_arr, b_f = store_float(biases.astype(np.float32), dtype)
-        name = f"b{bits}_g{group}"
-        tensors[name + ".weight"] = ("U32", pack(q, bits))
-        tensors[name + ".scales"] = (sd, s_arr)
-        tensors[name + ".biases"] = (bd, b_arr)
-        tensors[name + ".expected"] = ("F32", dequantize(q, s_f, b_f, group))
+    add_random(tensors, np.random.default_rng(36),
+               [(b, g) for b in (2, 3, 5, 6) for g in (32, 64, 128)])
     write_safetensors(os.path.join(OUT, "unpack.safetensors"), tensors)
 
 
