@@ -48,18 +48,20 @@ int run_quantize(const QuantizeArgs& a) {
                             : drafter ? quantize_drafter(o, progress)
                                       : quantize_checkpoint(o, progress);
   bar.finish();
+  // GGUF formats hold blocks of 32 or 256 values (a mix's fallback types: 32), MLX ones groups.
   const int group = gguf ? static_cast<int>(quant_block(gguf->base).elements) : a.group_size;
+  const char* unit = gguf ? "blocks" : "groups";
   if (!s.not_divisible.empty()) {
     fmt::print(stderr,
-               "dspark quantize: {} weights kept float: last dim not a multiple of group size {} "
+               "dspark quantize: {} weights kept float: last dim not a multiple of {} of {} "
                "(first: {})\n",
-               s.not_divisible.size(), group, s.not_divisible.front());
+               s.not_divisible.size(), unit, group, s.not_divisible.front());
   }
   fmt::print(
-      "{}: {} weights quantized ({}, groups of {}), {} tensors copied, {:.2f} MB -> "
+      "{}: {} weights quantized ({}, {} of {}), {} tensors copied, {:.2f} MB -> "
       "{:.2f} MB in {} file(s); copied {}\n",
-      a.output, s.n_quantized, a.format, group, s.n_copied, static_cast<double>(s.bytes_in) / 1e6,
-      static_cast<double>(s.bytes_out) / 1e6, s.files.size(),
+      a.output, s.n_quantized, a.format, unit, group, s.n_copied,
+      static_cast<double>(s.bytes_in) / 1e6, static_cast<double>(s.bytes_out) / 1e6, s.files.size(),
       s.copied_files.empty() ? "no side files"
                              : fmt::format("{}", fmt::join(s.copied_files, ", ")));
   if (drafter) {
