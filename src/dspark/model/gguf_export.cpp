@@ -15,6 +15,7 @@
 #include "dspark/model/config.h"
 #include "dspark/model/gguf_export_deepseek.h"
 #include "dspark/model/gguf_model.h"
+#include "dspark/model/mla.h"
 #include "dspark/ops/rope.h"
 
 namespace dspark {
@@ -414,7 +415,11 @@ QuantizeSummary export_gguf(const QuantizeOptions& o, const GgufFormat& format,
       std::vector<float> w(static_cast<size_t>(t.numel()));
       convert_host(t.data(), t.dtype(), w.data(), DType::f32, t.numel());
       if (p.qk_heads > 0) permute_gguf_qk_rows(w, p.qk_heads, t.size(0), t.size(1));
-      if (p.kv_b > 0) w = split_kv_b(c, w, p.kv_b == 1);
+      if (p.kv_b > 0) {
+        KvBSplit split =
+            split_kv_b(w, c.num_heads, c.qk_nope_head_dim, c.v_head_dim, c.kv_lora_rank);
+        w = std::move(p.kv_b == 1 ? split.uk_t : split.uv);
+      }
       const auto n = static_cast<int64_t>(w.size());
       if (p.quant) check_finite_weight(name, w.data(), n);
       if (p.out.type == GgmlType::f32) {

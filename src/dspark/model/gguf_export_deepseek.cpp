@@ -114,25 +114,4 @@ std::optional<std::string> deepseek_gguf_name(const std::string& arch, const std
   return std::nullopt;
 }
 
-std::vector<float> split_kv_b(const ModelConfig& c, const std::vector<float>& kv_b, bool keys) {
-  const int64_t heads = c.num_heads, nope = c.qk_nope_head_dim, v = c.v_head_dim;
-  const int64_t r = c.kv_lora_rank, per_head = nope + v;
-  DSPARK_CHECK(static_cast<int64_t>(kv_b.size()) == heads * per_head * r,
-               "split_kv_b: {} values for {} heads of {} rows of {}", kv_b.size(), heads, per_head,
-               r);
-  std::vector<float> out(static_cast<size_t>(heads * (keys ? nope : v) * r));
-  for (int64_t h = 0; h < heads; ++h) {
-    const float* head = kv_b.data() + h * per_head * r;
-    if (keys) {  // [r, nope]: element (j, i) = key row i, column j
-      float* dst = out.data() + h * r * nope;
-      for (int64_t i = 0; i < nope; ++i) {
-        for (int64_t j = 0; j < r; ++j) dst[j * nope + i] = head[i * r + j];
-      }
-    } else {
-      std::copy(head + nope * r, head + per_head * r, out.data() + h * v * r);
-    }
-  }
-  return out;
-}
-
 }  // namespace dspark

@@ -53,8 +53,4 @@ void add_deepseek_gguf_metadata(const ModelConfig& c, const std::string& arch, i
 // `post_attention_norm`, the score correction `exp_probs_b.bias`; nullopt for the others.
 std::optional<std::string> deepseek_gguf_name(const std::string& arch, const std::string& hf);
 
-// One half of kv_b_proj [heads * (nope + v), r] (row-major): the keys as [heads, r, nope] (each
-// head's key rows transposed) or the values as [heads, v, r].
-std::vector<float> split_kv_b(const ModelConfig& c, const std::vector<float>& kv_b, bool keys);
-
 }  // namespace dspark

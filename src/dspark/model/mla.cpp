@@ -59,6 +59,25 @@ MlaDims mla_dims(const ModelConfig& c) {
                  c.index_n_heads,    c.index_head_dim};
 }
 
+KvBSplit split_kv_b(const std::vector<float>& kv_b, int64_t heads, int64_t nope, int64_t v,
+                    int64_t r) {
+  const int64_t per_head = nope + v;
+  DSPARK_CHECK(static_cast<int64_t>(kv_b.size()) == heads * per_head * r,
+               "split_kv_b: {} values for {} heads of {} rows of {}", kv_b.size(), heads, per_head,
+               r);
+  KvBSplit out;
+  out.uk_t.resize(static_cast<size_t>(heads * r * nope));
+  out.uv.resize(static_cast<size_t>(heads * v * r));
+  for (int64_t i = 0; i < heads; ++i) {
+    const float* head = kv_b.data() + i * per_head * r;
+    for (int64_t a = 0; a < nope; ++a)
+      for (int64_t c = 0; c < r; ++c)
+        out.uk_t[static_cast<size_t>((i * r + c) * nope + a)] = head[a * r + c];
+    std::copy_n(head + nope * r, v * r, out.uv.begin() + i * v * r);
+  }
+  return out;
+}
+
 MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefix,
                             const ModelConfig& config, int layer, Device device, DType dtype) {
   const MlaDims d = mla_dims(config);
@@ -129,18 +148,11 @@ MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefi
     uk_t = load_f32(host, prefix + "k_b_proj.weight", Shape{heads, r, d.nope});
     uv = load_f32(host, prefix + "v_b_proj.weight", Shape{heads, d.v, r});
   } else {
-    const int64_t per_head = d.nope + d.v;
-    const std::vector<float> kv_b =
-        load_f32(host, prefix + "kv_b_proj.weight", Shape{heads * per_head, r});
-    uk_t.resize(static_cast<size_t>(heads * r * d.nope));
-    uv.resize(static_cast<size_t>(heads * d.v * r));
-    for (int64_t i = 0; i < heads; ++i) {
-      const float* head = kv_b.data() + i * per_head * r;
-      for (int64_t a = 0; a < d.nope; ++a)
-        for (int64_t c = 0; c < r; ++c)
-          uk_t[static_cast<size_t>((i * r + c) * d.nope + a)] = head[a * r + c];
-      std::copy_n(head + d.nope * r, d.v * r, uv.begin() + i * d.v * r);
-    }
+    KvBSplit split =
+        split_kv_b(load_f32(host, prefix + "kv_b_proj.weight", Shape{heads * (d.nope + d.v), r}),
+                   heads, d.nope, d.v, r);
+    uk_t = std::move(split.uk_t);
+    uv = std::move(split.uv);
   }
   w.w_uk_t = upload(uk_t, Shape{heads, r, d.nope}, device, dtype);
   w.w_uv = upload(uv, Shape{heads, d.v, r}, device, dtype);

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "dspark/backend/context.h"
 #include "dspark/backend/op_params.h"
@@ -52,6 +53,15 @@ struct MlaDims {
   }
 };
 MlaDims mla_dims(const ModelConfig& config);
+
+// kv_b_proj [heads * (nope + v), r] (row-major; per head the key rows W_UK[h], then the value rows
+// W_UV[h]) split per head: uk_t [heads, r, nope] (W_UK[h] transposed, as llama.cpp's `deepseek2`
+// stores attn_k_b) and uv [heads, v, r] (attn_v_b).
+struct KvBSplit {
+  std::vector<float> uk_t, uv;
+};
+KvBSplit split_kv_b(const std::vector<float>& kv_b, int64_t heads, int64_t nope, int64_t v,
+                    int64_t r);
 
 struct MlaWeights {
   OwnedTensor in;         // [q_lora_rank + latent, hidden]: q_a_proj rows (with q LoRA), then
