@@ -7,11 +7,13 @@
 // (one per "layer") to exceed the L2 cache several times, so every call reads its K/V from HBM as
 // in a real step.
 //
-//   bench_attention [--heads 32] [--kv-heads 8] [--head-dim 128] [--contexts 1024,4096,16384]
-//                   [--queries 1,17,33] [--rows 1] [--non-causal] [--dtype bf16] [--iters 100]
-//                   [--json FILE]
+//   bench_attention [--heads 32] [--kv-heads 8] [--head-dim 128] [--mla]
+//                   [--contexts 1024,4096,16384] [--queries 1,17,33] [--rows 1] [--non-causal]
+//                   [--dtype bf16] [--iters 100] [--json FILE]
 // Defaults: the Qwen3-8B attention (32 heads, 8 KV heads, head_dim 128); --queries are the new
 // tokens per row (1 = decode, 17 = verify of 16 drafts); --non-causal times a drafter's block.
+// --mla: MLA's absorbed form as model/mla.cpp calls it, --heads query heads over one KV head of
+// 576 (a latent of 512 and a rope key of 64) whose V pages are its K pages (read once).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,7 +40,8 @@ struct Shape4 {
   int heads, kv_heads, head_dim;
 };
 
-// One "layer": a paged cache holding `rows` rows of `kv_len` keys each (pages in order).
+// One "layer": a paged cache holding `rows` rows of `kv_len` keys each (pages in order); v is
+// empty where V is K (--mla).
 struct LayerCache {
   OwnedTensor k, v;
 };
@@ -52,7 +55,8 @@ double time_calls(Context& ctx, const std::vector<LayerCache>& layers, const Ten
                   const AttentionParams& params, int iters, bool graph) {
   auto call = [&](int i) {
     const LayerCache& l = layers[static_cast<size_t>(i) % layers.size()];
-    const PagedKv kv{l.k.view(), l.v.view(), page_indptr.view(), pages.view(), kv_lens.view()};
+    const Tensor& v = l.v.view().defined() ? l.v.view() : l.k.view();
+    const PagedKv kv{l.k.view(), v, page_indptr.view(), pages.view(), kv_lens.view()};
     paged_attention(ctx, q, kv, q_indptr.view(), q_pos.view(), params, out);
   };
   auto calls = [&] {
@@ -105,11 +109,14 @@ int main(int argc, char** argv) {
   std::string contexts_list = "1024,4096,16384", queries_list = "1,17,33", dtype_arg = "bf16";
   std::string json_file;
   int rows = 1, iters = 100;
-  bool non_causal = false;
+  bool non_causal = false, mla = false;
   CLI::App app{"bench_attention: paged_attention on CUDA against the copy bandwidth"};
   app.add_option("--heads", s.heads, "query heads")->check(CLI::Range(1, 256));
   app.add_option("--kv-heads", s.kv_heads, "KV heads (divides --heads)")->check(CLI::Range(1, 256));
   app.add_option("--head-dim", s.head_dim, "head dimension")->check(CLI::Range(8, 256));
+  app.add_flag("--mla", mla,
+               "MLA's absorbed form: one KV head of 576 (latent 512 + rope key 64) that is both K "
+               "and V; overrides --kv-heads and --head-dim");
   app.add_option("--contexts", contexts_list, "comma-separated cached tokens per row");
   app.add_option("--queries", queries_list, "comma-separated new tokens per row");
   app.add_option("--rows", rows, "rows (requests) in the batch")->check(CLI::Range(1, 256));
@@ -118,6 +125,10 @@ int main(int argc, char** argv) {
   app.add_option("--iters", iters, "timed calls per configuration")->check(CLI::Range(1, 100000));
   app.add_option("--json", json_file, "also write the JSON result here");
   CLI11_PARSE(app, argc, argv);
+  if (mla) {
+    s.kv_heads = 1;
+    s.head_dim = 576;
+  }
 
   try {
     cuda::require_device(0);
@@ -133,6 +144,7 @@ int main(int argc, char** argv) {
                         {"heads", s.heads},
                         {"kv_heads", s.kv_heads},
                         {"head_dim", s.head_dim},
+                        {"mla", mla},
                         {"rows", rows},
                         {"causal", !non_causal},
                         {"copy_bandwidth_gbs", copy_bw / 1e9},
@@ -154,15 +166,18 @@ int main(int argc, char** argv) {
         }
         const int64_t n_pages = static_cast<int64_t>(pages.size());
         const Shape page_shape{n_pages, kPage, s.kv_heads, s.head_dim};
-        const double cache_bytes = 2.0 * static_cast<double>(page_shape.numel() * 2);
-        const double kv_read = 2.0 * rows * kv_len * s.kv_heads * s.head_dim * 2.0;  // K + V
+        const double tensors = mla ? 1.0 : 2.0;  // K and V, or the latent as both
+        const double cache_bytes = tensors * static_cast<double>(page_shape.numel() * 2);
+        const double kv_read = tensors * rows * kv_len * s.kv_heads * s.head_dim * 2.0;
         const size_t copies = std::clamp<size_t>(
             static_cast<size_t>(4.0 * static_cast<double>(info.l2_bytes) / cache_bytes) + 1, 2, 64);
         std::vector<LayerCache> layers;
         for (size_t c = 0; c < copies; ++c) {
           const auto seed = static_cast<uint32_t>(2 * c + 1);
-          layers.push_back({random_16bit_tensor(dtype, page_shape, seed, Device::cuda(0)),
-                            random_16bit_tensor(dtype, page_shape, seed + 1, Device::cuda(0))});
+          layers.push_back(
+              {random_16bit_tensor(dtype, page_shape, seed, Device::cuda(0)),
+               mla ? OwnedTensor{}
+                   : random_16bit_tensor(dtype, page_shape, seed + 1, Device::cuda(0))});
         }
         const int64_t n_tokens = int64_t{rows} * nq;
         const OwnedTensor q = random_16bit_tensor(
@@ -178,8 +193,8 @@ int main(int argc, char** argv) {
         const cuda::AttentionShape shape{n_tokens, s.heads, s.kv_heads, s.head_dim,
                                          rows,     n_pages, kPage};
         const cuda::AttentionPlan plan = cuda::plan_attention(
-            shape, cuda::attention_on_tensor_cores(dtype, dtype, s.head_dim, true), ctx.cuda_caps(),
-            ctx.cuda_tuning());
+            shape, cuda::attention_on_tensor_cores(dtype, dtype, s.head_dim, true, mla),
+            ctx.cuda_caps(), ctx.cuda_tuning());
         const double graphed_ms = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages,
                                              d_lens, d_qi, d_qp, params, iters, true);
         const double eager_ms = time_calls(ctx, layers, q.view(), out.view(), d_indptr, d_pages,

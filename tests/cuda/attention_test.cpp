@@ -2,8 +2,9 @@
 // sizes): decode, 1-32-query verify, long causal prefill, non-causal blocks, GQA, sliding window,
 // soft-cap, head_dim 16..576, rows that see no key, and decode over long contexts (split keys);
 // each scenario runs twice and must repeat bit for bit. Both kernels (tensor cores for 16-bit
-// caches with head_dim 64 / 128 / 256 and aligned q, CUDA cores otherwise: reached through the
-// dtype, head_dim or q's alignment); the tensor-core kernel's copies before its programmatic wait
+// caches with head_dim 64 / 128 / 256, or 576 with V pages that are the K pages (MLA's latent),
+// and aligned q, CUDA cores otherwise: reached through the dtype, head_dim, the V pages or q's
+// alignment); the tensor-core kernel's copies before its programmatic wait
 // after a qkv_prologue that writes the step's K/V; the split merges (last CTA, combine kernel,
 // cluster; reached through the context's tuning) against each other bit for bit at equal split
 // counts, and the balanced split count of cluster-merged launches.
@@ -38,6 +39,7 @@ struct Scenario {
   // Elements from the start of the fused q/k/v buffer to q (not 0: q is not 16-byte aligned, so
   // the CUDA-core kernel runs).
   int q_offset = 0;
+  bool shared_kv = false;  // V pages are the K pages (MLA's latent)
 };
 
 // A cache holding every row's keys on shuffled pages, plus queries; runs both backends and
@@ -62,7 +64,8 @@ std::vector<float> run_scenario(Contexts& ctx, const Scenario& s, DType kv_dtype
 
   const Shape page_shape{n_pages, s.page_size, s.n_kv_heads, s.head_dim};
   const Pair k_pages = random_pair(kv_dtype, page_shape, seed + 1);
-  const Pair v_pages = random_pair(kv_dtype, page_shape, seed + 2);
+  const Pair own_v_pages = random_pair(kv_dtype, page_shape, seed + 2);
+  const Pair& v_pages = s.shared_kv ? k_pages : own_v_pages;
   const int64_t n_tokens = q_indptr.back();
   // q: n_heads heads from element q_offset of a fused [n_tokens, (n_heads + 2 * n_kv_heads) * D]
   // buffer.
@@ -133,6 +136,17 @@ Scenario qwen3_8b(std::string name, std::vector<int> kv_lens, std::vector<int> n
                   .head_dim = 128};
 }
 
+// MLA's absorbed form: n_heads query heads over one latent "head" of 512 + 64 that is both K and V.
+Scenario mla(std::string name, std::vector<int> kv_lens, std::vector<int> n_q, int n_heads = 16) {
+  return Scenario{.name = std::move(name),
+                  .kv_lens = std::move(kv_lens),
+                  .n_q = std::move(n_q),
+                  .n_heads = n_heads,
+                  .n_kv_heads = 1,
+                  .head_dim = 576,
+                  .shared_kv = true};
+}
+
 std::vector<Scenario> scenarios() {
   std::vector<Scenario> v;
   v.push_back({.name = "decode", .kv_lens = {1, 37, 300}, .n_q = {1, 1, 1}});
@@ -192,7 +206,7 @@ TEST(CudaAttention, HeadDims) {
 // Qwen3-8B (32 heads, 8 KV heads, head_dim 128) decode, verify (one request, two, four at
 // different contexts, with a window and soft-cap) and a drafter's non-causal block over a long
 // context with split keys; head_dim 256 with a window and soft-cap; MLA's absorbed form (head_dim
-// 576, one KV head), which runs on CUDA cores.
+// 576, one KV head whose V pages are its K pages, as model/mla.cpp calls it; tensor cores).
 TEST(CudaAttention, ModelShapes) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
@@ -217,24 +231,9 @@ TEST(CudaAttention, ModelShapes) {
                .window = 128,
                .softcap = 50.0f});
   // MLA's absorbed form (DeepSeek-V2-Lite: 16 heads; V3: 128) over one latent "head" of 512 + 64.
-  v.push_back({.name = "MLA decode, split keys",
-               .kv_lens = {1024},
-               .n_q = {1},
-               .n_heads = 16,
-               .n_kv_heads = 1,
-               .head_dim = 576});
-  v.push_back({.name = "MLA verify 17, two rows",
-               .kv_lens = {1041, 300},
-               .n_q = {17, 17},
-               .n_heads = 16,
-               .n_kv_heads = 1,
-               .head_dim = 576});
-  v.push_back({.name = "MLA 128 heads decode",
-               .kv_lens = {700},
-               .n_q = {1},
-               .n_heads = 128,
-               .n_kv_heads = 1,
-               .head_dim = 576});
+  v.push_back(mla("MLA decode, split keys", {1024}, {1}));
+  v.push_back(mla("MLA verify 17, two rows", {1041, 300}, {17, 17}));
+  v.push_back(mla("MLA 128 heads decode", {700}, {1}, 128));
   uint32_t seed = 1200;
   for (const Scenario& s : v) {
     for (DType dtype : {DType::bf16, DType::f16}) {
@@ -271,6 +270,20 @@ TEST(CudaAttention, TensorCoreDecodeMatchesCpu) {
   v.push_back(block);
   v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});
   v.push_back({.name = "head_dim 64 decode", .kv_lens = {777}, .n_q = {1}, .head_dim = 64});
+  // MLA's latent: 16 heads (a 16-row tile), 4 heads (a decode tile of 4 rows), 128 heads.
+  for (int len : {1, 63, 65, 1025, 3001})
+    v.push_back(mla("MLA decode " + std::to_string(len), {len}, {1}));
+  v.push_back(mla("MLA decode, 4 heads", {1000}, {1}, 4));
+  v.push_back(mla("MLA decode, two rows, 128 heads", {300, 1100}, {1, 1}, 128));
+  v.push_back(mla("MLA verify 17, 4 heads", {1041}, {17}, 4));
+  Scenario mla_block = mla("MLA draft block", {1040}, {16});
+  mla_block.causal = false;
+  v.push_back(mla_block);
+  Scenario mla_window = mla("MLA verify 9, window 100, softcap, pages of 5", {700}, {9});
+  mla_window.window = 100;
+  mla_window.softcap = 30.0f;
+  mla_window.page_size = 5;
+  v.push_back(mla_window);
   v.push_back({.name = "head_dim 256 window softcap",
                .kv_lens = {600, 90},
                .n_q = {1, 3},
@@ -474,6 +487,9 @@ TEST(CudaAttention, LastCtaMergeEqualsCombineKernel) {
   block.causal = false;
   v.push_back(block);
   v.push_back({.name = "long small rows", .kv_lens = {3000, 1500}, .n_q = {3, 2}});
+  v.push_back(mla("MLA decode", {1024}, {1}));
+  v.push_back(mla("MLA decode, 4 heads", {1500}, {1}, 4));
+  v.push_back(mla("MLA verify 3, 2 heads", {2000}, {3}, 2));
   uint32_t seed = 1700;
   for (const Scenario& s : v) {
     EXPECT_GT(splits_of(ctx.gpu, s), 1) << s.name << ": no split keys, nothing to merge";
@@ -535,6 +551,8 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   v.push_back(mha);
   v.push_back(
       {.name = "mqa 20 heads", .kv_lens = {500}, .n_q = {16}, .n_heads = 20, .n_kv_heads = 1});
+  v.push_back(mla("MLA decode", {1024}, {1}));
+  v.push_back(mla("MLA verify 17, two rows", {1041, 300}, {17, 17}));
   uint32_t seed = 2600;
   int compared = 0;  // scenarios compared bit for bit
   for (const Scenario& s : v) {
@@ -586,6 +604,8 @@ TEST(CudaAttention, DecodeClusterMergeEqualsLastCtaMerge) {
   v.push_back(window);
   v.push_back({.name = "head_dim 64 decode", .kv_lens = {777}, .n_q = {1}, .head_dim = 64});
   v.push_back({.name = "head_dim 256 decode", .kv_lens = {600}, .n_q = {1}, .head_dim = 256});
+  v.push_back(mla("MLA decode, 4 heads", {1000}, {1}, 4));
+  v.push_back(mla("MLA decode, 2 heads", {300}, {1}, 2));
   uint32_t seed = 3100;
   int compared = 0;
   for (const Scenario& s : v) {
@@ -610,16 +630,18 @@ TEST(CudaAttention, DecodeClusterMergeEqualsLastCtaMerge) {
   EXPECT_GE(compared, 8) << "too few scenarios with the same split count either way";
 }
 
-// Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256
-// and 16-byte aligned q rows (the profiler records it), the CUDA-core one for f32, other head dims
-// or a q that starts one element into its buffer (attention_on_tensor_cores,
+// Which kernel runs: the tensor-core one for a 16-bit cache and q with head_dim 64 / 128 / 256 (or
+// 576 with V pages that are the K pages) and 16-byte aligned q rows (the profiler records it), the
+// CUDA-core one for f32, other head dims (576 with V pages of their own) or a q that starts one
+// element into its buffer (attention_on_tensor_cores,
 // backend/cuda/policy/attention.h); both match the CPU (run_scenario).
 TEST(CudaAttention, TensorCoreKernelRunsWhenItFits) {
   DSPARK_REQUIRE_CUDA();
   Contexts ctx;
-  auto runs_mma = [&](int head_dim, DType dtype, int q_offset = 0) {
+  auto runs_mma = [&](int head_dim, DType dtype, int q_offset = 0, bool shared_kv = false) {
     Scenario s{.name = "kernel choice", .kv_lens = {200, 75}, .n_q = {4, 1}, .head_dim = head_dim};
     s.q_offset = q_offset;
+    s.shared_kv = shared_kv;
     (void)take_op_profile();
     set_op_profiling(true);
     run_scenario(ctx, s, dtype, dtype, 77);
@@ -631,6 +653,10 @@ TEST(CudaAttention, TensorCoreKernelRunsWhenItFits) {
   EXPECT_TRUE(runs_mma(128, DType::bf16));
   EXPECT_TRUE(runs_mma(64, DType::f16));
   EXPECT_TRUE(runs_mma(256, DType::bf16));
+  EXPECT_TRUE(runs_mma(576, DType::bf16, 0, true));
+  EXPECT_TRUE(runs_mma(576, DType::f16, 0, true));
+  EXPECT_FALSE(runs_mma(576, DType::bf16));  // V pages of their own
+  EXPECT_FALSE(runs_mma(576, DType::f32, 0, true));
   EXPECT_FALSE(runs_mma(128, DType::f32));
   EXPECT_FALSE(runs_mma(96, DType::bf16));
   EXPECT_FALSE(runs_mma(128, DType::bf16, 1));

@@ -168,6 +168,12 @@ TEST(CudaPolicyAttention, TensorCoresForSixteenBitCachesOfSupportedHeadDims) {
   EXPECT_FALSE(attention_on_tensor_cores(DType::f32, DType::f32, 128, true));
   EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::f16, 128, true));
   EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::bf16, 128, false));
+  // MLA's latent: head_dim 576 only where the V pages are the K pages.
+  EXPECT_TRUE(attention_on_tensor_cores(DType::bf16, DType::bf16, 576, true, true));
+  EXPECT_TRUE(attention_on_tensor_cores(DType::f16, DType::f16, 576, true, true));
+  EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::bf16, 576, true));
+  EXPECT_FALSE(attention_on_tensor_cores(DType::bf16, DType::bf16, 576, false, true));
+  EXPECT_FALSE(attention_on_tensor_cores(DType::f32, DType::f32, 576, true, true));
 }
 
 TEST(CudaPolicyAttention, DecodeSplitsKeysMergedInClustersOnHopper) {

@@ -1,9 +1,9 @@
 // kv_write and paged_attention (contract: ops/attention.h).
 //
-// paged_attention runs on tensor cores when the call fits (16-bit caches, head_dim 64 / 128 / 256:
-// attention_mma.cu) and otherwise on this flash-decoding-style kernel on CUDA cores (head_dim up to
-// 576: MLA's absorbed form, a latent of 512 and a rope key of 64, needs 180 KB of shared memory
-// per CTA, which sm_90 allows); the choice,
+// paged_attention runs on tensor cores when the call fits (16-bit caches, head_dim 64 / 128 / 256,
+// and 576 where the V pages are the K pages, MLA's absorbed form: attention_mma.cu) and otherwise
+// on this flash-decoding-style kernel on CUDA cores (head_dim up to 576: a latent of 512 and a
+// rope key of 64 needs 180 KB of shared memory per CTA, which sm_90 allows); the choice,
 // the tiling, the key splits and their merge are plan_attention's (policy/attention.h):
 //  - a CTA (4 warps) owns up to 16 query rows = (query token, query head) pairs that share one KV
 //    head: `heads_per_cta` heads of a GQA group x `tokens_per_cta` consecutive tokens. A token
@@ -316,7 +316,7 @@ void launch_attention(Context& ctx, const AttentionArgs<TKV>& args, dim3 grid) {
 }
 
 // Whether the tensor-core kernel can take the call (policy/attention.h): q and the pages 16-byte
-// aligned with strides of whole 8-element vectors.
+// aligned with strides of whole 8-element vectors; V pages that are the K pages (MLA's latent).
 bool tensor_core_fits(const Tensor& q, const Tensor& k_pages, const Tensor& v_pages,
                       int64_t head_dim) {
   const bool aligned = device::is_aligned16(q.data()) && q.stride(0) % 8 == 0 &&
@@ -324,7 +324,8 @@ bool tensor_core_fits(const Tensor& q, const Tensor& k_pages, const Tensor& v_pa
                        device::is_aligned16(v_pages.data()) && head_dim % 8 == 0 &&
                        k_pages.stride(0) % 8 == 0 && k_pages.stride(1) % 8 == 0 &&
                        k_pages.stride(2) % 8 == 0;
-  return attention_on_tensor_cores(k_pages.dtype(), q.dtype(), head_dim, aligned);
+  const bool shared_kv = k_pages.data() == v_pages.data();
+  return attention_on_tensor_cores(k_pages.dtype(), q.dtype(), head_dim, aligned, shared_kv);
 }
 
 }  // namespace

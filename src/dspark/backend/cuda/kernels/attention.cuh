@@ -282,8 +282,9 @@ __device__ __forceinline__ int64_t key_row_offset(const AttentionArgs<TKV>& p,
 // V rows (at `off` in the pages; -1: no row of the CTA sees the key) into sk / sv by cp.async when
 // j is in [key_lo, key_hi); a chunk without a key is zero-filled when `zero` (by the same
 // cp.async, reading nothing: part of the thread's group, like the copies). Predicated, without
-// branches, so that a tile's chunks issue back to back.
-template <typename TKV>
+// branches, so that a tile's chunks issue back to back. kWithV false: K only (a cache whose V is
+// its K, MLA's latent; sv unused).
+template <typename TKV, bool kWithV = true>
 __device__ __forceinline__ void copy_kv_chunk(const AttentionArgs<TKV>& p, int64_t off, int j,
                                               int cc, int key_lo, int key_hi, bool zero, TKV* sk,
                                               TKV* sv) {
@@ -292,7 +293,7 @@ __device__ __forceinline__ void copy_kv_chunk(const AttentionArgs<TKV>& p, int64
   const int64_t at = visible ? off + cc * 8 : 0;
   const int bytes = visible ? 16 : 0;
   device::cp_async16_if(sk, p.k_pages + at, bytes, issue);
-  device::cp_async16_if(sv, p.v_pages + at, bytes, issue);
+  if constexpr (kWithV) device::cp_async16_if(sv, p.v_pages + at, bytes, issue);
 }
 
 // The cluster merge of one segment's n_q partial rows (tokens from t, heads from h_begin; row i

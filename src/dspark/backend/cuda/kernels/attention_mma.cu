@@ -1,6 +1,6 @@
 // The tensor-core paged_attention kernel (attention.cuh; the op's contract: ops/attention.h), for
-// 16-bit caches and head_dim 64 / 128 / 256: decode, verify and draft blocks, in the
-// FlashAttention-2 manner.
+// 16-bit caches and head_dim 64 / 128 / 256, and head_dim 576 where V is K (MLA's absorbed form):
+// decode, verify and draft blocks, in the FlashAttention-2 manner.
 //  - A CTA (4 warps) owns the same up to 16 query rows as the CUDA-core kernel (GQA heads x tokens
 //    of one KV head: one m16 tile of the MMA) and, with split keys (grid.z), one contiguous range
 //    of 64-key tiles; the tiles of the visible keys are dealt to the splits as evenly as possible.
@@ -17,6 +17,14 @@
 //    CTA writes the normalised rows, or with split keys the partial state (O, max, sum), which
 //    the tile's last split CTA merges (merge_splits_if_last, attention.cuh) or, without arrival
 //    counters, combine_splits_kernel (attention.cu).
+//
+// MLA's latent (head_dim 576 = a latent of 512 + a rope key of 64, one KV "head" whose V pages are
+// its K pages): O per warp as above would take 288 registers a thread. So the warps still score
+// keys 16w .. 16w+15, but split P.V by O's columns (warp w: columns 144w .. 144w+143, 72
+// registers), and a tile's rows meet twice in shared memory: the warps' row maxima (every warp
+// then rescales with the same running max, so a warp's partial sums need no rescaling at the
+// end) and P, rounded to the cache dtype, [16 rows][64 keys]. The tile is copied once (V is its
+// rows), 170 KB of shared memory with two stages.
 // Masking per row is the op's: keys [lo, hi) with hi = min(kv_len, pages * page_size, causal ?
 // pos + 1 : kv_len), lo = window ? pos - window + 1 : 0; a row that sees no key writes zeros.
 //
@@ -73,20 +81,27 @@ constexpr int kTileKeys = kSplitKeys;          // keys per shared-memory tile
 constexpr int kWarpKeys = kTileKeys / kWarps;  // keys per warp and tile: one k16 step of P.V
 static_assert(kWarpKeys == 16 && kMaxRows == 16);
 
+// MLA's latent: the one head_dim whose V is K (the file comment).
+constexpr int kLatentHeadDim = 576;
+
 // Shared memory, in elements of the cache dtype: q [16][kLd], then K and V [2 stages][64][kLd].
 // After the key loop the warps' O tiles, [kWarps][16][kOutLd] f32, reuse the K/V stages, and in
 // the cluster variant the CTA's partial rows, [16][kPartLd] f32 (acc..., max, sum), follow them.
-template <int HD>
+// kShared (V is K): no V stages, no O tiles (the partial rows start at the K stages), and P
+// [16][kPLd] after the K stages.
+template <int HD, bool kShared = false>
 struct Layout {
   static constexpr int kLd = HD + 8;
   static constexpr int kOutLd = HD + 8;  // 8 banks per row: the warps' float2 stores conflict-free
   static constexpr int kPartLd = HD + 2;
-  static constexpr int kPart = kWarps * kMaxRows * kOutLd;  // in floats from the K stages
+  static constexpr int kPLd = kTileKeys + 8;  // P's rows, 16 bytes apart in the banks
+  static constexpr int kPart = kShared ? 0 : kWarps * kMaxRows * kOutLd;  // floats from K stages
   static constexpr int kK = kMaxRows * kLd;
-  static constexpr int kV = kK + 2 * kTileKeys * kLd;
-  static constexpr int kElems = kV + 2 * kTileKeys * kLd;
+  static constexpr int kV = kShared ? kK : kK + 2 * kTileKeys * kLd;
+  static constexpr int kP = kV + 2 * kTileKeys * kLd;
+  static constexpr int kElems = kP + (kShared ? kMaxRows * kPLd : 0);
   static constexpr size_t kBytes = static_cast<size_t>(kElems) * 2;
-  static_assert((kPart + kMaxRows * kPartLd) * 4 <= 4 * kTileKeys * kLd * 2);
+  static_assert((kPart + kMaxRows * kPartLd) * 4 <= (kShared ? 2 : 4) * kTileKeys * kLd * 2);
   static_assert(kBytes <= 227 * 1024);
 };
 
@@ -132,17 +147,53 @@ __device__ void merge_splits_smem(const AttentionArgs<T>& p, const CtaQueries& c
   if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next launch
 }
 
-// kCluster: the cluster merge (the file comment), launched with n_splits > 1 only.
+// This lane's four scores of a query row in a warp's 16 keys (keys kw0 + 8 nt + 2c (+1), nt = e /
+// 2), scaled by log2e; -inf for keys outside the row's [lo, hi).
+__device__ __forceinline__ void masked_scores(const float (&v)[4], int kw0, int c, int lo, int hi,
+                                              float (&x)[4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int j = kw0 + (e >> 1) * 8 + 2 * c + (e & 1);
+    x[e] = (j >= lo && j < hi) ? v[e] * kLog2e : -INFINITY;
+  }
+}
+
+// One online-softmax step of a query row (r: rows g / g + 8 of the m16 tile) given its max mx over
+// the tile's keys: the running max m and sum l, the row's O rescaled, and this lane's four
+// probabilities pe.
+template <int NT>
+__device__ __forceinline__ void softmax_step(const float (&x)[4], float mx, float& m, float& l,
+                                             float (&o)[NT][4], int r, float (&pe)[4]) {
+  const float m_new = fmaxf(m, mx);
+  const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: all zeros
+  const float alpha = exp2f(m - m_use);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) pe[e] = exp2f(x[e] - m_use);
+  l = l * alpha + ((pe[0] + pe[1]) + (pe[2] + pe[3]));
+  m = m_new;
+#pragma unroll
+  for (int dt = 0; dt < NT; ++dt) {
+    o[dt][2 * r] *= alpha;
+    o[dt][2 * r + 1] *= alpha;
+  }
+}
+
+// kCluster: the cluster merge (the file comment), launched with n_splits > 1 only. HD 576: V is K
+// (MLA's latent, the file comment).
 template <typename T, int HD, bool kCluster>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T> p) {
-  using L = Layout<HD>;
+  constexpr bool kShared = HD == kLatentHeadDim;
+  using L = Layout<HD, kShared>;
   constexpr int kLd = L::kLd;
-  constexpr int kChunks = HD / 8;    // 16-byte chunks per row
-  constexpr int kDimTiles = HD / 8;  // n8 tiles of O
+  constexpr int kChunks = HD / 8;  // 16-byte chunks per row
+  // n8 tiles of O a warp holds: all of its columns, or with kShared the warp's HD / kWarps.
+  constexpr int kDimTiles = kShared ? HD / 8 / kWarps : HD / 8;
+  static_assert(!kShared || (HD / kWarps) % 16 == 0, "two n8 tiles per transposed ldmatrix");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* s_q = reinterpret_cast<T*>(smem_raw);
   T* s_k = s_q + L::kK;
   T* s_v = s_q + L::kV;
+  T* s_p = s_q + L::kP;  // kShared: P of the tile
   float* s_o = reinterpret_cast<float*>(s_k);
   float* s_part = s_o + L::kPart;  // kCluster: this segment's partial rows
   __shared__ int s_lo[kMaxRows], s_hi[kMaxRows];
@@ -162,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   int t = cq.t_begin;
   // When the tile's last split CTA merges at most one row per warp: partial rows of HD + 4 floats
   // (16-byte aligned for merge_splits_smem); else HD + 2 (what the other merges read).
-  const bool smem_merge = p.n_splits > 1 && p.counters != nullptr &&
+  const bool smem_merge = !kShared && p.n_splits > 1 && p.counters != nullptr &&
                           min(p.tokens_per_cta, p.n_tokens) * p.heads_per_cta <= kWarps;
   const int64_t part_stride = smem_merge ? HD + 4 : HD + 2;
 
@@ -240,24 +291,24 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
     // tile `tile` (offsets in s_off[stage]) whose keys are in [key_lo, key_hi) into `stage` (zero:
     // the chunks without a key are filled with zeros).
     auto key_offset = [&](int j) { return key_row_offset(p, row_pages, kv_head, kmin, kmax, j); };
-    // Without `zero`, an iteration whose keys (kGroupKeys of them, the same for every thread of
-    // the CTA) all lie outside [key_lo, key_hi) copies nothing and is skipped, by a branch that
-    // is uniform over the CTA: the copies of this step's keys right after the wait (a decode
-    // row's one new key, a verify's 17) then cost one or a few iterations, not kIters.
+    // Without `zero`, an iteration whose keys (first .. last, the same for every thread of the
+    // CTA) all lie outside [key_lo, key_hi) copies nothing and is skipped, by a branch that is
+    // uniform over the CTA: the copies of this step's keys right after the wait (a decode row's
+    // one new key, a verify's 17) then cost one or a few iterations, not kIters. kShared: K only.
     auto copy = [&](int tile, int stage, int key_lo, int key_hi, bool zero) {
       constexpr int kIters = kTileKeys * kChunks / kThreads;
-      constexpr int kGroupKeys = kThreads / kChunks;  // keys per iteration
-      static_assert(kThreads % kChunks == 0);
+      static_assert(kTileKeys * kChunks % kThreads == 0);
       T* dk = s_k + stage * kTileKeys * kLd;
       T* dv = s_v + stage * kTileKeys * kLd;
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
-        const int group0 = tile * kTileKeys + it * kGroupKeys;
-        if (!zero && (group0 + kGroupKeys <= key_lo || group0 >= key_hi)) continue;
+        const int first = tile * kTileKeys + it * kThreads / kChunks;
+        const int last = tile * kTileKeys + (it * kThreads + kThreads - 1) / kChunks;
+        if (!zero && (last < key_lo || first >= key_hi)) continue;
         const int idx = threadIdx.x + it * kThreads;
         const int jj = idx / kChunks, cc = idx % kChunks, j = tile * kTileKeys + jj;
-        copy_kv_chunk(p, s_off[stage * kTileKeys + jj], j, cc, key_lo, key_hi, zero,
-                      dk + jj * kLd + cc * 8, dv + jj * kLd + cc * 8);
+        copy_kv_chunk<T, !kShared>(p, s_off[stage * kTileKeys + jj], j, cc, key_lo, key_hi, zero,
+                                   dk + jj * kLd + cc * 8, dv + jj * kLd + cc * 8);
       }
     };
     {
@@ -316,7 +367,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         next_off = key_offset((tile + 2) * kTileKeys + static_cast<int>(threadIdx.x));
       const int kw0 = tile * kTileKeys + warp * kWarpKeys;  // this warp's first key
       const T* kt = s_k + (stage * kTileKeys + warp * kWarpKeys) * kLd;
-      const T* vt = s_v + (stage * kTileKeys + warp * kWarpKeys) * kLd;
 
       // The fragments come from shared memory by ldmatrix, four 8x8 matrices per instruction;
       // lane 8j + r addresses row r of matrix j (rows kLd apart: 16 bytes apart in the banks).
@@ -335,7 +385,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
         device::mma<T>(s[1], a[0], a[1], a[2], a[3], b[2], b[3]);
       }
 
-      uint32_t pa[4];  // P as the A operand of P.V (keys 2c, 2c+1 | 2c+8, 2c+9 of the warp)
       // The scores, scaled (and soft-capped: one branch for all 8, not one per element, which
       // kept the compiler from interleaving the elements).
       float v[2][4];
@@ -351,43 +400,76 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
           for (int e = 0; e < 4; ++e) v[r][e] = p.softcap * tanhf(v[r][e] / p.softcap);
         }
       }
+      if constexpr (kShared) {
+        // The tile's row maxima over the four warps' keys; every warp then applies the same
+        // running max, writes its keys' P into the tile's P rows, and after a barrier multiplies
+        // all 64 keys' P with V (the tile's K rows) for its own columns of O.
+        float x[2][4];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float x[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int nt = e >> 1, j = kw0 + nt * 8 + 2 * c + (e & 1);
-          x[e] = (j >= lo_r[r] && j < hi_r[r]) ? v[r][e] * kLog2e : -INFINITY;
+        for (int r = 0; r < 2; ++r) {
+          masked_scores(v[r], kw0, c, lo_r[r], hi_r[r], x[r]);
+          float mx = fmaxf(fmaxf(x[r][0], x[r][1]), fmaxf(x[r][2], x[r][3]));
+          mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 2));
+          if (c == 0) s_m[warp][g + 8 * r] = mx;
         }
-        float mx = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
-        mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 2));
-        const float m_new = fmaxf(m_r[r], mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no key seen yet: all zeros
-        const float alpha = exp2f(m_r[r] - m_use);
-        float pe[4];
+        __syncthreads();
 #pragma unroll
-        for (int e = 0; e < 4; ++e) pe[e] = exp2f(x[e] - m_use);
-        l_r[r] = l_r[r] * alpha + ((pe[0] + pe[1]) + (pe[2] + pe[3]));
-        m_r[r] = m_new;
+        for (int r = 0; r < 2; ++r) {
+          const int i = g + 8 * r;
+          float mx = s_m[0][i];
 #pragma unroll
-        for (int dt = 0; dt < kDimTiles; ++dt) {
-          o[dt][2 * r] *= alpha;
-          o[dt][2 * r + 1] *= alpha;
+          for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
+          float pe[4];
+          softmax_step(x[r], mx, m_r[r], l_r[r], o, r, pe);
+          T* pw = s_p + i * L::kPLd + warp * kWarpKeys + 2 * c;
+          *reinterpret_cast<uint32_t*>(pw) = device::pack2<T>(pe[0], pe[1]);
+          *reinterpret_cast<uint32_t*>(pw + 8) = device::pack2<T>(pe[2], pe[3]);
         }
-        pa[r] = device::pack2<T>(pe[0], pe[1]);
-        pa[2 + r] = device::pack2<T>(pe[2], pe[3]);
-      }
+        __syncthreads();
+        // P's A fragments as Q's; V's B fragments transposed, two n8 tiles per ldmatrix: keys
+        // (0-7 | 8-15 of the k16 step) x (columns dt * 8 | dt * 8 + 8 of the warp's).
+        const T* prow = s_p + ((lmat & 1) * 8 + lrow) * L::kPLd + (lmat >> 1) * 8;
+        const T* vrow = s_k + (stage * kTileKeys + (lmat & 1) * 8 + lrow) * kLd + (lmat >> 1) * 8 +
+                        warp * (HD / kWarps);
+#pragma unroll
+        for (int ks = 0; ks < kTileKeys / 16; ++ks) {
+          uint32_t a[4];
+          device::ldmatrix_x4(a, prow + ks * 16);
+#pragma unroll
+          for (int dt = 0; dt < kDimTiles; dt += 2) {
+            uint32_t b[4];
+            device::ldmatrix_x4_trans(b, vrow + ks * 16 * kLd + dt * 8);
+            device::mma<T>(o[dt], a[0], a[1], a[2], a[3], b[0], b[1]);
+            device::mma<T>(o[dt + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+          }
+        }
+      } else {
+        uint32_t pa[4];  // P as the A operand of P.V (keys 2c, 2c+1 | 2c+8, 2c+9 of the warp)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float x[4];
+          masked_scores(v[r], kw0, c, lo_r[r], hi_r[r], x);
+          float mx = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+          mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(device::kFullMask, mx, 2));
+          float pe[4];
+          softmax_step(x, mx, m_r[r], l_r[r], o, r, pe);
+          pa[r] = device::pack2<T>(pe[0], pe[1]);
+          pa[2 + r] = device::pack2<T>(pe[2], pe[3]);
+        }
 
-      // V's B fragments, two n8 tiles per transposed ldmatrix: matrices (keys 0-7 | 8-15 of the
-      // warp) x (columns dt * 8 | dt * 8 + 8).
-      const T* vrow = vt + ((lmat & 1) * 8 + lrow) * kLd + (lmat >> 1) * 8;
+        // V's B fragments, two n8 tiles per transposed ldmatrix: matrices (keys 0-7 | 8-15 of the
+        // warp) x (columns dt * 8 | dt * 8 + 8).
+        const T* vt = s_v + (stage * kTileKeys + warp * kWarpKeys) * kLd;
+        const T* vrow = vt + ((lmat & 1) * 8 + lrow) * kLd + (lmat >> 1) * 8;
 #pragma unroll
-      for (int dt = 0; dt < kDimTiles; dt += 2) {
-        uint32_t b[4];
-        device::ldmatrix_x4_trans(b, vrow + dt * 8);
-        device::mma<T>(o[dt], pa[0], pa[1], pa[2], pa[3], b[0], b[1]);
-        device::mma<T>(o[dt + 1], pa[0], pa[1], pa[2], pa[3], b[2], b[3]);
+        for (int dt = 0; dt < kDimTiles; dt += 2) {
+          uint32_t b[4];
+          device::ldmatrix_x4_trans(b, vrow + dt * 8);
+          device::mma<T>(o[dt], pa[0], pa[1], pa[2], pa[3], b[0], b[1]);
+          device::mma<T>(o[dt + 1], pa[0], pa[1], pa[2], pa[3], b[2], b[3]);
+        }
       }
       if (tile + 2 < end && threadIdx.x < kTileKeys)
         s_off[stage * kTileKeys + threadIdx.x] = next_off;
@@ -398,94 +480,140 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
       }
     }
 
-    // Merge the warps: each scales its O rows to the CTA's max, then they are added in warp order.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       l_r[r] += __shfl_xor_sync(device::kFullMask, l_r[r], 1);
       l_r[r] += __shfl_xor_sync(device::kFullMask, l_r[r], 2);
     }
     __syncthreads();
-    if (c == 0) {
-      s_m[warp][g] = m_r[0];
-      s_m[warp][g + 8] = m_r[1];
-      s_l[warp][g] = l_r[0];
-      s_l[warp][g + 8] = l_r[1];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int i = g + 8 * r;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
-      const float f = exp2f(m_r[r] - (mx == -INFINITY ? 0.0f : mx));
-      float* dst = s_o + (warp * kMaxRows + i) * L::kOutLd;
-#pragma unroll
-      for (int dt = 0; dt < kDimTiles; ++dt)
-        *reinterpret_cast<float2*>(dst + dt * 8 + 2 * c) =
-            make_float2(o[dt][2 * r] * f, o[dt][2 * r + 1] * f);
-    }
-    // Each row's max and sum over the warps, once per row (not per element below).
-    if (threadIdx.x < kMaxRows) {
-      const int i = threadIdx.x;
-      float mx = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
-      const float m_use = mx == -INFINITY ? 0.0f : mx;
-      float l = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) l += s_l[w][i] * exp2f(s_m[w][i] - m_use);
-      s_row_m[i] = mx;
-      s_row_l[i] = l;
-    }
-    __syncthreads();
-    // Thread items of 4 columns of a row (kMergeIters per thread, every one's loads before the
-    // first store); each column's sum over the warps in warp order, from 0.
-    constexpr int kVecs = HD / 4;
-    constexpr int kMergeIters = kMaxRows * kVecs / kThreads;
-    static_assert(kMaxRows * kVecs % kThreads == 0);
-    float acc[kMergeIters][4];
-#pragma unroll
-    for (int it = 0; it < kMergeIters; ++it) {
-      const int idx = threadIdx.x + it * kThreads;
-      const int i = idx / kVecs, d = (idx - i * kVecs) * 4;
-      float4 ow[kWarps];
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w)
-        ow[w] = *reinterpret_cast<const float4*>(s_o + (w * kMaxRows + i) * L::kOutLd + d);
-      acc[it][0] = acc[it][1] = acc[it][2] = acc[it][3] = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        acc[it][0] += ow[w].x;
-        acc[it][1] += ow[w].y;
-        acc[it][2] += ow[w].z;
-        acc[it][3] += ow[w].w;
-      }
-    }
-#pragma unroll
-    for (int it = 0; it < kMergeIters; ++it) {
-      const int idx = threadIdx.x + it * kThreads;
-      const int i = idx / kVecs, d = (idx - i * kVecs) * 4;
-      if (i >= n_q) continue;
-      const float mx = s_row_m[i], l = s_row_l[i];
-      const int64_t tok = t + i / nh, h = h_begin + i % nh;
-      if (p.n_splits == 1) {
-        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        const int64_t base = tok * p.out_stride_token + h * p.out_stride_head + d;
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          device::store_float(p.out, base + e, p.out_kind, acc[it][e] * inv);
+    // Where query row i's partial state (acc..., max, sum) goes with split keys.
+    auto part_row = [&](int i) {
+      if constexpr (kCluster) {
+        return s_part + i * L::kPartLd;
       } else {
-        float* part;
-        if constexpr (kCluster)
-          part = s_part + i * L::kPartLd;
-        else
-          part = p.part + ((tok * p.n_heads + h) * p.n_splits + split) * part_stride;
+        const int64_t tok = t + i / nh, h = h_begin + i % nh;
+        return p.part + ((tok * p.n_heads + h) * p.n_splits + split) * part_stride;
+      }
+    };
+    if constexpr (kShared) {
+      // Every warp applied the same running max: a row's sum is its warps' sums, and each warp
+      // writes its own columns of the row.
+      if (c == 0) {
+        s_l[warp][g] = l_r[0];
+        s_l[warp][g + 8] = l_r[1];
+      }
+      __syncthreads();
 #pragma unroll
-        for (int e = 0; e < 4; ++e) part[d + e] = acc[it][e];
-        if (d == 0) {
-          part[HD] = mx;
-          part[HD + 1] = l;
+      for (int r = 0; r < 2; ++r) {
+        const int i = g + 8 * r;
+        if (i >= n_q) continue;
+        float l = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) l += s_l[w][i];
+        const int64_t tok = t + i / nh, h = h_begin + i % nh;
+        const int col0 = warp * (HD / kWarps) + 2 * c;
+        if (p.n_splits == 1) {
+          const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+          const int64_t base = tok * p.out_stride_token + h * p.out_stride_head + col0;
+#pragma unroll
+          for (int dt = 0; dt < kDimTiles; ++dt) {
+            device::store_float(p.out, base + dt * 8, p.out_kind, o[dt][2 * r] * inv);
+            device::store_float(p.out, base + dt * 8 + 1, p.out_kind, o[dt][2 * r + 1] * inv);
+          }
+        } else {
+          float* part = part_row(i);
+#pragma unroll
+          for (int dt = 0; dt < kDimTiles; ++dt) {
+            part[col0 + dt * 8] = o[dt][2 * r];
+            part[col0 + dt * 8 + 1] = o[dt][2 * r + 1];
+          }
+          if (warp == 0 && c == 0) {
+            part[HD] = m_r[r];
+            part[HD + 1] = l;
+          }
+        }
+      }
+    } else {
+      // Merge the warps: each scales its O rows to the CTA's max, then they are added in warp
+      // order.
+      if (c == 0) {
+        s_m[warp][g] = m_r[0];
+        s_m[warp][g + 8] = m_r[1];
+        s_l[warp][g] = l_r[0];
+        s_l[warp][g + 8] = l_r[1];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = g + 8 * r;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
+        const float f = exp2f(m_r[r] - (mx == -INFINITY ? 0.0f : mx));
+        float* dst = s_o + (warp * kMaxRows + i) * L::kOutLd;
+#pragma unroll
+        for (int dt = 0; dt < kDimTiles; ++dt)
+          *reinterpret_cast<float2*>(dst + dt * 8 + 2 * c) =
+              make_float2(o[dt][2 * r] * f, o[dt][2 * r + 1] * f);
+      }
+      // Each row's max and sum over the warps, once per row (not per element below).
+      if (threadIdx.x < kMaxRows) {
+        const int i = threadIdx.x;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][i]);
+        const float m_use = mx == -INFINITY ? 0.0f : mx;
+        float l = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) l += s_l[w][i] * exp2f(s_m[w][i] - m_use);
+        s_row_m[i] = mx;
+        s_row_l[i] = l;
+      }
+      __syncthreads();
+      // Thread items of 4 columns of a row (kMergeIters per thread, every one's loads before the
+      // first store); each column's sum over the warps in warp order, from 0.
+      constexpr int kVecs = HD / 4;
+      constexpr int kMergeIters = kMaxRows * kVecs / kThreads;
+      static_assert(kMaxRows * kVecs % kThreads == 0);
+      float acc[kMergeIters][4];
+#pragma unroll
+      for (int it = 0; it < kMergeIters; ++it) {
+        const int idx = threadIdx.x + it * kThreads;
+        const int i = idx / kVecs, d = (idx - i * kVecs) * 4;
+        float4 ow[kWarps];
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w)
+          ow[w] = *reinterpret_cast<const float4*>(s_o + (w * kMaxRows + i) * L::kOutLd + d);
+        acc[it][0] = acc[it][1] = acc[it][2] = acc[it][3] = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          acc[it][0] += ow[w].x;
+          acc[it][1] += ow[w].y;
+          acc[it][2] += ow[w].z;
+          acc[it][3] += ow[w].w;
+        }
+      }
+#pragma unroll
+      for (int it = 0; it < kMergeIters; ++it) {
+        const int idx = threadIdx.x + it * kThreads;
+        const int i = idx / kVecs, d = (idx - i * kVecs) * 4;
+        if (i >= n_q) continue;
+        const float mx = s_row_m[i], l = s_row_l[i];
+        const int64_t tok = t + i / nh, h = h_begin + i % nh;
+        if (p.n_splits == 1) {
+          const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+          const int64_t base = tok * p.out_stride_token + h * p.out_stride_head + d;
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            device::store_float(p.out, base + e, p.out_kind, acc[it][e] * inv);
+        } else {
+          float* part = part_row(i);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) part[d + e] = acc[it][e];
+          if (d == 0) {
+            part[HD] = mx;
+            part[HD + 1] = l;
+          }
         }
       }
     }
@@ -497,9 +625,11 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
   }
   if (!waited) pdl_wait();  // the grid completes after the kernel before it, always
   if constexpr (!kCluster) {
-    if (smem_merge) {
-      merge_splits_smem<T, HD>(p, cq, reinterpret_cast<float*>(smem_raw));
-      return;
+    if constexpr (!kShared) {
+      if (smem_merge) {
+        merge_splits_smem<T, HD>(p, cq, reinterpret_cast<float*>(smem_raw));
+        return;
+      }
     }
     if (p.n_splits > 1 && p.counters != nullptr)
       merge_splits_if_last(p, cq, reinterpret_cast<float*>(smem_raw));
@@ -508,7 +638,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs<T
 
 template <typename T, int HD, bool kCluster>
 void launch(Context& ctx, const AttentionArgs<T>& a, dim3 grid) {
-  constexpr size_t kSmem = Layout<HD>::kBytes;
+  constexpr size_t kSmem = Layout<HD, HD == kLatentHeadDim>::kBytes;
   static_assert(kSmem >= kMergeSmemBytes, "the split merge reuses the dynamic smem");
   if constexpr (kSmem > 48 * 1024)
     allow_dynamic_smem<&attention_mma_kernel<T, HD, kCluster>>(kSmem);
@@ -538,6 +668,11 @@ void launch_attention_mma(Context& ctx, const AttentionArgs<TKV>& a, dim3 grid) 
         return launch_merge<TKV, 128>(ctx, a, grid);
       case 256:
         return launch_merge<TKV, 256>(ctx, a, grid);
+      case kLatentHeadDim:
+        DSPARK_CHECK_KIND(internal, a.k_pages == a.v_pages,
+                          "paged_attention on tensor cores: head_dim {} needs V pages equal to K",
+                          a.head_dim);
+        return launch_merge<TKV, kLatentHeadDim>(ctx, a, grid);
       default:
         break;
     }

@@ -38,9 +38,9 @@ int64_t decode_cluster_splits(const AttentionShape& s, int64_t tile_rows, const 
 
 }  // namespace
 
-bool attention_on_tensor_cores(DType kv, DType q, int64_t head_dim, bool aligned) {
+bool attention_on_tensor_cores(DType kv, DType q, int64_t head_dim, bool aligned, bool shared_kv) {
   return (kv == DType::bf16 || kv == DType::f16) && q == kv && aligned &&
-         (head_dim == 64 || head_dim == 128 || head_dim == 256);
+         (head_dim == 64 || head_dim == 128 || head_dim == 256 || (head_dim == 576 && shared_kv));
 }
 
 QueryTiling attention_tiling(const AttentionShape& s) {

@@ -42,8 +42,8 @@ struct QueryTiling {
 };
 
 enum class AttentionKernel {
-  tensor_core,  // attention_mma.cu: 16-bit caches, head_dim 64 / 128 / 256
-  cuda_core,    // attention.cu: any dtype, head_dim <= 256
+  tensor_core,  // attention_mma.cu: 16-bit caches, head_dim 64 / 128 / 256, 576 with V = K
+  cuda_core,    // attention.cu: any dtype, head_dim <= 576
 };
 
 enum class SplitMerge {
@@ -61,9 +61,10 @@ struct AttentionPlan {
 };
 
 // Whether the tensor-core kernel takes a call: a 16-bit KV cache, q of the same dtype, head_dim
-// 64, 128 or 256, and `aligned` (q and the pages 16-byte aligned, their strides multiples of 8
-// elements).
-bool attention_on_tensor_cores(DType kv, DType q, int64_t head_dim, bool aligned);
+// 64, 128 or 256, or 576 with `shared_kv` (V pages that are the K pages: MLA's latent), and
+// `aligned` (q and the pages 16-byte aligned, their strides multiples of 8 elements).
+bool attention_on_tensor_cores(DType kv, DType q, int64_t head_dim, bool aligned,
+                               bool shared_kv = false);
 
 QueryTiling attention_tiling(const AttentionShape& s);
 
