@@ -551,7 +551,6 @@ TEST(CudaAttention, ClusterMergeEqualsCombineKernel) {
   v.push_back(mha);
   v.push_back(
       {.name = "mqa 20 heads", .kv_lens = {500}, .n_q = {16}, .n_heads = 20, .n_kv_heads = 1});
-  v.push_back(mla("MLA decode", {1024}, {1}));
   v.push_back(mla("MLA verify 17, two rows", {1041, 300}, {17, 17}));
   uint32_t seed = 2600;
   int compared = 0;  // scenarios compared bit for bit

@@ -249,8 +249,13 @@ TEST(CudaPolicyAttention, VerifySplitsMergedByClustersOnHopper) {
 
 TEST(CudaPolicyAttention, MergeRowsFollowTheTuning) {
   Tuning t;
-  t.attention_merge_rows = 0;  // decode tiles too go to clusters: at most 8, balanced
+  // A launch of one query per row keeps the decode clusters whatever its tiles' rows.
+  t.attention_merge_rows = 0;
   AttentionPlan p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
+  EXPECT_EQ(p.n_splits, 16);
+  EXPECT_EQ(p.merge, SplitMerge::cluster);
+  t.attention_decode_cluster_splits = 0;  // then decode tiles go to clusters: at most 8, balanced
+  p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
   EXPECT_EQ(p.n_splits, 6);  // 17 tiles over 8 splits: 3 each at most, so 6 splits
   EXPECT_EQ(p.merge, SplitMerge::cluster);
   t.attention_merge_rows = 16;  // every tile merged by its last CTA (without decode clusters)
@@ -258,6 +263,21 @@ TEST(CudaPolicyAttention, MergeRowsFollowTheTuning) {
   p = plan_attention(qwen3_8b(17, 1, 1041), true, kH200, t);
   EXPECT_EQ(p.n_splits, 7);
   EXPECT_EQ(p.merge, SplitMerge::last_cta);
+}
+
+// MLA's decode (16 query heads over one latent head: one 16-row tile per token) takes the decode
+// clusters (16 splits at 1,025 keys); its verify keeps the balanced clusters of at most 8.
+TEST(CudaPolicyAttention, MlaDecodeTilesTakeTheDecodeClusters) {
+  const Tuning t;
+  const AttentionShape decode{1, 16, 1, 576, 1, 65, 16};
+  AttentionPlan p = plan_attention(decode, true, kH200, t);
+  EXPECT_EQ(p.tiling.tile_rows, 16);
+  EXPECT_EQ(p.n_splits, 16);
+  EXPECT_EQ(p.merge, SplitMerge::cluster);
+  const AttentionShape verify{17, 16, 1, 576, 1, 66, 16};
+  p = plan_attention(verify, true, kH200, t);
+  EXPECT_LE(p.n_splits, 8);
+  EXPECT_EQ(p.merge, SplitMerge::cluster);
 }
 
 TEST(CudaPolicyAttention, NoSplitsWhenTheTilesFillTheGpu) {
