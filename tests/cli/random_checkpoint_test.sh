@@ -28,11 +28,13 @@ import json, os, sys
 sys.path.insert(0, sys.argv[1])
 from checkpoint_shapes import tensor_shapes
 from safetensors import safe_open
-for name in ("llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "glm4_moe"):
+for name in ("llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", "glm4_moe",
+             "deepseek_v3_mtp", "glm4_moe_mtp"):
     d = os.path.join(sys.argv[2], name)
     if not os.path.isdir(d):
         continue
-    want = dict(tensor_shapes(json.load(open(os.path.join(d, "config.json")))))
+    cfg = json.load(open(os.path.join(d, "config.json")))
+    want = dict(tensor_shapes(cfg, mtp=name.endswith("_mtp")))
     with safe_open(os.path.join(d, "model.safetensors"), "np") as f:
         got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     assert want == got, (name, sorted(set(want.items()) ^ set(got.items()))[:8])
@@ -40,13 +42,16 @@ for name in ("llama3", "mistral", "qwen2", "qwen3", "qwen3_moe", "deepseek_v3", 
 PY
 
 # Random checkpoints of the fixtures' configs (no eos, so that 4 tokens always come),
-# deepseek_v3's without q_lora_rank, in dspark.
+# deepseek_v3's without q_lora_rank and with its MTP layer (--mtp 1, drafting with --draft mtp),
+# in dspark.
 for name in qwen3_moe deepseek_v3; do
   python3 -c 'import json, sys
 c = json.load(open(sys.argv[1])); c["eos_token_id"] = None
 if c["model_type"] == "deepseek_v3": c["q_lora_rank"] = None
 json.dump(c, open(sys.argv[2], "w"))' "$MODELS/$name/config.json" "$TMP/$name.json"
-  python3 "$TOOL" --config "$TMP/$name.json" --layers 3 --out "$TMP/$name" \
+  mtp=(); draft=()
+  [[ $name == deepseek_v3 ]] && mtp=(--mtp 1) && draft=(--draft mtp --gamma 2)
+  python3 "$TOOL" --config "$TMP/$name.json" --layers 3 "${mtp[@]}" --out "$TMP/$name" \
     --tokenizer "$MODELS/$name" > "$TMP/synth.log" || fail "writing $name: $(cat "$TMP/synth.log")"
   python3 - "$TMP/$name" <<'PY' || fail "$name checkpoint"
 import json, sys
@@ -55,7 +60,13 @@ c = json.load(open(sys.argv[1] + "/config.json"))
 assert c["num_hidden_layers"] == 3 and c["torch_dtype"] == "bfloat16" and "dtype" not in c, c
 with safe_open(sys.argv[1] + "/model.safetensors", "np") as f:
     kinds = {f.get_slice(k).get_dtype() for k in f.keys()}
-    assert not any(k.startswith("model.layers.3.") for k in f.keys())
+    mtp = c.get("num_nextn_predict_layers", 0) if c["model_type"] == "deepseek_v3" else 0
+    assert mtp in (0, 1), mtp
+    # Layer 3 only as the MTP layer (deepseek_v3 with --mtp 1).
+    assert any(k.startswith("model.layers.3.") for k in f.keys()) == (mtp == 1)
+    if mtp:
+        assert f.get_slice("model.layers.3.eh_proj.weight").get_shape() == [
+            c["hidden_size"], 2 * c["hidden_size"]]
 assert kinds <= {"BF16", "F32"}, kinds
 # The bf16 values: N(0, 0.02) weights, unit norms.
 import numpy as np, struct
@@ -70,7 +81,7 @@ w = values("model.embed_tokens.weight")
 assert abs(w.std() - 0.02) < 0.001 and abs(w.mean()) < 0.001, (w.mean(), w.std())
 assert (values("model.norm.weight") == 1).all()
 PY
-  "$DSPARK" generate -m "$TMP/$name" -p "Hello world" -n 4 --temperature 0 --json \
+  "$DSPARK" generate -m "$TMP/$name" -p "Hello world" -n 4 --temperature 0 "${draft[@]}" --json \
     > "$TMP/out.json" 2> "$TMP/err" || fail "generate $name: $(cat "$TMP/err")"
   python3 -c 'import json, sys
 d = json.loads(open(sys.argv[1]).read().rstrip("\n").split("\n")[-1])

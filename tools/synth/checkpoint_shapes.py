@@ -185,8 +185,36 @@ def _gqa(a, cfg, arch):
         yield a + "k_norm.weight", (hd,)
 
 
-def tensor_shapes(cfg):
-    """Yields (name, shape) of every tensor in Hugging Face layout for the config."""
+def _mtp(cfg):
+    """The next-token (MTP) layers of DeepSeek-V3 / GLM-4.5 after the decoder's last layer, as the
+    published checkpoints hold them: a whole decoder layer (with routed experts) plus eh_proj,
+    enorm, hnorm and shared_head.norm; DeepSeek-V3's also hold a copy of the embedding and of the
+    head (embed_tokens, shared_head.head)."""
+    arch, n = cfg["architectures"][0], cfg["num_hidden_layers"]
+    if arch not in ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM"):
+        return
+    h = cfg["hidden_size"]
+    for l in range(n, n + cfg.get("num_nextn_predict_layers", 0)):
+        p = f"model.layers.{l}."
+        yield p + "eh_proj.weight", (h, 2 * h)
+        yield p + "enorm.weight", (h,)
+        yield p + "hnorm.weight", (h,)
+        yield p + "shared_head.norm.weight", (h,)
+        if arch == "DeepseekV3ForCausalLM":
+            yield p + "embed_tokens.weight", (cfg["vocab_size"], h)
+            yield p + "shared_head.head.weight", (cfg["vocab_size"], h)
+        yield p + "input_layernorm.weight", (h,)
+        yield p + "post_attention_layernorm.weight", (h,)
+        if arch == "DeepseekV3ForCausalLM":
+            yield from _mla(p + "self_attn.", cfg)
+        else:
+            yield from _gqa(p + "self_attn.", cfg, arch)
+        yield from _moe(p + "mlp.", cfg)
+
+
+def tensor_shapes(cfg, mtp=False):
+    """Yields (name, shape) of every tensor in Hugging Face layout for the config; with `mtp` also
+    its num_nextn_predict_layers next-token layers (transformers' save_pretrained drops them)."""
     h, v = cfg["hidden_size"], cfg["vocab_size"]
     arch = cfg["architectures"][0]
     if arch not in ARCHITECTURES:
@@ -215,6 +243,8 @@ def tensor_shapes(cfg):
     yield prefix + "norm.weight", (h,)
     if not drafter and not cfg.get("tie_word_embeddings", False):
         yield "lm_head.weight", (v, h)
+    if mtp:
+        yield from _mtp(cfg)
     if arch == "Qwen3DSparkModel":
         r = cfg["markov_rank"]
         yield "markov_head.markov_w1.weight", (v, r)

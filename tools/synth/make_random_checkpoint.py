@@ -20,7 +20,8 @@ rows). The shapes (checkpoint_shapes.py):
   qwen3-0.6b, qwen3-8b-dflash-b16, qwen3-8b-dspark-b7/-b16   draft models and drafters
 A GLM-4.5-Air shape (106.9 B parameters) is not listed: 214 GB in bf16 does not fit one H200.
 --config FILE writes random weights for any config.json of the families checkpoint_shapes.py lays
-out; --layers N and --vocab N shrink a shape (num_hidden_layers, vocab_size) for quick checks.
+out; --layers N and --vocab N shrink a shape (num_hidden_layers, vocab_size) for quick checks;
+--mtp N adds N next-token (MTP) layers to a DeepSeek-V3 or GLM-4.5 shape (`--draft mtp`).
 
 --fp8 writes a target's projections as a Hugging Face FP8 checkpoint does (F8_E4M3 codes with one
 f32 weight_scale_inv per 128 x 128 block, quantization_config quant_method "fp8"; embeddings, norms,
@@ -59,6 +60,9 @@ def main():
     ap.add_argument("--config", help="a config.json to write random weights for (instead of --shape)")
     ap.add_argument("--out")
     ap.add_argument("--layers", type=int, help="override num_hidden_layers (quick checks)")
+    ap.add_argument("--mtp", type=int,
+                    help="num_nextn_predict_layers: next-token (MTP) layers after the last one "
+                         "(DeepSeek-V3 and GLM-4.5 shapes), for `--draft mtp`")
     ap.add_argument("--vocab", type=int,
                     help="override vocab_size (quick checks; special token ids beyond it are dropped)")
     ap.add_argument("--seed", type=int, default=0)
@@ -84,6 +88,8 @@ def main():
     for flag, value in (("--layers", args.layers), ("--vocab", args.vocab)):
         if value is not None and value < 1:
             ap.error(f"{flag} must be positive, got {value}")
+    if args.mtp is not None and args.mtp < 0:
+        ap.error(f"--mtp must be >= 0, got {args.mtp}")
 
     if args.shape:
         cfg = json.loads(json.dumps(SHAPES[args.shape]))
@@ -97,6 +103,10 @@ def main():
         cfg["num_hidden_layers"] = args.layers
         if cfg.get("mlp_only_layers"):
             cfg["mlp_only_layers"] = [l for l in cfg["mlp_only_layers"] if l < args.layers]
+    if args.mtp is not None:
+        if cfg["architectures"][0] not in ("DeepseekV3ForCausalLM", "Glm4MoeForCausalLM"):
+            ap.error("--mtp takes DeepSeek-V3 and GLM-4.5 shapes")
+        cfg["num_nextn_predict_layers"] = args.mtp
     if args.vocab is not None:
         if drafter:
             ap.error("--vocab shrinks targets only")
@@ -118,7 +128,8 @@ def main():
         cfg["quantization"] = {"group_size": args.group_size, "bits": args.mlx}
         cfg["quantization_config"] = dict(cfg["quantization"])
     try:
-        entries = _plan(cfg, args.fp8, (args.mlx, args.group_size) if args.mlx else None)
+        entries = _plan(cfg, args.fp8, (args.mlx, args.group_size) if args.mlx else None,
+                        bool(args.mtp))
     except (KeyError, ValueError) as e:
         ap.error(f"{label}: cannot lay out its tensors: {e}")
     gen = _generator(args.seed, args.std, args.fp8)
@@ -163,12 +174,12 @@ def _drop_token_ids(cfg, vocab):
         cfg["eos_token_id"] = None
 
 
-def _plan(cfg, fp8, mlx=None):
+def _plan(cfg, fp8, mlx=None, mtp=False):
     """The stored tensors: name, safetensors dtype, shape and what fills it (ones, zeros, randn,
     fp8 codes or their block scales, MLX codes, scales and biases). Units (a weight and its
     scales) stay in one shard."""
     units = []
-    for name, shape in tensor_shapes(cfg):
+    for name, shape in tensor_shapes(cfg, mtp):
         if mlx and _mlx_quantized(name, shape, mlx[1]):
             bits, group = mlx
             n, k = shape
