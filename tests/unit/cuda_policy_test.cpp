@@ -249,13 +249,8 @@ TEST(CudaPolicyAttention, VerifySplitsMergedByClustersOnHopper) {
 
 TEST(CudaPolicyAttention, MergeRowsFollowTheTuning) {
   Tuning t;
-  // A launch of one query per row keeps the decode clusters whatever its tiles' rows.
-  t.attention_merge_rows = 0;
+  t.attention_merge_rows = 0;  // decode tiles too go to clusters: at most 8, balanced
   AttentionPlan p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
-  EXPECT_EQ(p.n_splits, 16);
-  EXPECT_EQ(p.merge, SplitMerge::cluster);
-  t.attention_decode_cluster_splits = 0;  // then decode tiles go to clusters: at most 8, balanced
-  p = plan_attention(qwen3_8b(1, 1, 1025), true, kH200, t);
   EXPECT_EQ(p.n_splits, 6);  // 17 tiles over 8 splits: 3 each at most, so 6 splits
   EXPECT_EQ(p.merge, SplitMerge::cluster);
   t.attention_merge_rows = 16;  // every tile merged by its last CTA (without decode clusters)
@@ -278,6 +273,20 @@ TEST(CudaPolicyAttention, MlaDecodeTilesTakeTheDecodeClusters) {
   p = plan_attention(verify, true, kH200, t);
   EXPECT_LE(p.n_splits, 8);
   EXPECT_EQ(p.merge, SplitMerge::cluster);
+}
+
+// Decode tiles of several tokens (Qwen3-8B's two rows: tiles of 2 tokens x 4 heads, 8 rows) are
+// not decode tiles for the clusters: the decode clusters' count never exceeds the count without
+// them (CudaAttention.DecodeClusterMergeEqualsLastCtaMerge compares such launches).
+TEST(CudaPolicyAttention, TwoTokenDecodeTilesKeepTheBalancedClusters) {
+  Tuning t;
+  const AttentionShape two_rows{2, 32, 8, 128, 2, 44 + 57, 16};
+  const AttentionPlan with = plan_attention(two_rows, true, kH200, t);
+  t.attention_decode_cluster_splits = 0;
+  const AttentionPlan without = plan_attention(two_rows, true, kH200, t);
+  EXPECT_EQ(with.tiling.tile_rows, 8);
+  EXPECT_EQ(with.n_splits, without.n_splits);
+  EXPECT_LE(with.n_splits, 8);
 }
 
 TEST(CudaPolicyAttention, NoSplitsWhenTheTilesFillTheGpu) {

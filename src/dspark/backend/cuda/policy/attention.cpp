@@ -21,17 +21,18 @@ int64_t key_tiles_per_row(const AttentionShape& s) {
   return ceil_div(s.total_pages * s.page_size / s.n_rows, kAttentionSplitKeys);
 }
 
-// Decode tiles (those the last-CTA merge takes, and any tile of a launch with one query per row)
-// cluster-merged: the most splits, or 0. Only while the cap leaves a split CTA at most
+// Decode tiles (those the last-CTA merge takes, and the one-token tiles of a launch with one query
+// per row) cluster-merged: the most splits, or 0. Only while the cap leaves a split CTA at most
 // kAttentionDecodeClusterTiles key tiles: past that the longer splits cost more than the cluster
 // saves (H100, bench_attention, Qwen3-8B heads, one row: 1,024 keys 8.2 -> 7.4 us with 16 splits
 // in a cluster against 17 merged by the last CTA, but 4,096 keys 12.3 -> 14.4 us and 16,384 keys
 // 34.4 -> 35.9 us against 32 splits). Taller decode tiles (MLA's 16 heads of one token) took the
 // verify tiles' cap of 8 balanced splits before: `bench_attention --mla --heads 16`, 1,024 keys,
 // 6 splits 17.2 us -> 16 splits 14.5 us on an H100.
-int64_t decode_cluster_splits(const AttentionShape& s, int64_t tile_rows, const DeviceCaps& caps,
+int64_t decode_cluster_splits(const AttentionShape& s, const QueryTiling& q, const DeviceCaps& caps,
                               const Tuning& t) {
-  const bool decode = tile_rows <= t.attention_merge_rows || s.n_tokens == s.n_rows;
+  const bool decode =
+      q.tile_rows <= t.attention_merge_rows || (s.n_tokens == s.n_rows && q.tokens_per_cta == 1);
   if (!t.attention_cluster_merge || !decode || caps.compute_major != 9 ||
       t.attention_decode_cluster_splits < 2)
     return 0;
@@ -68,7 +69,7 @@ int attention_splits(const AttentionShape& s, const DeviceCaps& caps, const Tuni
   const int64_t useful = key_tiles_per_row(s);
   int64_t n_splits =
       std::clamp<int64_t>(std::min(ceil_div(target, ctas), useful), 1, kAttentionMaxSplits);
-  if (const int64_t most = decode_cluster_splits(s, tiling.tile_rows, caps, t); most > 0)
+  if (const int64_t most = decode_cluster_splits(s, tiling, caps, t); most > 0)
     return static_cast<int>(std::min(n_splits, most));
   if (cluster_eligible(tiling.tile_rows, caps, t)) {
     n_splits = std::min<int64_t>(n_splits, kAttentionMaxClusterSplits);
@@ -88,7 +89,7 @@ AttentionPlan plan_attention(const AttentionShape& s, bool tensor_cores, const D
   plan.n_splits = attention_splits(s, caps, t);
   if (plan.n_splits <= 1) return plan;
   const QueryTiling& q = plan.tiling;
-  if (tensor_cores && decode_cluster_splits(s, q.tile_rows, caps, t) > 0)
+  if (tensor_cores && decode_cluster_splits(s, q, caps, t) > 0)
     plan.merge = SplitMerge::cluster;
   else if (q.tile_rows <= t.attention_merge_rows && q.grid_x * q.grid_y <= kAttentionMergeTiles)
     plan.merge = SplitMerge::last_cta;

@@ -73,11 +73,11 @@ QueryTiling attention_tiling(const AttentionShape& s);
 // when the tiles would be cluster-merged, then the fewest splits that give a CTA no more key
 // tiles. A captured forward is keyed by it (backend/graph_set.h), so it depends on the shape,
 // caps and tuning only, not on which kernel runs. Decode tiles (at most
-// Tuning::attention_merge_rows rows, or any tile when every row has one query) cluster-merged on
-// sm_90 (Tuning::attention_decode_cluster_splits, rows of at most 16 x kAttentionDecodeClusterTiles
-// key tiles) take the CTA target's count capped at that size, unbalanced (fewer, longer splits are
-// slower at decode). One split with t.batch_invariant: a row's keys are then summed in key order
-// by one CTA whatever the other rows.
+// Tuning::attention_merge_rows rows, or tiles of one token when every row has one query)
+// cluster-merged on sm_90 (Tuning::attention_decode_cluster_splits, rows of at most 16 x
+// kAttentionDecodeClusterTiles key tiles) take the CTA target's count capped at that size,
+// unbalanced (fewer, longer splits are slower at decode). One split with t.batch_invariant: a row's
+// keys are then summed in key order by one CTA whatever the other rows.
 int attention_splits(const AttentionShape& s, const DeviceCaps& caps, const Tuning& t);
 
 // The whole plan; `tensor_cores`: attention_on_tensor_cores for the call.
