@@ -69,7 +69,10 @@ TEST(CudaMoe, RouteGroupedMatchesCpu) {
                                                            {37, 8, 1, 1, 3},
                                                            {5, 256, 8, 4, 8},
                                                            {300, 64, 8, 3, 6},
-                                                           {9, 160, 40, 36, 1}}) {
+                                                           {9, 160, 40, 36, 1},
+                                                           {3, 64, 1, 1, 6},
+                                                           {4, 256, 2, 1, 8},
+                                                           {2, 96, 2, 2, 4}}) {
       for (bool normalize : {false, true}) {
         // Logits rounded to quarters and a zero bias on odd seeds: exact ties between experts
         // and between groups in many rows.
@@ -176,14 +179,17 @@ TEST(CudaMoe, RouteAndGroupMatchCpu) {
                                      {33, 128, 8},
                                      {4, 256, 8},
                                      {3, 16, 8}}) {
-    for (bool grouped : {false, true}) {
+    // Softmax routing, then grouped routing with 8 groups (4 kept) and with one group.
+    for (int mode : {0, 1, 2}) {
+      const bool grouped = mode > 0;
       std::vector<float> v = random_normal(static_cast<size_t>(n * experts), seed++, 2.0f);
       if (seed % 2 == 0)
         for (float& f : v) f = std::round(f * 4.0f) / 4.0f;  // ties
       const Pair logits = values_pair(v, DType::bf16, Shape{n, experts});
       const Pair bias = values_pair(random_normal(static_cast<size_t>(experts), seed++, 0.1f),
                                     DType::f32, Shape{experts});
-      const MoeGroupRouting p{8, 4, true, 2.5f};
+      const MoeGroupRouting p =
+          mode == 2 ? MoeGroupRouting{1, 1, true, 2.5f} : MoeGroupRouting{8, 4, true, 2.5f};
       const Pair ids = zeros_pair(DType::i32, Shape{n, k}), w = zeros_pair(DType::f32, Shape{n, k});
       GroupsPair g{zeros_pair(DType::i32, Shape{experts + 1}),
                    zeros_pair(DType::i32, Shape{experts + 1}), zeros_pair(DType::i32, Shape{n * k}),
@@ -198,7 +204,8 @@ TEST(CudaMoe, RouteAndGroupMatchCpu) {
         moe_route_and_group(ctx.gpu, logits.gpu, true, ids.gpu, w.gpu, g.gpu());
       }
       ctx.gpu.synchronize();
-      const std::string what = fmt::format("n={} E={} k={} grouped={}", n, experts, k, grouped);
+      const std::string what =
+          fmt::format("n={} E={} k={} grouped={} groups={}", n, experts, k, grouped, p.n_group);
       EXPECT_EQ(to_vector<int32_t>(ids.gpu), to_vector<int32_t>(ids.cpu)) << "ids " << what;
       expect_close(w.gpu, w.cpu, 1e-5, "weights " + what);
       for (const auto& [name, t] : {std::pair<const char*, const Pair*>{"offsets", &g.offsets},

@@ -3,8 +3,9 @@
 //   chosen by k warp-wide argmax rounds under the CPU kernel's order (larger first, equal: the
 //   lower index, NaN last), so both backends choose the same experts for the same probabilities.
 //   moe_route_grouped: the same, with the row's sigmoid scores and corrected scores in shared
-//   memory; each lane scores whole groups (their top 2), then warp-wide rounds pick the groups
-//   and the experts.
+//   memory; the warp scores each group (its top 2: every lane's best two, then two warp-wide
+//   picks), then warp-wide rounds pick the groups and the experts. When every group is kept
+//   (topk_group >= n_group) the groups are neither scored nor masked.
 //   moe_combine: one block per row, threads over the columns, the k choices summed in order (the
 //   row's expert rows and weights staged in shared memory first); a programmatic dependent of the
 //   expert product before it.
@@ -68,6 +69,16 @@ __device__ __forceinline__ void lane_best(const float* score, int n, int lane, u
   }
 }
 
+// The index of the entry that ranks first among the lanes' candidates (v, i) (i < 0: none), under
+// ranks_before: the largest rank_key over the warp, then the lowest index holding it; -1 if no
+// lane has one. Every lane of the warp calls it and gets the result.
+__device__ __forceinline__ int warp_best(float v, int i) {
+  const uint32_t key = rank_key(v, i);
+  const uint32_t top = __reduce_max_sync(0xffffffffu, key);
+  const int win = __reduce_min_sync(0xffffffffu, key == top && i >= 0 ? i : INT_MAX);
+  return win == INT_MAX ? -1 : win;
+}
+
 // Writes the indices of the k entries of score[0, n) that rank first to out[0, k) (shared memory
 // of the warp), largest first: k warp-wide rounds (every lane of the warp calls it). Each lane
 // keeps the best of its own entries (e % 32 == lane); a round takes the largest key over the lanes
@@ -80,11 +91,7 @@ __device__ void warp_top_k(const float* score, int n, int k, int32_t* out, int l
   int best_i;
   lane_best(score, n, lane, taken, best, best_i);
   for (int j = 0; j < k; ++j) {
-    const uint32_t key = rank_key(best, best_i);
-    const uint32_t top = __reduce_max_sync(0xffffffffu, key);
-    const int cand = key == top && best_i >= 0 ? best_i : INT_MAX;
-    const int win = __reduce_min_sync(0xffffffffu, cand);
-    const int winner = win == INT_MAX ? -1 : win;
+    const int winner = warp_best(best, best_i);
     if (winner >= 0 && winner % 32 == lane) {
       taken |= 1u << (winner / 32);
       lane_best(score, n, lane, taken, best, best_i);
@@ -166,28 +173,43 @@ __device__ void route_row(const GroupedRouting& rt, const T* x, int experts, int
     c[e] = s[e] + rt.bias[e];
   }
   __syncwarp();
-  const int group_size = experts / groups;
-  for (int g = lane; g < groups; g += 32) {
-    const float* cg = c + g * group_size;
-    int first = -1, second = -1;
-    for (int e = 0; e < group_size; ++e) {
-      if (ranks_before(cg[e], e, first < 0 ? 0.0f : cg[first], first)) {
-        second = first;
-        first = e;
-      } else if (ranks_before(cg[e], e, second < 0 ? 0.0f : cg[second], second)) {
-        second = e;
+  // Every group kept (topk_group >= groups, as GLM-4.5's single group): nothing to mask.
+  if (rt.topk_group < groups) {
+    // A group's score is the sum of its two best corrected scores: each lane keeps the best two
+    // of its entries (e % 32 == lane), then the warp takes the best of the lanes' firsts, and the
+    // best of the others' firsts and the winning lane's second (ranks_before's order, as the CPU's
+    // top 2).
+    const int group_size = experts / groups;
+    for (int g = 0; g < groups; ++g) {
+      const float* cg = c + g * group_size;
+      float v1 = 0.0f, v2 = 0.0f;
+      int i1 = -1, i2 = -1;
+      for (int e = lane; e < group_size; e += 32) {
+        const float v = cg[e];
+        if (ranks_before(v, e, v1, i1)) {
+          v2 = v1;
+          i2 = i1;
+          v1 = v;
+          i1 = e;
+        } else if (ranks_before(v, e, v2, i2)) {
+          v2 = v;
+          i2 = e;
+        }
       }
+      const int first = warp_best(v1, i1);
+      const bool won = i1 >= 0 && i1 == first;
+      const int second = warp_best(won ? v2 : v1, won ? i2 : i1);
+      if (lane == 0) group_score[g] = cg[first] + cg[second];
     }
-    group_score[g] = cg[first] + cg[second];
+    __syncwarp();
+    warp_top_k(group_score, groups, rt.topk_group, kept, lane);
+    for (int e = lane; e < experts; e += 32) {
+      bool keep = false;
+      for (int i = 0; i < rt.topk_group; ++i) keep = keep || kept[i] == e / group_size;
+      if (!keep) c[e] = -INFINITY;
+    }
+    __syncwarp();
   }
-  __syncwarp();
-  warp_top_k(group_score, groups, rt.topk_group, kept, lane);
-  for (int e = lane; e < experts; e += 32) {
-    bool keep = false;
-    for (int i = 0; i < rt.topk_group; ++i) keep = keep || kept[i] == e / group_size;
-    if (!keep) c[e] = -INFINITY;
-  }
-  __syncwarp();
   int32_t* chosen = kept + groups;
   warp_top_k(c, experts, k, chosen, lane);
   write_choices(s, chosen, k, rt.normalize, 1e-20f, rt.scale, ids, weights, ids_copy, lane);
