@@ -111,6 +111,23 @@ __device__ __forceinline__ void cp_async16_stream(void* smem, const void* gmem, 
                "r"(src_bytes)
                : "memory");
 }
+// cp_async16_stream of the 16-byte chunks v = first, first + step, ... < n of the bytes from offset
+// a0 (a multiple of 16) of the `w_bytes`-long global array `w`, to dst + 16 v; the chunks at its
+// end read only its bytes (zeros for the rest; none at all past it).
+__device__ __forceinline__ void cp_async16_stream_chunks(uint8_t* dst, const uint8_t* w,
+                                                         int64_t w_bytes, int64_t a0, int n,
+                                                         int first, int step) {
+  const uint8_t* src = w + a0;
+  if (a0 + 16 * int64_t{n} <= w_bytes) {
+    for (int v = first; v < n; v += step) cp_async16_stream(dst + 16 * v, src + 16 * v, 16);
+  } else {
+    for (int v = first; v < n; v += step) {
+      const int64_t left = w_bytes - (a0 + 16 * v);
+      const int bytes = left >= 16 ? 16 : static_cast<int>(left > 0 ? left : 0);
+      cp_async16_stream(dst + 16 * v, bytes > 0 ? src + 16 * v : w, bytes);
+    }
+  }
+}
 // cp_async16_stream of all 16 bytes to a shared-memory address (__cvta_generic_to_shared).
 __device__ __forceinline__ void cp_async16_stream_at(unsigned smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, 16;" ::"r"(smem), "l"(gmem)

@@ -173,17 +173,7 @@ __global__ void __launch_bounds__(kThreads, 1) linear_quant_mma_kernel(const Qmm
       } else {
         const int64_t a0 = a & ~int64_t{15};
         const int nvec = static_cast<int>((a + int64_t{nsb} * SBB - a0 + 15) >> 4);
-        const uint8_t* src = p.w + a0;
-        if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
-          for (int v = copy_first; v < nvec; v += 2)
-            device::cp_async16_stream(dst + 16 * v, src + 16 * v, 16);
-        } else {  // the matrix's last bytes: reads past it give zeros
-          for (int v = copy_first; v < nvec; v += 2) {
-            const int64_t left = p.w_bytes - (a0 + 16 * v);
-            const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
-            device::cp_async16_stream(dst + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
-          }
-        }
+        device::cp_async16_stream_chunks(dst, p.w, p.w_bytes, a0, nvec, copy_first, 2);
       }
     }
     if (issued < total) {

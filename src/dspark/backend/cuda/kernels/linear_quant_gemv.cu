@@ -175,18 +175,8 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
       const int64_t a = row_at(it_tile) * p.row_bytes + int64_t{sb0} * SBB;
       const int64_t a0 = a & ~int64_t{15};
       const int nvec = static_cast<int>((a + int64_t{nsb} * SBB - a0 + 15) >> 4);
-      uint8_t* slot = ring + (issued % kStages) * slot_bytes;
-      const uint8_t* src = p.w + a0;
-      if (a0 + 16 * int64_t{nvec} <= p.w_bytes) {
-        for (int v = lane; v < nvec; v += 32)
-          device::cp_async16_stream(slot + 16 * v, src + 16 * v, 16);
-      } else {  // the matrix's last bytes: reads past it give zeros
-        for (int v = lane; v < nvec; v += 32) {
-          const int64_t left = p.w_bytes - (a0 + 16 * v);
-          const int bytes = left >= 16 ? 16 : static_cast<int>(max(left, int64_t{0}));
-          device::cp_async16_stream(slot + 16 * v, bytes > 0 ? src + 16 * v : p.w, bytes);
-        }
-      }
+      device::cp_async16_stream_chunks(ring + (issued % kStages) * slot_bytes, p.w, p.w_bytes, a0,
+                                       nvec, lane, 32);
       if (++it_chunk == chunks) it_chunk = 0, it_tile += gx;
       ++issued;
     }
