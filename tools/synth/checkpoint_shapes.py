@@ -185,6 +185,21 @@ def _gqa(a, cfg, arch):
         yield a + "k_norm.weight", (hd,)
 
 
+def _layer(p, cfg, arch, moe):
+    """A decoder layer's tensors under prefix p: its norms, attention, and MLP or routed experts."""
+    h = cfg["hidden_size"]
+    yield p + "input_layernorm.weight", (h,)
+    yield p + "post_attention_layernorm.weight", (h,)
+    if arch == "DeepseekV3ForCausalLM":
+        yield from _mla(p + "self_attn.", cfg)
+    else:
+        yield from _gqa(p + "self_attn.", cfg, arch)
+    if moe:
+        yield from _moe(p + "mlp.", cfg)
+    else:
+        yield from _mlp(p + "mlp.", h, cfg["intermediate_size"])
+
+
 def _mtp(cfg):
     """The next-token (MTP) layers of DeepSeek-V3 / GLM-4.5 after the decoder's last layer, as the
     published checkpoints hold them: a whole decoder layer (with routed experts) plus eh_proj,
@@ -203,13 +218,7 @@ def _mtp(cfg):
         if arch == "DeepseekV3ForCausalLM":
             yield p + "embed_tokens.weight", (cfg["vocab_size"], h)
             yield p + "shared_head.head.weight", (cfg["vocab_size"], h)
-        yield p + "input_layernorm.weight", (h,)
-        yield p + "post_attention_layernorm.weight", (h,)
-        if arch == "DeepseekV3ForCausalLM":
-            yield from _mla(p + "self_attn.", cfg)
-        else:
-            yield from _gqa(p + "self_attn.", cfg, arch)
-        yield from _moe(p + "mlp.", cfg)
+        yield from _layer(p, cfg, arch, True)
 
 
 def tensor_shapes(cfg, mtp=False):
@@ -229,17 +238,7 @@ def tensor_shapes(cfg, mtp=False):
         yield "model.embed_tokens.weight", (v, h)
     moe = moe_layers(cfg)
     for l in range(cfg["num_hidden_layers"]):
-        p = f"{prefix}layers.{l}."
-        yield p + "input_layernorm.weight", (h,)
-        yield p + "post_attention_layernorm.weight", (h,)
-        if arch == "DeepseekV3ForCausalLM":
-            yield from _mla(p + "self_attn.", cfg)
-        else:
-            yield from _gqa(p + "self_attn.", cfg, arch)
-        if moe[l]:
-            yield from _moe(p + "mlp.", cfg)
-        else:
-            yield from _mlp(p + "mlp.", h, cfg["intermediate_size"])
+        yield from _layer(f"{prefix}layers.{l}.", cfg, arch, moe[l])
     yield prefix + "norm.weight", (h,)
     if not drafter and not cfg.get("tie_word_embeddings", False):
         yield "lm_head.weight", (v, h)
