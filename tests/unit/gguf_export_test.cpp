@@ -424,6 +424,38 @@ INSTANTIATE_TEST_SUITE_P(Families, GgufExportDeepseek,
                                            DeepseekCase{"glm_moe_dsa_mtp", "glm-dsa", 0.25}),
                          [](const auto& p) { return std::string(p.param.fixture); });
 
+// A deepseek2 file keeps YaRN's mscale_all_dim only and is read back with mscale 1: the tiny
+// DeepSeek-V3's YaRN with mscale 0 (or DeepSeek-V2's 0.707) beside its mscale_all_dim is refused,
+// naming the values, and nothing is written.
+TEST(GgufExportDeepseek, RefusesYarnItCannotReadBack) {
+  const fs::path src = test::data_dir() / "models" / "deepseek_v3";
+  const fs::path copy = fs::temp_directory_path() / fmt::format("dspark_gguf_yarn_{}", ::getpid());
+  const fs::path out = fs::temp_directory_path() / fmt::format("dspark_gguf_yarn_o_{}", ::getpid());
+  for (const double mscale : {0.0, 0.707}) {
+    fs::remove_all(copy);
+    fs::remove_all(out);
+    fs::create_directories(copy);
+    for (const auto& f : fs::directory_iterator(src))
+      fs::copy_file(f.path(), copy / f.path().filename());
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(copy / "config.json"));
+    ASSERT_EQ(config["rope_parameters"]["rope_type"], "yarn");  // transformers 5's key
+    config["rope_parameters"]["mscale"] = mscale;
+    std::ofstream(copy / "config.json") << config.dump();
+    QuantizeOptions o;
+    o.input = copy;
+    o.output = out;
+    try {
+      export_gguf(o, QuantType::q8_0, nullptr);
+      ADD_FAILURE() << "mscale " << mscale << " exported";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("mscale_all_dim 0.8"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out)) << mscale;
+  }
+  fs::remove_all(copy);
+}
+
 // A MoE checkpoint with an expert's projection missing is refused naming the stack, and leaves no
 // output behind.
 TEST(GgufExportMoe, RefusesAMissingExpert) {

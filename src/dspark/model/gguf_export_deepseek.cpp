@@ -31,11 +31,15 @@ void check_deepseek_gguf(const ModelConfig& c, const std::string& arch, const st
                     "{}: a GGUF `{}` file holds DeepSeek MoE routing (sigmoid scores with the "
                     "score correction)",
                     where, arch);
+  // A deepseek2 file keeps YaRN's mscale_all_dim only (yarn_log_multiplier) and is read back with
+  // mscale 1 (docs/gguf.md): an mscale of 0 beside a non-zero mscale_all_dim would come back as 1,
+  // another attention factor.
   const RopeScaling& r = c.rope_scaling;
+  const bool mscales = mla ? r.mscale == 1 || (r.mscale == 0 && r.mscale_all_dim == 0)
+                           : (r.mscale == 0 || r.mscale == 1) && r.mscale_all_dim == 0;
   DSPARK_CHECK_KIND(unsupported,
                     r.type == "default" || r.type == "linear" ||
-                        (r.type == "yarn" && (r.mscale == 0 || r.mscale == 1) &&
-                         (mla || r.mscale_all_dim == 0) && r.attention_factor == 0 && r.truncate),
+                        (r.type == "yarn" && mscales && r.attention_factor == 0 && r.truncate),
                     "{}: rope scaling '{}' (mscale {}, mscale_all_dim {}, attention_factor {}) "
                     "cannot be written to a GGUF `{}` file",
                     where, r.type, r.mscale, r.mscale_all_dim, r.attention_factor, arch);
