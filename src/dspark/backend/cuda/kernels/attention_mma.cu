@@ -82,7 +82,7 @@ constexpr int kWarpKeys = kTileKeys / kWarps;  // keys per warp and tile: one k1
 static_assert(kWarpKeys == 16 && kMaxRows == 16);
 
 // MLA's latent: the one head_dim whose V is K (the file comment).
-constexpr int kLatentHeadDim = 576;
+constexpr int kLatentHeadDim = static_cast<int>(kAttentionLatentHeadDim);
 
 // Shared memory, in elements of the cache dtype: q [16][kLd], then K and V [2 stages][64][kLd].
 // After the key loop the warps' O tiles, [kWarps][16][kOutLd] f32, reuse the K/V stages, and in

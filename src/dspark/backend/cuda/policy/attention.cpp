@@ -45,7 +45,8 @@ int64_t decode_cluster_splits(const AttentionShape& s, const QueryTiling& q, con
 
 bool attention_on_tensor_cores(DType kv, DType q, int64_t head_dim, bool aligned, bool shared_kv) {
   return (kv == DType::bf16 || kv == DType::f16) && q == kv && aligned &&
-         (head_dim == 64 || head_dim == 128 || head_dim == 256 || (head_dim == 576 && shared_kv));
+         (head_dim == 64 || head_dim == 128 || head_dim == 256 ||
+          (head_dim == kAttentionLatentHeadDim && shared_kv));
 }
 
 QueryTiling attention_tiling(const AttentionShape& s) {

@@ -16,6 +16,9 @@ inline constexpr int kAttentionTileRows = 16;
 // Keys per split are a multiple of this (the tensor-core kernel's key tile).
 inline constexpr int kAttentionSplitKeys = 64;
 inline constexpr int kAttentionMaxSplits = 32;
+// MLA's absorbed form: a latent of 512 and a rope key of 64, one KV head whose V pages are its K
+// pages; the tensor-core kernel takes this head_dim only then.
+inline constexpr int64_t kAttentionLatentHeadDim = 576;
 // The most splits of a cluster-merged launch: the portable cluster size; for decode tiles the
 // non-portable size of sm_90 (Tuning::attention_decode_cluster_splits).
 inline constexpr int kAttentionMaxClusterSplits = 8;
