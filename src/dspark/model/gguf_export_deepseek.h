@@ -36,9 +36,9 @@ std::string deepseek_gguf_architecture(const ModelConfig& c);
 
 // Throws ErrorKind::unsupported (naming what, with `where`) for what such a file cannot hold:
 // MLA where the file has none or none where it has it, rotated pairs of the other kind, GLM-5
-// without its indexer or q LoRA, YaRN with mscale other
-// than 1 or an attention_factor, MoE layers other than all after a run of leading dense ones,
-// softmax routing.
+// without its indexer or q LoRA, YaRN with an mscale other than 1 (or 0 without mscale_all_dim:
+// the file is read back with mscale 1) or an attention_factor, MoE layers other than all after a
+// run of leading dense ones, softmax routing.
 void check_deepseek_gguf(const ModelConfig& c, const std::string& arch, const std::string& where);
 
 // The next-token layers the file declares: the config's count, for deepseek2 only when the
