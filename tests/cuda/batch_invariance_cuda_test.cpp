@@ -199,7 +199,7 @@ TEST(BatchInvarianceCudaDefault, SomeVerifyRowDiffersWithoutTheOption) {
 
 std::vector<std::string> fixtures() {
   return {"llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral", "micro_hd64", "micro_hd128",
-          "qwen3_moe", "deepseek_v3", "glm4_moe",
+          "qwen3_moe", "deepseek_v3", "deepseek_v3_q_proj", "glm4_moe",
           // DeepSeek sparse attention (index_topk 6 < the prompt): per-query kernels, unchanged.
           "glm_moe_dsa",
           // Block-quantized weights (the few-row kernel at every M, in chunks of 4 rows; the

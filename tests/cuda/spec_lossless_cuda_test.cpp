@@ -25,7 +25,8 @@ TEST_P(CudaSpecLossless, CoupledSamplingEqualsPlainSampling) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, CudaSpecLossless,
                          ::testing::Values("llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral",
-                                           "qwen3_moe", "deepseek_v3", "glm4_moe", "glm_moe_dsa"));
+                                           "qwen3_moe", "deepseek_v3", "glm4_moe", "glm_moe_dsa",
+                                           "deepseek_v3_q_proj"));
 
 }  // namespace
 }  // namespace dspark

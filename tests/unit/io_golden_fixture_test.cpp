@@ -23,8 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kFixtures = {
-    "llama3",  "llama3_sharded", "qwen2",       "qwen3",    "qwen3_yarn",
-    "mistral", "qwen3_moe",      "deepseek_v3", "glm4_moe", "glm_moe_dsa"};
+    "llama3",    "llama3_sharded", "qwen2",    "qwen3",       "qwen3_yarn",        "mistral",
+    "qwen3_moe", "deepseek_v3",    "glm4_moe", "glm_moe_dsa", "deepseek_v3_q_proj"};
 
 fs::path fixture_dir(const std::string& name) {
   return test::data_dir() / "models" / name;
@@ -54,9 +54,13 @@ std::map<std::string, Shape> expected_weights(const ModelConfig& c) {
     if (c.mla()) {
       const int64_t heads = c.num_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim,
                     r = c.kv_lora_rank;
-      w[p + "self_attn.q_a_proj.weight"] = Shape{c.q_lora_rank, h};
-      w[p + "self_attn.q_a_layernorm.weight"] = Shape{c.q_lora_rank};
-      w[p + "self_attn.q_b_proj.weight"] = Shape{heads * qk, c.q_lora_rank};
+      if (c.q_lora_rank > 0) {
+        w[p + "self_attn.q_a_proj.weight"] = Shape{c.q_lora_rank, h};
+        w[p + "self_attn.q_a_layernorm.weight"] = Shape{c.q_lora_rank};
+        w[p + "self_attn.q_b_proj.weight"] = Shape{heads * qk, c.q_lora_rank};
+      } else {
+        w[p + "self_attn.q_proj.weight"] = Shape{heads * qk, h};
+      }
       w[p + "self_attn.kv_a_proj_with_mqa.weight"] = Shape{r + c.qk_rope_head_dim, h};
       w[p + "self_attn.kv_a_layernorm.weight"] = Shape{r};
       w[p + "self_attn.kv_b_proj.weight"] = Shape{heads * (c.qk_nope_head_dim + c.v_head_dim), r};
@@ -196,6 +200,14 @@ TEST_P(GoldenFixture, CheckpointMatchesConfig) {
     EXPECT_EQ(c.topk_group, 2);
     EXPECT_EQ(c.n_shared_experts, 1);
     EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+    EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true})) << "layer 0 dense";
+  } else if (name == "deepseek_v3_q_proj") {
+    EXPECT_EQ(c.architecture, "DeepseekV3ForCausalLM");
+    EXPECT_TRUE(c.mla());
+    EXPECT_EQ(c.q_lora_rank, 0) << "q_proj from the hidden state";
+    EXPECT_EQ(c.kv_lora_rank, 32);
+    EXPECT_TRUE(c.rope_interleave);
+    EXPECT_EQ(c.rope_scaling.type, "default");
     EXPECT_EQ(c.layer_moe, (std::vector<bool>{false, true, true, true})) << "layer 0 dense";
   }
   if (name == "llama3_sharded") {

@@ -29,8 +29,8 @@ namespace dspark::test {
 
 inline const std::vector<std::string>& golden_model_names() {
   static const std::vector<std::string> names = {
-      "llama3",  "llama3_sharded", "qwen2",       "qwen3",    "qwen3_yarn",
-      "mistral", "qwen3_moe",      "deepseek_v3", "glm4_moe", "glm_moe_dsa"};
+      "llama3",    "llama3_sharded", "qwen2",    "qwen3",       "qwen3_yarn",        "mistral",
+      "qwen3_moe", "deepseek_v3",    "glm4_moe", "glm_moe_dsa", "deepseek_v3_q_proj"};
   return names;
 }
 

@@ -14,7 +14,8 @@ TEST_P(SpecLossless, GreedySpeculativeEqualsPlainGreedy) {
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, SpecLossless,
                          ::testing::Values("llama3", "qwen2", "qwen3", "qwen3_yarn", "mistral",
-                                           "qwen3_moe", "deepseek_v3", "glm4_moe", "glm_moe_dsa"));
+                                           "qwen3_moe", "deepseek_v3", "glm4_moe", "glm_moe_dsa",
+                                           "deepseek_v3_q_proj"));
 
 }  // namespace
 }  // namespace dspark

@@ -261,6 +261,22 @@ MODELS = [
         correction_bias_std=0.1,
     ),
     ModelSpec(
+        "deepseek_v3_q_proj",
+        "DeepseekV3Config",
+        "DeepseekV3ForCausalLM",
+        # deepseek_v3 without the query LoRA (q_lora_rank null: q_proj from the hidden state, as
+        # DeepSeek-V2-Lite), default rope; the same MLA widths and DeepSeek MoE.
+        _base_config(
+            **{**TINY_MLA, "q_lora_rank": None},
+            rope_interleave=True,
+            routed_scaling_factor=2.5,
+            **DEEPSEEK_MOE,
+        ),
+        seed=7500,
+        require_bf16_greedy=False,
+        correction_bias_std=0.1,
+    ),
+    ModelSpec(
         "glm4_moe",
         "Glm4MoeConfig",
         "Glm4MoeForCausalLM",

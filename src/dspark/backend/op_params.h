@@ -151,4 +151,20 @@ struct QkvPrologueArgs {
   Tensor k_tmp;  // [n, n_kv_heads * head_dim], qkv's dtype, contiguous: the unfused path's k
 };
 
+// MLA's attention prologue (ops/mla_prologue.h): the latent row [rms_norm(c_kv), rope(k_rope)]
+// of each token into the paged cache, and rope of the queries' rotated features.
+struct MlaPrologueArgs {
+  Tensor kv;       // [n, kv_lora_rank + rope]: c_kv, then k_rope (rows may be a wider buffer's)
+  Tensor kv_norm;  // [kv_lora_rank]: the latent's RMSNorm weight
+  float eps = 1e-6f;
+  Tensor q_rope;     // [n, heads, rope]: the queries' rotated features (last dim contiguous)
+  Tensor positions;  // i32 [n]
+  Tensor inv_freq;   // f32 [rope / 2] (ops/rope.h)
+  float attention_scaling = 1.0f;
+  Tensor slots;   // i32 [n]
+  Tensor pages;   // [n_pages, page_size, 1, kv_lora_rank + rope]: the layer's shared K/V pool
+  Tensor latent;  // [n, kv_lora_rank + rope], kv's dtype, contiguous: the unfused path's rows
+  Tensor q_out;   // [n, heads, rope], kv's dtype (last dim contiguous): rope(q_rope)
+};
+
 }  // namespace dspark

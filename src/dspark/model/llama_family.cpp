@@ -387,7 +387,7 @@ void LlamaFamilyModel::for_each_activation(int64_t n, int64_t m, size_t n_taps, 
     const int64_t heads = mla_.n_heads, lat = mla_.latent();
     f(a.mla.in, dtype_, Shape{n, mla_.in_width()});
     f(a.mla.q_a, dtype_, Shape{n, int64_t{mla_.q_lora_rank}});
-    f(a.mla.q, dtype_, Shape{n, heads * mla_.qk()});
+    f(a.mla.q, dtype_, Shape{mla_.q_lora_rank > 0 ? n : 0, heads * mla_.qk()});
     f(a.mla.q_abs, dtype_, Shape{n, heads, lat});
     f(a.mla.latent, dtype_, Shape{n, int64_t{mla_.row()}});
     f(a.mla.attn, dtype_, Shape{n, heads, lat});

@@ -9,6 +9,7 @@
 #include "dspark/ops/activation.h"
 #include "dspark/ops/attention.h"
 #include "dspark/ops/matmul.h"
+#include "dspark/ops/mla_prologue.h"
 #include "dspark/ops/norm.h"
 #include "dspark/ops/rope.h"
 #include "dspark/ops/sparse_attention.h"
@@ -86,8 +87,9 @@ MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefi
   const WeightLoader dev(source, device, dtype);
   MlaWeights w;
 
-  // The fused input projection: q_a_proj's rows (with q LoRA), then the latent rows; q_b_proj or
-  // q_proj, whose rotated rows follow the same order as k_rope's.
+  // The fused input projection: q_a_proj's rows (with q LoRA), then the latent rows (then the
+  // indexer's, or q_proj's without q LoRA); q_b_proj or q_proj, whose rotated rows follow the
+  // same order as k_rope's.
   const bool q_lora = d.q_lora_rank > 0;
   std::vector<float> in = q_lora
                               ? load_f32(host, prefix + "q_a_proj.weight", Shape{d.q_lora_rank, h})
@@ -132,8 +134,12 @@ MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefi
     w.index_k_norm = upload(norm_w, Shape{id}, device, DType::f32);
     w.index_k_bias = upload(norm_b, Shape{id}, device, DType::f32);
   }
+  if (!q_lora) {
+    in.insert(in.end(), q.begin(), q.end());
+    in_rows += d.q_in_width();
+  }
   w.in = upload(in, Shape{in_rows, h}, device, dtype);
-  w.q = upload(q, Shape{heads * qk, q_cols}, device, dtype);
+  if (q_lora) w.q = upload(q, Shape{heads * qk, q_cols}, device, dtype);
   if (q_lora)
     w.q_a_norm = dev.load(prefix + "q_a_layernorm.weight", Shape{d.q_lora_rank}, DType::f32);
   w.kv_a_norm = dev.load(prefix + "kv_a_layernorm.weight", Shape{r}, DType::f32);
@@ -166,39 +172,58 @@ void mla_block(Context& ctx, const MlaWeights& w, const MlaDims& d, const RopeOn
   const int64_t n = xn.size(0), heads = d.n_heads, r = d.kv_lora_rank, lat = d.latent();
   linear(ctx, xn, w.in.view(), Tensor{}, s.in.slice(1, 0, w.in.view().size(0)));
 
-  // Queries [n, heads, qk]: q_b_proj(rms_norm(q_a)), or q_proj(xn).
+  // Queries [n, heads, qk]: q_b_proj(rms_norm(q_a)), or q_proj(xn), the last columns of s.in.
+  Tensor q3;
   if (d.q_lora_rank > 0) {
     rms_norm(ctx, s.in.slice(1, 0, d.q_lora_rank), w.q_a_norm.view(), s.q_a,
              RmsNormParams{kLatentNormEps, false});
     linear(ctx, s.q_a, w.q.view(), Tensor{}, s.q);
+    q3 = s.q.reshape(Shape{n, heads, d.qk()});
   } else {
-    linear(ctx, xn, w.q.view(), Tensor{}, s.q);
+    const Tensor q = s.in.slice(1, d.in_width() - d.q_in_width(), d.in_width());
+    q3 = Tensor(q.data(), q.dtype(), Shape{n, heads, d.qk()}, Shape{q.stride(0), d.qk(), 1},
+                q.device());
   }
-  const Tensor q3 = s.q.reshape(Shape{n, heads, d.qk()});
 
-  // The cached row [rms_norm(c_kv), rope(k_rope)], written before attention reads it.
-  const Tensor kv = s.in.slice(1, d.q_lora_rank, d.in_width());
-  rms_norm(ctx, kv.slice(1, 0, r), w.kv_a_norm.view(), s.latent.slice(1, 0, r),
-           RmsNormParams{kLatentNormEps, false});
-  convert(ctx, kv.slice(1, r, lat), s.latent.slice(1, r, lat));
-  const Tensor latent3 = s.latent.reshape(Shape{n, 1, int64_t{d.row()}});
-  rope(ctx, heads_cols(latent3, r, lat), meta.positions, rope_table.inv_freq,
-       rope_table.attention_scaling);
+  // The cached row [rms_norm(c_kv), rope(k_rope)], written before attention reads it, and the
+  // absorbed query [q_nope[h] . W_UK[h], rope(q_rope[h])] per head.
+  const Tensor kv = s.in.slice(1, d.q_lora_rank, d.q_lora_rank + lat);
   const int64_t index_in = d.q_lora_rank + lat;  // the indexer's columns of s.in
-  if (w.index == MlaWeights::kIndexOwn) {
-    // The index key: LayerNorm(wk x) with its first `rope` features rotated, after the latent.
-    layer_norm(ctx, s.in.slice(1, index_in, index_in + d.index_dim), w.index_k_norm.view(),
-               w.index_k_bias.view(), s.latent.slice(1, lat, d.row()), kIndexNormEps);
-    rope(ctx, heads_cols(latent3, lat, lat + d.rope), meta.positions, rope_table.inv_freq,
+  if (w.index == MlaWeights::kIndexNone) {
+    MlaPrologueArgs pro;
+    pro.kv = kv;
+    pro.kv_norm = w.kv_a_norm.view();
+    pro.eps = kLatentNormEps;
+    pro.q_rope = heads_cols(q3, d.nope, d.qk());
+    pro.positions = meta.positions;
+    pro.inv_freq = rope_table.inv_freq;
+    pro.attention_scaling = rope_table.attention_scaling;
+    pro.slots = meta.slots;
+    pro.pages = pages;
+    pro.latent = s.latent;
+    pro.q_out = heads_cols(s.q_abs, r, lat);
+    mla_prologue(ctx, pro);
+  } else {
+    // DSA: the row also holds the index key (a layer with its own indexer writes it).
+    rms_norm(ctx, kv.slice(1, 0, r), w.kv_a_norm.view(), s.latent.slice(1, 0, r),
+             RmsNormParams{kLatentNormEps, false});
+    convert(ctx, kv.slice(1, r, lat), s.latent.slice(1, r, lat));
+    const Tensor latent3 = s.latent.reshape(Shape{n, 1, int64_t{d.row()}});
+    rope(ctx, heads_cols(latent3, r, lat), meta.positions, rope_table.inv_freq,
+         rope_table.attention_scaling);
+    if (w.index == MlaWeights::kIndexOwn) {
+      // The index key: LayerNorm(wk x) with its first `rope` features rotated, after the latent.
+      layer_norm(ctx, s.in.slice(1, index_in, index_in + d.index_dim), w.index_k_norm.view(),
+                 w.index_k_bias.view(), s.latent.slice(1, lat, d.row()), kIndexNormEps);
+      rope(ctx, heads_cols(latent3, lat, lat + d.rope), meta.positions, rope_table.inv_freq,
+           rope_table.attention_scaling);
+    }
+    kv_write(ctx, latent3, latent3, meta.slots, pages, pages);
+    convert(ctx, heads_cols(q3, d.nope, d.qk()), heads_cols(s.q_abs, r, lat));
+    rope(ctx, heads_cols(s.q_abs, r, lat), meta.positions, rope_table.inv_freq,
          rope_table.attention_scaling);
   }
-  kv_write(ctx, latent3, latent3, meta.slots, pages, pages);
-
-  // The absorbed query: [q_nope[h] . W_UK[h], rope(q_rope[h])] per head.
   linear_per_head(ctx, heads_cols(q3, 0, d.nope), w.w_uk_t.view(), heads_cols(s.q_abs, 0, r));
-  convert(ctx, heads_cols(q3, d.nope, d.qk()), heads_cols(s.q_abs, r, lat));
-  rope(ctx, heads_cols(s.q_abs, r, lat), meta.positions, rope_table.inv_freq,
-       rope_table.attention_scaling);
 
   // One latent "head" serves every query head as key and value; the value part of each output is
   // its first kv_lora_rank columns.

@@ -47,9 +47,13 @@ struct MlaDims {
   int qk() const { return nope + rope; }
   int latent() const { return kv_lora_rank + rope; }
   int row() const { return latent() + index_dim; }  // one cached row per token
-  // The fused input projection: [q_a, c_kv, k_rope] (+ [index key, index head weights]).
+  // Without q LoRA the query rows end the fused input projection (one product of the hidden
+  // state): their width there.
+  int q_in_width() const { return q_lora_rank > 0 ? 0 : n_heads * qk(); }
+  // The fused input projection: [q_a, c_kv, k_rope] (+ [index key, index head weights]), or
+  // without q LoRA [c_kv, k_rope, q].
   int in_width() const {
-    return q_lora_rank + latent() + (index_topk > 0 ? index_dim + index_heads : 0);
+    return q_lora_rank + latent() + (index_topk > 0 ? index_dim + index_heads : 0) + q_in_width();
   }
 };
 MlaDims mla_dims(const ModelConfig& config);
@@ -64,10 +68,10 @@ KvBSplit split_kv_b(const std::vector<float>& kv_b, int64_t heads, int64_t nope,
                     int64_t r);
 
 struct MlaWeights {
-  OwnedTensor in;         // [q_lora_rank + latent, hidden]: q_a_proj rows (with q LoRA), then
-                          // kv_a_proj_with_mqa's
+  OwnedTensor in;         // [in_width, hidden]: q_a_proj rows (with q LoRA), then
+                          // kv_a_proj_with_mqa's (then the indexer's, or without q LoRA q_proj's)
   OwnedTensor q_a_norm;   // [q_lora_rank] f32, empty without q LoRA
-  OwnedTensor q;          // [n_heads * qk, q_lora_rank] q_b_proj, or [n_heads * qk, hidden] q_proj
+  OwnedTensor q;          // [n_heads * qk, q_lora_rank] q_b_proj; empty without q LoRA
   OwnedTensor kv_a_norm;  // [kv_lora_rank] f32
   OwnedTensor w_uk_t;     // [n_heads, kv_lora_rank, nope]: W_UK[h]^T
   OwnedTensor w_uv;       // [n_heads, v, kv_lora_rank]: W_UV[h]
@@ -97,7 +101,7 @@ MlaWeights load_mla_weights(const WeightSource& source, const std::string& prefi
 struct MlaScratch {
   Tensor in;       // [n, in_width]
   Tensor q_a;      // [n, q_lora_rank] (normalised), or [n, 0] without q LoRA
-  Tensor q;        // [n, n_heads * qk]
+  Tensor q;        // [n, n_heads * qk] with q LoRA; [0, n_heads * qk] without (q is in `in`)
   Tensor q_abs;    // [n, n_heads, latent]
   Tensor latent;   // [n, row]: the rows written to the cache
   Tensor attn;     // [n, n_heads, latent]

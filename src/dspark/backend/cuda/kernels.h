@@ -84,6 +84,9 @@ void kv_write(Context& ctx, const Tensor& k, const Tensor& v, const Tensor& slot
 // The fused prologue (ops/qkv_prologue.h); the ops layer has checked that it applies (head_dim 64,
 // 128 or 256, full rotation, contiguous pages).
 void qkv_prologue(Context& ctx, const QkvPrologueArgs& a);
+// The fused MLA prologue (ops/mla_prologue.h); the ops layer has checked that it applies (pages
+// of exactly the latent row, rope <= 256 and fully rotated).
+void mla_prologue(Context& ctx, const MlaPrologueArgs& a);
 void paged_attention(Context& ctx, const Tensor& q, const PagedKv& kv, const Tensor& q_indptr,
                      const Tensor& q_pos, const AttentionParams& params, const Tensor& out);
 // The number of key splits paged_attention takes for a launch of this shape on ctx
