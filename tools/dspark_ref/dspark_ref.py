@@ -26,7 +26,7 @@ Conventions (see docs/drafter-goldens.md):
     predicts position N+j; the backbone is the same, only which rows are used differs.
 
 Usage:
-  python3 tools/dspark_ref/dspark_ref.py --self-test
+  python3 tools/dspark_ref/self_test.py       # the reference's own checks
   python3 tools/dspark_ref/dspark_ref.py --drafter DIR --target DIR [--prompt-index 1]
 """
 
@@ -551,19 +551,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--drafter", help="drafter directory (config.json + model.safetensors)")
     ap.add_argument("--target", help="target HF checkpoint directory")
     ap.add_argument("--prompt-index", type=int, default=1, help="target goldens prompt p{i}")
     ap.add_argument("--gamma", type=int, default=None)
     args = ap.parse_args()
-    if args.self_test:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from self_test import self_test  # noqa: E402
-
-        return self_test()
     if not (args.drafter and args.target):
-        ap.error("--drafter and --target (or --self-test)")
+        ap.error("--drafter and --target (the reference's own checks: self_test.py)")
     from safetensors import safe_open
 
     target = Target(args.target)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Self-test of the drafter reference: `python3 tools/dspark_ref/dspark_ref.py --self-test`.
+"""Self-test of the drafter reference: `python3 tools/dspark_ref/self_test.py`.
 
 Cross-checks tools/dspark_ref/dspark_ref.py against transformers' own Qwen3 modules where they
 apply (RMSNorm, RoPE incl. llama3 scaling, Qwen3DecoderLayer on the block-only part, the same
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 import torch
 
@@ -357,3 +358,7 @@ def self_test() -> int:
 
     print("self-test:", "FAILED " + ", ".join(failures) if failures else "all checks passed")
     return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(self_test())
