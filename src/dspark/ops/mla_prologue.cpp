@@ -23,10 +23,11 @@ void unfused(Context& ctx, const MlaPrologueArgs& a) {
   const Tensor latent3 = a.latent.reshape(Shape{n, 1, lat});
   rope(ctx, latent3.slice(2, r, lat), a.positions, a.inv_freq, a.attention_scaling);
   kv_write(ctx, latent3, latent3, a.slots, a.pages, a.pages);
-  // q_rope's heads may not collapse into rows of one stride (q_proj's columns of a wider input
-  // projection): then one copy per head.
+  // The heads of q_rope (q_proj's columns of a wider input projection) or of q_out may not
+  // collapse into rows of one stride: then one copy per head.
   const int64_t heads = a.q_rope.size(1);
-  if (heads == 1 || a.q_rope.stride(0) == heads * a.q_rope.stride(1)) {
+  auto rows = [heads](const Tensor& t) { return heads == 1 || t.stride(0) == heads * t.stride(1); };
+  if (rows(a.q_rope) && rows(a.q_out)) {
     convert(ctx, a.q_rope, a.q_out);
   } else {
     for (int64_t h = 0; h < heads; ++h) convert(ctx, a.q_rope.select(1, h), a.q_out.select(1, h));
