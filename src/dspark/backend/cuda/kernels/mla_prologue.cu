@@ -7,6 +7,7 @@
 // kv_write + convert + rope up to the order of the norm's sum of squares.
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
+#include "dspark/backend/cuda/device/rope_table.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
@@ -49,12 +50,7 @@ __global__ void __launch_bounds__(kThreads) mla_prologue_kernel(const MlaPrologu
   pdl_launch_dependents();
   const T* kv = p.kv + token * p.kv_stride;
   const float pos = static_cast<float>(position);
-  for (int j = tid; j < p.half; j += kThreads) {
-    float s, c;
-    sincosf(pos * p.inv_freq[j], &s, &c);
-    s_cos[j] = c * p.attention_scaling;
-    s_sin[j] = s * p.attention_scaling;
-  }
+  device::fill_rope_table(pos, p.inv_freq, p.half, p.attention_scaling, s_cos, s_sin);
   float ss = 0.0f;
   for (int c = tid; c < p.r; c += kThreads) {
     const float v = device::to_float(kv[c]);

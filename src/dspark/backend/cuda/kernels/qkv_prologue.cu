@@ -8,6 +8,7 @@
 // order of the norm's sum of squares.
 #include "dspark/backend/cuda/device/convert.cuh"
 #include "dspark/backend/cuda/device/reduce.cuh"
+#include "dspark/backend/cuda/device/rope_table.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 #include "dspark/backend/cuda/kernels/pdl.cuh"
@@ -74,12 +75,7 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParam
     for (int c = 0; c < NC; ++c) x[c] = device::to_float(row[h * kD + lane + 32 * c]);
   }
   const float pos = static_cast<float>(position);
-  for (int j = threadIdx.x; j < kHalf; j += blockDim.x) {
-    float s, c;
-    sincosf(pos * p.inv_freq[j], &s, &c);
-    s_cos[j] = c * p.attention_scaling;
-    s_sin[j] = s * p.attention_scaling;
-  }
+  device::fill_rope_table(pos, p.inv_freq, kHalf, p.attention_scaling, s_cos, s_sin);
   __syncthreads();
   if (h >= total) return;
   // Contiguous pages: slot s = page * page_size + offset starts at s * n_kv_heads * head_dim.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "dspark/backend/cuda/device/convert.cuh"
+#include "dspark/backend/cuda/device/rope_table.cuh"
 #include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/kernels/common.cuh"
 
@@ -32,12 +33,7 @@ __global__ void rope_kernel(RopeParams<T> p) {
   __shared__ float s_sin[kMaxHalf];
   const int64_t token = blockIdx.x;
   const float pos = static_cast<float>(p.positions[token]);
-  for (int j = threadIdx.x; j < p.half; j += blockDim.x) {
-    float s, c;
-    sincosf(pos * p.inv_freq[j], &s, &c);
-    s_cos[j] = c * p.attention_scaling;
-    s_sin[j] = s * p.attention_scaling;
-  }
+  device::fill_rope_table(pos, p.inv_freq, p.half, p.attention_scaling, s_cos, s_sin);
   __syncthreads();
   T* x = p.x + token * p.token_stride;
   const int pairs = p.heads * p.half;
