@@ -16,15 +16,12 @@
 #include "dspark/io/json_util.h"
 #include "dspark/io/safetensors.h"
 #include "dspark/model/config.h"
+#include "unit/model_golden_checks.h"
 
 namespace dspark {
 namespace {
 
 namespace fs = std::filesystem;
-
-const std::vector<std::string> kFixtures = {
-    "llama3",    "llama3_sharded", "qwen2",    "qwen3",       "qwen3_yarn",        "mistral",
-    "qwen3_moe", "deepseek_v3",    "glm4_moe", "glm_moe_dsa", "deepseek_v3_q_proj"};
 
 fs::path fixture_dir(const std::string& name) {
   return test::data_dir() / "models" / name;
@@ -340,7 +337,7 @@ TEST_P(GoldenFixture, GoldensAreSelfConsistent) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenFixture, ::testing::ValuesIn(kFixtures),
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenFixture, ::testing::ValuesIn(test::golden_model_names()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

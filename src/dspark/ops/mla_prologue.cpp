@@ -1,3 +1,4 @@
+// Argument checks and device dispatch of mla_prologue (contract: ops/mla_prologue.h).
 #include "dspark/ops/mla_prologue.h"
 
 #include "dspark/backend/cuda/kernels.h"

@@ -7,7 +7,7 @@
 // of it. Values are rounded to kv's dtype where those ops store them. On CUDA one kernel does it
 // all (one launch instead of six) when the pages hold exactly the latent row, rope <= 256 and the
 // rotation covers all of it; other shapes run the unfused ops there too. That kernel reads
-// `positions`, `slots` and kv_norm before the kernel that precedes it in the stream has finished
+// `positions` and `slots` before the kernel that precedes it in the stream has finished
 // (programmatic dependent launch): they must have been written before that kernel started, as
 // the engine's forwards do.
 #pragma once
