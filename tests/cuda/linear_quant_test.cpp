@@ -14,7 +14,7 @@
 // out 1e-2; f16 out 2e-3; the tensor-core kernel and the dequantizing path (16-bit x) round the
 // weight to x's dtype first: at least 4e-3 (bf16) / 6e-4 (f16). Then: the same bits on every call,
 // rows inside wider buffers, and gather_rows_blocks equal to dequantize_blocks (f32) or its
-// rounding (bf16 / f16).
+// rounding (bf16 / f16). Last, linear_pair equals two linears bit for bit.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -442,6 +442,61 @@ TEST_P(CudaLinearQuant, SwigluEqualsProductThenOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CudaLinearQuant, ::testing::ValuesIn(kQuantTypes), quant_name);
+
+// linear_pair (two products of one x, in one launch for the type pairs the few-row kernel is built
+// for, as two linears otherwise) against two linear calls: the same bits, each part into its
+// columns of one y, at 1-5 rows (5: two launches), with and without batch-invariant numerics, x
+// bf16 / f32, y f32 / x's dtype, with and without a bias; the pairs of llama.cpp's K-quant mixes
+// in both orders (Llama-3.1-8B's q/k and v shapes among them) and one pair it is not built for.
+TEST(CudaLinearQuantPair, EqualsTwoLinears) {
+  DSPARK_REQUIRE_CUDA();
+  using enum QuantType;
+  struct Case {
+    QuantType a, b;
+    int64_t na, nb, k;
+  };
+  const Case cases[] = {{q4_k, q6_k, 5120, 1024, 4096}, {q6_k, q4_k, 96, 32, 256},
+                        {q5_k, q6_k, 640, 128, 2048},   {q4_k, q5_k, 37, 13, 768},
+                        {q5_k, q4_k, 512, 512, 1024},   {q4_0, q8_0, 64, 48, 512}};
+  for (bool invariant : {false, true}) {
+    Contexts ctx;
+    ctx.gpu.cuda_tuning().batch_invariant = invariant;
+    for (const Case& c : cases) {
+      const QuantWeight wa = make_weight(c.a, c.na, c.k, 7700 + static_cast<uint32_t>(c.na));
+      const QuantWeight wb = make_weight(c.b, c.nb, c.k, 7701 + static_cast<uint32_t>(c.nb));
+      const OwnedTensor bias_h = random_tensor(DType::f32, Shape{c.na + c.nb}, 7702);
+      const OwnedTensor bias = OwnedTensor::copy_of(bias_h.view(), kTestGpu);
+      for (int64_t m : {1, 2, 3, 4, 5}) {
+        for (DType xd : {DType::bf16, DType::f32}) {
+          for (DType yd : {DType::f32, xd}) {
+            for (bool with_bias : {false, true}) {
+              const std::string what =
+                  std::string(quant_type_name(c.a)) + "/" + std::string(quant_type_name(c.b)) +
+                  " N=" + std::to_string(c.na) + "+" + std::to_string(c.nb) +
+                  " K=" + std::to_string(c.k) + " M=" + std::to_string(m) + " " + name_of(xd) +
+                  " -> " + name_of(yd) + (with_bias ? " +bias" : "") +
+                  (invariant ? " (batch-invariant)" : "");
+              const OwnedTensor xh = random_tensor(xd, Shape{m, c.k}, 7703);
+              const OwnedTensor x = OwnedTensor::copy_of(xh.view(), kTestGpu);
+              const int64_t n = c.na + c.nb;
+              const auto bias_of = [&](int64_t b0, int64_t b1) {
+                return with_bias ? bias.view().slice(0, b0, b1) : Tensor{};
+              };
+              const OwnedTensor got = OwnedTensor::zeros(yd, Shape{m, n}, kTestGpu);
+              linear_pair(ctx.gpu, x, wa.matrix(), bias_of(0, c.na), got.view().slice(1, 0, c.na),
+                          wb.matrix(), bias_of(c.na, n), got.view().slice(1, c.na, n));
+              const OwnedTensor want = OwnedTensor::zeros(yd, Shape{m, n}, kTestGpu);
+              linear(ctx.gpu, x, wa.matrix(), bias_of(0, c.na), want.view().slice(1, 0, c.na));
+              linear(ctx.gpu, x, wb.matrix(), bias_of(c.na, n), want.view().slice(1, c.na, n));
+              ctx.gpu.synchronize();
+              expect_equal(got, want, what);
+            }
+          }
+        }
+      }
+    }
+  }
+}
 
 class CudaGatherQuant : public ::testing::TestWithParam<QuantType> {};
 

@@ -463,6 +463,31 @@ TEST(CudaPolicyLinearBlocks, TensorCoresForDecodeAndVerifyRows) {
   EXPECT_EQ(p.slice_sbs, 7);
 }
 
+TEST(CudaPolicyLinearBlocks, PairSplitBalancesBytesPerCta) {
+  struct Case {
+    int64_t tiles_a, bytes_a, tiles_b, bytes_b, total;
+    int grid_a, grid_b;
+    const char* what;
+  };
+  const Case cases[] = {
+      // Llama-3.1-8B's decode q/k (Q4_K, 640 tiles of 8 rows of 2,304 bytes) and v (Q6_K, 128
+      // tiles of 8 rows of 3,360 bytes) on 264 CTAs: 4 q/k tiles for each of 160 CTAs (73,728
+      // bytes), at most 2 v tiles for each of the other 104; more CTAs for q/k leave the largest
+      // share as it is.
+      {640, 8 * 2304, 128, 8 * 3360, 264, 160, 104, "llama q/k + v"},
+      {10, 1, 2, 10, 4, 2, 2, "ten light tiles, two heavy ones"},
+      {3, 1, 2, 1, 100, 3, 2, "more CTAs than tiles: one per tile"},
+      {7, 5, 9, 5, 1, 1, 1, "one CTA resident: still one per part"},
+      {0, 5, 9, 5, 10, 0, 0, "no tiles on a side: no split"},
+  };
+  for (const Case& c : cases) {
+    const QuantGemvPairSplit sp =
+        gemv_pair_split(c.tiles_a, c.bytes_a, c.tiles_b, c.bytes_b, c.total);
+    EXPECT_EQ(sp.grid_a, c.grid_a) << c.what;
+    EXPECT_EQ(sp.grid_b, c.grid_b) << c.what;
+  }
+}
+
 TEST(CudaPolicyLinearBlocks, PlansHoldOverShapes) {
   const Tuning t;
   for (const DeviceCaps& caps : {kH200, kAmpere, DeviceCaps{9, 1}, DeviceCaps{9, 7}}) {

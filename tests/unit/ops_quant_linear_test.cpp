@@ -564,5 +564,33 @@ TEST(QuantLinearSwiglu, IsTheProductThenSwiglu) {
   EXPECT_THROW(linear_swiglu(ctx, x.view(), wm, bf16_scratch.view(), out.view()), Error);
 }
 
+// linear_pair on the CPU: two linears, each part into its columns of one y, bit for bit (with
+// biases, types that differ); its argument checks (a y of the wrong width, an x of the wrong K).
+TEST(QuantLinearPair, IsTwoLinears) {
+  Context ctx(Device::cpu());
+  constexpr int64_t kA = 40, kB = 24, kK = 512, kM = 3;
+  const OwnedTensor ta = u8_tensor(test::random_quant_blocks(QuantType::q4_k, kA, kK, 92), kA);
+  const OwnedTensor tb = u8_tensor(test::random_quant_blocks(QuantType::q6_k, kB, kK, 93), kB);
+  const WeightMatrix wa = weight_matrix(QuantType::q4_k, ta, kA, kK);
+  const WeightMatrix wb = weight_matrix(QuantType::q6_k, tb, kB, kK);
+  const OwnedTensor x = test::random_tensor(DType::f32, Shape{kM, kK}, 94);
+  const OwnedTensor bias = test::random_tensor(DType::f32, Shape{kA + kB}, 95);
+  OwnedTensor got = OwnedTensor::zeros(DType::f32, Shape{kM, kA + kB}, Device::cpu());
+  linear_pair(ctx, x.view(), wa, bias.view().slice(0, 0, kA), got.view().slice(1, 0, kA), wb,
+              bias.view().slice(0, kA, kA + kB), got.view().slice(1, kA, kA + kB));
+  OwnedTensor want = OwnedTensor::zeros(DType::f32, Shape{kM, kA + kB}, Device::cpu());
+  linear(ctx, x.view(), wa, bias.view().slice(0, 0, kA), want.view().slice(1, 0, kA));
+  linear(ctx, x.view(), wb, bias.view().slice(0, kA, kA + kB), want.view().slice(1, kA, kA + kB));
+  EXPECT_EQ(to_f32_vector(got), to_f32_vector(want));
+  OwnedTensor narrow = OwnedTensor::zeros(DType::f32, Shape{kM, kB - 1}, Device::cpu());
+  EXPECT_THROW(linear_pair(ctx, x.view(), wa, Tensor{}, got.view().slice(1, 0, kA), wb, Tensor{},
+                           narrow.view()),
+               Error);
+  const OwnedTensor short_x = test::random_tensor(DType::f32, Shape{kM, kK - 256}, 96);
+  EXPECT_THROW(linear_pair(ctx, short_x.view(), wa, Tensor{}, got.view().slice(1, 0, kA), wb,
+                           Tensor{}, got.view().slice(1, kA, kA + kB)),
+               Error);
+}
+
 }  // namespace
 }  // namespace dspark

@@ -355,11 +355,20 @@ Tensor ActivationArena::take(DType dtype, const Shape& shape) {
 namespace {
 
 // y = x . w^T (+ bias) for a weight in any of the forms a block holds: block-quantized parts
-// (one linear per part, into its columns of y), else dense or FP8 (project, ops/linear_fp8.h).
+// (one linear per part, into its columns of y; two parts as one linear_pair), else dense or FP8
+// (project, ops/linear_fp8.h).
 void project_any(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& scale,
                  const QuantizedWeight& q, const Tensor& bias, const Tensor& y) {
   if (!q.defined()) return project(ctx, x, w, scale, bias, y);
   const bool has_bias = bias.defined() && bias.numel() > 0;
+  if (q.parts.size() == 2) {  // e.g. Q4_K q/k rows and Q6_K v rows: one launch where it can
+    const QuantizedWeight::Part &a = q.parts[0], &b = q.parts[1];
+    const auto bias_of = [&](const QuantizedWeight::Part& p) {
+      return has_bias ? bias.slice(0, p.row0, p.row0 + p.w.n) : Tensor{};
+    };
+    return linear_pair(ctx, x, a.w, bias_of(a), y.slice(1, a.row0, a.row0 + a.w.n), b.w, bias_of(b),
+                       y.slice(1, b.row0, b.row0 + b.w.n));
+  }
   for (const QuantizedWeight::Part& p : q.parts) {
     const int64_t end = p.row0 + p.w.n;
     const Tensor part_y = q.parts.size() == 1 ? y : y.slice(1, p.row0, end);

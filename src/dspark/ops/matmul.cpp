@@ -67,10 +67,11 @@ void check_linear_args(const Context& ctx, const Tensor& x, const Tensor& w, con
 
 }  // namespace ops_internal
 
-void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
-            const Tensor& y) {
-  if (!w.quantized()) return linear(ctx, x, w.data, bias, y);
-  constexpr const char* kOp = "linear";
+namespace {
+
+// linear()'s checks of a quantized w and its operands, under op name kOp.
+void check_quantized_linear(Context& ctx, const char* kOp, const Tensor& x, const WeightMatrix& w,
+                            const Tensor& bias, const Tensor& y) {
   check_weight_matrix(ctx, kOp, "w", w);
   check_rank(kOp, "x", x, 2);
   check_float(kOp, "x", x);
@@ -96,7 +97,16 @@ void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& 
                       "{} on CUDA: FP8 blocks need x bf16, k a multiple of 16, block_n a multiple "
                       "of 16 and block_k 64 times a power of two; got x {}, k {}, blocks {}x{}",
                       kOp, x.describe(), w.k, w.block_n, w.block_k);
+}
+
+}  // namespace
+
+void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
+            const Tensor& y) {
+  if (!w.quantized()) return linear(ctx, x, w.data, bias, y);
+  check_quantized_linear(ctx, "linear", x, w, bias, y);
   if (x.size(0) == 0 || w.n == 0) return;
+  const bool fp8 = w.format == WeightFormat::fp8_blocks;
   if (ctx.is_cuda()) {
     if (fp8) {
       DSPARK_ON_CUDA(cuda::linear_fp8_blocks(ctx, x, w, bias, y));
@@ -108,6 +118,22 @@ void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& 
   } else {
     cpu::linear_blocks(ctx, x, w, bias, y);
   }
+}
+
+void linear_pair(Context& ctx, const Tensor& x, const WeightMatrix& wa, const Tensor& bias_a,
+                 const Tensor& ya, const WeightMatrix& wb, const Tensor& bias_b, const Tensor& yb) {
+  constexpr const char* kOp = "linear_pair";
+  const bool blocks = wa.format == WeightFormat::blocks && wb.format == WeightFormat::blocks &&
+                      wa.quantized() && wb.quantized();
+  if (ctx.is_cuda() && blocks && x.size(0) > 0 && wa.n > 0 && wb.n > 0) {
+    check_quantized_linear(ctx, kOp, x, wa, bias_a, ya);
+    check_quantized_linear(ctx, kOp, x, wb, bias_b, yb);
+    bool done = false;
+    DSPARK_ON_CUDA(done = cuda::linear_blocks_pair(ctx, x, wa, bias_a, ya, wb, bias_b, yb));
+    if (done) return;
+  }
+  linear(ctx, x, wa, bias_a, ya);
+  linear(ctx, x, wb, bias_b, yb);
 }
 
 void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {

@@ -34,6 +34,14 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
             const Tensor& y);
 
+// ya = x . wa^T (+ bias_a) and yb = x . wb^T (+ bias_b): linear() of each, bit for bit (a
+// stacked projection whose parts differ in block type, e.g. Q4_K q/k rows and Q6_K v rows). CUDA:
+// both products in one launch where linear takes the few-row kernel for both and the kernel is
+// built for the two types (backend/cuda/kernels/linear_quant_gemv.h); every other call, and the
+// CPU, as two linear() calls.
+void linear_pair(Context& ctx, const Tensor& x, const WeightMatrix& wa, const Tensor& bias_a,
+                 const Tensor& ya, const WeightMatrix& wb, const Tensor& bias_b, const Tensor& yb);
+
 // out[M, I] = swiglu(x . w^T) for w [2I, K] holding the gate rows then the up rows (an MLP's
 // stacked gate/up projection): the values of linear(ctx, x, w, {}, gate_up) then swiglu(ctx,
 // gate_up[:, :I], gate_up[:, I:], out), bit for bit, with gate_up [M, 2I] of out's dtype, which is

@@ -33,6 +33,12 @@ void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
 // linear_swiglu) in one launch; false (nothing launched) where linear_blocks would not take the
 // few-row kernel or the kernel cannot pair the rows.
 bool linear_blocks_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& out);
+// ya = x . dequantize(wa)^T (+ bias_a) and yb likewise (ops/matmul.h's linear_pair) in one
+// launch; false (nothing launched) where linear_blocks would not take the few-row kernel for
+// both or the kernel is not built for the two types.
+bool linear_blocks_pair(Context& ctx, const Tensor& x, const WeightMatrix& wa, const Tensor& bias_a,
+                        const Tensor& ya, const WeightMatrix& wb, const Tensor& bias_b,
+                        const Tensor& yb);
 void linear_add_rms_norm(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& y,
                          const Tensor& residual, const Tensor& weight, const Tensor& out,
                          const RmsNormParams& params, const LinearNormExtras& extras);

@@ -495,4 +495,17 @@ bool linear_blocks_swiglu(Context& ctx, const Tensor& x, const WeightMatrix& w, 
   return true;
 }
 
+bool linear_blocks_pair(Context& ctx, const Tensor& x, const WeightMatrix& wa, const Tensor& bias_a,
+                        const Tensor& ya, const WeightMatrix& wb, const Tensor& bias_b,
+                        const Tensor& yb) {
+  if (row_view(x).rows == 0 || wa.n == 0 || wb.n == 0) return false;
+  const LinearBlocksChoice ca = choose_linear_blocks(blocks_shape(x, wa, ya.dtype()),
+                                                     ctx.cuda_caps(), ctx.cuda_tuning(), false);
+  const LinearBlocksChoice cb = choose_linear_blocks(blocks_shape(x, wb, yb.dtype()),
+                                                     ctx.cuda_caps(), ctx.cuda_tuning(), false);
+  if (ca.kernel != LinearBlocksKernel::gemv || cb.kernel != LinearBlocksKernel::gemv) return false;
+  return linear_blocks_gemv_pair(ctx, x, GemvPart{&wa, bias_a, ya, ca.gemv_plan},
+                                 GemvPart{&wb, bias_b, yb, cb.gemv_plan});
+}
+
 }  // namespace dspark::cuda

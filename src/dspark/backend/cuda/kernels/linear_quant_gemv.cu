@@ -30,6 +30,10 @@
 //    its end rounds both sums to y's dtype and stores swiglu of them (device/swiglu.cuh) as the
 //    swiglu op would: the same bits as the product then the op, without the product's store,
 //    the op's launch and its reads.
+//  - Pairs (linear_blocks_gemv_pair): two weights of different types over one x in one launch;
+//    the first CTAs run the first weight's tiles as a launch of their own would, the others the
+//    second's (each part its own plan and x layout, so its own bits), the split from
+//    gemv_pair_split.
 //  - Chunks: above kQuantGemvMaxRows rows, blockIdx.y is a chunk of that many rows (the last may
 //    hold fewer: the x region's other rows are left as they are and never stored). The grid's x
 //    is cut so that every chunk's CTAs are resident at once: CTAs of one tile and different chunks
@@ -96,25 +100,24 @@ struct ChunkX {
   } layout;
 };
 
-// Two CTAs per SM for one or two rows of x (64 registers), one for more. kSwiglu: p.swiglu_inter
-// outputs of SwiGLU (a separate instantiation: the branches cost the plain product registers).
+// The product as CTA `bx` of `gx` CTAs that share p's tiles (a launch's blockIdx.x and gridDim.x,
+// or a share of a pair launch's). kSwiglu: p.swiglu_inter outputs of SwiGLU (a separate
+// instantiation: the branches cost the plain product registers).
 template <QuantType Q, int M, bool kSwiglu>
-__global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
-    linear_quant_gemv_kernel(const GemvParams p) {
+__device__ __forceinline__ void gemv_cta(const GemvParams& p, const int bx, const int gx,
+                                         uint8_t* const smem) {
   using F = QuantMma<Q>;
   constexpr int SBB = F::kSbBytes;
   constexpr int S = kQuantGemvStageSbs;
   constexpr int kStages = quant_gemv_stages(Q);
   constexpr int kOff = dp4a_offset<Q>();
-  extern __shared__ __align__(16) uint8_t smem[];
 
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int wk = warp % p.warps_k, wr = warp / p.warps_k, rows_per_tile = kWarps / p.warps_k;
   const int per_warp = (p.ksb + p.warps_k - 1) / p.warps_k;
   const int my0 = min(wk * per_warp, p.ksb), my1 = min(my0 + per_warp, p.ksb);
   const int chunks = (my1 - my0 + S - 1) / S;  // stages per tile
-  const int my_tiles = (p.tiles - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
-                       static_cast<int>(gridDim.x);
+  const int my_tiles = (p.tiles - bx + gx - 1) / gx;
   const int total = my_tiles * chunks;
   const int slot_bytes = p.layout.slot;
   uint8_t* const ring = smem + static_cast<size_t>(warp) * kStages * slot_bytes;
@@ -124,7 +127,6 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
   // The weight bytes of stage i of this warp: tile i / chunks (its row of this warp, clamped to
   // the last), super-blocks my0 + (i % chunks) S .. + nsb - 1; chunk j and tile t are tracked
   // incrementally for the stage being issued (it_*) and the one being computed.
-  const int gx = static_cast<int>(gridDim.x);
   [[maybe_unused]] const int half = rows_per_tile / 2;  // SwiGLU: outputs per tile
   auto row_at = [&](int tile) {
     if constexpr (kSwiglu) {
@@ -134,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
       return static_cast<int64_t>(min(tile * rows_per_tile + wr, p.n - 1));
     }
   };
-  int it_tile = static_cast<int>(blockIdx.x), it_chunk = 0, issued = 0;
+  int it_tile = bx, it_chunk = 0, issued = 0;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The warp's kStages slot barriers (one arrival: the issuing lane's, plus the copy's bytes).
   const unsigned bars = static_cast<unsigned>(__cvta_generic_to_shared(smem + p.layout.bars)) +
@@ -216,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
     float acc[M];
 #pragma unroll
     for (int r = 0; r < M; ++r) acc[r] = 0.0f;
-    const int64_t row_base = row_at(static_cast<int>(blockIdx.x) + t * gx) * p.row_bytes;
+    const int64_t row_base = row_at(bx + t * gx) * p.row_bytes;
     for (int j = 0; j < chunks; ++j, ++i) {
       issue_next();
       wait_stage(i);
@@ -289,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     }
-    const int tile = static_cast<int>(blockIdx.x) + t * static_cast<int>(gridDim.x);
+    const int tile = bx + t * gx;
     const int64_t row = int64_t{tile} * rows_per_tile + wr;
     if constexpr (kSwiglu) {
       // Each output's gate and up sums (rows rr and rr + half of the tile), added over their
@@ -345,29 +347,113 @@ __global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
   }
 }
 
-template <QuantType Q, int M, bool kSwiglu>
-void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
-  constexpr auto kernel = &linear_quant_gemv_kernel<Q, M, kSwiglu>;
-  const size_t limit = quant_mma_smem_limit(caps);
-  allow_dynamic_smem<kernel>(limit);
-  // CTAs resident per SM at this shared memory (queried once per size).
+// The kernel's CTAs resident per SM at `smem` bytes of dynamic shared memory (at least 1; queried
+// once per size), after allowing it the device's most.
+template <auto kernel>
+int resident_ctas(const DeviceCaps& caps, size_t smem) {
+  allow_dynamic_smem<kernel>(quant_mma_smem_limit(caps));
   static std::mutex mu;
   static size_t cached_smem = 0;
   static int cached_ctas = 0;
-  int ctas = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (cached_smem != p.layout.bytes) {
-      DSPARK_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_ctas, kernel,
-                                                                      kThreads, p.layout.bytes));
-      cached_smem = p.layout.bytes;
-    }
-    ctas = std::max(cached_ctas, 1);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cached_smem != smem) {
+    DSPARK_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_ctas, kernel, kThreads, smem));
+    cached_smem = smem;
   }
+  return std::max(cached_ctas, 1);
+}
+
+// Two CTAs per SM for one or two rows of x (64 registers), one for more.
+template <QuantType Q, int M, bool kSwiglu>
+__global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
+    linear_quant_gemv_kernel(const GemvParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  gemv_cta<Q, M, kSwiglu>(p, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), smem);
+}
+
+template <QuantType Q, int M, bool kSwiglu>
+void launch_gemv(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
+  constexpr auto kernel = &linear_quant_gemv_kernel<Q, M, kSwiglu>;
+  const int ctas = resident_ctas<kernel>(caps, p.layout.bytes);
   const int chunks = (p.m + M - 1) / M;  // blockIdx.y: chunks of M rows (only M = 4 has several)
   const int grid = std::min(p.tiles, std::max(ctas * std::max(caps.sm_count, 1) / chunks, 1));
   launch_pdl(kernel, dim3(static_cast<unsigned>(grid), static_cast<unsigned>(chunks)),
              dim3(kThreads), p.layout.bytes, stream, p);
+}
+
+// Two products of one x, a of type QA and b of QB, in one launch: CTAs [0, grid_a) take a's tiles
+// and the others b's, each share as its own launch of gemv_cta would (one chunk of rows).
+struct GemvPairParams {
+  GemvParams a, b;
+  int grid_a;
+};
+
+template <QuantType QA, QuantType QB, int M>
+__global__ void __launch_bounds__(kThreads, M <= 2 ? 2 : 1)
+    linear_quant_gemv_pair_kernel(const GemvPairParams p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int bx = static_cast<int>(blockIdx.x), gx = static_cast<int>(gridDim.x);
+  if (bx < p.grid_a) {
+    gemv_cta<QA, M, false>(p.a, bx, p.grid_a, smem);
+  } else {
+    gemv_cta<QB, M, false>(p.b, bx - p.grid_a, gx - p.grid_a, smem);
+  }
+}
+
+template <QuantType QA, QuantType QB, int M>
+void launch_gemv_pair(GemvPairParams p, const DeviceCaps& caps, cudaStream_t stream) {
+  constexpr auto kernel = &linear_quant_gemv_pair_kernel<QA, QB, M>;
+  const size_t smem = std::max(p.a.layout.bytes, p.b.layout.bytes);
+  const int ctas = resident_ctas<kernel>(caps, smem);
+  const QuantGemvPairSplit split = gemv_pair_split(
+      p.a.tiles, int64_t{kWarps / p.a.warps_k} * p.a.row_bytes, p.b.tiles,
+      int64_t{kWarps / p.b.warps_k} * p.b.row_bytes, int64_t{ctas} * std::max(caps.sm_count, 1));
+  p.grid_a = split.grid_a;
+  launch_pdl(kernel, dim3(static_cast<unsigned>(split.grid_a + split.grid_b)), dim3(kThreads), smem,
+             stream, p);
+}
+
+template <QuantType QA, QuantType QB>
+void launch_gemv_pair_rows(const GemvPairParams& p, const DeviceCaps& caps, cudaStream_t stream) {
+  static_assert(kQuantGemvMaxRows == 4, "launch_gemv_pair_rows covers 4 rows");
+  switch (p.a.m) {
+    case 1:
+      return launch_gemv_pair<QA, QB, 1>(p, caps, stream);
+    case 2:
+      return launch_gemv_pair<QA, QB, 2>(p, caps, stream);
+    case 3:
+      return launch_gemv_pair<QA, QB, 3>(p, caps, stream);
+    default:
+      return launch_gemv_pair<QA, QB, 4>(p, caps, stream);
+  }
+}
+
+// The pair launch with a of type A and b of B, p's parts swapped where a is the B one.
+template <QuantType A, QuantType B>
+bool launch_pair_as(const GemvPairParams& p, QuantType qa, const DeviceCaps& caps,
+                    cudaStream_t stream) {
+  if (qa == A) {
+    launch_gemv_pair_rows<A, B>(p, caps, stream);
+  } else {
+    launch_gemv_pair_rows<A, B>(GemvPairParams{p.b, p.a, 0}, caps, stream);
+  }
+  return true;
+}
+
+// The type pairs a pair launch is built for: the q/k and v parts of llama.cpp's K-quant mixes
+// (Q4_K_M and Q5_K_M keep v in Q6_K in some layers, Q4_K_S in Q5_K), in either order; false for
+// any other pair.
+bool launch_pair(const GemvPairParams& p, QuantType qa, QuantType qb, const DeviceCaps& caps,
+                 cudaStream_t stream) {
+  using enum QuantType;
+  const auto is = [&](QuantType x, QuantType y) {
+    return (qa == x && qb == y) || (qa == y && qb == x);
+  };
+  if (is(q4_k, q6_k)) return launch_pair_as<q4_k, q6_k>(p, qa, caps, stream);
+  if (is(q5_k, q6_k)) return launch_pair_as<q5_k, q6_k>(p, qa, caps, stream);
+  if (is(q4_k, q5_k)) return launch_pair_as<q4_k, q5_k>(p, qa, caps, stream);
+  return false;
 }
 
 template <QuantType Q, bool kSwiglu>
@@ -436,6 +522,14 @@ void launch(Context& ctx, const GemvParams& p, QuantType quant) {
 void linear_blocks_gemv(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                         const Tensor& y, const QuantGemvPlan& plan) {
   launch(ctx, gemv_params(x, w, bias, y, w.n, plan), w.quant);
+}
+
+bool linear_blocks_gemv_pair(Context& ctx, const Tensor& x, const GemvPart& a, const GemvPart& b) {
+  const int64_t m = row_view(x).rows;
+  if (m < 1 || m > kQuantGemvMaxRows || a.w->quant == b.w->quant) return false;
+  const GemvPairParams p{gemv_params(x, *a.w, a.bias, a.y, a.w->n, a.plan),
+                         gemv_params(x, *b.w, b.bias, b.y, b.w->n, b.plan), 0};
+  return launch_pair(p, a.w->quant, b.w->quant, ctx.cuda_caps(), stream_of(ctx));
 }
 
 bool gemv_swiglu_fits(const WeightMatrix& w, const QuantGemvPlan& plan) {

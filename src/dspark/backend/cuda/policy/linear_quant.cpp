@@ -102,6 +102,25 @@ QuantGemvPlan gemv_plan(const LinearBlocksShape& s, const DeviceCaps& caps, int6
 
 }  // namespace
 
+QuantGemvPairSplit gemv_pair_split(int64_t tiles_a, int64_t tile_bytes_a, int64_t tiles_b,
+                                   int64_t tile_bytes_b, int64_t total) {
+  QuantGemvPairSplit split;
+  if (tiles_a < 1 || tiles_b < 1) return split;
+  total = std::clamp<int64_t>(total, 2, tiles_a + tiles_b);
+  int64_t best = std::numeric_limits<int64_t>::max();
+  for (int64_t ga = std::max<int64_t>(1, total - tiles_b); ga <= std::min(tiles_a, total - 1);
+       ++ga) {
+    const int64_t gb = total - ga;
+    const int64_t cost =
+        std::max(ceil_div(tiles_a, ga) * tile_bytes_a, ceil_div(tiles_b, gb) * tile_bytes_b);
+    if (cost < best) {
+      best = cost;
+      split = QuantGemvPairSplit{static_cast<int>(ga), static_cast<int>(gb)};
+    }
+  }
+  return split;
+}
+
 LinearBlocksChoice choose_linear_blocks(const LinearBlocksShape& s, const DeviceCaps& caps,
                                         const Tuning& t, bool split_k) {
   LinearBlocksChoice choice;  // dequantize

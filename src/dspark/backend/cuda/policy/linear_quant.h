@@ -145,6 +145,17 @@ struct QuantGemvPlan {
   size_t smem_bytes = 0;
 };
 
+// Two few-row products of one x whose weights differ in type (a stacked projection's parts, e.g.
+// Q4_K q/k rows and Q6_K v rows) in one launch: `total` CTAs, grid_a of them over a's tiles and
+// the rest over b's (each part keeps its own plan, so its bits are those of its own launch).
+// grid_a minimises the larger of the two shares' bytes per CTA (the most tiles a CTA of the share
+// takes x the bytes of a tile); the fewer CTAs for a on ties.
+struct QuantGemvPairSplit {
+  int grid_a = 0, grid_b = 0;
+};
+QuantGemvPairSplit gemv_pair_split(int64_t tiles_a, int64_t tile_bytes_a, int64_t tiles_b,
+                                   int64_t tile_bytes_b, int64_t total);
+
 enum class LinearBlocksKernel {
   gemv,        // kernels/linear_quant_gemv.cu, dp4a
   mma,         // kernels/linear_quant.cu, tensor cores
