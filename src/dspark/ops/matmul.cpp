@@ -123,8 +123,7 @@ void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& 
 void linear_pair(Context& ctx, const Tensor& x, const WeightMatrix& wa, const Tensor& bias_a,
                  const Tensor& ya, const WeightMatrix& wb, const Tensor& bias_b, const Tensor& yb) {
   constexpr const char* kOp = "linear_pair";
-  const bool blocks = wa.format == WeightFormat::blocks && wb.format == WeightFormat::blocks &&
-                      wa.quantized() && wb.quantized();
+  const bool blocks = wa.format == WeightFormat::blocks && wb.format == WeightFormat::blocks;
   if (ctx.is_cuda() && blocks && x.size(0) > 0 && wa.n > 0 && wb.n > 0) {
     check_quantized_linear(ctx, kOp, x, wa, bias_a, ya);
     check_quantized_linear(ctx, kOp, x, wb, bias_b, yb);

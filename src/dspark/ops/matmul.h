@@ -38,7 +38,7 @@ void linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& 
 // stacked projection whose parts differ in block type, e.g. Q4_K q/k rows and Q6_K v rows). CUDA:
 // both products in one launch where linear takes the few-row kernel for both and the kernel is
 // built for the two types (backend/cuda/kernels/linear_quant_gemv.h); every other call, and the
-// CPU, as two linear() calls.
+// CPU, as two linear() calls. ya and yb share no element (e.g. column ranges of one y).
 void linear_pair(Context& ctx, const Tensor& x, const WeightMatrix& wa, const Tensor& bias_a,
                  const Tensor& ya, const WeightMatrix& wb, const Tensor& bias_b, const Tensor& yb);
 
