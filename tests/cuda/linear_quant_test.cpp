@@ -25,6 +25,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dspark/backend/cuda/kernels.h"
 #include "dspark/backend/cuda/policy/linear_quant.h"
 #include "dspark/backend/op_params.h"
 #include "dspark/core/quant.h"
@@ -447,17 +448,19 @@ INSTANTIATE_TEST_SUITE_P(Formats, CudaLinearQuant, ::testing::ValuesIn(kQuantTyp
 // for, as two linears otherwise) against two linear calls: the same bits, each part into its
 // columns of one y, at 1-5 rows (5: two launches), with and without batch-invariant numerics, x
 // bf16 / f32, y f32 / x's dtype, with and without a bias; the pairs of llama.cpp's K-quant mixes
-// in both orders (Llama-3.1-8B's q/k and v shapes among them) and one pair it is not built for.
+// in both orders (Llama-3.1-8B's q/k and v shapes among them) and one pair it is not built for;
+// the one launch is checked to be taken where it is built.
 TEST(CudaLinearQuantPair, EqualsTwoLinears) {
   DSPARK_REQUIRE_CUDA();
   using enum QuantType;
   struct Case {
     QuantType a, b;
     int64_t na, nb, k;
+    bool built;  // a pair the one-launch kernel is built for
   };
-  const Case cases[] = {{q4_k, q6_k, 5120, 1024, 4096}, {q6_k, q4_k, 96, 32, 256},
-                        {q5_k, q6_k, 640, 128, 2048},   {q4_k, q5_k, 37, 13, 768},
-                        {q5_k, q4_k, 512, 512, 1024},   {q4_0, q8_0, 64, 48, 512}};
+  const Case cases[] = {{q4_k, q6_k, 5120, 1024, 4096, true}, {q6_k, q4_k, 96, 32, 256, true},
+                        {q5_k, q6_k, 640, 128, 2048, true},   {q4_k, q5_k, 37, 13, 768, true},
+                        {q5_k, q4_k, 512, 512, 1024, true},   {q4_0, q8_0, 64, 48, 512, false}};
   for (bool invariant : {false, true}) {
     Contexts ctx;
     ctx.gpu.cuda_tuning().batch_invariant = invariant;
@@ -490,6 +493,18 @@ TEST(CudaLinearQuantPair, EqualsTwoLinears) {
               linear(ctx.gpu, x, wb.matrix(), bias_of(c.na, n), want.view().slice(1, c.na, n));
               ctx.gpu.synchronize();
               expect_equal(got, want, what);
+#if !defined(DSPARK_CONSISTENCY_ON_CPU)
+              // The one launch itself: taken for the built pairs at 1-4 rows, the same bits.
+              const OwnedTensor one = OwnedTensor::zeros(yd, Shape{m, n}, kTestGpu);
+              const bool launched = cuda::linear_blocks_pair(
+                  ctx.gpu, x, wa.matrix(), bias_of(0, c.na), one.view().slice(1, 0, c.na),
+                  wb.matrix(), bias_of(c.na, n), one.view().slice(1, c.na, n));
+              EXPECT_EQ(launched, c.built && m <= cuda::kQuantGemvMaxRows) << what;
+              if (launched) {
+                ctx.gpu.synchronize();
+                expect_equal(one, want, what);
+              }
+#endif
             }
           }
         }

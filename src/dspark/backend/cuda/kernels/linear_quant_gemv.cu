@@ -414,18 +414,19 @@ void launch_gemv_pair(GemvPairParams p, const DeviceCaps& caps, cudaStream_t str
              stream, p);
 }
 
-template <QuantType QA, QuantType QB>
-void launch_gemv_pair_rows(const GemvPairParams& p, const DeviceCaps& caps, cudaStream_t stream) {
-  static_assert(kQuantGemvMaxRows == 4, "launch_gemv_pair_rows covers 4 rows");
-  switch (p.a.m) {
+// f.template operator()<M>() for the instantiation of M = min(m, kQuantGemvMaxRows) rows.
+template <typename F>
+void with_rows(int m, F&& f) {
+  static_assert(kQuantGemvMaxRows == 4, "with_rows covers 4 rows");
+  switch (std::min(m, kQuantGemvMaxRows)) {
     case 1:
-      return launch_gemv_pair<QA, QB, 1>(p, caps, stream);
+      return f.template operator()<1>();
     case 2:
-      return launch_gemv_pair<QA, QB, 2>(p, caps, stream);
+      return f.template operator()<2>();
     case 3:
-      return launch_gemv_pair<QA, QB, 3>(p, caps, stream);
+      return f.template operator()<3>();
     default:
-      return launch_gemv_pair<QA, QB, 4>(p, caps, stream);
+      return f.template operator()<4>();
   }
 }
 
@@ -433,11 +434,8 @@ void launch_gemv_pair_rows(const GemvPairParams& p, const DeviceCaps& caps, cuda
 template <QuantType A, QuantType B>
 bool launch_pair_as(const GemvPairParams& p, QuantType qa, const DeviceCaps& caps,
                     cudaStream_t stream) {
-  if (qa == A) {
-    launch_gemv_pair_rows<A, B>(p, caps, stream);
-  } else {
-    launch_gemv_pair_rows<A, B>(GemvPairParams{p.b, p.a, 0}, caps, stream);
-  }
+  const GemvPairParams q = qa == A ? p : GemvPairParams{p.b, p.a, 0};
+  with_rows(q.a.m, [&]<int M>() { launch_gemv_pair<A, B, M>(q, caps, stream); });
   return true;
 }
 
@@ -454,21 +452,6 @@ bool launch_pair(const GemvPairParams& p, QuantType qa, QuantType qb, const Devi
   if (is(q5_k, q6_k)) return launch_pair_as<q5_k, q6_k>(p, qa, caps, stream);
   if (is(q4_k, q5_k)) return launch_pair_as<q4_k, q5_k>(p, qa, caps, stream);
   return false;
-}
-
-template <QuantType Q, bool kSwiglu>
-void launch_gemv_rows(const GemvParams& p, const DeviceCaps& caps, cudaStream_t stream) {
-  static_assert(kQuantGemvMaxRows == 4, "launch_gemv_rows covers 4 rows");
-  switch (std::min(p.m, kQuantGemvMaxRows)) {
-    case 1:
-      return launch_gemv<Q, 1, kSwiglu>(p, caps, stream);
-    case 2:
-      return launch_gemv<Q, 2, kSwiglu>(p, caps, stream);
-    case 3:
-      return launch_gemv<Q, 3, kSwiglu>(p, caps, stream);
-    default:
-      return launch_gemv<Q, 4, kSwiglu>(p, caps, stream);
-  }
 }
 
 }  // namespace
@@ -508,12 +491,16 @@ GemvParams gemv_params(const Tensor& x, const WeightMatrix& w, const Tensor& bia
 }
 
 void launch(Context& ctx, const GemvParams& p, QuantType quant) {
+  const DeviceCaps& caps = ctx.cuda_caps();
+  const cudaStream_t stream = stream_of(ctx);
   quant::dispatch_quant(quant, [&]<QuantType Q>(quant::QuantTag<Q>) {
-    if (p.swiglu_inter != 0) {
-      launch_gemv_rows<Q, true>(p, ctx.cuda_caps(), stream_of(ctx));
-    } else {
-      launch_gemv_rows<Q, false>(p, ctx.cuda_caps(), stream_of(ctx));
-    }
+    with_rows(p.m, [&]<int M>() {
+      if (p.swiglu_inter != 0) {
+        launch_gemv<Q, M, true>(p, caps, stream);
+      } else {
+        launch_gemv<Q, M, false>(p, caps, stream);
+      }
+    });
   });
 }
 
