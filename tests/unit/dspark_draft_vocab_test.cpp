@@ -10,8 +10,10 @@
 #include <set>
 
 #include "dspark/spec/dspark/draft_vocab.h"
+#include "dspark/spec/dspark/drafter_weights.h"
 #include "dspark/spec/source_factory.h"
 #include "unit/dspark_drafter_testing.h"
+#include "unit/quantized_drafter_testing.h"
 
 namespace dspark {
 namespace {
@@ -90,16 +92,14 @@ SpecRun run_spec(Model& target, Context& ctx, const std::filesystem::path& dir,
   return r;
 }
 
-TEST(DraftVocab, GreedyLosslessWithDraftsFromTheList) {
+// Greedy speculative decoding with the drafter at `dir`, over the whole vocabulary and over a
+// list of every other id plus the ids the plain outputs use (so that drafts can be accepted):
+// both emit the plain tokens, and the cut's logits are the full run's columns (above).
+void expect_cut_matches_full(const std::filesystem::path& dir, const std::string& what) {
   const auto target_dir = test::data_dir() / "models" / "qwen3";
-  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
   Context ctx(Device::cpu());
   auto target = load_model(target_dir, Device::cpu(), DType::f32);
   const int vocab_size = static_cast<int>(target->config().vocab_size);
-  const auto dir = test::per_test_temp_dir("draft_vocab", "drafter");
-  test::TinyDrafterSpec spec;
-  spec.block_size = 6;
-  test::write_tiny_drafter(dir, spec, target->config());
   const auto prompts = test::lossless_prompts(vocab_size);
   GenerateOptions o;
   o.max_tokens = 20;
@@ -107,7 +107,6 @@ TEST(DraftVocab, GreedyLosslessWithDraftsFromTheList) {
   std::vector<std::vector<int32_t>> plain;
   for (const auto& p : prompts) plain.push_back(generate(*target, ctx, p, o).tokens);
 
-  // Every other id, plus every id the plain outputs use (so that drafts can be accepted).
   std::set<int32_t> ids;
   for (int32_t i = 0; i < vocab_size; i += 2) ids.insert(i);
   for (const auto& p : plain) ids.insert(p.begin(), p.end());
@@ -116,9 +115,9 @@ TEST(DraftVocab, GreedyLosslessWithDraftsFromTheList) {
 
   const SpecRun full = run_spec(*target, ctx, dir, prompts, {});
   const SpecRun cut = run_spec(*target, ctx, dir, prompts, vocab);
-  EXPECT_EQ(full.tokens, plain);
-  EXPECT_EQ(cut.tokens, plain);
-  EXPECT_GT(cut.drafted, 0);
+  EXPECT_EQ(full.tokens, plain) << what;
+  EXPECT_EQ(cut.tokens, plain) << what;
+  EXPECT_GT(cut.drafted, 0) << what;
 
   // The first rounds of both runs draft from the same context (the prompts' first tokens).
   ASSERT_FALSE(full.records.empty());
@@ -134,16 +133,50 @@ TEST(DraftVocab, GreedyLosslessWithDraftsFromTheList) {
     for (int64_t j = 0; j < v; ++j) {
       const size_t at_full = static_cast<size_t>(row * vocab_size + vocab[static_cast<size_t>(j)]);
       const size_t at_cut = static_cast<size_t>(row * v + j);
-      ASSERT_NEAR(c.base_logits[at_cut], f.base_logits[at_full], 1e-4) << row << " " << j;
+      ASSERT_NEAR(c.base_logits[at_cut], f.base_logits[at_full], 1e-4) << what << row << " " << j;
       if (first_draft) {
-        ASSERT_NEAR(c.logits[at_cut], f.logits[at_full], 1e-4) << row << " " << j;
+        ASSERT_NEAR(c.logits[at_cut], f.logits[at_full], 1e-4) << what << row << " " << j;
       }
     }
     // The draft is the list's id of the best corrected column (ties: the first).
     const auto begin = c.logits.begin() + row * v;
     const auto best = std::max_element(begin, begin + v) - begin;
-    EXPECT_EQ(c.tokens[static_cast<size_t>(row)], vocab[static_cast<size_t>(best)]) << row;
+    EXPECT_EQ(c.tokens[static_cast<size_t>(row)], vocab[static_cast<size_t>(best)]) << what << row;
   }
+}
+
+TEST(DraftVocab, GreedyLosslessWithDraftsFromTheList) {
+  const auto target_dir = test::data_dir() / "models" / "qwen3";
+  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
+  const auto target = load_model(target_dir, Device::cpu(), DType::f32);
+  const auto dir = test::per_test_temp_dir("draft_vocab", "drafter");
+  test::TinyDrafterSpec spec;
+  spec.block_size = 6;
+  test::write_tiny_drafter(dir, spec, target->config());
+  expect_cut_matches_full(dir, "float drafter ");
+}
+
+// A 4-bit drafter whose Markov tables qualify (rank 32): on the CPU they stay blocks, and the
+// cut's w2 rows are the same blocks (gather_block_rows), so the cut still computes the full
+// run's columns.
+TEST(DraftVocab, GreedyLosslessWithAQuantizedMarkovHead) {
+  const auto target_dir = test::data_dir() / "models" / "qwen3";
+  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
+  const auto target = load_model(target_dir, Device::cpu(), DType::f32);
+  const auto src = test::per_test_temp_dir("draft_vocab", "rank32");
+  test::TinyDrafterSpec spec;
+  spec.block_size = 6;
+  spec.rank = 32;
+  test::write_tiny_drafter(src, spec, target->config());
+  const auto dir = test::quantized_copy(src, "draft_vocab_rank32", {4, 32});
+  const DrafterCheckpoint ckpt = DrafterCheckpoint::open(dir);
+  const DrafterConfig config = load_drafter_config(dir);
+  const DrafterWeights w = load_drafter_weights(
+      ckpt.weights(), config, target->config().hidden_size, Device::cpu(), DType::f32);
+  EXPECT_TRUE(w.markov_w1.quantized.defined());
+  EXPECT_TRUE(w.markov_w2.quantized.defined());
+  expect_cut_matches_full(dir, "4-bit drafter ");
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DraftVocab, RefusedForOtherSources) {

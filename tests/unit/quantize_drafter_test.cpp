@@ -97,7 +97,8 @@ TEST(QuantizeDrafter, EveryQualifyingMatrixQuantizedIncludingMarkovW1) {
     }
   }
   const DrafterSmokeTest t = drafter_smoke_test(dir);
-  EXPECT_EQ(t.matrices_as_blocks, 2 * 4 + 3);  // per layer qkv, o, gate_up, down; fc, embed, head
+  // Per layer qkv, o, gate_up, down; fc, embed, head, markov_w1, markov_w2.
+  EXPECT_EQ(t.matrices_as_blocks, 2 * 4 + 5);
   test::expect_drafter_lossless(*target, ctx, dir, {5}, false, "rank32 float target");
   const fs::path qtarget_dir = test::quantized_copy(target_dir, "qwen3_rank32", {4, 32});
   auto qtarget = load_model(qtarget_dir, Device::cpu(), DType::f32);

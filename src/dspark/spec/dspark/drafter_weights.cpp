@@ -104,10 +104,15 @@ DrafterWeights load_drafter_weights(const WeightSource& source, const DrafterCon
   }
 
   if (config.markov_head != MarkovHeadType::none) {
-    out.markov_w1 =
-        w.load(head_name(source, root, "markov_head.markov_w1.weight"), Shape{vocab, r});
-    out.markov_w2 =
-        w.load(head_name(source, root, "markov_head.markov_w2.weight"), Shape{vocab, r});
+    auto markov_table = [&](const char* name) {
+      const std::string full = head_name(source, root, name);
+      if (!device.is_cuda()) return TableWeight::load(w, full, Shape{vocab, r});
+      TableWeight t;
+      t.dense = w.load(full, Shape{vocab, r});
+      return t;
+    };
+    out.markov_w1 = markov_table("markov_head.markov_w1.weight");
+    out.markov_w2 = markov_table("markov_head.markov_w2.weight");
     if (config.markov_head == MarkovHeadType::gated) {
       out.markov_proj =
           w.load(head_name(source, root, "markov_head.gate_proj.weight"), Shape{r, d + r});

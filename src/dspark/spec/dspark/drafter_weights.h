@@ -63,11 +63,13 @@ struct DrafterWeights {
   QuantizedWeight fc_q;     // block-quantized fc, when defined
   OwnedTensor hidden_norm;  // [d] f32
   std::vector<DrafterLayerWeights> layers;
-  OwnedTensor norm;              // [d] f32
-  TableWeight embed;             // [V, d] or empty (the target's embedding is used)
-  TableWeight lm_head;           // [V, d] or empty (the target's LM head is used)
-  OwnedTensor markov_w1;         // [V, r]
-  OwnedTensor markov_w2;         // [V, r] (a Linear r -> V)
+  OwnedTensor norm;     // [d] f32
+  TableWeight embed;    // [V, d] or empty (the target's embedding is used)
+  TableWeight lm_head;  // [V, d] or empty (the target's LM head is used)
+  // The Markov tables: blocks as stored on the CPU (gather_rows and linear take them), dense in
+  // the engine dtype on CUDA, whose fused greedy Markov kernels (ops/head_cells.h) read float rows.
+  TableWeight markov_w1;         // [V, r]
+  TableWeight markov_w2;         // [V, r] (a Linear r -> V)
   OwnedTensor markov_proj;       // gated [r, d + r] / RNN [3r, 2r + d], or empty
   OwnedTensor markov_proj_bias;  // [r] / [3r] f32, or empty
   OwnedTensor confidence_w;      // [1, d (+ r)], or empty

@@ -158,10 +158,13 @@ void DSparkSource::prepare_draft_vocab(Context& ctx) {
   } else {
     prepare_short_head(ctx);
   }
-  if (weights_.markov_w2->defined()) {
-    const Tensor& w2 = weights_.markov_w2;
-    w2_short_ = OwnedTensor(w2.dtype(), Shape{n, w2.size(1)}, ctx.device());
-    gather_rows(ctx, w2, vocab_ids_, w2_short_);
+  const TableWeight& w2 = weights_.markov_w2;
+  if (w2.quantized.defined()) {  // the CPU: blocks, as the LM head's cut above
+    w2_short_w_ = gather_block_rows(w2.matrix(), ids, w2_short_);
+  } else if (w2.dense->defined()) {
+    w2_short_ = OwnedTensor(w2.dense->dtype(), Shape{n, w2.dense->size(1)}, ctx.device());
+    gather_rows(ctx, w2.dense.view(), vocab_ids_, w2_short_);
+    w2_short_w_ = WeightMatrix::dense(w2_short_.view());
   }
 }
 
@@ -373,7 +376,7 @@ void DSparkSource::enqueue_round(Context& ctx, const RoundShape& s, const RoundM
   round.confidence = Tensor(rb + s.conf_offset(), DType::f32, Shape{S * R, 1}, b.readback.device());
   if (s.short_vocab) {
     round.vocab_ids = vocab_ids_;
-    round.markov_w2 = w2_short_;
+    round.markov_w2 = w2_short_w_;
   }
   if (s.sampled) {
     round.uniforms = m.uniforms;

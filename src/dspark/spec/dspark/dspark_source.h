@@ -312,8 +312,10 @@ class DSparkSource final : public DraftSource {
   WeightMatrix embed_;    // [V, d] the checkpoint's or the target's (may be block-quantized)
   WeightMatrix lm_head_;  // [V, d]
   // The draft vocabulary's device tables, built on its first greedy round: ids i32 [V'], the LM
-  // head's and w2's rows of those ids.
+  // head's and w2's rows of those ids (w2_short_w_ over w2_short_: dense rows, or blocks where
+  // the drafter holds w2 as blocks).
   OwnedTensor vocab_ids_, lm_head_short_, w2_short_;
+  WeightMatrix w2_short_w_;
   // On the CPU a block-quantized LM head's rows stay blocks (the same products, a quarter of the
   // bytes of f32 rows for Q8_0): lm_head_short_w_ over lm_head_short_blocks_ (n = 0: unused).
   OwnedTensor lm_head_short_blocks_;

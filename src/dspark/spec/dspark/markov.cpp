@@ -76,7 +76,8 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
                "sequential head: a draft vocabulary is for greedy rounds only");
   const Scratch sc =
       prepare(ctx, arena, static_cast<int>(R), static_cast<int>(S), round.logits.size(1));
-  const Tensor& w2 = round.markov_w2.defined() ? round.markov_w2 : w_.markov_w2.view();
+  const WeightMatrix w1 = w_.markov_w1.matrix();
+  const WeightMatrix w2 = round.markov_w2.data.defined() ? round.markov_w2 : w_.markov_w2.matrix();
 
   const bool masked = static_cast<bool>(round.before_select);
   if (type == MarkovHeadType::none && masked) {
@@ -100,9 +101,11 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
       ctx.copy_async(sc.features.data(), zeros_.data(), bytes);
     }
     // Greedy vanilla rounds on CUDA: every step in one launch when w2's columns fit the GPU's
-    // shared memory (a draft vocabulary), else one launch per step below.
-    const bool fused = type == MarkovHeadType::vanilla && !round.probs.defined() && !masked;
-    const bool looped = fused && markov_greedy_loop(ctx, w_.markov_w1, w2, round.tokens,
+    // shared memory (a draft vocabulary), else one launch per step below. Both take dense tables
+    // (the CPU's blocks go through the separate ops).
+    const bool fused = type == MarkovHeadType::vanilla && !round.probs.defined() && !masked &&
+                       !w1.quantized() && !w2.quantized();
+    const bool looped = fused && markov_greedy_loop(ctx, w1.data, w2.data, round.tokens,
                                                     round.logits, R, S, round.vocab_ids);
     for (int64_t s = 0; s < S && !looped; ++s) {
       const Tensor prev = round.tokens.slice(0, s * R, (s + 1) * R);
@@ -110,24 +113,24 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
       Tensor latent = sc.latent;
       // Greedy vanilla steps on CUDA: gather, projection, add and argmax in one launch.
       if (fused &&
-          markov_greedy_step(ctx, w_.markov_w1, w2, prev, round.logits.rows(s * R, (s + 1) * R),
+          markov_greedy_step(ctx, w1.data, w2.data, prev, round.logits.rows(s * R, (s + 1) * R),
                              round.tokens.slice(0, (s + 1) * R, (s + 2) * R), round.vocab_ids))
         continue;
       switch (type) {
         case MarkovHeadType::vanilla:
-          gather_rows(ctx, w_.markov_w1, prev, sc.features);
+          gather_rows(ctx, w1, prev, sc.features);
           latent = sc.features;
           break;
         case MarkovHeadType::gated: {
           const Tensor e = sc.features.slice(1, d, d + r);
           convert(ctx, h, sc.features.slice(1, 0, d));
-          gather_rows(ctx, w_.markov_w1, prev, e);
+          gather_rows(ctx, w1, prev, e);
           linear(ctx, sc.features, w_.markov_proj, w_.markov_proj_bias, sc.proj);
           sigmoid_gate(ctx, sc.proj, e, sc.latent);
           break;
         }
         case MarkovHeadType::rnn:
-          gather_rows(ctx, w_.markov_w1, prev, sc.features.slice(1, r, 2 * r));
+          gather_rows(ctx, w1, prev, sc.features.slice(1, r, 2 * r));
           convert(ctx, h, sc.features.slice(1, 2 * r, 2 * r + d));
           linear(ctx, sc.features, w_.markov_proj, w_.markov_proj_bias, sc.proj);
           rnn_head_cell(ctx, sc.proj, sc.features.slice(1, 0, r), sc.latent);
@@ -146,8 +149,7 @@ void SequentialHead::run(Context& ctx, const HeadRound& round, ActivationArena& 
   if (config_.confidence_head) {
     if (config_.confidence_with_markov) {
       convert(ctx, round.hidden, sc.conf_features.slice(1, 0, d));
-      gather_rows(ctx, w_.markov_w1, round.tokens.slice(0, 0, S * R),
-                  sc.conf_features.slice(1, d, d + r));
+      gather_rows(ctx, w1, round.tokens.slice(0, 0, S * R), sc.conf_features.slice(1, d, d + r));
       linear(ctx, sc.conf_features, w_.confidence_w, w_.confidence_b, round.confidence);
     } else {
       linear(ctx, round.hidden, w_.confidence_w, w_.confidence_b, round.confidence);

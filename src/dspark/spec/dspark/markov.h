@@ -46,10 +46,10 @@ struct HeadRound {
   Tensor probs;                            // f32 [S * R, V] output q
   Tensor confidence;                       // f32 [S * R, 1] output logits (confidence head only)
   // A draft vocabulary (greedy rounds only): the logits' columns are the token ids vocab_ids
-  // (i32 [V']), and markov_w2 ([V', r]: the checkpoint's w2 rows of those ids) replaces w2.
-  // Undefined: the whole vocabulary.
+  // (i32 [V']), and markov_w2 ([V', r]: the checkpoint's w2 rows of those ids, dense or blocks as
+  // the drafter holds w2) replaces w2. Undefined (no data): the whole vocabulary.
   Tensor vocab_ids;
-  Tensor markov_w2;
+  WeightMatrix markov_w2;
   // Structured output: called for every step s once its logits z_s (logits rows [sR, (s+1)R))
   // are formed and before its tokens are chosen, to mask them; the earlier steps' tokens are then
   // enqueued (read them after a synchronisation). With it the head runs one step at a time, none

@@ -84,8 +84,9 @@ DrafterSmokeTest drafter_smoke_test(const std::filesystem::path& dir) {
                               l.mlp.gate_up_q.defined() + l.mlp.down_q.defined();
   }
   out.kv_rms = std::sqrt(kv_ss / static_cast<double>(std::max(1, c.num_layers)));
-  out.matrices_as_blocks +=
-      w.fc_q.defined() + w.embed.quantized.defined() + w.lm_head.quantized.defined();
+  out.matrices_as_blocks += w.fc_q.defined() + w.embed.quantized.defined() +
+                            w.lm_head.quantized.defined() + w.markov_w1.quantized.defined() +
+                            w.markov_w2.quantized.defined();
   return out;
 }
 

@@ -27,7 +27,7 @@ QuantizeSummary quantize_drafter(QuantizeOptions options,
 struct DrafterSmokeTest {
   int layers = 0;
   int64_t features = 0;        // m * H, the row's width
-  int matrices_as_blocks = 0;  // fc, projections, embed_tokens / lm_head held as Q4_1 blocks
+  int matrices_as_blocks = 0;  // fc, projections, embed_tokens / lm_head, Markov tables as blocks
   double features_rms = 0;     // of the context features (after hidden_norm)
   double kv_rms = 0;           // of every layer's K/V rows
 };
