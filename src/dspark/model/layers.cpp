@@ -176,35 +176,50 @@ QuantizedWeight WeightLoader::load_quantized(const std::vector<Part>& parts) con
     }
     const int64_t k = views[i].k;
     int64_t row_bytes = views[i].blocks.size(1);
-    OwnedTensor host(DType::u8, Shape{rows, row_bytes}, Device::cpu());
-    auto* dst = static_cast<uint8_t*>(host.view().data());
-    for (size_t p = i; p < j; ++p) {
-      const size_t bytes = static_cast<size_t>(views[p].blocks.numel());
-      std::memcpy(dst, views[p].blocks.data(), bytes);
-      dst += bytes;
+    // The run's rows as stored: the source's own bytes for a run of one part, else the parts
+    // copied one after the other into scratch memory that the whole load reuses. Each weight's
+    // bytes then land in fresh memory once (its final buffer), not twice: a load's time was
+    // mostly the kernel faulting in and freeing pages, and more so with a second thread alive.
+    Tensor stored = views[i].blocks;
+    if (j > i + 1) {
+      const size_t total = static_cast<size_t>(rows * row_bytes);
+      if (scratch_bytes_ < total) {
+        scratch_.reset(new uint8_t[total]);
+        scratch_bytes_ = total;
+      }
+      uint8_t* dst = scratch_.get();
+      for (size_t p = i; p < j; ++p) {
+        const size_t bytes = static_cast<size_t>(views[p].blocks.numel());
+        std::memcpy(dst, views[p].blocks.data(), bytes);
+        dst += bytes;
+      }
+      stored = Tensor(scratch_.get(), DType::u8, Shape{rows, row_bytes}, Device::cpu());
     }
+    OwnedTensor host;  // set where the run changes on the way (the CPU keeps it)
     // The block type the device's kernels take (CUDA: MLX's groups of 64 / 128 as 32-value
     // blocks, the same values).
     QuantType quant = views[i].quant;
     if (const QuantType want = preferred_block_type(device_, quant); want != quant) {
       row_bytes = quant_row_bytes(want, k);
-      OwnedTensor expanded(DType::u8, Shape{rows, row_bytes}, Device::cpu());
-      expand_quant_groups(quant, static_cast<const uint8_t*>(host.view().data()),
+      host = OwnedTensor(DType::u8, Shape{rows, row_bytes}, Device::cpu());
+      expand_quant_groups(quant, static_cast<const uint8_t*>(stored.data()),
                           rows * (k / quant_block(quant).elements),
-                          static_cast<uint8_t*>(expanded.view().data()));
-      host = std::move(expanded);
+                          static_cast<uint8_t*>(host.view().data()));
+      stored = host.view();
       quant = want;
     }
     // The rows as the device reads them best (the CPU: groups of 8 rows interleaved).
     const WeightFormat format = preferred_block_format(device_, quant);
     if (format != WeightFormat::blocks) {
       OwnedTensor relaid(DType::u8, Shape{rows, row_bytes}, Device::cpu());
-      relayout_blocks(quant, rows, k, static_cast<const uint8_t*>(host.view().data()), format,
+      relayout_blocks(quant, rows, k, static_cast<const uint8_t*>(stored.data()), format,
                       static_cast<uint8_t*>(relaid.view().data()));
       host = std::move(relaid);
+      stored = host.view();
     }
     QuantizedWeight::Part part;
-    part.blocks = device_.is_cpu() ? std::move(host) : OwnedTensor::copy_of(host.view(), device_);
+    if (!device_.is_cpu() || !host->defined()) host = OwnedTensor::copy_of(stored, device_);
+    part.blocks = std::move(host);
     part.w.format = format;
     part.w.quant = quant;
     part.w.data = part.blocks.view();

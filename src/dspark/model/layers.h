@@ -102,6 +102,9 @@ class WeightLoader {
   const WeightSource* source_;
   Device device_;
   DType dtype_;
+  // load_quantized's staging of a fused run's parts, grown as needed and reused by every load.
+  mutable std::unique_ptr<uint8_t[]> scratch_;
+  mutable size_t scratch_bytes_ = 0;
 };
 
 // ---- per-forward metadata ---------------------------------------------------------------------
