@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "dspark/core/error.h"
+#include "dspark/core/thread_pool.h"
 
 namespace dspark::cpu {
 namespace {
@@ -200,11 +201,13 @@ void pack_group_x8(QuantType t, const uint8_t* const rows[8], int64_t k, uint8_t
 void pack_rows_x8(QuantType t, const uint8_t* src, int64_t n, int64_t k, uint8_t* dst) {
   const int64_t row_bytes = quant_row_bytes(t, k);
   const int64_t groups = n / 8;
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* rows[8];
-    for (int r = 0; r < 8; ++r) rows[r] = src + (8 * g + r) * row_bytes;
-    pack_group_x8(t, rows, k, dst + 8 * g * row_bytes);
-  }
+  ThreadPool::global().parallel_for(groups, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t g = begin; g < end; ++g) {
+      const uint8_t* rows[8];
+      for (int r = 0; r < 8; ++r) rows[r] = src + (8 * g + r) * row_bytes;
+      pack_group_x8(t, rows, k, dst + 8 * g * row_bytes);
+    }
+  });
   const int64_t done = 8 * groups * row_bytes;
   std::memcpy(dst + done, src + done, static_cast<size_t>((n - 8 * groups) * row_bytes));
 }
