@@ -333,6 +333,52 @@ TEST_P(QuantLinear, EveryRowCountUpTo17MatchesOneRowBitForBit) {
   }
 }
 
+// quant_gemm_grouped (a MoE layer's experts in one call): each product's bits are those of
+// quant_gemm on it alone, on every ISA and layout, with products of 0 to 3 rows.
+TEST_P(QuantLinear, GroupedProductsAreEachProductAlone) {
+  const QuantType type = GetParam();
+  const int64_t k = k_for(type);
+  constexpr int kProducts = 4;
+  const int64_t rows[kProducts] = {2, 0, 3, 1};
+  ThreadPool pool(2);
+  std::vector<std::vector<uint8_t>> w;
+  for (int p = 0; p < kProducts; ++p) w.push_back(random_weights(type, kN, k, 61 + p));
+  const std::vector<float> x = test::random_normal(static_cast<size_t>(6 * k), 62);
+  for (const Variant v : variants(type)) {
+    SCOPED_TRACE(fmt::format("{} isa={}", quant_type_name(type), variant_name(v)));
+    std::vector<std::vector<uint8_t>> wp;
+    for (const auto& wi : w) wp.push_back(v.packed ? packed_copy(type, wi, kN, k) : wi);
+    std::vector<float> y(static_cast<size_t>(6 * kN), -1.0f);
+    QuantGemmArgs shared;
+    shared.x_dtype = DType::f32;
+    shared.ldx = k;
+    shared.quant = type;
+    shared.packed = v.packed;
+    shared.y_dtype = DType::f32;
+    shared.ldy = kN;
+    shared.n = kN;
+    shared.k = k;
+    std::vector<cpu::QuantGemmProblem> problems;
+    int64_t row0 = 0;
+    for (int p = 0; p < kProducts; ++p) {
+      problems.push_back(
+          {x.data() + row0 * k, wp[static_cast<size_t>(p)].data(), y.data() + row0 * kN, rows[p]});
+      row0 += rows[p];
+    }
+    cpu::quant_gemm_grouped(pool, shared, problems, v.isa);
+    row0 = 0;
+    for (int p = 0; p < kProducts; ++p) {
+      if (rows[p] > 0) {
+        const std::vector<float> alone =
+            run_kernel(pool, v, type, w[static_cast<size_t>(p)], x, row0, rows[p], k);
+        ASSERT_EQ(std::memcmp(alone.data(), y.data() + row0 * kN, alone.size() * sizeof(float)), 0)
+            << "product " << p;
+      }
+      row0 += rows[p];
+    }
+  }
+}
+
 TEST_P(QuantLinear, BatchInvariantThroughTheOp) {
   const QuantType type = GetParam();
   const int64_t k = k_for(type);

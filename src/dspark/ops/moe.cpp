@@ -257,6 +257,28 @@ void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeG
     const int64_t lo = offsets[static_cast<size_t>(e)], hi = offsets[static_cast<size_t>(e) + 1];
     DSPARK_CHECK(0 <= lo && lo <= hi && hi <= m, "{}: expert {} has rows [{}, {}) of {}", kOp, e,
                  lo, hi, m);
+  }
+  const bool blocks = w.format == WeightFormat::blocks || w.format == WeightFormat::blocks_x8;
+  if (!ctx.is_cuda() && blocks) {
+    // The CPU's block products of every expert with rows in one pass of the pool: a decode step's
+    // few experts of a layer are short products, each of which would wait for the threads.
+    // The grouping's row ranges follow one another, so the experts with rows cover them in order.
+    std::vector<WeightMatrix> ws;
+    std::vector<int64_t> bounds;
+    for (int64_t e = 0; e < experts; ++e) {
+      const int32_t lo = offsets[static_cast<size_t>(e)], hi = offsets[static_cast<size_t>(e) + 1];
+      if (lo == hi) continue;
+      if (bounds.empty()) bounds.push_back(lo);
+      DSPARK_CHECK(bounds.back() == lo, "{}: expert {}'s rows do not follow the previous ones", kOp,
+                   e);
+      ws.push_back(weight_rows(w, e * n, (e + 1) * n));
+      bounds.push_back(hi);
+    }
+    if (!ws.empty()) cpu::linear_blocks_grouped(ctx, x, ws, bounds, y);
+    return;
+  }
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t lo = offsets[static_cast<size_t>(e)], hi = offsets[static_cast<size_t>(e) + 1];
     if (lo == hi) continue;
     linear(ctx, x.rows(lo, hi), weight_rows(w, e * n, (e + 1) * n), Tensor{}, y.rows(lo, hi));
   }

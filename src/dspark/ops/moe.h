@@ -66,7 +66,8 @@ void moe_group(Context& ctx, const Tensor& ids, const MoeGroups& g);
 // the E experts' matrices stacked along its rows, w_e its rows [e * N, (e + 1) * N) and
 // N = w.n / E: x [m, K] and y [m, N] with rows contiguous (y may be a column slice of a wider
 // buffer), m = g.order.size(0). w in any format linear() takes; each product is linear()'s on
-// the expert's rows, or (on CUDA, moe_linear_on_device) one kernel over every expert whose sums
+// the expert's rows (with block formats on the CPU every expert's in one pass of the thread pool,
+// the same bits), or (on CUDA, moe_linear_on_device) one kernel over every expert whose sums
 // run in a fixed order per output, whatever the number of rows: a row's result does not depend
 // on the other rows. Experts without rows are not read.
 void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeGroups& g,

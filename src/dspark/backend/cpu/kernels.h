@@ -25,6 +25,11 @@ void linear(Context& ctx, const Tensor& x, const Tensor& w, const Tensor& bias, 
 // linear with block-quantized weights (WeightFormat::blocks or blocks_x8; ops/matmul.h).
 void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                    const Tensor& y);
+// linear_blocks of several weights of one shape and format, each over its own rows: rows
+// [offsets[p], offsets[p + 1]) of x times w[p] into the same rows of y, no bias, in one pass of
+// the pool (a MoE layer's experts); the bits of linear_blocks per weight.
+void linear_blocks_grouped(Context& ctx, const Tensor& x, std::span<const WeightMatrix> w,
+                           std::span<const int64_t> offsets, const Tensor& y);
 // linear with FP8 block-scaled weights (WeightFormat::fp8_blocks; ops/matmul.h).
 void linear_fp8_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const Tensor& bias,
                        const Tensor& y);

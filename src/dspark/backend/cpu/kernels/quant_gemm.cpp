@@ -347,36 +347,50 @@ std::string_view quant_gemm_isa_name(QuantGemmIsa isa) {
 }
 
 void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
+  const QuantGemmProblem one{a.x, a.w, a.y, a.m};
+  quant_gemm_grouped(pool, a, std::span<const QuantGemmProblem>(&one, 1), isa);
+}
+
+void quant_gemm_grouped(ThreadPool& pool, const QuantGemmArgs& shared,
+                        std::span<const QuantGemmProblem> problems, QuantGemmIsa isa) {
   namespace d = quant_gemm_detail;
-  const QuantBlock qb = quant_block(a.quant);
-  DSPARK_CHECK(a.m >= 0 && a.n >= 0 && a.k >= 0, "quant_gemm: negative size m={} n={} k={}", a.m,
-               a.n, a.k);
-  DSPARK_CHECK(a.k % qb.elements == 0, "quant_gemm: k {} is not a multiple of {}'s {} values", a.k,
-               quant_type_name(a.quant), qb.elements);
-  DSPARK_CHECK(a.m <= 1 || a.ldx >= a.k, "quant_gemm: ldx {} < k {}", a.ldx, a.k);
-  DSPARK_CHECK(a.m <= 1 || a.ldy >= a.n, "quant_gemm: ldy {} < n {}", a.ldy, a.n);
-  DSPARK_CHECK(dtype_is_float(a.x_dtype) && dtype_is_float(a.y_dtype),
-               "quant_gemm: float inputs and outputs only (x {}, y {})", dtype_name(a.x_dtype),
-               dtype_name(a.y_dtype));
+  const QuantBlock qb = quant_block(shared.quant);
+  const int64_t n = shared.n, k = shared.k;
+  int64_t rows = 0, max_m = 0;
+  for (const QuantGemmProblem& p : problems) {
+    DSPARK_CHECK(p.m >= 0, "quant_gemm: negative size m={}", p.m);
+    DSPARK_CHECK(p.m <= 1 || shared.ldx >= k, "quant_gemm: ldx {} < k {}", shared.ldx, k);
+    DSPARK_CHECK(p.m <= 1 || shared.ldy >= n, "quant_gemm: ldy {} < n {}", shared.ldy, n);
+    rows += p.m;
+    max_m = std::max(max_m, p.m);
+  }
+  DSPARK_CHECK(n >= 0 && k >= 0, "quant_gemm: negative size n={} k={}", n, k);
+  DSPARK_CHECK(k % qb.elements == 0, "quant_gemm: k {} is not a multiple of {}'s {} values", k,
+               quant_type_name(shared.quant), qb.elements);
+  DSPARK_CHECK(dtype_is_float(shared.x_dtype) && dtype_is_float(shared.y_dtype),
+               "quant_gemm: float inputs and outputs only (x {}, y {})", dtype_name(shared.x_dtype),
+               dtype_name(shared.y_dtype));
   if (isa == QuantGemmIsa::automatic) isa = quant_gemm_default_isa();
   DSPARK_CHECK_KIND(unsupported, isa != QuantGemmIsa::avx2 || quant_gemm_has_avx2(),
                     "quant_gemm: this CPU lacks AVX2/FMA/F16C");
   DSPARK_CHECK_KIND(unsupported, isa != QuantGemmIsa::avx512 || quant_gemm_has_avx512(),
                     "quant_gemm: this CPU lacks AVX-512 F/BW/VL/VNNI");
-  if (a.m == 0 || a.n == 0) return;
-  const int64_t m = a.m, n = a.n, k = a.k;
+  if (rows == 0 || n == 0) return;
   const bool x8 = isa == QuantGemmIsa::avx2 || isa == QuantGemmIsa::avx512;
 
-  // x rounded to 8-bit blocks, once per call (rows spread over the pool when there are many).
-  d::XBlocks xb;
-  xb.row_bytes = d::x_row_bytes(k);
-  xb.blocks = k / 32;
-  uint8_t* xbase = x_buffer(m * xb.row_bytes);
-  xb.base = xbase;
-  dispatch_float(a.x_dtype, [&]<typename TX>(TypeTag<TX>) {
+  // x rounded to 8-bit blocks, once per call: the problems' rows one after the other (rows spread
+  // over the pool when there are many). first[p]: problem p's first row there.
+  const int64_t x_row_bytes = d::x_row_bytes(k);
+  uint8_t* xbase = x_buffer(rows * x_row_bytes);
+  std::vector<int64_t> first(problems.size() + 1, 0);
+  for (size_t p = 0; p < problems.size(); ++p) first[p + 1] = first[p] + problems[p].m;
+  dispatch_float(shared.x_dtype, [&]<typename TX>(TypeTag<TX>) {
     auto quantize_rows = [&](int64_t r0, int64_t r1) {
+      size_t p =
+          static_cast<size_t>(std::upper_bound(first.begin(), first.end(), r0) - first.begin()) - 1;
       for (int64_t r = r0; r < r1; ++r) {
-        const TX* src = static_cast<const TX*>(a.x) + r * a.ldx;
+        while (r >= first[p + 1]) ++p;
+        const TX* src = static_cast<const TX*>(problems[p].x) + (r - first[p]) * shared.ldx;
         const float* v;
         if constexpr (std::is_same_v<TX, float>) {
           v = src;
@@ -387,46 +401,61 @@ void quant_gemm(ThreadPool& pool, const QuantGemmArgs& a, QuantGemmIsa isa) {
         }
         if (x8) {
 #if defined(__x86_64__)
-          d::quantize_x_row_avx2(v, k, xbase + r * xb.row_bytes);
+          d::quantize_x_row_avx2(v, k, xbase + r * x_row_bytes);
 #endif
         } else {
-          d::quantize_x_row(v, k, xbase + r * xb.row_bytes);
+          d::quantize_x_row(v, k, xbase + r * x_row_bytes);
         }
       }
     };
-    if (m * k >= (int64_t{1} << 16)) {
-      pool.parallel_for(m, std::max<int64_t>(1, 8192 / std::max<int64_t>(k, 1)), quantize_rows);
+    if (rows * k >= (int64_t{1} << 16)) {
+      pool.parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(k, 1)), quantize_rows);
     } else {
-      quantize_rows(0, m);
+      quantize_rows(0, rows);
     }
   });
 
-  const int64_t row_bytes = quant_row_bytes(a.quant, k);
+  const int64_t row_bytes = quant_row_bytes(shared.quant, k);
   const int64_t n_blocks = (n + d::kBlockCols - 1) / d::kBlockCols;
-  // Blocks of weight rows taken by the pool's threads one chunk at a time (the pool makes up to 4
-  // chunks per thread: small enough to even out two threads, one of which the shared machine may
-  // delay). A product of fewer than kSerialMacs multiply-adds (~6 us) stays on the calling thread:
-  // waking the workers costs more.
+  const auto n_problems = static_cast<int64_t>(problems.size());
+  // Blocks of weight rows, of every problem, taken by the pool's threads one chunk at a time (the
+  // pool makes up to 4 chunks per thread: small enough to even out two threads, one of which the
+  // shared machine may delay). A call of fewer than kSerialMacs multiply-adds (~6 us) stays on the
+  // calling thread: waking the workers costs more.
   constexpr int64_t kSerialMacs = int64_t{1} << 17;
-  const int64_t grain = m * n * k < kSerialMacs ? n_blocks : 1;
-  dispatch_float(a.y_dtype, [&]<typename TO>(TypeTag<TO>) {
-    pool.parallel_for(n_blocks, grain, [&](int64_t b0, int64_t b1) {
-      float* out = out_buffer(m * d::kBlockCols);
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t j0 = b * d::kBlockCols;
+  const int64_t total = n_problems * n_blocks;
+  const int64_t grain = rows * n * k < kSerialMacs ? total : 1;
+  dispatch_float(shared.y_dtype, [&]<typename TO>(TypeTag<TO>) {
+    pool.parallel_for(total, grain, [&](int64_t b0, int64_t b1) {
+      float* out = out_buffer(max_m * d::kBlockCols);
+      for (int64_t i = b0; i < b1; ++i) {
+        const auto p = static_cast<size_t>(i / n_blocks);
+        const QuantGemmProblem& pr = problems[p];
+        const int64_t m = pr.m;
+        if (m == 0) continue;
+        QuantGemmArgs a = shared;
+        a.x = pr.x;
+        a.w = pr.w;
+        a.y = pr.y;
+        a.m = m;
+        d::XBlocks xb;
+        xb.row_bytes = x_row_bytes;
+        xb.blocks = k / 32;
+        xb.base = xbase + first[p] * x_row_bytes;
+        const int64_t j0 = (i % n_blocks) * d::kBlockCols;
         const int64_t ncols = std::min(d::kBlockCols, n - j0);
         if (k == 0) {
           std::fill(out, out + m * d::kBlockCols, 0.0f);
         } else {
           const uint8_t* g[2] = {};
           int64_t groups = 0;
-          const uint8_t* rows = block_rows(a, row_bytes, x8, j0, ncols, g, groups);
+          const uint8_t* wrows = block_rows(a, row_bytes, x8, j0, ncols, g, groups);
           if (x8) {
 #if defined(__x86_64__)
             d::block_x8(a.quant, isa == QuantGemmIsa::avx512, xb, m, g, groups, out);
 #endif
           } else {
-            d::block_portable(a.quant, xb, m, rows, row_bytes, ncols, out);
+            d::block_portable(a.quant, xb, m, wrows, row_bytes, ncols, out);
           }
         }
         for (int64_t r = 0; r < m; ++r) {

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "dspark/core/dtype.h"
@@ -73,6 +74,23 @@ struct QuantGemmArgs {
 // Runs on `pool` (parallel over blocks of weight rows). y must not overlap x or w.
 void quant_gemm(ThreadPool& pool, const QuantGemmArgs& args,
                 QuantGemmIsa isa = QuantGemmIsa::automatic);
+
+// One product of a group: y[m, n] = x[m, k] . dequantize(w)[n, k]^T, with the n, k, block type,
+// layout, dtypes, strides and bias of the call's shared arguments.
+struct QuantGemmProblem {
+  const void* x = nullptr;
+  const uint8_t* w = nullptr;
+  void* y = nullptr;
+  int64_t m = 0;
+};
+
+// Several products of the same shape and format (a MoE layer's experts, each over its own rows) as
+// one call: each gives the bits quant_gemm gives it alone, and the pool takes the blocks of weight
+// rows of all of them in one parallel_for, so many small products wait for the threads once.
+// shared.x / w / y / m are ignored.
+void quant_gemm_grouped(ThreadPool& pool, const QuantGemmArgs& shared,
+                        std::span<const QuantGemmProblem> problems,
+                        QuantGemmIsa isa = QuantGemmIsa::automatic);
 
 // True when this CPU can run the avx2 path (AVX2, FMA and F16C).
 bool quant_gemm_has_avx2();

@@ -49,6 +49,33 @@ void linear_blocks(Context& ctx, const Tensor& x, const WeightMatrix& w, const T
   quant_gemm(ctx.pool(), args);
 }
 
+void linear_blocks_grouped(Context& ctx, const Tensor& x, std::span<const WeightMatrix> w,
+                           std::span<const int64_t> offsets, const Tensor& y) {
+  DSPARK_CHECK(!w.empty() && offsets.size() == w.size() + 1,
+               "linear_blocks_grouped: {} weights, {} offsets", w.size(), offsets.size());
+  QuantGemmArgs shared;
+  shared.x_dtype = x.dtype();
+  shared.ldx = leading_dim(x);
+  shared.quant = w[0].quant;
+  shared.packed = w[0].format == WeightFormat::blocks_x8;
+  shared.y_dtype = y.dtype();
+  shared.ldy = leading_dim(y);
+  shared.n = w[0].n;
+  shared.k = w[0].k;
+  std::vector<QuantGemmProblem> problems;
+  problems.reserve(w.size());
+  for (size_t p = 0; p < w.size(); ++p) {
+    DSPARK_CHECK(w[p].format == w[0].format && w[p].quant == w[0].quant && w[p].n == shared.n &&
+                     w[p].k == shared.k,
+                 "linear_blocks_grouped: weight {} differs from the first in shape or format", p);
+    const int64_t lo = offsets[p], hi = offsets[p + 1];
+    if (lo == hi) continue;
+    problems.push_back({x.rows(lo, hi).data(), static_cast<const uint8_t*>(w[p].data.data()),
+                        y.rows(lo, hi).data(), hi - lo});
+  }
+  quant_gemm_grouped(ctx.pool(), shared, problems);
+}
+
 void gather_rows_blocks(Context& ctx, const WeightMatrix& table, const Tensor& ids,
                         const Tensor& out) {
   const int64_t n = ids.size(0), k = table.k;
