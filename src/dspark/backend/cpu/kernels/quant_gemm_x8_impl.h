@@ -220,13 +220,17 @@ X8_TARGET inline void unpack_k6_unit(const uint8_t* gb, int u, __m256i (&w)[8]) 
   const int h = u / 4, t = u % 4;
   const uint8_t* ql = gb + 144 + 32 * (16 * h + 8 * (t % 2));
   const uint8_t* qh = gb + 144 + 32 * (32 + 8 * h);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 8
   for (int c = 0; c < 8; ++c) {
     const __m256i lo = load256(ql + 32 * c), hi = load256(qh + 32 * c);
     const __m256i l4 = _mm256_and_si256(t >= 2 ? _mm256_srli_epi16(lo, 4) : lo, m4);
-    const __m256i h2 = _mm256_and_si256(_mm256_srli_epi16(hi, 2 * t), m3);
-    w[c] = _mm256_or_si256(l4, _mm256_slli_epi16(h2, 4));
+    // Bits 2t .. 2t+1 of qh to bits 4-5 with one shift (none for t = 2) and one mask.
+    const __m256i h45 = t == 0   ? _mm256_slli_epi16(hi, 4)
+                        : t == 1 ? _mm256_slli_epi16(hi, 2)
+                        : t == 2 ? hi
+                                 : _mm256_srli_epi16(hi, 2);
+    w[c] = _mm256_or_si256(l4, _mm256_and_si256(h45, m30));
   }
 }
 
