@@ -208,6 +208,21 @@ X8_TARGET inline void nibble_block_sums(const uint8_t* q, const int8_t* const (&
 }
 #endif
 
+// Step c (values 4c .. 4c+3 of the 8 rows) of unit 4h + t of a Q6_K group super-block: the low 4
+// bits from ql (t < 2: low nibbles), bits 4-5 from bits 2t .. 2t+1 of qh with one shift (none for
+// t = 2) and one mask (16-bit shifts: the bits a shift carries into a neighbouring byte are
+// masked).
+X8_TARGET inline __m256i k6_step(const uint8_t* ql, const uint8_t* qh, int t, int c) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+  const __m256i lo = load256(ql + 32 * c), hi = load256(qh + 32 * c);
+  const __m256i l4 = _mm256_and_si256(t >= 2 ? _mm256_srli_epi16(lo, 4) : lo, m4);
+  const __m256i h = t == 0   ? _mm256_slli_epi16(hi, 4)
+                    : t == 1 ? _mm256_slli_epi16(hi, 2)
+                    : t == 2 ? hi
+                             : _mm256_srli_epi16(hi, 2);
+  return _mm256_or_si256(l4, _mm256_and_si256(h, m30));
+}
+
 #if X8_VNNI
 // 8 int8 at p as int32 lanes.
 X8_TARGET inline __m256i int8x8(const uint8_t* p) {
@@ -220,18 +235,8 @@ X8_TARGET inline void unpack_k6_unit(const uint8_t* gb, int u, __m256i (&w)[8]) 
   const int h = u / 4, t = u % 4;
   const uint8_t* ql = gb + 144 + 32 * (16 * h + 8 * (t % 2));
   const uint8_t* qh = gb + 144 + 32 * (32 + 8 * h);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
 #pragma GCC unroll 8
-  for (int c = 0; c < 8; ++c) {
-    const __m256i lo = load256(ql + 32 * c), hi = load256(qh + 32 * c);
-    const __m256i l4 = _mm256_and_si256(t >= 2 ? _mm256_srli_epi16(lo, 4) : lo, m4);
-    // Bits 2t .. 2t+1 of qh to bits 4-5 with one shift (none for t = 2) and one mask.
-    const __m256i h45 = t == 0   ? _mm256_slli_epi16(hi, 4)
-                        : t == 1 ? _mm256_slli_epi16(hi, 2)
-                        : t == 2 ? hi
-                                 : _mm256_srli_epi16(hi, 2);
-    w[c] = _mm256_or_si256(l4, _mm256_and_si256(h45, m30));
-  }
+  for (int c = 0; c < 8; ++c) w[c] = k6_step(ql, qh, t, c);
 }
 
 // The int32 sums of one x row against a Q6_K unit's 8 rows: sc_a * (sum of the products of values
@@ -246,20 +251,6 @@ X8_TARGET inline __m256i q6_sums(const __m256i (&w)[8], const int8_t* a, int32_t
   return _mm256_add_epi32(_mm256_mullo_epi32(half[0], sc_a), _mm256_mullo_epi32(half[1], sc_b));
 }
 #else
-// Step c (values 4c .. 4c+3 of the 8 rows) of unit 4h + t of a Q6_K group super-block, as
-// unpack_k6_unit gives it: the low 4 bits from ql (t < 2: low nibbles), bits 4-5 from bits
-// 2t .. 2t+1 of qh (16-bit shifts: the bits a shift carries into a neighbouring byte are masked).
-X8_TARGET inline __m256i k6_step(const uint8_t* ql, const uint8_t* qh, int t, int c) {
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-  const __m256i lo = load256(ql + 32 * c), hi = load256(qh + 32 * c);
-  const __m256i l4 = _mm256_and_si256(t >= 2 ? _mm256_srli_epi16(lo, 4) : lo, m4);
-  const __m256i h = t == 0   ? _mm256_slli_epi16(hi, 4)
-                    : t == 1 ? _mm256_slli_epi16(hi, 2)
-                    : t == 2 ? hi
-                             : _mm256_srli_epi16(hi, 2);
-  return _mm256_or_si256(l4, _mm256_and_si256(h, m30));
-}
-
 // The int32 sums of MR x rows (their unit's 32 bytes at a[r], block sums sum[r], sum16[r]) against
 // unit u of a Q6_K group super-block at gb: sc_a * (sum of the products of values 0..15) + sc_b *
 // (that of 16..31), the weights q - 32. Each pair of steps is unpacked once for the MR rows and
