@@ -382,7 +382,11 @@ void quant_gemm_grouped(ThreadPool& pool, const QuantGemmArgs& shared,
   // over the pool when there are many). first[p]: problem p's first row there.
   const int64_t x_row_bytes = d::x_row_bytes(k);
   uint8_t* xbase = x_buffer(rows * x_row_bytes);
-  std::vector<int64_t> first(problems.size() + 1, 0);
+  // The calling thread's buffer, grown once and reused (every linear() of a decode step comes
+  // through here); the pool's threads read it through this reference.
+  thread_local std::vector<int64_t> first_rows;
+  std::vector<int64_t>& first = first_rows;
+  first.assign(problems.size() + 1, 0);
   for (size_t p = 0; p < problems.size(); ++p) first[p + 1] = first[p] + problems[p].m;
   dispatch_float(shared.x_dtype, [&]<typename TX>(TypeTag<TX>) {
     auto quantize_rows = [&](int64_t r0, int64_t r1) {
