@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <set>
 
 #include "dspark/spec/dspark/draft_vocab.h"
@@ -92,20 +93,41 @@ SpecRun run_spec(Model& target, Context& ctx, const std::filesystem::path& dir,
   return r;
 }
 
-// Greedy speculative decoding with the drafter at `dir`, over the whole vocabulary and over a
-// list of every other id plus the ids the plain outputs use (so that drafts can be accepted):
-// both emit the plain tokens, and the cut's logits are the full run's columns (above).
-void expect_cut_matches_full(const std::filesystem::path& dir, const std::string& what) {
-  const auto target_dir = test::data_dir() / "models" / "qwen3";
+// The qwen3 fixture target, loaded once per test. expect_cut_matches_full: greedy speculative
+// decoding with the drafter at `dir`, over the whole vocabulary and over a list of every other id
+// plus the ids the plain outputs use (so that drafts can be accepted): both emit the plain tokens,
+// and the cut's logits are the full run's columns (above).
+class DraftVocabCut : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto target_dir = test::data_dir() / "models" / "qwen3";
+    if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
+    target_ = load_model(target_dir, Device::cpu(), DType::f32);
+  }
+  void expect_cut_matches_full(const std::filesystem::path& dir, const std::string& what);
+  // A tiny drafter of block 6 (Markov rank `rank`) for the target, written into a scratch dir.
+  std::filesystem::path write_drafter(const std::string& name, int rank) {
+    const auto dir = test::per_test_temp_dir("draft_vocab", name);
+    test::TinyDrafterSpec spec;
+    spec.block_size = 6;
+    spec.rank = rank;
+    test::write_tiny_drafter(dir, spec, target_->config());
+    return dir;
+  }
+  std::unique_ptr<Model> target_;
+};
+
+void DraftVocabCut::expect_cut_matches_full(const std::filesystem::path& dir,
+                                            const std::string& what) {
+  Model& target = *target_;
   Context ctx(Device::cpu());
-  auto target = load_model(target_dir, Device::cpu(), DType::f32);
-  const int vocab_size = static_cast<int>(target->config().vocab_size);
+  const int vocab_size = static_cast<int>(target.config().vocab_size);
   const auto prompts = test::lossless_prompts(vocab_size);
   GenerateOptions o;
   o.max_tokens = 20;
   o.eos_token_ids = {};
   std::vector<std::vector<int32_t>> plain;
-  for (const auto& p : prompts) plain.push_back(generate(*target, ctx, p, o).tokens);
+  for (const auto& p : prompts) plain.push_back(generate(target, ctx, p, o).tokens);
 
   std::set<int32_t> ids;
   for (int32_t i = 0; i < vocab_size; i += 2) ids.insert(i);
@@ -113,8 +135,8 @@ void expect_cut_matches_full(const std::filesystem::path& dir, const std::string
   const std::vector<int32_t> vocab(ids.begin(), ids.end());
   ASSERT_LT(vocab.size(), static_cast<size_t>(vocab_size));
 
-  const SpecRun full = run_spec(*target, ctx, dir, prompts, {});
-  const SpecRun cut = run_spec(*target, ctx, dir, prompts, vocab);
+  const SpecRun full = run_spec(target, ctx, dir, prompts, {});
+  const SpecRun cut = run_spec(target, ctx, dir, prompts, vocab);
   EXPECT_EQ(full.tokens, plain) << what;
   EXPECT_EQ(cut.tokens, plain) << what;
   EXPECT_GT(cut.drafted, 0) << what;
@@ -145,34 +167,19 @@ void expect_cut_matches_full(const std::filesystem::path& dir, const std::string
   }
 }
 
-TEST(DraftVocab, GreedyLosslessWithDraftsFromTheList) {
-  const auto target_dir = test::data_dir() / "models" / "qwen3";
-  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
-  const auto target = load_model(target_dir, Device::cpu(), DType::f32);
-  const auto dir = test::per_test_temp_dir("draft_vocab", "drafter");
-  test::TinyDrafterSpec spec;
-  spec.block_size = 6;
-  test::write_tiny_drafter(dir, spec, target->config());
-  expect_cut_matches_full(dir, "float drafter ");
+TEST_F(DraftVocabCut, GreedyLosslessWithDraftsFromTheList) {
+  expect_cut_matches_full(write_drafter("drafter", test::TinyDrafterSpec{}.rank), "float drafter ");
 }
 
 // A 4-bit drafter whose Markov tables qualify (rank 32): on the CPU they stay blocks, and the
 // cut's w2 rows are the same blocks (gather_block_rows), so the cut still computes the full
 // run's columns.
-TEST(DraftVocab, GreedyLosslessWithAQuantizedMarkovHead) {
-  const auto target_dir = test::data_dir() / "models" / "qwen3";
-  if (!std::filesystem::exists(target_dir / "config.json")) GTEST_SKIP() << "no qwen3";
-  const auto target = load_model(target_dir, Device::cpu(), DType::f32);
-  const auto src = test::per_test_temp_dir("draft_vocab", "rank32");
-  test::TinyDrafterSpec spec;
-  spec.block_size = 6;
-  spec.rank = 32;
-  test::write_tiny_drafter(src, spec, target->config());
-  const auto dir = test::quantized_copy(src, "draft_vocab_rank32", {4, 32});
+TEST_F(DraftVocabCut, GreedyLosslessWithAQuantizedMarkovHead) {
+  const auto dir = test::quantized_copy(write_drafter("rank32", 32), "draft_vocab_rank32", {4, 32});
   const DrafterCheckpoint ckpt = DrafterCheckpoint::open(dir);
-  const DrafterConfig config = load_drafter_config(dir);
-  const DrafterWeights w = load_drafter_weights(
-      ckpt.weights(), config, target->config().hidden_size, Device::cpu(), DType::f32);
+  const DrafterWeights w =
+      load_drafter_weights(ckpt.weights(), load_drafter_config(dir), target_->config().hidden_size,
+                           Device::cpu(), DType::f32);
   EXPECT_TRUE(w.markov_w1.quantized.defined());
   EXPECT_TRUE(w.markov_w2.quantized.defined());
   expect_cut_matches_full(dir, "4-bit drafter ");
