@@ -292,8 +292,10 @@ __global__ void add_rms_norm_regs_kernel(NormParams<TR, TX, TO> p, Src src, int6
 #pragma unroll
     for (int i = 0; i < kW; ++i) w[v][i] = c < end ? p.weight(c + i) : 0.0f;
   }
-  pdl_wait();
+  // The product after the norm launches before this grid waits (the exception in pdl.cuh): its
+  // CTAs request their first weights as SMs free up, and its own wait covers the row.
   pdl_launch_dependents();
+  pdl_wait();
   TR* res = p.residual + row * p.residual_stride;
   TO* out = p.out + row * p.out_stride;
   float r[kV][kW], d[kV][kW];

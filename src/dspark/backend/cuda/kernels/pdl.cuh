@@ -6,6 +6,13 @@
 //    before it calls pdl_launch_dependents() itself; what it reads before the wait must have been
 //    written before the previous kernel started (e.g. metadata uploaded ahead of the forward);
 //  - pdl_wait() returns once the previous kernel has completed and its writes are visible.
+// The exception: a short kernel between two longer ones may trigger its dependents before its own
+// wait (qkv_prologue, add_rms_norm's one-pass kernel), so that the next kernel's pre-wait loads
+// (weights, metadata, cached K/V) overlap the kernel before it. The dependent's wait still returns
+// only after the early-triggering grid has completed, but the dependent may start before that
+// grid's predecessor has: what it reads before its wait must have been written before that
+// predecessor started, and that predecessor must trigger only after its own wait (two early
+// triggers in a row would let the dependent start before the kernel three back has completed).
 // The launch overlaps with the previous kernel's tail, instead of starting after it; inside a
 // captured graph the dependency becomes a programmatic edge. Off on GPUs before sm_90 and when the
 // environment has DSPARK_CUDA_PDL=0, a kill switch (then launch_pdl is a plain launch and the

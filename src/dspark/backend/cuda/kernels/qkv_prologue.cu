@@ -63,11 +63,13 @@ __global__ void __launch_bounds__(kWarps * 32) qkv_prologue_kernel(PrologueParam
   }
   const int32_t slot = p.slots[token];
   const int32_t position = p.positions[token];
-  // A programmatic dependent itself (after the QKV projection, e.g. the small-M kernel); the
-  // attention kernel that follows may start once this grid has waited: it reads its metadata,
-  // then waits for this grid (kernels/pdl.cuh).
-  pdl_wait();
+  // A programmatic dependent itself (after the QKV projection, e.g. the small-M kernel). It lets
+  // the attention kernel that follows launch before its own wait (the exception in pdl.cuh), so
+  // that kernel's chain of metadata, page ids and cached K/V, all written before this forward's
+  // projection started, runs while the projection finishes; the attention's own wait returns
+  // only once this grid, and so the projection, has completed.
   pdl_launch_dependents();
+  pdl_wait();
   const T* row = p.qkv + token * p.qkv_stride;
   // The head's values are loaded before the table is built, so that their latency overlaps it.
   if (h < total) {
