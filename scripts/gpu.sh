@@ -12,6 +12,13 @@
 #                                           of one) and of this one, run alternately (base, head)
 #                                           N times (default 2) as separate processes; one table
 #                                           of medians
+#   scripts/gpu.sh ab PATCH [N] [ROUND_ARGS...]
+#                                           one build of this tree, then PATCH applied (git apply)
+#                                           and rebuilt incrementally: bench_round without and
+#                                           with it, N pairs (default 3) alternating the order
+#                                           (base, head; head, base; ...); one table of medians.
+#                                           AB_TEST=1: then `ctest -L cuda` on the patched tree.
+#                                           The patch stays applied in this (the machine's) tree
 #   scripts/gpu.sh all                      test, then bench
 #   scripts/gpu.sh configure [BUILD_DIR]    only configure the Release build (for other scripts)
 #
@@ -26,8 +33,8 @@
 # (3.6 MB, where the whole tree would not fit the device tool's 64 MiB with this one) and run
 # `scripts/gpu.sh compare .carry/base.tar.gz 2` on the GPU machine.
 #
-# ROUND_GGUF=SHAPE:MIX (e.g. llama3.1-8b:Q4_K_M): `bench` and `compare` time a random GGUF target
-# of that shape and llama.cpp quantization mix (tools/synth/make_random_gguf.py) without a
+# ROUND_GGUF=SHAPE:MIX (e.g. llama3.1-8b:Q4_K_M): `bench`, `compare` and `ab` time a random GGUF
+# target of that shape and llama.cpp quantization mix (tools/synth/make_random_gguf.py) without a
 # drafter, `--verify-k 16 --graphs --context 1024`, instead of the reference pair. The writer
 # needs the `gguf` package, which `fetch-debs` also downloads into .carry/py.
 #
@@ -238,7 +245,7 @@ cmd="${1:-help}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
   fetch-debs) fetch_debs; exit $? ;;
-  configure | test | bench | compare | all) ;;
+  configure | test | bench | compare | ab | all) ;;
   help | -h | --help) usage; exit 0 ;;
   *) usage; exit 2 ;;
 esac
@@ -261,6 +268,20 @@ if [ "$cmd" = compare ]; then
   pairs=2
   if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then pairs=$1; shift; fi
   [ "$pairs" -ge 1 ] || { echo "compare: N must be at least 1"; exit 2; }
+fi
+
+if [ "$cmd" = ab ]; then
+  patch_file="${1:-}"
+  if [ -z "$patch_file" ] || [ ! -f "$patch_file" ]; then
+    echo "ab: PATCH must be a file that git apply takes (got '$patch_file'; scripts/gpu.sh help)"
+    exit 2
+  fi
+  patch_file="$(cd "$(dirname "$patch_file")" && pwd)/$(basename "$patch_file")"
+  shift
+  git apply --check "$patch_file" || { echo "ab: $patch_file does not apply to this tree"; exit 2; }
+  pairs=3
+  if [ $# -gt 0 ] && [[ "$1" =~ ^[0-9]+$ ]]; then pairs=$1; shift; fi
+  [ "$pairs" -ge 1 ] || { echo "ab: N must be at least 1"; exit 2; }
 fi
 
 out="${OUT:-$repo/gpu-logs}"
@@ -300,5 +321,33 @@ case "$cmd" in
     echo
     echo "base $base, head $repo (ROUND_ARGS: ${*:-none})"
     report --compare "${base_json[@]}" -- "${head_json[@]}"
+    ;;
+  ab)
+    # The test suite's objects are built with the base, so that after the patch only what it
+    # touches is compiled again (and the suite relinked) for AB_TEST.
+    targets=(bench_round)
+    [ -n "${AB_TEST:-}" ] && targets+=(dspark_cuda_tests)
+    build_targets . "$build" ab-base "${targets[@]}" || exit $?
+    bins=/tmp/dspark-ab
+    mkdir -p "$bins" && cp "$build/bin/bench_round" "$bins/bench_round-base" || exit 2
+    git apply "$patch_file" || { echo "ab: git apply $patch_file failed"; exit 2; }
+    echo "applied $patch_file:"
+    git diff --stat | tail -n 1
+    build_targets . "$build" ab-head bench_round || exit $?
+    cp "$build/bin/bench_round" "$bins/bench_round-head" || exit 2
+    random_checkpoints || exit $?
+    base_json=() head_json=()
+    for i in $(seq 1 "$pairs"); do
+      order=(base head)
+      [ $((i % 2)) -eq 0 ] && order=(head base)
+      for side in "${order[@]}"; do
+        round "$bins/bench_round-$side" "round-$side-$i" "$@"
+        if [ "$side" = base ]; then base_json+=("$out/round-base-$i.json"); else head_json+=("$out/round-head-$i.json"); fi
+      done
+    done
+    echo
+    echo "base: this tree; head: with $(basename "$patch_file") (ROUND_ARGS: ${*:-none})"
+    report --compare "${base_json[@]}" -- "${head_json[@]}"
+    [ -z "${AB_TEST:-}" ] || run_tests
     ;;
 esac
