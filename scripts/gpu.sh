@@ -33,8 +33,9 @@
 # (3.6 MB, where the whole tree would not fit the device tool's 64 MiB with this one) and run
 # `scripts/gpu.sh compare .carry/base.tar.gz 2` on the GPU machine.
 #
-# ROUND_GGUF=SHAPE:MIX (e.g. llama3.1-8b:Q4_K_M): `bench`, `compare` and `ab` time a random GGUF
-# target of that shape and llama.cpp quantization mix (tools/synth/make_random_gguf.py) without a
+# ROUND_GGUF=SHAPE:MIX[:LAYERS] (e.g. llama3.1-8b:Q4_K_M, qwen3-30b-a3b:BF16:12): `bench`,
+# `compare` and `ab` time a random GGUF target of that shape and llama.cpp quantization mix
+# (tools/synth/make_random_gguf.py; LAYERS: only the first that many layers) without a
 # drafter, `--verify-k 16 --graphs --context 1024`, instead of the reference pair. The writer
 # needs the `gguf` package, which `fetch-debs` also downloads into .carry/py.
 #
@@ -162,14 +163,22 @@ run_tests() {  # CTEST_ARGS...
 random_checkpoints() {  # tools/synth: speed does not depend on the weights' values
   local s
   if [ -n "${ROUND_GGUF:-}" ]; then
-    gguf_model="$models/${ROUND_GGUF/:/-}.gguf"
+    local shape mix layers=() parts
+    IFS=: read -r -a parts <<<"$ROUND_GGUF"
+    shape=${parts[0]} mix=${parts[1]:-}
+    [ -n "${parts[2]:-}" ] && layers=(--layers "${parts[2]}")
+    if [ -z "$shape" ] || [ -z "$mix" ] || [ ${#parts[@]} -gt 3 ]; then
+      echo "ROUND_GGUF must be SHAPE:MIX[:LAYERS] (got '$ROUND_GGUF')"
+      return 4
+    fi
+    gguf_model="$models/${ROUND_GGUF//:/-}.gguf"
     [ -f "$gguf_model" ] && return 0
     if ! python3 -c "import gguf" 2>/dev/null; then
       python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/dspark-site \
         "$repo"/.carry/py/gguf-*.whl && export PYTHONPATH="/tmp/dspark-site${PYTHONPATH:+:$PYTHONPATH}"
     fi
     mkdir -p "$models" && timeout 300 python3 tools/synth/make_random_gguf.py \
-      --shape "${ROUND_GGUF%%:*}" --mix "${ROUND_GGUF#*:}" --out "$gguf_model" 2>&1 | tail -n 1
+      --shape "$shape" --mix "$mix" "${layers[@]}" --out "$gguf_model" 2>&1 | tail -n 1
     [ -f "$gguf_model" ] || { echo "no random GGUF $gguf_model (ROUND_GGUF=$ROUND_GGUF)"; return 4; }
     return 0
   fi
