@@ -263,8 +263,11 @@ void moe_linear(Context& ctx, const Tensor& x, const WeightMatrix& w, const MoeG
     // The CPU's block products of every expert with rows in one pass of the pool: a decode step's
     // few experts of a layer are short products, each of which would wait for the threads.
     // The grouping's row ranges follow one another, so the experts with rows cover them in order.
-    std::vector<WeightMatrix> ws;
-    std::vector<int64_t> bounds;
+    // The calling thread's lists, grown once and reused by every layer of every step.
+    thread_local std::vector<WeightMatrix> ws;
+    thread_local std::vector<int64_t> bounds;
+    ws.clear();
+    bounds.clear();
     for (int64_t e = 0; e < experts; ++e) {
       const int32_t lo = offsets[static_cast<size_t>(e)], hi = offsets[static_cast<size_t>(e) + 1];
       if (lo == hi) continue;

@@ -62,8 +62,8 @@ void linear_blocks_grouped(Context& ctx, const Tensor& x, std::span<const Weight
   shared.ldy = leading_dim(y);
   shared.n = w[0].n;
   shared.k = w[0].k;
-  std::vector<QuantGemmProblem> problems;
-  problems.reserve(w.size());
+  thread_local std::vector<QuantGemmProblem> problems;  // reused: a MoE layer's every step
+  problems.clear();
   for (size_t p = 0; p < w.size(); ++p) {
     DSPARK_CHECK(w[p].format == w[0].format && w[p].quant == w[0].quant && w[p].n == shared.n &&
                      w[p].k == shared.k,
