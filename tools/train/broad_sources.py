@@ -9,7 +9,7 @@ everyday chat that the stdlib and template sources miss (issue 39).
                     probability, fractions, divisibility, derivatives and integrals of polynomials
   broad:extraction  generated passages (orders, meeting notes, timetables, contacts, reviews,
                     recipes, event notices) with an extraction instruction
-  broad:stem, broad:humanities   topics x question phrasings
+  broad:stem, broad:humanities   topics x question phrasings (with chat_topics.py's lists)
   debian:<section>  English descriptions of Debian packages (debian_descriptions.py; committed as
                     data/debian_descriptions.jsonl.xz) under summarise / explain / extract /
                     write instructions
@@ -28,6 +28,7 @@ import lzma
 import os
 import random
 import re
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEBIAN = os.path.join(HERE, "data", "debian_descriptions.jsonl.xz")
@@ -378,6 +379,22 @@ class EvalFilter:
             if (len(e.split()) >= 6 and e in n) or (len(n.split()) >= 6 and n in e):
                 return True
         return False
+
+
+def _eval_norms(path: str = EVAL_SET) -> list:
+    return EvalFilter(path).norms
+
+
+# The topic lists with chat_topics.py's additions, less the topics the evaluation set asks about
+# (self_instruct.py seeds its asks from these too).
+sys.path.insert(0, HERE)
+import chat_topics  # noqa: E402
+
+STEM_TOPICS = chat_topics.usable_topics(STEM_TOPICS + chat_topics.STEM_TOPICS_MORE, _eval_norms())
+HUMANITIES_TOPICS = chat_topics.usable_topics(
+    HUMANITIES_TOPICS + chat_topics.HUMANITIES_TOPICS_MORE, _eval_norms())
+STEM_PHRASES = STEM_PHRASES + chat_topics.STEM_PHRASES_MORE
+HUMANITIES_PHRASES = HUMANITIES_PHRASES + chat_topics.HUMANITIES_PHRASES_MORE
 
 
 def broad_pool(rng: random.Random):
