@@ -90,5 +90,38 @@ TEST(CpuAttentionLanes, Avx2GivesThePortableBits) {
   }
 }
 
+TEST(CpuAttentionLanes, ExpLaneGivesExp1Bits) {
+  // exp_lane runs exp1 inlined with FMA instructions where the CPU has them: the same bits as
+  // exp1's std::fma.
+  for (int i = -100000; i <= 100000; ++i) {
+    const float x = static_cast<float>(i) * 1.0e-3f;
+    const float a = al::exp_lane(x), b = cpu::fast_exp::exp1(x);
+    ASSERT_EQ(std::memcmp(&a, &b, sizeof(float)), 0) << x;
+  }
+  for (const float x : {-INFINITY, INFINITY, 0.0f, -0.0f, -87.0f, 88.0f}) {
+    const float a = al::exp_lane(x), b = cpu::fast_exp::exp1(x);
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof(float)), 0) << x;
+  }
+}
+
+TEST(CpuAttentionLanes, MaxOfIgnoresNanAndPadding) {
+  std::vector<float> s = random_normal(40, 5);
+  s[3] = NAN;
+  s[17] = 7.5f;
+  for (size_t j = 33; j < s.size(); ++j) s[j] = -INFINITY;
+  for (const bool avx2 : {false, true}) {
+    if (avx2 && !al::has_avx2()) continue;
+    EXPECT_EQ(al::max_of(avx2, s.data(), 40), 7.5f) << avx2;
+    EXPECT_EQ(al::max_of(avx2, s.data() + 32, 8), s[32]) << avx2;
+    std::vector<float> pad(16, -INFINITY);
+    EXPECT_EQ(al::max_of(avx2, pad.data(), 16), -INFINITY) << avx2;
+    pad[9] = NAN;
+    EXPECT_EQ(al::max_of(avx2, pad.data(), 16), -INFINITY) << avx2;
+    pad[2] = -0.0f;
+    pad[5] = 0.0f;
+    EXPECT_EQ(al::max_of(avx2, pad.data(), 16), 0.0f) << avx2;  // either zero
+  }
+}
+
 }  // namespace
 }  // namespace dspark

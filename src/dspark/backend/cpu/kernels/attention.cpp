@@ -108,16 +108,16 @@ void lane_step(const Lanes& ln, int64_t a, int64_t j0, const float* const* k, co
   if (e <= b) return;  // the lane sees nothing in this chunk
   float* s = ln.scores;
   al::scores(ln.avx2, ln.q + a * d, d, k + b, e - b, s + b);
-  float chunk_max = -INFINITY;
-  for (int64_t jj = b; jj < e; ++jj) {
-    if (softcap > 0.0f) s[jj] = softcap * std::tanh(s[jj] / softcap);
-    chunk_max = std::max(chunk_max, s[jj]);
+  if (softcap > 0.0f) {
+    for (int64_t jj = b; jj < e; ++jj) s[jj] = softcap * std::tanh(s[jj] / softcap);
   }
   const int64_t n = (e + 7) / 8 * 8;
   std::fill(s, s + b, -INFINITY);
   std::fill(s + e, s + n, -INFINITY);
+  const float chunk_max = al::max_of(ln.avx2, s, n);
   const float new_max = std::max(ln.m[a], chunk_max);
-  const float correction = al::exp_lane(ln.m[a] - new_max);  // 0 on the lane's first chunk
+  // 0 on the lane's first chunk; exactly 1 (exp_lane(0)) while the running max stands.
+  const float correction = new_max == ln.m[a] ? 1.0f : al::exp_lane(ln.m[a] - new_max);
   float* o = ln.acc + a * d;
   if (correction != 1.0f) {
     ln.l[a] *= correction;

@@ -68,6 +68,17 @@ LANES_AVX2 void scores_avx2(const float* q, int64_t d, const float* const* keys,
   }
 }
 
+LANES_AVX2 float max_of_avx2(const float* s, int64_t n) {
+  // max_ps returns its second operand where either is NaN: a NaN score leaves the maximum as is.
+  __m256 m = _mm256_set1_ps(-INFINITY);
+  for (int64_t j = 0; j < n; j += 8) m = _mm256_max_ps(_mm256_loadu_ps(s + j), m);
+  alignas(32) float x[8];
+  _mm256_store_ps(x, m);
+  float r = -INFINITY;
+  for (float v : x) r = std::max(r, v);
+  return r;
+}
+
 LANES_AVX2 float exp_shifted_avx2(float* s, int64_t n, float shift) {
   __m256 sum = _mm256_setzero_ps();
   const __m256 sh = _mm256_set1_ps(shift);
@@ -102,6 +113,13 @@ LANES_AVX2 void accumulate_avx2(const float* w, const float* const* values, int6
   for (; i0 + 64 <= d; i0 += 64) accumulate_avx2_block<8>(w, values, j0, j1, i0, acc);
   for (; i0 < d; i0 += 8) accumulate_avx2_block<1>(w, values, j0, j1, i0, acc);
 }
+
+// exp1 inlined where FMA and SSE4.1 are enabled: its fma and rounding become instructions instead
+// of calls into libm (the same operations, the same bits).
+LANES_AVX2 float exp1_avx2(float x) {
+  return fast_exp::exp1(x);
+}
+
 LANES_AVX2 void fold_avx2(const float* acc, float a, float b, float* o, int64_t d) {
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   for (int64_t i = 0; i < d; i += 8) {
@@ -118,6 +136,9 @@ bool has_avx2() {
 }
 
 float exp_lane(float x) {
+#if defined(__x86_64__)
+  if (has_avx2()) return exp1_avx2(x);
+#endif
   return fast_exp::exp1(x);
 }
 
@@ -127,6 +148,16 @@ void scores(bool avx2, const float* q, int64_t d, const float* const* keys, int6
 #endif
   (void)avx2;
   for (int64_t j = 0; j < c; ++j) s[j] = score_portable(q, keys[j], d);
+}
+
+float max_of(bool avx2, const float* s, int64_t n) {
+#if defined(__x86_64__)
+  if (avx2) return max_of_avx2(s, n);
+#endif
+  (void)avx2;
+  float r = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) r = std::max(r, s[j]);
+  return r;
 }
 
 float exp_shifted(bool avx2, float* s, int64_t n, float shift) {

@@ -25,6 +25,11 @@ float exp_lane(float x);
 // s[jj] = score of q (d values) against keys[jj], jj < c.
 void scores(bool avx2, const float* q, int64_t d, const float* const* keys, int64_t c, float* s);
 
+// The largest of s[0 .. n) (n a multiple of 8), NaNs ignored; -inf when there is none. Which of
+// +0 and -0 it returns for a maximum of zero may differ between the versions; the kernel's
+// results do not depend on it (x - 0 and x + 0 and exp(+-0) agree).
+float max_of(bool avx2, const float* s, int64_t n);
+
 // s[jj] = exp_lane(s[jj] - shift) for jj < n (n a multiple of 8); returns their sum (see above).
 float exp_shifted(bool avx2, float* s, int64_t n, float shift);
 
