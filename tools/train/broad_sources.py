@@ -385,14 +385,30 @@ def _eval_norms(path: str = EVAL_SET) -> list:
     return EvalFilter(path).norms
 
 
-# The topic lists with chat_topics.py's additions, less the topics the evaluation set asks about
+def _held_out_norms() -> list:
+    """The normalised prompts no training topic may name: the evaluation set's, and those of the
+    training pipeline's own held-out splits (data/test.jsonl, data/calib.jsonl)."""
+    norms = _eval_norms()
+    for name in ("test.jsonl", "calib.jsonl"):
+        path = os.path.join(HERE, "data", name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    j = json.loads(line)
+                    turns = [m["content"] for m in j.get("messages", []) if m.get("role") == "user"]
+                    norms += [_norm(t) for t in turns or [j.get("prompt", "")]]
+    return norms
+
+
+# The topic lists with chat_topics.py's additions, less the topics a held-out prompt names
 # (self_instruct.py seeds its asks from these too).
 sys.path.insert(0, HERE)
 import chat_topics  # noqa: E402
 
-STEM_TOPICS = chat_topics.usable_topics(STEM_TOPICS + chat_topics.STEM_TOPICS_MORE, _eval_norms())
+_HELD_OUT = _held_out_norms()
+STEM_TOPICS = chat_topics.usable_topics(STEM_TOPICS + chat_topics.STEM_TOPICS_MORE, _HELD_OUT)
 HUMANITIES_TOPICS = chat_topics.usable_topics(
-    HUMANITIES_TOPICS + chat_topics.HUMANITIES_TOPICS_MORE, _eval_norms())
+    HUMANITIES_TOPICS + chat_topics.HUMANITIES_TOPICS_MORE, _HELD_OUT)
 STEM_PHRASES = STEM_PHRASES + chat_topics.STEM_PHRASES_MORE
 HUMANITIES_PHRASES = HUMANITIES_PHRASES + chat_topics.HUMANITIES_PHRASES_MORE
 

@@ -7,9 +7,10 @@ asks about, plus shorter, plainer phrasings of the kind people type.
 
 Licence: written for dspark (the repository's licence).
 
-Topics that the held-out evaluation set (tools/eval/data/chat_eval.jsonl) asks about are left
-out by `usable_topics`: a topic is dropped when its text (without a leading "the") occurs in an
-evaluation prompt, so e.g. "the water cycle" never becomes a training question.
+Topics that a held-out prompt names are left out by `usable_topics` (broad_sources.py passes the
+evaluation set's prompts, tools/eval/data/chat_eval.jsonl, and those of the training split's
+held-out test and calibration files): a topic is dropped when its text (without a leading "the")
+occurs in such a prompt, so e.g. "the water cycle" never becomes a training question.
 """
 import re
 
