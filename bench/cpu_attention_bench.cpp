@@ -37,8 +37,8 @@ OwnedTensor host_i32(const std::vector<int32_t>& v) {
   return OwnedTensor::from_vector(v, Shape{static_cast<int64_t>(v.size())}, Device::cpu());
 }
 
-// Values uniform in [-1, 1) from a cheap LCG, as `T` (the scores then spread like a model's, so
-// the running maxima move as they do there).
+// Values uniform in [-1, 1) from a cheap LCG, as `T`: scores of a few tenths, so the lanes' running
+// maxima still move along the keys.
 template <typename T>
 OwnedTensor random_values(Shape shape, uint32_t seed) {
   std::vector<T> v(static_cast<size_t>(shape.numel()));

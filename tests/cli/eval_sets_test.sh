@@ -39,7 +39,7 @@ assert fam["broad"] > 200 and fam["debian"] > 100, fam
 kinds = {r["source"] for r in rows if r["source"].startswith("broad:")}
 assert len(kinds) == 7, kinds
 PY
-python3 - <<'PY' || fail "a STEM / humanities topic that the evaluation set asks about"
+python3 - <<'PY' || fail "a STEM / humanities topic that a held-out prompt names"
 import sys
 sys.path.insert(0, "tools/train")
 import broad_sources as bs, chat_topics as ct
