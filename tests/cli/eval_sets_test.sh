@@ -42,14 +42,14 @@ PY
 python3 - <<'PY' || fail "a STEM / humanities topic that a held-out prompt names"
 import sys
 sys.path.insert(0, "tools/train")
-import broad_sources as bs, chat_topics as ct
+import broad_sources as bs
 norms = bs._held_out_norms()
 assert len(norms) > len(bs._eval_norms()) + 300, len(norms)
 topics = bs.STEM_TOPICS + bs.HUMANITIES_TOPICS
 assert len(bs.STEM_TOPICS) >= 250 and len(bs.HUMANITIES_TOPICS) >= 250, len(topics)
-bad = [t for t in topics if any(f" {ct._core(t)} " in f" {e} " for e in norms)]
+bad = [t for t in topics if any(f" {bs.topic_core(t)} " in f" {e} " for e in norms)]
 assert not bad, bad
-assert ct.usable_topics(["the water cycle", "sea otters", "Sea otters", "tides"], norms) == ["sea otters"]
+assert bs.usable_topics(["the water cycle", "sea otters", "Sea otters", "tides"], norms) == ["sea otters"]
 PY
 python3 tools/eval/check_overlap.py --train "$TMP/large.jsonl" >"$TMP/ov2.txt" ||
   fail "overlap with the extended set: $(cat "$TMP/ov2.txt")"

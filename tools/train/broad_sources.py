@@ -400,15 +400,33 @@ def _held_out_norms() -> list:
     return norms
 
 
+def topic_core(topic: str) -> str:
+    """A topic's normalised text without a leading "the"."""
+    t = _norm(topic)
+    return t[4:] if t.startswith("the ") else t
+
+
+def usable_topics(topics: list, norms: list) -> list:
+    """The topics (in order, without duplicates) whose core occurs in none of the normalised
+    prompts `norms`: "the water cycle" is dropped where a prompt asks "Explain the water cycle"."""
+    seen, out = set(), []
+    for t in topics:
+        c = topic_core(t)
+        if c in seen or any(f" {c} " in f" {e} " for e in norms):
+            continue
+        seen.add(c)
+        out.append(t)
+    return out
+
+
 # The topic lists with chat_topics.py's additions, less the topics a held-out prompt names
 # (self_instruct.py seeds its asks from these too).
 sys.path.insert(0, HERE)
 import chat_topics  # noqa: E402
 
 _HELD_OUT = _held_out_norms()
-STEM_TOPICS = chat_topics.usable_topics(STEM_TOPICS + chat_topics.STEM_TOPICS_MORE, _HELD_OUT)
-HUMANITIES_TOPICS = chat_topics.usable_topics(
-    HUMANITIES_TOPICS + chat_topics.HUMANITIES_TOPICS_MORE, _HELD_OUT)
+STEM_TOPICS = usable_topics(STEM_TOPICS + chat_topics.STEM_TOPICS_MORE, _HELD_OUT)
+HUMANITIES_TOPICS = usable_topics(HUMANITIES_TOPICS + chat_topics.HUMANITIES_TOPICS_MORE, _HELD_OUT)
 STEM_PHRASES = STEM_PHRASES + chat_topics.STEM_PHRASES_MORE
 HUMANITIES_PHRASES = HUMANITIES_PHRASES + chat_topics.HUMANITIES_PHRASES_MORE
 

@@ -7,12 +7,8 @@ asks about, plus shorter, plainer phrasings of the kind people type.
 
 Licence: written for dspark (the repository's licence).
 
-Topics that a held-out prompt names are left out by `usable_topics` (broad_sources.py passes the
-evaluation set's prompts, tools/eval/data/chat_eval.jsonl, and those of the training split's
-held-out test and calibration files): a topic is dropped when its text (without a leading "the")
-occurs in such a prompt, so e.g. "the water cycle" never becomes a training question.
+broad_sources.py leaves out the topics that a held-out prompt names (`usable_topics`).
 """
-import re
 
 STEM_TOPICS_MORE = [
     # physics
@@ -168,20 +164,3 @@ HUMANITIES_PHRASES_MORE = [
     "What is a common misunderstanding about {t}?", "How would you teach {t} in ten minutes?",
 ]
 
-
-def _core(topic: str) -> str:
-    t = re.sub(r"[^0-9a-z]+", " ", topic.lower()).strip()
-    return t[4:] if t.startswith("the ") else t
-
-
-def usable_topics(topics: list, eval_norms: list) -> list:
-    """The topics (in order, without duplicates) whose text occurs in no normalised evaluation
-    prompt (eval_norms: broad_sources._norm of each prompt)."""
-    seen, out = set(), []
-    for t in topics:
-        c = _core(t)
-        if c in seen or any(f" {c} " in f" {e} " for e in eval_norms):
-            continue
-        seen.add(c)
-        out.append(t)
-    return out
